@@ -1,0 +1,559 @@
+"""Charge every measured joule to the stack that was running when it was spent.
+
+Pure: no I/O, no clock, no hardware. The math is DESIGN.md's, done as an online fold so a
+run of any length costs memory in proportion to its distinct stacks:
+
+* Sensor ticks split the run into intervals k = [tau_k, tau_k+1]; source c spent
+  dE_c,k = E_c(tau_k+1) - E_c(tau_k) in it (the sensor made E cumulative and wrap-free).
+* The program's share phi of a CPU-class source is its CPU time over the machine's busy CPU
+  time in a trailing window (`share_window_ns`, because /proc/stat counts in 10 ms ticks and a
+  single 10 ms interval would be mostly quantisation noise). energyprof's own threads get
+  their share as the node `[energyprof]`; the rest is `[other processes and idle]`.
+* The program's part of an interval is split among the samples overlapping it, in
+  proportion to weight x overlap / duration: CPU time for CPU-class sources, wall time on
+  the main thread for GPUs and for intervals in which the program burnt no CPU.
+
+Both idle policies are accumulated side by side, so the policy is a rendering choice.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+from .profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, Node, Profile
+from .recording import Recording, Sample, StackTable, Tick, WindowEvent
+
+POLICIES = ("share", "all")
+GPU_PREFIX = "gpu"
+CHILD_FRAME = (CHILDREN_NODE, "", 0)
+MAX_PENDING_TICKS = 512
+DEFAULT_SHARE_WINDOW_NS = 100_000_000
+IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
+TIMELINE_POINTS = 1000
+
+
+def is_gpu(component: str) -> bool:
+    return component.split(":")[0] == GPU_PREFIX
+
+
+class Timeline:
+    """Power and RSS at bounded resolution: when full, adjacent buckets merge in pairs."""
+
+    def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS) -> None:
+        self.n = n_sources
+        self.max_points = max_points
+        self.width_ns = 0  # 0: one bucket per tick until the first merge
+        self.t0: list[int] = []
+        self.t1: list[int] = []
+        self.energy: list[list[float]] = []
+        self.rss: list[int] = []
+
+    def add(self, t0: int, t1: int, de: list[float], rss: int) -> None:
+        if self.t0 and self.width_ns and t1 - self.t0[-1] <= self.width_ns:
+            last = self.energy[-1]
+            for i, v in enumerate(de):
+                last[i] += v
+            self.t1[-1] = t1
+            self.rss[-1] = max(self.rss[-1], rss)
+            return
+        self.t0.append(t0)
+        self.t1.append(t1)
+        self.energy.append(list(de))
+        self.rss.append(rss)
+        if len(self.t0) > self.max_points:
+            self._halve()
+
+    def _halve(self) -> None:
+        t0, t1, en, rss = [], [], [], []
+        for i in range(0, len(self.t0), 2):
+            j = min(i + 1, len(self.t0) - 1)
+            t0.append(self.t0[i])
+            t1.append(self.t1[j])
+            en.append([a + (b if j != i else 0.0) for a, b in zip(self.energy[i], self.energy[j])])
+            rss.append(max(self.rss[i], self.rss[j]))
+        self.t0, self.t1, self.energy, self.rss = t0, t1, en, rss
+        spans = [b - a for a, b in zip(self.t0, self.t1)]
+        self.width_ns = max(spans) if spans else 0
+
+    def export(self, start_ns: int, source_ids: list[str]) -> dict[str, Any]:
+        mids = [((a + b) / 2 - start_ns) / 1e9 for a, b in zip(self.t0, self.t1)]
+        power: dict[str, list[float]] = {sid: [] for sid in source_ids}
+        for a, b, row in zip(self.t0, self.t1, self.energy):
+            span = max(b - a, 1) / 1e9
+            for sid, e in zip(source_ids, row):
+                power[sid].append(e / span)
+        return {
+            "t_s": mids,
+            "start_s": [(a - start_ns) / 1e9 for a in self.t0],
+            "end_s": [(b - start_ns) / 1e9 for b in self.t1],
+            "power_w": power,
+            "rss_bytes": list(self.rss),
+        }
+
+
+@dataclass
+class _StackStat:
+    time_ns: int = 0
+    cpu_ns: int = 0
+    samples: int = 0
+    peak_rss: int = 0
+    rss_growth: float = 0.0
+    share: list[float] = field(default_factory=list)
+    all: list[float] = field(default_factory=list)
+
+
+class Ledger:
+    """The online fold of ticks and samples into per-stack energy (both idle policies)."""
+
+    def __init__(
+        self,
+        sources: list[dict[str, Any]],
+        stacks: StackTable | None = None,
+        share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
+        timeline_points: int = TIMELINE_POINTS,
+        cpus: int = 1,
+    ) -> None:
+        self.sources = sources
+        self.source_ids = [s["id"] for s in sources]
+        self.gpu = [is_gpu(s.get("component", "")) for s in sources]
+        self.n = len(sources)
+        self.stacks = stacks if stacks is not None else StackTable()
+        self.share_window_ns = share_window_ns
+        self.cpus = max(1, int(cpus))
+        self.stats: dict[int, _StackStat] = {}
+        z = [0.0] * self.n
+        self.total = list(z)
+        self.idle = list(z)  # share policy: not the program's
+        self.own_share = list(z)
+        self.own_all = list(z)
+        self.root_share = list(z)  # the program's, with no sample to carry it
+        self.root_all = list(z)
+        self.timeline = Timeline(self.n, timeline_points)
+        self.windows: list[dict[str, Any]] = []
+        self._open_windows: list[dict[str, Any]] = []
+        self._live_windows: list[dict[str, Any]] = []
+        self._ticks: deque[Tick] = deque()
+        self._share_hist: deque[Tick] = deque()
+        self._pending: list[Sample] = []
+        self._watermark = -1
+        self.first_ns: int | None = None
+        self.last_ns: int | None = None
+        self.first_tick: Tick | None = None
+        self.last_tick: Tick | None = None
+        self.anomalies: dict[str, int] = {}
+        self._child_sid: dict[int, int] = {}
+
+    # -- events -------------------------------------------------------------------------
+    def add_sample(self, s: Sample) -> None:
+        st = self.stats.get(s.stack_id)
+        if st is None:
+            st = self.stats[s.stack_id] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+        st.time_ns += s.t1_ns - s.t0_ns
+        st.cpu_ns += s.cpu_ns
+        st.samples += 1
+        if s.t1_ns > s.t0_ns:
+            self._pending.append(s)
+        if s.t1_ns > self._watermark:
+            self._watermark = s.t1_ns
+            self._drain(final=False)
+
+    def add_samples(self, samples: Iterable[Sample]) -> None:
+        for s in samples:
+            self.add_sample(s)
+
+    def add_tick(self, tick: Tick) -> None:
+        if self.last_tick is not None:
+            if tick.t_ns <= self.last_tick.t_ns:
+                return  # a clock never goes back; a duplicate tick carries nothing
+            self.timeline.add(self.last_tick.t_ns, tick.t_ns, self._deltas(self.last_tick, tick), tick.rss_bytes)
+        else:
+            self.first_tick = tick
+            self.first_ns = tick.t_ns
+        self.last_tick = tick
+        self.last_ns = tick.t_ns
+        self._ticks.append(tick)
+        self._share_hist.append(tick)
+        if len(self._ticks) > MAX_PENDING_TICKS:
+            # No sample has arrived for a long time (one long C call under a call-hook
+            # sampler): coarsen the waiting intervals. Cumulative counters make this lossless
+            # for energy; only the resolution of the split is lost.
+            keep = [self._ticks[0], *list(self._ticks)[1:-1:2], self._ticks[-1]]
+            self._ticks = deque(keep)
+        self._drain(final=False)
+
+    def begin_window(self, t_ns: int, name: str, index: int | None = None) -> None:
+        w = {"name": name, "index": index, "start_ns": t_ns, "end_ns": None, "energy": [0.0] * self.n,
+             "depth": len(self._open_windows)}
+        self.windows.append(w)
+        self._open_windows.append(w)
+        self._live_windows.append(w)
+
+    def end_window(self, t_ns: int, name: str | None = None) -> None:
+        for i in range(len(self._open_windows) - 1, -1, -1):
+            w = self._open_windows[i]
+            if name is None or w["name"] == name:
+                w["end_ns"] = t_ns
+                del self._open_windows[i]
+                return
+
+    def finish(self) -> None:
+        """Charge every interval still waiting; call once, when the run has ended."""
+        self._drain(final=True)
+        end = self.last_ns or 0
+        for w in self._open_windows:
+            w["end_ns"] = end
+        self._open_windows.clear()
+
+    # -- the math -----------------------------------------------------------------------
+    def _deltas(self, a: Tick, b: Tick) -> list[float]:
+        out = [0.0] * self.n
+        for i in range(self.n):
+            ea = a.energy_j[i] if i < len(a.energy_j) else None
+            eb = b.energy_j[i] if i < len(b.energy_j) else None
+            if ea is None or eb is None:
+                continue
+            d = eb - ea
+            if not (d >= 0.0) or math.isinf(d):  # negative, NaN or inf: the sensor misbehaved
+                self.anomalies[self.source_ids[i]] = self.anomalies.get(self.source_ids[i], 0) + 1
+                continue
+            out[i] = d
+        return out
+
+    def _drain(self, final: bool) -> None:
+        ticks = self._ticks
+        while len(ticks) >= 2 and (final or self._watermark >= ticks[1].t_ns):
+            a = ticks.popleft()
+            self._charge(a, ticks[0])
+            cut = ticks[0].t_ns
+            if self._pending and self._pending[0].t1_ns <= cut:
+                self._pending = [s for s in self._pending if s.t1_ns > cut]
+        if final:
+            self._pending = []
+
+    def _cpu_shares(self, b: Tick, a: Tick) -> tuple[float, float, float, float]:
+        """(phi_program, phi_own, child fraction of the program, the program's part under 'all').
+
+        The program's and energyprof's CPU over [a, b] come from nanosecond clocks and are
+        used as they are. Other processes' CPU is busy - ours, where busy comes from
+        /proc/stat in 10 ms ticks; over one interval that is mostly quantisation, so it
+        (and the coarsely polled live children) is taken as a rate over a trailing window.
+        """
+        hist = self._share_hist
+        limit = b.t_ns - self.share_window_ns
+        while len(hist) >= 2 and hist[1].t_ns <= limit and hist[1].t_ns <= a.t_ns:
+            hist.popleft()
+        ref = hist[0] if hist and hist[0].t_ns <= a.t_ns else a
+        dt = b.t_ns - a.t_ns
+        span = b.t_ns - ref.t_ns
+        d_own = max(0, b.own_cpu_ns - a.own_cpu_ns)
+        d_proc = max(0, b.process_cpu_ns - a.process_cpu_ns - d_own)
+        w_children = max(0, b.children_cpu_ns - ref.children_cpu_ns)
+        w_others = max(0, (b.busy_cpu_ns - ref.busy_cpu_ns) - (b.process_cpu_ns - ref.process_cpu_ns) - w_children)
+        d_children = w_children * dt / span if span > 0 else 0.0
+        d_others = w_others * dt / span if span > 0 else 0.0
+        d_prog = d_proc + d_children
+        capacity = dt * self.cpus
+        # energyprof pays for the fraction of the machine it occupied, never for idle power.
+        phi_own = min(1.0, d_own / capacity) if capacity > 0 else 0.0
+        # The program pays its share of the busy CPU; below IDLE_FLOOR of capacity the machine
+        # counts as idle and what nobody used goes to [other processes and idle].
+        denom = max(d_prog + d_own + d_others, IDLE_FLOOR * capacity)
+        if denom <= 0:
+            return 0.0, phi_own, 0.0, 1.0 - phi_own
+        phi_prog = min(d_prog / denom, 1.0 - phi_own)
+        child_frac = d_children / d_prog if d_prog else 0.0
+        # Under 'all' the job pays for the whole machine, less energyprof's part.
+        return phi_prog, phi_own, child_frac, 1.0 - phi_own
+
+    def _charge(self, a: Tick, b: Tick) -> None:
+        lo, hi = a.t_ns, b.t_ns
+        dt = hi - lo
+        if dt <= 0:
+            return
+        de = self._deltas(a, b)
+        n = self.n
+        for i in range(n):
+            self.total[i] += de[i]
+        self._charge_windows(lo, hi, de)
+
+        cpu_w: dict[int, float] = {}
+        wall_w: dict[int, float] = {}
+        any_w: dict[int, float] = {}
+        stats = self.stats
+        rss = b.rss_bytes
+        for s in self._pending:
+            if s.t1_ns <= lo or s.t0_ns >= hi:
+                continue
+            ov = (s.t1_ns if s.t1_ns < hi else hi) - (s.t0_ns if s.t0_ns > lo else lo)
+            sid = s.stack_id
+            if s.cpu_ns:
+                cpu_w[sid] = cpu_w.get(sid, 0.0) + s.cpu_ns * ov / (s.t1_ns - s.t0_ns)
+            if s.main:
+                wall_w[sid] = wall_w.get(sid, 0.0) + ov
+            any_w[sid] = any_w.get(sid, 0.0) + ov
+            st = stats[sid]
+            if rss > st.peak_rss:
+                st.peak_rss = rss
+        wall = wall_w or any_w
+        if wall:
+            d_rss = b.rss_bytes - a.rss_bytes
+            if d_rss:
+                self._spread_scalar(wall, d_rss)
+
+        if not any(de):
+            return
+        phi_prog, phi_own, child_frac, all_prog = self._cpu_shares(b, a)
+        gpu_share = b.gpu_share or {}
+        for i in range(n):
+            d = de[i]
+            if d == 0.0:
+                continue
+            if self.gpu[i]:
+                g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
+                prog_share, own_share, prog_all, cf = g * d, 0.0, d, 0.0
+                weights = wall
+            else:
+                prog_share, own_share = phi_prog * d, phi_own * d
+                prog_all = all_prog * d
+                cf = child_frac
+                weights = cpu_w or wall
+            self.own_share[i] += own_share
+            self.own_all[i] += d - prog_all
+            self.idle[i] += d - prog_share - own_share
+            if not weights:
+                self.root_share[i] += prog_share
+                self.root_all[i] += prog_all
+                continue
+            self._spread(weights, i, prog_share, prog_all, cf)
+
+    def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
+        total_w = sum(weights.values())
+        stats = self.stats
+        for sid, w in weights.items():
+            f = w / total_w
+            if child_frac:
+                own_f = f * (1.0 - child_frac)
+                st = stats[sid]
+                st.share[i] += e_share * own_f
+                st.all[i] += e_all * own_f
+                cst = self._child_stat(sid)
+                cst.share[i] += e_share * (f - own_f)
+                cst.all[i] += e_all * (f - own_f)
+            else:
+                st = stats[sid]
+                st.share[i] += e_share * f
+                st.all[i] += e_all * f
+
+    def _spread_scalar(self, weights: dict[int, float], value: float) -> None:
+        total_w = sum(weights.values())
+        for sid, w in weights.items():
+            self.stats[sid].rss_growth += value * w / total_w
+
+    def _child_stat(self, sid: int) -> _StackStat:
+        csid = self._child_sid.get(sid)
+        if csid is None:
+            csid = self._child_sid[sid] = self.stacks.extend(sid, CHILD_FRAME)
+        st = self.stats.get(csid)
+        if st is None:
+            st = self.stats[csid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+        return st
+
+    def _charge_windows(self, lo: int, hi: int, de: list[float]) -> None:
+        if not self._live_windows:
+            return
+        dt = hi - lo
+        still = []
+        for w in self._live_windows:
+            end = w["end_ns"]
+            if w["start_ns"] < hi and (end is None or end > lo):
+                ov = min(hi, end if end is not None else hi) - max(lo, w["start_ns"])
+                if ov > 0:
+                    e = w["energy"]
+                    for i, d in enumerate(de):
+                        e[i] += d * ov / dt
+            if end is None or end > hi:
+                still.append(w)
+        self._live_windows = still
+
+    # -- checkpoints --------------------------------------------------------------------
+    def to_state(self) -> dict[str, Any]:
+        """Everything needed to finish the profile later (a checkpoint), as JSON-able data."""
+        return {
+            "sources": self.sources,
+            "stacks": self.stacks.to_state(),
+            "share_window_ns": self.share_window_ns,
+            "cpus": self.cpus,
+            "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all]
+                      for k, v in self.stats.items()},
+            "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
+            "timeline": {k: getattr(self.timeline, k) for k in ("width_ns", "t0", "t1", "energy", "rss")},
+            "windows": self.windows,
+            "ticks": [list(t[:7]) + [t.gpu_share] for t in self._ticks],
+            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share] if self.first_tick else None,
+            "anomalies": self.anomalies,
+            "child_sid": {str(k): v for k, v in self._child_sid.items()},
+        }
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> Ledger:
+        led = cls(state["sources"], StackTable.from_state(state["stacks"]), int(state["share_window_ns"]),
+                  cpus=int(state.get("cpus", 1)))
+        for k, v in state["stats"].items():
+            led.stats[int(k)] = _StackStat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), float(v[4]),
+                                           [float(x) for x in v[5]], [float(x) for x in v[6]])
+        for k, v in state["acc"].items():
+            setattr(led, k, [float(x) for x in v])
+        tl = state["timeline"]
+        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"], tl["t0"], tl["t1"]
+        led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
+        led.windows = state["windows"]
+        led.anomalies = dict(state.get("anomalies", {}))
+        led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
+
+        def tick(raw: list[Any]) -> Tick:
+            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7])
+
+        if state.get("first_tick"):
+            led.first_tick = tick(state["first_tick"])
+            led.first_ns = led.first_tick.t_ns
+        for raw in state["ticks"]:
+            t = tick(raw)
+            led._ticks.append(t)
+            led._share_hist.append(t)
+            led.last_tick, led.last_ns = t, t.t_ns
+        led._open_windows = [w for w in led.windows if w["end_ns"] is None]
+        led._live_windows = list(led._open_windows)
+        return led
+
+
+# -- Ledger -> Profile ------------------------------------------------------------------
+def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
+              cpus: int = 1) -> Profile:
+    """The whole pipeline's pure core for a materialised `Recording` on a `cpus`-core machine."""
+    ledger = Ledger(recording.sources, recording.stacks, share_window_ns, cpus=cpus)
+    events: list[tuple[int, int, Any]] = []
+    events.extend((t.t_ns, 1, t) for t in recording.ticks)
+    events.extend((s.t1_ns, 0, s) for s in recording.samples)
+    events.extend((w.t_ns, 2, w) for w in recording.windows)
+    events.sort(key=lambda e: (e[0], e[1]))
+    for _, kind, ev in events:
+        if kind == 0:
+            ledger.add_sample(ev)
+        elif kind == 1:
+            ledger.add_tick(ev)
+        elif ev.kind == "begin":
+            ledger.begin_window(ev.t_ns, ev.name, ev.index)
+        else:
+            ledger.end_window(ev.t_ns, ev.name or None)
+    ledger.finish()
+    return build_profile(ledger, policy, recording.meta)
+
+
+def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
+    """Turn the fold's per-stack figures into the tree, with totals and timeline."""
+    if policy not in POLICIES:
+        raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    ids = ledger.source_ids
+    share = policy == "share"
+
+    def joules(values: list[float]) -> dict[str, float]:
+        return {sid: float(v) for sid, v in zip(ids, values)}
+
+    start = ledger.first_ns or 0
+    duration_s = ((ledger.last_ns or start) - start) / 1e9
+    root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
+    root.self_energy_j = joules(ledger.root_share if share else ledger.root_all)
+    frames = ledger.stacks.frames
+    # Path-keyed children lookup, only while building.
+    index: dict[int, dict[int, Node]] = {}
+    for sid, st in ledger.stats.items():
+        node = root
+        for fid in ledger.stacks.stacks[sid]:
+            kids = index.setdefault(id(node), {})
+            child = kids.get(fid)
+            if child is None:
+                fn, file, line = frames[fid]
+                child = Node(function=fn, file=file, line=line)
+                kids[fid] = child
+                node.children.append(child)
+            node = child
+        node.self_time_s += st.time_ns / 1e9
+        node.self_cpu_time_s += st.cpu_ns / 1e9
+        node.self_samples += st.samples
+        vals = st.share if share else st.all
+        for sid_, v in zip(ids, vals):
+            node.self_energy_j[sid_] = node.self_energy_j.get(sid_, 0.0) + v
+        if st.samples:
+            node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
+        node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
+
+    specials = []
+    own = ledger.own_share if share else ledger.own_all
+    if any(own):
+        specials.append(Node(function=SELF_NODE, self_energy_j=joules(own)))
+    if share:
+        specials.append(Node(function=IDLE_NODE, self_energy_j=joules(ledger.idle)))
+    root.children.extend(specials)
+    _sum_inclusive(root, ids)
+    root.time_s = max(root.time_s, duration_s)
+    root.self_time_s = max(0.0, root.time_s - sum(c.time_s for c in root.children if not c.is_special))
+
+    attributed = {sid: root.energy_j.get(sid, 0.0) - sum(c.energy_j.get(sid, 0.0) for c in specials) for sid in ids}
+    first, last = ledger.first_tick, ledger.last_tick
+    cpu_s = 0.0
+    if first is not None and last is not None:
+        cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
+                 + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
+    totals = {
+        "energy_j": joules(ledger.total),
+        "attributed_j": attributed,
+        "energyprof_j": joules(own),
+        "idle_j": joules(ledger.idle) if share else {sid: 0.0 for sid in ids},
+        "duration_s": duration_s,
+        "cpu_time_s": max(0.0, cpu_s),
+        "energyprof_cpu_time_s": ((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
+    }
+    windows = []
+    for w in ledger.windows:
+        end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
+        windows.append({
+            "name": w["name"], "index": w["index"], "depth": w.get("depth", 0),
+            "start_s": (w["start_ns"] - start) / 1e9, "end_s": (end - start) / 1e9,
+            "time_s": (end - w["start_ns"]) / 1e9, "energy_j": joules(w["energy"]),
+        })
+    notes = [{"kind": "sensor-anomaly", "source": k, "count": v,
+              "message": f"{k}: {v} reading(s) went backwards or were not numbers; those intervals were skipped"}
+             for k, v in ledger.anomalies.items()]
+    full_meta = dict(meta)
+    full_meta["idle_policy"] = policy
+    full_meta.setdefault("duration_s", duration_s)
+    return Profile(meta=full_meta, sources=list(ledger.sources), totals=totals, root=root, windows=windows,
+                   timeline=ledger.timeline.export(start, ids), notes=notes)
+
+
+def _sum_inclusive(root: Node, ids: list[str]) -> None:
+    """inclusive = self + children, computed bottom-up without recursion."""
+    order = [n for n, _ in root.walk()]
+    for node in reversed(order):
+        energy = {sid: node.self_energy_j.get(sid, 0.0) for sid in ids}
+        node.self_energy_j = dict(energy)
+        time_s, cpu_s, samples = node.self_time_s, node.self_cpu_time_s, node.self_samples
+        growth = node.self_rss_growth_bytes
+        peak = node.peak_rss_bytes
+        for c in node.children:
+            for sid in ids:
+                energy[sid] += c.energy_j.get(sid, 0.0)
+            time_s += c.time_s
+            cpu_s += c.cpu_time_s
+            samples += c.samples
+            if c.rss_growth_bytes is not None:
+                growth = (growth or 0) + c.rss_growth_bytes
+            if c.peak_rss_bytes is not None:
+                peak = max(peak or 0, c.peak_rss_bytes)
+        node.energy_j = energy
+        node.time_s, node.cpu_time_s, node.samples = time_s, cpu_s, samples
+        node.rss_growth_bytes = growth
+        node.peak_rss_bytes = peak

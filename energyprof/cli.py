@@ -1,0 +1,334 @@
+"""`python -m energyprof` / `energyprof`: run a script or module under the profiler.
+
+    energyprof [options] script.py [args...]
+    energyprof [options] -m module [args...]
+    energyprof report PROFILE.json [-o report.html] [--json ...]
+
+Everything after the script (or module) name belongs to the program. Bad input is one line
+on stderr and exit code 2, before the program starts; the program's own output, exception
+and exit code pass through untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import builtins
+import importlib.util
+import os
+import signal
+import sys
+import traceback
+import types
+from pathlib import Path
+from typing import Any, NoReturn, Sequence
+
+from . import __version__
+from .options import Options, OptionError
+
+DEFAULT_OUTPUT = "energyprof-report.html"
+PROG = "energyprof"
+
+
+class UsageError(Exception):
+    """A bad command line: printed as one line, exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, not usage + line
+        raise UsageError(message)
+
+
+def _add_output_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-o", "--output", help=f"HTML report path (default {DEFAULT_OUTPUT})")
+    p.add_argument("--json", help="save the profile as JSON (docs/profile-format.md)")
+    p.add_argument("--speedscope", help="export for speedscope (one profile by energy, one by time)")
+    p.add_argument("--folded", help="export folded stacks 'a;b;c <microjoules>' for flamegraph tools")
+    p.add_argument("--csv", help="export one row per function")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
+    _add_carbon_flags(p)
+
+
+def _add_carbon_flags(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("carbon and cost")
+    g.add_argument("--country", help="ISO 3166 alpha-3 code for the grid's carbon intensity (e.g. FRA)")
+    g.add_argument("--region", help="a region within the country, where codecarbon has data (e.g. california)")
+    g.add_argument("--cloud", help="PROVIDER:REGION, e.g. gcp:europe-west1")
+    g.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="a fixed intensity in gCO2eq/kWh")
+    g.add_argument("--carbon-intensity-trace", metavar="FILE", help="CSV timestamp,g_per_kwh over the run")
+    g.add_argument("--pue", type=float, default=1.0, help="data-centre power usage effectiveness (default 1.0)")
+    g.add_argument("--price-per-kwh", type=float, help="electricity price, for cost figures")
+    g.add_argument("--currency", default="EUR", help="currency of --price-per-kwh (default EUR)")
+
+
+def build_run_parser() -> _Parser:
+    p = _Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
+                usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
+                      " | %(prog)s report PROFILE.json [-o report.html]")
+    p.add_argument("--version", action="version", version=f"energyprof {__version__}")
+    _add_output_flags(p)
+    p.add_argument("--interval", type=float, default=0.005, help="stack sampling interval in seconds (default 0.005)")
+    p.add_argument("--sensor-interval", type=float, default=0.01, help="sensor reading interval in seconds (default 0.01)")
+    p.add_argument("--idle", default="share", help="share (default): charge the program its CPU share of the"
+                   " machine's energy; all: charge it everything (a dedicated machine)")
+    p.add_argument("--sampler", default="threads", help="threads (default, every thread, low overhead) or pyinstrument")
+    p.add_argument("--powercap-root", default=None, help="powercap sysfs root (default /sys/class/powercap,"
+                   " or $ENERGYPROF_POWERCAP_ROOT)")
+    p.add_argument("--power-trace", help="replay this power trace CSV (t_s,<source>...) instead of reading sensors")
+    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts for the estimate when no counter can be read")
+    p.add_argument("--no-gpu", dest="gpus", action="store_false", help="do not read NVIDIA GPUs")
+    p.add_argument("--memory", default="rss", help="rss (default, cheap), exact (tracemalloc: slow) or off")
+    p.add_argument("--memory-children", action="store_true", help="count child processes' memory in RSS")
+    p.add_argument("--no-peak-reset", dest="peak_reset", action="store_false",
+                   help="do not reset the kernel's peak-RSS mark (VmHWM) to measure decorated calls' exact peaks")
+    p.add_argument("--no-children", dest="children", action="store_false",
+                   help="do not count child processes' CPU time in the program's share")
+    p.add_argument("--checkpoint", help="checkpoint file (default: next to the report)")
+    p.add_argument("--checkpoint-interval", type=float, default=30.0, help="seconds between checkpoints (default 30)")
+    p.add_argument("--sync", default=None, help="'cuda': synchronise CUDA at window and function boundaries")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
+    return p
+
+
+def build_report_parser() -> _Parser:
+    p = _Parser(prog=f"{PROG} report", description="Render a saved profile or a checkpoint.")
+    p.add_argument("profile", help="a profile JSON (--json) or a checkpoint left by an interrupted run")
+    _add_output_flags(p)
+    p.add_argument("--idle", default=None, help="idle policy for a checkpoint (default: the run's)")
+    return p
+
+
+def split_argv(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    """(energyprof's flags, script, module, the program's args): the program's args are never parsed."""
+    takes_value = {opt for a in parser._actions for opt in a.option_strings if a.nargs != 0}
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            if i + 1 >= len(argv):
+                break
+            return argv[:i], argv[i + 1], None, argv[i + 2:]
+        if tok == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return argv[:i], None, argv[i + 1], argv[i + 2:]
+        if tok.startswith("-m") and not tok.startswith("--") and len(tok) > 2:
+            return argv[:i], None, tok[2:], argv[i + 1:]
+        if tok.startswith("-") and tok != "-":
+            if "=" not in tok and tok in takes_value:
+                i += 1
+            i += 1
+            continue
+        return argv[:i], tok, None, argv[i + 1:]
+    return argv, None, None, []
+
+
+def _options(ns: argparse.Namespace, **extra: Any) -> Options:
+    fields = Options.names()
+    kwargs = {k: v for k, v in vars(ns).items() if k in fields and v is not None}
+    kwargs.update(extra)
+    return Options(**kwargs)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "report":
+            return _report(argv[1:])
+        return _run(argv)
+    except (UsageError, OptionError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _report(argv: list[str]) -> int:
+    from .checkpoint import load_any
+
+    ns = build_report_parser().parse_args(argv)
+    try:
+        profile, options_kwargs = load_any(ns.profile, ns.idle)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    output = ns.output or (None if (ns.json or ns.speedscope or ns.folded or ns.csv) else DEFAULT_OUTPUT)
+    options = _options(ns, output=output, **{k: v for k, v in options_kwargs.items() if k not in vars(ns) or getattr(ns, k) is None})
+    from .outputs import write_outputs
+    from .profiler import finish_profile
+
+    if profile.carbon is None or any(getattr(ns, k) is not None for k in ("country", "region", "cloud", "carbon_intensity",
+                                                                           "carbon_intensity_trace")):
+        finish_profile(profile, options)
+    write_outputs(profile, options)
+    return 0
+
+
+def _check_target(script: str | None, module: str | None) -> types.CodeType | None:
+    if script is None and module is None:
+        raise UsageError("no script given: energyprof [options] script.py [args...] (or -m module)")
+    if module is not None:
+        try:
+            spec = importlib.util.find_spec(module)
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"cannot find module {module!r}: {exc}") from None
+        if spec is None:
+            raise UsageError(f"no module named {module!r}")
+        return None
+    assert script is not None
+    path = Path(script)
+    if not path.exists():
+        raise UsageError(f"script not found: {script}")
+    if path.is_dir():
+        if (path / "__main__.py").is_file():
+            path = path / "__main__.py"
+        else:
+            raise UsageError(f"{script} is a directory, not a script")
+    try:
+        source = path.read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {script}: {exc.strerror}") from None
+    try:
+        return compile(source, str(script), "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        raise UsageError(f"syntax error in {exc.filename}, line {exc.lineno}: {exc.msg}") from None
+    except ValueError as exc:
+        raise UsageError(f"cannot compile {script}: {exc}") from None
+
+
+def _run(argv: list[str]) -> int:
+    parser = build_run_parser()
+    own, script, module, prog_args = split_argv(parser, argv)
+    ns = parser.parse_args(own)
+    output = ns.output or DEFAULT_OUTPUT
+    checkpoint = ns.checkpoint or str(Path(output).with_name(Path(output).stem + ".energyprof-checkpoint.json"))
+    options = _options(ns, output=output, checkpoint=checkpoint)
+    code = _check_target(script, module)
+
+    from .outputs import write_outputs
+    from .profiler import Profiler
+
+    target = module if module is not None else script
+    prof = Profiler(options)
+    prof.argv = [sys.argv[0] if sys.argv else PROG, *argv]
+    exit_code = 0
+    status: dict[str, Any] = {"status": "completed"}
+    pending: BaseException | None = None
+    term = _SigtermGuard()
+    prof.start(target=target)
+    try:
+        with term:
+            if module is not None:
+                _exec_module(module, prog_args)
+            else:
+                assert code is not None and script is not None
+                _exec_script(code, script, prog_args)
+    except SystemExit as exc:
+        exit_code, status = _exit_code(exc), {"status": "exit", "code": _exit_code(exc)}
+        pending = exc
+    except KeyboardInterrupt as exc:
+        exit_code, status = 130, {"status": "interrupted", "exception": "KeyboardInterrupt"}
+        pending = exc
+    except BaseException as exc:  # noqa: BLE001 - the program's, reported as Python would
+        exit_code, status = 1, {"status": "exception", "exception": f"{type(exc).__name__}: {exc}"}
+        pending = exc
+    if term.fired:
+        status = {"status": "terminated", "signal": "SIGTERM"}
+    profile = prof.stop(status)
+    try:
+        write_outputs(profile, options)
+    except OSError as exc:
+        print(f"{PROG}: error: could not write outputs: {exc}", file=sys.stderr)
+    if pending is not None:
+        _report_exit(pending)
+    if term.fired:
+        term.die()
+    return exit_code
+
+
+def _exit_code(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    return 1
+
+
+def _report_exit(exc: BaseException) -> None:
+    """Print what Python itself would have printed for this ending."""
+    if isinstance(exc, SystemExit):
+        if exc.code is not None and not isinstance(exc.code, int):
+            print(exc.code, file=sys.stderr)
+        return
+    tb = exc.__traceback__
+    from .stacks.frames import is_machinery
+
+    while tb is not None and is_machinery(tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb)
+    sys.stderr.flush()
+
+
+def _fresh_main(name: str, file: str | None) -> types.ModuleType:
+    mod = types.ModuleType("__main__")
+    mod.__dict__.update({"__file__": file, "__builtins__": builtins, "__cached__": None,
+                         "__loader__": None, "__spec__": None, "__package__": None})
+    sys.modules["__main__"] = mod
+    return mod
+
+
+def _exec_script(code: types.CodeType, script: str, args: list[str]) -> None:
+    sys.argv = [script, *args]
+    sys.path[0] = os.path.dirname(os.path.abspath(script))
+    mod = _fresh_main("__main__", script)
+    exec(code, mod.__dict__)
+
+
+def _exec_module(module: str, args: list[str]) -> None:
+    import runpy
+
+    sys.argv = [module, *args]
+    sys.path[0] = os.getcwd()
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
+
+
+class _SigtermGuard:
+    """Turn SIGTERM into an orderly stop so the outputs are written, then die by SIGTERM.
+
+    Only when the program has not installed a SIGTERM handler of its own, in which case
+    that handler runs untouched; energyprof then just reports whatever ending follows.
+    """
+
+    def __init__(self) -> None:
+        self.fired = False
+        self._previous: Any = None
+
+    def __enter__(self) -> _SigtermGuard:
+        if hasattr(signal, "SIGTERM"):
+            try:
+                self._previous = signal.signal(signal.SIGTERM, self._handler)
+            except ValueError:  # not the main thread
+                self._previous = None
+        return self
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if signal.getsignal(signal.SIGTERM) is not self._handler:
+            return
+        self.fired = True
+        raise _Terminated()
+
+    def __exit__(self, *exc: Any) -> bool:
+        if hasattr(signal, "SIGTERM"):
+            try:
+                if signal.getsignal(signal.SIGTERM) == self._handler:
+                    signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
+            except ValueError:
+                pass
+        return bool(exc and exc[0] is _Terminated)
+
+    def die(self) -> None:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+class _Terminated(BaseException):
+    pass

@@ -1,0 +1,131 @@
+"""Cheap clocks the collector reads every tick: machine busy CPU, process CPU, RSS.
+
+Linux paths first (/proc reads cost about a microsecond), psutil elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+_HAVE_PROC = os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm")
+
+
+def machine_busy_ns() -> int:
+    """Busy CPU time of the whole machine, all cores (user+nice+system+irq+softirq+steal)."""
+    if _HAVE_PROC:
+        with open("/proc/stat", "rb") as fh:
+            f = fh.readline().split()
+        busy = int(f[1]) + int(f[2]) + int(f[3]) + int(f[6]) + int(f[7]) + (int(f[8]) if len(f) > 8 else 0)
+        return busy * 1_000_000_000 // _HZ
+    import psutil
+
+    t = psutil.cpu_times()
+    return int((t.user + t.system + getattr(t, "nice", 0.0) + getattr(t, "irq", 0.0)
+                + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)) * 1e9)
+
+
+def logical_cpus() -> int:
+    return os.cpu_count() or 1
+
+
+def rss_bytes() -> int:
+    if _HAVE_PROC:
+        with open("/proc/self/statm", "rb") as fh:
+            return int(fh.read().split()[1]) * _PAGE
+    import psutil
+
+    return int(psutil.Process().memory_info().rss)
+
+
+def reaped_children_cpu_ns() -> int:
+    """CPU time of child processes that have ended and been waited for."""
+    t = os.times()
+    return int((t.children_user + t.children_system) * 1e9)
+
+
+class ThreadClock:
+    """The CPU clock of one thread, readable from any thread (Linux per-thread clocks)."""
+
+    def __init__(self) -> None:
+        self.clock_id: int | None = None
+        if hasattr(time, "pthread_getcpuclockid"):
+            try:
+                self.clock_id = time.pthread_getcpuclockid(threading.get_ident())
+            except OSError:
+                self.clock_id = None
+
+    def read_ns(self) -> int:
+        if self.clock_id is None:
+            return 0
+        try:
+            return time.clock_gettime_ns(self.clock_id)
+        except OSError:  # the thread has ended
+            return 0
+
+
+def thread_clock_id(native_id: int) -> int:
+    """Linux's CPU clock id for a thread id (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
+
+    Computed from the kernel thread id rather than through pthread_getcpuclockid, which
+    would dereference a pthread handle that may already be freed when the thread has ended;
+    reading this clock for a finished thread just fails with EINVAL.
+    """
+    return ((~native_id) << 3) | 6
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def total_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        import psutil
+
+        return int(psutil.virtual_memory().total)
+
+
+class OwnClocks:
+    """CPU time of energyprof's own threads, kept out of the program's figure."""
+
+    def __init__(self) -> None:
+        self._clocks: dict[int, int] = {}
+        self._last: dict[int, int] = {}
+        self._ended = 0
+        self.idents: set[int] = set()
+
+    def register_current(self) -> None:
+        ident = threading.get_ident()
+        self.idents.add(ident)
+        try:
+            self._clocks[ident] = time.pthread_getcpuclockid(ident)
+        except (AttributeError, OSError):
+            pass
+
+    def read_ns(self) -> int:
+        total = self._ended
+        for ident, clk in list(self._clocks.items()):
+            try:
+                v = time.clock_gettime_ns(clk)
+            except OSError:
+                self._ended += self._last.get(ident, 0)
+                total += self._last.get(ident, 0)
+                del self._clocks[ident]
+                continue
+            self._last[ident] = v
+            total += v
+        return total

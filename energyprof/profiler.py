@@ -1,0 +1,169 @@
+"""Profiler: start/stop a profile, name windows; owns the sampler, sensors and collector."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as _dt
+import os
+import platform
+import sys
+import threading
+import time
+from typing import Any, Iterator
+
+from . import __version__, probes
+from .attribution import Ledger, build_profile
+from .collector import Collector
+from .probes import OwnClocks
+from .options import Options
+from .profile import Profile
+from .stacks import make_sampler
+from .stacks.frames import anchor_depth
+
+_active_lock = threading.Lock()
+_active: Profiler | None = None
+
+
+def active_profiler() -> Profiler | None:
+    return _active
+
+
+class Profiler:
+    """Profile a region of a program. `start()`, run, `stop()` returns the Profile.
+
+    Only one profile runs at a time in a process: a second `start()` raises, and the
+    decorator treats a nested call as part of the profile already running.
+    """
+
+    def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
+        self.options = options if options is not None else Options.from_kwargs(kwargs)
+        self.meta: dict[str, Any] = {}
+        self.profile: Profile | None = None
+        self._collector: Collector | None = None
+        self._sampler: Any = None
+        self._ledger: Ledger | None = None
+        self._discovery_notes: list[str] = []
+        self._started_wall = 0.0
+        self.target: str | None = None
+        self.argv: list[str] = list(sys.argv)
+
+    # -- lifecycle ---------------------------------------------------------------------
+    def start(self, target: str | None = None, _anchor: int | None = None) -> Profiler:
+        global _active
+        with _active_lock:
+            if _active is not None:
+                raise RuntimeError("an energyprof profile is already running in this process")
+            _active = self
+        try:
+            self._start(target, _anchor if _anchor is not None else anchor_depth(sys._getframe(1)))
+        except BaseException:
+            with _active_lock:
+                _active = None
+            raise
+        return self
+
+    def _start(self, target: str | None, anchor: int) -> None:
+        from . import sensors
+
+        o = self.options
+        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        self._discovery_notes = found.notes
+        if not o.quiet:
+            for note in found.notes:
+                if note.startswith("RAPL: cannot read"):
+                    print(f"energyprof: {note}", file=sys.stderr)
+        self.target = target or self.target
+        self._ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
+        own = OwnClocks()
+        gpu_share = None
+        gpu_sensors = [s for s in found.sensors if hasattr(s, "process_share")]
+        if gpu_sensors:
+            def gpu_share() -> dict[str, float]:
+                return {s.id: s.process_share() for s in gpu_sensors}  # type: ignore[attr-defined]
+        self._collector = Collector(
+            found.sensors, self._ledger, o.sensor_interval, own, children=o.children,
+            sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
+            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, gpu_share=gpu_share,
+        )
+        self._started_wall = time.time()
+        self._collector.start()
+        self._sampler = make_sampler(o.sampler, self._ledger.stacks, self._collector.emit, o.interval,
+                                     own, anchor)
+        self._sampler.start()
+
+    def stop(self, exit_status: dict[str, Any] | None = None) -> Profile:
+        global _active
+        if self._collector is None or self._ledger is None:
+            raise RuntimeError("Profiler.stop() called before start()")
+        try:
+            self._sampler.stop()
+            self._collector.stop()
+        finally:
+            with _active_lock:
+                _active = None
+        self.profile = self._build(exit_status)
+        self._collector.remove_checkpoint()
+        return self.profile
+
+    @property
+    def running(self) -> bool:
+        return _active is self
+
+    # -- windows -----------------------------------------------------------------------
+    def begin_window(self, name: str, index: int | None = None) -> None:
+        if self._collector is not None:
+            self._collector.begin_window(name, index)
+
+    def end_window(self, name: str | None = None) -> None:
+        if self._collector is not None:
+            self._collector.end_window(name)
+
+    @contextlib.contextmanager
+    def window(self, name: str, index: int | None = None) -> Iterator[None]:
+        self.begin_window(name, index)
+        try:
+            yield
+        finally:
+            self.end_window(name)
+
+    # -- results -----------------------------------------------------------------------
+    def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:
+        o = self.options
+        return {
+            "target": self.target or "<program>",
+            "argv": list(self.argv),
+            "command": " ".join(self.argv),
+            "started_at": _dt.datetime.fromtimestamp(self._started_wall, _dt.timezone.utc).isoformat(),
+            "sampler": o.sampler,
+            "interval_s": o.interval,
+            "sensor_interval_s": o.sensor_interval,
+            "energyprof_version": __version__,
+            "python": platform.python_version(),
+            "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
+                     "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
+            "pid": os.getpid(),
+            "sensor_notes": list(self._discovery_notes),
+            "exit": exit_status or {"status": "completed"},
+        }
+
+    def _checkpoint_header(self) -> dict[str, Any]:
+        return {"kind": "energyprof.checkpoint/1", "meta": self._meta({"status": "checkpoint"}),
+                "idle": self.options.idle}
+
+    def _build(self, exit_status: dict[str, Any] | None) -> Profile:
+        assert self._ledger is not None and self._collector is not None
+        profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status))
+        profile.notes.extend(self._collector.notes)
+        if self._collector.child_processes:
+            profile.extra["child_processes"] = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
+        finish_profile(profile, self.options)
+        return profile
+
+
+def finish_profile(profile: Profile, options: Options) -> None:
+    """The steps shared by a live run and a checkpoint: carbon and cost figures."""
+    try:
+        from . import carbon
+    except ImportError:
+        return
+    carbon.apply(profile, options)

@@ -1,0 +1,107 @@
+"""The raw events a run produces, all stamped on `time.perf_counter_ns`.
+
+A `Tick` is one collector reading (cumulative joules per source, CPU clocks, RSS); a `Sample`
+is one stack observation covering [t0, t1]. `StackTable` interns frames and stacks so each
+distinct stack is stored once. A `Recording` is a plain list of these events: tests and
+offline replays build one by hand; a live run never materialises it, it folds the events
+into a `Ledger` (attribution.py) as they arrive, so memory follows distinct stacks, not time.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+Frame = tuple[str, str, int]  # (function, file, first line)
+
+
+class Tick(NamedTuple):
+    t_ns: int
+    energy_j: tuple[float | None, ...]  # cumulative joules per source index; None: not read
+    process_cpu_ns: int  # the whole process, energyprof's own threads included
+    own_cpu_ns: int  # energyprof's own threads
+    busy_cpu_ns: int  # whole machine, all cores
+    rss_bytes: int = 0
+    children_cpu_ns: int = 0  # child processes of the program (live and reaped)
+    gpu_share: dict[str, float] | None = None  # source id -> this process's share, when shared
+
+
+class Sample(NamedTuple):
+    t0_ns: int
+    t1_ns: int
+    stack_id: int
+    cpu_ns: int  # CPU time of the sampled thread over [t0, t1]
+    main: bool = True  # sampled on the main thread (wall-time charging goes there)
+
+
+class StackTable:
+    """Interned frames and stacks. Stacks are tuples of frame ids, outermost first."""
+
+    def __init__(self) -> None:
+        self.frames: list[Frame] = []
+        self.stacks: list[tuple[int, ...]] = []
+        self._frame_ids: dict[Frame, int] = {}
+        self._stack_ids: dict[tuple[int, ...], int] = {}
+        # Lookups are lock-free; only a miss (a new entry) takes the lock, so the sampler and
+        # the collector can both intern without handing out one id twice.
+        self._lock = threading.Lock()
+
+    def frame_id(self, frame: Frame) -> int:
+        fid = self._frame_ids.get(frame)
+        if fid is None:
+            with self._lock:
+                fid = self._frame_ids.get(frame)
+                if fid is None:
+                    self.frames.append(frame)
+                    fid = self._frame_ids[frame] = len(self.frames) - 1
+        return fid
+
+    def stack_id(self, frames: tuple[int, ...]) -> int:
+        sid = self._stack_ids.get(frames)
+        if sid is None:
+            with self._lock:
+                sid = self._stack_ids.get(frames)
+                if sid is None:
+                    self.stacks.append(frames)
+                    sid = self._stack_ids[frames] = len(self.stacks) - 1
+        return sid
+
+    def intern(self, frames: list[Frame] | tuple[Frame, ...]) -> int:
+        return self.stack_id(tuple(self.frame_id(f) for f in frames))
+
+    def extend(self, stack_id: int, frame: Frame) -> int:
+        """The stack `stack_id` with one more frame on top."""
+        return self.stack_id(self.stacks[stack_id] + (self.frame_id(frame),))
+
+    def to_state(self) -> dict[str, Any]:
+        return {"frames": [list(f) for f in self.frames], "stacks": [list(s) for s in self.stacks]}
+
+    @classmethod
+    def from_state(cls, state: dict[str, Any]) -> StackTable:
+        table = cls()
+        for f in state["frames"]:
+            table.frame_id((str(f[0]), str(f[1]), int(f[2])))
+        for s in state["stacks"]:
+            table.stack_id(tuple(int(x) for x in s))
+        return table
+
+
+@dataclass
+class WindowEvent:
+    t_ns: int
+    kind: str  # "begin" | "end"
+    name: str = ""
+    index: int | None = None
+
+
+@dataclass
+class Recording:
+    """Everything a run observed, as plain events. `sources` are dicts as in the profile."""
+
+    sources: list[dict[str, Any]]
+    stacks: StackTable = field(default_factory=StackTable)
+    ticks: list[Tick] = field(default_factory=list)
+    samples: list[Sample] = field(default_factory=list)
+    windows: list[WindowEvent] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)

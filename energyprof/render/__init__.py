@@ -1,0 +1,1 @@
+"""Renderers: each reads a Profile and nothing else."""

@@ -1,0 +1,126 @@
+"""The estimate used when no energy counter can be read (cloud VMs, laptops in VMs, CI).
+
+CPU: P = TDP x (IDLE_FRACTION + (1 - IDLE_FRACTION) x u), where u is the busy fraction of
+all logical CPUs over the last reading. The TDP comes from `--cpu-tdp`, else codecarbon's
+CPU table (read as a file: codecarbon itself is never imported here), else DEFAULT_TDP_W.
+RAM: RAM_W_PER_GB x installed GB, constant (codecarbon's long-standing 3 W per 8 GB rule).
+Both are labelled *estimated* wherever they appear.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import re
+from functools import lru_cache
+from pathlib import Path
+
+from .. import probes
+from .base import Discovery, Sensor
+
+IDLE_FRACTION = 0.1
+DEFAULT_TDP_W = 65.0
+RAM_W_PER_GB = 0.375
+
+
+@lru_cache(maxsize=1)
+def _cpu_table() -> dict[str, float]:
+    spec = importlib.util.find_spec("codecarbon")
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "hardware" / "cpu_power.csv"
+    table: dict[str, float] = {}
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            for row in csv.DictReader(fh):
+                try:
+                    table[_normalise(row["Name"])] = float(row["TDP"])
+                except (KeyError, ValueError):
+                    continue
+    except OSError:
+        return {}
+    return table
+
+
+def _normalise(name: str) -> str:
+    name = re.sub(r"\((r|tm)\)", "", name, flags=re.I).split("@")[0]
+    name = re.sub(r"\b(cpu|processor|\d+-core)\b", "", name, flags=re.I)
+    return " ".join(name.lower().split())
+
+
+def lookup_tdp(model: str) -> tuple[float, str] | None:
+    """(watts, matched table name) for a CPU model string, or None when not in the table.
+
+    Exact match on the normalised name first, then the longest table name contained in it
+    (so "Intel Xeon Gold 6248 CPU @ 2.50GHz" finds "Xeon Gold 6248"); a bare family name
+    such as "Intel Xeon Processor" matches nothing rather than a guess.
+    """
+    table = _cpu_table()
+    key = _normalise(model)
+    if key in table:
+        return table[key], key
+    best = None
+    for name, tdp in table.items():
+        if len(name) >= 6 and any(ch.isdigit() for ch in name) and name in key:
+            if best is None or len(name) > len(best[1]):
+                best = (tdp, name)
+    return best
+
+
+class CpuModelSensor(Sensor):
+    def __init__(self, tdp_w: float, tdp_source: str, cores: int) -> None:
+        super().__init__(id="cpu", component="cpu", method="estimated", sensor="model",
+                         detail={"tdp_w": tdp_w, "tdp_source": tdp_source, "idle_fraction": IDLE_FRACTION,
+                                 "logical_cpus": cores,
+                                 "formula": "TDP x (idle_fraction + (1 - idle_fraction) x machine CPU utilisation)"})
+        self.tdp_w = tdp_w
+        self.cores = cores
+        self._t = 0
+        self._busy = 0
+        self._joules = 0.0
+
+    def start(self, t_ns: int) -> None:
+        self._t, self._busy, self._joules = t_ns, probes.machine_busy_ns(), 0.0
+
+    def read(self, t_ns: int) -> float:
+        busy = probes.machine_busy_ns()
+        dt = t_ns - self._t
+        if dt > 0:
+            u = min(1.0, max(0.0, (busy - self._busy) / (dt * self.cores)))
+            self._joules += self.tdp_w * (IDLE_FRACTION + (1 - IDLE_FRACTION) * u) * dt / 1e9
+            self._t, self._busy = t_ns, busy
+        return self._joules
+
+
+class RamModelSensor(Sensor):
+    def __init__(self, total_bytes: int) -> None:
+        gb = total_bytes / 1e9
+        self.watts = RAM_W_PER_GB * gb
+        super().__init__(id="ram", component="ram", method="estimated", sensor="model",
+                         detail={"installed_gb": round(gb, 2), "w_per_gb": RAM_W_PER_GB, "watts": round(self.watts, 3),
+                                 "formula": "0.375 W per GB installed, constant"})
+        self._t0 = 0
+
+    def start(self, t_ns: int) -> None:
+        self._t0 = t_ns
+
+    def read(self, t_ns: int) -> float:
+        return self.watts * (t_ns - self._t0) / 1e9
+
+
+def discover(cpu_tdp: float | None = None, want_ram: bool = True) -> Discovery:
+    found = Discovery()
+    model = probes.cpu_model()
+    if cpu_tdp is not None:
+        tdp, source = cpu_tdp, "--cpu-tdp"
+    else:
+        hit = lookup_tdp(model)
+        if hit:
+            tdp, source = hit[0], f"codecarbon CPU table: {hit[1]}"
+        else:
+            tdp, source = DEFAULT_TDP_W, f"default {DEFAULT_TDP_W:g} W ({model!r} is not in codecarbon's CPU table; set --cpu-tdp)"
+    found.sensors.append(CpuModelSensor(tdp, source, probes.logical_cpus()))
+    if want_ram:
+        found.sensors.append(RamModelSensor(probes.total_memory_bytes()))
+    found.notes.append(f"model: CPU power estimated from utilisation and TDP {tdp:g} W ({source})")
+    return found

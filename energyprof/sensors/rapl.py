@@ -1,0 +1,123 @@
+"""Intel/AMD RAPL energy counters through Linux powercap (sysfs).
+
+Domains are found by their `name` file, never by index. Top-level zones are packages (and
+psys, the platform); sub-zones core/uncore sit inside their package and are never added to
+it; dram is a sub-zone but a separate component. Duplicated package names (seen per die on
+AMD) are read once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from .base import Discovery, Sensor, SensorError, WrapCounter
+
+DEFAULT_ROOT = "/sys/class/powercap"
+ZONE_RE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
+PERMISSION_FIX = (
+    "energy_uj is root-only since Linux 5.10; to let energyprof read it: "
+    "sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj /sys/class/powercap/intel-rapl:*:*/energy_uj "
+    "(or a udev rule that does so at boot)"
+)
+
+
+def powercap_root(explicit: str | None = None) -> Path:
+    return Path(explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT)
+
+
+class RaplSensor(Sensor):
+    def __init__(self, source_id: str, component: str, zone: Path, name: str) -> None:
+        super().__init__(id=source_id, component=component, method="measured", sensor="rapl",
+                         detail={"zone": zone.name, "domain": name}, update_period_s=0.001)
+        self.path = zone / "energy_uj"
+        max_range = _read_number(zone / "max_energy_range_uj")
+        self.detail["max_energy_range_uj"] = max_range
+        self._counter: WrapCounter | None = None
+        self._max_range = max_range
+
+    def _raw(self) -> float:
+        try:
+            with open(self.path, "rb") as fh:
+                return float(fh.read())
+        except (OSError, ValueError) as exc:
+            raise SensorError(f"cannot read {self.path}: {exc}") from None
+
+    def start(self, t_ns: int) -> None:
+        self._counter = WrapCounter(self._raw(), self._max_range)
+
+    def read(self, t_ns: int) -> float:
+        if self._counter is None:
+            self.start(t_ns)
+        assert self._counter is not None
+        return self._counter.update(self._raw()) / 1e6
+
+
+def _read_number(path: Path) -> float | None:
+    try:
+        return float(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
+def discover(root: str | None = None) -> Discovery:
+    base = powercap_root(root)
+    found = Discovery()
+    if not base.is_dir():
+        found.notes.append(f"RAPL: {base} does not exist (no powercap driver, not Linux, or not mounted)")
+        return found
+    zones = []
+    for entry in sorted(base.iterdir()):
+        m = ZONE_RE.match(entry.name)
+        if not m:
+            continue
+        try:
+            name = (entry / "name").read_text().strip()
+        except OSError:
+            continue
+        zones.append((int(m.group(1)), m.group(2), entry, name))
+    if not zones:
+        found.notes.append(f"RAPL: no intel-rapl zones under {base}")
+        return found
+    packages = [z for z in zones if z[1] is None and z[3].startswith("package")]
+    drams = [z for z in zones if z[3] == "dram"]
+    psys = [z for z in zones if z[1] is None and z[3] == "psys"]
+    chosen: list[tuple[str, str, Path, str]] = []
+    seen: set[str] = set()
+    for pkg in packages:
+        if pkg[3] in seen:
+            continue
+        seen.add(pkg[3])
+        chosen.append(("cpu", "cpu", pkg[2], pkg[3]))
+    for d in drams:
+        key = f"dram@{d[0]}"
+        if key in seen:
+            continue
+        seen.add(key)
+        chosen.append(("dram", "dram", d[2], d[3]))
+    if not packages and psys:
+        chosen.append(("psys", "psys", psys[0][2], "psys"))
+    elif psys:
+        found.notes.append("RAPL: psys (whole platform) skipped: it contains the package and dram domains")
+    # ids: "cpu"/"dram" for one package, "cpu:N"/"dram:N" for several
+    counts: dict[str, int] = {}
+    for base_id, *_ in chosen:
+        counts[base_id] = counts.get(base_id, 0) + 1
+    used: dict[str, int] = {}
+    for base_id, component, zone, name in chosen:
+        k = used.get(base_id, 0)
+        used[base_id] = k + 1
+        sid = base_id if counts[base_id] == 1 else f"{base_id}:{k}"
+        energy = zone / "energy_uj"
+        try:
+            with open(energy, "rb") as fh:
+                float(fh.read())
+        except PermissionError:
+            found.notes.append(f"RAPL: cannot read {energy}: permission denied. {PERMISSION_FIX}")
+            continue
+        except (OSError, ValueError) as exc:
+            found.notes.append(f"RAPL: cannot read {energy} ({type(exc).__name__}: {exc})")
+            continue
+        found.sensors.append(RaplSensor(sid, component, zone, name))
+    return found
