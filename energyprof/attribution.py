@@ -145,6 +145,7 @@ class Ledger:
         self.last_tick: Tick | None = None
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
+        self._before: Sample | None = None  # last main-thread sample of the intervals charged so far
 
     # -- events -------------------------------------------------------------------------
     def add_sample(self, s: Sample) -> None:
@@ -284,6 +285,7 @@ class Ledger:
         any_w: dict[int, float] = {}
         stats = self.stats
         rss = b.rss_bytes
+        first = last = None
         for s in self._pending:
             if s.t1_ns <= lo or s.t0_ns >= hi:
                 continue
@@ -293,15 +295,25 @@ class Ledger:
                 cpu_w[sid] = cpu_w.get(sid, 0.0) + s.cpu_ns * ov / (s.t1_ns - s.t0_ns)
             if s.main:
                 wall_w[sid] = wall_w.get(sid, 0.0) + ov
+                if first is None or s.t0_ns < first.t0_ns:
+                    first = s
+                if last is None or s.t1_ns > last.t1_ns:
+                    last = s
             any_w[sid] = any_w.get(sid, 0.0) + ov
             st = stats[sid]
             if rss > st.peak_rss:
                 st.peak_rss = rss
         wall = wall_w or any_w
-        if wall:
-            d_rss = b.rss_bytes - a.rss_bytes
-            if d_rss:
-                self._spread_scalar(wall, d_rss)
+        d_rss = b.rss_bytes - a.rss_bytes
+        if d_rss and last is not None:
+            # A sample only knows the stack at its end. Memory is mostly taken by the code
+            # that runs next and given back at scope exit by the code that ran before: growth
+            # goes to the interval's last main-thread sample, release to the last one seen
+            # before the interval began.
+            owner = last if d_rss > 0 else (self._before or first or last)
+            stats[owner.stack_id].rss_growth += d_rss
+        if last is not None:
+            self._before = last
 
         if not any(de):
             return
@@ -346,11 +358,6 @@ class Ledger:
                 st = stats[sid]
                 st.share[i] += e_share * f
                 st.all[i] += e_all * f
-
-    def _spread_scalar(self, weights: dict[int, float], value: float) -> None:
-        total_w = sum(weights.values())
-        for sid, w in weights.items():
-            self.stats[sid].rss_growth += value * w / total_w
 
     def _child_stat(self, sid: int) -> _StackStat:
         csid = self._child_sid.get(sid)

@@ -30,7 +30,7 @@ class Collector:
                  children: bool = True, sensor_timeout_s: float = 2.0,
                  checkpoint: Callable[[], dict[str, Any]] | None = None, checkpoint_path: str | None = None,
                  checkpoint_interval_s: float = 30.0, gpu_share: Callable[[], dict[str, float] | None] | None = None,
-                 ) -> None:
+                 rss: bool = True, rss_children: bool = False) -> None:
         self.sensors = sensors
         self.alive = [True] * len(sensors)
         self.ledger = ledger
@@ -46,6 +46,9 @@ class Collector:
         self.checkpoint_path = checkpoint_path
         self.checkpoint_interval_ns = int(checkpoint_interval_s * 1e9)
         self._gpu_share = gpu_share
+        self.rss = rss
+        self.rss_children = rss_children
+        self._children_rss = 0
         self._live_children_ns = 0
         self._children_polled = 0
         self._children_floor = 0
@@ -126,8 +129,8 @@ class Collector:
             process_cpu_ns=time.process_time_ns(),
             own_cpu_ns=self.own.read_ns(),
             busy_cpu_ns=probes.machine_busy_ns(),
-            rss_bytes=probes.rss_bytes(),
-            children_cpu_ns=self._children_cpu_ns(t) if self.children else 0,
+            rss_bytes=(probes.rss_bytes() + self._children_rss) if self.rss else 0,
+            children_cpu_ns=self._children_cpu_ns(t) if (self.children or self.rss_children) else 0,
             gpu_share=self._gpu_share() if self._gpu_share else None,
         )
         self._drain()
@@ -172,9 +175,12 @@ class Collector:
         except Exception:  # noqa: BLE001
             return 0
         total = 0
+        rss = 0
         for k in kids:
             try:
                 with k.oneshot():
+                    if self.rss_children:
+                        rss += k.memory_info().rss
                     ct = k.cpu_times()
                     cpu_ns = int((ct.user + ct.system) * 1e9)
                     info = self.child_processes.get(k.pid)
@@ -188,7 +194,8 @@ class Collector:
                     total += cpu_ns
             except Exception:  # noqa: BLE001 - it ended while we looked
                 continue
-        return total
+        self._children_rss = rss
+        return total if self.children else 0
 
     # -- checkpoints -------------------------------------------------------------------
     def write_checkpoint(self) -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any, Iterator
 
-from . import __version__, probes
+from . import __version__, memory, probes
 from .attribution import Ledger, build_profile
 from .collector import Collector
 from .probes import OwnClocks
@@ -84,17 +84,26 @@ class Profiler:
             found.sensors, self._ledger, o.sensor_interval, own, children=o.children,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
             checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, gpu_share=gpu_share,
+            rss=o.memory != "off", rss_children=o.memory_children,
         )
         self._started_wall = time.time()
+        self._cuda_sync()
+        self._peak_reset = bool(o.peak_reset and o.memory != "off" and memory.reset_peak())
+        self._allocations = memory.ExactAllocations() if o.memory == "exact" else None
         self._collector.start()
         self._sampler = make_sampler(o.sampler, self._ledger.stacks, self._collector.emit, o.interval,
                                      own, anchor)
         self._sampler.start()
+        if self._allocations is not None:
+            self._allocations.start()
 
     def stop(self, exit_status: dict[str, Any] | None = None) -> Profile:
         global _active
         if self._collector is None or self._ledger is None:
             raise RuntimeError("Profiler.stop() called before start()")
+        self._cuda_sync()
+        peak = memory.read_peak() if self._peak_reset else None
+        allocations = self._allocations.stop() if self._allocations is not None else None
         try:
             self._sampler.stop()
             self._collector.stop()
@@ -102,6 +111,14 @@ class Profiler:
             with _active_lock:
                 _active = None
         self.profile = self._build(exit_status)
+        if peak is not None:
+            self.profile.totals["peak_rss_exact_bytes"] = peak
+            self.profile.root.peak_rss_bytes = max(self.profile.root.peak_rss_bytes or 0, peak)
+        if allocations is not None:
+            self.profile.root.alloc_bytes = 0
+            memory.apply_allocations(self.profile, allocations)
+            self.profile.notes.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
+                                       " allocation-heavy code several times, so time and energy are distorted"})
         self._collector.remove_checkpoint()
         return self.profile
 
@@ -112,11 +129,20 @@ class Profiler:
     # -- windows -----------------------------------------------------------------------
     def begin_window(self, name: str, index: int | None = None) -> None:
         if self._collector is not None:
+            self._cuda_sync()
             self._collector.begin_window(name, index)
 
     def end_window(self, name: str | None = None) -> None:
         if self._collector is not None:
+            self._cuda_sync()
             self._collector.end_window(name)
+
+    def _cuda_sync(self) -> None:
+        """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
+        if self.options.sync == "cuda":
+            from .integrations.torch import cuda_sync
+
+            cuda_sync()
 
     @contextlib.contextmanager
     def window(self, name: str, index: int | None = None) -> Iterator[None]:
@@ -154,6 +180,7 @@ class Profiler:
         assert self._ledger is not None and self._collector is not None
         profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status))
         profile.notes.extend(self._collector.notes)
+        profile.totals.update(memory.summary(profile, self._ledger.first_tick))
         if self._collector.child_processes:
             profile.extra["child_processes"] = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
         finish_profile(profile, self.options)
