@@ -234,8 +234,9 @@ def _run(argv: list[str]) -> int:
     profile = prof.stop(status)
     try:
         write_outputs(profile, options)
-    except OSError as exc:
-        print(f"{PROG}: error: could not write outputs: {exc}", file=sys.stderr)
+    except OSError:  # already reported, one line per output; the program's ending comes first
+        if exit_code == 0:
+            exit_code = 1
     if pending is not None:
         _report_exit(pending)
     if term.fired:

@@ -3,37 +3,61 @@
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Callable, TextIO
 
 from .options import Options
 from .profile import Profile
 
 
-def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None) -> list[str]:
-    """Write every requested file; return their paths. Console summary unless quiet."""
-    written: list[str] = []
-    if options.json:
-        profile.save(options.json)
-        written.append(options.json)
-    if options.output:
+def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]]]:
+    """(path, writer) for each requested output; the JSON first: it is the one to keep."""
+
+    def html(profile: Profile, path: str) -> None:
         from .render.html import write_html
 
-        write_html(profile, options.output)
-        written.append(options.output)
-    exporters = {"speedscope": "write_speedscope", "folded": "write_folded", "csv": "write_csv"}
-    for name, func in exporters.items():
-        path = getattr(options, name)
-        if path:
+        write_html(profile, path)
+
+    def export(name: str) -> Callable[[Profile, str], None]:
+        def write(profile: Profile, path: str) -> None:
             from .render import exports
 
-            getattr(exports, func)(profile, path)
+            getattr(exports, f"write_{name}")(profile, path)
+        return write
+
+    wanted: list[tuple[str | None, Callable[[Profile, str], None]]] = [
+        (options.json, lambda profile, path: profile.save(path)),
+        (options.output, html),
+        (options.speedscope, export("speedscope")),
+        (options.folded, export("folded")),
+        (options.csv, export("csv")),
+    ]
+    return [(path, writer) for path, writer in wanted if path]
+
+
+def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None) -> list[str]:
+    """Write every requested file, each on its own (one failing loses none of the others).
+
+    Returns the paths written; prints the console summary unless quiet. Raises OSError
+    after trying them all if any failed.
+    """
+    written: list[str] = []
+    failed: list[str] = []
+    for path, writer in _writers(options):
+        try:
+            writer(profile, path)
             written.append(path)
+        except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
+            failed.append(f"could not write {path}: {exc}")
+    out = stream or sys.stderr
     if options.summary and not options.quiet:
         from .render.console import render_summary
 
-        out = stream or sys.stderr
         out.write(render_summary(profile))
         for path in written:
             out.write(f"energyprof: wrote {path}\n")
-        out.flush()
+    for line in failed:
+        out.write(f"energyprof: error: {line}\n")
+    out.flush()
+    if failed:
+        raise OSError("; ".join(failed))
     return written

@@ -1,0 +1,177 @@
+"""Sensors on faked hardware: a fake sysfs powercap tree, a replayed trace, the model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from energyprof.sensors import discover, rapl
+from energyprof.sensors.base import WrapCounter
+from energyprof.sensors.model import lookup_tdp
+from energyprof.sensors.replay import TraceError, load_trace
+
+from conftest import run_cli
+
+
+def make_zone(root: Path, name: str, label: str, energy_uj: int = 0, max_uj: int = 262_143_328_850) -> Path:
+    z = root / name
+    z.mkdir(parents=True)
+    (z / "name").write_text(label + "\n")
+    (z / "energy_uj").write_text(f"{energy_uj}\n")
+    (z / "max_energy_range_uj").write_text(f"{max_uj}\n")
+    return z
+
+
+class CounterWriter(threading.Thread):
+    """Advances a fake energy_uj at a known power, wrapping at max_energy_range_uj."""
+
+    def __init__(self, zone: Path, watts: float, max_uj: int) -> None:
+        super().__init__(daemon=True)
+        self.zone, self.watts, self.max_uj = zone, watts, max_uj
+        self.stop = threading.Event()
+        self.t0 = time.perf_counter()
+        self.t_end = self.t0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            self.write()
+            time.sleep(0.002)
+        self.write()
+
+    def write(self) -> None:
+        now = time.perf_counter()
+        uj = int(self.watts * (now - self.t0) * 1e6) % self.max_uj
+        tmp = self.zone / "energy_uj.tmp"
+        tmp.write_text(f"{uj}\n")
+        tmp.replace(self.zone / "energy_uj")
+        self.t_end = now
+
+
+def test_domains_found_by_name_not_index(tmp_path):
+    make_zone(tmp_path, "intel-rapl:1", "package-0")
+    make_zone(tmp_path, "intel-rapl:1:0", "core")
+    make_zone(tmp_path, "intel-rapl:1:1", "dram")
+    make_zone(tmp_path, "intel-rapl:0", "psys")
+    make_zone(tmp_path, "intel-rapl:2", "package-1")
+    make_zone(tmp_path, "intel-rapl:3", "package-1")  # duplicated per die (seen on AMD)
+    found = rapl.discover(str(tmp_path))
+    ids = sorted(s.id for s in found.sensors)
+    assert ids == ["cpu:0", "cpu:1", "dram"]  # no core (inside the package), no psys, no duplicate
+    assert any("psys" in n for n in found.notes)
+
+
+def test_rapl_energy_with_several_wraps_is_within_3_percent(tmp_path, write_script):
+    max_uj = 12_000_000  # 12 J range: wraps every 0.4 s at 30 W
+    zone = make_zone(tmp_path / "powercap", "intel-rapl:0", "package-0", 0, max_uj)
+    writer = CounterWriter(zone, 30.0, max_uj)
+    writer.start()
+    time.sleep(0.05)
+    script = write_script("busy.py", """
+        import time
+        t = time.time()
+        while time.time() - t < 1.5:
+            pass
+    """)
+    t0 = time.perf_counter()
+    res = run_cli(["--powercap-root", str(tmp_path / "powercap"), "--json", "p.json", "-o", "r.html",
+                   str(script)], cwd=tmp_path)
+    t1 = time.perf_counter()
+    writer.stop.set()
+    writer.join()
+    assert res.returncode == 0, res.stderr
+    from energyprof import load
+
+    p = load(tmp_path / "p.json")
+    src = p.source("cpu")
+    assert src["sensor"] == "rapl" and src["method"] == "measured"
+    duration = p.totals["duration_s"]
+    assert 1.45 < duration < (t1 - t0)
+    measured = p.totals["energy_j"]["cpu"]
+    assert measured == pytest.approx(30.0 * duration, rel=0.03)
+    assert 30.0 * duration / (max_uj / 1e6) > 3  # the counter wrapped at least three times
+
+
+def test_wrap_and_reset_rules():
+    c = WrapCounter(900.0, 1000.0)
+    assert c.update(950.0) == 50.0
+    assert c.update(10.0) == 110.0  # wrapped: 950 -> 1000 -> 10
+    assert c.wraps == 1 and c.resets == 0
+    d = WrapCounter(400.0, 1000.0)
+    d.update(100.0)  # wrapping would mean 700 units in one read, over half the range: a reset
+    assert d.resets == 1 and d.total == 100.0
+
+
+@pytest.mark.parametrize("kind", ["garbage", "directory"])
+def test_unreadable_counter_falls_back_to_the_model_with_a_message(tmp_path, write_script, kind):
+    root = tmp_path / "powercap"
+    zone = make_zone(root, "intel-rapl:0", "package-0")
+    (zone / "energy_uj").unlink()
+    if kind == "garbage":
+        (zone / "energy_uj").write_text("not a number\n")
+    else:
+        (zone / "energy_uj").mkdir()  # cannot be opened as a file, even by root
+    found = discover(powercap_root=str(root), gpus=False)
+    assert [s.sensor for s in found.sensors] == ["model", "model"]
+    assert any("RAPL: cannot read" in n for n in found.notes)
+    script = write_script("s.py", "print('hello')\n")
+    res = run_cli(["--powercap-root", str(root), "--json", "p.json", "-o", "r.html", str(script)], cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout == "hello\n"
+    assert "energyprof: RAPL: cannot read" in res.stderr
+    assert "estimated" in res.stderr
+
+
+def test_permission_denied_message_says_how_to_fix(tmp_path, monkeypatch):
+    root = tmp_path / "powercap"
+    make_zone(root, "intel-rapl:0", "package-0")
+    real_open = open
+
+    def deny(path, *a, **k):
+        if str(path).endswith("energy_uj"):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, *a, **k)
+
+    monkeypatch.setattr("builtins.open", deny)
+    found = rapl.discover(str(root))
+    assert not found.sensors
+    note = found.notes[0]
+    assert "permission denied" in note and "chmod" in note and "5.10" in note
+
+
+def test_powercap_root_from_environment(tmp_path, monkeypatch):
+    make_zone(tmp_path, "intel-rapl:0", "package-0")
+    monkeypatch.setenv("ENERGYPROF_POWERCAP_ROOT", str(tmp_path))
+    assert [s.id for s in rapl.discover().sensors] == ["cpu"]
+
+
+def test_replay_trace_is_exact_for_piecewise_constant_power(tmp_path):
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,cpu,dram\n0,10,1\n2,20,2\n3,0,0\n")
+    tr = load_trace(p)
+    assert tr.energy_at("cpu", 1.0) == 10.0
+    assert tr.energy_at("cpu", 2.5) == 30.0
+    assert tr.energy_at("cpu", 10.0) == 40.0
+    assert tr.energy_at("dram", 3.0) == 4.0
+
+
+@pytest.mark.parametrize("text", ["", "t_s\n", "time,cpu\n0,1\n", "t_s,cpu\n0,abc\n", "t_s,cpu\n1,5\n0,5\n",
+                                  "t_s,cpu\n0,-3\n"])
+def test_bad_traces_are_refused(tmp_path, text):
+    p = tmp_path / "t.csv"
+    p.write_text(text)
+    with pytest.raises(TraceError):
+        load_trace(p)
+
+
+def test_tdp_lookup_uses_codecarbons_table_and_refuses_a_guess():
+    assert lookup_tdp("Intel(R) Xeon(R) Gold 6248 CPU @ 2.50GHz")[0] == 150.0
+    assert lookup_tdp("AMD EPYC 7763 64-Core Processor")[0] == 280.0
+    assert lookup_tdp("Intel(R) Xeon(R) Processor") is None
+
+
+def test_model_is_labelled_estimated_and_cpu_tdp_is_used(tmp_path):
+    found = discover(powercap_root=str(tmp_path / "none"), cpu_tdp=42.0, gpus=False)
+    cpu = [s for s in found.sensors if s.component == "cpu"][0]
+    assert cpu.method == "estimated" and cpu.detail["tdp_w"] == 42.0 and cpu.detail["tdp_source"] == "--cpu-tdp"
