@@ -58,6 +58,7 @@ class Result:
     work: list[float] = field(default_factory=list)  # profiled / plain, per pair
     wall: list[float] = field(default_factory=list)
     skipped: str | None = None
+    failed: str | None = None
 
 
 def modes(py: str, out: Path) -> list[Mode]:
@@ -96,7 +97,7 @@ def bench_workload(name: str, size: float, pairs: int, all_modes: list[Mode], py
     for rnd in range(pairs + 1):  # round 0 is the warm-up
         for m in all_modes:
             res = results[m.name]
-            if res.skipped:
+            if res.skipped or res.failed:
                 continue
             cmds = [plain, m.prefix + script]
             if rnd % 2:
@@ -109,7 +110,10 @@ def bench_workload(name: str, size: float, pairs: int, all_modes: list[Mode], py
                 if bad.startswith("skipped"):
                     res.skipped = bad
                     continue
-                raise SystemExit(f"{name}/{m.name}: {bad}")
+                # One broken mode (say, a renderer mid-rewrite) must not hide the others.
+                res.failed = bad
+                print(f"{name}/{m.name}: {bad}", file=sys.stderr, flush=True)
+                continue
             (p_work, p_wall), (m_work, m_wall) = times  # type: ignore[misc]
             if rnd == 0:
                 continue
@@ -176,6 +180,8 @@ def main(argv: list[str] | None = None) -> int:
         print()
         report(table, all_modes)
         print(f"\n(benchmark took {time.perf_counter() - t_start:.0f} s)")
+        if any(r.failed for results in table.values() for r in results.values()):
+            return 1
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0
@@ -192,7 +198,7 @@ def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
             cells = []
             for m in all_modes:
                 r = results[m.name]
-                cells.append("skipped" if r.skipped else fmt(getattr(r, kind)))
+                cells.append("skipped" if r.skipped else "FAILED" if r.failed else fmt(getattr(r, kind)))
             print(f"{name:10s}" + "".join(f"{c:>22s}" for c in cells))
         print()
     print("modes:")
@@ -203,6 +209,9 @@ def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
             if r.skipped:
                 print(f"{name}: {r.skipped}")
                 break
+        for mode, r in results.items():
+            if r.failed:
+                print(f"{name}/{mode}: {r.failed.splitlines()[0]}")
 
 
 if __name__ == "__main__":
