@@ -234,9 +234,8 @@ def _run(argv: list[str]) -> int:
     profile = prof.stop(status)
     try:
         write_outputs(profile, options)
-    except OSError:  # already reported, one line per output; the program's ending comes first
-        if exit_code == 0:
-            exit_code = 1
+    except OSError:  # already reported, one line each; the program's exit code stays its own
+        pass
     if pending is not None:
         _report_exit(pending)
     if term.fired:

@@ -1,0 +1,209 @@
+"""The Python API: decorator (bare and with options), context manager, Profiler, nesting."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from energyprof import Profiler, energy_profile, load
+from energyprof.options import OptionError
+from energyprof.profiler import active_profiler
+
+
+@pytest.fixture
+def trace(tmp_path):
+    p = tmp_path / "trace.csv"
+    p.write_text("t_s,cpu\n0,20\n")
+    return str(p)
+
+
+def spin(seconds: float) -> int:
+    end = time.perf_counter() + seconds
+    n = 0
+    while time.perf_counter() < end:
+        n += 1
+    return n
+
+
+def test_bare_decorator_returns_value_and_prints_summary(capsys):
+    @energy_profile
+    def work(x):
+        spin(0.05)
+        return x * 2
+
+    assert work(21) == 42
+    assert work.__name__ == "work"
+    err = capsys.readouterr().err
+    assert "energyprof: " in err and "work" in err and "estimated" in err
+
+
+def test_decorator_with_options_writes_json_and_reraises(tmp_path, trace, capsys):
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace, idle="all", quiet=True)
+    def fails():
+        spin(0.05)
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        fails()
+    p = load(out)
+    assert p.meta["exit"]["status"] == "exception" and "boom" in p.meta["exit"]["exception"]
+    assert p.meta["idle_policy"] == "all"
+    assert p.totals["energy_j"]["cpu"] == pytest.approx(20.0 * p.totals["duration_s"], rel=0.02)
+    assert capsys.readouterr().err == ""  # quiet
+
+
+def test_decorated_function_is_the_root_of_its_profile(tmp_path, trace):
+    out = tmp_path / "p.json"
+
+    def inner():
+        spin(0.1)
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def outer():
+        inner()
+
+    outer()
+    p = load(out)
+    assert p.meta["target"].endswith("outer")
+    names = [n.function.rsplit(".", 1)[-1] for n, _ in p.nodes()]
+    assert names[1] == "outer" and "inner" in names and "spin" in names
+    assert "test_decorated_function_is_the_root_of_its_profile" not in names  # the caller is outside
+
+
+def test_async_function(tmp_path, trace):
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    async def work():
+        await asyncio.sleep(0.02)
+        return "ok"
+
+    assert asyncio.iscoroutinefunction(work)
+    assert asyncio.run(work()) == "ok"
+    assert load(out).totals["duration_s"] > 0.015
+
+
+def test_generator_behaves_as_without_the_decorator(tmp_path, trace):
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def gen(n):
+        for i in range(n):
+            yield i * i
+
+    assert list(gen(4)) == [0, 1, 4, 9]
+    assert out.exists()
+
+
+def test_context_manager_and_windows(tmp_path, trace):
+    out = tmp_path / "p.json"
+    with energy_profile(json=str(out), power_trace=trace, quiet=True) as prof:
+        for epoch in range(2):
+            with prof.window("epoch", epoch):
+                spin(0.05)
+    p = load(out)
+    assert [(w["name"], w["index"]) for w in p.windows] == [("epoch", 0), ("epoch", 1)]
+    for w in p.windows:
+        assert w["time_s"] == pytest.approx(0.05, abs=0.03)
+        assert w["energy_j"]["cpu"] == pytest.approx(20.0 * w["time_s"], rel=0.3)
+
+
+def test_profiler_start_stop(trace):
+    prof = Profiler(power_trace=trace, quiet=True)
+    prof.start()
+    spin(0.05)
+    p = prof.stop()
+    assert active_profiler() is None
+    assert p.totals["energy_j"]["cpu"] > 0
+    assert any(n.function == "spin" for n, _ in p.nodes())
+
+
+def test_nested_decorated_calls_are_part_of_the_outer_profile(tmp_path, trace):
+    outer_json, inner_json = tmp_path / "outer.json", tmp_path / "inner.json"
+
+    @energy_profile(json=str(inner_json), power_trace=trace, quiet=True)
+    def inner():
+        spin(0.05)
+        return 1
+
+    @energy_profile(json=str(outer_json), power_trace=trace, quiet=True)
+    def outer():
+        return inner() + inner()
+
+    assert outer() == 2
+    assert outer_json.exists() and not inner_json.exists()
+    p = load(outer_json)
+    assert p.function_totals("test_nested_decorated_calls_are_part_of_the_outer_profile.<locals>.inner") > 0
+
+
+def test_recursive_decorated_function(tmp_path, trace):
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def fact(n):
+        return 1 if n <= 1 else n * fact(n - 1)
+
+    assert fact(10) == 3628800
+    assert out.exists()
+
+
+def test_concurrent_calls_from_threads_profile_once(tmp_path, trace):
+    """The first call profiles; calls from other threads meanwhile run unprofiled (they are
+    already inside the running profile when the all-threads sampler is on)."""
+    out = tmp_path / "p.json"
+    results = []
+    started = threading.Barrier(3)
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def work(i):
+        spin(0.1)
+        return i
+
+    def call(i):
+        started.wait()
+        results.append(work(i))
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [0, 1, 2]
+    assert active_profiler() is None
+    assert out.exists()
+
+
+def test_starting_twice_is_an_error(trace):
+    prof = Profiler(power_trace=trace, quiet=True)
+    prof.start()
+    try:
+        with pytest.raises(RuntimeError, match="already running"):
+            Profiler(power_trace=trace, quiet=True).start()
+    finally:
+        prof.stop()
+
+
+@pytest.mark.parametrize("kwargs", [{"idle": "some"}, {"interval": -1}, {"sensor_interval": 0}, {"bogus": 1},
+                                    {"output": "/nonexistent-dir/r.html"}, {"pue": 0.5}])
+def test_bad_options_are_refused_with_one_line(kwargs):
+    with pytest.raises(OptionError) as info:
+        energy_profile(**kwargs)
+    assert "\n" not in str(info.value)
+
+
+def test_pyinstrument_sampler(tmp_path, trace):
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace, sampler="pyinstrument", quiet=True)
+    def work():
+        spin(0.1)
+
+    work()
+    p = load(out)
+    assert p.meta["sampler"] == "pyinstrument"
+    assert p.function_totals("spin") > 0.5 * p.totals["attributed_j"]["cpu"]

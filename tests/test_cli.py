@@ -1,0 +1,189 @@
+"""End to end through the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from energyprof import load
+from energyprof.profile import IDLE_NODE
+
+from conftest import run_cli
+
+WORKLOAD = """
+    import sys, time
+
+    def burn(n):
+        s = 0
+        for i in range(n):
+            s += i * i
+        return s
+
+    def heavy():
+        return burn(N * 3)
+
+    def light():
+        return burn(N)
+
+    def sleepy():
+        time.sleep(SLEEP)
+
+    def main():
+        heavy()
+        light()
+        sleepy()
+        print("done", sys.argv[1:], __name__)
+
+    N = int(sys.argv[1])
+    SLEEP = float(sys.argv[2])
+    main()
+"""
+
+
+def function_energy(profile, name: str) -> float:
+    return profile.function_totals(name)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """One run per idle policy of the same workload under a constant 50 W replayed trace."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    (tmp / "w.py").write_text(__import__("textwrap").dedent(WORKLOAD))
+    (tmp / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    out = {}
+    for policy in ("all", "share"):
+        res = run_cli(["--power-trace", "trace.csv", "--idle", policy, "--json", f"{policy}.json",
+                       "-o", f"{policy}.html", "w.py", "1500000", "1.0"], cwd=tmp)
+        assert res.returncode == 0, res.stderr
+        out[policy] = (load(tmp / f"{policy}.json"), res)
+    return out
+
+
+def test_total_is_power_times_duration(runs):
+    for policy, (p, _) in runs.items():
+        assert p.totals["energy_j"]["cpu"] == pytest.approx(50.0 * p.totals["duration_s"], rel=0.02)
+        assert p.source("cpu")["method"] == "measured" and p.source("cpu")["sensor"] == "replay"
+
+
+def test_idle_all_charges_cpu_work_by_its_cpu(runs):
+    p, _ = runs["all"]
+    heavy, light = function_energy(p, "heavy"), function_energy(p, "light")
+    assert heavy / light == pytest.approx(3.0, rel=0.15), (heavy, light)
+    # everything the run measured lands on the program except energyprof's own small share
+    assert p.root.energy_j["cpu"] == pytest.approx(p.totals["energy_j"]["cpu"], rel=1e-9)
+    assert p.totals["attributed_j"]["cpu"] > 0.95 * p.totals["energy_j"]["cpu"]
+
+
+def test_idle_share_sleep_lands_on_the_idle_node(runs):
+    p, _ = runs["share"]
+    total = p.totals["energy_j"]["cpu"]
+    sleepy = function_energy(p, "sleepy")
+    assert sleepy < 0.05 * total, (sleepy, total)
+    idle = [c for c in p.root.children if c.function == IDLE_NODE][0].energy_j["cpu"]
+    sleep_s = [n for n, _ in p.nodes() if n.function == "sleepy"][0].time_s
+    assert sleep_s == pytest.approx(1.0, abs=0.1)
+    assert idle >= 0.9 * 50.0 * sleep_s  # the sleep's energy went to other processes and idle
+
+
+def test_program_runs_as_its_own_main_with_its_argv(runs):
+    _, res = runs["all"]
+    assert "done ['1500000', '1.0'] __main__" in res.stdout
+    assert "energyprof:" not in res.stdout  # our messages go to stderr
+    assert "top functions" in res.stderr and "measured" in res.stderr
+
+
+def test_profile_json_has_the_documented_fields(runs):
+    p, _ = runs["share"]
+    d = p.to_dict()
+    assert d["schema"] == "energyprof.profile/1"
+    for key in ("target", "argv", "started_at", "duration_s", "sampler", "idle_policy", "host"):
+        assert key in d["meta"]
+    assert {"id", "component", "method", "sensor", "detail"} <= set(d["sources"][0])
+    for key in ("energy_j", "attributed_j", "duration_s", "cpu_time_s"):
+        assert key in d["totals"]
+    for key in ("function", "file", "line", "time_s", "self_time_s", "cpu_time_s", "samples", "energy_j",
+                "self_energy_j", "children"):
+        assert key in d["root"]
+    assert d["windows"] == [] and len(d["timeline"]["t_s"]) == len(d["timeline"]["power_w"]["cpu"])
+
+
+def test_module_mode_and_sys_path(tmp_path):
+    pkg = tmp_path / "mypkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "train.py").write_text("import sys\nprint('mod', __name__, sys.argv[1:], sys.path[0] == '' or sys.path[0])\n")
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,10\n")
+    res = run_cli(["--power-trace", "trace.csv", "-q", "-o", "r.html", "-m", "mypkg.train", "--epochs", "3"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("mod __main__ ['--epochs', '3']")
+    assert res.stderr == ""
+    assert (tmp_path / "r.html").exists()
+
+
+def test_script_dir_is_sys_path_zero(tmp_path):
+    sub = tmp_path / "proj"
+    sub.mkdir()
+    (sub / "helper.py").write_text("VALUE = 41\n")
+    (sub / "main.py").write_text("import helper, sys\nprint(helper.VALUE + 1, sys.argv)\n")
+    res = run_cli(["-q", "-o", "r.html", "proj/main.py", "x"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "42 ['proj/main.py', 'x']\n"
+
+
+def test_report_subcommand_rerenders_a_saved_profile(runs, tmp_path):
+    p, _ = runs["all"]
+    saved = tmp_path / "p.json"
+    p.save(saved)
+    res = run_cli(["report", str(saved), "-o", "again.html", "--json", "again.json"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    again = load(tmp_path / "again.json")
+    assert again.totals["energy_j"] == p.totals["energy_j"]
+    assert (tmp_path / "again.html").stat().st_size > 1000
+
+
+def test_console_script_is_installed(tmp_path):
+    import shutil
+    import subprocess
+
+    exe = shutil.which("energyprof")
+    assert exe, "the energyprof console script is not on PATH"
+    (tmp_path / "s.py").write_text("print('ok')\n")
+    res = subprocess.run([exe, "-q", "-o", "r.html", "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0 and res.stdout == "ok\n"
+
+
+@pytest.mark.slow
+def test_wheel_ships_templates_and_works_in_a_fresh_venv(tmp_path):
+    """A plain `pip install .` (not editable) carries the templates: build the wheel, install
+    it into a new venv that sees the already-installed dependencies, profile from elsewhere."""
+    import subprocess
+    import venv
+    import zipfile
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(root)],
+                   check=True, timeout=300, capture_output=True)
+    wheel = next(wheel_dir.glob("energyprof-*.whl"))
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "energyprof/templates/report.html.j2" in names
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    py = env_dir / "bin" / "python"
+    site = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extractall(site)  # what pip does for a pure wheel, minus the network
+    (tmp_path / "s.py").write_text("print(sum(range(10)))\n")
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,5\n")
+    res = subprocess.run([str(py), "-c", "import energyprof, sys; print(energyprof.__file__)"], capture_output=True,
+                         text=True, cwd=tmp_path)
+    assert str(site) in res.stdout, res.stdout + res.stderr
+    res = subprocess.run([str(py), "-m", "energyprof", "--power-trace", "t.csv", "-o", "r.html", "--json", "p.json",
+                          "s.py"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "45\n" and (tmp_path / "r.html").stat().st_size > 1000
+    assert json.loads((tmp_path / "p.json").read_text())["schema"] == "energyprof.profile/1"
