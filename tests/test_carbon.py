@@ -1,0 +1,364 @@
+"""Carbon and cost: exact arithmetic per node, codecarbon's figures, clear errors, trace weighting.
+
+The CLI tests run the real `python -m energyprof` in a subprocess on a replayed power trace
+(a constant 50 W "cpu"), so the joules are known and the run takes well under a second.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import energyprof
+from energyprof import carbon
+from energyprof.options import Options
+from energyprof.profile import Node, Profile
+
+J_PER_KWH = 3.6e6
+
+SCRIPT = """\
+import sys, time
+from pathlib import Path
+
+def spin(seconds):
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+def outer():
+    spin(0.12)
+    inner()
+
+def inner():
+    spin(0.12)
+
+Path(sys.argv[1]).write_text("ran")
+outer()
+"""
+
+
+def _kwh(energy_j: dict[str, float]) -> float:
+    return sum(energy_j.values()) / J_PER_KWH
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("PYTHONSTARTUP", None)
+    return env
+
+
+def run_cli(tmp: Path, *flags: str, name: str = "p.json") -> subprocess.CompletedProcess[str]:
+    """Profile SCRIPT under the real CLI with a replayed 50 W CPU trace."""
+    (tmp / "script.py").write_text(SCRIPT)
+    (tmp / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    cmd = [sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--json", name,
+           "-o", "report.html", *flags, "script.py", "marker.txt"]
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=60, env=_env())
+
+
+def profile_from(tmp: Path, *flags: str) -> Profile:
+    proc = run_cli(tmp, *flags)
+    assert proc.returncode == 0, proc.stderr
+    return energyprof.load(tmp / "p.json")
+
+
+def codecarbon_g_per_kwh(country: str, region: str | None = None) -> float:
+    """codecarbon's own figure, through its API (not through its data files)."""
+    from codecarbon.core.emissions import Emissions
+    from codecarbon.core.units import Energy
+    from codecarbon.external.geography import GeoMetadata
+    from codecarbon.input import DataSource
+
+    kg = Emissions(DataSource()).get_private_infra_emissions(
+        Energy.from_energy(kWh=1), GeoMetadata(country_iso_code=country, region=region))
+    return kg * 1000.0
+
+
+# --- fixed intensity, PUE, cost ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def fixed_run(tmp_path_factory: pytest.TempPathFactory) -> Profile:
+    tmp = tmp_path_factory.mktemp("fixed")
+    return profile_from(tmp, "--carbon-intensity", "100", "--pue", "1.5", "--price-per-kwh", "0.3",
+                        "--currency", "USD")
+
+
+def test_fixed_intensity_times_pue_on_every_node(fixed_run: Profile) -> None:
+    nodes = [n for n, _ in fixed_run.nodes()]
+    assert len(nodes) >= 4  # root, outer, inner, spin, specials: a real tree, not just a root
+    assert any(n.function == "inner" for n in nodes)
+    assert fixed_run.total_energy_j > 1.0  # 50 W for a quarter of a second or so
+    for node in nodes:
+        assert node.carbon_g is not None, node.function
+        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * 150.0, rel=1e-12, abs=1e-15), node.function
+    t = fixed_run.totals
+    assert t["carbon_g"] == pytest.approx(_kwh(t["energy_j"]) * 150.0, rel=1e-12)
+    assert t["attributed_carbon_g"] == pytest.approx(_kwh(t["attributed_j"]) * 150.0, rel=1e-12)
+    c = fixed_run.carbon
+    assert c is not None
+    assert c["intensity_g_per_kwh"] == 100.0 and c["pue"] == 1.5 and c["time_series"] is False
+    assert "given" in c["source"]
+
+
+def test_cost_per_node_and_total(fixed_run: Profile) -> None:
+    for node, _ in fixed_run.nodes():
+        assert node.cost == pytest.approx(_kwh(node.energy_j) * 1.5 * 0.3, rel=1e-12, abs=1e-15)
+    t = fixed_run.totals
+    assert t["cost"] == pytest.approx(_kwh(t["energy_j"]) * 1.5 * 0.3, rel=1e-12)
+    assert fixed_run.carbon is not None
+    assert fixed_run.carbon["price_per_kwh"] == 0.3 and fixed_run.carbon["currency"] == "USD"
+
+
+def test_equivalents_are_cited_and_consistent(fixed_run: Profile) -> None:
+    assert fixed_run.carbon is not None
+    eqs = fixed_run.carbon["equivalents"]
+    assert len(eqs) >= 2
+    grams = fixed_run.totals["carbon_g"]
+    kwh = _kwh(fixed_run.totals["energy_j"]) * 1.5
+    for e in eqs:
+        assert e["source"] and e["unit"] and e["factor"] > 0
+        expected = (grams if e["basis"] == "carbon" else kwh) / e["factor"]
+        assert e["value"] == pytest.approx(expected, rel=1e-12)
+    car = next(e for e in eqs if "US passenger car" in e["name"])
+    assert car["factor"] == pytest.approx(251.0, abs=0.1)  # 8,887 g/gal / 22.0 mpg, per km
+    assert "EPA-420-F-23-014" in car["source"]
+
+
+def test_apply_is_idempotent(fixed_run: Profile) -> None:
+    profile = Profile.from_dict(json.loads(fixed_run.to_json()))
+    before = [n.carbon_g for n, _ in profile.nodes()]
+    opts = Options(carbon_intensity=100, pue=1.5, price_per_kwh=0.3, currency="USD")
+    carbon.apply(profile, opts)
+    carbon.apply(profile, opts)
+    assert [n.carbon_g for n, _ in profile.nodes()] == before
+    assert profile.to_dict() == fixed_run.to_dict()
+    # re-applying with no price removes cost figures rather than leaving stale ones
+    carbon.apply(profile, Options(carbon_intensity=100, pue=1.5))
+    assert all(n.cost is None for n, _ in profile.nodes()) and "cost" not in profile.totals
+
+
+# --- locations: codecarbon's figures -----------------------------------------------------------
+
+def test_country_fra_is_codecarbons_figure(tmp_path: Path) -> None:
+    profile = profile_from(tmp_path, "--country", "FRA")
+    expected = codecarbon_g_per_kwh("FRA")
+    assert 40 < expected < 80  # France's grid is mostly nuclear: a sanity bound, not the figure
+    c = profile.carbon
+    assert c is not None
+    assert c["intensity_g_per_kwh"] == pytest.approx(expected, rel=1e-12)
+    assert c["country"] == "FRA" and "lifecycle" in c["scope"]
+    for node, _ in profile.nodes():
+        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * expected, rel=1e-12, abs=1e-15)
+
+
+@pytest.mark.parametrize("country,region,scope_word", [
+    ("USA", "california", "combustion"),
+    ("CAN", "quebec", "combustion"),
+    ("SWE", "SE3", "lifecycle"),
+    ("CHN", "inner mongolia", "CO2 only"),
+])
+def test_regions_match_codecarbon(country: str, region: str, scope_word: str) -> None:
+    found = carbon.region_intensity(region, country)
+    assert found.g_per_kwh == pytest.approx(codecarbon_g_per_kwh(country, region), rel=1e-12)
+    assert scope_word in found.scope
+    # the region alone names its country
+    assert carbon.region_intensity(region).g_per_kwh == found.g_per_kwh
+
+
+def test_gcp_region_matches_codecarbon() -> None:
+    from codecarbon.core.emissions import Emissions
+    from codecarbon.core.units import Energy
+    from codecarbon.external.geography import CloudMetadata
+    from codecarbon.input import DataSource
+
+    kg = Emissions(DataSource()).get_cloud_emissions(Energy.from_energy(kWh=1),
+                                                     CloudMetadata(provider="gcp", region="europe-west1"))
+    found = carbon.cloud_intensity("gcp:europe-west1")
+    assert found.g_per_kwh == pytest.approx(kg * 1000, rel=1e-12)
+    assert found.country == "BEL" and found.cloud == "gcp:europe-west1"
+    # AWS has no figure in codecarbon: the country stands in, and says so
+    aws = carbon.cloud_intensity("aws:eu-west-3", "FRA")
+    assert aws.g_per_kwh == carbon.country_intensity("FRA").g_per_kwh and "no per-region" in aws.source
+
+
+def test_default_is_the_world_average_and_says_so(tmp_path: Path) -> None:
+    proc = run_cli(tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    profile = energyprof.load(tmp_path / "p.json")
+    c = profile.carbon
+    assert c is not None
+    assert c["source"] == "world average (no location given)"
+    assert c["intensity_g_per_kwh"] == 475.0
+    data = json.loads((carbon._data_dir() / "private_infra" / "carbon_intensity_per_source.json").read_text())
+    assert data["world_average"] == 475  # the constant is codecarbon's figure
+    assert profile.totals["carbon_g"] == pytest.approx(_kwh(profile.totals["energy_j"]) * 475.0, rel=1e-12)
+    assert "cost" not in profile.totals and all(n.cost is None for n, _ in profile.nodes())
+    assert "world average (no location given)" in proc.stderr + proc.stdout
+
+
+def test_lookups_never_import_codecarbon() -> None:
+    """Reading the tables must not run codecarbon (trackers, pynvml, requests) in the program."""
+    code = ("import sys, energyprof.carbon as c\n"
+            "from energyprof.options import Options\n"
+            "c.lookup(Options(country='FRA')); c.lookup(Options(region='california'));"
+            " c.lookup(Options(cloud='gcp:europe-west1'))\n"
+            "bad = [m for m in ('codecarbon', 'pynvml', 'pandas', 'requests') if m in sys.modules]\n"
+            "print(bad); sys.exit(1 if bad else 0)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+# --- errors: one line, exit 2, before the program runs -------------------------------------------
+
+@pytest.mark.parametrize("flags,named", [
+    (["--country", "XXX"], "XXX"),
+    (["--region", "narnia"], "narnia"),
+    (["--country", "DEU", "--region", "bavaria"], "bavaria"),
+    (["--cloud", "gcp-europe-west1"], "gcp-europe-west1"),
+    (["--cloud", "gcp:mars-central1"], "gcp:mars-central1"),
+    (["--cloud", "aws:eu-west-3"], "aws:eu-west-3"),
+    (["--carbon-intensity-trace", "bad.csv"], "bad.csv"),
+])
+def test_bad_location_is_one_line_exit_2_before_the_program(tmp_path: Path, flags: list[str], named: str) -> None:
+    (tmp_path / "bad.csv").write_text("timestamp,g_per_kwh\n2024-01-01T00:00:00Z,100\nyesterday,200\n")
+    proc = run_cli(tmp_path, *flags)
+    assert proc.returncode == 2
+    assert not (tmp_path / "marker.txt").exists(), "the program ran despite the bad option"
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert named in lines[0] and lines[0].startswith("energyprof: error:")
+    assert "Traceback" not in proc.stderr
+
+
+# --- intensity trace ---------------------------------------------------------------------------
+
+T0 = dt.datetime(2024, 6, 1, 12, 0, 0, tzinfo=dt.timezone.utc).timestamp()
+
+
+def hand_profile() -> Profile:
+    """Three timeline buckets with known joules; a node and two windows with known joules.
+
+    bucket  span     cpu W  gpu W   cpu J  gpu J
+      0     0-1 s     100      0     100      0
+      1     1-2 s     300    200     300    200
+      2     2-4 s      50    200     100    400
+    """
+    root = Node("<program>", energy_j={"cpu": 500.0, "gpu:0": 600.0}, children=[
+        Node("work", energy_j={"cpu": 200.0, "gpu:0": 600.0}),
+        Node("rest", energy_j={"cpu": 300.0, "gpu:0": 0.0}),
+    ])
+    return Profile(
+        meta={"started_at": dt.datetime.fromtimestamp(T0, dt.timezone.utc).isoformat()},
+        sources=[{"id": "cpu"}, {"id": "gpu:0"}],
+        totals={"energy_j": {"cpu": 500.0, "gpu:0": 600.0}, "attributed_j": {"cpu": 500.0, "gpu:0": 600.0},
+                "duration_s": 4.0},
+        root=root,
+        windows=[{"name": "second", "index": 0, "start_s": 1.0, "end_s": 2.0, "time_s": 1.0,
+                  "energy_j": {"cpu": 300.0, "gpu:0": 200.0}},
+                 {"name": "first3", "index": 1, "start_s": 0.0, "end_s": 3.0, "time_s": 3.0,
+                  "energy_j": {"cpu": 450.0, "gpu:0": 400.0}}],
+        timeline={"t_s": [0.5, 1.5, 3.0], "start_s": [0.0, 1.0, 2.0], "end_s": [1.0, 2.0, 4.0],
+                  "power_w": {"cpu": [100.0, 300.0, 50.0], "gpu:0": [0.0, 200.0, 200.0]}},
+    )
+
+
+def test_trace_gives_the_hand_computed_weighted_sum(tmp_path: Path) -> None:
+    # 200 g/kWh from an hour before the run, 400 from t=1 s, 100 from t=3 s (unix seconds).
+    trace = tmp_path / "intensity.csv"
+    trace.write_text(f"timestamp,g_per_kwh\n{T0 - 3600},200\n{T0 + 1},400\n{T0 + 3},100\n")
+    profile = hand_profile()
+    carbon.apply(profile, Options(carbon_intensity_trace=str(trace), pue=1.2))
+    # bucket intensities: 200, 400, and bucket 2 (2-4 s) spends half at 400 and half at 100: 250
+    cpu_g_kwh = 100 * 200 + 300 * 400 + 100 * 250      # J * g/kWh = 165,000
+    gpu_g_kwh = 0 * 200 + 200 * 400 + 400 * 250        # 180,000
+    assert profile.totals["carbon_g"] == pytest.approx((cpu_g_kwh + gpu_g_kwh) / J_PER_KWH * 1.2, rel=1e-12)
+    assert profile.totals["carbon_g"] == pytest.approx(0.115, rel=1e-12)
+    c = profile.carbon
+    assert c is not None and c["time_series"] is True
+    assert c["intensity_g_per_kwh"] == pytest.approx((cpu_g_kwh + gpu_g_kwh) / 1100, rel=1e-12)
+    assert c["per_node"] == "energy-weighted mean intensity of the run"
+    # nodes: each source at its run-mean intensity (cpu 330, gpu 300 g/kWh)
+    work = profile.find("work")[0]
+    assert work.carbon_g == pytest.approx((200 * 330 + 600 * 300) / J_PER_KWH * 1.2, rel=1e-12)
+    assert profile.root.carbon_g == pytest.approx(profile.totals["carbon_g"], rel=1e-12)
+    # windows: exact over the buckets they overlap
+    second, first3 = profile.windows
+    assert second["carbon_g"] == pytest.approx((300 + 200) * 400 / J_PER_KWH * 1.2, rel=1e-12)
+    # first 3 s: buckets 0 and 1 whole, half of bucket 2 (2-3 s, all at 400 g/kWh)
+    assert first3["carbon_g"] == pytest.approx(
+        (100 * 200 + 300 * 400 + 50 * 400 + 0 * 200 + 200 * 400 + 200 * 400) / J_PER_KWH * 1.2, rel=1e-12)
+    # idempotent, and a fixed intensity afterwards clears the time-series figures
+    first = profile.to_dict()
+    carbon.apply(profile, Options(carbon_intensity_trace=str(trace), pue=1.2))
+    assert profile.to_dict() == first
+    carbon.apply(profile, Options(carbon_intensity=100))
+    assert profile.carbon is not None and profile.carbon["time_series"] is False
+    assert "per_node" not in profile.carbon
+
+
+def test_trace_through_the_cli_re_render(tmp_path: Path) -> None:
+    """A real run, then `energyprof report --carbon-intensity-trace` with a step mid-run."""
+    profile = profile_from(tmp_path)
+    t0 = dt.datetime.fromisoformat(profile.meta["started_at"]).timestamp()
+    step = 0.12  # seconds into the run; the run lasts about a quarter of a second
+    iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+    (tmp_path / "intensity.csv").write_text(f"timestamp,g_per_kwh\n{iso(t0 - 60)},100\n{iso(t0 + step)},500\n")
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "--carbon-intensity-trace",
+                           "intensity.csv", "--json", "p2.json"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    # the step as written (microsecond ISO text), in seconds from the start
+    step = dt.datetime.fromisoformat(iso(t0 + step).replace("Z", "+00:00")).timestamp() - t0
+    again = energyprof.load(tmp_path / "p2.json")
+    tl = again.timeline
+    expected = 0.0
+    bucket_j = 0.0
+    for a, b, watts in zip(tl["start_s"], tl["end_s"], tl["power_w"]["cpu"]):
+        joules = watts * (b - a)
+        bucket_j += joules
+        before = max(0.0, min(b, step) - a)   # seconds of this bucket at 100 g/kWh
+        after = max(0.0, b - max(a, step))    # seconds at 500 g/kWh
+        expected += joules / J_PER_KWH * (100 * before + 500 * after) / (b - a)
+    assert bucket_j == pytest.approx(again.totals["energy_j"]["cpu"], rel=1e-9)
+    # unix times near 1.7e9 s carry ~0.2 us of float error: 1e-6 of a quarter-second run
+    assert again.totals["carbon_g"] == pytest.approx(expected, rel=1e-6)
+    mean = again.carbon["intensity_g_per_kwh"]  # type: ignore[index]
+    assert 100 < mean < 500  # the step fell inside the run, so both values count
+    for node, _ in again.nodes():
+        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * mean, rel=1e-9, abs=1e-15)
+
+
+@pytest.mark.parametrize("text,error", [
+    ("", "no rows"),
+    ("timestamp,g_per_kwh\n", "no rows"),
+    ("timestamp,g_per_kwh\n1700000000,100\n1699999999,200\n", "line 3: timestamps must increase"),
+    ("timestamp,g_per_kwh\n1700000000,lots\n", "line 2: 'lots' is not a number"),
+    ("timestamp,g_per_kwh\n1700000000,-5\n", "line 2"),
+    ("1700000000,100,7\n", "expected 2 columns"),
+])
+def test_trace_errors_name_the_line(tmp_path: Path, text: str, error: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=error) as info:
+        carbon.load_trace(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_trace_formats_and_step_function(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text("2024-06-01T12:00:00Z,100\n2024-06-01T13:00:00+01:00,999\n2024-06-01T12:30:00,300\n")
+    with pytest.raises(ValueError, match="line 2: timestamps must increase"):  # 13:00+01:00 is 12:00Z
+        carbon.load_trace(path)
+    path.write_text("timestamp,g_per_kwh\n2024-06-01T12:00:00Z,100\n2024-06-01T12:30:00,300\n"
+                    f"{T0 + 3600},50\n")
+    trace = carbon.load_trace(path)
+    assert trace.t == [T0, T0 + 1800, T0 + 3600]  # naive ISO times are UTC
+    assert trace.at(T0 - 1e6) == 100  # before the first row: the first
+    assert trace.at(T0 + 1799) == 100 and trace.at(T0 + 1800) == 300 and trace.at(T0 + 1e6) == 50
+    assert trace.mean(T0 + 1700, T0 + 1900) == pytest.approx(200.0)
