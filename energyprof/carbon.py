@@ -79,7 +79,7 @@ def _data_dir() -> Path:
                      "(or give --carbon-intensity G_PER_KWH)")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _json(relative: str) -> Any:
     path = _data_dir() / relative
     try:
@@ -89,7 +89,7 @@ def _json(relative: str) -> Any:
         raise ValueError(f"cannot read codecarbon's {relative}: {exc}") from None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _gcp_regions() -> dict[str, dict[str, str]]:
     path = _data_dir() / "cloud" / "impact.csv"
     try:
@@ -300,22 +300,21 @@ def load_trace(path: str | Path) -> IntensityTrace:
     label = f"--carbon-intensity-trace {path}"
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:
-            rows = [r for r in csv.reader(fh) if r and any(c.strip() for c in r)]
+            # (line number, cells) for non-blank lines, so errors point at the file's own lines
+            rows = [(n, r) for n, r in enumerate(csv.reader(fh), start=1) if r and any(c.strip() for c in r)]
     except OSError as exc:
         raise ValueError(f"{label}: cannot read it ({exc.strerror or exc})") from None
     except UnicodeDecodeError:
         raise ValueError(f"{label}: not a text CSV file") from None
     except csv.Error as exc:
         raise ValueError(f"{label}: not a CSV file ({exc})") from None
-    if rows and [c.strip().lower() for c in rows[0]] == ["timestamp", "g_per_kwh"]:
-        start, rows = 2, rows[1:]
-    else:
-        start = 1
+    if rows and [c.strip().lower() for c in rows[0][1]] == ["timestamp", "g_per_kwh"]:
+        rows = rows[1:]
     if not rows:
         raise ValueError(f"{label}: no rows (expected timestamp,g_per_kwh)")
     times: list[float] = []
     values: list[float] = []
-    for lineno, row in enumerate(rows, start=start):
+    for lineno, row in rows:
         if len(row) != 2:
             raise ValueError(f"{label} line {lineno}: expected 2 columns timestamp,g_per_kwh, got {len(row)}")
         try:
@@ -381,12 +380,13 @@ def _buckets(profile: Profile) -> list[tuple[float, float, dict[str, float]]]:
     return out
 
 
-def _trace_weights(profile: Profile, trace: IntensityTrace, t0: float) -> tuple[dict[str, float], float, float]:
+def _trace_weights(profile: Profile, buckets: list[tuple[float, float, dict[str, float]]], trace: IntensityTrace,
+                   t0: float) -> tuple[dict[str, float], float, float]:
     """Per-source energy-weighted mean intensity over the timeline, plus total grams and kWh
     of the timeline itself (before PUE)."""
     num: dict[str, float] = {}
     den: dict[str, float] = {}
-    for a, b, energy in _buckets(profile):
+    for a, b, energy in buckets:
         g = trace.mean(t0 + a, t0 + b)
         for sid, j in energy.items():
             kwh = j / J_PER_KWH
@@ -397,12 +397,17 @@ def _trace_weights(profile: Profile, trace: IntensityTrace, t0: float) -> tuple[
     return means, sum(num.values()), sum(den.values())
 
 
-def _window_intensity(profile: Profile, window: dict[str, Any], trace: IntensityTrace, t0: float) -> dict[str, float]:
-    """Per source: the intensity of the buckets a window overlaps, weighted by overlapped energy."""
+def _window_intensity(buckets: list[tuple[float, float, dict[str, float]]], ends: list[float],
+                      window: dict[str, Any], trace: IntensityTrace, t0: float) -> dict[str, float]:
+    """Per source: the intensity of the buckets a window overlaps, weighted by overlapped energy
+    (power taken as constant within a bucket). `buckets` are in time order."""
     ws, we = float(window.get("start_s", 0.0)), float(window.get("end_s", 0.0))
     num: dict[str, float] = {}
     den: dict[str, float] = {}
-    for a, b, energy in _buckets(profile):
+    k = bisect.bisect_right(ends, ws)  # the first bucket ending after the window starts
+    for a, b, energy in buckets[k:]:
+        if a >= we:
+            break
         lo, hi = max(a, ws), min(b, we)
         if hi <= lo:
             continue
@@ -454,6 +459,21 @@ def equivalents(carbon_g: float, energy_kwh: float) -> list[dict[str, Any]]:
     return out
 
 
+#: The options that produced a carbon block, saved in it so a re-render can start from them.
+#: The trace is not among them: its path means nothing on another machine.
+SAVED_OPTIONS = ("country", "region", "cloud", "carbon_intensity", "pue", "price_per_kwh", "currency")
+
+
+def saved_options(profile: Profile) -> dict[str, Any]:
+    """The carbon options a saved profile was rendered with (for `energyprof report`, so that
+    `--price-per-kwh` alone keeps the run's PUE and location). Empty for older profiles."""
+    block = profile.carbon or {}
+    saved = block.get("options") if isinstance(block, dict) else None
+    if not isinstance(saved, dict):
+        return {}
+    return {k: v for k, v in saved.items() if k in SAVED_OPTIONS and v is not None}
+
+
 def apply(profile: Profile, options: Options) -> None:
     """Set carbon and cost on every node, window and total, and the profile's carbon block.
 
@@ -480,7 +500,9 @@ def apply(profile: Profile, options: Options) -> None:
                                  WORLD_AVERAGE_SCOPE)
     block: dict[str, Any]
     if trace is not None and t0 is not None:
-        by_source, grams, kwh = _trace_weights(profile, trace, t0)
+        buckets = _buckets(profile)
+        ends = [b for _, b, _ in buckets]
+        by_source, grams, kwh = _trace_weights(profile, buckets, trace, t0)
         mid = t0 + float(profile.totals.get("duration_s", 0.0) or 0.0) / 2
         mean = grams / kwh if kwh > 0 else trace.at(mid)
         default = mean
@@ -509,6 +531,7 @@ def apply(profile: Profile, options: Options) -> None:
             found.cloud or options.cloud
     block.update({"country": country, "region": region, "cloud": cloud, "pue": pue,
                   "price_per_kwh": price, "currency": options.currency if price is not None else None})
+    block["options"] = {name: getattr(options, name) for name in SAVED_OPTIONS}
 
     for node, _ in profile.nodes():
         node.carbon_g = _grams(node.energy_j, pue, by_source, default)
@@ -527,7 +550,7 @@ def apply(profile: Profile, options: Options) -> None:
     for window in profile.windows:
         energy = window.get("energy_j", {})
         if trace is not None and t0 is not None:
-            window["carbon_g"] = _grams(energy, pue, _window_intensity(profile, window, trace, t0), default)
+            window["carbon_g"] = _grams(energy, pue, _window_intensity(buckets, ends, window, trace, t0), default)
         else:
             window["carbon_g"] = _grams(energy, pue, by_source, default)
         value = _cost(energy, pue, price)

@@ -59,7 +59,7 @@ def run_cli(tmp: Path, *flags: str, name: str = "p.json") -> subprocess.Complete
     (tmp / "trace.csv").write_text("t_s,cpu\n0,50\n")
     cmd = [sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--json", name,
            "-o", "report.html", *flags, "script.py", "marker.txt"]
-    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=60, env=_env())
+    return subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=60, env=_env(), check=False)
 
 
 def profile_from(tmp: Path, *flags: str) -> Profile:
@@ -138,6 +138,8 @@ def test_apply_is_idempotent(fixed_run: Profile) -> None:
     carbon.apply(profile, opts)
     assert [n.carbon_g for n, _ in profile.nodes()] == before
     assert profile.to_dict() == fixed_run.to_dict()
+    assert carbon.saved_options(profile) == {"carbon_intensity": 100, "pue": 1.5, "price_per_kwh": 0.3,
+                                             "currency": "USD"}
     # re-applying with no price removes cost figures rather than leaving stale ones
     carbon.apply(profile, Options(carbon_intensity=100, pue=1.5))
     assert all(n.cost is None for n, _ in profile.nodes()) and "cost" not in profile.totals
@@ -210,7 +212,7 @@ def test_lookups_never_import_codecarbon() -> None:
             " c.lookup(Options(cloud='gcp:europe-west1'))\n"
             "bad = [m for m in ('codecarbon', 'pynvml', 'pandas', 'requests') if m in sys.modules]\n"
             "print(bad); sys.exit(1 if bad else 0)\n")
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env())
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=_env(), check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -307,11 +309,14 @@ def test_trace_through_the_cli_re_render(tmp_path: Path) -> None:
     profile = profile_from(tmp_path)
     t0 = dt.datetime.fromisoformat(profile.meta["started_at"]).timestamp()
     step = 0.12  # seconds into the run; the run lasts about a quarter of a second
-    iso = lambda t: dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")  # noqa: E731
+
+    def iso(t: float) -> str:
+        return dt.datetime.fromtimestamp(t, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
     (tmp_path / "intensity.csv").write_text(f"timestamp,g_per_kwh\n{iso(t0 - 60)},100\n{iso(t0 + step)},500\n")
     proc = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "--carbon-intensity-trace",
                            "intensity.csv", "--json", "p2.json"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=60, env=_env())
+                          timeout=60, env=_env(), check=False)
     assert proc.returncode == 0, proc.stderr
     # the step as written (microsecond ISO text), in seconds from the start
     step = dt.datetime.fromisoformat(iso(t0 + step).replace("Z", "+00:00")).timestamp() - t0
