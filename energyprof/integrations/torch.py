@@ -1,0 +1,308 @@
+"""PyTorch: CUDA synchronisation, named windows, and a training-loop breakdown per step.
+
+    import energyprof.torch as ept
+
+    for epoch in range(epochs):
+        with ept.window("epoch", epoch):
+            for x, y in ept.track(loader):      # each step split into data fetch and compute
+                ...
+
+Everything here works without a running profile (the loop just runs, and `track` still
+times each step) and without CUDA. torch itself is never imported by energyprof: these
+functions look for it in `sys.modules`, because a program that has not imported torch has
+no CUDA work to wait for, and importing it would cost seconds.
+
+The breakdown. `track(loader)` times, per step, the wait in the loader's `next()` (*fetch*)
+and the time from that batch's arrival until the loop asks for the next one (*compute*),
+minus any part the loop marked as `preprocess`. The two are contiguous, so
+fetch + preprocess + compute is the step's wall time. Each phase is also a profiler window
+(`<name>.fetch`, `<name>.preprocess`, `<name>.compute`, index = step number counted across
+epochs), so each has its own energy. The *fetch stall* of a step is the figure the
+edge-device training studies report: max(fetch + preprocess - compute, 0), the part of the
+data pipeline that running it alongside compute would not hide; summed per epoch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from typing import Any, Iterable, Iterator
+
+from ..profiler import Profiler, active_profiler
+
+__all__ = ["cuda_sync", "gpu_memory", "window", "track", "TrackedLoader", "StepRecord", "breakdown"]
+
+
+# -- CUDA ---------------------------------------------------------------------------------
+def _cuda() -> Any:
+    """torch.cuda if this process has imported torch and started CUDA, else None (never starts it)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return None
+    try:
+        cuda = torch.cuda
+        return cuda if cuda.is_initialized() else None
+    except Exception:  # noqa: BLE001 - a CPU build, or torch half-imported
+        return None
+
+
+def cuda_sync(device: Any = None) -> None:
+    """Wait for the GPU work already launched (on `device`, default the current one).
+
+    CUDA kernels run asynchronously: without this, a window's end is stamped while its
+    kernels still run, and their energy lands in whatever comes next. A no-op when torch is
+    not imported or CUDA was never initialised. A CUDA error raised by the wait is the
+    program's own (an earlier kernel failed) and propagates.
+    """
+    cuda = _cuda()
+    if cuda is not None:
+        cuda.synchronize(device)
+
+
+def gpu_memory(device: Any = None) -> dict[str, int] | None:
+    """{"allocated_bytes", "peak_bytes"} from torch's CUDA caching allocator, or None without CUDA."""
+    cuda = _cuda()
+    if cuda is None:
+        return None
+    return {"allocated_bytes": int(cuda.memory_allocated(device)), "peak_bytes": int(cuda.max_memory_allocated(device))}
+
+
+# -- windows ------------------------------------------------------------------------------
+@contextlib.contextmanager
+def window(name: str, index: int | None = None, profiler: Profiler | None = None) -> Iterator[None]:
+    """`profiler.window(name, index)` on the given or running profiler; a no-op when none runs.
+
+    Lets a training script mark epochs unconditionally and still run without energyprof.
+    """
+    prof = profiler if profiler is not None else active_profiler()
+    if prof is None:
+        yield
+        return
+    with prof.window(name, index):
+        yield
+
+
+# -- the training-loop breakdown -------------------------------------------------------------
+@dataclass
+class StepRecord:
+    """One step as `track` timed it (perf_counter seconds; phases are contiguous)."""
+
+    step: int
+    epoch: int  # which pass over the loader (0-based)
+    fetch_s: float
+    preprocess_s: float
+    compute_s: float
+    gpu_allocated_bytes: int | None = None
+    gpu_peak_bytes: int | None = None  # the allocator's peak during this step
+
+    @property
+    def time_s(self) -> float:
+        return self.fetch_s + self.preprocess_s + self.compute_s
+
+    @property
+    def stall_s(self) -> float:
+        return max(self.fetch_s + self.preprocess_s - self.compute_s, 0.0)
+
+
+class TrackedLoader:
+    """An iterable over `loader` that times each step and marks its phases as windows."""
+
+    def __init__(self, loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
+                 gpu_memory: bool = True) -> None:
+        self.loader = loader
+        self.name = name
+        self._profiler = profiler
+        self.gpu_memory = gpu_memory
+        self.steps: list[StepRecord] = []
+        self.end_waits_s: list[float] = []  # per pass: the final next() that found no more data
+        self.passes = 0
+        self._next_step = 0
+        self._pre_ns = 0
+        self._pre_open: int | None = None
+        self._current: int | None = None
+
+    def __len__(self) -> int:
+        return len(self.loader)  # type: ignore[arg-type]
+
+    def __getattr__(self, attr: str) -> Any:  # dataset, batch_size, sampler, ... pass through
+        if attr == "loader":
+            raise AttributeError(attr)
+        return getattr(self.loader, attr)
+
+    def _prof(self) -> Profiler | None:
+        return self._profiler if self._profiler is not None else active_profiler()
+
+    def __iter__(self) -> Iterator[Any]:
+        name, prof = self.name, self._prof()
+        epoch = self.passes
+        self.passes += 1
+        it = iter(self.loader)
+        fetch_w, compute_w = f"{name}.fetch", f"{name}.compute"
+        t_batch: int | None = None  # when the current batch arrived
+        fetch_ns = 0
+        step = -1
+        try:
+            while True:
+                t = time.perf_counter_ns()
+                if t_batch is not None:
+                    arrived, t_batch = t_batch, None
+                    self._finish_step(prof, compute_w, step, epoch, fetch_ns, t - arrived)
+                step = self._next_step
+                if prof is not None:
+                    prof.begin_window(fetch_w, step)
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    t_end = time.perf_counter_ns()
+                    if prof is not None:
+                        prof.end_window(fetch_w)
+                    self.end_waits_s.append((t_end - t) / 1e9)
+                    return
+                t_batch = time.perf_counter_ns()
+                fetch_ns = t_batch - t
+                self._next_step += 1
+                self._current, self._pre_ns = step, 0
+                if prof is not None:
+                    prof.end_window(fetch_w)
+                    prof.begin_window(compute_w, step)
+                yield batch
+        finally:
+            # the loop broke out, raised, or the generator was closed: end the open step
+            if t_batch is not None:
+                self._finish_step(prof, compute_w, step, epoch, fetch_ns, time.perf_counter_ns() - t_batch)
+            self._current = None
+
+    def _finish_step(self, prof: Profiler | None, compute_w: str, step: int, epoch: int, fetch_ns: int,
+                     since_batch_ns: int) -> None:
+        if self._pre_open is not None:  # a preprocess block left open: close it now
+            self._pre_ns += time.perf_counter_ns() - self._pre_open
+            self._pre_open = None
+        if prof is not None:
+            prof.end_window(compute_w)
+        mem = gpu_memory() if self.gpu_memory else None
+        if mem is not None:
+            with contextlib.suppress(Exception):
+                sys.modules["torch"].cuda.reset_peak_memory_stats()
+        pre_ns = min(self._pre_ns, since_batch_ns)
+        self.steps.append(StepRecord(
+            step=step, epoch=epoch, fetch_s=fetch_ns / 1e9, preprocess_s=pre_ns / 1e9,
+            compute_s=(since_batch_ns - pre_ns) / 1e9,
+            gpu_allocated_bytes=mem["allocated_bytes"] if mem else None,
+            gpu_peak_bytes=mem["peak_bytes"] if mem else None,
+        ))
+        self._current = None
+
+    @contextlib.contextmanager
+    def preprocess(self) -> Iterator[None]:
+        """Mark the part of a step that prepares the batch (augmentation, `.to(device)`).
+
+        It is taken out of the step's compute time and counted with fetch in the stall.
+        """
+        step = self._current
+        prof = self._prof()
+        if step is None:
+            yield
+            return
+        if prof is not None:
+            prof.begin_window(f"{self.name}.preprocess", step)
+        t = self._pre_open = time.perf_counter_ns()
+        try:
+            yield
+        finally:
+            if self._pre_open is not None:
+                self._pre_ns += time.perf_counter_ns() - t
+                self._pre_open = None
+            if prof is not None:
+                prof.end_window(f"{self.name}.preprocess")
+
+    def summary(self) -> dict[str, Any]:
+        """Per-pass totals of the timed phases and stall (no energy: see `breakdown`)."""
+        by_epoch: dict[int, list[StepRecord]] = {}
+        for s in self.steps:
+            by_epoch.setdefault(s.epoch, []).append(s)
+        epochs = []
+        for e, steps in sorted(by_epoch.items()):
+            epochs.append({
+                "epoch": e, "steps": len(steps),
+                "fetch_s": sum(s.fetch_s for s in steps), "preprocess_s": sum(s.preprocess_s for s in steps),
+                "compute_s": sum(s.compute_s for s in steps), "stall_s": sum(s.stall_s for s in steps),
+                "time_s": sum(s.time_s for s in steps),
+            })
+        return {"name": self.name, "epochs": epochs,
+                "steps": [dict(asdict(s), time_s=s.time_s, stall_s=s.stall_s) for s in self.steps]}
+
+
+def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
+          gpu_memory: bool = True) -> TrackedLoader:
+    """Wrap a DataLoader (any iterable) so each step is split into fetch and compute.
+
+    `profiler` defaults to the one running when the loop starts (none: timing only).
+    With `gpu_memory` and CUDA in use, each step records the allocator's current and peak
+    bytes, and resets the peak (`torch.cuda.reset_peak_memory_stats`) so the next step's
+    peak is its own.
+    """
+    return TrackedLoader(loader, profiler, name, gpu_memory)
+
+
+def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch") -> dict[str, Any]:
+    """The fetch/compute split with energy, from a finished profile's windows (pure).
+
+    Works on a loaded profile too. Steps are grouped by the `epoch_window` window that holds
+    them (None when the script marks no epochs). Energy is summed over sources; `by_source`
+    keeps each. Returns {"steps": [...], "epochs": [...], "step_energy_j": {mean, stdev}}.
+    """
+    phases = {f"{name}.fetch": "fetch", f"{name}.preprocess": "preprocess", f"{name}.compute": "compute"}
+    rows: dict[int, dict[str, Any]] = {}
+    epochs = [w for w in profile.windows if w["name"] == epoch_window]
+    for w in profile.windows:
+        phase = phases.get(w["name"])
+        if phase is None or w.get("index") is None:
+            continue
+        r = rows.setdefault(int(w["index"]), {"step": int(w["index"]), "start_s": w["start_s"],
+                                              "by_source": {}, "fetch_s": 0.0, "preprocess_s": 0.0,
+                                              "compute_s": 0.0, "fetch_j": 0.0, "preprocess_j": 0.0,
+                                              "compute_j": 0.0})
+        r["start_s"] = min(r["start_s"], w["start_s"])
+        r[f"{phase}_s"] += w["time_s"]
+        r[f"{phase}_j"] += sum(w["energy_j"].values())
+        if phase != "preprocess":  # preprocess sits inside compute: its energy is already there
+            for sid, j in w["energy_j"].items():
+                r["by_source"][sid] = r["by_source"].get(sid, 0.0) + j
+    computed = {w.get("index") for w in profile.windows if w["name"] == f"{name}.compute"}
+    steps, end_waits = [], []
+    for r in sorted(rows.values(), key=lambda r: r["step"]):
+        if r["step"] not in computed:
+            end_waits.append(r)  # the next() that found the loader exhausted: not a step
+            continue
+        # the preprocess window is nested in compute: take it out so the phases are disjoint
+        r["compute_s"] = max(r["compute_s"] - r["preprocess_s"], 0.0)
+        r["compute_j"] = max(r["compute_j"] - r["preprocess_j"], 0.0)
+        r["time_s"] = r["fetch_s"] + r["preprocess_s"] + r["compute_s"]
+        r["energy_j"] = r["fetch_j"] + r["preprocess_j"] + r["compute_j"]
+        r["stall_s"] = max(r["fetch_s"] + r["preprocess_s"] - r["compute_s"], 0.0)
+        r["epoch"] = next((e["index"] for e in epochs if e["start_s"] <= r["start_s"] <= e["end_s"]), None)
+        steps.append(r)
+    per_epoch: dict[Any, dict[str, Any]] = {}
+    for r in steps:
+        e = per_epoch.setdefault(r["epoch"], {"epoch": r["epoch"], "steps": 0, "fetch_s": 0.0, "preprocess_s": 0.0,
+                                              "compute_s": 0.0, "stall_s": 0.0, "time_s": 0.0, "fetch_j": 0.0,
+                                              "preprocess_j": 0.0, "compute_j": 0.0, "energy_j": 0.0})
+        e["steps"] += 1
+        for k in ("fetch_s", "preprocess_s", "compute_s", "stall_s", "time_s", "fetch_j", "preprocess_j",
+                  "compute_j", "energy_j"):
+            e[k] += r[k]
+    energies = [r["energy_j"] for r in steps]
+    return {
+        "name": name,
+        "steps": steps,
+        "epochs": list(per_epoch.values()),
+        "end_of_data_waits": [{"after_step": r["step"] - 1, "time_s": r["fetch_s"], "energy_j": r["fetch_j"]}
+                              for r in end_waits],
+        "step_energy_j": {"mean": statistics.fmean(energies) if energies else 0.0,
+                          "stdev": statistics.stdev(energies) if len(energies) > 1 else 0.0,
+                          "n": len(energies)},
+        "stall_definition": "max(fetch + preprocess - compute, 0) per step",
+    }
