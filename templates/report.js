@@ -64,6 +64,15 @@
 
   /* ------------------------------------------------------------ table */
   var t = data.table;
+  /* numeric columns arrive as {exp, v}: value = v * 10^exp (see scaled_column in html.py) */
+  function decode(col) {
+    var f = Math.pow(10, col.exp), out = new Float64Array(col.v.length);
+    for (var i = 0; i < out.length; i++) out[i] = col.v[i] * f;
+    return out;
+  }
+  ["self_e", "tot_e", "self_t", "t", "cpu"].forEach(function (k) { t[k] = decode(t[k]); });
+  t.src_self = t.src_self.map(decode);
+  t.src_tot = t.src_tot.map(decode);
   var total = data.total_j || 1;
   var rows = t.fn.length;
   var columns = [
@@ -77,8 +86,8 @@
   }
   data.sources.forEach(function (s, k) {
     if (!t.src_self.length) return;
-    columns.push({ key: "ss" + k, label: "self " + s.id, value: function (i) { return t.src_self[k][i]; }, show: fmtJ });
-    columns.push({ key: "st" + k, label: "total " + s.id, value: function (i) { return t.src_tot[k][i]; }, show: fmtJ });
+    columns.push({ key: "ss" + k, label: "self J \u00b7 " + s.id, value: function (i) { return t.src_self[k][i]; }, show: fmtJ });
+    columns.push({ key: "st" + k, label: "total J \u00b7 " + s.id, value: function (i) { return t.src_tot[k][i]; }, show: fmtJ });
   });
   columns.push(
     { key: "share", label: "share", value: function (i) { return t.tot_e[i] / total; },

@@ -1,0 +1,242 @@
+"""The HTML report without a browser: self-contained, escaped, correct chart values, fast, reproducible."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest_report import XSS_FILE, XSS_FUNCTION, big_profile, hostile_profile, small_profile
+from energyprof.profile import IDLE_NODE, Profile
+from energyprof.render import html as report
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes, and the text of each <script>."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict]] = []
+        self.scripts: list[tuple[dict, str]] = []
+        self._in: dict | None = None
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+        if tag == "script":
+            self._in = dict(attrs)
+            self.scripts.append((self._in, ""))
+
+    def handle_data(self, data):
+        if self._in is not None:
+            attrs, text = self.scripts[-1]
+            self.scripts[-1] = (attrs, text + data)
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in = None
+
+
+def parse(page: str) -> _Tags:
+    p = _Tags()
+    p.feed(page)
+    return p
+
+
+def embedded(page: str) -> dict:
+    (attrs, text), = [s for s in parse(page).scripts if s[0].get("type") == "application/json"]
+    return json.loads(text)
+
+
+@pytest.fixture(scope="module")
+def small() -> Profile:
+    return small_profile()
+
+
+@pytest.fixture(scope="module")
+def small_page(small: Profile) -> str:
+    return report.render_html(small)
+
+
+def test_page_loads_nothing_from_outside(small_page: str) -> None:
+    tags = parse(small_page)
+    for tag, attrs in tags.tags:
+        assert tag not in ("link", "iframe", "img", "object", "embed"), tag
+        assert "src" not in attrs, (tag, attrs)
+    scripts = [a for a, _ in tags.scripts]
+    assert len(scripts) == 3  # data, plotly.js, the report's script: plotly inlined exactly once
+    assert small_page.count("Plotly") >= 1
+
+
+def test_hostile_strings_are_text_everywhere() -> None:
+    page = report.render_html(hostile_profile())
+    assert XSS_FUNCTION not in page
+    assert "<img src=x" not in page
+    assert "<b>target</b>" not in page
+    # The only script tags are ours, and the hostile strings survive intact as data.
+    tags = parse(page)
+    assert len(tags.scripts) == 3
+    data = embedded(page)
+    assert XSS_FUNCTION in data["table"]["fn"]
+    assert XSS_FILE in data["table"]["files"]
+    block = page.split('id="report-data">', 1)[1].split("</script>", 1)[0]
+    assert "<" not in block and ">" not in block and "&" not in block
+    # plotly reads HTML-ish tags in labels: ours are entity-escaped.
+    labels = data["chart"]["full"]["labels"] + data["chart"]["full"]["hovertext"]
+    assert not any("<script" in s or "<img" in s for s in labels)
+    assert any("&lt;/script&gt;" in s for s in labels)
+
+
+def _check_values(trace: dict, key: str) -> None:
+    """Each parent >= the sum of its children and nothing negative: plotly's "total" rule."""
+    children: dict[str, float] = {}
+    value = dict(zip(trace["ids"], trace[key]))
+    for nid, parent in zip(trace["ids"], trace["parents"]):
+        assert value[nid] >= 0
+        if parent:
+            children[parent] = children.get(parent, 0.0) + value[nid]
+    for parent, total in children.items():
+        assert value[parent] >= total * (1 - 1e-12), (parent, value[parent], total)
+
+
+def test_icicle_values_add_up(small: Profile) -> None:
+    for collapse in (False, True):
+        trace = report.icicle_trace(small, collapse)
+        _check_values(trace, "value_e")
+        _check_values(trace, "value_t")
+        assert trace["value_e"][0] == pytest.approx(small.total_energy_j, rel=1e-12)
+        assert len(set(trace["ids"])) == len(trace["ids"])
+
+
+def test_collapsing_library_frames_keeps_energy_and_callbacks(small: Profile) -> None:
+    full = report.chart_tree(small, collapse_libraries=False)
+    collapsed = report.chart_tree(small, collapse_libraries=True)
+    files = [n.file for n, _ in _walk(collapsed)]
+    assert not any(report.is_library(f) for f in files)
+    assert any(report.is_library(n.file) for n, _ in _walk(full))
+    assert collapsed.value_e == pytest.approx(full.value_e)
+    # The callbacks called from numpy and json now sit under their caller, `train`.
+    train = next(n for n, _ in _walk(collapsed) if n.function == "train")
+    assert {"callback", "default", "forward"} <= {c.function for c in train.children}
+    assert train.value_e == pytest.approx(next(n for n, _ in _walk(full) if n.function == "train").value_e)
+
+
+def _walk(root):
+    stack = [(root, 0)]
+    while stack:
+        n, d = stack.pop()
+        yield n, d
+        stack.extend((c, d + 1) for c in n.children)
+
+
+@pytest.mark.parametrize("path, expected", [
+    ("/usr/lib/python3.11/json/encoder.py", True),
+    ("/venv/lib/python3.12/site-packages/torch/nn/modules/module.py", True),
+    ("C:\\Python311\\Lib\\json\\encoder.py", True),
+    ("<frozen importlib._bootstrap>", True),
+    ("/home/me/project/train.py", False),
+    ("train.py", False),
+    ("", False),
+])
+def test_library_paths(path: str, expected: bool) -> None:
+    assert report.is_library(path) is expected
+
+
+def test_prune_folds_small_paths_into_other() -> None:
+    profile = big_profile(functions=5000, modules=20)
+    root = report.prune(report.chart_tree(profile, False), limit=300)
+    nodes = list(_walk(root))
+    assert len(nodes) <= 2 * 300
+    others = [n for n, _ in nodes if n.folded]
+    # every call path is either drawn or counted in exactly one "other" box
+    assert others and sum(n.folded for n in others) + len(nodes) - len(others) == len(list(profile.nodes()))
+    assert root.value_e == pytest.approx(profile.total_energy_j, rel=1e-12)
+
+
+def test_cards_show_what_is_present(small: Profile) -> None:
+    cards = {c.kind: c for c in report.summary_cards(small)}
+    assert {"energy", "attributed", "duration", "power", "carbon", "memory"} <= set(cards)
+    energy_lines = " ".join(t for t, _ in cards["energy"].lines)
+    assert "gpu:0" in energy_lines and "Wh" in energy_lines
+    assert {tag for _, tag in cards["energy"].lines} >= {"measured", "estimated"}
+    assert "36 W" in cards["power"].lines[0][0]  # peak of the stacked timeline: 14 + 22
+    bare = hostile_profile()
+    kinds = {c.kind for c in report.summary_cards(bare)}
+    assert "carbon" not in kinds and "memory" not in kinds
+
+
+def test_page_shows_methodology(small_page: str) -> None:
+    for text in ("permission denied on energy_uj", "Idle policy: share", "charged by wall time",
+                 "example.py --epochs 2", "0.1.0", "estimated", "1/√"):
+        assert text in small_page, text
+
+
+def test_table_keeps_every_function(small: Profile) -> None:
+    table = embedded(report.render_html(small))["table"]
+    keys = {(n.function, n.file, n.line) for n, d in small.nodes() if d > 0}
+    assert len(table["fn"]) == len(keys)
+    scale = 10.0 ** table["self_e"]["exp"]
+    assert sum(table["self_e"]["v"]) * scale == pytest.approx(small.total_energy_j, rel=1e-2)
+    assert IDLE_NODE in table["fn"]
+
+
+def test_scaled_column_keeps_three_digits() -> None:
+    values = [0.0, 1.23456e-5, 4.5e-3, 7.0, 123456.0]
+    col = report.scaled_column(values)
+    back = [v * 10.0 ** col["exp"] for v in col["v"]]
+    for a, b in zip(values, back):
+        assert b == pytest.approx(a, rel=5e-3)
+
+
+def test_fifty_thousand_functions_build_fast_and_small() -> None:
+    profile = big_profile()
+    report.render_html(small_profile())  # plotly.js read once, as a real run does
+    t0 = time.perf_counter()
+    page = report.render_html(profile)
+    elapsed = time.perf_counter() - t0
+    size = len(page.encode("utf-8"))
+    assert elapsed < 3.0, elapsed
+    assert size < 8 * 2**20, size
+    data = embedded(page)
+    assert len(data["table"]["fn"]) == 50_000 + 100 + 3
+    assert len(data["chart"]["full"]["ids"]) <= 3 * report.MAX_CHART_NODES
+
+
+def test_same_profile_same_page(small: Profile, tmp_path: Path) -> None:
+    small.save(tmp_path / "p.json")
+    from energyprof import load
+
+    assert report.render_html(load(tmp_path / "p.json")) == report.render_html(small)
+
+
+SCRIPT = """
+import math
+def crunch():
+    return sum(math.sqrt(i) for i in range(60000))
+def encode():
+    import json
+    return [json.dumps(list(range(50))) for _ in range(1500)]
+for _ in range(3):
+    crunch(); encode()
+"""
+
+
+def test_report_command_gives_the_live_page(tmp_path: Path) -> None:
+    (tmp_path / "work.py").write_text(SCRIPT)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,40\n")
+    live = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--json", "p.json",
+                           "-o", "live.html", "work.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert live.returncode == 0, live.stderr
+    again = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "-o", "again.html"],
+                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    a = (tmp_path / "live.html").read_text()
+    b = (tmp_path / "again.html").read_text()
+    assert embedded(a) == embedded(b)
+    assert re.sub(r"\s+", " ", a) == re.sub(r"\s+", " ", b)
+    assert embedded(a)["total_j"] > 0
