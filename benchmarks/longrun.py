@@ -10,7 +10,7 @@ stream is generated lazily, one tick's worth of samples at a time, so the proces
 only what energyprof itself keeps.
 
 The stream (one hour at scale 1):
-* 3.6 M main-thread samples, 1 ms apart with up to 50 us jitter (a 1 kHz sampler), each
+* 3.6 M main-thread samples, back to back, 1 ms +- 25 us each (a 1 kHz sampler), each
   with 70-100 % of its wall time as CPU time;
 * 360,000 ticks, 10 ms apart with jitter: two sources (cpu package, dram) whose power
   drifts between 20 and 65 W, process and machine CPU clocks (the machine's in /proc/stat
@@ -100,7 +100,7 @@ def stream(n_samples: int, n_ticks: int, sids: list[int], seed: int = 1) -> Iter
         t_tick = t + k * TICK_NS + (int(rand() * 200_000) if k else 0)
         chunk: list[Sample] = []
         while emitted < n_samples and t_sample + sample_ns <= t_tick:
-            t1 = t_sample + sample_ns - int(rand() * 50_000)
+            t1 = t_sample + sample_ns + int((rand() - 0.5) * 50_000)
             if rand() > 0.95:  # end of a run of the same stack
                 r = rand()
                 if r < 0.5:
