@@ -254,37 +254,43 @@ def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch") -> 
     them (None when the script marks no epochs). Energy is summed over sources; `by_source`
     keeps each. Returns {"steps": [...], "epochs": [...], "step_energy_j": {mean, stdev}}.
     """
-    phases = {f"{name}.fetch": "fetch", f"{name}.preprocess": "preprocess", f"{name}.compute": "compute"}
-    rows: dict[int, dict[str, Any]] = {}
+    def named(suffix: str) -> list[dict[str, Any]]:
+        return [w for w in profile.windows if w["name"] == f"{name}.{suffix}" and w.get("index") is not None]
+
     epochs = [w for w in profile.windows if w["name"] == epoch_window]
-    for w in profile.windows:
-        phase = phases.get(w["name"])
-        if phase is None or w.get("index") is None:
-            continue
-        r = rows.setdefault(int(w["index"]), {"step": int(w["index"]), "start_s": w["start_s"],
-                                              "by_source": {}, "fetch_s": 0.0, "preprocess_s": 0.0,
-                                              "compute_s": 0.0, "fetch_j": 0.0, "preprocess_j": 0.0,
-                                              "compute_j": 0.0})
-        r["start_s"] = min(r["start_s"], w["start_s"])
-        r[f"{phase}_s"] += w["time_s"]
-        r[f"{phase}_j"] += sum(w["energy_j"].values())
-        if phase != "preprocess":  # preprocess sits inside compute: its energy is already there
-            for sid, j in w["energy_j"].items():
-                r["by_source"][sid] = r["by_source"].get(sid, 0.0) + j
-    computed = {w.get("index") for w in profile.windows if w["name"] == f"{name}.compute"}
-    steps, end_waits = [], []
-    for r in sorted(rows.values(), key=lambda r: r["step"]):
-        if r["step"] not in computed:
-            end_waits.append(r)  # the next() that found the loader exhausted: not a step
-            continue
-        # the preprocess window is nested in compute: take it out so the phases are disjoint
-        r["compute_s"] = max(r["compute_s"] - r["preprocess_s"], 0.0)
-        r["compute_j"] = max(r["compute_j"] - r["preprocess_j"], 0.0)
+    fetches, used = named("fetch"), set()
+    preprocesses = named("preprocess")
+    steps = []
+    for c in sorted(named("compute"), key=lambda w: w["start_s"]):
+        # its fetch: same index, the last one to end before it began (the end-of-data fetch of
+        # the previous pass carries the same index as the next pass's first step)
+        cands = [i for i, f in enumerate(fetches) if i not in used and f["index"] == c["index"]
+                 and f["end_s"] <= c["start_s"] + 1e-6]
+        f = fetches[max(cands, key=lambda i: fetches[i]["end_s"])] if cands else None
+        if cands:
+            used.add(max(cands, key=lambda i: fetches[i]["end_s"]))
+        pre = [p for p in preprocesses if p["index"] == c["index"]
+               and c["start_s"] - 1e-6 <= p["start_s"] and p["end_s"] <= c["end_s"] + 1e-6]
+        r: dict[str, Any] = {"step": int(c["index"]), "start_s": f["start_s"] if f else c["start_s"]}
+        r["fetch_s"] = f["time_s"] if f else 0.0
+        r["fetch_j"] = sum(f["energy_j"].values()) if f else 0.0
+        r["preprocess_s"] = sum(p["time_s"] for p in pre)
+        r["preprocess_j"] = sum(sum(p["energy_j"].values()) for p in pre)
+        # the preprocess windows are nested in compute: take them out so the phases are disjoint
+        r["compute_s"] = max(c["time_s"] - r["preprocess_s"], 0.0)
+        r["compute_j"] = max(sum(c["energy_j"].values()) - r["preprocess_j"], 0.0)
+        by_source = dict(c["energy_j"])
+        for sid, j in (f["energy_j"] if f else {}).items():
+            by_source[sid] = by_source.get(sid, 0.0) + j
+        r["by_source"] = by_source
         r["time_s"] = r["fetch_s"] + r["preprocess_s"] + r["compute_s"]
         r["energy_j"] = r["fetch_j"] + r["preprocess_j"] + r["compute_j"]
         r["stall_s"] = max(r["fetch_s"] + r["preprocess_s"] - r["compute_s"], 0.0)
-        r["epoch"] = next((e["index"] for e in epochs if e["start_s"] <= r["start_s"] <= e["end_s"]), None)
+        r["epoch"] = next((e["index"] for e in epochs if e["start_s"] <= r["start_s"] < e["end_s"]), None)
         steps.append(r)
+    steps.sort(key=lambda r: r["start_s"])
+    end_waits = [{"step": int(f["index"]), "fetch_s": f["time_s"], "fetch_j": sum(f["energy_j"].values())}
+                 for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
     per_epoch: dict[Any, dict[str, Any]] = {}
     for r in steps:
         e = per_epoch.setdefault(r["epoch"], {"epoch": r["epoch"], "steps": 0, "fetch_s": 0.0, "preprocess_s": 0.0,
