@@ -186,7 +186,7 @@ def _check_target(script: str | None, module: str | None) -> types.CodeType | No
     except OSError as exc:
         raise UsageError(f"cannot read {script}: {exc.strerror}") from None
     try:
-        return compile(source, str(script), "exec", dont_inherit=True)
+        return compile(source, str(path.resolve()), "exec", dont_inherit=True)
     except SyntaxError as exc:
         raise UsageError(f"syntax error in {exc.filename}, line {exc.lineno}: {exc.msg}") from None
     except ValueError as exc:
@@ -277,7 +277,7 @@ def _fresh_main(name: str, file: str | None) -> types.ModuleType:
 def _exec_script(code: types.CodeType, script: str, args: list[str]) -> None:
     sys.argv = [script, *args]
     sys.path[0] = os.path.dirname(os.path.abspath(script))
-    mod = _fresh_main("__main__", script)
+    mod = _fresh_main("__main__", os.path.abspath(script))
     exec(code, mod.__dict__)
 
 
@@ -309,8 +309,6 @@ class _SigtermGuard:
         return self
 
     def _handler(self, signum: int, frame: Any) -> None:
-        if signal.getsignal(signal.SIGTERM) is not self._handler:
-            return
         self.fired = True
         raise _Terminated()
 

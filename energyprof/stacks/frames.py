@@ -10,10 +10,29 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 
 
+# energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
+_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli.py", "__main__.py", "torch.py", "integrations" + os.sep))
+
+KEEP, SKIP, STOP = 0, 1, 2
+
+
+def frame_kind(filename: str) -> int:
+    """KEEP a user frame; SKIP a runner or wrapper frame; STOP at energyprof's internals.
+
+    Time inside the profiler's own machinery (stopping, a window boundary) belongs to the
+    user frame that called it, so the stack is cut there rather than showing threading
+    joins and collector code as the program's functions.
+    """
+    if filename.startswith(PACKAGE_DIR):
+        return SKIP if filename.startswith(_TRANSPARENT) else STOP
+    if filename in _RUNNER_FILES or os.path.basename(filename) == "runpy.py":
+        return SKIP
+    return KEEP
+
+
 def is_machinery(filename: str) -> bool:
     """Frames that only run the program for us: energyprof itself and runpy."""
-    return (filename.startswith(PACKAGE_DIR) or filename in _RUNNER_FILES
-            or os.path.basename(filename) == "runpy.py")
+    return frame_kind(filename) != KEEP
 
 
 def anchor_depth(frame: FrameType | None = None) -> int:

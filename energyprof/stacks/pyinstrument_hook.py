@@ -11,7 +11,7 @@ import time
 from typing import Any, Callable
 
 from ..recording import Frame, Sample, StackTable
-from .frames import is_machinery
+from .frames import SKIP, STOP, frame_kind
 
 
 class PyinstrumentSampler:
@@ -55,7 +55,10 @@ class PyinstrumentSampler:
             function = parts[0] if parts else "?"
             file = parts[1] if len(parts) > 1 else ""
             line = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
-            if is_machinery(file):
+            kind = frame_kind(file)
+            if kind == STOP:
+                break
+            if kind == SKIP:
                 continue
             frames.append((function, file, line))
         return self.table.intern(frames)

@@ -16,7 +16,7 @@ from typing import Callable
 from .. import probes
 from ..probes import OwnClocks
 from ..recording import Frame, Sample, StackTable
-from .frames import is_machinery
+from .frames import SKIP, STOP, frame_kind
 
 THREAD_FRAME_PREFIX = "[thread "
 
@@ -127,7 +127,10 @@ class ThreadSampler:
             thread = threading._active.get(ident)  # type: ignore[attr-defined]
             frames.append((f"{THREAD_FRAME_PREFIX}{getattr(thread, 'name', ident)}]", "", 0))
         for c in codes:
-            if is_machinery(c.co_filename):
+            kind = frame_kind(c.co_filename)
+            if kind == STOP:
+                break
+            if kind == SKIP:
                 continue
             frames.append((getattr(c, "co_qualname", c.co_name), c.co_filename, c.co_firstlineno))
         return self.table.intern(frames)
