@@ -178,7 +178,7 @@ def test_page_shows_methodology(small_page: str) -> None:
 
 def test_table_keeps_every_function(small: Profile) -> None:
     table = embedded(report.render_html(small))["table"]
-    keys = {(n.function, n.file, n.line) for n, d in small.nodes() if d > 0}
+    keys = {(n.function, n.file, n.line) for n, _ in small.nodes()}
     assert len(table["fn"]) == len(keys)
     scale = 10.0 ** table["self_e"]["exp"]
     assert sum(table["self_e"]["v"]) * scale == pytest.approx(small.total_energy_j, rel=1e-2)
@@ -203,7 +203,7 @@ def test_fifty_thousand_functions_build_fast_and_small() -> None:
     assert elapsed < 3.0, elapsed
     assert size < 8 * 2**20, size
     data = embedded(page)
-    assert len(data["table"]["fn"]) == 50_000 + 100 + 3
+    assert len(data["table"]["fn"]) == 50_000 + 100 + 4
     assert len(data["chart"]["full"]["ids"]) <= 3 * report.MAX_CHART_NODES
 
 

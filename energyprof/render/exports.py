@@ -62,11 +62,11 @@ def node_key(node: Node) -> FunctionKey:
     return (node.function, node.file, node.line)
 
 
-def function_rows(profile: Profile, include_root: bool = False) -> list[FunctionRow]:
+def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionRow]:
     """Every function of the profile once, in first-seen (pre-order) order.
 
-    The root node is the whole run (100% of everything); it is left out unless asked for because a
-    row that always tops every column tells the reader nothing.
+    The root node (the program as a whole) is a row too: its self energy is the start-up and
+    tear-down outside any Python frame, and without it the rows would not add up to the total.
     """
     rows: dict[FunctionKey, FunctionRow] = {}
     on_path: dict[FunctionKey, int] = {}

@@ -1,0 +1,136 @@
+"""Exports: speedscope, folded stacks and CSV carry the same energy as the profile."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest_report import XSS_FUNCTION, hostile_profile, small_profile
+from energyprof.profile import Profile
+from energyprof.render import exports
+
+
+@pytest.fixture(scope="module")
+def small() -> Profile:
+    return small_profile()
+
+
+def _total_uj(profile: Profile) -> int:
+    return round(profile.total_energy_j * 1e6)
+
+
+def check_speedscope(doc: dict) -> None:
+    """The parts of speedscope's file-format schema a sampled profile must satisfy."""
+    assert doc["$schema"] == "https://www.speedscope.app/file-format-schema.json"
+    frames = doc["shared"]["frames"]
+    assert all(isinstance(f["name"], str) for f in frames)
+    assert all(isinstance(f.get("line", 0), int) and isinstance(f.get("file", ""), str) for f in frames)
+    assert isinstance(doc.get("activeProfileIndex", 0), int)
+    assert doc["profiles"]
+    for p in doc["profiles"]:
+        assert p["type"] == "sampled"
+        assert p["unit"] in ("none", "nanoseconds", "microseconds", "milliseconds", "seconds", "bytes")
+        assert isinstance(p["name"], str)
+        assert len(p["samples"]) == len(p["weights"])
+        assert all(isinstance(w, int) and w >= 0 for w in p["weights"])
+        assert all(0 <= i < len(frames) for stack in p["samples"] for i in stack)
+        assert p["endValue"] - p["startValue"] == sum(p["weights"])
+
+
+def test_speedscope_weights_sum_to_total_energy(small: Profile, tmp_path: Path) -> None:
+    path = tmp_path / "p.speedscope.json"
+    exports.write_speedscope(small, str(path))
+    doc = json.loads(path.read_text())
+    check_speedscope(doc)
+    energy, time = doc["profiles"][:2]
+    assert (energy["name"], energy["unit"]) == ("energy (uJ)", "none")
+    assert time["unit"] == "microseconds"
+    assert sum(energy["weights"]) == _total_uj(small)
+    self_time_us = sum(n.self_time_s for n, _ in small.nodes()) * 1e6
+    assert abs(sum(time["weights"]) - self_time_us) <= 1
+    # one more profile per source, each with that source's total
+    per_source = {p["name"]: sum(p["weights"]) for p in doc["profiles"][2:]}
+    for sid, j in small.totals["energy_j"].items():
+        assert per_source[f"energy {sid} (uJ)"] == round(j * 1e6)
+
+
+def test_speedscope_stacks_are_call_paths(small: Profile) -> None:
+    doc = exports.speedscope_document(small)
+    names = [f["name"] for f in doc["shared"]["frames"]]
+    energy = doc["profiles"][0]
+    stacks = [[names[i] for i in s] for s in energy["samples"]]
+    assert all(s[0] == small.root.function for s in stacks)
+    forward = [w for s, w in zip(stacks, energy["weights"]) if s[-1] == "forward"]
+    assert forward == [round(9.0 * 1e6)]
+
+
+def test_folded_lines_sum_to_total_energy(small: Profile, tmp_path: Path) -> None:
+    path = tmp_path / "p.folded"
+    exports.write_folded(small, str(path))
+    lines = path.read_text().splitlines()
+    weights = [int(line.rsplit(" ", 1)[1]) for line in lines]
+    assert sum(weights) == _total_uj(small)
+    assert all(w > 0 for w in weights)
+    assert any(line.startswith("example.py;<module> (example.py:") for line in lines)
+
+
+def test_folded_survives_separators_in_names() -> None:
+    profile = hostile_profile()
+    lines = exports.folded_lines(profile)
+    assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == _total_uj(profile)
+    for line in lines:
+        stack, weight = line.rsplit(" ", 1)
+        assert "\n" not in stack and weight.isdigit()
+    assert any("a:b c.py" in line for line in lines)  # ';' and a newline in a file name were neutralised
+
+
+def test_integer_weights_keep_the_sum() -> None:
+    values = [0.3e-6] * 10 + [1.7e-6, 0.0, 2.5e-6]
+    weights = exports.integer_weights(values, 1e6)
+    assert sum(weights) == round(sum(values) * 1e6)
+    assert all(w >= 0 for w in weights)
+
+
+def test_csv_one_row_per_function(small: Profile, tmp_path: Path) -> None:
+    path = tmp_path / "p.csv"
+    exports.write_csv(small, str(path))
+    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+    keys = {(n.function, n.file, n.line) for n, _ in small.nodes()}
+    assert len(rows) == len(keys)
+    assert len({(r["function"], r["file"], r["line"]) for r in rows}) == len(rows)
+    assert sum(float(r["self_energy_j"]) for r in rows) == pytest.approx(small.total_energy_j)
+    assert sum(float(r["self_energy_j[gpu:0]"]) for r in rows) == pytest.approx(small.totals["energy_j"]["gpu:0"])
+    # recursion counted once: fib's inclusive energy is the outer call's, not outer + inner
+    fib = [r for r in rows if r["function"] == "fib"]
+    assert max(float(r["energy_j"]) for r in fib) == pytest.approx(0.6)
+
+
+def test_csv_keeps_hostile_names_intact() -> None:
+    rows = list(csv.DictReader(io.StringIO(exports.csv_text(hostile_profile()))))
+    assert XSS_FUNCTION in {r["function"] for r in rows}
+    assert "a;b\nc.py" in {r["file"] for r in rows}
+
+
+def test_cli_writes_every_export(tmp_path: Path) -> None:
+    (tmp_path / "work.py").write_text("s = 0\nfor i in range(300000):\n    s += i * i\n")
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,30\n")
+    run = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--json", "p.json",
+                          "--speedscope", "s.json", "--folded", "f.txt", "--csv", "c.csv", "work.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    from energyprof import load
+
+    profile = load(tmp_path / "p.json")
+    doc = json.loads((tmp_path / "s.json").read_text())
+    check_speedscope(doc)
+    assert abs(sum(doc["profiles"][0]["weights"]) - profile.total_energy_j * 1e6) <= 1
+    folded = (tmp_path / "f.txt").read_text().splitlines()
+    assert abs(sum(int(line.rsplit(" ", 1)[1]) for line in folded) - profile.total_energy_j * 1e6) <= 1
+    rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    assert rows and sum(float(r["self_energy_j"]) for r in rows) == pytest.approx(profile.total_energy_j, rel=1e-9)
