@@ -55,9 +55,9 @@ def _add_carbon_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cloud", help="PROVIDER:REGION, e.g. gcp:europe-west1")
     g.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="a fixed intensity in gCO2eq/kWh")
     g.add_argument("--carbon-intensity-trace", metavar="FILE", help="CSV timestamp,g_per_kwh over the run")
-    g.add_argument("--pue", type=float, default=1.0, help="data-centre power usage effectiveness (default 1.0)")
+    g.add_argument("--pue", type=float, default=None, help="data-centre power usage effectiveness (default 1.0)")
     g.add_argument("--price-per-kwh", type=float, help="electricity price, for cost figures")
-    g.add_argument("--currency", default="EUR", help="currency of --price-per-kwh (default EUR)")
+    g.add_argument("--currency", default=None, help="currency of --price-per-kwh (default EUR)")
 
 
 def build_run_parser() -> _Parser:
@@ -150,12 +150,19 @@ def _report(argv: list[str]) -> int:
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     output = ns.output or (None if (ns.json or ns.speedscope or ns.folded or ns.csv) else DEFAULT_OUTPUT)
-    options = _options(ns, output=output, **{k: v for k, v in options_kwargs.items() if k not in vars(ns) or getattr(ns, k) is None})
+    from . import carbon
     from .outputs import write_outputs
     from .profiler import finish_profile
 
-    if profile.carbon is None or any(getattr(ns, k) is not None for k in ("country", "region", "cloud", "carbon_intensity",
-                                                                           "carbon_intensity_trace")):
+    # Carbon options: what the run used, overridden by any given now.
+    keys = (*carbon.SAVED_OPTIONS, "carbon_intensity_trace")
+    given = {k: getattr(ns, k) for k in keys if getattr(ns, k, None) is not None}
+    saved = carbon.saved_options(profile)
+    if given and {"carbon_intensity", "carbon_intensity_trace", "cloud", "country", "region"} & set(given):
+        for k in ("carbon_intensity", "carbon_intensity_trace", "cloud", "country", "region"):
+            saved.pop(k, None)  # a new location replaces the old one as a whole
+    options = _options(ns, output=output, **{**saved, **given, **options_kwargs})
+    if profile.carbon is None or given:
         finish_profile(profile, options)
     write_outputs(profile, options)
     return 0

@@ -41,8 +41,11 @@ def render_summary(profile: Profile) -> str:
     lines.append(f"  {'total':<8} {fmt_energy(total):>24}  {_methods(profile)}")
     if profile.carbon and t.get("carbon_g") is not None:
         c = profile.carbon
-        lines.append(f"  carbon   {t['carbon_g']:.4g} gCO2eq at {c['intensity_g_per_kwh']:.4g} g/kWh ({c['source']}),"
-                     f" PUE {c['pue']:g}")
+        how = "time-series mean" if c.get("time_series") else "at"
+        lines.append(f"  carbon   {t['carbon_g']:.4g} gCO2eq {how} {c['intensity_g_per_kwh']:.4g} g/kWh ({c['source']}),"
+                     f" PUE {c['pue']:g}  estimated")
+    if t.get("cost") is not None and profile.carbon:
+        lines.append(f"  cost     {t['cost']:.4g} {profile.carbon.get('currency', '')}")
     top = top_functions(profile)
     if top:
         lines.append("  top functions by self energy (all sources):")
