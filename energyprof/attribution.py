@@ -94,7 +94,7 @@ class Timeline:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _StackStat:
     time_ns: int = 0
     cpu_ns: int = 0
@@ -149,17 +149,22 @@ class Ledger:
 
     # -- events -------------------------------------------------------------------------
     def add_sample(self, s: Sample) -> None:
-        st = self.stats.get(s.stack_id)
+        # The hottest path of a long run (millions of calls): fields unpacked once, and
+        # _drain called only when this sample reaches the next tick (its own loop test).
+        t0, t1, sid, cpu, _ = s
+        st = self.stats.get(sid)
         if st is None:
-            st = self.stats[s.stack_id] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
-        st.time_ns += s.t1_ns - s.t0_ns
-        st.cpu_ns += s.cpu_ns
+            st = self.stats[sid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+        st.time_ns += t1 - t0
+        st.cpu_ns += cpu
         st.samples += 1
-        if s.t1_ns > s.t0_ns:
+        if t1 > t0:
             self._pending.append(s)
-        if s.t1_ns > self._watermark:
-            self._watermark = s.t1_ns
-            self._drain(final=False)
+        if t1 > self._watermark:
+            self._watermark = t1
+            ticks = self._ticks
+            if len(ticks) >= 2 and t1 >= ticks[1].t_ns:
+                self._drain(final=False)
 
     def add_samples(self, samples: Iterable[Sample]) -> None:
         for s in samples:
@@ -287,17 +292,17 @@ class Ledger:
         rss = b.rss_bytes
         first = last = None
         for s in self._pending:
-            if s.t1_ns <= lo or s.t0_ns >= hi:
+            t0, t1, sid, cpu, main = s
+            if t1 <= lo or t0 >= hi:
                 continue
-            ov = (s.t1_ns if s.t1_ns < hi else hi) - (s.t0_ns if s.t0_ns > lo else lo)
-            sid = s.stack_id
-            if s.cpu_ns:
-                cpu_w[sid] = cpu_w.get(sid, 0.0) + s.cpu_ns * ov / (s.t1_ns - s.t0_ns)
-            if s.main:
+            ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
+            if cpu:
+                cpu_w[sid] = cpu_w.get(sid, 0.0) + cpu * ov / (t1 - t0)
+            if main:
                 wall_w[sid] = wall_w.get(sid, 0.0) + ov
-                if first is None or s.t0_ns < first.t0_ns:
+                if first is None or t0 < first.t0_ns:
                     first = s
-                if last is None or s.t1_ns > last.t1_ns:
+                if last is None or t1 > last.t1_ns:
                     last = s
             any_w[sid] = any_w.get(sid, 0.0) + ov
             st = stats[sid]
