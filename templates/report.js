@@ -41,13 +41,45 @@
     collapse.parentNode.title = "no library frames in this profile";
   }
 
+  var idle = document.getElementById("chart-idle");
+  var IDLE = "[other processes and idle]";
+
+  /* Leaving out the idle node: drop it (and anything under it) and take its value off its
+   * ancestors, so every parent still equals self + children. */
+  function withoutIdle(tree, values) {
+    var index = {}, drop = {}, i;
+    for (i = 0; i < tree.ids.length; i++) index[tree.ids[i]] = i;
+    var vals = values.slice();
+    for (i = 0; i < tree.ids.length; i++) {
+      var p = tree.parents[i];
+      if (tree.names[i] === IDLE || (p && drop[p])) {
+        drop[tree.ids[i]] = true;
+        if (!p || drop[p]) continue;
+        for (var a = index[p]; a !== undefined; a = tree.parents[a] ? index[tree.parents[a]] : undefined) vals[a] -= values[i];
+      }
+    }
+    var out = { ids: [], parents: [], labels: [], hovertext: [], values: [], colours: [] };
+    var colours = colour.value === "mix" ? tree.colour_mix : tree.colour_file;
+    for (i = 0; i < tree.ids.length; i++) {
+      if (drop[tree.ids[i]]) continue;
+      out.ids.push(tree.ids[i]); out.parents.push(tree.parents[i]); out.labels.push(tree.labels[i]);
+      out.hovertext.push(tree.hovertext[i]); out.values.push(Math.max(0, vals[i])); out.colours.push(colours[i]);
+    }
+    return out;
+  }
+
   function icicleTrace() {
     var tree = collapse.checked && data.chart.collapsed ? data.chart.collapsed : data.chart.full;
+    var values = metric.value === "t" ? tree.value_t : tree.value_e;
+    var shown = idle.checked
+      ? { ids: tree.ids, parents: tree.parents, labels: tree.labels, hovertext: tree.hovertext, values: values,
+          colours: colour.value === "mix" ? tree.colour_mix : tree.colour_file }
+      : withoutIdle(tree, values);
     return {
-      type: "icicle", ids: tree.ids, parents: tree.parents, labels: tree.labels,
-      values: metric.value === "t" ? tree.value_t : tree.value_e, branchvalues: "total",
-      marker: { colors: colour.value === "mix" ? tree.colour_mix : tree.colour_file, line: { width: 0.5, color: "#fff" } },
-      hovertext: tree.hovertext, hoverinfo: "text", textinfo: "label",
+      type: "icicle", ids: shown.ids, parents: shown.parents, labels: shown.labels,
+      values: shown.values, branchvalues: "total",
+      marker: { colors: shown.colours, line: { width: 0.5, color: "#fff" } },
+      hovertext: shown.hovertext, hoverinfo: "text", textinfo: "label",
       tiling: { orientation: "v", flip: flame.checked ? "y" : "" }, pathbar: { visible: true, side: flame.checked ? "bottom" : "top" }
     };
   }
@@ -55,7 +87,7 @@
     var layout = { margin: { l: 2, r: 2, t: 28, b: 2 }, height: icicle.clientHeight || 470 };
     return Plotly.react(icicle, [icicleTrace()], layout, CONFIG);
   }
-  [metric, colour, collapse, flame].forEach(function (c) { c.addEventListener("change", drawIcicle); });
+  [metric, colour, collapse, flame, idle].forEach(function (c) { c.addEventListener("change", drawIcicle); });
   drawIcicle();
 
   /* ------------------------------------------------------------ timeline */

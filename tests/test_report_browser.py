@@ -121,6 +121,10 @@ def test_chart_switches_redraw(browser, small_report: Path) -> None:
     page = Page(browser)
     page.open(small_report)
     p = page.page
+    root = "() => document.getElementById('icicle').data[0].values[0]"
+    program = p.evaluate(root)
+    p.check("#chart-idle")  # other processes and idle: left out by default, shown on request
+    assert p.evaluate(root) == pytest.approx(program + 3.0)  # small_profile's idle node: 2 J cpu + 1 J gpu
     before = p.evaluate("() => document.getElementById('icicle').data[0].values.slice()")
     p.select_option("#chart-metric", "t")
     after = p.evaluate("() => document.getElementById('icicle').data[0].values.slice()")

@@ -211,7 +211,7 @@ def summary_cards(profile: Profile) -> list[Card]:
     attributed = sum(t.get("attributed_j", {}).values())
     idle = sum(t.get("idle_j", {}).values())
     own = sum(t.get("energyprof_j", {}).values())
-    cards.append(Card("Charged to the program", fmt_energy(attributed), [
+    cards.append(Card("Charged to program", fmt_energy(attributed), [
         (f"{_pct(attributed, total)} of the total", ""),
         (f"other processes and idle: {fmt_energy(idle)} ({_pct(idle, total)})", ""),
         (f"energyprof itself: {fmt_energy(own)} ({_pct(own, total)})", ""),
@@ -475,7 +475,7 @@ def icicle_trace(profile: Profile, collapse_libraries: bool) -> dict[str, Any]:
     """
     root = prune(chart_tree(profile, collapse_libraries))
     colours = dict(zip((s["id"] for s in profile.sources), source_colours(profile)))
-    out: dict[str, list] = {k: [] for k in ("ids", "parents", "labels", "hovertext", "value_e",
+    out: dict[str, list] = {k: [] for k in ("ids", "parents", "labels", "names", "hovertext", "value_e",
                                             "value_t", "colour_file", "colour_mix")}
     total_e = root.value_e or 1.0
     total_t = root.value_t or 1.0
@@ -487,6 +487,7 @@ def icicle_trace(profile: Profile, collapse_libraries: bool) -> dict[str, Any]:
         out["parents"].append(parent)
         label = n.function if len(n.function) <= LABEL_CHARS else n.function[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(html.escape(label, quote=False))
+        out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
         out["hovertext"].append(_hover(n, total_e, total_t))
         out["value_e"].append(n.value_e)
         out["value_t"].append(n.value_t)
