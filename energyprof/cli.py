@@ -84,6 +84,8 @@ def build_run_parser() -> _Parser:
                    help="do not count child processes' CPU time in the program's share")
     p.add_argument("--checkpoint", help="checkpoint file (default: next to the report)")
     p.add_argument("--checkpoint-interval", type=float, default=30.0, help="seconds between checkpoints (default 30)")
+    p.add_argument("--sensor-timeout", type=float, default=2.0,
+                   help="drop a sensor whose read takes longer than this, in seconds (default 2)")
     p.add_argument("--sync", default=None, help="'cuda': synchronise CUDA at window and function boundaries")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
@@ -214,7 +216,8 @@ def _run(argv: list[str]) -> int:
 
     target = module if module is not None else script
     prof = Profiler(options)
-    prof.argv = [sys.argv[0] if sys.argv else PROG, *argv]
+    launcher = sys.argv[0] if sys.argv else PROG
+    prof.argv = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
     exit_code = 0
     status: dict[str, Any] = {"status": "completed"}
     pending: BaseException | None = None

@@ -56,6 +56,12 @@ class Collector:
         self.t0_ns = 0
         self._last_checkpoint = 0
         self.ticks = 0
+        # Watchdog state: a read that never returns (a wedged driver) must not stop the run.
+        # The stuck thread is abandoned (it exits when its read returns, touching nothing)
+        # and a new collector thread carries on without that sensor.
+        self._generation = 0
+        self._reading: tuple[int, int] | None = None  # (sensor index, read start ns)
+        self._watchdog: threading.Thread | None = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -67,13 +73,21 @@ class Collector:
                 self._drop(i, f"failed to start: {exc}", self.t0_ns)
         self._last_checkpoint = self.t0_ns
         self.tick(self.t0_ns)
-        self._thread = threading.Thread(target=self._run, name="energyprof-collector", daemon=True)
+        self._spawn()
+        self._watchdog = threading.Thread(target=self._watch, name="energyprof-watchdog", daemon=True)
+        self._watchdog.start()
+
+    def _spawn(self) -> None:
+        self._thread = threading.Thread(target=self._run, args=(self._generation,), name="energyprof-collector",
+                                        daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread is not None:
-            self._thread.join(timeout=max(5.0, 3 * self.sensor_timeout_ns / 1e9))
+            self._thread.join(timeout=2 * self.sensor_timeout_ns / 1e9 + 1.0)
+            if self._thread.is_alive():
+                self._abandon_stuck_reader()
         self.tick()
         self.ledger.finish()
         for s in self.sensors:
@@ -91,15 +105,35 @@ class Collector:
     def end_window(self, name: str | None) -> None:
         self.queue.append(("end", time.perf_counter_ns(), name, None))
 
-    def _run(self) -> None:
+    def _run(self, generation: int) -> None:
         self.own.register_current()
         while not self._stop.wait(self.interval_s):
-            self.tick()
+            if generation != self._generation:
+                return
+            self.tick(generation=generation)
             if self.checkpoint_path and time.perf_counter_ns() - self._last_checkpoint >= self.checkpoint_interval_ns:
                 self.write_checkpoint()
 
+    def _watch(self) -> None:
+        self.own.register_current()
+        period = max(0.05, self.sensor_timeout_ns / 2e9)
+        while not self._stop.wait(period):
+            reading = self._reading
+            if reading is not None and time.perf_counter_ns() - reading[1] > self.sensor_timeout_ns:
+                self._abandon_stuck_reader()
+                if not self._stop.is_set():
+                    self._spawn()
+
+    def _abandon_stuck_reader(self) -> None:
+        reading = self._reading
+        self._generation += 1
+        self._reading = None
+        if reading is not None and self.alive[reading[0]]:
+            self._drop(reading[0], f"a read did not return within {self.sensor_timeout_ns / 1e9:g} s (hung)",
+                       reading[1])
+
     # -- one tick ----------------------------------------------------------------------
-    def tick(self, t_ns: int | None = None) -> None:
+    def tick(self, t_ns: int | None = None, generation: int | None = None) -> None:
         t = t_ns if t_ns is not None else time.perf_counter_ns()
         energy: list[float | None] = []
         for i, s in enumerate(self.sensors):
@@ -107,13 +141,20 @@ class Collector:
                 energy.append(None)
                 continue
             t_read = time.perf_counter_ns()
+            self._reading = (i, t_read)
             try:
                 v = s.read(t)
                 v = float(v)
             except Exception as exc:  # noqa: BLE001
+                self._reading = None
+                if generation is not None and generation != self._generation:
+                    return
                 self._drop(i, f"{type(exc).__name__}: {exc}", t)
                 energy.append(None)
                 continue
+            self._reading = None
+            if generation is not None and generation != self._generation:
+                return  # abandoned while this read hung: the new collector owns the ledger now
             took = time.perf_counter_ns() - t_read
             if not math.isfinite(v):
                 self._drop(i, f"returned a non-finite reading ({v})", t)

@@ -180,6 +180,9 @@ class Profiler:
         assert self._ledger is not None and self._collector is not None
         profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status))
         profile.notes.extend(self._collector.notes)
+        if self.options.sampler == "pyinstrument":
+            profile.notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
+                                  " energy spent by other threads is charged to the main thread's stack"})
         profile.totals.update(memory.summary(profile, self._ledger.first_tick))
         if self._collector.child_processes:
             profile.extra["child_processes"] = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])

@@ -1,0 +1,340 @@
+"""Never lose a run, never change the program: endings, signals, bad input, threads, children,
+sensors at fault. Every case runs the real CLI in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from energyprof import load
+
+from conftest import run_cli
+
+TRACE = "t_s,cpu\n0,40\n"
+
+
+@pytest.fixture
+def here(tmp_path: Path) -> Path:
+    (tmp_path / "trace.csv").write_text(TRACE)
+    return tmp_path
+
+
+def script(dirpath: Path, name: str, body: str) -> Path:
+    p = dirpath / name
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def profiled(args: list[str]) -> list[str]:
+    return ["--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
+
+
+# -- endings --------------------------------------------------------------------------------
+def test_exception_traceback_exit_code_and_outputs(here):
+    script(here, "boom.py", """
+        def inner():
+            raise RuntimeError("bad thing")
+        print("before")
+        inner()
+    """)
+    plain = subprocess.run([sys.executable, "boom.py"], cwd=here, capture_output=True, text=True)
+    res = run_cli(["-q", *profiled(["boom.py"])], cwd=here)
+    assert res.returncode == plain.returncode == 1
+    assert res.stdout == plain.stdout == "before\n"
+    assert res.stderr == plain.stderr  # the traceback exactly as Python prints it
+    p = load(here / "p.json")
+    assert p.meta["exit"] == {"status": "exception", "exception": "RuntimeError: bad thing"}
+    assert "RuntimeError: bad thing" in (here / "r.html").read_text()
+
+
+@pytest.mark.parametrize("code,expected_rc,expected_err", [("7", 7, ""), ("None", 0, ""), ("'bye'", 1, "bye\n")])
+def test_sys_exit_passes_through(here, code, expected_rc, expected_err):
+    script(here, "ex.py", f"import sys\nprint('x')\nsys.exit({code})\n")
+    res = run_cli(["-q", *profiled(["ex.py"])], cwd=here)
+    assert (res.returncode, res.stdout, res.stderr) == (expected_rc, "x\n", expected_err)
+    assert load(here / "p.json").meta["exit"]["status"] == "exit"
+
+
+SLEEPER = """
+    import sys, time
+    print("ready", flush=True)
+    time.sleep(30)
+"""
+
+
+def start(here: Path, args: list[str]) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", *args], cwd=here, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.3)
+    return proc
+
+
+def test_sigint_writes_outputs_then_ends_like_python(here):
+    script(here, "sleeper.py", SLEEPER)
+    proc = start(here, ["-q", *profiled(["sleeper.py"])])
+    os.kill(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert err.startswith("Traceback (most recent call last):") and err.rstrip().endswith("KeyboardInterrupt")
+    p = load(here / "p.json")
+    assert p.meta["exit"]["status"] == "interrupted" and p.totals["duration_s"] > 0.2
+
+
+def test_sigterm_writes_outputs_then_dies_by_sigterm(here):
+    script(here, "sleeper.py", SLEEPER)
+    proc = start(here, ["-q", *profiled(["sleeper.py"])])
+    os.kill(proc.pid, signal.SIGTERM)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == -signal.SIGTERM  # default SIGTERM semantics, as without energyprof
+    assert err == ""
+    assert load(here / "p.json").meta["exit"] == {"status": "terminated", "signal": "SIGTERM"}
+    assert (here / "r.html").exists()
+
+
+def test_programs_own_sigterm_handler_still_runs(here):
+    script(here, "handler.py", """
+        import signal, sys, time
+        def on_term(signum, frame):
+            print("cleaning up", flush=True)
+            sys.exit(3)
+        signal.signal(signal.SIGTERM, on_term)
+        print("ready", flush=True)
+        time.sleep(30)
+    """)
+    proc = start(here, ["-q", *profiled(["handler.py"])])
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3 and out == "cleaning up\n"
+    assert load(here / "p.json").meta["exit"] == {"status": "exit", "code": 3}
+
+
+def test_sigkill_leaves_a_checkpoint_that_becomes_a_report(here):
+    script(here, "sleeper.py", SLEEPER)
+    proc = start(here, ["-q", "--checkpoint-interval", "0.3", *profiled(["sleeper.py"])])
+    time.sleep(1.5)
+    proc.kill()
+    proc.wait(timeout=10)
+    ckpt = here / "r.energyprof-checkpoint.json"  # default: next to the report
+    assert ckpt.exists() and not (here / "p.json").exists()
+    res = run_cli(["report", str(ckpt), "-o", "from-ckpt.html", "--json", "from-ckpt.json"], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "from-ckpt.json")
+    assert p.meta["exit"]["status"] == "checkpoint"
+    assert p.totals["duration_s"] >= 1.5 - 0.3 - 0.2  # at most one checkpoint interval lost (plus slack)
+    assert p.totals["energy_j"]["cpu"] == pytest.approx(40.0 * p.totals["duration_s"], rel=0.02)
+    assert (here / "from-ckpt.html").stat().st_size > 1000
+
+
+def test_finished_run_removes_its_checkpoint(here):
+    script(here, "quick.py", "import time\ntime.sleep(0.5)\n")
+    res = run_cli(["-q", "--checkpoint-interval", "0.1", *profiled(["quick.py"])], cwd=here)
+    assert res.returncode == 0
+    assert not list(here.glob("*checkpoint*"))
+
+
+def test_stdio_warnings_and_quiet(here):
+    script(here, "io.py", """
+        import sys, warnings
+        data = sys.stdin.read()
+        print(data.upper(), end="")
+        warnings.warn("careful")
+        print("to stderr", file=sys.stderr)
+    """)
+    plain = subprocess.run([sys.executable, "io.py"], cwd=here, capture_output=True, text=True, input="abc\n")
+    res = run_cli(["-q", *profiled(["io.py"])], cwd=here, stdin="abc\n")
+    assert res.stdout == plain.stdout == "ABC\n"
+    assert res.stderr == plain.stderr
+    loud = run_cli(profiled(["io.py"]), cwd=here, stdin="abc\n")
+    assert loud.stderr.startswith(plain.stderr) and "energyprof:" in loud.stderr
+
+
+# -- threads and children ---------------------------------------------------------------------
+THREADS = """
+    import threading, time
+    def worker_burn():
+        end = time.perf_counter() + 1.0
+        while time.perf_counter() < end:
+            sum(range(1000))
+    t = threading.Thread(target=worker_burn, name="burner")
+    t.start()
+    def main_waits():
+        t.join()
+    main_waits()
+"""
+
+
+def test_threads_sampler_charges_the_working_thread(here):
+    script(here, "th.py", THREADS)
+    res = run_cli(["-q", "--idle", "all", *profiled(["th.py"])], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    total = p.totals["attributed_j"]["cpu"]
+    assert p.function_totals("worker_burn") > 0.7 * total  # intervals where nobody got a CPU go by wall time
+    assert p.function_totals("main_waits") < 0.25 * total
+
+
+def test_pyinstrument_sampler_charges_main_and_says_so(here):
+    script(here, "th.py", THREADS)
+    res = run_cli(["-q", "--idle", "all", "--sampler", "pyinstrument", *profiled(["th.py"])], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    assert p.function_totals("main_waits") > 0.8 * p.totals["attributed_j"]["cpu"]
+    assert any("main thread" in n["message"] for n in p.notes)
+
+
+def test_child_process_cpu_lands_under_the_waiting_stack(here):
+    script(here, "kids.py", """
+        import subprocess, sys
+        def wait_for_child():
+            subprocess.run([sys.executable, "-c",
+                            "import time\\nend = time.perf_counter() + 1.2\\nwhile time.perf_counter() < end: pass"])
+        wait_for_child()
+    """)
+    res = run_cli(["-q", *profiled(["kids.py"])], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    waiting = p.find("wait_for_child")[0]
+    kids = [n for n, _ in waiting.walk() if n.function == "[child processes]"]
+    assert kids, [n.function for n, _ in waiting.walk()]
+    child_j = sum(k.energy_j["cpu"] for k in kids)
+    assert child_j > 0.5 * p.totals["attributed_j"]["cpu"]
+    listed = p.extra.get("child_processes", [])
+    assert any("perf_counter" in c["command"] and c["cpu_time_s"] > 0.3 for c in listed), listed
+
+
+def test_no_children_flag_leaves_child_cpu_out(here):
+    script(here, "kids.py", """
+        import subprocess, sys
+        subprocess.run([sys.executable, "-c", "sum(range(30_000_000))"])
+    """)
+    res = run_cli(["-q", "--no-children", *profiled(["kids.py"])], cwd=here)
+    assert res.returncode == 0
+    p = load(here / "p.json")
+    assert not [n for n, _ in p.nodes() if n.function == "[child processes]"]
+
+
+# -- sensors at fault -----------------------------------------------------------------------------
+def fake_rapl(root: Path) -> Path:
+    for name, label in (("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "dram")):
+        z = root / name
+        z.mkdir(parents=True)
+        (z / "name").write_text(label + "\n")
+        (z / "energy_uj").write_text("0\n")
+        (z / "max_energy_range_uj").write_text("262143328850\n")
+    return root
+
+
+def test_sensor_returning_garbage_is_dropped_and_the_run_goes_on(here):
+    root = fake_rapl(here / "powercap")
+    script(here, "s.py", f"""
+        import time
+        pkg = {str(root / 'intel-rapl:0' / 'energy_uj')!r}
+        time.sleep(0.4)
+        open(pkg, "w").write("garbage\\n")
+        time.sleep(0.4)
+        print("still running")
+    """)
+    res = run_cli(["--powercap-root", str(root), "--json", "p.json", "-o", "r.html", "s.py"], cwd=here)
+    assert res.returncode == 0 and res.stdout == "still running\n"
+    p = load(here / "p.json")
+    drops = [n for n in p.notes if n["kind"] == "sensor-dropped"]
+    assert [d["source"] for d in drops] == ["cpu"]
+    assert 0.3 < drops[0]["at_s"] < 0.8
+    assert "sensor cpu (rapl) dropped" in res.stderr
+    assert p.totals["duration_s"] > 0.75  # the other sensor (dram) went on to the end
+    assert p.timeline["t_s"][-1] > 0.7
+
+
+def test_hung_sensor_is_dropped_by_the_watchdog(here):
+    root = fake_rapl(here / "powercap")
+    script(here, "s.py", f"""
+        import os, time
+        pkg = {str(root / 'intel-rapl:0' / 'energy_uj')!r}
+        time.sleep(0.3)
+        os.unlink(pkg)
+        os.mkfifo(pkg)  # opening it for reading now blocks forever: a wedged driver
+        t = time.perf_counter()
+        while time.perf_counter() - t < 1.5:
+            pass
+        print("finished")
+    """)
+    t0 = time.perf_counter()
+    res = run_cli(["--sensor-timeout", "0.3", "--powercap-root", str(root), "--json", "p.json", "-o", "r.html", "s.py"],
+                  cwd=here, timeout=60)
+    assert time.perf_counter() - t0 < 20
+    assert res.returncode == 0 and res.stdout == "finished\n", res.stderr
+    p = load(here / "p.json")
+    drops = [n for n in p.notes if n["kind"] == "sensor-dropped"]
+    assert [d["source"] for d in drops] == ["cpu"] and "hung" in drops[0]["message"]
+    # dram kept being read after the hang: its timeline goes on with fine resolution
+    assert len([t for t in p.timeline["t_s"] if t > 0.8]) > 20
+
+
+# -- bad input ----------------------------------------------------------------------------------
+MARKER = "open('marker', 'w').write('ran')\n"
+
+
+@pytest.mark.parametrize("make,args,needle", [
+    (None, ["missing.py"], "script not found"),
+    ("dir", ["adir"], "is a directory"),
+    ("syntax", ["bad.py"], "syntax error"),
+    ("ok", ["--no-such-flag", "ok.py"], "unrecognized arguments"),
+    ("ok", ["--interval", "-1", "ok.py"], "--interval must be"),
+    ("ok", ["--sensor-interval", "abc", "ok.py"], "invalid float value"),
+    ("ok", ["--idle", "shrae", "ok.py"], "--idle must be one of"),
+    ("ok", ["--sampler", "nope", "ok.py"], "--sampler must be one of"),
+    ("ok", ["-o", "nowhere/r.html", "ok.py"], "does not exist"),
+    ("ok", ["--json", "/dev/null/x.json", "ok.py"], "--json"),
+    ("ok", ["--power-trace", "missing.csv", "ok.py"], "is not a file"),
+    ("ok", ["-m", "no_such_module_xyz"], "no module named"),
+    (None, [], "no script given"),
+])
+def test_bad_input_is_one_line_exit_2_and_nothing_runs(here, make, args, needle):
+    if make == "dir":
+        (here / "adir").mkdir()
+    elif make == "syntax":
+        (here / "bad.py").write_text(MARKER + "def broken(:\n")
+    elif make == "ok":
+        (here / "ok.py").write_text(MARKER)
+    res = run_cli(args, cwd=here)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("energyprof: error: ") and needle in lines[0], res.stderr
+    assert not (here / "marker").exists()
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "energyprof.profile/1", "meta": {}', "not valid JSON"),
+    ('{"schema": "energyprof.profile/99", "meta": {}}', "newer than this energyprof"),
+    ('{"schema": "something/1"}', "not an energyprof profile"),
+    ('{"schema": "energyprof.profile/1", "meta": {}}', "missing"),
+    ("[1, 2]", "not a profile"),
+])
+def test_bad_profiles_for_report(here, content, needle):
+    (here / "bad.json").write_text(content)
+    res = run_cli(["report", "bad.json", "-o", "out.html"], cwd=here)
+    assert res.returncode == 2
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0], res.stderr
+    assert not (here / "out.html").exists()
+
+
+def test_truncated_real_profile_is_refused(here):
+    script(here, "ok.py", "print(1)\n")
+    assert run_cli(["-q", *profiled(["ok.py"])], cwd=here).returncode == 0
+    text = (here / "p.json").read_text()
+    (here / "cut.json").write_text(text[: len(text) // 2])
+    res = run_cli(["report", "cut.json"], cwd=here)
+    assert res.returncode == 2 and "truncated" in res.stderr and len(res.stderr.strip().splitlines()) == 1
+    json.loads(text)  # the original stays valid
