@@ -339,7 +339,8 @@ class Ledger:
                 weights = cpu_w or wall
             self.own_share[i] += own_share
             self.own_all[i] += d - prog_all
-            self.idle[i] += d - prog_share - own_share
+            # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
+            self.idle[i] += max(0.0, d - prog_share - own_share)
             if not weights:
                 self.root_share[i] += prog_share
                 self.root_all[i] += prog_all
