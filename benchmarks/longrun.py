@@ -240,6 +240,11 @@ def main(argv: list[str] | None = None) -> int:
     ns = ap.parse_args(args)
     n_samples = max(100, int(HOUR_SAMPLES * ns.scale))
     n_ticks = max(10, int(HOUR_TICKS * ns.scale))
+    try:
+        load = os.getloadavg()[0]
+        print(f"machine load average (1 min): {load:.1f} on {os.cpu_count()} logical CPUs")
+    except (AttributeError, OSError):
+        pass
     print(f"synthetic run: {n_samples:,} samples over {N_STACKS:,} stacks, {n_ticks:,} sensor ticks "
           f"({n_ticks * TICK_NS / 3.6e12:.2f} h at 100 Hz sensors, 1 kHz samples)")
     one = child(n_samples, n_ticks, render=True)

@@ -129,7 +129,17 @@ def machine() -> str:
     from energyprof import probes
 
     return (f"machine: {probes.cpu_model()}, {os.cpu_count()} logical CPUs, "
-            f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.system()}")
+            f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.system()}"
+            f"{load_average()}")
+
+
+def load_average() -> str:
+    """The machine's load when the run started: on a shared box it says how noisy the figures are."""
+    try:
+        one, five, _ = os.getloadavg()
+    except (AttributeError, OSError):
+        return ""
+    return f"; load average {one:.1f} (1 min), {five:.1f} (5 min)"
 
 
 def fmt(values: list[float]) -> str:
