@@ -332,17 +332,21 @@ def test_gpu_lost_mid_run_is_dropped_and_the_run_goes_on() -> None:
         prof = Profiler(quiet=True, summary=False, sensor_interval=0.01)
         prof.start()
         far.reads = 0
-        far.fail_after = 10  # about 0.1 s into the run
-        _spin(0.4)
+        far.fail_after = 10  # about 0.1 s into the run, at the 10 ms tick
+        _spin(0.1)
+        deadline = time.perf_counter() + 10.0
+        while not far.lost and time.perf_counter() < deadline:  # a loaded machine ticks late
+            time.sleep(0.01)
+        time.sleep(0.1)  # the run goes on after the loss
         profile = prof.stop()
     # far is cuda:1 (PCI order); it is dropped with a note saying when and why
     dropped = [n for n in profile.notes if n.get("kind") == "sensor-dropped"]
     assert [n["source"] for n in dropped] == ["gpu:1"]
     assert "GPU is lost" in dropped[0]["message"]
-    assert 0.0 < dropped[0]["at_s"] < 0.3
+    assert 0.05 < dropped[0]["at_s"] < profile.totals["duration_s"] - 0.05
     energy = profile.totals["energy_j"]
     assert energy["gpu:0"] == pytest.approx(60.0 * profile.totals["duration_s"], abs=60.0 * 0.05)
-    assert energy["gpu:1"] < 300.0 * 0.3  # stopped counting when it was lost
+    assert energy["gpu:1"] <= 300.0 * (dropped[0]["at_s"] + 0.03)  # stopped counting when it was lost
     assert energy["cpu"] > 0  # the other sensors went on
     assert profile.meta["exit"]["status"] == "completed"
 
