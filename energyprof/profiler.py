@@ -191,9 +191,8 @@ class Profiler:
 
 
 def finish_profile(profile: Profile, options: Options) -> None:
-    """The steps shared by a live run and a checkpoint: carbon and cost figures."""
-    try:
-        from . import carbon
-    except ImportError:
-        return
+    """The steps shared by a live run, a checkpoint and a re-render: derived figures, carbon."""
+    from . import carbon, processors
+
+    processors.annotate(profile)
     carbon.apply(profile, options)

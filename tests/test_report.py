@@ -255,3 +255,25 @@ def test_timeline_stacks_power_and_shades_windows(small: Profile) -> None:
         tl = small.timeline
         expected = sum(p * (e - s) for p, s, e in zip(tl["power_w"][sid], tl["start_s"], tl["end_s"]))
         assert area == pytest.approx(expected, rel=1e-3)
+
+
+def test_windows_section_lists_mean_and_spread_and_flags_short_ones():
+    from energyprof.processors import flag_short_windows, window_groups
+    from energyprof.profile import Node, Profile
+    from energyprof.render.html import render_html
+
+    windows = [{"name": "step", "index": i, "depth": 0, "start_s": i * 0.05, "end_s": (i + 1) * 0.05,
+                "time_s": 0.05, "energy_j": {"gpu:0": 10.0 + i}} for i in range(4)]
+    windows.append({"name": "epoch", "index": 0, "depth": 0, "start_s": 0.0, "end_s": 1.0, "time_s": 1.0,
+                    "energy_j": {"gpu:0": 200.0}})
+    p = Profile(meta={"target": "t"}, sources=[{"id": "gpu:0", "component": "gpu:0", "method": "measured",
+                                                "sensor": "nvml", "detail": {}, "update_period_s": 0.1}],
+                totals={"energy_j": {"gpu:0": 200.0}, "attributed_j": {"gpu:0": 200.0}, "duration_s": 1.0},
+                root=Node("t", energy_j={"gpu:0": 200.0}, self_energy_j={"gpu:0": 200.0}), windows=windows)
+    flag_short_windows(p)
+    assert [w.get("short_for") for w in p.windows] == [["gpu:0"]] * 4 + [None]  # 50 ms < 3 x 100 ms
+    steps = {g["name"]: g for g in window_groups(p)}["step"]
+    assert steps["count"] == 4 and steps["mean_j"] == 11.5 and steps["min_j"] == 10.0 and steps["max_j"] == 13.0
+    assert abs(steps["stdev_j"] - 1.2909944) < 1e-6
+    page = render_html(p)
+    assert 'id="windows"' in page and "too short for gpu:0" in page

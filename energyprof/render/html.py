@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Node, Profile, write_atomic
+from ..processors import window_groups
 from .exports import function_rows
 
 # The icicle builds one SVG element per node (~2.7 s for 5k nodes in headless Chromium), so the chart
@@ -28,6 +29,7 @@ from .exports import function_rows
 MAX_CHART_NODES = 1500
 MAX_TIMELINE_POINTS = 3000
 MAX_WINDOW_SHADES = 200
+MAX_WINDOW_ROWS = 200
 LABEL_CHARS = 60
 
 _LIBRARY_RE = re.compile(
@@ -100,6 +102,8 @@ def _render(profile: Profile) -> str:
         cards=summary_cards(profile),
         method=methodology(profile),
         has_timeline=data["timeline"] is not None,
+        window_groups=window_groups(profile),
+        window_rows=sorted(profile.windows, key=lambda w: w.get("start_s", 0.0))[:MAX_WINDOW_ROWS],
         report_json=json_for_script(data),
         plotly_js=_plotly_js(),
         app_js=_inline_script((template_dir() / "report.js").read_text(encoding="utf-8")),
