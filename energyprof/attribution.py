@@ -18,6 +18,7 @@ Both idle policies are accumulated side by side, so the policy is a rendering ch
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
 IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 TIMELINE_POINTS = 1000
+STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"
 
 
 def is_gpu(component: str) -> bool:
@@ -50,6 +52,7 @@ class Timeline:
         self.t1: list[int] = []
         self.energy: list[list[float]] = []
         self.rss: list[int] = []
+        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the bucket
 
     def add(self, t0: int, t1: int, de: list[float], rss: int) -> None:
         if self.t0 and self.width_ns and t1 - self.t0[-1] <= self.width_ns:
@@ -63,18 +66,35 @@ class Timeline:
         self.t1.append(t1)
         self.energy.append(list(de))
         self.rss.append(rss)
+        self.stacks.append({})
         if len(self.t0) > self.max_points:
             self._halve()
 
+    def note_stacks(self, t_ns: int, weights: dict[int, float]) -> None:
+        """Remember which stacks ran in the bucket holding t_ns (the heaviest few only)."""
+        k = bisect.bisect_right(self.t0, t_ns) - 1
+        if k < 0:
+            return
+        seen = self.stacks[k]
+        for sid, w in weights.items():
+            seen[sid] = seen.get(sid, 0.0) + w
+        if len(seen) > 2 * STACKS_PER_BUCKET:
+            self.stacks[k] = _heaviest(seen)
+
     def _halve(self) -> None:
-        t0, t1, en, rss = [], [], [], []
+        t0, t1, en, rss, stacks = [], [], [], [], []
         for i in range(0, len(self.t0), 2):
             j = min(i + 1, len(self.t0) - 1)
             t0.append(self.t0[i])
             t1.append(self.t1[j])
             en.append([a + (b if j != i else 0.0) for a, b in zip(self.energy[i], self.energy[j])])
             rss.append(max(self.rss[i], self.rss[j]))
-        self.t0, self.t1, self.energy, self.rss = t0, t1, en, rss
+            merged = dict(self.stacks[i])
+            if j != i:
+                for sid, w in self.stacks[j].items():
+                    merged[sid] = merged.get(sid, 0.0) + w
+            stacks.append(_heaviest(merged) if len(merged) > STACKS_PER_BUCKET else merged)
+        self.t0, self.t1, self.energy, self.rss, self.stacks = t0, t1, en, rss, stacks
         spans = [b - a for a, b in zip(self.t0, self.t1)]
         self.width_ns = max(spans) if spans else 0
 
@@ -92,6 +112,11 @@ class Timeline:
             "power_w": power,
             "rss_bytes": list(self.rss),
         }
+
+
+def _heaviest(weights: dict[int, float]) -> dict[int, float]:
+    top = sorted(weights.items(), key=lambda kv: -kv[1])[:STACKS_PER_BUCKET]
+    return dict(top)
 
 
 @dataclass(slots=True)
@@ -309,6 +334,8 @@ class Ledger:
             if rss > st.peak_rss:
                 st.peak_rss = rss
         wall = wall_w or any_w
+        if any_w:
+            self.timeline.note_stacks(lo, any_w)
         d_rss = b.rss_bytes - a.rss_bytes
         if d_rss and last is not None:
             # A sample only knows the stack at its end. Memory is mostly taken by the code
@@ -402,7 +429,8 @@ class Ledger:
             "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all]
                       for k, v in self.stats.items()},
             "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
-            "timeline": {k: getattr(self.timeline, k) for k in ("width_ns", "t0", "t1", "energy", "rss")},
+            "timeline": {k: getattr(self.timeline, k) for k in ("width_ns", "t0", "t1", "energy", "rss")}
+            | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
             "windows": self.windows,
             "ticks": [list(t[:7]) + [t.gpu_share] for t in self._ticks],
             "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share] if self.first_tick else None,
@@ -422,6 +450,8 @@ class Ledger:
         tl = state["timeline"]
         led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"], tl["t0"], tl["t1"]
         led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
+        led.timeline.stacks = [{int(k): float(v) for k, v in b.items()} for b in tl.get("stacks", [])] \
+            or [{} for _ in led.timeline.t0]
         led.windows = state["windows"]
         led.anomalies = dict(state.get("anomalies", {}))
         led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
@@ -544,7 +574,32 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
     full_meta["idle_policy"] = policy
     full_meta.setdefault("duration_s", duration_s)
     return Profile(meta=full_meta, sources=list(ledger.sources), totals=totals, root=root, windows=windows,
-                   timeline=ledger.timeline.export(start, ids), notes=notes)
+                   timeline=_timeline(ledger, start), notes=notes)
+
+
+def _timeline(ledger: Ledger, start: int) -> dict[str, Any]:
+    """The exported timeline plus, per bucket, the functions seen on a stack in it
+    (`functions`: [function, file, line]; `active`: indices into it, one list per bucket)."""
+    out = ledger.timeline.export(start, ledger.source_ids)
+    frames, stacks = ledger.stacks.frames, ledger.stacks.stacks
+    index: dict[int, int] = {}
+    functions: list[list[Any]] = []
+    active: list[list[int]] = []
+    for bucket in ledger.timeline.stacks:
+        fids: set[int] = set()
+        for sid in bucket:
+            fids.update(stacks[sid])
+        row = []
+        for fid in sorted(fids):
+            k = index.get(fid)
+            if k is None:
+                k = index[fid] = len(functions)
+                functions.append(list(frames[fid]))
+            row.append(k)
+        active.append(row)
+    out["functions"] = functions
+    out["active"] = active
+    return out
 
 
 def _sum_inclusive(root: Node, ids: list[str]) -> None:

@@ -205,8 +205,32 @@
     document.getElementById("page-next").disabled = state.page >= pages - 1;
   }
 
+  /* Clicking a row shades, on the timeline, the spans in which that function was on a stack. */
+  var spans = data.spans || {};
+  var baseShapes = (tl && data.timeline) ? (data.timeline.layout.shapes || []) : [];
+  var selected = null;
+  function select(i, tr) {
+    if (!tl || !data.timeline) return;
+    selected = selected === i ? null : i;
+    Array.prototype.forEach.call(body.querySelectorAll("tr.selected"), function (r) { r.classList.remove("selected"); });
+    var shapes = baseShapes.slice();
+    if (selected !== null) {
+      tr.classList.add("selected");
+      (spans[String(i)] || []).forEach(function (s) {
+        shapes.push({ type: "rect", xref: "x", yref: "paper", x0: s[0], x1: s[1], y0: 0, y1: 1,
+                      fillcolor: "#1f77b4", opacity: 0.18, line: { width: 0 }, layer: "above" });
+      });
+    }
+    Plotly.relayout(tl, { shapes: shapes });
+    var hint = document.getElementById("timeline-selection");
+    if (hint) hint.textContent = selected === null ? "" :
+      "Shaded: when " + t.fn[i] + " was on a stack (" + (spans[String(i)] || []).length + " spans).";
+  }
+
   function row(i) {
     var tr = el("tr", SPECIAL[t.fn[i]] ? "special" : "");
+    if (i === selected) tr.classList.add("selected");
+    tr.addEventListener("click", function () { select(i, tr); });
     columns.forEach(function (c) {
       if (c.key === "fn") {
         var td = el("td", "fn");

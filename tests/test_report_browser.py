@@ -178,3 +178,34 @@ def test_fifty_thousand_functions_render_in_time(browser, tmp_path: Path) -> Non
     assert all(n.startswith("mod7_function_12") for n in page.first_column())
     assert page.errors == []
     page.close()
+
+
+def test_clicking_a_function_shades_when_it_ran(browser, tmp_path: Path) -> None:
+    """A real run: `first` runs, then `second`; clicking `second` shades only the later part."""
+    import subprocess
+    import sys
+
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,30\n")
+    (tmp_path / "w.py").write_text(
+        "import time\n"
+        "def first():\n    end = time.perf_counter() + 0.4\n    while time.perf_counter() < end: pass\n"
+        "def second():\n    time.sleep(0.4)\n"
+        "first()\nsecond()\n")
+    res = subprocess.run([sys.executable, "-m", "energyprof", "-q", "--power-trace", "t.csv", "-o", "r.html", "w.py"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stderr
+    page = Page(browser)
+    page.open(tmp_path / "r.html")
+    p = page.page
+    p.fill("#table-search", "second")
+    p.wait_for_function("() => document.getElementById('page-info').textContent.includes('filtered')")
+    before = p.evaluate("() => (document.getElementById('timeline-plot').layout.shapes || []).length")
+    p.click("#fn-body tr")
+    shapes = p.evaluate("() => document.getElementById('timeline-plot').layout.shapes")
+    added = shapes[before:]
+    assert added, "no span was shaded"
+    assert min(s["x0"] for s in added) > 0.3  # `second` ran after `first`'s 0.4 s
+    assert max(s["x1"] for s in added) < 1.0
+    assert "second" in p.text_content("#timeline-selection")
+    assert page.errors == []
+    page.close()

@@ -146,7 +146,36 @@ def report_data(profile: Profile) -> dict[str, Any]:
                   if _has_library_frames(profile) else None},
         "timeline": timeline_figure(profile),
         "table": function_table(profile),
+        "spans": function_spans(profile),
     }
+
+
+def function_spans(profile: Profile) -> dict[str, list[list[float]]]:
+    """{function table row: [[start_s, end_s], ...]}: when the function was on a stack.
+
+    From the timeline's per-bucket record of the stacks that ran (the heaviest few per bucket),
+    adjacent buckets merged; the timeline draws them when a table row is clicked.
+    """
+    tl = profile.timeline or {}
+    functions, active = tl.get("functions") or [], tl.get("active") or []
+    starts, ends = tl.get("start_s") or [], tl.get("end_s") or []
+    if not functions or not active:
+        return {}
+    row_of = {(r.function, r.file, r.line): i for i, r in enumerate(function_rows(profile))}
+    fn_row = [row_of.get((f[0], f[1], f[2])) for f in functions]
+    spans: dict[int, list[list[float]]] = {}
+    for b, members in enumerate(active[: min(len(starts), len(ends))]):
+        s, e = _round(starts[b], 6), _round(ends[b], 6)
+        for k in members:
+            row = fn_row[k] if k < len(fn_row) else None
+            if row is None:
+                continue
+            lst = spans.setdefault(row, [])
+            if lst and abs(lst[-1][1] - s) < 1e-6 * max(1.0, e):
+                lst[-1][1] = e
+            else:
+                lst.append([s, e])
+    return {str(k): v for k, v in spans.items()}
 
 
 # ---------------------------------------------------------------- formatting
