@@ -207,3 +207,27 @@ def test_pyinstrument_sampler(tmp_path, trace):
     p = load(out)
     assert p.meta["sampler"] == "pyinstrument"
     assert p.function_totals("spin") > 0.5 * p.totals["attributed_j"]["cpu"]
+
+
+def test_context_manager_generator_keeps_its_semantics(tmp_path, trace):
+    from contextlib import contextmanager
+
+    out = tmp_path / "p.json"
+    events = []
+
+    @contextmanager
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def resource():
+        events.append("enter")
+        try:
+            yield 5
+        finally:
+            events.append("exit")
+
+    with resource() as v:
+        assert v == 5
+    with pytest.raises(KeyError):
+        with resource():
+            raise KeyError("inside")
+    assert events == ["enter", "exit", "enter", "exit"]
+    assert out.exists()
