@@ -213,6 +213,11 @@ class Ledger:
             # for energy; only the resolution of the split is lost.
             keep = [self._ticks[0], *list(self._ticks)[1:-1:2], self._ticks[-1]]
             self._ticks = deque(keep)
+            # The share history keeps the window before the first waiting tick and the waiting
+            # ticks themselves, so it stays bounded too.
+            lo, hi = keep[0].t_ns - self.share_window_ns, keep[0].t_ns
+            pending = {id(t) for t in keep}
+            self._share_hist = deque(t for t in self._share_hist if lo <= t.t_ns < hi or id(t) in pending)
         self._drain(final=False)
 
     def begin_window(self, t_ns: int, name: str, index: int | None = None) -> None:

@@ -14,8 +14,25 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _HAVE_PROC = os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm")
 
 
+_busy_cache = [0, 0]  # [perf_counter_ns of the last read, value]
+_BUSY_MAX_AGE_NS = 1_000_000
+
+
 def machine_busy_ns() -> int:
-    """Busy CPU time of the whole machine, all cores (user+nice+system+irq+softirq+steal)."""
+    """Busy CPU time of the whole machine, all cores (user+nice+system+irq+softirq+steal).
+
+    /proc/stat moves in 10 ms ticks, so a read less than 1 ms old is reused: the model
+    sensor and the collector both want it on the same tick.
+    """
+    now = time.perf_counter_ns()
+    if now - _busy_cache[0] < _BUSY_MAX_AGE_NS:
+        return _busy_cache[1]
+    value = _read_busy_ns()
+    _busy_cache[0], _busy_cache[1] = now, value
+    return value
+
+
+def _read_busy_ns() -> int:
     if _HAVE_PROC:
         with open("/proc/stat", "rb") as fh:
             f = fh.readline().split()
