@@ -212,8 +212,12 @@ class Collector:
         try:
             import psutil
 
-            kids = psutil.Process().children(recursive=True)
-        except Exception:  # noqa: BLE001
+            pids = probes.descendant_pids()
+            if pids is None:
+                kids = psutil.Process().children(recursive=True)
+            else:
+                kids = [psutil.Process(pid) for pid in pids if pid]
+        except Exception:  # noqa: BLE001 - a child that ended between the listing and now
             return 0
         total = 0
         rss = 0

@@ -415,6 +415,42 @@ def test_shared_gpu_charges_the_program_its_share() -> None:
     assert profile.totals["idle_j"]["gpu:0"] == pytest.approx(0.75 * total, rel=1e-6)
 
 
+def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
+    """A driver call that never returns (a wedged GPU) must not freeze the collector."""
+    import threading
+
+    from energyprof import Profiler
+
+    release = threading.Event()
+
+    class HangingGpu(FakeGpu):
+        armed_at: int | None = None
+
+        def counter_mj(self) -> float:
+            if self.armed_at is not None and self.reads > self.armed_at + 20:
+                release.wait()  # blocks until the test ends
+            return super().counter_mj()
+
+    gpu = HangingGpu()
+    with _injected(FakeNvml([gpu])):
+        prof = Profiler(sensor_timeout=0.3, quiet=True, powercap_root=None)
+        t0 = time.perf_counter()
+        prof.start()
+        gpu.armed_at = gpu.reads  # hang some 20 reads into the run, not during discovery
+        _spin(1.5)
+        profile = prof.stop()
+        took = time.perf_counter() - t0
+    release.set()
+    assert took < 6.0  # never blocked for good
+    drops = [n for n in profile.notes if n["kind"] == "sensor-dropped"]
+    assert [d["source"] for d in drops] == ["gpu:0"] and "hung" in drops[0]["message"]
+    assert drops[0]["at_s"] < 1.4
+    # the CPU estimate was read to the end (a GIL-holding loop slows the ticks, not stops them)
+    late = [t for t in profile.timeline["t_s"] if t > drops[0]["at_s"] + 0.1]
+    assert len(late) > 3 and late[-1] > 1.4
+    assert profile.totals["energy_j"]["cpu"] > 0
+
+
 # -- helpers -------------------------------------------------------------------------------
 class _injected:
     """Make every discovery in this block use the fake binding (nvml.BINDING)."""

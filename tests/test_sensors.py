@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -126,14 +127,14 @@ def test_unreadable_counter_falls_back_to_the_model_with_a_message(tmp_path, wri
 def test_permission_denied_message_says_how_to_fix(tmp_path, monkeypatch):
     root = tmp_path / "powercap"
     make_zone(root, "intel-rapl:0", "package-0")
-    real_open = open
+    real_open = os.open
 
-    def deny(path, *a, **k):
+    def deny(path, *a, **k):  # what a non-root user gets from a root-only energy_uj
         if str(path).endswith("energy_uj"):
             raise PermissionError(13, "Permission denied")
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr(os, "open", deny)
     found = rapl.discover(str(root))
     assert not found.sensors
     note = found.notes[0]

@@ -39,8 +39,7 @@ class RaplSensor(Sensor):
 
     def _raw(self) -> float:
         try:
-            with open(self.path, "rb") as fh:
-                return float(fh.read())
+            return read_counter(self.path)
         except (OSError, ValueError) as exc:
             raise SensorError(f"cannot read {self.path}: {exc}") from None
 
@@ -52,6 +51,16 @@ class RaplSensor(Sensor):
             self.start(t_ns)
         assert self._counter is not None
         return self._counter.update(self._raw()) / 1e6
+
+
+def read_counter(path: Path) -> float:
+    """One counter value. Non-blocking: a path that is not a sysfs file (a FIFO in a broken
+    mount) gives an error instead of stalling the collector or start-up."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return float(os.read(fd, 64))
+    finally:
+        os.close(fd)
 
 
 def _read_number(path: Path) -> float | None:
@@ -111,8 +120,7 @@ def discover(root: str | None = None) -> Discovery:
         sid = base_id if counts[base_id] == 1 else f"{base_id}:{k}"
         energy = zone / "energy_uj"
         try:
-            with open(energy, "rb") as fh:
-                float(fh.read())
+            read_counter(energy)
         except PermissionError:
             found.notes.append(f"RAPL: cannot read {energy}: permission denied. {PERMISSION_FIX}")
             continue
