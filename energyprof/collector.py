@@ -29,8 +29,7 @@ class Collector:
     def __init__(self, sensors: list[Sensor], ledger: Ledger, interval_s: float, own: OwnClocks,
                  children: bool = True, sensor_timeout_s: float = 2.0,
                  checkpoint: Callable[[], dict[str, Any]] | None = None, checkpoint_path: str | None = None,
-                 checkpoint_interval_s: float = 30.0, gpu_share: Callable[[], dict[str, float] | None] | None = None,
-                 rss: bool = True, rss_children: bool = False) -> None:
+                 checkpoint_interval_s: float = 30.0, rss: bool = True, rss_children: bool = False) -> None:
         self.sensors = sensors
         self.alive = [True] * len(sensors)
         self.ledger = ledger
@@ -45,7 +44,6 @@ class Collector:
         self._checkpoint_state = checkpoint
         self.checkpoint_path = checkpoint_path
         self.checkpoint_interval_ns = int(checkpoint_interval_s * 1e9)
-        self._gpu_share = gpu_share
         self.rss = rss
         self.rss_children = rss_children
         self._children_rss = 0
@@ -172,11 +170,17 @@ class Collector:
             busy_cpu_ns=probes.machine_busy_ns(),
             rss_bytes=(probes.rss_bytes() + self._children_rss) if self.rss else 0,
             children_cpu_ns=self._children_cpu_ns(t) if (self.children or self.rss_children) else 0,
-            gpu_share=self._gpu_share() if self._gpu_share else None,
+            gpu_share=self._gpu_shares(),
         )
         self._drain()
         self.ledger.add_tick(tick)
         self.ticks += 1
+
+    def _gpu_shares(self) -> dict[str, float] | None:
+        """This process's share of each shared device, from sensors that can tell."""
+        shares = {s.id: s.process_share() for i, s in enumerate(self.sensors)
+                  if self.alive[i] and hasattr(s, "process_share")}
+        return shares or None
 
     def _drain(self) -> None:
         q = self.queue

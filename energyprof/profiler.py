@@ -75,15 +75,10 @@ class Profiler:
         self.target = target or self.target
         self._ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
         own = OwnClocks()
-        gpu_share = None
-        gpu_sensors = [s for s in found.sensors if hasattr(s, "process_share")]
-        if gpu_sensors:
-            def gpu_share() -> dict[str, float]:
-                return {s.id: s.process_share() for s in gpu_sensors}  # type: ignore[attr-defined]
         self._collector = Collector(
             found.sensors, self._ledger, o.sensor_interval, own, children=o.children,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
-            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, gpu_share=gpu_share,
+            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
             rss=o.memory != "off", rss_children=o.memory_children,
         )
         self._started_wall = time.time()

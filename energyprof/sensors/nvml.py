@@ -31,6 +31,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from .. import probes
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
 BINDING: Any = None  # a module object with pynvml's names; None: `import pynvml` (nvidia-ml-py)
@@ -442,12 +443,15 @@ class NvmlSensor(Sensor):
 
 def _own_pids() -> set[int]:
     pids = {os.getpid()}
-    try:
-        import psutil
+    kids = probes.descendant_pids()
+    if kids is None:
+        try:
+            import psutil
 
-        pids.update(c.pid for c in psutil.Process().children(recursive=True))
-    except Exception:  # noqa: BLE001
-        pass
+            kids = [c.pid for c in psutil.Process().children(recursive=True)]
+        except Exception:  # noqa: BLE001
+            kids = []
+    pids.update(kids)
     return pids
 
 
