@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from .profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, Node, Profile
-from .recording import Recording, Sample, StackTable, Tick, WindowEvent
+from .recording import Recording, Sample, StackTable, Tick
 
 POLICIES = ("share", "all")
 GPU_PREFIX = "gpu"

@@ -37,7 +37,6 @@ class Profiler:
 
     def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
         self.options = options if options is not None else Options.from_kwargs(kwargs)
-        self.meta: dict[str, Any] = {}
         self.profile: Profile | None = None
         self._collector: Collector | None = None
         self._sampler: Any = None
