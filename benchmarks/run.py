@@ -66,6 +66,8 @@ def modes(py: str, out: Path) -> list[Mode]:
     return [
         Mode("default", "energyprof (default: threads, 5 ms)", ep + ["-o", str(out / "ep.html")]),
         Mode("cheap", "energyprof cheapest", ep + ["-o", str(out / "cheap.html")] + CHEAP_FLAGS),
+        Mode("no-memory", "energyprof default without memory tracking",
+             ep + ["-o", str(out / "nomem.html"), "--memory", "off", "--no-peak-reset"]),
         Mode("ep-pyinst", "energyprof --sampler pyinstrument",
              ep + ["-o", str(out / "epp.html"), "--sampler", "pyinstrument"]),
         Mode("pyinstrument", "python -m pyinstrument (1 ms)",
@@ -153,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=5, help="measured pairs per workload and mode (default 5)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and 2 pairs: a smoke run for CI")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ",".join(WORKLOADS))
-    ap.add_argument("--modes", default=None, help="comma-separated subset of default,cheap,ep-pyinst,pyinstrument")
+    ap.add_argument("--modes", default=None, help="comma-separated subset of default,cheap,no-memory,ep-pyinst,pyinstrument")
     ap.add_argument("--size", type=float, default=None, help="workload scale (default 1.0, ~1-2 s; --quick: 0.05)")
     ap.add_argument("--training-args", default="", help="arguments passed to examples/lenet_cifar.py")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every pair on stderr")

@@ -9,7 +9,11 @@ sampled. That reset is process-wide: anything else reading the process's max RSS
 
 from __future__ import annotations
 
+import ast
+import functools
+import sysconfig
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 from .profile import Node, Profile
@@ -52,8 +56,13 @@ class ExactAllocations:
         tracemalloc.clear_traces()
 
     def stop(self) -> list[tuple[str, int, int]]:
-        """[(file, line, bytes still allocated)] for allocations made during the region."""
-        snap = tracemalloc.take_snapshot()
+        """[(file, line, bytes still allocated)] for the program's allocations in the region."""
+        from .stacks.frames import PACKAGE_DIR
+
+        snap = tracemalloc.take_snapshot().filter_traces([
+            tracemalloc.Filter(False, PACKAGE_DIR + "*"),  # energyprof's own bookkeeping
+            tracemalloc.Filter(False, tracemalloc.__file__),
+        ])
         if self._started_here:
             tracemalloc.stop()
         out = []
@@ -66,10 +75,11 @@ class ExactAllocations:
 def apply_allocations(profile: Profile, allocations: list[tuple[str, int, int]]) -> int:
     """Put each allocation on the function whose body holds its line; returns unplaced bytes.
 
-    A function seen on several call paths gets its bytes on the path where it spent the
-    most self time (tracemalloc keeps one frame here to stay cheap, so the path is unknown).
+    The function is found from the source (tracemalloc keeps one frame here, to stay cheap),
+    so a function too quick to be sampled still gets its bytes, on a node of its own under
+    the root. A function seen on several call paths gets them on the path where it spent the
+    most self time.
     """
-    by_file: dict[str, list[tuple[int, Node]]] = {}
     best: dict[tuple[str, str, int], Node] = {}
     for node, depth in profile.nodes():
         if depth == 0 or not node.file:
@@ -78,24 +88,20 @@ def apply_allocations(profile: Profile, allocations: list[tuple[str, int, int]])
         cur = best.get(key)
         if cur is None or node.self_time_s > cur.self_time_s:
             best[key] = node
-    for (_fn, file, line), node in best.items():
-        by_file.setdefault(file, []).append((line, node))
-    for lst in by_file.values():
-        lst.sort(key=lambda t: t[0])
     self_alloc: dict[int, int] = {}
     unplaced = 0
     for file, line, size in allocations:
-        candidates = by_file.get(file)
-        owner = None
-        if candidates:
-            for first, node in candidates:
-                if first <= line:
-                    owner = node
-                else:
-                    break
-        if owner is None:
+        key = function_at(file, line)
+        if key is None:
             unplaced += size
             continue
+        owner = best.get(key)
+        if owner is None:
+            if _is_library(file):  # the interpreter's own bits (codecs, threading): the root's
+                unplaced += size
+                continue
+            owner = best[key] = Node(function=key[0], file=key[1], line=key[2])
+            profile.root.children.append(owner)
         self_alloc[id(owner)] = self_alloc.get(id(owner), 0) + size
     order = [n for n, _ in profile.nodes()]
     incl: dict[int, int] = {}
@@ -107,6 +113,52 @@ def apply_allocations(profile: Profile, allocations: list[tuple[str, int, int]])
     if profile.root.alloc_bytes is not None:
         profile.root.alloc_bytes += unplaced
     return unplaced
+
+
+_LIBRARY_ROOTS = tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+
+
+def _is_library(file: str) -> bool:
+    return file.startswith(_LIBRARY_ROOTS)
+
+
+@functools.lru_cache(maxsize=256)
+def _functions_in(file: str) -> tuple[tuple[int, int, str, int], ...]:
+    """(start, end, qualname, first line as code objects report it) for every def in a file."""
+    try:
+        tree = ast.parse(Path(file).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return ()
+    out: list[tuple[int, int, str, int]] = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                first = min([child.lineno] + [d.lineno for d in child.decorator_list])
+                qual = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out.append((first, child.end_lineno or child.lineno, qual, first))
+                    visit(child, f"{qual}.<locals>.")
+                else:
+                    visit(child, f"{qual}.")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return tuple(out)
+
+
+def function_at(file: str, line: int) -> tuple[str, str, int] | None:
+    """The innermost function whose source holds `line`, as (qualname, file, first line)."""
+    if not file or file.startswith("<"):
+        return None
+    inner = None
+    for start, end, qual, first in _functions_in(file):
+        if start <= line <= end and (inner is None or start >= inner[0]):
+            inner = (start, qual, first)
+    if inner is None:
+        return ("<module>", file, 1)
+    return (inner[1], file, inner[2])
 
 
 def summary(profile: Profile, first_tick: Any) -> dict[str, Any]:

@@ -277,3 +277,31 @@ def test_windows_section_lists_mean_and_spread_and_flags_short_ones():
     assert abs(steps["stdev_j"] - 1.2909944) < 1e-6
     page = render_html(p)
     assert 'id="windows"' in page and "too short for gpu:0" in page
+
+
+def test_training_breakdown_is_saved_and_shown():
+    """Windows from energyprof.torch.track (`step.fetch`, `step.compute`) become a per-epoch
+    fetch/compute table, saved in the profile so a re-render shows the same."""
+    from energyprof.options import Options
+    from energyprof.profile import Node, Profile
+    from energyprof.profiler import finish_profile
+    from energyprof.render.html import render_html
+
+    windows = [{"name": "epoch", "index": 0, "depth": 0, "start_s": 0.0, "end_s": 1.0, "time_s": 1.0,
+                "energy_j": {"cpu": 10.0}}]
+    for i in range(2):
+        t = i * 0.5
+        windows.append({"name": "step.fetch", "index": i, "depth": 1, "start_s": t, "end_s": t + 0.1,
+                        "time_s": 0.1, "energy_j": {"cpu": 1.0}})
+        windows.append({"name": "step.compute", "index": i, "depth": 1, "start_s": t + 0.1, "end_s": t + 0.5,
+                        "time_s": 0.4, "energy_j": {"cpu": 4.0}})
+    p = Profile(meta={"target": "t", "started_at": "2026-01-01T00:00:00+00:00"},
+                sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay", "detail": {}}],
+                totals={"energy_j": {"cpu": 10.0}, "attributed_j": {"cpu": 10.0}, "duration_s": 1.0},
+                root=Node("t", energy_j={"cpu": 10.0}, self_energy_j={"cpu": 10.0}), windows=windows)
+    finish_profile(p, Options())
+    epochs = p.extra["training"]["step"]["epochs"]
+    assert [(e["epoch"], e["steps"]) for e in epochs] == [(0, 2)]
+    assert epochs[0]["fetch_s"] == pytest.approx(0.2) and epochs[0]["compute_j"] == pytest.approx(8.0)
+    page = render_html(p)
+    assert "Training loop: step" in page

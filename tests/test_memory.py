@@ -1,0 +1,133 @@
+"""Memory per function through the real CLI: peak, growth, exact mode, peak reset."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from energyprof import load
+
+from conftest import run_cli
+
+MB = 1024 * 1024
+
+SCRIPT = """
+    import time
+
+    def pause():
+        time.sleep(0.05)
+
+    def nothing():
+        s = 0
+        for i in range(2_000_000):
+            s += i
+        time.sleep(0.1)
+
+    def alloc_free():
+        x = b"\\x01" * (300 * 1024 * 1024)  # pages written, so resident
+        time.sleep(0.3)
+        del x
+
+    keep = []
+
+    def alloc_keep():
+        keep.append(b"\\x02" * (100 * 1024 * 1024))
+        time.sleep(0.3)
+
+    pause(); nothing(); pause(); alloc_free(); pause(); alloc_keep(); pause()
+"""
+
+
+@pytest.fixture(scope="module")
+def profile(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("mem")
+    (tmp / "m.py").write_text(textwrap.dedent(SCRIPT))
+    res = run_cli(["-q", "--json", "p.json", "-o", "r.html", "m.py"], cwd=tmp)
+    assert res.returncode == 0, res.stderr
+    return load(tmp / "p.json")
+
+
+def fn(profile, name):
+    return profile.find(name)[0]
+
+
+def test_peak_of_a_function_that_allocates_and_frees(profile):
+    base = profile.totals["baseline_rss_bytes"]
+    assert fn(profile, "alloc_free").peak_rss_bytes - base >= 250 * MB
+    assert abs(fn(profile, "alloc_free").rss_growth_bytes) < 20 * MB  # it gave it all back
+
+
+def test_growth_of_a_function_that_keeps_memory(profile):
+    assert 90 * MB <= fn(profile, "alloc_keep").rss_growth_bytes <= 110 * MB
+
+
+def test_a_function_that_allocates_nothing_shows_neither(profile):
+    base = profile.totals["baseline_rss_bytes"]
+    node = fn(profile, "nothing")
+    assert node.peak_rss_bytes - base < 20 * MB
+    assert abs(node.rss_growth_bytes) < 10 * MB
+
+
+def test_timeline_and_totals(profile):
+    tl = profile.timeline
+    assert len(tl["rss_bytes"]) == len(tl["t_s"])
+    assert max(tl["rss_bytes"]) - profile.totals["baseline_rss_bytes"] >= 250 * MB
+    # the kernel's exact peak (VmHWM, reset at the start) saw the 300 MB too
+    if profile.totals.get("peak_rss_exact_bytes"):
+        assert profile.totals["peak_rss_exact_bytes"] - profile.totals["baseline_rss_bytes"] >= 290 * MB
+
+
+def test_exact_mode_counts_python_allocations_per_function(tmp_path: Path):
+    (tmp_path / "a.py").write_text(textwrap.dedent("""
+        kept = []
+        def grow():
+            for i in range(20000):
+                kept.append(bytes(1000) + bytes([i % 256]))  # distinct objects (no constant folding)
+        def idle():
+            sum(range(100000))
+        grow(); idle()
+    """))
+    res = run_cli(["-q", "--memory", "exact", "--json", "p.json", "-o", "r.html", "a.py"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    p = load(tmp_path / "p.json")
+    grow = p.find("grow")[0]
+    assert 18 * MB <= grow.alloc_bytes <= 30 * MB  # 20,000 objects of ~1 kB still alive
+    assert not [n for n, _ in p.nodes() if "energyprof" in n.file]  # its own allocations are not the program's
+    assert (p.find("idle")[0].alloc_bytes or 0) < 100_000
+    assert any(n["kind"] == "memory-exact" for n in p.notes)
+
+
+def test_decorated_call_gets_its_exact_peak_and_reset_can_be_turned_off(tmp_path: Path):
+    (tmp_path / "d.py").write_text(textwrap.dedent("""
+        import sys
+        from energyprof import energy_profile
+        big = b"\\x03" * (200 * 1024 * 1024)   # before the profile: raises the process's peak mark
+        del big
+
+        @energy_profile(json=sys.argv[1], quiet=True, peak_reset=sys.argv[2] == "on")
+        def small():
+            x = b"\\x04" * (50 * 1024 * 1024)
+            return len(x)
+        small()
+    """))
+    import subprocess
+    import sys
+
+    for mode in ("on", "off"):
+        subprocess.run([sys.executable, "d.py", f"{mode}.json", mode], cwd=tmp_path, check=True, timeout=60)
+    on, off = load(tmp_path / "on.json"), load(tmp_path / "off.json")
+    base = on.totals["baseline_rss_bytes"]
+    exact = on.totals["peak_rss_exact_bytes"]
+    assert 45 * MB <= exact - base <= 80 * MB  # the call's own peak, not the earlier 200 MB
+    assert on.root.peak_rss_bytes >= exact
+    assert "peak_rss_exact_bytes" not in off.totals
+
+
+def test_memory_off_reads_no_rss(tmp_path: Path):
+    (tmp_path / "s.py").write_text("print(1)\n")
+    res = run_cli(["-q", "--memory", "off", "--json", "p.json", "-o", "r.html", "s.py"], cwd=tmp_path)
+    assert res.returncode == 0
+    p = load(tmp_path / "p.json")
+    assert not any(p.timeline["rss_bytes"])
