@@ -28,8 +28,29 @@ class ProfileFormatError(ValueError):
     """A profile file that cannot be read: corrupt, truncated, or from a future version."""
 
 
+class EnergyFigures:
+    """Sums shared by a tree node and a function row (a function merged over its paths)."""
+
+    energy_j: dict[str, float]
+    self_energy_j: dict[str, float]
+    samples: int
+
+    @property
+    def total_energy(self) -> float:
+        return sum(self.energy_j.values())
+
+    @property
+    def self_total_energy(self) -> float:
+        return sum(self.self_energy_j.values())
+
+    @property
+    def relative_error(self) -> float | None:
+        """Sampling error of a figure built from n samples: about 1/sqrt(n)."""
+        return 1.0 / math.sqrt(self.samples) if self.samples > 0 else None
+
+
 @dataclass
-class Node:
+class Node(EnergyFigures):
     """One call path in the tree. Energies are joules per source id."""
 
     function: str
@@ -50,19 +71,6 @@ class Node:
     carbon_g: float | None = None
     cost: float | None = None
     children: list[Node] = field(default_factory=list)
-
-    @property
-    def total_energy(self) -> float:
-        return sum(self.energy_j.values())
-
-    @property
-    def self_total_energy(self) -> float:
-        return sum(self.self_energy_j.values())
-
-    @property
-    def relative_error(self) -> float | None:
-        """Sampling error of this node's share, about 1/sqrt(n) for n samples."""
-        return 1.0 / math.sqrt(self.samples) if self.samples > 0 else None
 
     @property
     def is_special(self) -> bool:

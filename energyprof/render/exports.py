@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..profile import Node, Profile, write_atomic
+from ..profile import EnergyFigures, Node, Profile, write_atomic
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MICRO = 1_000_000
@@ -24,7 +24,7 @@ FunctionKey = tuple[str, str, int]
 
 
 @dataclass
-class FunctionRow:
+class FunctionRow(EnergyFigures):
     """One function merged over every call path it appears on.
 
     Self figures add up over paths; inclusive ones count a recursive function once (a path that
@@ -43,19 +43,6 @@ class FunctionRow:
     self_samples: int = 0
     samples: int = 0
     paths: int = 0
-
-    @property
-    def total_energy(self) -> float:
-        return sum(self.energy_j.values())
-
-    @property
-    def self_total_energy(self) -> float:
-        return sum(self.self_energy_j.values())
-
-    @property
-    def relative_error(self) -> float | None:
-        """About 1/sqrt(n): the sampling error of a figure built from n samples."""
-        return 1.0 / self.samples ** 0.5 if self.samples > 0 else None
 
 
 def node_key(node: Node) -> FunctionKey:
