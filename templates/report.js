@@ -129,7 +129,8 @@
     { key: "cpu", label: "CPU time", value: function (i) { return t.cpu[i]; }, show: fmtS },
     { key: "n", label: "samples", value: function (i) { return t.n[i]; }, show: String },
     { key: "err", label: "\u00b1", value: function (i) { return t.n[i] > 0 ? 1 / Math.sqrt(t.n[i]) : Infinity; },
-      show: function (v) { return isFinite(v) ? "\u00b1" + Math.round(v * 100) + "%" : "\u2013"; } }
+      show: function (v) { return isFinite(v) ? "\u00b1" + Math.round(v * 100) + "%" : "\u2013"; },
+      flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
   );
 
   var state = { key: "self_e", desc: true, filter: "", page: 0, order: [] };
@@ -248,6 +249,11 @@
         cell.appendChild(bar);
       }
       cell.appendChild(document.createTextNode(c.show(v)));
+      if (c.flag && c.flag(i)) {
+        var f = el("span", "short", " \u2691");
+        f.title = "ran " + fmtS(t.t[i]) + ", under 3 sensor updates (" + fmtS(data.resolution_s) + "): below the sensor's resolution";
+        cell.appendChild(f);
+      }
       tr.appendChild(cell);
     });
     return tr;

@@ -209,3 +209,27 @@ def test_clicking_a_function_shades_when_it_ran(browser, tmp_path: Path) -> None
     assert "second" in p.text_content("#timeline-selection")
     assert page.errors == []
     page.close()
+
+
+def test_functions_shorter_than_three_sensor_updates_are_flagged(browser, tmp_path: Path) -> None:
+    from energyprof.profile import Node, Profile
+
+    src = [{"id": "gpu:0", "component": "gpu:0", "method": "measured", "sensor": "nvml", "detail": {},
+            "update_period_s": 0.1}]
+    quick = Node("quick_kernel", "k.py", 1, time_s=0.05, self_time_s=0.05, samples=10, self_samples=10,
+                 energy_j={"gpu:0": 5.0}, self_energy_j={"gpu:0": 5.0})
+    slow = Node("long_epoch", "k.py", 9, time_s=2.0, self_time_s=2.0, samples=400, self_samples=400,
+                energy_j={"gpu:0": 95.0}, self_energy_j={"gpu:0": 95.0})
+    root = Node("t", time_s=2.05, samples=410, energy_j={"gpu:0": 100.0}, self_energy_j={"gpu:0": 0.0},
+                children=[quick, slow])
+    p = Profile(meta={"target": "t"}, sources=src, root=root,
+                totals={"energy_j": {"gpu:0": 100.0}, "attributed_j": {"gpu:0": 100.0}, "duration_s": 2.05})
+    path = tmp_path / "r.html"
+    write_html(p, str(path))
+    page = Page(browser)
+    page.open(path)
+    flagged = page.page.eval_on_selector_all(
+        "#fn-body tr", "rows => rows.filter(r => r.querySelector('.short')).map(r => r.querySelector('.name').textContent)")
+    assert flagged == ["quick_kernel"]
+    assert page.errors == []
+    page.close()

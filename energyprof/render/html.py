@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Node, Profile, write_atomic
-from ..processors import window_groups
+from ..processors import MIN_UPDATES, window_groups
 from .exports import function_rows
 
 # The icicle builds one SVG element per node (~2.7 s for 5k nodes in headless Chromium), so the chart
@@ -147,7 +147,15 @@ def report_data(profile: Profile) -> dict[str, Any]:
         "timeline": timeline_figure(profile),
         "table": function_table(profile),
         "spans": function_spans(profile),
+        "resolution_s": resolution_s(profile),
     }
+
+
+def resolution_s(profile: Profile) -> float | None:
+    """Below this much time a function's energy is finer than the slowest sensor updates
+    (MIN_UPDATES x its update period, e.g. 0.3 s for a GPU refreshing every 100 ms)."""
+    periods = [s["update_period_s"] for s in profile.sources if s.get("update_period_s")]
+    return MIN_UPDATES * max(periods) if periods else None
 
 
 def function_spans(profile: Profile) -> dict[str, list[list[float]]]:
