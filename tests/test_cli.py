@@ -63,7 +63,7 @@ def runs(tmp_path_factory):
 
 
 def test_total_is_power_times_duration(runs):
-    for policy, (p, _) in runs.items():
+    for p, _ in runs.values():
         assert p.totals["energy_j"]["cpu"] == pytest.approx(50.0 * p.totals["duration_s"], rel=0.02)
         assert p.source("cpu")["method"] == "measured" and p.source("cpu")["sensor"] == "replay"
 

@@ -105,7 +105,8 @@ def test_table_sorts_and_filters(browser, small_report: Path) -> None:
     names = page.first_column()
     assert names == sorted(names)
     p.click("#fn-head th[data-key=n]")
-    samples = [int(x) for x in p.eval_on_selector_all("#fn-body tr", "rs => rs.map(r => r.children[r.children.length - 2].textContent)")]
+    samples = [int(x) for x in p.eval_on_selector_all(
+        "#fn-body tr", "rs => rs.map(r => r.children[r.children.length - 2].textContent)")]
     assert samples == sorted(samples, reverse=True)
     p.fill("#table-search", "fib")
     p.wait_for_function("() => document.querySelectorAll('#fn-body tr').length === 2")

@@ -601,7 +601,8 @@ def timeline_figure(profile: Profile) -> dict[str, Any] | None:
         ys = [_round(_mean_power(series, starts, ends, a, b)) for a, b in buckets]
         data.append({"type": "scatter", "mode": "lines", "name": f"{sid} (W)", "x": [_round(x, 6) for x in xs],
                      "y": ys + ys[-1:], "stackgroup": "power", "line": {"shape": "hv", "width": 0.5,
-                     "color": colours.get(sid, "#999999")}, "hovertemplate": "%{y:.3g} W<extra>" + html.escape(sid, quote=False) + "</extra>"})
+                     "color": colours.get(sid, "#999999")},
+                     "hovertemplate": "%{y:.3g} W<extra>" + html.escape(sid, quote=False) + "</extra>"})
     layout: dict[str, Any] = {
         "margin": {"l": 55, "r": 20, "t": 10, "b": 40}, "height": 300, "hovermode": "x unified",
         "xaxis": {"title": {"text": "time (s)"}, "zeroline": False},

@@ -118,7 +118,8 @@ def discover(cpu_tdp: float | None = None, want_ram: bool = True) -> Discovery:
         if hit:
             tdp, source = hit[0], f"codecarbon CPU table: {hit[1]}"
         else:
-            tdp, source = DEFAULT_TDP_W, f"default {DEFAULT_TDP_W:g} W ({model!r} is not in codecarbon's CPU table; set --cpu-tdp)"
+            tdp = DEFAULT_TDP_W
+            source = f"default {DEFAULT_TDP_W:g} W ({model!r} is not in codecarbon's CPU table; set --cpu-tdp)"
     found.sensors.append(CpuModelSensor(tdp, source, probes.logical_cpus()))
     if want_ram:
         found.sensors.append(RamModelSensor(probes.total_memory_bytes()))
