@@ -48,7 +48,7 @@ class ProfileSession:
             self._profiler = None
             return active_profiler()  # type: ignore[return-value]
         self._profiler = Profiler(self.options)
-        self._profiler.start(target="<with block>", _anchor=anchor_depth(sys._getframe(1)) + 1)
+        self._profiler.start(target="<with block>", _anchor=anchor_depth(sys._getframe(1)))
         return self._profiler
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
@@ -74,7 +74,7 @@ def _run_profiled(func: Callable[..., Any], opts: Options, call: Callable[[], An
         return call()
     prof = Profiler(opts)
     try:
-        prof.start(target=getattr(func, "__qualname__", repr(func)), _anchor=anchor_depth(sys._getframe(1)) + 1)
+        prof.start(target=getattr(func, "__qualname__", repr(func)), _anchor=anchor_depth(sys._getframe(1)))
     except RuntimeError:  # another thread started a profile between our check and start
         return call()
     exc: BaseException | None = None
@@ -95,7 +95,7 @@ def _decorate(func: F, opts: Options) -> F:
             if active_profiler() is not None:
                 return await func(*args, **kwargs)
             prof = Profiler(opts)
-            prof.start(target=func.__qualname__, _anchor=anchor_depth(sys._getframe(1)) + 1)
+            prof.start(target=func.__qualname__, _anchor=anchor_depth(sys._getframe(1)))
             exc: BaseException | None = None
             try:
                 return await func(*args, **kwargs)
@@ -141,7 +141,7 @@ class _ProfiledGenerator:
     def _step(self, op: Callable[[], Any]) -> Any:
         if self._prof is None and active_profiler() is None:
             self._prof = Profiler(self._opts)
-            self._prof.start(target=self._func.__qualname__, _anchor=anchor_depth(sys._getframe(1)) + 1)
+            self._prof.start(target=self._func.__qualname__, _anchor=anchor_depth(sys._getframe(1)))
         try:
             return op()
         except BaseException as exc:

@@ -231,3 +231,25 @@ def test_context_manager_generator_keeps_its_semantics(tmp_path, trace):
             raise KeyError("inside")
     assert events == ["enter", "exit", "enter", "exit"]
     assert out.exists()
+
+
+def test_with_block_tree_holds_what_the_block_called(tmp_path, trace):
+    """The block is the root: the functions it calls are its children (the function holding
+    the block and its callers are outside the profile)."""
+    out = tmp_path / "p.json"
+
+    def inner():
+        spin(0.15)
+
+    def holder():
+        with energy_profile(json=str(out), power_trace=trace, quiet=True):
+            inner()
+            spin(0.1)
+
+    holder()
+    p = load(out)
+    kids = {c.function.rsplit(".", 1)[-1]: c for c in p.root.children}
+    assert "inner" in kids and "spin" in kids and "holder" not in kids
+    assert kids["inner"].children[0].function == "spin"
+    assert kids["inner"].time_s == pytest.approx(0.15, abs=0.05)
+    assert kids["spin"].time_s == pytest.approx(0.1, abs=0.05)
