@@ -134,3 +134,21 @@ def test_cli_writes_every_export(tmp_path: Path) -> None:
     assert abs(sum(int(line.rsplit(" ", 1)[1]) for line in folded) - profile.total_energy_j * 1e6) <= 1
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
     assert rows and sum(float(r["self_energy_j"]) for r in rows) == pytest.approx(profile.total_energy_j, rel=1e-9)
+
+
+def test_csv_cells_are_never_spreadsheet_formulas():
+    import csv as _csv
+    import io as _io
+
+    from energyprof.profile import Node, Profile
+    from energyprof.render.exports import csv_text
+
+    evil = Node('=HYPERLINK("http://x","click")', "@evil.py", 1, samples=1, self_samples=1,
+                energy_j={"cpu": 1.0}, self_energy_j={"cpu": 1.0})
+    p = Profile(meta={"target": "t"}, sources=[{"id": "cpu", "component": "cpu", "method": "measured",
+                                                "sensor": "replay", "detail": {}}],
+                totals={"energy_j": {"cpu": 1.0}, "attributed_j": {"cpu": 1.0}, "duration_s": 1.0},
+                root=Node("t", samples=1, energy_j={"cpu": 1.0}, self_energy_j={"cpu": 0.0}, children=[evil]))
+    rows = list(_csv.DictReader(_io.StringIO(csv_text(p))))
+    row = [r for r in rows if "HYPERLINK" in r["function"]][0]
+    assert row["function"].startswith("'=") and row["file"] == "'@evil.py"

@@ -230,7 +230,8 @@ def csv_text(profile: Profile) -> str:
                "self_samples", "samples", "relative_error", "call_paths"]
     writer.writerow(header)
     for row in function_rows(profile):
-        cells: list = [row.function, row.file, row.line, row.self_total_energy, row.total_energy]
+        cells: list = [spreadsheet_safe(row.function), spreadsheet_safe(row.file), row.line,
+                       row.self_total_energy, row.total_energy]
         for sid in sources:
             cells += [row.self_energy_j.get(sid, 0.0), row.energy_j.get(sid, 0.0)]
         err = row.relative_error
@@ -239,6 +240,12 @@ def csv_text(profile: Profile) -> str:
                   "" if err is None else err, row.paths]
         writer.writerow(cells)
     return out.getvalue()
+
+
+def spreadsheet_safe(text: str) -> str:
+    """Names from the profiled program are data: a cell a spreadsheet would run as a formula
+    (leading =, +, -, @, tab or CR) gets a leading apostrophe (OWASP's CSV-injection advice)."""
+    return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
 
 
 def write_csv(profile: Profile, path: str) -> None:
