@@ -22,7 +22,7 @@ import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from .profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, Node, Profile
 from .recording import Recording, Sample, StackTable, Tick
@@ -164,13 +164,19 @@ class Ledger:
         self._share_hist: deque[Tick] = deque()
         self._pending: list[Sample] = []
         self._watermark = -1
-        self.first_ns: int | None = None
-        self.last_ns: int | None = None
         self.first_tick: Tick | None = None
         self.last_tick: Tick | None = None
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
         self._before: Sample | None = None  # last main-thread sample of the intervals charged so far
+
+    @property
+    def first_ns(self) -> int | None:
+        return self.first_tick.t_ns if self.first_tick is not None else None
+
+    @property
+    def last_ns(self) -> int | None:
+        return self.last_tick.t_ns if self.last_tick is not None else None
 
     # -- events -------------------------------------------------------------------------
     def add_sample(self, s: Sample) -> None:
@@ -191,10 +197,6 @@ class Ledger:
             if len(ticks) >= 2 and t1 >= ticks[1].t_ns:
                 self._drain(final=False)
 
-    def add_samples(self, samples: Iterable[Sample]) -> None:
-        for s in samples:
-            self.add_sample(s)
-
     def add_tick(self, tick: Tick) -> None:
         if self.last_tick is not None:
             if tick.t_ns <= self.last_tick.t_ns:
@@ -202,9 +204,7 @@ class Ledger:
             self.timeline.add(self.last_tick.t_ns, tick.t_ns, self._deltas(self.last_tick, tick), tick.rss_bytes)
         else:
             self.first_tick = tick
-            self.first_ns = tick.t_ns
         self.last_tick = tick
-        self.last_ns = tick.t_ns
         self._ticks.append(tick)
         self._share_hist.append(tick)
         if len(self._ticks) > MAX_PENDING_TICKS:
@@ -466,12 +466,11 @@ class Ledger:
 
         if state.get("first_tick"):
             led.first_tick = tick(state["first_tick"])
-            led.first_ns = led.first_tick.t_ns
         for raw in state["ticks"]:
             t = tick(raw)
             led._ticks.append(t)
             led._share_hist.append(t)
-            led.last_tick, led.last_ns = t, t.t_ns
+            led.last_tick = t
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
         led._live_windows = list(led._open_windows)
         return led

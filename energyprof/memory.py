@@ -1,10 +1,7 @@
 """Memory figures that need more than the RSS timeline: exact peaks and tracemalloc.
 
-The kernel keeps a process's peak RSS (VmHWM). Writing 5 to /proc/self/clear_refs resets
-it (Linux >= 4.0), so the peak *during* a profiled call can be read exactly rather than
-sampled. That reset is process-wide: anything else reading the process's max RSS
-(resource.getrusage's ru_maxrss is separate and unaffected; VmHWM is) sees the new mark.
-`peak_reset=False` turns it off.
+The exact peak of a profiled call comes from the kernel's VmHWM (probes.reset_peak and
+probes.read_peak); this module maps tracemalloc's allocations onto the tree.
 """
 
 from __future__ import annotations
@@ -19,28 +16,6 @@ from typing import Any
 from .profile import Node, Profile
 
 TRACEMALLOC_FRAMES = 1
-
-
-def reset_peak() -> bool:
-    """Reset VmHWM; False where the platform does not allow it."""
-    try:
-        with open("/proc/self/clear_refs", "w") as fh:
-            fh.write("5")
-        return True
-    except OSError:
-        return False
-
-
-def read_peak() -> int | None:
-    """VmHWM in bytes, or None off Linux."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError):
-        return None
-    return None
 
 
 class ExactAllocations:

@@ -110,26 +110,6 @@ def reaped_children_cpu_ns() -> int:
     return int((t.children_user + t.children_system) * 1e9)
 
 
-class ThreadClock:
-    """The CPU clock of one thread, readable from any thread (Linux per-thread clocks)."""
-
-    def __init__(self) -> None:
-        self.clock_id: int | None = None
-        if hasattr(time, "pthread_getcpuclockid"):
-            try:
-                self.clock_id = time.pthread_getcpuclockid(threading.get_ident())
-            except OSError:
-                self.clock_id = None
-
-    def read_ns(self) -> int:
-        if self.clock_id is None:
-            return 0
-        try:
-            return time.clock_gettime_ns(self.clock_id)
-        except OSError:  # the thread has ended
-            return 0
-
-
 def thread_clock_id(native_id: int) -> int:
     """Linux's CPU clock id for a thread id (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
 
@@ -192,3 +172,30 @@ class OwnClocks:
             self._last[ident] = v
             total += v
         return total
+
+
+def reset_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (VmHWM) by writing 5 to /proc/self/clear_refs (Linux
+    >= 4.0), so the peak *during* a profiled call can be read exactly instead of sampled.
+
+    Process-wide: anything else reading VmHWM sees the new mark (getrusage's ru_maxrss is kept
+    separately and is unaffected); `peak_reset=False` turns it off. False where not allowed.
+    """
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def read_peak() -> int | None:
+    """VmHWM in bytes, or None off Linux."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        return None
+    return None

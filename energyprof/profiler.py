@@ -82,7 +82,7 @@ class Profiler:
         )
         self._started_wall = time.time()
         self._cuda_sync()
-        self._peak_reset = bool(o.peak_reset and o.memory != "off" and memory.reset_peak())
+        self._peak_reset = bool(o.peak_reset and o.memory != "off" and probes.reset_peak())
         self._allocations = memory.ExactAllocations() if o.memory == "exact" else None
         self._collector.start()
         self._sampler = make_sampler(o.sampler, self._ledger.stacks, self._collector.emit, o.interval,
@@ -96,7 +96,7 @@ class Profiler:
         if self._collector is None or self._ledger is None:
             raise RuntimeError("Profiler.stop() called before start()")
         self._cuda_sync()
-        peak = memory.read_peak() if self._peak_reset else None
+        peak = probes.read_peak() if self._peak_reset else None
         allocations = self._allocations.stop() if self._allocations is not None else None
         try:
             self._sampler.stop()

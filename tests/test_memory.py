@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
@@ -75,7 +76,7 @@ def test_timeline_and_totals(profile):
     assert len(tl["rss_bytes"]) == len(tl["t_s"])
     assert max(tl["rss_bytes"]) - profile.totals["baseline_rss_bytes"] >= 250 * MB
     # the kernel's exact peak (VmHWM, reset at the start) saw the 300 MB too
-    if profile.totals.get("peak_rss_exact_bytes"):
+    if sys.platform.startswith("linux"):  # VmHWM and clear_refs exist there
         assert profile.totals["peak_rss_exact_bytes"] - profile.totals["baseline_rss_bytes"] >= 290 * MB
 
 

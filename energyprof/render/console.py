@@ -2,29 +2,16 @@
 
 from __future__ import annotations
 
-from ..profile import SPECIAL_NODES, Node, Profile
+from ..profile import SPECIAL_NODES, Profile
+from .exports import FunctionRow, function_rows
+from .format import fmt_energy
 
 
-def fmt_energy(j: float) -> str:
-    if j >= 3600:
-        return f"{j:,.0f} J ({j / 3600:.3f} Wh)"
-    if j >= 1:
-        return f"{j:.2f} J"
-    return f"{j * 1000:.1f} mJ"
-
-
-def top_functions(profile: Profile, n: int = 8) -> list[tuple[Node, float]]:
+def top_functions(profile: Profile, n: int = 8) -> list[FunctionRow]:
     """Functions by self energy, merged over call paths (the flat view users ask first)."""
-    by_fn: dict[tuple[str, str, int], tuple[Node, float, int]] = {}
-    for node, depth in profile.nodes():
-        if depth == 0 or node.function in SPECIAL_NODES:
-            continue
-        key = (node.function, node.file, node.line)
-        prev = by_fn.get(key)
-        e = node.self_total_energy
-        by_fn[key] = (prev[0] if prev else node, (prev[1] if prev else 0.0) + e, (prev[2] if prev else 0) + node.self_samples)
-    ranked = sorted(by_fn.values(), key=lambda t: -t[1])
-    return [(node, e) for node, e, _ in ranked[:n] if e > 0]
+    rows = [r for r in function_rows(profile, include_root=False)
+            if r.function not in SPECIAL_NODES and r.self_total_energy > 0]
+    return sorted(rows, key=lambda r: -r.self_total_energy)[:n]
 
 
 def render_summary(profile: Profile) -> str:
@@ -35,10 +22,10 @@ def render_summary(profile: Profile) -> str:
         sid = src["id"]
         total = t["energy_j"].get(sid, 0.0)
         mine = t["attributed_j"].get(sid, 0.0)
-        lines.append(f"  {sid:<8} {fmt_energy(total):>24}  {src['method']:<9} ({src['sensor']})"
+        lines.append(f"  {sid:<8} {fmt_energy(total):>9}  {src['method']:<9} ({src['sensor']})"
                      f"  program: {fmt_energy(mine)}")
     total = profile.total_energy_j
-    lines.append(f"  {'total':<8} {fmt_energy(total):>24}  {_methods(profile)}")
+    lines.append(f"  {'total':<8} {fmt_energy(total):>9} ({total / 3600:.3g} Wh)  {_methods(profile)}")
     if profile.carbon and t.get("carbon_g") is not None:
         c = profile.carbon
         how = "time-series mean" if c.get("time_series") else "at"
@@ -48,11 +35,14 @@ def render_summary(profile: Profile) -> str:
         lines.append(f"  cost     {t['cost']:.4g} {profile.carbon.get('currency', '')}")
     top = top_functions(profile)
     if top:
-        lines.append("  top functions by self energy (all sources):")
-        for node, e in top:
+        lines.append("  top functions by self energy (all sources; \u00b1 = sampling error, 1/sqrt(samples)):")
+        for row in top:
+            e = row.self_total_energy
             share = e / total * 100 if total else 0.0
-            where = f"{_short(node.file)}:{node.line}" if node.file else ""
-            lines.append(f"    {fmt_energy(e):>14} {share:5.1f}%  {node.function}  {where}")
+            err = row.relative_error
+            where = f"{_short(row.file)}:{row.line}" if row.file else ""
+            lines.append(f"    {fmt_energy(e):>9} {share:5.1f}% {'' if err is None else f'±{err * 100:.0f}%':>5}"
+                         f"  {row.function}  {where}")
     for note in profile.notes:
         lines.append(f"  note: {note.get('message', note)}")
     return "\n".join(lines) + "\n"

@@ -23,6 +23,7 @@ from typing import Any
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Node, Profile, write_atomic
 from ..processors import MIN_UPDATES, window_groups
 from .exports import function_rows
+from .format import fmt_bytes, fmt_energy, fmt_seconds
 
 # The icicle builds one SVG element per node (~2.7 s for 5k nodes in headless Chromium), so the chart
 # keeps the largest call paths and folds the rest into "other" nodes; the table keeps everything.
@@ -187,38 +188,6 @@ def function_spans(profile: Profile) -> dict[str, list[list[float]]]:
 
 
 # ---------------------------------------------------------------- formatting
-
-
-def fmt_energy(j: float | None) -> str:
-    """Joules with a prefix readers can compare at a glance (3 significant digits)."""
-    if j is None:
-        return "\u2013"
-    a = abs(j)
-    for scale, unit in ((1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "\u00b5J")):
-        if a >= scale:
-            return f"{j / scale:.3g} {unit}"
-    return "0 J" if a == 0 else f"{j * 1e9:.3g} nJ"
-
-
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "\u2013"
-    if s >= 3600:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-    if s >= 60:
-        return f"{int(s // 60)} min {s % 60:04.1f} s"
-    if s >= 1 or s == 0:
-        return f"{s:.3g} s"
-    return f"{s * 1000:.3g} ms"
-
-
-def fmt_bytes(b: float | None) -> str:
-    if b is None:
-        return "\u2013"
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(b) >= scale:
-            return f"{b / scale:.3g} {unit}"
-    return f"{int(b)} B"
 
 
 def _round(x: float, digits: int = 4) -> float:
@@ -443,13 +412,7 @@ def _add_self(target: ChartNode, node: Node) -> None:
 def _fill_values(root: ChartNode) -> None:
     """Values = self + children, bottom-up: plotly's branchvalues "total" draws nothing when a
     parent is below the sum of its children, which rounding in the profile could cause."""
-    order: list[ChartNode] = []
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        order.append(n)
-        stack.extend(n.children)
-    for n in reversed(order):
+    for n in reversed(_preorder(root)):
         n.energy = dict(n.self_e)
         n.value_t = n.self_t
         for c in n.children:
@@ -464,12 +427,7 @@ def prune(root: ChartNode, limit: int = MAX_CHART_NODES) -> ChartNode:
     node's dropped children into one "other" child so the values still add up."""
     total_e = root.value_e or 1.0
     total_t = root.value_t or 1.0
-    everything: list[ChartNode] = []
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        everything.append(n)
-        stack.extend(n.children)
+    everything = _preorder(root)
     if len(everything) <= limit:
         return root
 
@@ -496,13 +454,18 @@ def prune(root: ChartNode, limit: int = MAX_CHART_NODES) -> ChartNode:
     return root
 
 
-def _count(n: ChartNode) -> int:
-    count, stack = 0, [n]
+def _preorder(root: ChartNode) -> list[ChartNode]:
+    """Every node, parents before children, without recursion (trees can be very deep)."""
+    out, stack = [], [root]
     while stack:
-        m = stack.pop()
-        count += 1
-        stack.extend(m.children)
-    return count
+        n = stack.pop()
+        out.append(n)
+        stack.extend(n.children)
+    return out
+
+
+def _count(n: ChartNode) -> int:
+    return len(_preorder(n))
 
 
 def _has_library_frames(profile: Profile) -> bool:
