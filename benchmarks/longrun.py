@@ -43,7 +43,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from energyprof.attribution import Ledger, build_profile  # noqa: E402
+from energyprof.core.ledger import Ledger  # noqa: E402
+from energyprof.core.tree import build_profile  # noqa: E402
 from energyprof.recording import Frame, Sample, StackTable, Tick  # noqa: E402
 
 HOUR_SAMPLES = 3_600_000

@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .attribution import Ledger, build_profile
+from .core.ledger import Ledger
+from .core.tree import build_profile
 from .profile import Profile, ProfileFormatError, load
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"

@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 from . import probes
 from .probes import OwnClocks
-from .attribution import Ledger
+from .core.ledger import Ledger
 from .profile import write_atomic
 from .recording import Sample, Tick
 from .sensors.base import Sensor

@@ -102,11 +102,11 @@ class Options:
         if self.country is not None or self.region is not None or self.cloud is not None \
                 or self.carbon_intensity_trace is not None:
             try:
-                from . import carbon
+                from . import intensity
             except ImportError:
                 return
             try:
-                carbon.validate(self)
+                intensity.validate(self)
             except ValueError as exc:
                 raise OptionError(str(exc)) from None
 

@@ -12,7 +12,8 @@ import time
 from typing import Any, Iterator
 
 from . import __version__, memory, probes
-from .attribution import Ledger, build_profile
+from .core.ledger import Ledger
+from .core.tree import build_profile
 from .collector import Collector
 from .probes import OwnClocks
 from .options import Options

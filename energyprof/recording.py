@@ -4,7 +4,7 @@ A `Tick` is one collector reading (cumulative joules per source, CPU clocks, RSS
 is one stack observation covering [t0, t1]. `StackTable` interns frames and stacks so each
 distinct stack is stored once. A `Recording` is a plain list of these events: tests and
 offline replays build one by hand; a live run never materialises it, it folds the events
-into a `Ledger` (attribution.py) as they arrive, so memory follows distinct stacks, not time.
+into a `Ledger` (core/ledger.py) as they arrive, so memory follows distinct stacks, not time.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energyprof.attribution import Ledger, attribute, build_profile
+from energyprof.core.ledger import Ledger
+from energyprof.core.tree import attribute, build_profile
 from energyprof.profile import IDLE_NODE, SELF_NODE, Profile
 from energyprof.recording import Recording, Sample, Tick
 from energyprof.sensors.replay import PowerTrace, load_trace

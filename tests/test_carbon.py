@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 import energyprof
-from energyprof import carbon
+from energyprof import carbon, intensity
 from energyprof.options import Options
 from energyprof.profile import Node, Profile
 
@@ -166,11 +166,11 @@ def test_country_fra_is_codecarbons_figure(tmp_path: Path) -> None:
     ("CHN", "inner mongolia", "CO2 only"),
 ])
 def test_regions_match_codecarbon(country: str, region: str, scope_word: str) -> None:
-    found = carbon.region_intensity(region, country)
+    found = intensity.region_intensity(region, country)
     assert found.g_per_kwh == pytest.approx(codecarbon_g_per_kwh(country, region), rel=1e-12)
     assert scope_word in found.scope
     # the region alone names its country
-    assert carbon.region_intensity(region).g_per_kwh == found.g_per_kwh
+    assert intensity.region_intensity(region).g_per_kwh == found.g_per_kwh
 
 
 def test_gcp_region_matches_codecarbon() -> None:
@@ -181,12 +181,12 @@ def test_gcp_region_matches_codecarbon() -> None:
 
     kg = Emissions(DataSource()).get_cloud_emissions(Energy.from_energy(kWh=1),
                                                      CloudMetadata(provider="gcp", region="europe-west1"))
-    found = carbon.cloud_intensity("gcp:europe-west1")
+    found = intensity.cloud_intensity("gcp:europe-west1")
     assert found.g_per_kwh == pytest.approx(kg * 1000, rel=1e-12)
     assert found.country == "BEL" and found.cloud == "gcp:europe-west1"
     # AWS has no figure in codecarbon: the country stands in, and says so
-    aws = carbon.cloud_intensity("aws:eu-west-3", "FRA")
-    assert aws.g_per_kwh == carbon.country_intensity("FRA").g_per_kwh and "no per-region" in aws.source
+    aws = intensity.cloud_intensity("aws:eu-west-3", "FRA")
+    assert aws.g_per_kwh == intensity.country_intensity("FRA").g_per_kwh and "no per-region" in aws.source
 
 
 def test_default_is_the_world_average_and_says_so(tmp_path: Path) -> None:
@@ -197,7 +197,7 @@ def test_default_is_the_world_average_and_says_so(tmp_path: Path) -> None:
     assert c is not None
     assert c["source"] == "world average (no location given)"
     assert c["intensity_g_per_kwh"] == 475.0
-    data = json.loads((carbon._data_dir() / "private_infra" / "carbon_intensity_per_source.json").read_text())
+    data = json.loads((intensity._data_dir() / "private_infra" / "carbon_intensity_per_source.json").read_text())
     assert data["world_average"] == 475  # the constant is codecarbon's figure
     assert profile.totals["carbon_g"] == pytest.approx(_kwh(profile.totals["energy_j"]) * 475.0, rel=1e-12)
     assert "cost" not in profile.totals and all(n.cost is None for n, _ in profile.nodes())
@@ -351,7 +351,7 @@ def test_trace_errors_name_the_line(tmp_path: Path, text: str, error: str) -> No
     path = tmp_path / "t.csv"
     path.write_text(text)
     with pytest.raises(ValueError, match=error) as info:
-        carbon.load_trace(path)
+        intensity.load_trace(path)
     assert "\n" not in str(info.value) and str(path) in str(info.value)
 
 
@@ -359,10 +359,10 @@ def test_trace_formats_and_step_function(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     path.write_text("2024-06-01T12:00:00Z,100\n2024-06-01T13:00:00+01:00,999\n2024-06-01T12:30:00,300\n")
     with pytest.raises(ValueError, match="line 2: timestamps must increase"):  # 13:00+01:00 is 12:00Z
-        carbon.load_trace(path)
+        intensity.load_trace(path)
     path.write_text("timestamp,g_per_kwh\n2024-06-01T12:00:00Z,100\n2024-06-01T12:30:00,300\n"
                     f"{T0 + 3600},50\n")
-    trace = carbon.load_trace(path)
+    trace = intensity.load_trace(path)
     assert trace.t == [T0, T0 + 1800, T0 + 3600]  # naive ISO times are UTC
     assert trace.at(T0 - 1e6) == 100  # before the first row: the first
     assert trace.at(T0 + 1799) == 100 and trace.at(T0 + 1800) == 300 and trace.at(T0 + 1e6) == 50

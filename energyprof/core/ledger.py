@@ -18,14 +18,14 @@ Both idle policies are accumulated side by side, so the policy is a rendering ch
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, Node, Profile
-from .recording import Recording, Sample, StackTable, Tick
+from ..profile import CHILDREN_NODE
+from ..recording import Sample, StackTable, Tick
+from .timeline import TIMELINE_POINTS, Timeline
 
 POLICIES = ("share", "all")
 GPU_PREFIX = "gpu"
@@ -33,91 +33,10 @@ CHILD_FRAME = (CHILDREN_NODE, "", 0)
 MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
 IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
-TIMELINE_POINTS = 1000
-STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"
 
 
 def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
-
-
-class Timeline:
-    """Power and RSS at bounded resolution: when full, adjacent buckets merge in pairs."""
-
-    def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS) -> None:
-        self.n = n_sources
-        self.max_points = max_points
-        self.width_ns = 0  # 0: one bucket per tick until the first merge
-        self.t0: list[int] = []
-        self.t1: list[int] = []
-        self.energy: list[list[float]] = []
-        self.rss: list[int] = []
-        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the bucket
-
-    def add(self, t0: int, t1: int, de: list[float], rss: int) -> None:
-        if self.t0 and self.width_ns and t1 - self.t0[-1] <= self.width_ns:
-            last = self.energy[-1]
-            for i, v in enumerate(de):
-                last[i] += v
-            self.t1[-1] = t1
-            self.rss[-1] = max(self.rss[-1], rss)
-            return
-        self.t0.append(t0)
-        self.t1.append(t1)
-        self.energy.append(list(de))
-        self.rss.append(rss)
-        self.stacks.append({})
-        if len(self.t0) > self.max_points:
-            self._halve()
-
-    def note_stacks(self, t_ns: int, weights: dict[int, float]) -> None:
-        """Remember which stacks ran in the bucket holding t_ns (the heaviest few only)."""
-        k = bisect.bisect_right(self.t0, t_ns) - 1
-        if k < 0:
-            return
-        seen = self.stacks[k]
-        for sid, w in weights.items():
-            seen[sid] = seen.get(sid, 0.0) + w
-        if len(seen) > 2 * STACKS_PER_BUCKET:
-            self.stacks[k] = _heaviest(seen)
-
-    def _halve(self) -> None:
-        t0, t1, en, rss, stacks = [], [], [], [], []
-        for i in range(0, len(self.t0), 2):
-            j = min(i + 1, len(self.t0) - 1)
-            t0.append(self.t0[i])
-            t1.append(self.t1[j])
-            en.append([a + (b if j != i else 0.0) for a, b in zip(self.energy[i], self.energy[j])])
-            rss.append(max(self.rss[i], self.rss[j]))
-            merged = dict(self.stacks[i])
-            if j != i:
-                for sid, w in self.stacks[j].items():
-                    merged[sid] = merged.get(sid, 0.0) + w
-            stacks.append(_heaviest(merged) if len(merged) > STACKS_PER_BUCKET else merged)
-        self.t0, self.t1, self.energy, self.rss, self.stacks = t0, t1, en, rss, stacks
-        spans = [b - a for a, b in zip(self.t0, self.t1)]
-        self.width_ns = max(spans) if spans else 0
-
-    def export(self, start_ns: int, source_ids: list[str]) -> dict[str, Any]:
-        mids = [((a + b) / 2 - start_ns) / 1e9 for a, b in zip(self.t0, self.t1)]
-        power: dict[str, list[float]] = {sid: [] for sid in source_ids}
-        for a, b, row in zip(self.t0, self.t1, self.energy):
-            span = max(b - a, 1) / 1e9
-            for sid, e in zip(source_ids, row):
-                power[sid].append(e / span)
-        return {
-            "t_s": mids,
-            "start_s": [(a - start_ns) / 1e9 for a in self.t0],
-            "end_s": [(b - start_ns) / 1e9 for b in self.t1],
-            "power_w": power,
-            "rss_bytes": list(self.rss),
-        }
-
-
-def _heaviest(weights: dict[int, float]) -> dict[int, float]:
-    top = sorted(weights.items(), key=lambda kv: -kv[1])[:STACKS_PER_BUCKET]
-    return dict(top)
-
 
 @dataclass(slots=True)
 class _StackStat:
@@ -475,157 +394,3 @@ class Ledger:
         led._live_windows = list(led._open_windows)
         return led
 
-
-# -- Ledger -> Profile ------------------------------------------------------------------
-def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
-              cpus: int = 1) -> Profile:
-    """The whole pipeline's pure core for a materialised `Recording` on a `cpus`-core machine."""
-    ledger = Ledger(recording.sources, recording.stacks, share_window_ns, cpus=cpus)
-    events: list[tuple[int, int, Any]] = []
-    events.extend((t.t_ns, 1, t) for t in recording.ticks)
-    events.extend((s.t1_ns, 0, s) for s in recording.samples)
-    events.extend((w.t_ns, 2, w) for w in recording.windows)
-    events.sort(key=lambda e: (e[0], e[1]))
-    for _, kind, ev in events:
-        if kind == 0:
-            ledger.add_sample(ev)
-        elif kind == 1:
-            ledger.add_tick(ev)
-        elif ev.kind == "begin":
-            ledger.begin_window(ev.t_ns, ev.name, ev.index)
-        else:
-            ledger.end_window(ev.t_ns, ev.name or None)
-    ledger.finish()
-    return build_profile(ledger, policy, recording.meta)
-
-
-def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
-    """Turn the fold's per-stack figures into the tree, with totals and timeline."""
-    if policy not in POLICIES:
-        raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
-    ids = ledger.source_ids
-    share = policy == "share"
-
-    def joules(values: list[float]) -> dict[str, float]:
-        return {sid: float(v) for sid, v in zip(ids, values)}
-
-    start = ledger.first_ns or 0
-    duration_s = ((ledger.last_ns or start) - start) / 1e9
-    root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
-    root.self_energy_j = joules(ledger.root_share if share else ledger.root_all)
-    frames = ledger.stacks.frames
-    # Path-keyed children lookup, only while building.
-    index: dict[int, dict[int, Node]] = {}
-    for sid, st in ledger.stats.items():
-        node = root
-        for fid in ledger.stacks.stacks[sid]:
-            kids = index.setdefault(id(node), {})
-            child = kids.get(fid)
-            if child is None:
-                fn, file, line = frames[fid]
-                child = Node(function=fn, file=file, line=line)
-                kids[fid] = child
-                node.children.append(child)
-            node = child
-        node.self_time_s += st.time_ns / 1e9
-        node.self_cpu_time_s += st.cpu_ns / 1e9
-        node.self_samples += st.samples
-        vals = st.share if share else st.all
-        for sid_, v in zip(ids, vals):
-            node.self_energy_j[sid_] = node.self_energy_j.get(sid_, 0.0) + v
-        if st.samples:
-            node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
-        node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
-
-    specials = []
-    own = ledger.own_share if share else ledger.own_all
-    if any(own):
-        specials.append(Node(function=SELF_NODE, self_energy_j=joules(own)))
-    if share:
-        specials.append(Node(function=IDLE_NODE, self_energy_j=joules(ledger.idle)))
-    root.children.extend(specials)
-    _sum_inclusive(root, ids)
-    root.time_s = max(root.time_s, duration_s)
-    root.self_time_s = max(0.0, root.time_s - sum(c.time_s for c in root.children if not c.is_special))
-
-    attributed = {sid: root.energy_j.get(sid, 0.0) - sum(c.energy_j.get(sid, 0.0) for c in specials) for sid in ids}
-    first, last = ledger.first_tick, ledger.last_tick
-    cpu_s = 0.0
-    if first is not None and last is not None:
-        cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
-                 + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
-    totals = {
-        "energy_j": joules(ledger.total),
-        "attributed_j": attributed,
-        "energyprof_j": joules(own),
-        "idle_j": joules(ledger.idle) if share else {sid: 0.0 for sid in ids},
-        "duration_s": duration_s,
-        "cpu_time_s": max(0.0, cpu_s),
-        "energyprof_cpu_time_s": ((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
-    }
-    windows = []
-    for w in ledger.windows:
-        end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
-        windows.append({
-            "name": w["name"], "index": w["index"], "depth": w.get("depth", 0),
-            "start_s": (w["start_ns"] - start) / 1e9, "end_s": (end - start) / 1e9,
-            "time_s": (end - w["start_ns"]) / 1e9, "energy_j": joules(w["energy"]),
-        })
-    notes = [{"kind": "sensor-anomaly", "source": k, "count": v,
-              "message": f"{k}: {v} reading(s) went backwards or were not numbers; those intervals were skipped"}
-             for k, v in ledger.anomalies.items()]
-    full_meta = dict(meta)
-    full_meta["idle_policy"] = policy
-    full_meta.setdefault("duration_s", duration_s)
-    return Profile(meta=full_meta, sources=list(ledger.sources), totals=totals, root=root, windows=windows,
-                   timeline=_timeline(ledger, start), notes=notes)
-
-
-def _timeline(ledger: Ledger, start: int) -> dict[str, Any]:
-    """The exported timeline plus, per bucket, the functions seen on a stack in it
-    (`functions`: [function, file, line]; `active`: indices into it, one list per bucket)."""
-    out = ledger.timeline.export(start, ledger.source_ids)
-    frames, stacks = ledger.stacks.frames, ledger.stacks.stacks
-    index: dict[int, int] = {}
-    functions: list[list[Any]] = []
-    active: list[list[int]] = []
-    for bucket in ledger.timeline.stacks:
-        fids: set[int] = set()
-        for sid in bucket:
-            fids.update(stacks[sid])
-        row = []
-        for fid in sorted(fids):
-            k = index.get(fid)
-            if k is None:
-                k = index[fid] = len(functions)
-                functions.append(list(frames[fid]))
-            row.append(k)
-        active.append(row)
-    out["functions"] = functions
-    out["active"] = active
-    return out
-
-
-def _sum_inclusive(root: Node, ids: list[str]) -> None:
-    """inclusive = self + children, computed bottom-up without recursion."""
-    order = [n for n, _ in root.walk()]
-    for node in reversed(order):
-        energy = {sid: node.self_energy_j.get(sid, 0.0) for sid in ids}
-        node.self_energy_j = dict(energy)
-        time_s, cpu_s, samples = node.self_time_s, node.self_cpu_time_s, node.self_samples
-        growth = node.self_rss_growth_bytes
-        peak = node.peak_rss_bytes
-        for c in node.children:
-            for sid in ids:
-                energy[sid] += c.energy_j.get(sid, 0.0)
-            time_s += c.time_s
-            cpu_s += c.cpu_time_s
-            samples += c.samples
-            if c.rss_growth_bytes is not None:
-                growth = (growth or 0) + c.rss_growth_bytes
-            if c.peak_rss_bytes is not None:
-                peak = max(peak or 0, c.peak_rss_bytes)
-        node.energy_j = energy
-        node.time_s, node.cpu_time_s, node.samples = time_s, cpu_s, samples
-        node.rss_growth_bytes = growth
-        node.peak_rss_bytes = peak

@@ -1,0 +1,1 @@
+"""The pure core: ledger (the online fold), timeline and tree. No I/O, no clock, no hardware."""
