@@ -49,7 +49,7 @@ def training_breakdowns(profile: Profile) -> None:
     if not names:
         profile.extra.pop("training", None)
         return
-    from .integrations.torch import breakdown
+    from .analysis.training import breakdown
 
     profile.extra["training"] = {name: breakdown(profile, name) for name in names}
 

@@ -135,7 +135,7 @@ class Profiler:
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
         if self.options.sync == "cuda":
-            from .integrations.torch import cuda_sync
+            from .integrations.cuda import cuda_sync
 
             cuda_sync()
 

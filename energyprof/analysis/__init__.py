@@ -1,0 +1,1 @@
+"""Pure analysis: Profile (facts) + render options -> what the renderers show. No I/O."""
