@@ -130,10 +130,9 @@ def _inline_script(code: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js() -> str:
-    """plotly.js from the installed plotly package, read once per process (it is 4.8 MB)."""
-    from plotly.offline import get_plotlyjs
-
-    return _inline_script(get_plotlyjs())
+    """plotly.js built with only the traces the report draws (scripts/build-plotly-bundle.sh; the
+    version and build are in plotly-custom.json beside it), read once per process."""
+    return _inline_script((template_dir() / "plotly-custom.min.js").read_text(encoding="utf-8"))
 
 
 def report_data(profile: Profile) -> dict[str, Any]:
