@@ -1,11 +1,11 @@
 """Grid carbon intensity: where a figure comes from (country, region, cloud region, a given value,
-a time series) and the lookup of each in codecarbon's data files.
+a time series) and the lookup of each in codecarbon's data.
 
-The tables are codecarbon's data files, read directly as JSON/CSV: we locate the installed package with
-`importlib.util.find_spec` (which does not execute it) instead of importing it, because
-`import codecarbon` pulls in its trackers, `requests`, pandas-backed loaders and pynvml. So
-no codecarbon code runs inside a profiled process, nothing touches the network, and nothing
-guesses the location: the user names it or gets the world average, labelled as such.
+The tables come from carbon_data: codecarbon's own files when the `[carbon]` extra is installed,
+else energyprof's snapshot of them, and each figure's source names which. codecarbon is never
+imported (it pulls in its trackers, `requests`, pandas and pynvml), so no codecarbon code runs
+inside a profiled process, nothing touches the network, and nothing guesses the location: the
+user names it or gets the world average, labelled as such.
 
 The arithmetic codecarbon applies to its regional files (lbs/MWh for US states, a fossil
 mix for Canadian provinces) is reproduced here; tests/test_carbon.py checks every kind of
@@ -18,14 +18,13 @@ from __future__ import annotations
 import bisect
 import csv
 import datetime as _dt
-import functools
-import importlib.util
-import json
 import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from . import carbon_data
 
 if TYPE_CHECKING:
     from .options import Options
@@ -61,46 +60,24 @@ class Intensity:
     cloud: str | None = None
 
 
-# --- codecarbon's data, read without importing codecarbon ---------------------------------
+# --- the tables: codecarbon's files when installed, else energyprof's snapshot of them ---------
 
-def _data_dir() -> Path:
-    """codecarbon's `data/` folder, found without running its package `__init__`."""
-    try:
-        spec = importlib.util.find_spec("codecarbon")
-    except (ImportError, ValueError):
-        spec = None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for loc in locations:
-        data = Path(loc) / "data"
-        if data.is_dir():
-            return data
-    raise ValueError("intensity by location needs codecarbon's data: pip install 'codecarbon>=3.3,<3.4' "
-                     "(or give --carbon-intensity G_PER_KWH)")
-
-
-@functools.cache
 def _json(relative: str) -> Any:
-    path = _data_dir() / relative
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"cannot read codecarbon's {relative}: {exc}") from None
+    return carbon_data.active().json(relative)
 
 
-@functools.cache
 def _gcp_regions() -> dict[str, dict[str, str]]:
-    path = _data_dir() / "cloud" / "impact.csv"
-    try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:  # the file starts with a BOM
-            rows = list(csv.DictReader(fh))
-    except OSError as exc:
-        raise ValueError(f"cannot read codecarbon's cloud/impact.csv: {exc}") from None
+    rows = carbon_data.active().csv_rows(carbon_data.CLOUD)
     return {r["region"].strip().lower(): r for r in rows if r.get("provider", "").strip().lower() == "gcp"}
 
 
 def _countries() -> dict[str, dict[str, Any]]:
-    return _json("private_infra/global_energy_mix.json")
+    return _json(carbon_data.COUNTRIES)
+
+
+def _data_label() -> str:
+    """Which tables gave the figure, for the report's methodology."""
+    return carbon_data.active().label
 
 
 # --- lookups --------------------------------------------------------------------------------
@@ -118,7 +95,7 @@ def country_intensity(code: str) -> Intensity:
                          "give --carbon-intensity G_PER_KWH")
     year = mix.get("year")
     return Intensity(
-        float(value), f"{mix.get('country_name', iso)} ({iso}) grid average, codecarbon data",
+        float(value), f"{mix.get('country_name', iso)} ({iso}) grid average, {_data_label()}",
         "lifecycle gCO2eq per kWh generated"
         + (f" in {year}" if year else "") + " (codecarbon's global_energy_mix.json: Our World in Data / Ember)",
         country=iso,
@@ -129,19 +106,19 @@ def _regions_of(country: str) -> dict[str, str]:
     """{lower-case name a user may type: canonical region} for one country with regional data."""
     out: dict[str, str] = {}
     if country == "USA":
-        for name, row in _json("private_infra/2023/usa_emissions.json").items():
+        for name, row in _json(carbon_data.USA).items():
             if name.startswith("_"):
                 continue
             out[name.lower()] = name
             if isinstance(row, dict) and row.get("regionCode"):
                 out[str(row["regionCode"]).lower()] = name
     elif country == "CAN":
-        out = {name.lower(): name for name in _json("private_infra/2023/canada_energy_mix.json")}
+        out = {name.lower(): name for name in _json(carbon_data.CANADA)}
     elif country in _NORDIC:
-        zones = _json("private_infra/nordic_emissions.json")["data"]
+        zones = _json(carbon_data.NORDIC)["data"]
         out = {z.lower(): z for z in zones if z in _NORDIC[country]}
     elif country == "CHN":
-        for key, row in _json("private_infra/2023/china_provincial_emissions.json")["data"].items():
+        for key, row in _json(carbon_data.CHINA)["data"].items():
             out[key.lower()] = key
             for name in row.get("names", []):
                 out[name.lower()] = key
@@ -183,29 +160,29 @@ def region_intensity(region: str, country: str | None = None) -> Intensity:
 
 def _regional(iso: str, key: str) -> Intensity:
     if iso == "USA":
-        data = _json("private_infra/2023/usa_emissions.json")
+        data = _json(carbon_data.USA)
         src = data.get("_source", {})
         g = float(data[key]["emissions"]) * _LBS_PER_MWH_TO_G_PER_KWH
-        return Intensity(g, f"{key} (USA), codecarbon data: {src.get('name', 'EPA eGRID')}",
+        return Intensity(g, f"{key} (USA), {_data_label()}: {src.get('name', 'EPA eGRID')}",
                          "combustion only: CO2-equivalent emitted at the power plants per kWh generated "
                          f"(EPA eGRID {src.get('year', '')}, field {src.get('field', '?')}); excludes "
                          "upstream and lifecycle emissions", country=iso, region=key)
     if iso == "CAN":
-        mix = _json("private_infra/2023/canada_energy_mix.json")[key]
+        mix = _json(carbon_data.CANADA)[key]
         kg = sum(mix[f] / mix["total"] * k for f, k in _CANADA_FUEL_KG_PER_KWH.items())
-        return Intensity(kg * 1000.0, f"{key} (CAN), codecarbon data: provincial generation mix",
+        return Intensity(kg * 1000.0, f"{key} (CAN), {_data_label()}: provincial generation mix",
                          "combustion only: fossil share of the provincial generation mix times combustion "
                          "factors for coal, oil and gas (codecarbon's method); low-carbon sources count as 0",
                          country=iso, region=key)
     if iso in _NORDIC:
-        data = _json("private_infra/nordic_emissions.json")
+        data = _json(carbon_data.NORDIC)
         row = data["data"][key]
-        return Intensity(float(row["emission_factor"]), f"{key} ({iso}), codecarbon data: "
+        return Intensity(float(row["emission_factor"]), f"{key} ({iso}), {_data_label()}: "
                          f"{row.get('description', 'Nordic bidding zone')}",
                          "production-based generation mix times codecarbon's per-source factors (mostly "
                          f"lifecycle), year {row.get('year', '?')}", country=iso, region=key)
-    row = _json("private_infra/2023/china_provincial_emissions.json")["data"][key]
-    return Intensity(float(row["emission_factor"]), f"{row.get('description', key)} (CHN), codecarbon data: "
+    row = _json(carbon_data.CHINA)["data"][key]
+    return Intensity(float(row["emission_factor"]), f"{row.get('description', key)} (CHN), {_data_label()}: "
                      "MEE/NBS provincial factor", "CO2 only (not CO2eq), operational, location-based, "
                      f"year {row.get('year', '?')}", country="CHN", region=key)
 
@@ -230,7 +207,7 @@ def cloud_intensity(spec: str, country: str | None = None) -> Intensity:
         if row is None:
             raise ValueError(f"--cloud {spec}: unknown GCP region (e.g. europe-west1, us-central1)")
         where = row.get("city") or row.get("state") or row.get("country_name", "")
-        return Intensity(float(row["impact"]), f"GCP {region} ({where}), codecarbon data: {row.get('source', '')}",
+        return Intensity(float(row["impact"]), f"GCP {region} ({where}), {_data_label()}: {row.get('source', '')}",
                          "Google Cloud's published average grid intensity for the region (location-based)",
                          country=(row.get("countryIsoCode") or None), cloud=f"gcp:{region}")
     if country is None:

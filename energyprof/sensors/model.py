@@ -9,13 +9,10 @@ Both are labelled *estimated* wherever they appear.
 
 from __future__ import annotations
 
-import csv
-import importlib.util
 import re
 from functools import lru_cache
-from pathlib import Path
 
-from .. import probes
+from .. import carbon_data, probes
 from .base import Discovery, Sensor
 
 IDLE_FRACTION = 0.1
@@ -25,20 +22,18 @@ RAM_W_PER_GB = 0.375
 
 @lru_cache(maxsize=1)
 def _cpu_table() -> dict[str, float]:
-    spec = importlib.util.find_spec("codecarbon")
-    if spec is None or not spec.submodule_search_locations:
-        return {}
-    path = Path(list(spec.submodule_search_locations)[0]) / "data" / "hardware" / "cpu_power.csv"
-    table: dict[str, float] = {}
+    """codecarbon's CPU table (hardware/cpu_power.csv): its own file when codecarbon is installed,
+    else energyprof's snapshot of it; empty if neither can be read (the default TDP applies)."""
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
-            for row in csv.DictReader(fh):
-                try:
-                    table[_normalise(row["Name"])] = float(row["TDP"])
-                except (KeyError, ValueError):
-                    continue
-    except OSError:
+        rows = carbon_data.active().csv_rows(carbon_data.CPUS)
+    except ValueError:
         return {}
+    table: dict[str, float] = {}
+    for row in rows:
+        try:
+            table[_normalise(row["Name"])] = float(row["TDP"])
+        except (KeyError, TypeError, ValueError):
+            continue
     return table
 
 
