@@ -10,43 +10,23 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import socket
 import subprocess
 import sys
-import venv
 import zipfile
 from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
-
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from install_size import clean_env, distributions, venv_python  # noqa: E402
+
+pytestmark = pytest.mark.slow
 MAX_DISTRIBUTIONS = 6
 MAX_BYTES = 30e6
 HEAVY = {"plotly", "codecarbon", "pandas", "numpy"}
-
-# The installed distributions, with the bytes of the files each installed.
-LIST_DISTRIBUTIONS = """
-import importlib.metadata as m, json, os
-out = {}
-for d in m.distributions():
-    size = 0
-    for f in d.files or []:
-        p = d.locate_file(f)
-        size += os.path.getsize(p) if os.path.isfile(p) else 0
-    out[d.metadata["Name"].lower()] = size
-print(json.dumps(out))
-"""
-
-
-def _clean_env() -> dict[str, str]:
-    """Nothing of this test process's environment may leak energyprof or packages into the venv."""
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "PYTHONUSERBASE")}
-    env["PYTHONNOUSERSITE"] = "1"
-    return env
 
 
 def _index_reachable() -> bool:
@@ -59,19 +39,13 @@ def _index_reachable() -> bool:
 
 def _pip(args: list[str], what: str, **kw) -> subprocess.CompletedProcess[str]:
     """Run pip; a failure with no package index in reach is a skip, any other a failure."""
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=_clean_env(), check=False, **kw)
+    proc = subprocess.run(args, capture_output=True, text=True, timeout=300, env=clean_env(), check=False, **kw)
     if proc.returncode != 0:
         tail = [line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()][-3:]
         if not _index_reachable():
             pytest.skip(f"{what} needs a package index and pypi.org is unreachable: {' / '.join(tail)}")
         pytest.fail(f"{what} failed: {proc.stdout}{proc.stderr}")
     return proc
-
-
-def _distributions(py: Path) -> dict[str, int]:
-    out = subprocess.run([str(py), "-c", LIST_DISTRIBUTIONS], capture_output=True, text=True, check=True,
-                         env=_clean_env(), timeout=60).stdout
-    return json.loads(out)
 
 
 def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snapshot(tmp_path: Path) -> None:
@@ -84,11 +58,10 @@ def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snaps
         assert shipped in names
 
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=False, with_pip=True, clear=True)
-    py = env_dir / ("Scripts" if os.name == "nt" else "bin") / "python"
-    seeded = _distributions(py)  # pip (and setuptools on older Pythons): the venv's, not ours
+    py = venv_python(env_dir)
+    seeded = distributions(py)  # pip (and setuptools on older Pythons): the venv's, not ours
     _pip([str(py), "-m", "pip", "install", "-q", str(wheel)], "installing the wheel's dependencies")
-    installed = _distributions(py)
+    installed = distributions(py)
     added = {name: size for name, size in installed.items() if name not in seeded}
     assert "energyprof" in added and not HEAVY & set(added), sorted(added)
     assert len(added) <= MAX_DISTRIBUTIONS, sorted(added)
@@ -99,11 +72,11 @@ def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snaps
     (work / "script.py").write_text("print(sum(range(10)))\n")
     (work / "trace.csv").write_text("t_s,cpu\n0,5\n")
     where = subprocess.run([str(py), "-c", "import energyprof; print(energyprof.__file__)"], capture_output=True,
-                           text=True, cwd=work, env=_clean_env(), timeout=60, check=True).stdout
+                           text=True, cwd=work, env=clean_env(), timeout=60, check=True).stdout
     assert Path(where.strip()).is_relative_to(env_dir), where  # the wheel's copy, not the source tree
     proc = subprocess.run([str(py), "-m", "energyprof", "--country", "FRA", "--power-trace", "trace.csv",
                            "-o", "r.html", "--json", "p.json", "script.py"],
-                          capture_output=True, text=True, cwd=work, env=_clean_env(), timeout=120, check=False)
+                          capture_output=True, text=True, cwd=work, env=clean_env(), timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "45\n"
     carbon = json.loads((work / "p.json").read_text())["carbon"]
