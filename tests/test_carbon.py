@@ -70,6 +70,7 @@ def profile_from(tmp: Path, *flags: str) -> Profile:
 
 def codecarbon_g_per_kwh(country: str, region: str | None = None) -> float:
     """codecarbon's own figure, through its API (not through its data files)."""
+    pytest.importorskip("codecarbon", reason="comparing with codecarbon needs the [carbon] extra")
     from codecarbon.core.emissions import Emissions
     from codecarbon.core.units import Energy
     from codecarbon.external.geography import GeoMetadata
@@ -174,6 +175,7 @@ def test_regions_match_codecarbon(country: str, region: str, scope_word: str) ->
 
 
 def test_gcp_region_matches_codecarbon() -> None:
+    pytest.importorskip("codecarbon", reason="comparing with codecarbon needs the [carbon] extra")
     from codecarbon.core.emissions import Emissions
     from codecarbon.core.units import Energy
     from codecarbon.external.geography import CloudMetadata
