@@ -44,6 +44,9 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--speedscope", help="export for speedscope (one profile by energy, one by time)")
     p.add_argument("--folded", help="export folded stacks 'a;b;c <microjoules>' for flamegraph tools")
     p.add_argument("--csv", help="export one row per function")
+    p.add_argument("--pprof", help="export gzipped pprof (energy_<source> in uJ, cpu and wall in ns) for pprof/Pyroscope/Parca")
+    p.add_argument("--mlflow", action="store_true",
+                   help="log to the active MLflow run, or a new one (pip install 'energyprof[mlflow]')")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
     _add_carbon_flags(p)
 

@@ -28,6 +28,8 @@ class Options:
     speedscope: str | None = None
     folded: str | None = None
     csv: str | None = None
+    pprof: str | None = None
+    mlflow: bool = False
     interval: float = 0.005
     sensor_interval: float = 0.01
     idle: str = "share"
@@ -76,7 +78,7 @@ class Options:
         _choice("memory", self.memory, MEMORY_MODES)
         if self.sync not in (None, "cuda"):
             raise OptionError(f"--sync must be 'cuda' or left out, not {self.sync!r}")
-        for name in ("output", "json", "speedscope", "folded", "csv", "checkpoint"):
+        for name in ("output", "json", "speedscope", "folded", "csv", "pprof", "checkpoint"):
             path = getattr(self, name)
             if path is not None:
                 check_writable(path, f"--{name}")

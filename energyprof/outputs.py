@@ -17,6 +17,11 @@ def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]
 
         write_html(profile, path)
 
+    def pprof(profile: Profile, path: str) -> None:
+        from .render.pprof import write_pprof
+
+        write_pprof(profile, path)
+
     def export(name: str) -> Callable[[Profile, str], None]:
         def write(profile: Profile, path: str) -> None:
             from .render import exports
@@ -30,6 +35,7 @@ def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]
         (options.speedscope, export("speedscope")),
         (options.folded, export("folded")),
         (options.csv, export("csv")),
+        (options.pprof, pprof),
     ]
     return [(path, writer) for path, writer in wanted if path]
 
