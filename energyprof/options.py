@@ -7,6 +7,7 @@ workload starts.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, fields
@@ -96,6 +97,8 @@ class Options:
         if self.powercap_root is not None and not Path(self.powercap_root).is_dir():
             raise OptionError(f"--powercap-root: {self.powercap_root} is not a directory")
         self._check_carbon()
+        if self.mlflow and importlib.util.find_spec("mlflow") is None:
+            raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
 
     def _check_carbon(self) -> None:
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
