@@ -7,6 +7,8 @@ import gzip
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.profile import Node, Profile, load
@@ -43,6 +45,15 @@ MESSAGES = {
 
 @pytest.fixture(scope="module")
 def ProfileMessage():
+    return _message_class()
+
+
+_CLASS: list = []
+
+
+def _message_class():
+    if _CLASS:
+        return _CLASS[0]
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
     f = descriptor_pb2.FileDescriptorProto(name="profile.proto", package="perftools.profiles", syntax="proto3")
@@ -55,7 +66,8 @@ def ProfileMessage():
                 fd.type_name = f".perftools.profiles.{type_name}"
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("perftools.profiles.Profile"))
+    _CLASS.append(message_factory.GetMessageClass(pool.FindMessageTypeByName("perftools.profiles.Profile")))
+    return _CLASS[0]
 
 
 def decode(ProfileMessage, raw: bytes):
@@ -141,3 +153,33 @@ def test_ranks_processes_and_exact_integers(tmp_path: Path, ProfileMessage) -> N
     assert "rank" not in by_leaf["c"] and msg.string_table[by_leaf["c"]["process"].str] == "[process 42]"
     assert all(msg.string_table[labels["node"].str] == "node-7" for labels in by_leaf.values())
     assert gzip.decompress(path.read_bytes()) == pprof_bytes(p)  # deterministic bytes
+
+
+@st.composite
+def trees(draw) -> Node:
+    """Random trees of self energies on two sources (joules with many digits) and times."""
+    count = draw(st.integers(1, 30))
+    nodes = []
+    for i in range(count):
+        e = draw(st.tuples(st.floats(0, 50), st.floats(0, 5)))
+        t = draw(st.floats(0, 3))
+        nodes.append(Node(f"f{i}", "m.py", i, self_time_s=t, self_cpu_time_s=t / 2,
+                          self_energy_j={"cpu": e[0], "gpu:0": e[1]}))
+        if i:
+            nodes[draw(st.integers(0, i - 1))].children.append(nodes[i])
+    return nodes[0]
+
+
+@settings(max_examples=40, deadline=None)
+@given(trees())
+def test_every_sample_type_sums_exactly(root: Node) -> None:
+    """Whatever the tree, each type's integer samples add up to the rounded sum of its self figures."""
+    p = Profile(meta={}, root=root, totals={"energy_j": {}, "attributed_j": {}, "duration_s": 0.0},
+                sources=[{"id": "cpu", "method": "measured"}, {"id": "gpu:0", "method": "measured"}])
+    msg = decode(_message_class(), pprof_bytes(p))
+    got = sums(msg)
+    nodes = [n for n, _ in root.walk()]
+    assert got["energy_cpu"] == round(sum(n.self_energy_j["cpu"] for n in nodes) * 1e6)
+    assert got["energy_gpu:0"] == round(sum(n.self_energy_j["gpu:0"] for n in nodes) * 1e6)
+    assert got["wall"] == round(sum(n.self_time_s for n in nodes) * 1e9)
+    assert all(v >= 0 for s in msg.sample for v in s.value)

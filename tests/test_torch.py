@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import energyprof
 import energyprof.torch as ept
@@ -233,6 +235,51 @@ def test_workers_that_keep_ahead_stall_nothing() -> None:
         assert e["stall_s"] == 0.0  # max(2.5 ms - 30 ms, 0) every step
         assert e["wait_s"] < 0.2 * e["compute_s"]  # what is left is the batch's trip through the queue
     assert s["mean"]["stall_s"] == s["epochs"][1]["stall_s"]  # the warm-up epoch is out of the mean
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_the_programs_loader_is_left_as_it_was(context: str) -> None:
+    """Timed workers serve tracked passes only: the loader's own collate_fn and worker_init_fn stay,
+    and with persistent workers a plain `for batch in loader` still gets plain batches."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    seen_init: list[int] = []
+    data = TensorDataset(torch.arange(8.0))
+    workers = 2 if context == "fork" else 1  # a spawned worker imports torch afresh: one is enough
+    loader = DataLoader(data, batch_size=2, num_workers=workers, persistent_workers=True, multiprocessing_context=context,
+                        worker_init_fn=seen_init.append if context == "fork" else None)
+    collate, init = loader.collate_fn, loader.worker_init_fn
+    tracked = ept.track(loader)
+    for _ in range(2):
+        batches = [b for b in tracked]
+        assert all(isinstance(b, list) and isinstance(b[0], torch.Tensor) for b in batches)
+        assert sorted(float(x) for b in batches for x in b[0]) == [float(i) for i in range(8)]
+    assert loader.collate_fn is collate and loader.worker_init_fn is init
+    plain = [b for b in loader]
+    assert all(type(b) is list for b in plain)  # never energyprof's timed wrapper
+    steady = [s for s in tracked.steps if not s.startup]
+    assert [s.startup for s in tracked.steps].count(True) == 1  # persistent: started once, by the first pass
+    assert all(s.pipeline_s is not None and s.worker in (0, 1) for s in steady)
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.integers(0, 16))
+def test_stall_formula_invariants(pipeline: float, pre: float, compute: float, workers: int) -> None:
+    from energyprof.analysis.training import stall_s
+
+    s = stall_s(pipeline, pre, compute, workers)
+    assert s >= pre  # the loop's own preprocessing never overlaps
+    if workers == 0:
+        assert s == pytest.approx(pipeline + pre)
+    else:
+        assert s <= pipeline / workers + pre + 1e-12
+        assert stall_s(pipeline, pre, compute + 0.1, workers) <= s  # more compute hides more
+        assert stall_s(pipeline, pre, compute, workers + 1) <= s  # more workers hide more
+        if compute + pre >= pipeline / workers:
+            assert s == pytest.approx(pre)  # workers that keep ahead: nothing but the loop's own work
 
 
 def test_stall_breakdown_from_records_flags_a_disagreement() -> None:
