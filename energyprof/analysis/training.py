@@ -128,7 +128,7 @@ def _agreement(row: Mapping[str, Any]) -> list[str]:
     side = "longer" if observed > predicted else "shorter"
     return [f"epoch {row['epoch']}: the loop waited {observed:.3g} s for data, {side} than the {predicted:.3g} s"
             " the pipeline's own work explains: it is bound by something else (disk, the collate function,"
-            " transfer to the device, or the workers' start-up)"]
+            " moving batches from the workers or to the device, or the workers' share of the CPUs)"]
 
 
 # -- from a profile's windows (energy) --------------------------------------------------------------
