@@ -85,3 +85,41 @@ def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
     assert m["energyprof.program_energy_j"] == pytest.approx(sum(profile.totals["attributed_j"].values()))
     assert m["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
     assert run.data.params["energyprof.source.cpu"].startswith("measured")
+
+
+def test_api_option_logs_into_the_users_active_run(tmp_path: Path, store: str) -> None:
+    import time
+
+    from energyprof import energy_profile
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    with mlflow.start_run() as active:
+        with energy_profile(mlflow=True, power_trace=str(trace), idle="all", quiet=True) as prof:
+            for epoch in range(2):
+                with prof.window("epoch", epoch):
+                    time.sleep(0.05)
+    profile = prof.profile
+    client = mlflow.MlflowClient()
+    m = client.get_run(active.info.run_id).data.metrics
+    assert m["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
+    history = sorted((h.step, h.value) for h in client.get_metric_history(active.info.run_id,
+                                                                           "energyprof.window.epoch.energy_j"))
+    expected = sorted((w["index"], sum(w["energy_j"].values())) for w in profile.windows if w["name"] == "epoch")
+    assert [s for s, _ in history] == [0, 1]
+    assert [v for _, v in history] == pytest.approx([v for _, v in expected])
+
+
+def test_mlflow_flag_without_mlflow_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A missing optional package is bad input, found before the program starts."""
+    import os
+
+    (tmp_path / "w.py").write_text("print('ran')\n")
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['mlflow'] = None  # as if not installed\n")
+
+    res = run_cli(["--mlflow", "w.py"], cwd=tmp_path,
+                  env={"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])})
+    assert res.returncode == 2 and "ran" not in res.stdout
+    assert "pip install 'energyprof[mlflow]'" in res.stderr and res.stderr.count("\n") == 1
