@@ -169,4 +169,28 @@ def test_html_renders_offline_without_errors(two_runs: Path, browser) -> None:  
     page.close()
 
 
+@pytest.mark.browser
+def test_hostile_names_stay_text_in_the_page(tmp_path: Path, browser) -> None:  # noqa: F811
+    from test_report_browser import Page
+
+    from energyprof.render.compare import write_html
+
+    evil = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    a = profile({"cpu": 10.0}, 1.0, 2.0, 100, fn=evil, argv=[evil])
+    b = profile({"cpu": 20.0}, 2.0, 12.0, 100, fn=evil, argv=["b"])
+    path = tmp_path / "evil.html"
+    write_html(compare([a, b]), str(path))
+    page = Page(browser)
+    page.open(path)
+    p = page.page
+    assert p.evaluate("() => window.pwned") is None and p.locator("img").count() == 0
+    assert evil in p.eval_on_selector_all(".fn-table .name", "els => els.map(e => e.textContent)")
+    p.hover("#diff-icicle g.slice >> nth=1")
+    p.evaluate("() => Plotly.Fx.hover('pareto', [{curveNumber: 0, pointNumber: 0}])")  # the run's label
+    assert "window.pwned" in p.text_content("#pareto .hoverlayer")
+    assert p.evaluate("() => window.pwned") is None
+    assert page.errors == []
+    page.close()
+
+
 from test_report_browser import browser  # noqa: E402, F401 - the shared headless Chromium fixture

@@ -112,6 +112,10 @@ def render_markdown(cmp: Comparison) -> str:
 
 # ---------------------------------------------------------------- HTML
 
+def _plotly_text(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
 def figures(cmp: Comparison) -> dict[str, Any]:
     """The page's two charts as plotly figure dicts: the differential icicle and the scatter."""
     ids = [n.id for n in cmp.tree]
@@ -124,11 +128,12 @@ def figures(cmp: Comparison) -> dict[str, Any]:
     values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in cmp.tree]
     deltas = [n.energy_j[1] - n.energy_j[0] for n in cmp.tree]
     span = max((abs(d) for d in deltas), default=0.0) or 1.0
-    hover = [f"{n.function}<br>{fmt_energy(n.energy_j[0])} -> {fmt_energy(n.energy_j[1])}"
+    esc = _plotly_text  # plotly reads a subset of HTML in labels and hover texts
+    hover = [f"{esc(n.function)}<br>{fmt_energy(n.energy_j[0])} -> {fmt_energy(n.energy_j[1])}"
              f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(cmp.tree, deltas)]
     icicle = {
         "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in cmp.tree],
-                  "labels": [n.function for n in cmp.tree], "values": values, "branchvalues": "remainder",
+                  "labels": [esc(n.function) for n in cmp.tree], "values": values, "branchvalues": "remainder",
                   "text": hover, "hoverinfo": "text", "textinfo": "label",
                   "marker": {"colors": deltas, "colorscale": "RdBu", "reversescale": True, "cmin": -span, "cmax": span,
                              "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
@@ -139,7 +144,7 @@ def figures(cmp: Comparison) -> dict[str, Any]:
         "data": [
             {"type": "scatter", "mode": "markers+text", "name": "runs", "x": [r.duration_s for r in runs],
              "y": [r.program_total for r in runs], "text": [str(i) for i in range(len(runs))], "textposition": "top center",
-             "hovertext": [r.label for r in runs], "hoverinfo": "text+x+y", "marker": {"size": 10, "color": "#4e79a7"}},
+             "hovertext": [esc(r.label) for r in runs], "hoverinfo": "text+x+y", "marker": {"size": 10, "color": "#4e79a7"}},
             {"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
              "x": [r.duration_s for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
              "y": [r.program_total for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
