@@ -64,7 +64,12 @@ def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
     filename = ip.compile.cache(source)
     compiled = ip.compile(source, filename, "exec" if cell is not None else "single")
     prof = Profiler(options)
-    prof.start(target="<cell>" if cell is not None else code[:60], _anchor=anchor_depth(sys._getframe(0)))
+    try:
+        prof.start(target="<cell>" if cell is not None else code[:60], _anchor=anchor_depth(sys._getframe(0)))
+    except RuntimeError as exc:  # a profile already runs in the kernel: the cell is part of it
+        print(f"%energyprof: {exc}; the cell runs as part of it", file=sys.stderr)
+        exec(compiled, ip.user_ns)  # noqa: S102
+        return None
     exc_info: BaseException | None = None
     try:
         exec(compiled, ip.user_ns)  # noqa: S102 - the user's own cell, as IPython runs it
