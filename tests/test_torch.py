@@ -173,10 +173,16 @@ class SleepyData:
         return i
 
 
+def as_list(items: list[int]) -> list[int]:
+    """A collate that makes no tensor: the batch travels back pickled, with no shared-memory handle
+    for the loop to fetch from a worker that two CPU hogs may keep waiting."""
+    return list(items)
+
+
 def run_loop(workers: int, fetch_s: float, compute_s: float, steps: int, epochs: int = 1) -> ept.TrackedLoader:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(SleepyData(steps, fetch_s), batch_size=1, num_workers=workers)
+    loader = DataLoader(SleepyData(steps, fetch_s), batch_size=1, num_workers=workers, collate_fn=as_list)
     tracked = ept.track(loader)
     seen = []
     for _ in range(epochs):
@@ -212,7 +218,8 @@ def test_stall_with_two_workers_matches_the_wait() -> None:
     tracked = run_loop(workers=2, fetch_s=0.060, compute_s=0.010, steps=30)
     (e,) = tracked.summary()["epochs"]
     steady = [s for s in tracked.steps if not s.startup]
-    assert e["workers"] == 2 and len(steady) == 29 and tracked.steps[0].startup
+    assert e["workers"] == 2 and len(steady) == 28  # each worker's first batch waited for it to start
+    assert [s.startup for s in tracked.steps[:3]] == [True, True, False]
     assert {s.worker for s in steady} == {0, 1}
     assert all(s.pipeline_s >= 0.060 for s in steady)  # measured in the worker: the read's sleep at least
     assert e["startup_s"] > 0  # its own row, not in the wait or the stall
@@ -261,7 +268,9 @@ def test_the_programs_loader_is_left_as_it_was(context: str) -> None:
     plain = [b for b in loader]
     assert all(type(b) is list for b in plain)  # never energyprof's timed wrapper
     steady = [s for s in tracked.steps if not s.startup]
-    assert [s.startup for s in tracked.steps].count(True) == 1  # persistent: started once, by the first pass
+    # persistent: started once, by the first pass; each worker's first batch is start-up
+    assert [s.startup for s in tracked.steps].count(True) == workers
+    assert all(not s.startup for s in tracked.steps if s.epoch == 1)
     assert all(s.pipeline_s is not None and s.worker in (0, 1) for s in steady)
 
 

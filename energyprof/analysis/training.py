@@ -68,8 +68,8 @@ def loop_breakdown(steps: Iterable[Mapping[str, Any]], warmup: int = 0) -> dict[
     """Per-epoch sums of a tracked loop's timings, with the stall and the observed wait side by side.
 
     `steps` are dicts with step, epoch, wait_s, pipeline_s (None: not measured), preprocess_s,
-    compute_s, workers and startup (the first step of a pass that started its workers: its wait
-    is start-up, counted in its own row, not in the wait or the stall). The first `warmup`
+    compute_s, workers and startup (a step whose batch came from a worker started in that pass,
+    its first: its wait is start-up, counted in its own row, not in the wait or the stall). The first `warmup`
     epochs are left out of the means, and the result says which.
     """
     by_epoch: dict[Any, list[Mapping[str, Any]]] = {}

@@ -133,7 +133,7 @@ class StepRecord:
     pipeline_s: float | None = None  # fetch + preprocess in the pipeline, where it ran (None: not measured)
     workers: int = 0
     worker: int | None = None  # the worker that built this batch
-    startup: bool = False  # the first step of a pass that started its workers
+    startup: bool = False  # a step whose batch waited for a worker of this pass to start
     startup_s: float = 0.0  # time iter(loader) took to start them (on the startup step)
     gpu_allocated_bytes: int | None = None
     gpu_peak_bytes: int | None = None  # the allocator's peak during this step
@@ -217,6 +217,7 @@ class TrackedLoader:
         wait_ns = 0
         step = -1
         first = True
+        booted: set[int] = set()  # workers whose first batch of this pass has arrived
         meta: dict[str, Any] = {}
         try:
             while True:
@@ -241,6 +242,9 @@ class TrackedLoader:
                         "startup_s": startup_ns / 1e9 if first and started and workers else 0.0}
                 if type(batch) is _TimedBatch:
                     batch, meta["pipeline_s"], meta["worker"] = batch
+                    # each new worker's first batch waits for that worker to boot: start-up too
+                    meta["startup"] = started and meta["worker"] not in booted
+                    booted.add(meta["worker"])
                 elif not workers:
                     meta["pipeline_s"] = wait_ns / 1e9  # loading happens inside next()
                 first = False
