@@ -9,5 +9,13 @@ from .options import OptionError, Options  # noqa: E402
 from .profile import Node, Profile, ProfileFormatError, load  # noqa: E402
 from .profiler import Profiler  # noqa: E402
 
+
+def load_ipython_extension(ip: object) -> None:
+    """`%load_ext energyprof`: the `%energyprof` / `%%energyprof` magics (IPython is imported only then)."""
+    from .integrations.jupyter import load_ipython_extension as load
+
+    load(ip)
+
+
 __all__ = ["energy_profile", "Profiler", "Profile", "Node", "Options", "OptionError", "ProfileFormatError",
            "load", "__version__"]

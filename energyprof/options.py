@@ -7,6 +7,7 @@ workload starts.
 
 from __future__ import annotations
 
+import importlib.util
 import math
 import os
 from dataclasses import dataclass, fields
@@ -28,6 +29,8 @@ class Options:
     speedscope: str | None = None
     folded: str | None = None
     csv: str | None = None
+    pprof: str | None = None
+    mlflow: bool = False
     interval: float = 0.005
     sensor_interval: float = 0.01
     idle: str = "share"
@@ -76,7 +79,7 @@ class Options:
         _choice("memory", self.memory, MEMORY_MODES)
         if self.sync not in (None, "cuda"):
             raise OptionError(f"--sync must be 'cuda' or left out, not {self.sync!r}")
-        for name in ("output", "json", "speedscope", "folded", "csv", "checkpoint"):
+        for name in ("output", "json", "speedscope", "folded", "csv", "pprof", "checkpoint"):
             path = getattr(self, name)
             if path is not None:
                 check_writable(path, f"--{name}")
@@ -94,6 +97,8 @@ class Options:
         if self.powercap_root is not None and not Path(self.powercap_root).is_dir():
             raise OptionError(f"--powercap-root: {self.powercap_root} is not a directory")
         self._check_carbon()
+        if self.mlflow and importlib.util.find_spec("mlflow") is None:
+            raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
 
     def _check_carbon(self) -> None:
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]

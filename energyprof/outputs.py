@@ -17,6 +17,11 @@ def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]
 
         write_html(profile, path)
 
+    def pprof(profile: Profile, path: str) -> None:
+        from .render.pprof import write_pprof
+
+        write_pprof(profile, path)
+
     def export(name: str) -> Callable[[Profile, str], None]:
         def write(profile: Profile, path: str) -> None:
             from .render import exports
@@ -30,6 +35,7 @@ def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]
         (options.speedscope, export("speedscope")),
         (options.folded, export("folded")),
         (options.csv, export("csv")),
+        (options.pprof, pprof),
     ]
     return [(path, writer) for path, writer in wanted if path]
 
@@ -48,6 +54,14 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             written.append(path)
         except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
             failed.append(f"could not write {path}: {exc}")
+    logged = None
+    if options.mlflow:  # after the files, so a tracking server that is down loses none of them
+        try:
+            from .integrations.mlflow import log_profile
+
+            logged = log_profile(profile)
+        except Exception as exc:  # noqa: BLE001 - report it like an output that failed
+            failed.append(f"could not log to MLflow: {exc}")
     out = stream or sys.stderr
     if options.summary and not options.quiet:
         from .render.console import render_summary
@@ -55,6 +69,8 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
         out.write(render_summary(profile))
         for path in written:
             out.write(f"energyprof: wrote {path}\n")
+        if logged:
+            out.write(f"energyprof: logged to MLflow run {logged}\n")
     for line in failed:
         out.write(f"energyprof: error: {line}\n")
     out.flush()

@@ -17,6 +17,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 import energyprof
 import energyprof.torch as ept
@@ -64,16 +66,17 @@ def test_fetch_and_compute_add_up_to_the_loop_time() -> None:
     steps = tracked.steps
     assert [s.step for s in steps] == [0, 1, 2, 3, 4]
     for s in steps:
-        assert 0.04 <= s.fetch_s < 0.04 + 0.03
-        assert 0.01 <= s.preprocess_s < 0.01 + 0.03
-        assert 0.02 <= s.compute_s < 0.02 + 0.03
-        assert s.time_s == pytest.approx(s.fetch_s + s.preprocess_s + s.compute_s)
-        assert s.stall_s == pytest.approx(max(s.fetch_s + s.preprocess_s - s.compute_s, 0.0))
-        assert s.stall_s > 0.015  # loading (50 ms) outlasts compute (20 ms)
+        assert 0.04 <= s.wait_s and 0.01 <= s.preprocess_s and 0.02 <= s.compute_s
+        assert s.time_s == pytest.approx(s.wait_s + s.preprocess_s + s.compute_s)
+        # no workers: the loading happens inside next(), so the pipeline's work is the wait, and
+        # nothing overlaps: the stall is the wait plus the loop's own preprocessing
+        assert s.workers == 0 and s.pipeline_s == s.wait_s and not s.startup
+        assert s.stall_s == pytest.approx(s.wait_s + s.preprocess_s)
     # contiguous phases: every step plus the final empty fetch is the whole loop
     assert sum(s.time_s for s in steps) + sum(tracked.end_waits_s) == pytest.approx(wall, abs=0.002)
     (epoch,) = tracked.summary()["epochs"]
     assert epoch["steps"] == 5 and epoch["stall_s"] == pytest.approx(sum(s.stall_s for s in steps))
+    assert epoch["wait_s"] == pytest.approx(sum(s.wait_s for s in steps)) and epoch["agrees"] is True
 
 
 def test_a_broken_loop_ends_its_step_and_counts_passes() -> None:
@@ -106,10 +109,11 @@ def test_split_in_a_profile_matches_the_timings_and_conserves_energy() -> None:
     assert [s["epoch"] for s in b["steps"]] == [0] * 4 + [1] * 4
     assert len(b["end_of_data_waits"]) == 2
     for row, rec in zip(b["steps"], tracked.steps):
-        assert row["fetch_s"] == pytest.approx(rec.fetch_s, abs=0.002)
+        assert row["wait_s"] == pytest.approx(rec.wait_s, abs=0.002)
         assert row["compute_s"] == pytest.approx(rec.compute_s, abs=0.002)
-        assert row["energy_j"] == pytest.approx(row["fetch_j"] + row["compute_j"])
-        assert row["fetch_j"] > 0 and row["compute_j"] > 0
+        assert row["energy_j"] == pytest.approx(row["wait_j"] + row["compute_j"])
+        assert row["wait_j"] > 0 and row["compute_j"] > 0
+    assert b["workers_energy_j"] is None  # no DataLoader worker processes in this profile
     epoch_j = {w["index"]: sum(w["energy_j"].values()) for w in profile.windows if w["name"] == "epoch"}
     for e in b["epochs"]:
         assert e["steps"] == 4
@@ -150,6 +154,178 @@ def test_cuda_sync_and_memory_per_step_with_cuda_in_use(monkeypatch: pytest.Monk
         state["peak"] = max(state["peak"], state["allocated"] + 7000 * (i + 1))
     assert [(s.gpu_allocated_bytes, s.gpu_peak_bytes) for s in tracked.steps] == [(1100, 8100), (1200, 15200)]
     assert calls.count("reset") == 2
+
+
+# -- the fetch stall against the observed wait, with a real DataLoader ----------------------------
+# Sleeps stand for the dataset read and the compute, so the maths decides, not the CPU's speed:
+# a sleep lasts at least its time on a loaded machine, and the loop's wait follows from it.
+class SleepyData:
+    """A map-style dataset whose every item takes `fetch_s` to read (a disk or a decoder)."""
+
+    def __init__(self, n: int, fetch_s: float) -> None:
+        self.n, self.fetch_s = n, fetch_s
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i: int) -> int:
+        time.sleep(self.fetch_s)
+        return i
+
+
+def as_list(items: list[int]) -> list[int]:
+    """A collate that makes no tensor: the batch travels back pickled, with no shared-memory handle
+    for the loop to fetch from a worker that two CPU hogs may keep waiting."""
+    return list(items)
+
+
+def run_loop(workers: int, fetch_s: float, compute_s: float, steps: int, epochs: int = 1) -> ept.TrackedLoader:
+    from torch.utils.data import DataLoader
+
+    loader = DataLoader(SleepyData(steps, fetch_s), batch_size=1, num_workers=workers, collate_fn=as_list)
+    tracked = ept.track(loader)
+    seen = []
+    for _ in range(epochs):
+        for batch in tracked:
+            seen.append(int(batch[0]))  # the program sees its own batch, never energyprof's wrapper
+            time.sleep(compute_s)
+    assert sorted(seen) == sorted(list(range(steps)) * epochs)
+    return tracked
+
+
+def agree(a: float, b: float, within: float = 0.20) -> bool:
+    return abs(a - b) <= within * max(a, b)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_stall_without_workers_is_the_wait() -> None:
+    """10 ms read, 20 ms compute, loading inside next(): stall = fetch = wait (the old formula gave ~0)."""
+    tracked = run_loop(workers=0, fetch_s=0.010, compute_s=0.020, steps=20)
+    (e,) = tracked.summary()["epochs"]
+    assert e["workers"] == 0 and e["startup_s"] == 0.0 and e["steps"] == 20
+    assert e["wait_s"] >= 20 * 0.010  # each next() slept its 10 ms
+    assert agree(e["stall_s"], e["wait_s"]) and e["agrees"] is True
+    assert e["stall_s"] > 0.5 * e["wait_s"]  # not the old max(fetch - compute, 0) = 0
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_stall_with_two_workers_matches_the_wait() -> None:
+    """60 ms per batch in each of 2 workers, 10 ms compute: batches come every 30 ms, so the loop
+    waits 30 - 10 = 20 ms a step; the stall computed from the workers' own timings says the same."""
+    tracked = run_loop(workers=2, fetch_s=0.060, compute_s=0.010, steps=30)
+    (e,) = tracked.summary()["epochs"]
+    steady = [s for s in tracked.steps if not s.startup]
+    assert e["workers"] == 2 and len(steady) == 28  # each worker's first batch waited for it to start
+    assert [s.startup for s in tracked.steps[:3]] == [True, True, False]
+    assert {s.worker for s in steady} == {0, 1}
+    assert all(s.pipeline_s >= 0.060 for s in steady)  # measured in the worker: the read's sleep at least
+    assert e["startup_s"] > 0  # its own row, not in the wait or the stall
+    assert agree(e["stall_s"], e["wait_s"]), (e["stall_s"], e["wait_s"])
+    # about 20 ms a step each (the durations are sleeps: no bound on them here, only on their agreement)
+    assert e["stall_s"] > 0  # 60 ms / 2 workers outlasts 10 ms of compute
+    assert e["agrees"] is True
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_workers_that_keep_ahead_stall_nothing() -> None:
+    """5 ms per batch in 2 workers, 30 ms compute: the next batch is always ready."""
+    tracked = run_loop(workers=2, fetch_s=0.005, compute_s=0.030, steps=20, epochs=2)
+    s = tracked.summary(warmup=1)
+    assert [e["epoch"] for e in s["epochs"]] == [0, 1] and s["warmup_epochs"] == [0]
+    assert any("warm-up" in n for n in s["notes"])
+    for e in s["epochs"]:
+        assert e["stall_s"] == 0.0  # max(2.5 ms - 30 ms, 0) every step
+        assert e["wait_s"] < 0.2 * e["compute_s"]  # what is left is the batch's trip through the queue
+    assert s["mean"]["stall_s"] == s["epochs"][1]["stall_s"]  # the warm-up epoch is out of the mean
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_the_programs_loader_is_left_as_it_was(context: str) -> None:
+    """Timed workers serve tracked passes only: the loader's own collate_fn and worker_init_fn stay,
+    and with persistent workers a plain `for batch in loader` still gets plain batches."""
+    import torch
+    from torch.utils.data import DataLoader, TensorDataset
+
+    seen_init: list[int] = []
+    data = TensorDataset(torch.arange(8.0))
+    workers = 2 if context == "fork" else 1  # a spawned worker imports torch afresh: one is enough
+    loader = DataLoader(data, batch_size=2, num_workers=workers, persistent_workers=True, multiprocessing_context=context,
+                        worker_init_fn=seen_init.append if context == "fork" else None)
+    collate, init = loader.collate_fn, loader.worker_init_fn
+    tracked = ept.track(loader)
+    for _ in range(2):
+        batches = [b for b in tracked]
+        assert all(isinstance(b, list) and isinstance(b[0], torch.Tensor) for b in batches)
+        assert sorted(float(x) for b in batches for x in b[0]) == [float(i) for i in range(8)]
+    assert loader.collate_fn is collate and loader.worker_init_fn is init
+    plain = [b for b in loader]
+    assert all(type(b) is list for b in plain)  # never energyprof's timed wrapper
+    steady = [s for s in tracked.steps if not s.startup]
+    # persistent: started once, by the first pass; each worker's first batch is start-up
+    assert [s.startup for s in tracked.steps].count(True) == workers
+    assert all(not s.startup for s in tracked.steps if s.epoch == 1)
+    assert all(s.pipeline_s is not None and s.worker in (0, 1) for s in steady)
+
+
+@given(st.floats(0, 1), st.floats(0, 1), st.floats(0, 1), st.integers(0, 16))
+def test_stall_formula_invariants(pipeline: float, pre: float, compute: float, workers: int) -> None:
+    from energyprof.analysis.training import stall_s
+
+    s = stall_s(pipeline, pre, compute, workers)
+    assert s >= pre  # the loop's own preprocessing never overlaps
+    if workers == 0:
+        assert s == pytest.approx(pipeline + pre)
+    else:
+        assert s <= pipeline / workers + pre + 1e-12
+        assert stall_s(pipeline, pre, compute + 0.1, workers) <= s  # more compute hides more
+        assert stall_s(pipeline, pre, compute, workers + 1) <= s  # more workers hide more
+        if compute + pre >= pipeline / workers:
+            assert s == pytest.approx(pre)  # workers that keep ahead: nothing but the loop's own work
+
+
+def test_stall_breakdown_from_records_flags_a_disagreement() -> None:
+    """Pure: a loop that waited far longer than its pipeline explains is told so."""
+    from energyprof.analysis.training import loop_breakdown
+
+    steps = [{"step": i, "epoch": 0, "wait_s": 0.05, "pipeline_s": 0.02, "preprocess_s": 0.0, "compute_s": 0.01,
+              "workers": 2, "startup": i == 0} for i in range(10)]
+    (e,) = loop_breakdown(steps)["epochs"]
+    assert e["startup_s"] == pytest.approx(0.05) and e["wait_s"] == pytest.approx(0.45)
+    assert e["stall_s"] == pytest.approx(0.0)  # 20 ms / 2 - 10 ms = 0
+    assert e["agrees"] is False and "bound by something else" in e["notes"][0]
+
+
+def test_workers_energy_is_its_own_figure() -> None:
+    """Process nodes named [DataLoader worker N]: their inclusive energy is summed, once each."""
+    from energyprof.profile import Node, Profile
+
+    def node(name: str, j: float, *children: Node) -> Node:
+        return Node(name, energy_j={"cpu": j}, self_energy_j={"cpu": j - sum(c.energy_j["cpu"] for c in children)},
+                    children=list(children))
+
+    w0 = node("[DataLoader worker 0]", 3.0, node("__getitem__", 2.5))
+    w1 = node("[DataLoader worker 1]", 2.0)
+    root = node("main", 10.0, node("train", 5.0, w0, w1))
+    p = Profile(meta={}, sources=[{"id": "cpu", "component": "cpu", "method": "measured"}],
+                totals={"energy_j": {"cpu": 10.0}, "attributed_j": {"cpu": 10.0}, "duration_s": 1.0}, root=root,
+                windows=[{"name": "step.fetch", "index": 0, "start_s": 0.0, "end_s": 0.1, "time_s": 0.1,
+                          "energy_j": {"cpu": 1.0}},
+                         {"name": "step.compute", "index": 0, "start_s": 0.1, "end_s": 0.3, "time_s": 0.2,
+                          "energy_j": {"cpu": 2.0}}])
+    b = ept.breakdown(p)
+    assert b["workers_energy_j"] == {"cpu": 5.0}
+    assert b["epochs"][0]["stall_s"] is None and "worker timings" in b["notes"][0]
+    rec = [{"step": 0, "epoch": 0, "wait_s": 0.1, "pipeline_s": 0.5, "preprocess_s": 0.0, "compute_s": 0.2,
+            "workers": 2, "startup": False}]
+    b = ept.breakdown(p, steps=rec)
+    assert b["epochs"][0]["stall_s"] == pytest.approx(0.05)  # 0.5 / 2 - 0.2
 
 
 # -- a real training loop ------------------------------------------------------------------

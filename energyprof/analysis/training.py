@@ -1,25 +1,156 @@
-"""The training-loop breakdown: fetch, preprocess, compute and stall per step, from a profile's windows. Pure."""
+"""The training-loop breakdown: wait, data-pipeline work, compute and fetch stall per step. Pure.
+
+Definitions (the edge-training studies'):
+- *wait*: the time the loop blocked in the loader's `next()`;
+- *pipeline* (fetch + preprocess): the data pipeline's work per batch, measured where it runs:
+  inside `next()` with no workers (so it equals the wait), in the worker that built the batch
+  otherwise (the dataset's `__getitems__`/`__getitem__` plus collate);
+- *preprocess*: work the loop itself marked with `tracked.preprocess()` (main process);
+- *compute*: the rest of the step (forward, backward, optimizer step).
+
+Fetch stall per step: with no workers nothing overlaps, stall = pipeline + preprocess. With N
+prefetching workers the batches arrive N at a time, so the loop waits
+max(pipeline / N - (compute + preprocess), 0) and then preprocesses: stall = that + preprocess.
+With no loop preprocess this is the studies' max((fetch + preprocess) / N - compute, 0).
+The predicted wait is shown beside the observed one; when they disagree by more than
+`DISAGREEMENT` the pipeline is bound by something the model leaves out (disk, collate, transfer).
+"""
 
 from __future__ import annotations
 
+import re
 import statistics
-from typing import Any
+from typing import Any, Iterable, Mapping
+
+DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so
+NOISE_FLOOR = 0.05  # ...unless the gap is under this share of the epoch's loop time (both near zero)
+WORKER_NODE = re.compile(r"^\[DataLoader worker \d+\]")
+STALL_DEFINITION = ("no workers: pipeline + preprocess; N workers: max(pipeline / N - (compute + preprocess), 0)"
+                    " + preprocess, per step")
 
 
-def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch") -> dict[str, Any]:
-    """The fetch/compute split with energy, from a finished profile's windows (pure).
+# -- the profile's facts this module reads (one place, so a new Profile shape is a few lines) --------
+def _windows(profile: Any) -> list[dict[str, Any]]:
+    return list(profile.windows)
 
-    Works on a loaded profile too. Steps are grouped by the `epoch_window` window that holds
-    them (None when the script marks no epochs). Energy is summed over sources; `by_source`
-    keeps each. Returns {"steps": [...], "epochs": [...], "step_energy_j": {mean, stdev}}.
+
+def _window_energy(w: Mapping[str, Any]) -> float:
+    return float(sum(w["energy_j"].values()))
+
+
+def _worker_nodes(profile: Any) -> list[Any]:
+    """Process nodes of DataLoader workers (outermost only: a worker's subtree is inside its figure)."""
+    out, stack = [], [profile.root]
+    while stack:
+        node = stack.pop()
+        if WORKER_NODE.match(node.function):
+            out.append(node)
+            continue
+        stack.extend(node.children)
+    return out
+
+
+# -- the formula ------------------------------------------------------------------------------
+def predicted_wait_s(pipeline_s: float, preprocess_s: float, compute_s: float, workers: int) -> float:
+    """How long the loop should block in next() for one step, from the pipeline's work."""
+    if workers <= 0:
+        return pipeline_s
+    return max(pipeline_s / workers - (compute_s + preprocess_s), 0.0)
+
+
+def stall_s(pipeline_s: float, preprocess_s: float, compute_s: float, workers: int) -> float:
+    """The fetch stall of one step: the part of the data pipeline that did not overlap compute."""
+    return predicted_wait_s(pipeline_s, preprocess_s, compute_s, workers) + preprocess_s
+
+
+# -- from the tracker's timings ---------------------------------------------------------------------
+def loop_breakdown(steps: Iterable[Mapping[str, Any]], warmup: int = 0) -> dict[str, Any]:
+    """Per-epoch sums of a tracked loop's timings, with the stall and the observed wait side by side.
+
+    `steps` are dicts with step, epoch, wait_s, pipeline_s (None: not measured), preprocess_s,
+    compute_s, workers and startup (a step whose batch came from a worker started in that pass,
+    its first: its wait is start-up, counted in its own row, not in the wait or the stall). The first `warmup`
+    epochs are left out of the means, and the result says which.
     """
-    def named(suffix: str) -> list[dict[str, Any]]:
-        return [w for w in profile.windows if w["name"] == f"{name}.{suffix}" and w.get("index") is not None]
+    by_epoch: dict[Any, list[Mapping[str, Any]]] = {}
+    for s in steps:
+        by_epoch.setdefault(s["epoch"], []).append(s)
+    epochs = [_epoch_row(e, rows) for e, rows in by_epoch.items()]
+    order = [e["epoch"] for e in epochs]
+    left_out = order[:max(warmup, 0)]
+    kept = [e for e in epochs if e["epoch"] not in left_out]
+    keys = ("wait_s", "pipeline_s", "preprocess_s", "compute_s", "stall_s", "predicted_wait_s", "startup_s", "time_s")
+    means = {k: statistics.fmean([e[k] for e in kept]) if kept and all(e[k] is not None for e in kept) else None
+             for k in keys}
+    notes = [n for e in epochs for n in e["notes"]]
+    if left_out:
+        notes.append(f"epoch means leave out the warm-up epoch(s) {', '.join(str(e) for e in left_out)}")
+    return {"epochs": epochs, "mean": means, "warmup_epochs": left_out, "notes": notes,
+            "stall_definition": STALL_DEFINITION}
 
-    epochs = [w for w in profile.windows if w["name"] == epoch_window]
+
+def _epoch_row(epoch: Any, rows: list[Mapping[str, Any]]) -> dict[str, Any]:
+    workers = max((int(r.get("workers") or 0) for r in rows), default=0)
+    startup = [r for r in rows if r.get("startup")]
+    steady = [r for r in rows if not r.get("startup")]
+    measured = all(r.get("pipeline_s") is not None or not r.get("workers") for r in steady)
+    row: dict[str, Any] = {"epoch": epoch, "steps": len(rows), "workers": workers,
+                           "startup_s": sum(r["wait_s"] for r in startup) if workers else 0.0,
+                           "wait_s": sum(r["wait_s"] for r in steady),
+                           "preprocess_s": sum(r.get("preprocess_s", 0.0) for r in rows),
+                           "compute_s": sum(r["compute_s"] for r in rows)}
+    row["time_s"] = sum(r["wait_s"] + r.get("preprocess_s", 0.0) + r["compute_s"] for r in rows)
+    if measured:
+        pipe = [_pipeline(r) for r in steady]
+        row["pipeline_s"] = sum(pipe)
+        row["predicted_wait_s"] = sum(predicted_wait_s(p, r.get("preprocess_s", 0.0), r["compute_s"], int(r.get("workers") or 0))
+                                      for p, r in zip(pipe, steady))
+        row["stall_s"] = row["predicted_wait_s"] + sum(r.get("preprocess_s", 0.0) for r in steady)
+    else:
+        row["pipeline_s"] = row["predicted_wait_s"] = row["stall_s"] = None
+    row["fetch_s"] = row["pipeline_s"]  # the pipeline's work: fetch + preprocess where it runs
+    row["notes"] = _agreement(row)
+    row["agrees"] = not row["notes"] if measured else None
+    return row
+
+
+def _pipeline(r: Mapping[str, Any]) -> float:
+    return float(r["wait_s"] if not r.get("workers") else r["pipeline_s"])
+
+
+def _agreement(row: Mapping[str, Any]) -> list[str]:
+    predicted, observed = row["predicted_wait_s"], row["wait_s"]
+    if predicted is None:
+        return [f"epoch {row['epoch']}: the workers' pipeline time was not measured, so no stall is computed"]
+    gap = abs(predicted - observed)
+    if gap <= DISAGREEMENT * max(predicted, observed) or gap <= NOISE_FLOOR * row["time_s"]:
+        return []
+    side = "longer" if observed > predicted else "shorter"
+    return [f"epoch {row['epoch']}: the loop waited {observed:.3g} s for data, {side} than the {predicted:.3g} s"
+            " the pipeline's own work explains: it is bound by something else (disk, the collate function,"
+            " moving batches from the workers or to the device, or the workers' share of the CPUs)"]
+
+
+# -- from a profile's windows (energy) --------------------------------------------------------------
+def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch", warmup: int = 0,
+              steps: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+    """The split with energy, from a finished (or loaded) profile's windows.
+
+    Windows `<name>.fetch` (the wait in next()), `<name>.preprocess` and `<name>.compute`,
+    index = step, grouped by the `epoch_window` window that holds them. The windows hold no
+    worker timings: pass the tracker's records (`tracked.records()`) as `steps` for the stall
+    of a loop with workers. Without them the loop is taken to have none (the pipeline is the
+    wait), unless the profile has DataLoader worker processes, in which case the stall is None.
+    """
+    windows = _windows(profile)
+
+    def named(suffix: str) -> list[dict[str, Any]]:
+        return [w for w in windows if w["name"] == f"{name}.{suffix}" and w.get("index") is not None]
+
+    epochs = [w for w in windows if w["name"] == epoch_window]
     fetches, used = named("fetch"), set()
     preprocesses = named("preprocess")
-    steps = []
+    rows = []
     for c in sorted(named("compute"), key=lambda w: w["start_s"]):
         # its fetch: same index, the last one to end before it began (the end-of-data fetch of
         # the previous pass carries the same index as the next pass's first step)
@@ -31,43 +162,81 @@ def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch") -> 
         pre = [p for p in preprocesses if p["index"] == c["index"]
                and c["start_s"] - 1e-6 <= p["start_s"] and p["end_s"] <= c["end_s"] + 1e-6]
         r: dict[str, Any] = {"step": int(c["index"]), "start_s": f["start_s"] if f else c["start_s"]}
-        r["fetch_s"] = f["time_s"] if f else 0.0
-        r["fetch_j"] = sum(f["energy_j"].values()) if f else 0.0
+        r["wait_s"] = f["time_s"] if f else 0.0
+        r["wait_j"] = _window_energy(f) if f else 0.0
         r["preprocess_s"] = sum(p["time_s"] for p in pre)
-        r["preprocess_j"] = sum(sum(p["energy_j"].values()) for p in pre)
+        r["preprocess_j"] = sum(_window_energy(p) for p in pre)
         # the preprocess windows are nested in compute: take them out so the phases are disjoint
         r["compute_s"] = max(c["time_s"] - r["preprocess_s"], 0.0)
-        r["compute_j"] = max(sum(c["energy_j"].values()) - r["preprocess_j"], 0.0)
+        r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
         by_source = dict(c["energy_j"])
         for sid, j in (f["energy_j"] if f else {}).items():
             by_source[sid] = by_source.get(sid, 0.0) + j
         r["by_source"] = by_source
-        r["time_s"] = r["fetch_s"] + r["preprocess_s"] + r["compute_s"]
-        r["energy_j"] = r["fetch_j"] + r["preprocess_j"] + r["compute_j"]
-        r["stall_s"] = max(r["fetch_s"] + r["preprocess_s"] - r["compute_s"], 0.0)
+        r["time_s"] = r["wait_s"] + r["preprocess_s"] + r["compute_s"]
+        r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
+        r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
         r["epoch"] = next((e["index"] for e in epochs if e["start_s"] <= r["start_s"] < e["end_s"]), None)
-        steps.append(r)
-    steps.sort(key=lambda r: r["start_s"])
-    end_waits = [{"step": int(f["index"]), "fetch_s": f["time_s"], "fetch_j": sum(f["energy_j"].values())}
+        rows.append(r)
+    rows.sort(key=lambda r: r["start_s"])
+    end_waits = [{"after_step": int(f["index"]) - 1, "time_s": f["time_s"], "energy_j": _window_energy(f)}
                  for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
+
+    workers = _worker_nodes(profile)
+    timing = _timings(rows, steps, has_workers=bool(workers))
+    loop = loop_breakdown(timing, warmup) if timing is not None else None
     per_epoch: dict[Any, dict[str, Any]] = {}
-    for r in steps:
-        e = per_epoch.setdefault(r["epoch"], {"epoch": r["epoch"], "steps": 0, "fetch_s": 0.0, "preprocess_s": 0.0,
-                                              "compute_s": 0.0, "stall_s": 0.0, "time_s": 0.0, "fetch_j": 0.0,
-                                              "preprocess_j": 0.0, "compute_j": 0.0, "energy_j": 0.0})
+    for r in rows:
+        e = per_epoch.setdefault(r["epoch"], {"epoch": r["epoch"], "steps": 0, **{k: 0.0 for k in _SUMMED}})
         e["steps"] += 1
-        for k in ("fetch_s", "preprocess_s", "compute_s", "stall_s", "time_s", "fetch_j", "preprocess_j",
-                  "compute_j", "energy_j"):
+        for k in _SUMMED:
             e[k] += r[k]
-    energies = [r["energy_j"] for r in steps]
+    for e in per_epoch.values():
+        t = next((x for x in (loop or {}).get("epochs", []) if x["epoch"] == e["epoch"]), None)
+        for k in ("stall_s", "predicted_wait_s", "pipeline_s", "startup_s", "workers", "agrees"):
+            e[k] = t[k] if t else None
+        e["fetch_s"], e["fetch_j"] = e["wait_s"], e["wait_j"]  # the names the report's template reads
+    energies = [r["energy_j"] for r in rows]
+    notes = list(loop["notes"]) if loop else []
+    if loop is None:
+        notes.append("the loop has DataLoader workers but the profile holds no worker timings:"
+                     " pass the tracker's records for the stall")
     return {
         "name": name,
-        "steps": steps,
+        "steps": rows,
         "epochs": list(per_epoch.values()),
-        "end_of_data_waits": [{"after_step": r["step"] - 1, "time_s": r["fetch_s"], "energy_j": r["fetch_j"]}
-                              for r in end_waits],
+        "end_of_data_waits": end_waits,
         "step_energy_j": {"mean": statistics.fmean(energies) if energies else 0.0,
                           "stdev": statistics.stdev(energies) if len(energies) > 1 else 0.0,
                           "n": len(energies)},
-        "stall_definition": "max(fetch + preprocess - compute, 0) per step",
+        # the workers' processes as a whole (the tree has no time axis to split them per epoch);
+        # None when the profile has no worker process nodes
+        "workers_energy_j": _sum_energy(workers) if workers else None,
+        "warmup_epochs": loop["warmup_epochs"] if loop else [],
+        "notes": notes,
+        "stall_definition": STALL_DEFINITION,
     }
+
+
+_SUMMED = ("wait_s", "preprocess_s", "compute_s", "time_s", "wait_j", "preprocess_j", "compute_j", "energy_j")
+
+
+def _timings(rows: list[dict[str, Any]], steps: Iterable[Mapping[str, Any]] | None,
+             has_workers: bool) -> list[Mapping[str, Any]] | None:
+    if steps is not None:
+        by_step = {int(s["step"]): s for s in steps}
+        # grouped by the profile's epochs (its epoch windows), like the energy beside them
+        return [dict(by_step[r["step"]], epoch=r["epoch"]) for r in rows if r["step"] in by_step]
+    if has_workers:
+        return None
+    return [{"step": r["step"], "epoch": r["epoch"], "wait_s": r["wait_s"], "pipeline_s": r["wait_s"],
+             "preprocess_s": r["preprocess_s"], "compute_s": r["compute_s"], "workers": 0, "startup": False}
+            for r in rows]
+
+
+def _sum_energy(nodes: list[Any]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for n in nodes:
+        for sid, j in n.energy_j.items():
+            out[sid] = out.get(sid, 0.0) + j
+    return out

@@ -4,7 +4,7 @@
 
     for epoch in range(epochs):
         with ept.window("epoch", epoch):
-            for x, y in ept.track(loader):      # each step split into data fetch and compute
+            for x, y in ept.track(loader):      # each step split into wait, pipeline and compute
                 ...
 
 Everything here works without a running profile (the loop just runs, and `track` still
@@ -12,14 +12,17 @@ times each step) and without CUDA. torch itself is never imported by energyprof:
 functions look for it in `sys.modules`, because a program that has not imported torch has
 no CUDA work to wait for, and importing it would cost seconds.
 
-The breakdown. `track(loader)` times, per step, the wait in the loader's `next()` (*fetch*)
+The breakdown. `track(loader)` times, per step, the loop's *wait* in the loader's `next()`
 and the time from that batch's arrival until the loop asks for the next one (*compute*),
-minus any part the loop marked as `preprocess`. The two are contiguous, so
-fetch + preprocess + compute is the step's wall time. Each phase is also a profiler window
-(`<name>.fetch`, `<name>.preprocess`, `<name>.compute`, index = step number counted across
-epochs), so each has its own energy. The *fetch stall* of a step is the figure the
-edge-device training studies report: max(fetch + preprocess - compute, 0), the part of the
-data pipeline that running it alongside compute would not hide; summed per epoch.
+minus any part the loop marked as `preprocess`. The three are contiguous, so they add up to
+the step's wall time. Each phase is also a profiler window (`<name>.fetch` for the wait,
+`<name>.preprocess`, `<name>.compute`, index = step number counted across epochs), so each
+has its own energy. The data pipeline's own work (*fetch + preprocess*) is measured where it
+runs: inside `next()` with no workers (it is the wait), and in each DataLoader worker
+otherwise: `track` hands the loader's workers a timed collate function and a timed
+`worker_init_fn` for its own passes only, each worker times the dataset read plus collate of
+every batch and ships the figure back with the batch, and the loop unwraps it before the
+program sees the batch. The fetch stall is computed from these in `analysis.training`.
 """
 
 from __future__ import annotations
@@ -28,9 +31,9 @@ import contextlib
 import sys
 import time
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
-from ..analysis.training import breakdown
+from ..analysis.training import breakdown, loop_breakdown, stall_s
 from ..profiler import Profiler, active_profiler
 from .cuda import cuda_sync, gpu_memory
 
@@ -52,26 +55,98 @@ def window(name: str, index: int | None = None, profiler: Profiler | None = None
         yield
 
 
+# -- the data pipeline's work, timed inside each DataLoader worker -------------------------------
+class _TimedBatch(NamedTuple):
+    """A batch as a worker ships it to a tracked loop: the batch, the worker's time on it, its id.
+
+    A named tuple, so the loader's pin-memory thread rebuilds it with the batch pinned."""
+
+    batch: Any
+    work_s: float | None
+    worker: int
+
+
+_batch_started: list[int] = []  # in a worker: when the current batch's dataset read began
+
+
+class _TimedInit:
+    """The loader's worker_init_fn, then a timer on the worker's copy of a map-style dataset.
+
+    DataLoader's fetcher reads a batch through `dataset.__getitems__` when the dataset has one
+    (an instance attribute counts), so setting it on the worker's own copy times the read
+    without touching the program's dataset object."""
+
+    def __init__(self, inner: Callable[[int], Any] | None) -> None:
+        self.inner = inner
+
+    def __call__(self, worker_id: int) -> None:
+        if self.inner is not None:
+            self.inner(worker_id)
+        info = sys.modules["torch"].utils.data.get_worker_info()
+        dataset = getattr(info, "dataset", None)
+        if dataset is None or not hasattr(type(dataset), "__getitem__"):
+            return  # an iterable-style dataset: its read is not timed (the collate still is)
+        original = getattr(dataset, "__getitems__", None)
+
+        def timed_read(indices: Any) -> Any:
+            _batch_started[:] = [time.perf_counter_ns()]
+            return original(indices) if original else [dataset[i] for i in indices]
+
+        with contextlib.suppress(AttributeError, TypeError):  # __slots__ or a read-only type
+            dataset.__getitems__ = timed_read
+
+
+class _TimedCollate:
+    """The loader's collate_fn, returning the batch with the worker's time on it."""
+
+    def __init__(self, inner: Callable[[Any], Any]) -> None:
+        self.inner = inner
+
+    def __call__(self, data: Any) -> Any:
+        started = _batch_started.pop() if _batch_started else None
+        batch = self.inner(data)
+        info = sys.modules["torch"].utils.data.get_worker_info()
+        if info is None:  # the main process: nothing to ship
+            return batch
+        work = (time.perf_counter_ns() - started) / 1e9 if started is not None else None
+        return _TimedBatch(batch, work, int(info.id))
+
+
+def _workers(loader: Any) -> int:
+    """The loader's worker count when it is a torch DataLoader, else 0 (the loop loads)."""
+    torch = sys.modules.get("torch")
+    if torch is None or not isinstance(loader, torch.utils.data.DataLoader):
+        return 0
+    return int(loader.num_workers or 0)
+
+
 # -- the training-loop breakdown -------------------------------------------------------------
 @dataclass
 class StepRecord:
-    """One step as `track` timed it (perf_counter seconds; phases are contiguous)."""
+    """One step as `track` timed it (perf_counter seconds; wait, preprocess, compute are contiguous)."""
 
     step: int
     epoch: int  # which pass over the loader (0-based)
-    fetch_s: float
-    preprocess_s: float
+    wait_s: float  # blocked in next()
+    preprocess_s: float  # marked with tracked.preprocess(), in the loop
     compute_s: float
+    pipeline_s: float | None = None  # fetch + preprocess in the pipeline, where it ran (None: not measured)
+    workers: int = 0
+    worker: int | None = None  # the worker that built this batch
+    startup: bool = False  # a step whose batch waited for a worker of this pass to start
+    startup_s: float = 0.0  # time iter(loader) took to start them (on the startup step)
     gpu_allocated_bytes: int | None = None
     gpu_peak_bytes: int | None = None  # the allocator's peak during this step
 
     @property
     def time_s(self) -> float:
-        return self.fetch_s + self.preprocess_s + self.compute_s
+        return self.wait_s + self.preprocess_s + self.compute_s
 
     @property
-    def stall_s(self) -> float:
-        return max(self.fetch_s + self.preprocess_s - self.compute_s, 0.0)
+    def stall_s(self) -> float | None:
+        if self.pipeline_s is None or self.startup:
+            return None
+        return stall_s(self.pipeline_s, self.preprocess_s, self.compute_s, self.workers)
 
 
 class TrackedLoader:
@@ -90,6 +165,7 @@ class TrackedLoader:
         self._pre_ns = 0
         self._pre_open: int | None = None
         self._current: int | None = None
+        self._own_iterator: Any = None  # persistent workers started by a tracked pass
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -102,21 +178,53 @@ class TrackedLoader:
     def _prof(self) -> Profiler | None:
         return self._profiler if self._profiler is not None else active_profiler()
 
+    def _iterate(self, workers: int) -> tuple[Iterator[Any], bool]:
+        """iter(loader), with timed workers for this pass only; (iterator, whether workers started).
+
+        The program's own loader keeps its collate_fn and worker_init_fn; with persistent
+        workers the tracked passes keep their own set, so a plain `for b in loader` elsewhere
+        never sees a timed batch."""
+        loader: Any = self.loader
+        if not workers:
+            return iter(loader), False
+        persistent = bool(getattr(loader, "persistent_workers", False))
+        saved = (loader.collate_fn, loader.worker_init_fn)
+        theirs = loader.__dict__.get("_iterator")
+        started = not persistent or self._own_iterator is None
+        try:
+            loader.collate_fn = _TimedCollate(saved[0])
+            loader.worker_init_fn = _TimedInit(saved[1])
+            if persistent:
+                loader.__dict__["_iterator"] = self._own_iterator
+            it = iter(loader)
+        finally:
+            loader.collate_fn, loader.worker_init_fn = saved
+            if persistent:
+                self._own_iterator = loader.__dict__.get("_iterator")
+                loader.__dict__["_iterator"] = theirs
+        return it, started
+
     def __iter__(self) -> Iterator[Any]:
         name, prof = self.name, self._prof()
         epoch = self.passes
         self.passes += 1
-        it = iter(self.loader)
+        workers = _workers(self.loader)
+        t0 = time.perf_counter_ns()
+        it, started = self._iterate(workers)
+        startup_ns = time.perf_counter_ns() - t0
         fetch_w, compute_w = f"{name}.fetch", f"{name}.compute"
         t_batch: int | None = None  # when the current batch arrived
-        fetch_ns = 0
+        wait_ns = 0
         step = -1
+        first = True
+        booted: set[int] = set()  # workers whose first batch of this pass has arrived
+        meta: dict[str, Any] = {}
         try:
             while True:
                 t = time.perf_counter_ns()
                 if t_batch is not None:
                     arrived, t_batch = t_batch, None
-                    self._finish_step(prof, compute_w, step, epoch, fetch_ns, t - arrived)
+                    self._finish_step(prof, compute_w, step, epoch, wait_ns, t - arrived, meta)
                 step = self._next_step
                 if prof is not None:
                     prof.begin_window(fetch_w, step)
@@ -129,7 +237,17 @@ class TrackedLoader:
                     self.end_waits_s.append((t_end - t) / 1e9)
                     return
                 t_batch = time.perf_counter_ns()
-                fetch_ns = t_batch - t
+                wait_ns = t_batch - t
+                meta = {"workers": workers, "startup": bool(first and started and workers),
+                        "startup_s": startup_ns / 1e9 if first and started and workers else 0.0}
+                if type(batch) is _TimedBatch:
+                    batch, meta["pipeline_s"], meta["worker"] = batch
+                    # each new worker's first batch waits for that worker to boot: start-up too
+                    meta["startup"] = started and meta["worker"] not in booted
+                    booted.add(meta["worker"])
+                elif not workers:
+                    meta["pipeline_s"] = wait_ns / 1e9  # loading happens inside next()
+                first = False
                 self._next_step += 1
                 self._current, self._pre_ns = step, 0
                 if prof is not None:
@@ -139,11 +257,11 @@ class TrackedLoader:
         finally:
             # the loop broke out, raised, or the generator was closed: end the open step
             if t_batch is not None:
-                self._finish_step(prof, compute_w, step, epoch, fetch_ns, time.perf_counter_ns() - t_batch)
+                self._finish_step(prof, compute_w, step, epoch, wait_ns, time.perf_counter_ns() - t_batch, meta)
             self._current = None
 
-    def _finish_step(self, prof: Profiler | None, compute_w: str, step: int, epoch: int, fetch_ns: int,
-                     since_batch_ns: int) -> None:
+    def _finish_step(self, prof: Profiler | None, compute_w: str, step: int, epoch: int, wait_ns: int,
+                     since_batch_ns: int, meta: dict[str, Any]) -> None:
         if self._pre_open is not None:  # a preprocess block left open: close it now
             self._pre_ns += time.perf_counter_ns() - self._pre_open
             self._pre_open = None
@@ -155,8 +273,8 @@ class TrackedLoader:
                 sys.modules["torch"].cuda.reset_peak_memory_stats()
         pre_ns = min(self._pre_ns, since_batch_ns)
         self.steps.append(StepRecord(
-            step=step, epoch=epoch, fetch_s=fetch_ns / 1e9, preprocess_s=pre_ns / 1e9,
-            compute_s=(since_batch_ns - pre_ns) / 1e9,
+            step=step, epoch=epoch, wait_s=wait_ns / 1e9, preprocess_s=pre_ns / 1e9,
+            compute_s=(since_batch_ns - pre_ns) / 1e9, **meta,
             gpu_allocated_bytes=mem["allocated_bytes"] if mem else None,
             gpu_peak_bytes=mem["peak_bytes"] if mem else None,
         ))
@@ -164,10 +282,10 @@ class TrackedLoader:
 
     @contextlib.contextmanager
     def preprocess(self) -> Iterator[None]:
-        """Mark the part of a step that prepares the batch (augmentation, `.to(device)`).
+        """Mark the part of a step that prepares the batch in the loop (augmentation, `.to(device)`).
 
-        It is taken out of the step's compute time and counted with fetch in the stall.
-        """
+        It is taken out of the step's compute time and counted in the stall in full (the
+        loop's own preprocessing overlaps nothing)."""
         step = self._current
         prof = self._prof()
         if step is None:
@@ -185,26 +303,18 @@ class TrackedLoader:
             if prof is not None:
                 prof.end_window(f"{self.name}.preprocess")
 
-    def summary(self) -> dict[str, Any]:
-        """Per-pass totals of the timed phases and stall (no energy: see `breakdown`)."""
-        by_epoch: dict[int, list[StepRecord]] = {}
-        for s in self.steps:
-            by_epoch.setdefault(s.epoch, []).append(s)
-        epochs = []
-        for e, steps in sorted(by_epoch.items()):
-            epochs.append({
-                "epoch": e, "steps": len(steps),
-                "fetch_s": sum(s.fetch_s for s in steps), "preprocess_s": sum(s.preprocess_s for s in steps),
-                "compute_s": sum(s.compute_s for s in steps), "stall_s": sum(s.stall_s for s in steps),
-                "time_s": sum(s.time_s for s in steps),
-            })
-        return {"name": self.name, "epochs": epochs,
-                "steps": [dict(asdict(s), time_s=s.time_s, stall_s=s.stall_s) for s in self.steps]}
+    def records(self) -> list[dict[str, Any]]:
+        """The steps as plain dicts, for `analysis.training` (and `breakdown(profile, steps=...)`)."""
+        return [dict(asdict(s), time_s=s.time_s, stall_s=s.stall_s) for s in self.steps]
+
+    def summary(self, warmup: int = 0) -> dict[str, Any]:
+        """Per-pass wait, pipeline, compute and stall with start-up rows (timings; no energy: see `breakdown`)."""
+        return {"name": self.name, **loop_breakdown(self.records(), warmup), "steps": self.records()}
 
 
 def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
           gpu_memory: bool = True) -> TrackedLoader:
-    """Wrap a DataLoader (any iterable) so each step is split into fetch and compute.
+    """Wrap a DataLoader (any iterable) so each step is split into wait, pipeline and compute.
 
     `profiler` defaults to the one running when the loop starts (none: timing only).
     With `gpu_memory` and CUDA in use, each step records the allocator's current and peak

@@ -1,0 +1,103 @@
+"""IPython and Jupyter: `%load_ext energyprof`, then `%%energyprof [options]` or `%energyprof statement`.
+
+Each profiles the cell (or statement) in the kernel's own process with the in-process profiler,
+prints the summary, shows the report inline in a sandboxed iframe (its scripts run in a frame
+of their own, so the notebook's page is never touched), and keeps the Profile as `_energyprof`
+in the notebook's namespace. Options are the command line's (`--power-trace`, `--idle`,
+`--country`, `-o report.html`, `--json p.json`, ...); no file is written unless asked.
+"""
+
+from __future__ import annotations
+
+import html
+import shlex
+import sys
+from typing import Any
+
+IFRAME_HEIGHT_PX = 760
+NAME = "_energyprof"
+
+
+def load_ipython_extension(ip: Any) -> None:
+    """Register `%energyprof` and `%%energyprof` (IPython calls this on `%load_ext energyprof`)."""
+    ip.register_magic_function(lambda line, cell=None: energyprof_magic(ip, line, cell),
+                               magic_kind="line_cell", magic_name="energyprof")
+
+
+def _options(tokens: list[str]) -> Any:
+    from ..cli import UsageError, _options, build_run_parser
+
+    parser = build_run_parser()
+    parser.prog = "%energyprof"
+    try:
+        ns = parser.parse_args(tokens)
+    except UsageError as exc:
+        raise ValueError(f"%energyprof: {exc}") from None
+    if ns.module is not None:
+        raise ValueError("%energyprof: -m has no meaning in a notebook: the cell is the program")
+    return _options(ns, output=ns.output)  # no report file unless -o is given
+
+
+def _split(line: str, cell: str | None) -> tuple[list[str], str]:
+    """(option tokens, code). A line magic's options end at `--`: `%energyprof --idle all -- f()`."""
+    if cell is not None:
+        return shlex.split(line), cell
+    stripped = line.strip()
+    if stripped.startswith("-") and " -- " in f" {stripped} ":
+        opts, _, code = f" {stripped} ".partition(" -- ")
+        return shlex.split(opts), code.strip()
+    return [], stripped
+
+
+def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
+    from ..outputs import write_outputs
+    from ..profiler import Profiler
+    from ..stacks.frames import anchor_depth
+
+    try:
+        tokens, code = _split(line, cell)
+        options = _options(tokens)
+    except ValueError as exc:  # bad options (OptionError is one): one line, like the CLI
+        print(str(exc) if str(exc).startswith("%energyprof") else f"%energyprof: {exc}", file=sys.stderr)
+        return None
+    source = ip.transform_cell(code) if cell is not None else code
+    filename = ip.compile.cache(source)
+    compiled = ip.compile(source, filename, "exec" if cell is not None else "single")
+    prof = Profiler(options)
+    try:
+        prof.start(target="<cell>" if cell is not None else code[:60], _anchor=anchor_depth(sys._getframe(0)))
+    except RuntimeError as exc:  # a profile already runs in the kernel: the cell is part of it
+        print(f"%energyprof: {exc}; the cell runs as part of it", file=sys.stderr)
+        exec(compiled, ip.user_ns)  # noqa: S102
+        return None
+    exc_info: BaseException | None = None
+    try:
+        exec(compiled, ip.user_ns)  # noqa: S102 - the user's own cell, as IPython runs it
+    except BaseException as exc:  # the cell's own error: shown by IPython after the profile is kept
+        exc_info = exc
+    status = {"status": "completed"} if exc_info is None else \
+        {"status": "exception", "exception": f"{type(exc_info).__name__}: {exc_info}"}
+    profile = prof.stop(status)
+    ip.user_ns[NAME] = profile
+    try:
+        write_outputs(profile, options, stream=sys.stdout)
+    except OSError:
+        pass  # already printed, one line per output
+    _show(profile)
+    if exc_info is not None:
+        raise exc_info
+    return None
+
+
+def iframe(page: str, height_px: int = IFRAME_HEIGHT_PX) -> str:
+    """The report as a sandboxed iframe: scripts run, but in an opaque origin with no access to the notebook."""
+    return (f'<iframe sandbox="allow-scripts" style="width:100%;height:{height_px}px;border:1px solid #ddd"'
+            f' srcdoc="{html.escape(page, quote=True)}"></iframe>')
+
+
+def _show(profile: Any) -> None:
+    from IPython.display import HTML, display
+
+    from ..render.html import render_html
+
+    display(HTML(iframe(render_html(profile))))

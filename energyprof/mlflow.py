@@ -1,0 +1,10 @@
+"""`energyprof.mlflow.log_profile(profile)`: the MLflow integration under a short public name.
+
+The code lives in `energyprof.integrations.mlflow`; mlflow itself is imported only when a profile is logged.
+"""
+
+from __future__ import annotations
+
+from .integrations.mlflow import log_profile, metrics, params  # noqa: F401
+
+__all__ = ["log_profile", "metrics", "params"]

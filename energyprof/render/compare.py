@@ -1,0 +1,237 @@
+"""A comparison of runs as text (the console), markdown (a pull-request comment) and one HTML page.
+
+The page reuses the report's stylesheet and its inlined plotly.js, and carries its figures as
+JSON in `<script type="application/json">` blocks, so it opens with the network off and a
+function called `</script>` stays text.
+"""
+
+from __future__ import annotations
+
+import html
+from pathlib import Path
+from typing import Any
+
+from ..analysis.compare import Change, Comparison, FunctionChange
+from ..profile import write_atomic
+from .format import fmt_energy, fmt_seconds
+
+MAX_ROWS_TEXT = 15
+MAX_ROWS_HTML = 500
+_FRONT = ' <span class="tag measured">Pareto front</span>'
+_SIG = ' class="sig"'
+
+
+def _pct(p: float | None) -> str:
+    return "new" if p is None else f"{p:+.1f}%"
+
+
+def _change_pct(c: Change) -> str:
+    return "" if not c.before and not c.after else _pct(c.pct)
+
+
+def _change_text(c: Change, fmt: Any = fmt_energy) -> str:
+    mark = " *" if c.significant else ""
+    pct = _change_pct(c)
+    sign = "+" if c.delta >= 0 else "-"
+    return f"{fmt(c.before)} -> {fmt(c.after)} ({sign}{fmt(abs(c.delta))}{', ' + pct if pct else ''}){mark}"
+
+
+def _method(run: Any) -> str:
+    return "estimated" if run.estimated else "measured"
+
+
+def render_text(cmp: Comparison) -> str:
+    lines = ["energyprof compare: the first run is the baseline, the last is compared with it", ""]
+    for i, r in enumerate(cmp.runs):
+        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 else ""
+        lines.append(f"  [{i}] {r.label}  {r.path}{front}")
+    lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured):"]
+    for sid in cmp.sources:
+        for kind, attr in (("program", "program_j"), ("machine", "machine_j")):
+            vals = [getattr(r, attr).get(sid) for r in cmp.runs]
+            lines.append(f"  {sid:<8} {kind:<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in vals) + f"  {_delta(vals)}")
+    prog = [r.program_total for r in cmp.runs]
+    mach = [r.machine_total for r in cmp.runs]
+    lines.append(f"  {'total':<8} {'program':<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in prog) + f"  {_delta(prog)}")
+    lines.append(f"  {'total':<8} {'machine':<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in mach) + f"  {_delta(mach)}")
+    lines.append(f"  {'duration':<17} " + "  ".join(f"{fmt_seconds(r.duration_s):>10}" for r in cmp.runs))
+    lines.append(f"  {'method':<17} " + "  ".join(f"{_method(r):>10}" for r in cmp.runs))
+    if cmp.windows:
+        lines += ["", "Windows (mean energy per window, all sources):"]
+        for w in cmp.windows:
+            lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
+                         + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
+    changed = [f for f in cmp.functions if f.self_energy.significant or f.energy.significant]
+    lines += ["", f"Functions, last against first ({len(changed)} of {len(cmp.functions)} changed beyond their"
+              " sampling error, marked *; self energy, then inclusive):"]
+    for f in cmp.functions[:MAX_ROWS_TEXT]:
+        lines.append(f"  {f.function}  {_where(f)}")
+        lines.append(f"      self      {_change_text(f.self_energy)}   time {_change_text(f.self_time, fmt_seconds)}")
+        lines.append(f"      inclusive {_change_text(f.energy)}   time {_change_text(f.time, fmt_seconds)}")
+    if len(cmp.functions) > MAX_ROWS_TEXT:
+        lines.append(f"  ... {len(cmp.functions) - MAX_ROWS_TEXT} more (-o compare.html has them all)")
+    return "\n".join(lines) + "\n"
+
+
+def _delta(vals: list[float | None]) -> str:
+    a, b = vals[0], vals[-1]
+    if a is None or b is None:
+        return ""
+    return _pct((b - a) / a * 100 if a else None) if (a or b) else "+0.0%"
+
+
+def _where(f: FunctionChange) -> str:
+    return f"({f.file}:{f.line})" if f.file else ""
+
+
+def _md(text: str) -> str:
+    """Program strings in a markdown table: no cell breaks, no markup, no HTML."""
+    return html.escape(text).replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_") \
+        .replace("[", "\\[").replace("\n", " ")
+
+
+def render_markdown(cmp: Comparison) -> str:
+    base, last = cmp.base, cmp.last
+    pe = (last.program_total - base.program_total) / base.program_total * 100 if base.program_total else None
+    out = [f"### energyprof: {_pct(pe)} program energy", "",
+           "| run | program energy | machine energy | duration | method |", "|---|---:|---:|---:|---|"]
+    for r in cmp.runs:
+        out.append(f"| {_md(r.label)}{' (front)' if r.pareto and len(cmp.runs) > 2 else ''} | {fmt_energy(r.program_total)}"
+                   f" | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)} | {_method(r)} |")
+    changed = [f for f in cmp.functions if f.self_energy.significant][:10]
+    if changed:
+        out += ["", "Functions whose self energy changed beyond their sampling error:", "",
+                "| function | before | after | change |", "|---|---:|---:|---:|"]
+        for f in changed:
+            out.append(f"| {_md(f.function)} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
+                       f" | {_pct(f.self_energy.pct)} |")
+    else:
+        out += ["", "No function's energy changed beyond its sampling error."]
+    return "\n".join(out) + "\n"
+
+
+# ---------------------------------------------------------------- HTML
+
+def _plotly_text(text: str) -> str:
+    return html.escape(text, quote=False)
+
+
+def figures(cmp: Comparison) -> dict[str, Any]:
+    """The page's two charts as plotly figure dicts: the differential icicle and the scatter."""
+    ids = [n.id for n in cmp.tree]
+    kids: dict[str, float] = {}
+    for n in cmp.tree:
+        if n.parent:
+            kids[n.parent] = kids.get(n.parent, 0.0) + max(n.energy_j)
+    # "remainder": each box is its own value plus its children's, so give each path its larger
+    # run's inclusive energy less what its drawn children hold (never below zero)
+    values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in cmp.tree]
+    deltas = [n.energy_j[1] - n.energy_j[0] for n in cmp.tree]
+    span = max((abs(d) for d in deltas), default=0.0) or 1.0
+    esc = _plotly_text  # plotly reads a subset of HTML in labels and hover texts
+    hover = [f"{esc(n.function)}<br>{fmt_energy(n.energy_j[0])} -> {fmt_energy(n.energy_j[1])}"
+             f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(cmp.tree, deltas)]
+    icicle = {
+        "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in cmp.tree],
+                  "labels": [esc(n.function) for n in cmp.tree], "values": values, "branchvalues": "remainder",
+                  "text": hover, "hoverinfo": "text", "textinfo": "label",
+                  "marker": {"colors": deltas, "colorscale": "RdBu", "reversescale": True, "cmin": -span, "cmax": span,
+                             "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
+        "layout": {"margin": {"t": 10, "l": 10, "r": 10, "b": 10}},
+    }
+    runs = cmp.runs
+    scatter = {
+        "data": [
+            {"type": "scatter", "mode": "markers+text", "name": "runs", "x": [r.duration_s for r in runs],
+             "y": [r.program_total for r in runs], "text": [str(i) for i in range(len(runs))], "textposition": "top center",
+             "hovertext": [esc(r.label) for r in runs], "hoverinfo": "text+x+y", "marker": {"size": 10, "color": "#4e79a7"}},
+            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
+             "x": [r.duration_s for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
+             "y": [r.program_total for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
+             "marker": {"size": 14, "symbol": "circle-open", "color": "#e8743b"}, "line": {"dash": "dot"}},
+        ],
+        "layout": {"xaxis": {"title": {"text": "duration (s)"}}, "yaxis": {"title": {"text": "program energy (J)"}},
+                   "margin": {"t": 10}},
+    }
+    return {"icicle": icicle, "scatter": scatter}
+
+
+_SCRIPT = """
+(function () {
+  var figs = JSON.parse(document.getElementById('compare-data').textContent);
+  var cfg = {displaylogo: false, responsive: true};
+  Plotly.newPlot('diff-icicle', figs.icicle.data, figs.icicle.layout, cfg);
+  Plotly.newPlot('pareto', figs.scatter.data, figs.scatter.layout, cfg);
+})();
+"""
+
+
+def render_html(cmp: Comparison) -> str:
+    from .html import _inline_script, _plotly_js, json_for_script, template_dir
+
+    e = html.escape
+    runs_rows = "".join(
+        f"<tr><td>{i}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto else ''}"
+        f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
+        f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
+    win_rows = "".join(
+        f"<tr><td class='fn'>{e(w.name)}</td>" + "".join(f"<td>{fmt_energy(v)}</td>" for v in w.mean_j)
+        + f"<td>{_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}</td></tr>"
+        for w in cmp.windows)
+    fn_rows = "".join(
+        f"<tr><td class='fn'><span class='name'>{e(f.function)}</span><span class='where'>{e(_where(f))}</span></td>"
+        + "".join(f"<td{_SIG if c.significant else ''}>{e(_cell(c, fmt))}</td>"
+                  for c, fmt in ((f.self_energy, fmt_energy), (f.energy, fmt_energy),
+                                 (f.self_time, fmt_seconds), (f.time, fmt_seconds)))
+        + f"<td>{f.samples[0]} / {f.samples[1]}</td></tr>" for f in cmp.functions[:MAX_ROWS_HTML])
+    run_heads = "".join(f"<th>[{i}]</th>" for i in range(len(cmp.runs)))
+    windows = ("<section class='panel'><h2>Windows</h2><p class='hint'>Mean energy per window, all sources.</p>"
+               "<div class='table-wrap'><table class='windows'><thead><tr><th>window</th>"
+               f"{run_heads}<th>change</th></tr></thead><tbody>{win_rows}</tbody></table></div></section>"
+               if cmp.windows else "")
+    styles = (template_dir() / "report.css").read_text(encoding="utf-8")
+    title = f"energyprof compare: {e(cmp.base.label)} \u2192 {e(cmp.last.label)}"
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{title}</title>
+<style>
+{styles}
+td.sig {{ font-weight: 650; background: #fff6d6; }}
+#diff-icicle {{ height: 470px; }} #pareto {{ height: 380px; }}
+</style></head>
+<body>
+<header class="top"><h1><span class="brand">energyprof</span> compare</h1>
+<p class="sub">run [0] is the baseline; changes are run [{len(cmp.runs) - 1}] against it</p></header>
+<section class="panel"><h2>Runs</h2><div class="table-wrap"><table class="windows">
+<thead><tr><th>#</th><th>run</th><th>program energy</th><th>machine energy</th><th>duration</th><th>method</th></tr></thead>
+<tbody>{runs_rows}</tbody></table></div></section>
+<section class="panel"><h2>Energy against time</h2>
+<p class="hint">Each run's program energy against its duration; the Pareto front (no other run both faster and
+cheaper) is joined.</p><div id="pareto" class="plot"></div></section>
+<section class="panel"><h2>Where the energy changed</h2>
+<p class="hint">Each box is a call path in either run, as wide as its larger run's energy, coloured by the change
+(red: more energy in the last run, blue: less).</p><div id="diff-icicle" class="plot"></div></section>
+{windows}
+<section class="panel"><h2>Functions</h2>
+<p class="hint">Before &rarr; after (change). Highlighted: the change exceeds the combined sampling error
+(each side about figure/&radic;samples, added in quadrature).</p>
+<div class="table-wrap"><table class="fn-table"><thead><tr><th class="fn">function</th><th>self energy</th>
+<th>energy</th><th>self time</th><th>time</th><th>samples</th></tr></thead>
+<tbody>{fn_rows}</tbody></table></div></section>
+<script type="application/json" id="compare-data">{json_for_script(figures(cmp))}</script>
+<script>{_plotly_js()}</script>
+<script>{_inline_script(_SCRIPT)}</script>
+</body></html>
+"""
+
+
+def _cell(c: Change, fmt: Any) -> str:
+    return f"{fmt(c.before)} \u2192 {fmt(c.after)}" + (f" ({_change_pct(c)})" if _change_pct(c) else "")
+
+
+def write_html(cmp: Comparison, path: str) -> None:
+    write_atomic(Path(path), render_html(cmp))
+
+
+def write_markdown(cmp: Comparison, path: str) -> None:
+    write_atomic(Path(path), render_markdown(cmp))

@@ -1,0 +1,196 @@
+"""`energyprof compare`: totals, windows and function deltas of saved profiles, CI gates, the page."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from conftest import run_cli
+from energyprof.analysis.compare import Run, _change, _mark_pareto, compare
+from energyprof.profile import Node, Profile
+
+
+def profile(joules: dict[str, float], duration: float, fn_j: float, fn_samples: int, argv: list[str] | None = None,
+            windows: list[dict] | None = None, fn: str = "work") -> Profile:
+    leaf = Node(fn, "w.py", 3, time_s=duration / 2, self_time_s=duration / 2, samples=fn_samples,
+                self_samples=fn_samples, energy_j={"cpu": fn_j}, self_energy_j={"cpu": fn_j})
+    root = Node("w.py", time_s=duration, samples=fn_samples * 2, self_samples=fn_samples,
+                energy_j={"cpu": joules["cpu"]}, self_energy_j={"cpu": joules["cpu"] - fn_j}, children=[leaf])
+    return Profile(meta={"argv": argv or ["python", "w.py"], "target": "w.py"},
+                   sources=[{"id": "cpu", "component": "cpu", "method": "measured"}],
+                   totals={"energy_j": dict(joules), "attributed_j": dict(joules), "duration_s": duration},
+                   root=root, windows=windows or [])
+
+
+# -- the maths (pure) ------------------------------------------------------------------------------
+def test_a_change_is_significant_only_beyond_the_combined_sampling_error() -> None:
+    # 100 J from 100 samples is +-10 J; 110 J from 100 samples +-11 J: combined +-14.9 J
+    assert not _change(100.0, 100, 110.0, 100).significant
+    c = _change(100.0, 100, 130.0, 100)  # +-10 and +-13: combined 16.4 J < 30 J
+    assert c.error == pytest.approx((10**2 + 13**2) ** 0.5) and c.significant
+    assert c.pct == pytest.approx(30.0)
+
+
+def test_function_deltas_windows_and_totals_from_two_profiles() -> None:
+    win = [{"name": "epoch", "index": i, "start_s": i, "end_s": i + 1, "time_s": 1.0, "energy_j": {"cpu": 4.0 + i}}
+           for i in range(2)]
+    a = profile({"cpu": 100.0}, 2.0, 40.0, 400, windows=win)
+    b = profile({"cpu": 150.0}, 2.0, 80.0, 400, windows=[dict(w, energy_j={"cpu": 9.0}) for w in win])
+    cmp = compare([a, b], ["a.json", "b.json"], ["base", "head"])
+    assert [r.label for r in cmp.runs] == ["base", "head"]
+    assert cmp.base.program_total == 100.0 and cmp.last.program_total == 150.0
+    (w,) = cmp.windows
+    assert w.mean_j == [4.5, 9.0] and w.pct == pytest.approx(100.0)
+    work = next(f for f in cmp.functions if f.function == "work")
+    assert work.self_energy.delta == 40.0 and work.self_energy.significant  # +-2 and +-4 J against 40 J
+    assert work.self_time.delta == 0.0 and not work.self_time.significant
+    labels = {n.function for n in cmp.tree}
+    assert labels == {"w.py", "work"}
+
+
+def test_labels_default_to_each_runs_command_line() -> None:
+    a = profile({"cpu": 1.0}, 1.0, 0.5, 10, argv=["python", "train.py", "--bs", "32"])
+    b = profile({"cpu": 1.0}, 1.0, 0.5, 10, argv=["python", "train.py", "--bs", "64"])
+    assert [r.label for r in compare([a, b]).runs] == ["python train.py --bs 32", "python train.py --bs 64"]
+
+
+def test_pareto_front_known_answer() -> None:
+    runs = [Run(str(i), "", t, {}, {"cpu": e}, {}) for i, (t, e) in enumerate([(1, 10), (2, 5), (3, 6), (1.5, 12)])]
+    _mark_pareto(runs)
+    assert [r.pareto for r in runs] == [True, True, False, False]
+
+
+@given(st.lists(st.tuples(st.floats(0.1, 100), st.floats(0.1, 100)), min_size=1, max_size=12))
+def test_pareto_front_is_never_empty_and_never_dominated(points: list[tuple[float, float]]) -> None:
+    runs = [Run(str(i), "", t, {}, {"cpu": e}, {}) for i, (t, e) in enumerate(points)]
+    _mark_pareto(runs)
+    front = [r for r in runs if r.pareto]
+    assert front
+    for r in front:
+        assert not any(o.duration_s <= r.duration_s and o.program_total <= r.program_total
+                       and (o.duration_s, o.program_total) != (r.duration_s, r.program_total) for o in runs)
+    for r in runs:  # everything off the front is dominated by something
+        if not r.pareto:
+            assert any(o.duration_s <= r.duration_s and o.program_total <= r.program_total for o in runs if o is not r)
+
+
+def test_markdown_keeps_program_strings_as_text() -> None:
+    from energyprof.render.compare import render_markdown
+
+    a = profile({"cpu": 10.0}, 1.0, 2.0, 100, fn="<img src=x onerror=alert(1)>|x")
+    b = profile({"cpu": 20.0}, 1.0, 12.0, 100, fn="<img src=x onerror=alert(1)>|x")
+    md = render_markdown(compare([a, b]))
+    assert "<img" not in md and "&lt;img" in md and "\\|x" in md
+    assert md.startswith("### energyprof: +100.0% program energy")
+
+
+# -- the command line, on real runs --------------------------------------------------------------------
+SCRIPT = "import time\ndef load():\n    time.sleep(1.5)\nload()\n"
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> Path:
+    """One script under a replayed 40 W and then 60 W trace, idle policy all.
+
+    Program energy = power x duration, so the ratio is 1.5 x (duration ratio); the script sleeps a
+    fixed 1.5 s, so the durations differ by the profiler's own start and stop (tens of ms even on a
+    loaded machine): the ratio stays well inside (1.1, 1.6), far from both gates below."""
+    d = tmp_path_factory.mktemp("compare")
+    (d / "w.py").write_text(SCRIPT)
+    for name, watts in (("a", 40), ("b", 60)):
+        (d / f"{name}.csv").write_text(f"t_s,cpu\n0,{watts}\n")
+        res = run_cli(["-q", "--power-trace", f"{name}.csv", "--idle", "all", "--json", f"{name}.json",
+                       "-o", f"{name}.html", "w.py"], cwd=d)
+        assert res.returncode == 0, res.stderr
+    return d
+
+
+@pytest.mark.slow
+def test_fail_above_gates_on_program_energy(two_runs: Path) -> None:
+    res = run_cli(["compare", "a.json", "b.json", "--fail-above", "10"], cwd=two_runs)
+    assert res.returncode == 1, res.stderr
+    assert "FAIL" in res.stderr and "Totals per source" in res.stdout
+    res = run_cli(["compare", "a.json", "b.json", "--fail-above", "60", "-q"], cwd=two_runs)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "" and "ok" in res.stderr
+    res = run_cli(["compare", "a.json", "b.json", "--fail-above", "10", "--function", "load"], cwd=two_runs)
+    assert res.returncode == 1  # the function carries the run's energy: the same gate trips
+    res = run_cli(["compare", "b.json", "a.json", "--fail-above", "0"], cwd=two_runs)
+    assert res.returncode == 0  # less energy never fails a gate
+
+
+@pytest.mark.slow
+def test_markdown_and_text_outputs(two_runs: Path) -> None:
+    res = run_cli(["compare", "a.json", "b.json", "--label", "40 W", "--label", "60 W", "--markdown", "pr.md"],
+                  cwd=two_runs)
+    assert res.returncode == 0, res.stderr
+    md = (two_runs / "pr.md").read_text()
+    assert "| 40 W |" in md and "| 60 W |" in md and "load" in md
+    a, b = (json.loads((two_runs / f"{n}.json").read_text())["totals"]["attributed_j"]["cpu"] for n in "ab")
+    pct = (b - a) / a * 100
+    assert md.startswith(f"### energyprof: {pct:+.1f}% program energy")
+    assert f"{pct:+.1f}%" in res.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["a.json"], "at least two profiles"),
+    (["a.json", "missing.json"], "cannot read missing.json"),
+    (["a.json", "bad.json"], "not valid JSON"),
+    (["a.json", "b.json", "--fail-above", "5", "--function", "no_such_function"], "no_such_function"),
+    (["a.json", "b.json", "--label", "only one"], "--label"),
+    (["a.json", "b.json", "--fail-above", "-3"], "--fail-above"),
+])
+def test_bad_input_is_one_line_and_exit_2(two_runs: Path, args: list[str], message: str) -> None:
+    (two_runs / "bad.json").write_text("{\"schema\": ")
+    res = run_cli(["compare", *args], cwd=two_runs)
+    assert res.returncode == 2
+    assert res.stderr.count("\n") == 1 and message in res.stderr and res.stdout == ""
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_html_renders_offline_without_errors(two_runs: Path, browser) -> None:  # noqa: F811
+    from test_report_browser import Page
+
+    res = run_cli(["compare", "a.json", "b.json", "a.json", "-o", "compare.html"], cwd=two_runs)
+    assert res.returncode == 0, res.stderr
+    page = Page(browser)
+    page.open(two_runs / "compare.html")
+    ids = page.page.eval_on_selector_all(".js-plotly-plot", "els => els.map(e => e.id)")
+    assert set(ids) == {"diff-icicle", "pareto"}
+    assert page.page.locator("#diff-icicle g.slice").count() >= 2
+    assert page.errors == [] and page.blocked == []
+    front = page.page.evaluate("() => document.getElementById('pareto').data[1].x.length")
+    assert front >= 1
+    page.close()
+
+
+@pytest.mark.browser
+def test_hostile_names_stay_text_in_the_page(tmp_path: Path, browser) -> None:  # noqa: F811
+    from test_report_browser import Page
+
+    from energyprof.render.compare import write_html
+
+    evil = "</script><script>window.pwned=1</script><img src=x onerror=window.pwned=2>"
+    a = profile({"cpu": 10.0}, 1.0, 2.0, 100, fn=evil, argv=[evil])
+    b = profile({"cpu": 20.0}, 2.0, 12.0, 100, fn=evil, argv=["b"])
+    path = tmp_path / "evil.html"
+    write_html(compare([a, b]), str(path))
+    page = Page(browser)
+    page.open(path)
+    p = page.page
+    assert p.evaluate("() => window.pwned") is None and p.locator("img").count() == 0
+    assert evil in p.eval_on_selector_all(".fn-table .name", "els => els.map(e => e.textContent)")
+    p.hover("#diff-icicle g.slice >> nth=1")
+    p.evaluate("() => Plotly.Fx.hover('pareto', [{curveNumber: 0, pointNumber: 0}])")  # the run's label
+    assert "window.pwned" in p.text_content("#pareto .hoverlayer")
+    assert p.evaluate("() => window.pwned") is None
+    assert page.errors == []
+    page.close()
+
+
+from test_report_browser import browser  # noqa: E402, F401 - the shared headless Chromium fixture

@@ -1,0 +1,125 @@
+"""MLflow logging against a real local tracking store, read back with MlflowClient.
+
+mlflow-skinny has no SQL store, so the store is MLflow's file store in tmp_path (opted in with
+MLFLOW_ALLOW_FILE_STORE, as MLflow 3 asks).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from energyprof.profile import Node, Profile, load
+
+mlflow = pytest.importorskip("mlflow", reason="mlflow (energyprof[mlflow]) is not installed")
+
+
+@pytest.fixture
+def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow.set_tracking_uri(uri)
+    return uri
+
+
+def epochs_profile() -> Profile:
+    root = Node("train.py", energy_j={"cpu": 30.0}, self_energy_j={"cpu": 30.0}, time_s=3.0, samples=300)
+    windows = [{"name": "epoch", "index": i, "start_s": float(i), "end_s": i + 1.0, "time_s": 1.0,
+                "energy_j": {"cpu": 8.0 + i, "dram": 1.0}} for i in range(3)]
+    return Profile(meta={"idle_policy": "share", "target": "train.py"},
+                   sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "rapl"},
+                            {"id": "dram", "component": "dram", "method": "estimated", "sensor": "model"}],
+                   totals={"energy_j": {"cpu": 30.0, "dram": 3.0}, "attributed_j": {"cpu": 20.0, "dram": 2.0},
+                           "duration_s": 3.0, "carbon_g": 0.5},
+                   carbon={"intensity_g_per_kwh": 56.0, "source": "codecarbon FRA"}, root=root, windows=windows)
+
+
+def test_logs_params_metrics_windows_and_artifacts(store: str) -> None:
+    from energyprof.mlflow import log_profile  # the short public name
+
+    run_id = log_profile(epochs_profile())
+    assert mlflow.active_run() is None  # the run it started is ended again
+    client = mlflow.MlflowClient()
+    run = client.get_run(run_id)
+    m = run.data.metrics
+    assert m["energyprof.energy_j"] == 33.0 and m["energyprof.program_energy_j"] == 22.0
+    assert m["energyprof.carbon_g"] == 0.5 and m["energyprof.duration_s"] == 3.0
+    history = client.get_metric_history(run_id, "energyprof.window.epoch.energy_j")
+    assert sorted((h.step, h.value) for h in history) == [(0, 9.0), (1, 10.0), (2, 11.0)]
+    p = run.data.params
+    assert p["energyprof.source.cpu"] == "measured (rapl)" and p["energyprof.source.dram"] == "estimated (model)"
+    assert p["energyprof.idle_policy"] == "share" and p["energyprof.intensity_g_per_kwh"] == "56"
+    arts = {a.path for a in client.list_artifacts(run_id, "energyprof")}
+    assert arts == {"energyprof/profile.json", "energyprof/report.html"}
+    local = Path(client.download_artifacts(run_id, "energyprof/profile.json"))
+    assert load(local).totals["attributed_j"] == {"cpu": 20.0, "dram": 2.0}
+
+
+def test_logs_into_the_active_run_and_leaves_it_active(store: str) -> None:
+    from energyprof.integrations.mlflow import log_profile
+
+    with mlflow.start_run() as active:
+        mlflow.log_param("batch_size", 32)
+        assert log_profile(epochs_profile(), artifacts=False) == active.info.run_id
+        assert mlflow.active_run().info.run_id == active.info.run_id
+    run = mlflow.MlflowClient().get_run(active.info.run_id)
+    assert run.data.params["batch_size"] == "32" and run.data.metrics["energyprof.energy_j"] == 33.0
+
+
+@pytest.mark.slow
+def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "w.py").write_text("import time\ntime.sleep(0.3)\nprint('done')\n")
+    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "-o", "r.html", "w.py"],
+                  cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "done\n"  # the program's output is its own
+    assert "logged to MLflow run" in res.stderr
+    profile = load(tmp_path / "p.json")
+    client = mlflow.MlflowClient()
+    (run,) = client.search_runs([client.search_experiments()[0].experiment_id])
+    m = run.data.metrics
+    assert m["energyprof.program_energy_j"] == pytest.approx(sum(profile.totals["attributed_j"].values()))
+    assert m["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
+    assert run.data.params["energyprof.source.cpu"].startswith("measured")
+
+
+def test_api_option_logs_into_the_users_active_run(tmp_path: Path, store: str) -> None:
+    import time
+
+    from energyprof import energy_profile
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    with mlflow.start_run() as active:
+        with energy_profile(mlflow=True, power_trace=str(trace), idle="all", quiet=True) as prof:
+            for epoch in range(2):
+                with prof.window("epoch", epoch):
+                    time.sleep(0.05)
+    profile = prof.profile
+    client = mlflow.MlflowClient()
+    m = client.get_run(active.info.run_id).data.metrics
+    assert m["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
+    history = sorted((h.step, h.value) for h in client.get_metric_history(active.info.run_id,
+                                                                           "energyprof.window.epoch.energy_j"))
+    expected = sorted((w["index"], sum(w["energy_j"].values())) for w in profile.windows if w["name"] == "epoch")
+    assert [s for s, _ in history] == [0, 1]
+    assert [v for _, v in history] == pytest.approx([v for _, v in expected])
+
+
+def test_mlflow_flag_without_mlflow_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """A missing optional package is bad input, found before the program starts."""
+    import os
+
+    (tmp_path / "w.py").write_text("print('ran')\n")
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['mlflow'] = None  # as if not installed\n")
+
+    res = run_cli(["--mlflow", "w.py"], cwd=tmp_path,
+                  env={"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])})
+    assert res.returncode == 2 and "ran" not in res.stdout
+    assert "pip install 'energyprof[mlflow]'" in res.stderr and res.stderr.count("\n") == 1
