@@ -253,3 +253,88 @@ def test_with_block_tree_holds_what_the_block_called(tmp_path, trace):
     assert kids["inner"].children[0].function == "spin"
     assert kids["inner"].time_s == pytest.approx(0.15, abs=0.05)
     assert kids["spin"].time_s == pytest.approx(0.1, abs=0.05)
+
+
+def test_an_abandoned_generator_stops_its_profile(tmp_path, trace):
+    """Defect: `for x in gen(): break` left the profile running; later calls ran unprofiled."""
+    import gc
+
+    out, later = tmp_path / "gen.json", tmp_path / "later.json"
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def numbers():
+        for i in range(1000):
+            spin(0.002)
+            yield i
+
+    for x in numbers():
+        if x == 2:
+            break
+    gc.collect()
+    assert active_profiler() is None
+    assert load(out).meta["exit"]["status"] == "completed"
+
+    @energy_profile(json=str(later), power_trace=trace, quiet=True)
+    def after():
+        spin(0.02)
+
+    after()
+    assert load(later).meta["target"].endswith("after")
+
+
+def test_value_and_exception_pass_through_when_the_report_cannot_be_written(tmp_path, trace, capsys):
+    folder = tmp_path / "gone"
+    folder.mkdir()
+
+    @energy_profile(json=str(folder / "p.json"), power_trace=trace, summary=False)
+    def answer(fail: bool):
+        spin(0.01)
+        if fail:
+            raise KeyError("mine")
+        return 42
+
+    folder.rmdir()  # checked at decoration; gone by the time the report is written
+    assert answer(False) == 42
+    with pytest.raises(KeyError, match="mine"):
+        answer(True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(ln.startswith("energyprof: error: could not write") for ln in lines)
+    assert active_profiler() is None
+
+
+def test_a_stop_that_returns_nothing_writes_and_prints_nothing(tmp_path, trace, capsys, monkeypatch):
+    """In a forked child Profiler.stop() returns None: the parent's profile owns the outputs."""
+    original = Profiler.stop
+
+    def child_stop(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        return None
+
+    monkeypatch.setattr(Profiler, "stop", child_stop)
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace)
+    def work():
+        spin(0.01)
+        return "done"
+
+    assert work() == "done"
+    with energy_profile(json=str(out), power_trace=trace):
+        spin(0.01)
+    assert not out.exists() and capsys.readouterr().err == ""
+
+
+def test_a_failed_start_runs_the_function_unprofiled_and_says_so(tmp_path, trace, capsys, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise OSError("no sampler today")
+
+    monkeypatch.setattr(Profiler, "_start", broken)
+
+    @energy_profile(json=str(tmp_path / "p.json"), power_trace=trace)
+    def work():
+        return 5
+
+    assert work() == 5
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "running unprofiled" in err[0] and "no sampler today" in err[0]
+    assert active_profiler() is None
