@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from energyprof.profiler import Profiler
-from energyprof.sensors import nvml
+from energyprof.sensors.gpu import nvml, nvml_device
 from energyprof.sensors.base import SensorError
 
 
@@ -309,7 +309,7 @@ def test_missing_driver_is_a_note(code: int, words: str) -> None:
 def test_missing_binding_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setattr(nvml, "BINDING", None)
+    monkeypatch.setattr(nvml_device, "BINDING", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     d = nvml.discover()
     assert d.sensors == [] and "nvidia-ml-py is not installed" in d.notes[0]
@@ -358,10 +358,10 @@ def test_process_share_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
 
     def share() -> float:
-        s._share_at = -1e18  # skip the refresh throttle
+        s.share.refreshed_at = -1e18  # skip the refresh throttle
         return s.process_share()
 
-    monkeypatch.setattr(s, "_process_uses_cuda", lambda: False)
+    monkeypatch.setattr(s.share, "uses_cuda", lambda: False)
     gpu.processes = [me]
     assert share() == 1.0
     gpu.processes = [me, 999_999_001]
@@ -373,7 +373,7 @@ def test_process_share_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert share() == 0.0
     gpu.processes = []
     assert share() == 0.0
-    monkeypatch.setattr(s, "_process_uses_cuda", lambda: True)
+    monkeypatch.setattr(s.share, "uses_cuda", lambda: True)
     assert share() == 1.0  # CUDA in use but not listed: a container hiding its host pid
     gpu.processes = [999_999_001, 999_999_002]
     assert share() == pytest.approx(0.5)
@@ -390,7 +390,7 @@ def test_process_share_is_throttled_and_never_raises() -> None:
     for _ in range(100):
         assert s.process_share() == 1.0  # cached within SHARE_REFRESH_S: no NVML call
     assert calls == []
-    s._share_at = -1e18
+    s.share.refreshed_at = -1e18
 
     def boom(g: Any) -> Any:
         raise RuntimeError("driver hiccup")
@@ -441,7 +441,7 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
         profile = prof.stop()
         took = time.perf_counter() - t0
     release.set()
-    assert took < 6.0  # never blocked for good
+    assert took < 60.0  # a guard against blocking for good, not a timing: the hang itself never ends
     drops = [n for n in profile.notes if n["kind"] == "sensor-dropped"]
     assert [d["source"] for d in drops] == ["gpu:0"] and "hung" in drops[0]["message"]
     assert drops[0]["at_s"] < 1.4
@@ -453,19 +453,19 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
 
 # -- helpers -------------------------------------------------------------------------------
 class _injected:
-    """Make every discovery in this block use the fake binding (nvml.BINDING)."""
+    """Make every discovery in this block use the fake binding (nvml_device.BINDING)."""
 
     def __init__(self, fake: FakeNvml) -> None:
         self.fake = fake
 
     def __enter__(self) -> FakeNvml:
-        self.saved = (nvml.BINDING, nvml.DETECT_BUDGET_S)
-        nvml.BINDING = self.fake
+        self.saved = (nvml_device.BINDING, nvml.DETECT_BUDGET_S)
+        nvml.set_binding(self.fake)
         nvml.DETECT_BUDGET_S = 0.05
         return self.fake
 
     def __exit__(self, *exc: Any) -> None:
-        nvml.BINDING, nvml.DETECT_BUDGET_S = self.saved
+        nvml_device.BINDING, nvml.DETECT_BUDGET_S = self.saved
 
 
 def _spin(seconds: float) -> int:

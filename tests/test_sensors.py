@@ -11,7 +11,7 @@ import pytest
 
 from energyprof.sensors import discover, rapl
 from energyprof.sensors.base import WrapCounter
-from energyprof.sensors.model import lookup_tdp
+from energyprof.sensors.estimate import lookup_tdp
 from energyprof.sensors.replay import TraceError, load_trace
 
 from conftest import run_cli
