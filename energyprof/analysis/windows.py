@@ -6,6 +6,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from ..profile import Profile, Source, Window
+from .training import breakdown
 
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution
 
@@ -64,7 +65,5 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
 
 def training_breakdowns(profile: Profile) -> dict[str, dict]:
     """The fetch/compute split for every tracked loader (windows named `<loader>.compute`)."""
-    from .training import breakdown
-
     names = sorted({w.name[: -len(".compute")] for w in profile.windows if w.name.endswith(".compute")})
     return {name: breakdown(profile, name) for name in names}
