@@ -308,3 +308,19 @@ def test_training_breakdown_is_computed_at_render_and_shown():
     assert "training" not in p.extra
     page = render_html(model)
     assert "Training loop: step" in page
+
+
+def test_the_exact_peak_is_shown_when_it_was_measured() -> None:
+    """Defect: peak_rss_exact_bytes (the kernel's peak mark, reset at the start) was never shown."""
+    from conftest_report import CPU, build as build_tree, profile_from
+
+    root = build_tree(("t", "", {"cpu": 1.0}, 0.1, 1, []))
+    sampled = profile_from(root, [CPU], totals={"peak_rss_bytes": 200 * 2**20, "baseline_rss_bytes": 100 * 2**20})
+    exact = profile_from(root, [CPU], totals={"peak_rss_bytes": 200 * 2**20, "baseline_rss_bytes": 100 * 2**20,
+                                              "peak_rss_exact_bytes": 350 * 2**20})
+    card = {c.kind: c for c in summary_cards(build(exact))}["memory"]
+    assert card.value == "350 MiB"  # a spike between two samples is still the peak
+    lines = [t for t, _ in card.lines]
+    assert "exact (kernel peak mark): 350 MiB" in lines and "sampled: 200 MiB" in lines
+    assert "growth: 250 MiB" in lines
+    assert {c.kind: c for c in summary_cards(build(sampled))}["memory"].value == "200 MiB"
