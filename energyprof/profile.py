@@ -226,15 +226,17 @@ class Node:
             node.rss_growth_bytes, node.peak_rss_bytes = growth, peak
 
     def to_dict(self) -> dict[str, Any]:
-        """The /1 nested form (iterative; very deep trees do not fit json.dumps, use Profile.to_json)."""
-        out = _node_v1(self)
-        todo = [(self, out)]
-        while todo:
-            node, raw = todo.pop()
-            for c in node.children:
-                kid = _node_v1(c)
-                raw["children"].append(kid)
-                todo.append((c, kid))
+        """The /1 nested form (very deep trees do not fit json.dumps: Profile.to_json writes /2)."""
+        out: dict[str, Any] = {}
+        open_at: list[dict[str, Any]] = []  # the open node at each depth of the walk
+        for node, depth in self.walk():
+            raw = _node_v1(node)
+            del open_at[depth:]
+            if open_at:
+                open_at[-1]["children"].append(raw)
+            else:
+                out = raw
+            open_at.append(raw)
         return out
 
 
@@ -357,20 +359,17 @@ class Profile:
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
         """The /2 document: the tree as a flat node table (parents before children)."""
-        index: dict[int, int] = {}
         table: list[dict[str, Any]] = []
-        stack: list[tuple[Node, int]] = [(self.root, -1)]
-        while stack:
-            n, parent = stack.pop()
-            index[id(n)] = len(table)
-            row: dict[str, Any] = {"parent": parent}
+        open_at: list[int] = []  # the index of the open node at each depth of the walk
+        for n, depth in self.walk():
+            del open_at[depth:]
+            row: dict[str, Any] = {"parent": open_at[-1] if open_at else -1}
             row.update({k: getattr(n, k) for k in _NODE_SELF})
             for k in _NODE_OPTIONAL:
                 if getattr(n, k) is not None:
                     row[k] = getattr(n, k)
+            open_at.append(len(table))
             table.append(row)
-            me = index[id(n)]
-            stack.extend((c, me) for c in reversed(n.children))
         out: dict[str, Any] = dict(self.extra)
         out.update({
             "schema": SCHEMA,

@@ -82,16 +82,14 @@ def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionR
     tear-down outside any Python frame, and without it the rows would not add up to the total.
     """
     rows: dict[FunctionKey, FunctionRow] = {}
-    on_path: dict[FunctionKey, int] = {}
-    # Explicit exit markers: the "already on this path" count must be undone when a subtree is left.
-    stack: list[tuple[Node, bool, bool]] = [(profile.root, False, True)]
-    while stack:
-        node, leaving, is_root = stack.pop()
+    on_path: dict[FunctionKey, int] = {}  # how often each function is on the current call path
+    path: list[FunctionKey] = []
+    for node, depth in profile.walk():
+        for left in path[depth:]:  # the walk left these subtrees
+            on_path[left] -= 1
+        del path[depth:]
         key = node_key(node)
-        if leaving:
-            on_path[key] -= 1
-            continue
-        if not is_root or include_root:
+        if depth or include_root:
             row = rows.get(key)
             if row is None:
                 row = rows[key] = FunctionRow(node.function, node.file, node.line)
@@ -108,6 +106,5 @@ def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionR
                 row.cpu_time_s += node.cpu_time_s
                 row.samples += node.samples
         on_path[key] = on_path.get(key, 0) + 1
-        stack.append((node, True, is_root))
-        stack.extend((c, False, False) for c in reversed(node.children))
+        path.append(key)
     return list(rows.values())

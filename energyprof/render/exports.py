@@ -37,13 +37,12 @@ def integer_weights(values: Iterable[float], scale: float) -> list[int]:
 
 
 def _paths(model: ReportModel) -> Iterator[tuple[Node, list[Node]]]:
-    """Every node with its call path (root first), pre-order, without recursion."""
-    root = model.profile.root
-    stack: list[tuple[Node, list[Node]]] = [(root, [root])]
-    while stack:
-        node, path = stack.pop()
+    """Every node with its call path (root first), pre-order (the path is shared: copy to keep it)."""
+    path: list[Node] = []
+    for node, depth in model.profile.walk():
+        del path[depth:]
+        path.append(node)
         yield node, path
-        stack.extend((c, path + [c]) for c in reversed(node.children))
 
 
 # ---------------------------------------------------------------- speedscope
