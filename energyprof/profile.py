@@ -9,11 +9,17 @@ is a rendering choice and nothing edits a Profile once it is built. Saved as `en
 from __future__ import annotations
 
 import json
-import math
 import os
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
+
+from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
+                      integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
+                      read_totals, read_window, string)
+
+__all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
+           "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "SPECIAL_NODES", "IDLE_POLICIES"]
 
 SCHEMA = "energyprof.profile/2"
 SCHEMA_FAMILY = "energyprof.profile/"
@@ -26,137 +32,7 @@ CHILDREN_NODE = "[child processes]"
 SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE)
 IDLE_POLICIES = ("share", "all")
 
-
-class ProfileFormatError(ValueError):
-    """A profile file that cannot be read: corrupt, crafted, truncated, or from another version."""
-
-
 # ---------------------------------------------------------------- records
-
-
-class _Record:
-    """Read-only mapping access (`w["name"]`, `w.get("index")`) for readers written against /1's dicts."""
-
-    def __getitem__(self, key: str) -> Any:
-        if key in _field_names(type(self)):
-            return getattr(self, key)
-        extra = getattr(self, "extra", None)
-        if isinstance(extra, dict) and key in extra:
-            return extra[key]
-        raise KeyError(key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        try:
-            value = self[key]
-        except KeyError:
-            return default
-        return default if value is None else value
-
-    def __contains__(self, key: object) -> bool:
-        return isinstance(key, str) and self.get(key) is not None
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {}
-        for f in fields(self):  # type: ignore[arg-type]
-            value = getattr(self, f.name)
-            if f.name == "extra":
-                out.update({k: v for k, v in value.items() if k not in out})
-            elif value is not None:
-                out[f.name] = value
-        return out
-
-
-_NAMES: dict[type, frozenset[str]] = {}
-
-
-def _field_names(cls: type) -> frozenset[str]:
-    names = _NAMES.get(cls)
-    if names is None:
-        names = _NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
-    return names
-
-
-@dataclass
-class Source(_Record):
-    """One energy source: `method` says whether its figures are measured or estimated."""
-
-    id: str
-    component: str = ""
-    method: str = "measured"
-    sensor: str = ""
-    detail: Any = None
-    update_period_s: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Totals(_Record):
-    """Run-wide sums for the profile's idle policy; energies are {source: joules}."""
-
-    energy_j: dict[str, float] = field(default_factory=dict)  # everything the sensors measured
-    attributed_j: dict[str, float] = field(default_factory=dict)  # the program's own nodes
-    energyprof_j: dict[str, float] = field(default_factory=dict)
-    idle_j: dict[str, float] = field(default_factory=dict)
-    duration_s: float = 0.0
-    cpu_time_s: float = 0.0
-    energyprof_cpu_time_s: float = 0.0
-    baseline_rss_bytes: int | None = None
-    peak_rss_bytes: int | None = None
-    peak_rss_exact_bytes: int | None = None  # the kernel's VmHWM after its mark was reset
-
-
-@dataclass
-class Window(_Record):
-    """A user-named span (epoch, step, phase): the machine's energy measured inside it."""
-
-    name: str
-    index: int | None = None
-    depth: int = 0
-    start_s: float = 0.0
-    end_s: float = 0.0
-    time_s: float = 0.0
-    energy_j: dict[str, float] = field(default_factory=dict)
-
-
-@dataclass
-class Process(_Record):
-    """One process of the job (the program, a child, a rank, a DataLoader worker)."""
-
-    pid: int
-    parent_pid: int | None = None
-    command: str = ""
-    role: str = "child"  # main, child, rank, worker
-    rank: int | None = None
-    local_rank: int | None = None
-    cpu_time_s: float = 0.0
-    energy_j: dict[str, float] = field(default_factory=dict)
-    peak_rss_bytes: int | None = None
-    exit: dict[str, Any] | None = None
-
-
-@dataclass
-class Note(_Record):
-    """Something the reader must know (a sensor dropped, a checkpoint rebuilt); `extra` keeps details."""
-
-    kind: str
-    message: str
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
-class Timeline(_Record):
-    """Power and RSS per bucket (about 1,000 however long the run), and which functions ran in each."""
-
-    t_s: list[float] = field(default_factory=list)
-    start_s: list[float] = field(default_factory=list)
-    end_s: list[float] = field(default_factory=list)
-    power_w: dict[str, list[float]] = field(default_factory=dict)
-    rss_bytes: list[int] = field(default_factory=list)
-    functions: list[list[Any]] = field(default_factory=list)  # [function, file, line]
-    active: list[list[int]] = field(default_factory=list)  # per bucket: indices into functions
-
-    def __bool__(self) -> bool:
-        return bool(self.t_s)
 
 
 # ---------------------------------------------------------------- the tree
@@ -274,14 +150,14 @@ class Profile:
 
     def __post_init__(self) -> None:
         # Accept /1-shaped dicts from Python callers; the records are what is kept.
-        self.sources = [s if isinstance(s, Source) else _source(s, "sources") for s in self.sources]
+        self.sources = [s if isinstance(s, Source) else read_source(s, "sources") for s in self.sources]
         if not isinstance(self.totals, Totals):
-            self.totals = _totals(self.totals)
-        self.windows = [w if isinstance(w, Window) else _window(w) for w in self.windows]
+            self.totals = read_totals(self.totals)
+        self.windows = [w if isinstance(w, Window) else read_window(w) for w in self.windows]
         if not isinstance(self.timeline, Timeline):
-            self.timeline = _timeline(self.timeline or {})
-        self.notes = [n if isinstance(n, Note) else _note(n) for n in self.notes]
-        self.processes = [p if isinstance(p, Process) else _process(p) for p in self.processes]
+            self.timeline = read_timeline(self.timeline or {})
+        self.notes = [n if isinstance(n, Note) else read_note(n) for n in self.notes]
+        self.processes = [p if isinstance(p, Process) else read_process(p) for p in self.processes]
 
     @property
     def idle_policy(self) -> str:
@@ -425,20 +301,20 @@ class Profile:
             raise ProfileFormatError(f"profile schema {schema} is older than this energyprof reads "
                                      f"(/{READABLE_MAJORS[0]} and later)")
         try:
-            root = _tree_v1(_get(data, "root", dict)) if major == 1 else _tree_v2(_get(data, "nodes", list))
+            root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
             known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
                      "processes", "carbon", "derived"}
-            meta = dict(_get(data, "meta", dict))
+            meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", "share")
             if policy not in IDLE_POLICIES:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}
-            processes = [_process(p) for p in _get(data, "processes", list, [])]
-            return cls(meta=meta, sources=[_source(s, "sources") for s in _get(data, "sources", list)],
-                       totals=_totals(_get(data, "totals", dict)), root=root,
-                       windows=[_window(w) for w in _get(data, "windows", list, [])],
-                       timeline=_timeline(_get(data, "timeline", dict, {})),
-                       notes=[_note(n) for n in _get(data, "notes", list, [])], processes=processes, extra=extra)
+            processes = [read_process(p) for p in get_field(data, "processes", list, [])]
+            return cls(meta=meta, sources=[read_source(s, "sources") for s in get_field(data, "sources", list)],
+                       totals=read_totals(get_field(data, "totals", dict)), root=root,
+                       windows=[read_window(w) for w in get_field(data, "windows", list, [])],
+                       timeline=read_timeline(get_field(data, "timeline", dict, {})),
+                       notes=[read_note(n) for n in get_field(data, "notes", list, [])], processes=processes, extra=extra)
         except ProfileFormatError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
@@ -473,74 +349,22 @@ def read_json(path: str | os.PathLike[str]) -> Any:
 # ---------------------------------------------------------------- checked reading
 
 
-def _get(d: dict[str, Any], key: str, kind: type, default: Any = ...) -> Any:
-    if key not in d:
-        if default is ...:
-            raise ProfileFormatError(f"profile is missing {key!r}")
-        return default
-    value = d[key]
-    if not isinstance(value, kind):
-        raise ProfileFormatError(f"{key!r} must be a {kind.__name__}, not {type(value).__name__}")
-    return value
-
-
-def _num(value: Any, where: str, nonneg: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProfileFormatError(f"{where} must be a finite number, not {value!r}")
-    if nonneg and value < 0:
-        raise ProfileFormatError(f"{where} must not be negative ({value!r})")
-    return float(value)
-
-
-def _int(value: Any, where: str, optional: bool = False) -> int | None:
-    if value is None and optional:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ProfileFormatError(f"{where} must be an integer, not {value!r}")
-    return value
-
-
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise ProfileFormatError(f"{where} must be a string, not {value!r}")
-    return value
-
-
-def _energy(value: Any, where: str, optional: bool = False) -> dict[str, float] | None:
-    if value is None and optional:
-        return None
-    if not isinstance(value, dict):
-        raise ProfileFormatError(f"{where} must be an object of source: joules, not {type(value).__name__}")
-    return {_str(k, where): _num(v, f"{where}[{k}]") for k, v in value.items()}
-
-
-def _opt_num(raw: dict[str, Any], key: str, where: str) -> float | None:
-    return None if raw.get(key) is None else _num(raw[key], f"{where}.{key}")
-
-
-def _opt_bytes(raw: dict[str, Any], key: str, where: str) -> int | None:
-    v = raw.get(key)
-    if v is None:
-        return None
-    return int(_num(v, f"{where}.{key}", nonneg=False))
-
-
 def _node(raw: Any, where: str) -> Node:
     if not isinstance(raw, dict):
         raise ProfileFormatError(f"{where} must be an object")
     if "function" not in raw:
         raise ProfileFormatError(f"{where} has no 'function'")
-    return Node(function=_str(raw["function"], f"{where}.function"), file=_str(raw.get("file", ""), f"{where}.file"),
-                line=_int(raw.get("line", 0), f"{where}.line") or 0,
-                self_time_s=_num(raw.get("self_time_s", 0.0), f"{where}.self_time_s"),
-                self_cpu_time_s=_num(raw.get("self_cpu_time_s", 0.0), f"{where}.self_cpu_time_s"),
-                self_samples=_int(raw.get("self_samples", 0), f"{where}.self_samples") or 0,
-                self_energy_j=_energy(raw.get("self_energy_j", {}), f"{where}.self_energy_j") or {},
-                other_policy_self_energy_j=_energy(raw.get("other_policy_self_energy_j"),
+    return Node(function=string(raw["function"], f"{where}.function"), file=string(raw.get("file", ""), f"{where}.file"),
+                line=integer(raw.get("line", 0), f"{where}.line") or 0,
+                self_time_s=number(raw.get("self_time_s", 0.0), f"{where}.self_time_s"),
+                self_cpu_time_s=number(raw.get("self_cpu_time_s", 0.0), f"{where}.self_cpu_time_s"),
+                self_samples=integer(raw.get("self_samples", 0), f"{where}.self_samples") or 0,
+                self_energy_j=energy(raw.get("self_energy_j", {}), f"{where}.self_energy_j") or {},
+                other_policy_self_energy_j=energy(raw.get("other_policy_self_energy_j"),
                                                    f"{where}.other_policy_self_energy_j", optional=True),
-                peak_rss_bytes=_opt_bytes(raw, "peak_rss_bytes", where),
-                self_rss_growth_bytes=_opt_bytes(raw, "self_rss_growth_bytes", where),
-                alloc_bytes=_opt_bytes(raw, "alloc_bytes", where))
+                peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", where),
+                self_rss_growth_bytes=optional_bytes(raw, "self_rss_growth_bytes", where),
+                alloc_bytes=optional_bytes(raw, "alloc_bytes", where))
 
 
 def _tree_v1(raw_root: dict[str, Any]) -> Node:
@@ -576,95 +400,6 @@ def _tree_v2(table: list[Any]) -> Node:
         nodes.append(node)
     nodes[0].fill_inclusive()
     return nodes[0]
-
-
-def _source(raw: Any, where: str) -> Source:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError(f"{where}: each source must be an object")
-    known = _field_names(Source)
-    return Source(id=_str(raw.get("id"), f"{where}.id"), component=_str(raw.get("component", ""), f"{where}.component"),
-                  method=_str(raw.get("method", "measured"), f"{where}.method"),
-                  sensor=_str(raw.get("sensor", ""), f"{where}.sensor"), detail=raw.get("detail"),
-                  update_period_s=_opt_num(raw, "update_period_s", where),
-                  extra={k: v for k, v in raw.items() if k not in known})
-
-
-def _totals(raw: dict[str, Any]) -> Totals:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError("totals must be an object")
-    w = "totals"
-    return Totals(energy_j=_energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
-                  attributed_j=_energy(raw.get("attributed_j", {}), f"{w}.attributed_j") or {},
-                  energyprof_j=_energy(raw.get("energyprof_j", {}), f"{w}.energyprof_j") or {},
-                  idle_j=_energy(raw.get("idle_j", {}), f"{w}.idle_j") or {},
-                  duration_s=_num(raw.get("duration_s", 0.0), f"{w}.duration_s"),
-                  cpu_time_s=_num(raw.get("cpu_time_s", 0.0), f"{w}.cpu_time_s"),
-                  energyprof_cpu_time_s=_num(raw.get("energyprof_cpu_time_s", 0.0), f"{w}.energyprof_cpu_time_s"),
-                  baseline_rss_bytes=_opt_bytes(raw, "baseline_rss_bytes", w),
-                  peak_rss_bytes=_opt_bytes(raw, "peak_rss_bytes", w),
-                  peak_rss_exact_bytes=_opt_bytes(raw, "peak_rss_exact_bytes", w))
-
-
-def _window(raw: Any) -> Window:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError("each window must be an object")
-    w = f"window {raw.get('name')!r}"
-    index = raw.get("index")
-    return Window(name=str(raw.get("name", "")), index=_int(index, f"{w}.index", optional=True),
-                  depth=_int(raw.get("depth", 0), f"{w}.depth") or 0,
-                  start_s=_num(raw.get("start_s", 0.0), f"{w}.start_s", nonneg=False),
-                  end_s=_num(raw.get("end_s", 0.0), f"{w}.end_s", nonneg=False),
-                  time_s=_num(raw.get("time_s", 0.0), f"{w}.time_s"),
-                  energy_j=_energy(raw.get("energy_j", {}), f"{w}.energy_j") or {})
-
-
-def _timeline(raw: dict[str, Any]) -> Timeline:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError("timeline must be an object")
-
-    def series(key: str, nonneg: bool = True) -> list[float]:
-        values = raw.get(key) or []
-        if not isinstance(values, list):
-            raise ProfileFormatError(f"timeline.{key} must be a list")
-        return [_num(v, f"timeline.{key}", nonneg) for v in values]
-
-    power = raw.get("power_w") or {}
-    if not isinstance(power, dict):
-        raise ProfileFormatError("timeline.power_w must be an object")
-    functions = raw.get("functions") or []
-    active = raw.get("active") or []
-    if not isinstance(functions, list) or not isinstance(active, list) \
-            or not all(isinstance(a, list) for a in active):
-        raise ProfileFormatError("timeline.functions and timeline.active must be lists")
-    return Timeline(t_s=series("t_s", False), start_s=series("start_s", False), end_s=series("end_s", False),
-                    power_w={_str(k, "timeline.power_w"): [_num(v, f"timeline.power_w[{k}]") for v in vs]
-                             for k, vs in power.items() if isinstance(vs, list)},
-                    rss_bytes=[int(v) for v in series("rss_bytes")], functions=functions, active=active)
-
-
-def _note(raw: Any) -> Note:
-    if isinstance(raw, str):
-        return Note("note", raw)
-    if not isinstance(raw, dict):
-        raise ProfileFormatError("each note must be an object")
-    kind = str(raw.get("kind", "note"))
-    message = str(raw.get("message", ""))
-    return Note(kind, message, {k: v for k, v in raw.items() if k not in ("kind", "message")})
-
-
-def _process(raw: Any) -> Process:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError("each process must be an object")
-    w = f"process {raw.get('pid')!r}"
-    return Process(pid=_int(raw.get("pid"), f"{w}.pid") or 0,
-                   parent_pid=_int(raw.get("parent_pid"), f"{w}.parent_pid", optional=True),
-                   command=str(raw.get("command", "")), role=str(raw.get("role", "child")),
-                   rank=_int(raw.get("rank"), f"{w}.rank", optional=True),
-                   local_rank=_int(raw.get("local_rank"), f"{w}.local_rank", optional=True),
-                   cpu_time_s=_num(raw.get("cpu_time_s", 0.0), f"{w}.cpu_time_s"),
-                   energy_j=_energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
-                   peak_rss_bytes=_opt_bytes(raw, "peak_rss_bytes", w),
-                   exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None)
 
 
 def write_atomic(path: Path | str, text: str) -> None:

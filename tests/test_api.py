@@ -102,14 +102,17 @@ def test_generator_behaves_as_without_the_decorator(tmp_path, trace):
 
 def test_context_manager_and_windows(tmp_path, trace):
     out = tmp_path / "p.json"
+    walls = []
     with energy_profile(json=str(out), power_trace=trace, quiet=True) as prof:
         for epoch in range(2):
+            t0 = time.perf_counter()
             with prof.window("epoch", epoch):
                 spin(0.05)
+            walls.append(time.perf_counter() - t0)
     p = load(out)
     assert [(w["name"], w["index"]) for w in p.windows] == [("epoch", 0), ("epoch", 1)]
-    for w in p.windows:
-        assert w["time_s"] == pytest.approx(0.05, abs=0.03)
+    for w, wall in zip(p.windows, walls):
+        assert 0.05 <= w["time_s"] <= wall  # the window is the span it enclosed, however slow the machine
         assert w["energy_j"]["cpu"] == pytest.approx(20.0 * w["time_s"], rel=0.3)
 
 
@@ -237,22 +240,30 @@ def test_with_block_tree_holds_what_the_block_called(tmp_path, trace):
     """The block is the root: the functions it calls are its children (the function holding
     the block and its callers are outside the profile)."""
     out = tmp_path / "p.json"
+    walls: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        fn(*args)
+        walls[name] = time.perf_counter() - t0
 
     def inner():
         spin(0.15)
 
     def holder():
         with energy_profile(json=str(out), power_trace=trace, quiet=True):
-            inner()
-            spin(0.1)
+            timed("inner", inner)
+            timed("spin", spin, 0.1)
 
     holder()
     p = load(out)
     kids = {c.function.rsplit(".", 1)[-1]: c for c in p.root.children}
-    assert "inner" in kids and "spin" in kids and "holder" not in kids
-    assert kids["inner"].children[0].function == "spin"
-    assert kids["inner"].time_s == pytest.approx(0.15, abs=0.05)
-    assert kids["spin"].time_s == pytest.approx(0.1, abs=0.05)
+    assert "timed" in kids and "holder" not in kids  # the block's callees, not its callers
+    under = {c.function.rsplit(".", 1)[-1]: c for c in kids["timed"].children}
+    assert under["inner"].children[0].function == "spin"
+    # sampled time is the wall time the block measured itself (a loaded machine stretches both)
+    assert under["inner"].time_s == pytest.approx(walls["inner"], rel=0.2, abs=0.03)
+    assert under["spin"].time_s == pytest.approx(walls["spin"], rel=0.2, abs=0.03)
 
 
 def test_an_abandoned_generator_stops_its_profile(tmp_path, trace):
