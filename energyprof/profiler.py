@@ -178,8 +178,5 @@ class Profiler:
             notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
                           " energy spent by other threads is charged to the main thread's stack"})
         children = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
-        profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status), notes=notes,
-                                peak_rss_exact_bytes=peak, child_processes=children)
-        if children:  # the /1 field, still read by older tools
-            profile.extra["child_processes"] = children
-        return profile
+        return build_profile(self._ledger, self.options.idle, self._meta(exit_status), notes=notes,
+                             peak_rss_exact_bytes=peak, child_processes=children)

@@ -129,9 +129,11 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     full_meta = dict(meta)
     full_meta["idle_policy"] = policy
     full_meta.setdefault("duration_s", duration_s)
+    children = [dict(c) for c in child_processes]
     return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
                    root=root, windows=windows, timeline=timeline, notes=all_notes,
-                   processes=_processes(ledger, policy, child_processes))
+                   processes=_processes(ledger, policy, children),
+                   extra={"child_processes": children} if children else {})  # the /1 field, for older readers
 
 
 def _source_fields(raw: dict[str, Any]) -> dict[str, Any]:
