@@ -93,6 +93,9 @@ def test_rapl_energy_with_several_wraps_is_power_times_duration(tmp_path, write_
     duration = p.totals["duration_s"]
     assert 1.45 < duration < (t1 - t0)
     measured = p.totals["energy_j"]["cpu"]
+    wrap_s = max_uj / 1e6 / 30.0
+    if writer.max_gap >= wrap_s:  # the fake counter itself jumped a whole range: no reader could see it
+        pytest.skip(f"the machine stalled the fake counter's writer for {writer.max_gap:.2f} s (> {wrap_s:.2f} s)")
     # Each read sees the counter as of the writer's last write, at most `max_gap` old; the energy
     # is the difference of two reads, so it is off by at most 30 W x max_gap (plus microjoule
     # truncation). A loaded machine makes the gap longer, and the bound with it.
