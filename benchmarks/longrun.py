@@ -154,7 +154,8 @@ def reset_peak() -> bool:
 
 def measure(n_samples: int, n_ticks: int, render: bool) -> dict[str, float | int | bool | str]:
     """Feed one run through a Ledger and report times and memory (run in a fresh process)."""
-    from energyprof.render import html as html_mod  # imported before the baseline
+    from energyprof.analysis.report import build  # imported before the baseline
+    from energyprof.render import html as html_mod
 
     try:
         import jinja2  # noqa: F401 - the renderer's import, also before the baseline
@@ -191,7 +192,7 @@ def measure(n_samples: int, n_ticks: int, render: bool) -> dict[str, float | int
     if render:
         t0 = clock()
         try:
-            html_bytes = len(html_mod.render_html(profile).encode())
+            html_bytes = len(html_mod.render_html(build(profile)).encode())
         except Exception as exc:  # noqa: BLE001 - the renderer is being rewritten; report, do not die
             render_error = f"{type(exc).__name__}: {exc}"
         t_render = clock() - t0

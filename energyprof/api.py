@@ -7,7 +7,8 @@
 A call made while another profile runs (a decorated function calling another, or one
 called from a second thread) runs unprofiled: it is already part of the outer profile,
 and charging it twice would break conservation. The wrapped function's value, exception,
-generator or coroutine behave as without the decorator.
+generator or coroutine behave as without the decorator, even when a report cannot be written
+(that is one warning line on stderr).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Callable, TypeVar
 
 from .options import Options
 from .outputs import write_outputs
+from .preflight import preflight
 from .profiler import Profiler, active_profiler
 from .stacks.frames import anchor_depth
 
@@ -33,69 +35,106 @@ def _exit_status(exc: BaseException | None) -> dict[str, Any]:
     return {"status": "exception", "exception": f"{type(exc).__name__}: {exc}"}
 
 
-class ProfileSession:
-    """The object behind `energy_profile(...)`: decorates, or profiles a `with` block."""
+def _warn(what: str, exc: BaseException) -> None:
+    print(f"energyprof: warning: {what}: {type(exc).__name__}: {exc}".replace("\n", " "), file=sys.stderr)
+
+
+class _Session:
+    """One profile's start and stop, shared by every form of the API.
+
+    `start` returns False (and profiles nothing) when a profile already runs in this process or
+    cannot start; `finish` stops it and writes the outputs. Neither raises: the profiled code's
+    value and exception are the only things that reach the caller.
+    """
+
+    def __init__(self, options: Options, target: str) -> None:
+        self.options = options
+        self.target = target
+        self.profiler: Profiler | None = None
+
+    def start(self, anchor: int) -> bool:
+        if active_profiler() is not None:
+            return False
+        prof = Profiler(self.options)
+        try:
+            prof.start(target=self.target, _anchor=anchor)
+        except RuntimeError as exc:
+            if "already running" not in str(exc):  # lost a race with another thread: part of its profile
+                _warn("could not start profiling; running unprofiled", exc)
+            return False
+        except Exception as exc:  # noqa: BLE001 - the program must run either way
+            _warn("could not start profiling; running unprofiled", exc)
+            return False
+        self.profiler = prof
+        return True
+
+    @property
+    def running(self) -> bool:
+        return self.profiler is not None and self.profiler.running
+
+    def finish(self, exc: BaseException | None) -> None:
+        prof, self.profiler = self.profiler, None
+        if prof is None:
+            return
+        try:
+            profile = prof.stop(_exit_status(exc))
+        except Exception as err:  # noqa: BLE001 - never replace the program's own outcome
+            _warn("could not finish the profile", err)
+            return
+        if profile is None:  # a forked child: the parent's profile owns the outputs
+            return
+        try:
+            write_outputs(profile, self.options)
+        except OSError:
+            pass  # write_outputs said so, one line per output
+        except Exception as err:  # noqa: BLE001
+            _warn("could not write the report", err)
+
+
+class ProfileFactory:
+    """What `energy_profile(...)` returns: decorates a function, or profiles a `with` block."""
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._profiler: Profiler | None = None
+        self._session: _Session | None = None
 
     def __call__(self, func: F) -> F:
         return _decorate(func, self.options)
 
-    def __enter__(self) -> Profiler:
-        if active_profiler() is not None:
-            self._profiler = None
-            return active_profiler()  # type: ignore[return-value]
-        self._profiler = Profiler(self.options)
-        self._profiler.start(target="<with block>", _anchor=anchor_depth(sys._getframe(1)))
-        return self._profiler
+    def __enter__(self) -> Profiler | None:
+        session = _Session(self.options, "<with block>")
+        if not session.start(anchor_depth(sys._getframe(1))):
+            self._session = None
+            return active_profiler()
+        self._session = session
+        return session.profiler
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        if self._profiler is None:
-            return None
-        profile = self._profiler.stop(_exit_status(exc))
-        write_outputs(profile, self.options)
+        session, self._session = self._session, None
+        if session is not None:
+            session.finish(exc)
         return None
 
 
 def energy_profile(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Profile a function (as a decorator) or a block (as a context manager)."""
     opts = Options.from_kwargs(options)
+    preflight(opts, keep_checkpoint=False)
     if func is not None:
         if not callable(func):
             raise TypeError("energy_profile takes a function, or keyword options only")
         return _decorate(func, opts)
-    return ProfileSession(opts)
-
-
-def _run_profiled(func: Callable[..., Any], opts: Options, call: Callable[[], Any]) -> Any:
-    if active_profiler() is not None:
-        return call()
-    prof = Profiler(opts)
-    try:
-        prof.start(target=getattr(func, "__qualname__", repr(func)), _anchor=anchor_depth(sys._getframe(1)))
-    except RuntimeError:  # another thread started a profile between our check and start
-        return call()
-    exc: BaseException | None = None
-    try:
-        return call()
-    except BaseException as e:
-        exc = e
-        raise
-    finally:
-        profile = prof.stop(_exit_status(exc))
-        write_outputs(profile, opts)
+    return ProfileFactory(opts)
 
 
 def _decorate(func: F, opts: Options) -> F:
+    target = getattr(func, "__qualname__", repr(func))
     if inspect.iscoroutinefunction(func):
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if active_profiler() is not None:
+            session = _Session(opts, target)
+            if not session.start(anchor_depth(sys._getframe(1))):
                 return await func(*args, **kwargs)
-            prof = Profiler(opts)
-            prof.start(target=func.__qualname__, _anchor=anchor_depth(sys._getframe(1)))
             exc: BaseException | None = None
             try:
                 return await func(*args, **kwargs)
@@ -103,7 +142,7 @@ def _decorate(func: F, opts: Options) -> F:
                 exc = e
                 raise
             finally:
-                write_outputs(prof.stop(_exit_status(exc)), opts)
+                session.finish(exc)
 
         return async_wrapper  # type: ignore[return-value]
 
@@ -115,42 +154,51 @@ def _decorate(func: F, opts: Options) -> F:
             def driver() -> Any:
                 return (yield from gen)
 
-            return _ProfiledGenerator(driver(), func, opts)
+            return _ProfiledGenerator(driver(), _Session(opts, target))
 
         return gen_outer  # type: ignore[return-value]
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        return _run_profiled(func, opts, lambda: func(*args, **kwargs))
+        session = _Session(opts, target)
+        if not session.start(anchor_depth(sys._getframe(1))):
+            return func(*args, **kwargs)
+        exc: BaseException | None = None
+        try:
+            return func(*args, **kwargs)
+        except BaseException as e:
+            exc = e
+            raise
+        finally:
+            session.finish(exc)
 
     return wrapper  # type: ignore[return-value]
 
 
 class _ProfiledGenerator:
-    """A generator whose iteration, first item to exhaustion, is one profile."""
+    """A generator whose iteration, first item to exhaustion, is one profile.
 
-    def __init__(self, gen: Any, func: Callable[..., Any], opts: Options) -> None:
+    Abandoned early (`for x in gen(): break`, then dropped), it is closed by its finalizer, which
+    stops the profile, so later decorated calls are profiled again.
+    """
+
+    def __init__(self, gen: Any, session: _Session) -> None:
         self._gen = gen
-        self._func = func
-        self._opts = opts
-        self._prof: Profiler | None = None
+        self._session = session
+        self._started = False
 
     def __iter__(self) -> _ProfiledGenerator:
         return self
 
     def _step(self, op: Callable[[], Any]) -> Any:
-        if self._prof is None and active_profiler() is None:
-            self._prof = Profiler(self._opts)
-            self._prof.start(target=self._func.__qualname__, _anchor=anchor_depth(sys._getframe(1)))
+        if not self._started:
+            self._started = True
+            self._session.start(anchor_depth(sys._getframe(1)))
         try:
             return op()
         except BaseException as exc:
-            self._finish(None if isinstance(exc, (StopIteration, GeneratorExit)) else exc)
+            self._session.finish(None if isinstance(exc, (StopIteration, GeneratorExit)) else exc)
             raise
-
-    def _finish(self, exc: BaseException | None) -> None:
-        if self._prof is not None and self._prof.running:
-            write_outputs(self._prof.stop(_exit_status(exc)), self._opts)
 
     def __next__(self) -> Any:
         return self._step(lambda: next(self._gen))
@@ -165,4 +213,8 @@ class _ProfiledGenerator:
         try:
             self._gen.close()
         finally:
-            self._finish(None)
+            self._session.finish(None)
+
+    def __del__(self) -> None:
+        if self._session.profiler is not None:
+            self.close()

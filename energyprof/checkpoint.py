@@ -1,46 +1,39 @@
-"""Finish a profile from a checkpoint left by a run that was killed (SIGKILL, crash, OOM)."""
+"""Reading side of checkpoints: a checkpoint left by a killed run (SIGKILL, crash, OOM) becomes a Profile."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from .core.ledger import Ledger
 from .core.tree import build_profile
-from .profile import Profile, ProfileFormatError, load
+from .profile import Note, Profile, ProfileFormatError, read_json
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"
 
 
-def load_any(path: str, idle: str | None = None) -> tuple[Profile, dict[str, Any]]:
-    """A saved profile, or a checkpoint turned into one. Raises ValueError with one line."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ProfileFormatError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileFormatError(f"{path} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}") from None
+def load_any(path: str) -> Profile:
+    """A saved profile (/1 or /2), or a checkpoint turned into one. Raises ProfileFormatError with one line."""
+    data = read_json(path)
     if isinstance(data, dict) and data.get("kind") == CHECKPOINT_KIND:
-        return from_checkpoint(data, idle), {}
-    if idle is not None:
-        raise ProfileFormatError("--idle applies to checkpoints only; a saved profile keeps its run's policy")
-    return load(path), {}
+        return from_checkpoint(data)
+    return Profile.from_dict(data)
 
 
-def from_checkpoint(state: dict[str, Any], idle: str | None = None) -> Profile:
+def from_checkpoint(state: dict[str, Any]) -> Profile:
+    """The profile up to the last checkpoint, under the run's idle policy (the other is kept beside it)."""
     try:
         ledger = Ledger.from_state(state["ledger"])
         meta = dict(state["meta"])
-        policy = idle or state.get("idle", "share")
-    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        policy = state.get("idle", "share")
+        notes = [n for n in state.get("notes", []) if isinstance(n, dict)]
+        children = [c for c in state.get("child_processes", []) if isinstance(c, dict)]
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:
         raise ProfileFormatError(f"checkpoint is damaged: {exc}") from None
     ledger.finish()
     meta["exit"] = {"status": "checkpoint", "message": "the run did not finish; this profile ends at its last checkpoint"}
-    profile = build_profile(ledger, policy, meta)
-    profile.notes.extend(state.get("notes", []))
-    profile.notes.append({"kind": "checkpoint", "message": "rebuilt from a checkpoint: the run ended without writing its"
-                                                            " profile; anything after the last checkpoint is missing"})
-    return profile
+    notes.append(Note("checkpoint", "rebuilt from a checkpoint: the run ended without writing its profile; anything"
+                      " after the last checkpoint is missing").to_dict())
+    try:
+        return build_profile(ledger, policy, meta, notes=notes, child_processes=children)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileFormatError(f"checkpoint is damaged: {exc}") from None

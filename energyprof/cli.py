@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
 from . import __version__
-from .options import Options, OptionError
+from .options import (CARBON_OPTIONS, IDLE_POLICIES, MEMORY_MODES, OUTPUTS, SAMPLERS, Options, OptionError,
+                      flag)
+from .preflight import preflight
 
 DEFAULT_OUTPUT = "energyprof-report.html"
 PROG = "energyprof"
@@ -52,53 +54,84 @@ def _add_output_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_carbon_flags(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("carbon and cost")
+    g = p.add_argument_group("carbon and cost (render options: `energyprof report` can change them)")
     g.add_argument("--country", help="ISO 3166 alpha-3 code for the grid's carbon intensity (e.g. FRA)")
     g.add_argument("--region", help="a region within the country, where codecarbon has data (e.g. california)")
     g.add_argument("--cloud", help="PROVIDER:REGION, e.g. gcp:europe-west1")
-    g.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH", help="a fixed intensity in gCO2eq/kWh")
+    g.add_argument("--carbon-intensity", type=float, metavar="G_PER_KWH",
+                   help="a fixed intensity in gCO2eq/kWh (0 to 2000)")
     g.add_argument("--carbon-intensity-trace", metavar="FILE", help="CSV timestamp,g_per_kwh over the run")
-    g.add_argument("--pue", type=float, default=None, help="data-centre power usage effectiveness (default 1.0)")
-    g.add_argument("--price-per-kwh", type=float, help="electricity price, for cost figures")
+    g.add_argument("--pue", type=float, default=None, help="data-centre power usage effectiveness, 1 to 5 (default 1.0)")
+    g.add_argument("--price-per-kwh", type=float, help="electricity price per kWh, for cost figures")
     g.add_argument("--currency", default=None, help="currency of --price-per-kwh (default EUR)")
+
+
+RUN_EPILOG = """energyprof's options come before the script (or -m module, or --): everything after it is the
+program's own arguments, passed untouched.
+
+subcommands:
+  report PROFILE.json   render a saved profile or a checkpoint again (HTML, JSON, exports), with
+                        other render options (--idle, --country, --price-per-kwh, ...);
+                        see `energyprof report --help`"""
 
 
 def build_run_parser() -> _Parser:
     p = _Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
                 usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
-                      " | %(prog)s report PROFILE.json [-o report.html]")
+                      " | %(prog)s report PROFILE.json [options]",
+                epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     _add_output_flags(p)
-    p.add_argument("--interval", type=float, default=0.005, help="stack sampling interval in seconds (default 0.005)")
-    p.add_argument("--sensor-interval", type=float, default=0.01, help="sensor reading interval in seconds (default 0.01)")
-    p.add_argument("--idle", default="share", help="share (default): charge the program its CPU share of the"
-                   " machine's energy; all: charge it everything (a dedicated machine)")
-    p.add_argument("--sampler", default="threads", help="threads (default, every thread, low overhead) or pyinstrument")
+    p.add_argument("--interval", type=float, default=0.005,
+                   help="stack sampling interval in seconds, 0.0005 to 60 (default 0.005)")
+    p.add_argument("--sensor-interval", type=float, default=0.01,
+                   help="sensor reading interval in seconds, up to 60 (default 0.01)")
+    _add_idle_flag(p, "share")
+    p.add_argument("--sampler", default="threads", metavar=_allowed(SAMPLERS),
+                   help="threads (default, every thread, low overhead) or pyinstrument")
     p.add_argument("--powercap-root", default=None, help="powercap sysfs root (default /sys/class/powercap,"
                    " or $ENERGYPROF_POWERCAP_ROOT)")
     p.add_argument("--power-trace", help="replay this power trace CSV (t_s,<source>...) instead of reading sensors")
-    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts for the estimate when no counter can be read")
+    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts (up to 2000) for the estimate when no counter"
+                   " can be read")
     p.add_argument("--no-gpu", dest="gpus", action="store_false", help="do not read NVIDIA GPUs")
-    p.add_argument("--memory", default="rss", help="rss (default, cheap), exact (tracemalloc: slow) or off")
+    p.add_argument("--memory", default="rss", metavar=_allowed(MEMORY_MODES),
+                   help="rss (default, cheap), exact (tracemalloc: slow) or off")
     p.add_argument("--memory-children", action="store_true", help="count child processes' memory in RSS")
     p.add_argument("--no-peak-reset", dest="peak_reset", action="store_false",
                    help="do not reset the kernel's peak-RSS mark (VmHWM) to measure decorated calls' exact peaks")
     p.add_argument("--no-children", dest="children", action="store_false",
                    help="do not count child processes' CPU time in the program's share")
-    p.add_argument("--checkpoint", help="checkpoint file (default: next to the report)")
-    p.add_argument("--checkpoint-interval", type=float, default=30.0, help="seconds between checkpoints (default 30)")
+    p.add_argument("--checkpoint", help="checkpoint file (default: next to the report); an earlier run's"
+                   " checkpoint found there is kept under a new name")
+    p.add_argument("--checkpoint-interval", type=float, default=30.0,
+                   help="seconds between checkpoints, up to 86400 (default 30)")
     p.add_argument("--sensor-timeout", type=float, default=2.0,
-                   help="drop a sensor whose read takes longer than this, in seconds (default 2)")
-    p.add_argument("--sync", default=None, help="'cuda': synchronise CUDA at window and function boundaries")
+                   help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
+    p.add_argument("--sync", default=None, metavar="{cuda}",
+                   help="'cuda': synchronise CUDA at window and function boundaries")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 
 
+def _allowed(values: tuple[str, ...]) -> str:
+    """The allowed values, shown in --help; Options checks them with its own one-line message."""
+    return "{" + ",".join(values) + "}"
+
+
+def _add_idle_flag(p: argparse.ArgumentParser, default: str | None) -> None:
+    p.add_argument("--idle", default=default, metavar=_allowed(IDLE_POLICIES),
+                   help="share: charge the program its CPU share of the machine's energy; all: charge it"
+                        " everything (a dedicated machine)" + ("" if default else
+                                                                "; default: the policy the run used"))
+
+
 def build_report_parser() -> _Parser:
-    p = _Parser(prog=f"{PROG} report", description="Render a saved profile or a checkpoint.")
+    p = _Parser(prog=f"{PROG} report", description="Render a saved profile or a checkpoint again: the idle policy,"
+                " carbon and cost are render options, so any of them can change here.")
     p.add_argument("profile", help="a profile JSON (--json) or a checkpoint left by an interrupted run")
     _add_output_flags(p)
-    p.add_argument("--idle", default=None, help="idle policy for a checkpoint (default: the run's)")
+    _add_idle_flag(p, None)
     return p
 
 
@@ -128,11 +161,18 @@ def split_argv(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[li
     return argv, None, None, []
 
 
-def _options(ns: argparse.Namespace, **extra: Any) -> Options:
+def _options(ns: argparse.Namespace, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,
+             **extra: Any) -> Options:
+    """Options from parsed flags, validated (pure) and then checked against the file system."""
     fields = Options.names()
     kwargs = {k: v for k, v in vars(ns).items() if k in fields and v is not None}
+    for name in ("output", *OUTPUTS, "checkpoint"):
+        if kwargs.get(name) == "":
+            raise OptionError(f"{flag(name)} needs a file name, not ''")
     kwargs.update(extra)
-    return Options(**kwargs)
+    options = Options(**kwargs)
+    preflight(options, inputs=inputs, keep_checkpoint=keep_checkpoint)
+    return options
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -149,29 +189,38 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _report(argv: list[str]) -> int:
+    """Render a saved profile (or a checkpoint) with these render options; nothing in it is edited."""
     from .checkpoint import load_any
+    from .outputs import render_options, write_outputs
+    from .profile import ProfileFormatError
 
     ns = build_report_parser().parse_args(argv)
     try:
-        profile, options_kwargs = load_any(ns.profile, ns.idle)
+        profile = load_any(ns.profile)
+    except ProfileFormatError as exc:
+        raise UsageError(str(exc)) from None
+    if ns.idle is not None and ns.idle not in profile.policies():
+        raise UsageError(f"{ns.profile} holds figures for idle policy {profile.idle_policy!r} only"
+                         f" (written by an older energyprof); --idle {ns.idle} needs a new run")
+    output = ns.output if ns.output is not None or (ns.json or ns.speedscope or ns.folded or ns.csv) \
+        else DEFAULT_OUTPUT
+    # Carbon and cost: what the run asked for, replaced by any location given now.
+    saved = profile.meta.get("carbon_settings")
+    saved = {k: v for k, v in saved.items() if k in CARBON_OPTIONS} if isinstance(saved, dict) else {}
+    given = {k: getattr(ns, k) for k in (*CARBON_OPTIONS, "carbon_intensity_trace") if getattr(ns, k) is not None}
+    if {"carbon_intensity", "carbon_intensity_trace", "cloud", "country", "region"} & set(given):
+        for k in ("carbon_intensity", "cloud", "country", "region"):
+            saved.pop(k, None)  # a new location replaces the old one as a whole
+    idle, ns.idle = ns.idle, None  # a render option here, not a run option
+    try:
+        options = _options(ns, inputs=(ns.profile,), keep_checkpoint=False, output=output, **{**saved, **given})
+        render = render_options(options, idle=idle)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    output = ns.output or (None if (ns.json or ns.speedscope or ns.folded or ns.csv) else DEFAULT_OUTPUT)
-    from . import carbon
-    from .outputs import write_outputs
-    from .profiler import finish_profile
-
-    # Carbon options: what the run used, overridden by any given now.
-    keys = (*carbon.SAVED_OPTIONS, "carbon_intensity_trace")
-    given = {k: getattr(ns, k) for k in keys if getattr(ns, k, None) is not None}
-    saved = carbon.saved_options(profile)
-    if given and {"carbon_intensity", "carbon_intensity_trace", "cloud", "country", "region"} & set(given):
-        for k in ("carbon_intensity", "carbon_intensity_trace", "cloud", "country", "region"):
-            saved.pop(k, None)  # a new location replaces the old one as a whole
-    options = _options(ns, output=output, **{**saved, **given, **options_kwargs})
-    if profile.carbon is None or given:
-        finish_profile(profile, options)
-    write_outputs(profile, options)
+    try:
+        write_outputs(profile, options, render=render)
+    except OSError:
+        return 1  # each failure was one line already
     return 0
 
 

@@ -1,21 +1,38 @@
-"""Every user-facing option, validated once, shared by the CLI and the Python API.
+"""Every user-facing option and its pure validation (types, choices, bounds), shared by CLI and API.
 
 The API takes the CLI's long flag names as keyword arguments (`--sensor-interval` is
 `sensor_interval=`). A bad value raises OptionError with a one-line message, before any
-workload starts.
+workload starts. Nothing here touches the file system: preflight.py checks paths and files.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 from dataclasses import dataclass, fields
-from pathlib import Path
 
 IDLE_POLICIES = ("share", "all")
 SAMPLERS = ("threads", "pyinstrument")
 MEMORY_MODES = ("rss", "exact", "off")
+OUTPUTS = ("json", "output", "speedscope", "folded", "csv", "pprof")  # the JSON first: it is the one to keep
+CARBON_OPTIONS = ("country", "region", "cloud", "carbon_intensity", "pue", "price_per_kwh", "currency")
+
+#: (lowest, highest, unit) per number. Each bound is far beyond any real use and stops values that
+#: would break the run (a 1e308 s sampling interval kills the sampler thread; an infinite price
+#: prints inf): sampling and sensor periods up to a minute, checkpoints up to a day, a sensor
+#: read may hang up to an hour before it is dropped, a CPU TDP up to 2 kW (the largest
+#: server packages are ~500 W), PUE 1 to 5 (surveys report ~1.1 to ~2.5), grid intensity up to
+#: 2,000 gCO2eq/kWh (lignite is ~1,200), a price up to 1,000,000 per kWh (room for any currency).
+BOUNDS: dict[str, tuple[float, float, str]] = {
+    "interval": (0.0005, 60.0, "s"),
+    "sensor_interval": (0.0, 60.0, "s"),
+    "checkpoint_interval": (0.0, 86400.0, "s"),
+    "sensor_timeout": (0.0, 3600.0, "s"),
+    "cpu_tdp": (0.0, 2000.0, "W"),
+    "pue": (1.0, 5.0, ""),
+    "carbon_intensity": (0.0, 2000.0, "gCO2eq/kWh"),
+    "price_per_kwh": (0.0, 1_000_000.0, "per kWh"),
+}
+_STRICTLY_POSITIVE = {"sensor_interval", "checkpoint_interval", "sensor_timeout", "cpu_tdp"}
 
 
 class OptionError(ValueError):
@@ -63,57 +80,27 @@ class Options:
     sync: str | None = None
 
     def __post_init__(self) -> None:
-        for name in ("interval", "sensor_interval", "checkpoint_interval", "sensor_timeout"):
-            _positive(name, getattr(self, name))
-        if self.interval < 0.0005:
-            raise OptionError("--interval must be at least 0.0005 s")
-        for name in ("cpu_tdp", "carbon_intensity", "price_per_kwh"):
+        for name, (low, high, unit) in BOUNDS.items():
             value = getattr(self, name)
             if value is not None:
-                _positive(name, value, allow_zero=name != "cpu_tdp")
-        _positive("pue", self.pue)
-        if self.pue < 1.0:
-            raise OptionError(f"--pue must be >= 1.0 (a data centre cannot use less than its IT load), not {self.pue}")
+                _bounded(name, value, low, high, unit)
         _choice("idle", self.idle, IDLE_POLICIES)
         _choice("sampler", self.sampler, SAMPLERS)
         _choice("memory", self.memory, MEMORY_MODES)
         if self.sync not in (None, "cuda"):
             raise OptionError(f"--sync must be 'cuda' or left out, not {self.sync!r}")
-        for name in ("output", "json", "speedscope", "folded", "csv", "pprof", "checkpoint"):
+        for name in OUTPUTS + ("checkpoint", "power_trace", "carbon_intensity_trace", "powercap_root"):
             path = getattr(self, name)
-            if path is not None:
-                check_writable(path, f"--{name}")
-        for name in ("power_trace", "carbon_intensity_trace"):
-            path = getattr(self, name)
-            if path is not None and not Path(path).is_file():
-                raise OptionError(f"--{name.replace('_', '-')}: {path} is not a file")
-        if self.power_trace is not None:
-            from .sensors.replay import TraceError, load_trace
-
-            try:
-                load_trace(self.power_trace)
-            except TraceError as exc:
-                raise OptionError(str(exc)) from None
-        if self.powercap_root is not None and not Path(self.powercap_root).is_dir():
-            raise OptionError(f"--powercap-root: {self.powercap_root} is not a directory")
-        self._check_carbon()
-        if self.mlflow and importlib.util.find_spec("mlflow") is None:
-            raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
-
-    def _check_carbon(self) -> None:
+            if path is not None and (not isinstance(path, str) or not path.strip()):
+                raise OptionError(f"{flag(name)} needs a file name, not {path!r}")
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")
-        if self.country is not None or self.region is not None or self.cloud is not None \
-                or self.carbon_intensity_trace is not None:
-            try:
-                from . import intensity
-            except ImportError:
-                return
-            try:
-                intensity.validate(self)
-            except ValueError as exc:
-                raise OptionError(str(exc)) from None
+
+    def carbon_settings(self) -> dict[str, object]:
+        """The carbon and cost options as given (recorded in a profile's meta, so that a re-render
+        starts from them; the trace's path is left out: it means nothing on another machine)."""
+        return {k: getattr(self, k) for k in CARBON_OPTIONS if getattr(self, k) is not None}
 
     @classmethod
     def names(cls) -> set[str]:
@@ -127,26 +114,20 @@ class Options:
         return cls(**kwargs)  # type: ignore[arg-type]
 
 
-def _positive(name: str, value: float, allow_zero: bool = False) -> None:
-    flag = "--" + name.replace("_", "-")
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def _bounded(name: str, value: object, low: float, high: float, unit: str) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise OptionError(f"{flag} must be a number, not {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
-        raise OptionError(f"{flag} must be {'>= 0' if allow_zero else '> 0'}, not {value}")
+        raise OptionError(f"{flag(name)} must be a number, not {value!r}")
+    if not low <= value <= high:
+        lo = "> 0" if low == 0 and name in _STRICTLY_POSITIVE else f">= {low:g}"
+        raise OptionError(f"{flag(name)} must be {lo} and <= {high:g} {unit}, not {value:g}".rstrip())
+    if low == 0 and value == 0 and name in _STRICTLY_POSITIVE:
+        raise OptionError(f"{flag(name)} must be > 0, not 0")
 
 
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
-        raise OptionError(f"--{name} must be one of {', '.join(choices)}, not {value!r}")
-
-
-def check_writable(path: str, what: str) -> None:
-    """Fail now, not after a ten-hour run, if an output cannot be written."""
-    p = Path(path)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise OptionError(f"{what}: {path} is a directory")
-    if not parent.is_dir():
-        raise OptionError(f"{what}: folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (p.exists() and not os.access(p, os.W_OK)):
-        raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+        raise OptionError(f"{flag(name)} must be one of {', '.join(choices)}, not {value!r}")

@@ -1,56 +1,119 @@
-"""Write what the user asked for from a finished Profile (renderers are imported lazily)."""
+"""The one writer: renders the report model for every requested output and writes the files.
+
+Regular files are replaced atomically (a reader never sees half a report); a device or FIFO
+(`-o /dev/null`, a pipe) is written through, and a symlink is followed to its target, so an
+output never replaces something that is not a regular file.
+"""
 
 from __future__ import annotations
 
+import os
+import stat
 import sys
-from typing import Callable, TextIO
+import tempfile
+from typing import TYPE_CHECKING, Callable, TextIO
 
 from .options import Options
-from .profile import Profile
+
+if TYPE_CHECKING:
+    from .analysis.carbon import CarbonSettings
+    from .analysis.report import RenderOptions, ReportModel
+    from .profile import Profile
 
 
-def _writers(options: Options) -> list[tuple[str, Callable[[Profile, str], None]]]:
-    """(path, writer) for each requested output; the JSON first: it is the one to keep."""
+def write_text(path: str, data: str | bytes) -> None:
+    """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise."""
+    real = os.path.realpath(path)  # follow a symlink: replace its target, keep the link
+    try:
+        mode = os.stat(real).st_mode
+    except FileNotFoundError:
+        mode = None
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    if mode is not None and not stat.S_ISREG(mode):
+        with open(real, "wb") as fh:  # a device, FIFO or socket-like node: never replaced
+            fh.write(raw)
+        return
+    folder = os.path.dirname(real) or "."
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+        if mode is not None:
+            os.chmod(tmp, stat.S_IMODE(mode))  # an existing file keeps its permissions
+        else:
+            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
+        os.replace(tmp, real)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
 
-    def html(profile: Profile, path: str) -> None:
-        from .render.html import write_html
 
-        write_html(profile, path)
-
-    def pprof(profile: Profile, path: str) -> None:
-        from .render.pprof import write_pprof
-
-        write_pprof(profile, path)
-
-    def export(name: str) -> Callable[[Profile, str], None]:
-        def write(profile: Profile, path: str) -> None:
-            from .render import exports
-
-            getattr(exports, f"write_{name}")(profile, path)
-        return write
-
-    wanted: list[tuple[str | None, Callable[[Profile, str], None]]] = [
-        (options.json, lambda profile, path: profile.save(path)),
-        (options.output, html),
-        (options.speedscope, export("speedscope")),
-        (options.folded, export("folded")),
-        (options.csv, export("csv")),
-        (options.pprof, pprof),
-    ]
-    return [(path, writer) for path, writer in wanted if path]
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
-def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None) -> list[str]:
-    """Write every requested file, each on its own (one failing loses none of the others).
+def carbon_settings(options: Options) -> CarbonSettings:
+    """Resolve where the intensity comes from (codecarbon's data, a trace file): the I/O before the
+    pure arithmetic. Raises ValueError with one line for an unknown location or a bad trace."""
+    from pathlib import Path
 
-    Returns the paths written; prints the console summary unless quiet. Raises OSError
-    after trying them all if any failed.
+    from .analysis.carbon import CarbonSettings
+    from .intensity import load_trace, lookup
+
+    trace = load_trace(options.carbon_intensity_trace) if options.carbon_intensity_trace else None
+    return CarbonSettings(intensity=lookup(options), trace=trace,
+                          trace_name=Path(options.carbon_intensity_trace).name if trace else "",
+                          pue=float(options.pue), price_per_kwh=options.price_per_kwh, currency=options.currency)
+
+
+def render_options(options: Options, idle: str | None = None) -> RenderOptions:
+    """The render options of a command line or API call (idle None: the profile's own policy)."""
+    from .analysis.report import RenderOptions
+
+    return RenderOptions(idle=idle, carbon=carbon_settings(options))
+
+
+def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
+    """Option name -> renderer (model -> text). The JSON is the facts plus a derived block."""
+    from .render import exports
+    from .render.html import render_html
+    from .render.pprof import pprof_gzip
+
+    return {
+        "json": lambda m: m.profile.to_json(derived=m.derived()),
+        "output": render_html,
+        "speedscope": exports.speedscope_text,
+        "folded": exports.folded_text,
+        "csv": exports.csv_text,
+        "pprof": lambda m: pprof_gzip(m.profile),
+    }
+
+
+def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None,
+                  render: RenderOptions | None = None) -> list[str]:
+    """Build the report model once and write every requested file, each on its own (one failing
+    loses none of the others). Prints the console summary unless quiet.
+
+    Returns the paths written; raises OSError after trying them all if any failed.
     """
+    from .analysis.report import build
+    from .options import OUTPUTS
+
+    model = build(profile, render if render is not None else render_options(options))
     written: list[str] = []
     failed: list[str] = []
-    for path, writer in _writers(options):
+    table = renderers()
+    for name in OUTPUTS:
+        path = getattr(options, name)
+        if not path:
+            continue
         try:
-            writer(profile, path)
+            write_text(path, table[name](model))
             written.append(path)
         except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
             failed.append(f"could not write {path}: {exc}")
@@ -66,7 +129,7 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
     if options.summary and not options.quiet:
         from .render.console import render_summary
 
-        out.write(render_summary(profile))
+        out.write(render_summary(model))
         for path in written:
             out.write(f"energyprof: wrote {path}\n")
         if logged:

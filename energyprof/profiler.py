@@ -105,15 +105,13 @@ class Profiler:
         finally:
             with _active_lock:
                 _active = None
-        self.profile = self._build(exit_status)
-        if peak is not None:
-            self.profile.totals["peak_rss_exact_bytes"] = peak
-            self.profile.root.peak_rss_bytes = max(self.profile.root.peak_rss_bytes or 0, peak)
+        extra_notes = [] if allocations is None else [
+            {"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
+             " allocation-heavy code several times, so time and energy are distorted"}]
+        self.profile = self._build(exit_status, peak, extra_notes)
         if allocations is not None:
             self.profile.root.alloc_bytes = 0
             memory.apply_allocations(self.profile, allocations)
-            self.profile.notes.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
-                                       " allocation-heavy code several times, so time and energy are distorted"})
         self._collector.remove_checkpoint()
         return self.profile
 
@@ -165,29 +163,20 @@ class Profiler:
             "pid": os.getpid(),
             "sensor_notes": list(self._discovery_notes),
             "exit": exit_status or {"status": "completed"},
+            "carbon_settings": o.carbon_settings(),
         }
 
     def _checkpoint_header(self) -> dict[str, Any]:
         return {"kind": "energyprof.checkpoint/1", "meta": self._meta({"status": "checkpoint"}),
                 "idle": self.options.idle}
 
-    def _build(self, exit_status: dict[str, Any] | None) -> Profile:
+    def _build(self, exit_status: dict[str, Any] | None, peak: int | None = None,
+               extra_notes: list[dict[str, Any]] | None = None) -> Profile:
         assert self._ledger is not None and self._collector is not None
-        profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status))
-        profile.notes.extend(self._collector.notes)
+        notes = list(self._collector.notes) + list(extra_notes or [])
         if self.options.sampler == "pyinstrument":
-            profile.notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
-                                  " energy spent by other threads is charged to the main thread's stack"})
-        profile.totals.update(memory.summary(profile, self._ledger.first_tick))
-        if self._collector.child_processes:
-            profile.extra["child_processes"] = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
-        finish_profile(profile, self.options)
-        return profile
-
-
-def finish_profile(profile: Profile, options: Options) -> None:
-    """The steps shared by a live run, a checkpoint and a re-render: derived figures, carbon."""
-    from . import carbon, processors
-
-    processors.annotate(profile)
-    carbon.apply(profile, options)
+            notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
+                          " energy spent by other threads is charged to the main thread's stack"})
+        children = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
+        return build_profile(self._ledger, self.options.idle, self._meta(exit_status), notes=notes,
+                             peak_rss_exact_bytes=peak, child_processes=children)

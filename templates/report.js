@@ -128,7 +128,8 @@
     { key: "t", label: "total time", value: function (i) { return t.t[i]; }, show: fmtS },
     { key: "cpu", label: "CPU time", value: function (i) { return t.cpu[i]; }, show: fmtS },
     { key: "n", label: "samples", value: function (i) { return t.n[i]; }, show: String },
-    { key: "err", label: "\u00b1", value: function (i) { return t.n[i] > 0 ? 1 / Math.sqrt(t.n[i]) : Infinity; },
+    // the sampling error of the self figure: from the function's own samples
+    { key: "err", label: "self \u00b1", value: function (i) { return t.self_n[i] > 0 ? 1 / Math.sqrt(t.self_n[i]) : Infinity; },
       show: function (v) { return isFinite(v) ? "\u00b1" + Math.round(v * 100) + "%" : "\u2013"; },
       flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
   );

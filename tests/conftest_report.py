@@ -66,7 +66,7 @@ SITE = "/venv/lib/python3.11/site-packages/numpy/core/fromnumeric.py"
 
 
 def small_profile() -> Profile:
-    """Two sources, library frames, a user callback under a library frame, windows, RSS, carbon."""
+    """Two sources, library frames, a user callback under a library frame, windows, RSS."""
     e = lambda c, g=0.0: {"cpu": c, "gpu:0": g}  # noqa: E731
     spec: Spec = ("example.py", "", e(0.0), 0.0, 0, [
         ("<module>", "example.py", e(0.1), 0.01, 1, [
@@ -95,9 +95,8 @@ def small_profile() -> Profile:
                 "time_s": root.time_s / 2, "energy_j": {"cpu": 1.0}},
                {"name": "epoch 1", "index": 1, "depth": 0, "start_s": root.time_s / 2, "end_s": root.time_s,
                 "time_s": root.time_s / 2, "energy_j": {"cpu": 1.0}}]
-    carbon = {"intensity_g_per_kwh": 56.04, "source": "codecarbon", "country": "FRA", "region": None, "pue": 1.2}
-    return profile_from(root, [CPU, GPU], timeline=timeline, windows=windows, carbon=carbon,
-                        totals={"carbon_g": 0.42, "peak_rss_bytes": 120 * 2**20, "baseline_rss_bytes": 100 * 2**20})
+    return profile_from(root, [CPU, GPU], timeline=timeline, windows=windows,
+                        totals={"peak_rss_bytes": 120 * 2**20, "baseline_rss_bytes": 100 * 2**20})
 
 
 def hostile_profile() -> Profile:

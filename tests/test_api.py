@@ -102,14 +102,17 @@ def test_generator_behaves_as_without_the_decorator(tmp_path, trace):
 
 def test_context_manager_and_windows(tmp_path, trace):
     out = tmp_path / "p.json"
+    walls = []
     with energy_profile(json=str(out), power_trace=trace, quiet=True) as prof:
         for epoch in range(2):
+            t0 = time.perf_counter()
             with prof.window("epoch", epoch):
                 spin(0.05)
+            walls.append(time.perf_counter() - t0)
     p = load(out)
     assert [(w["name"], w["index"]) for w in p.windows] == [("epoch", 0), ("epoch", 1)]
-    for w in p.windows:
-        assert w["time_s"] == pytest.approx(0.05, abs=0.03)
+    for w, wall in zip(p.windows, walls):
+        assert 0.05 <= w["time_s"] <= wall  # the window is the span it enclosed, however slow the machine
         assert w["energy_j"]["cpu"] == pytest.approx(20.0 * w["time_s"], rel=0.3)
 
 
@@ -237,19 +240,112 @@ def test_with_block_tree_holds_what_the_block_called(tmp_path, trace):
     """The block is the root: the functions it calls are its children (the function holding
     the block and its callers are outside the profile)."""
     out = tmp_path / "p.json"
+    walls: dict[str, float] = {}
+
+    def timed(name, fn, *args):
+        t0 = time.perf_counter()
+        fn(*args)
+        walls[name] = time.perf_counter() - t0
 
     def inner():
         spin(0.15)
 
     def holder():
         with energy_profile(json=str(out), power_trace=trace, quiet=True):
-            inner()
-            spin(0.1)
+            timed("inner", inner)
+            timed("spin", spin, 0.1)
 
     holder()
     p = load(out)
     kids = {c.function.rsplit(".", 1)[-1]: c for c in p.root.children}
-    assert "inner" in kids and "spin" in kids and "holder" not in kids
-    assert kids["inner"].children[0].function == "spin"
-    assert kids["inner"].time_s == pytest.approx(0.15, abs=0.05)
-    assert kids["spin"].time_s == pytest.approx(0.1, abs=0.05)
+    assert "timed" in kids and "holder" not in kids  # the block's callees, not its callers
+    under = {c.function.rsplit(".", 1)[-1]: c for c in kids["timed"].children}
+    assert under["inner"].children[0].function == "spin"
+    # sampled time is the wall time the block measured itself (a loaded machine stretches both)
+    assert under["inner"].time_s == pytest.approx(walls["inner"], rel=0.2, abs=0.03)
+    assert under["spin"].time_s == pytest.approx(walls["spin"], rel=0.2, abs=0.03)
+
+
+def test_an_abandoned_generator_stops_its_profile(tmp_path, trace):
+    """Defect: `for x in gen(): break` left the profile running; later calls ran unprofiled."""
+    import gc
+
+    out, later = tmp_path / "gen.json", tmp_path / "later.json"
+
+    @energy_profile(json=str(out), power_trace=trace, quiet=True)
+    def numbers():
+        for i in range(1000):
+            spin(0.002)
+            yield i
+
+    for x in numbers():
+        if x == 2:
+            break
+    gc.collect()
+    assert active_profiler() is None
+    assert load(out).meta["exit"]["status"] == "completed"
+
+    @energy_profile(json=str(later), power_trace=trace, quiet=True)
+    def after():
+        spin(0.02)
+
+    after()
+    assert load(later).meta["target"].endswith("after")
+
+
+def test_value_and_exception_pass_through_when_the_report_cannot_be_written(tmp_path, trace, capsys):
+    folder = tmp_path / "gone"
+    folder.mkdir()
+
+    @energy_profile(json=str(folder / "p.json"), power_trace=trace, summary=False)
+    def answer(fail: bool):
+        spin(0.01)
+        if fail:
+            raise KeyError("mine")
+        return 42
+
+    folder.rmdir()  # checked at decoration; gone by the time the report is written
+    assert answer(False) == 42
+    with pytest.raises(KeyError, match="mine"):
+        answer(True)
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(ln.startswith("energyprof: error: could not write") for ln in lines)
+    assert active_profiler() is None
+
+
+def test_a_stop_that_returns_nothing_writes_and_prints_nothing(tmp_path, trace, capsys, monkeypatch):
+    """In a forked child Profiler.stop() returns None: the parent's profile owns the outputs."""
+    original = Profiler.stop
+
+    def child_stop(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        return None
+
+    monkeypatch.setattr(Profiler, "stop", child_stop)
+    out = tmp_path / "p.json"
+
+    @energy_profile(json=str(out), power_trace=trace)
+    def work():
+        spin(0.01)
+        return "done"
+
+    assert work() == "done"
+    with energy_profile(json=str(out), power_trace=trace):
+        spin(0.01)
+    assert not out.exists() and capsys.readouterr().err == ""
+
+
+def test_a_failed_start_runs_the_function_unprofiled_and_says_so(tmp_path, trace, capsys, monkeypatch):
+    def broken(self, *args, **kwargs):
+        raise OSError("no sampler today")
+
+    monkeypatch.setattr(Profiler, "_start", broken)
+
+    @energy_profile(json=str(tmp_path / "p.json"), power_trace=trace)
+    def work():
+        return 5
+
+    assert work() == 5
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "running unprofiled" in err[0] and "no sampler today" in err[0]
+    assert active_profiler() is None

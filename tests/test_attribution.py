@@ -222,6 +222,15 @@ def recordings(draw):
 def test_invariants_hold_for_any_input(rec, policy, cpus):
     p = attribute(rec, policy, cpus=cpus)
     check_invariants(p)
+    # the other policy's figures, kept beside them, obey the same invariants and equal a run with it
+    other = "all" if policy == "share" else "share"
+    seen = p.with_policy(other)
+    check_invariants(seen)
+    direct = attribute(rec, other, cpus=cpus)
+    for a, b in zip(seen.nodes(), direct.nodes()):
+        assert a[0].function == b[0].function
+        for sid, j in b[0].energy_j.items():
+            assert math.isclose(a[0].energy_j.get(sid, 0.0), j, rel_tol=1e-9, abs_tol=1e-9)
     for v in p.totals["energy_j"].values():
         assert math.isfinite(v) and v >= 0
     for n, _ in p.nodes():

@@ -16,8 +16,10 @@ from pathlib import Path
 import pytest
 
 import energyprof
-from energyprof import carbon, carbon_data, intensity
-from energyprof.options import Options
+from energyprof import carbon_data, intensity
+from energyprof.analysis.carbon import CarbonSettings
+from energyprof.analysis.report import RenderOptions, build
+from energyprof.intensity import Intensity
 from energyprof.profile import Node, Profile
 
 J_PER_KWH = 3.6e6
@@ -83,45 +85,82 @@ def codecarbon_g_per_kwh(country: str, region: str | None = None) -> float:
 
 # --- fixed intensity, PUE, cost ----------------------------------------------------------------
 
+def derived_of(tmp: Path, name: str = "p.json") -> dict:
+    """The figures the run computed from its facts with its settings (saved beside them, ignored on load)."""
+    return json.loads((tmp / name).read_text())["derived"]
+
+
+def fixed(g_per_kwh: float, pue: float = 1.0, price: float | None = None, currency: str = "EUR") -> CarbonSettings:
+    return CarbonSettings(Intensity(g_per_kwh, "given (--carbon-intensity)", "as given by the user"), pue=pue,
+                          price_per_kwh=price, currency=currency)
+
+
 @pytest.fixture(scope="module")
-def fixed_run(tmp_path_factory: pytest.TempPathFactory) -> Profile:
+def fixed_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Profile, dict, str]:
     tmp = tmp_path_factory.mktemp("fixed")
-    return profile_from(tmp, "--carbon-intensity", "100", "--pue", "1.5", "--price-per-kwh", "0.3",
-                        "--currency", "USD")
+    proc = run_cli(tmp, "--carbon-intensity", "100", "--pue", "1.5", "--price-per-kwh", "0.3", "--currency", "USD")
+    assert proc.returncode == 0, proc.stderr
+    return energyprof.load(tmp / "p.json"), derived_of(tmp), proc.stderr
 
 
-def test_fixed_intensity_times_pue_on_every_node(fixed_run: Profile) -> None:
-    nodes = [n for n, _ in fixed_run.nodes()]
-    assert len(nodes) >= 4  # root, outer, inner, spin, specials: a real tree, not just a root
-    assert any(n.function == "inner" for n in nodes)
-    assert fixed_run.total_energy_j > 1.0  # 50 W for a quarter of a second or so
-    for node in nodes:
-        assert node.carbon_g is not None, node.function
-        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * 150.0, rel=1e-12, abs=1e-15), node.function
-    t = fixed_run.totals
-    assert t["carbon_g"] == pytest.approx(_kwh(t["energy_j"]) * 150.0, rel=1e-12)
-    assert t["attributed_carbon_g"] == pytest.approx(_kwh(t["attributed_j"]) * 150.0, rel=1e-12)
-    c = fixed_run.carbon
-    assert c is not None
+def test_program_is_the_headline_and_the_machine_sits_beside_it(fixed_run) -> None:
+    profile, derived, stderr = fixed_run
+    assert any(n.function == "inner" for n, _ in profile.nodes())
+    assert profile.total_energy_j > 1.0  # 50 W for a quarter of a second or so
+    t = profile.totals
+    # one formula, two energies: the program's attributed joules and everything measured
+    assert derived["totals"]["carbon_g"] == pytest.approx(_kwh(t["attributed_j"]) * 150.0, rel=1e-12)
+    assert derived["totals"]["machine_carbon_g"] == pytest.approx(_kwh(t["energy_j"]) * 150.0, rel=1e-12)
+    assert derived["totals"]["cost"] == pytest.approx(_kwh(t["attributed_j"]) * 1.5 * 0.3, rel=1e-12)
+    assert derived["totals"]["machine_cost"] == pytest.approx(_kwh(t["energy_j"]) * 1.5 * 0.3, rel=1e-12)
+    c = derived["carbon"]
     assert c["intensity_g_per_kwh"] == 100.0 and c["pue"] == 1.5 and c["time_series"] is False
-    assert "given" in c["source"]
+    assert "given" in c["source"] and c["currency"] == "USD"
+    assert "carbon  " in stderr and "program" in stderr and "machine" in stderr
 
 
-def test_cost_per_node_and_total(fixed_run: Profile) -> None:
-    for node, _ in fixed_run.nodes():
-        assert node.cost == pytest.approx(_kwh(node.energy_j) * 1.5 * 0.3, rel=1e-12, abs=1e-15)
-    t = fixed_run.totals
-    assert t["cost"] == pytest.approx(_kwh(t["energy_j"]) * 1.5 * 0.3, rel=1e-12)
-    assert fixed_run.carbon is not None
-    assert fixed_run.carbon["price_per_kwh"] == 0.3 and fixed_run.carbon["currency"] == "USD"
+def test_saved_facts_carry_no_carbon_and_a_re_render_is_a_render(fixed_run, tmp_path: Path) -> None:
+    profile, derived, _ = fixed_run
+    assert not hasattr(profile.root, "carbon_g") and "carbon_g" not in profile.totals
+    assert profile.meta["carbon_settings"] == {"carbon_intensity": 100.0, "pue": 1.5, "price_per_kwh": 0.3,
+                                               "currency": "USD"}
+    profile.save(tmp_path / "p.json")
+    before = (tmp_path / "p.json").read_bytes()
+    # the run's settings are the starting point; --price-per-kwh alone keeps its intensity and PUE
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "--price-per-kwh", "0.6",
+                           "--json", "q.json", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=_env(), check=False)
+    assert proc.returncode == 0, proc.stderr
+    again = derived_of(tmp_path, "q.json")
+    assert again["totals"]["carbon_g"] == pytest.approx(derived["totals"]["carbon_g"], rel=1e-12)
+    assert again["totals"]["cost"] == pytest.approx(2 * derived["totals"]["cost"], rel=1e-12)
+    # a new location replaces the old one as a whole
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "--country", "FRA",
+                           "--json", "r.json", "-q"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                          env=_env(), check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert derived_of(tmp_path, "r.json")["carbon"]["country"] == "FRA"
+    assert (tmp_path / "p.json").read_bytes() == before  # rendering never edits the profile
 
 
-def test_equivalents_are_cited_and_consistent(fixed_run: Profile) -> None:
-    assert fixed_run.carbon is not None
-    eqs = fixed_run.carbon["equivalents"]
+def test_node_and_window_figures_use_the_same_formula(fixed_run) -> None:
+    profile, _, _ = fixed_run
+    model = build(profile, RenderOptions(carbon=fixed(100.0, pue=1.5, price=0.3)))
+    c = model.carbon
+    assert c is not None
+    for node, _ in profile.nodes():
+        assert c.grams(node.energy_j) == pytest.approx(_kwh(node.energy_j) * 150.0, rel=1e-12, abs=1e-15)
+        assert c.cost(node.energy_j) == pytest.approx(_kwh(node.energy_j) * 1.5 * 0.3, rel=1e-12, abs=1e-15)
+    assert c.program_g == pytest.approx(c.grams(profile.totals["attributed_j"]))
+    assert build(profile, RenderOptions(carbon=fixed(100.0))).carbon.program_cost is None
+
+
+def test_equivalents_are_cited_and_consistent(fixed_run) -> None:
+    profile, derived, _ = fixed_run
+    eqs = derived["carbon"]["equivalents"]
     assert len(eqs) >= 2
-    grams = fixed_run.totals["carbon_g"]
-    kwh = _kwh(fixed_run.totals["energy_j"]) * 1.5
+    grams = derived["totals"]["carbon_g"]  # the program's, like the headline
+    kwh = _kwh(profile.totals["attributed_j"]) * 1.5
     for e in eqs:
         assert e["source"] and e["unit"] and e["factor"] > 0
         expected = (grams if e["basis"] == "carbon" else kwh) / e["factor"]
@@ -131,19 +170,14 @@ def test_equivalents_are_cited_and_consistent(fixed_run: Profile) -> None:
     assert "EPA-420-F-23-014" in car["source"]
 
 
-def test_apply_is_idempotent(fixed_run: Profile) -> None:
-    profile = Profile.from_dict(json.loads(fixed_run.to_json()))
-    before = [n.carbon_g for n, _ in profile.nodes()]
-    opts = Options(carbon_intensity=100, pue=1.5, price_per_kwh=0.3, currency="USD")
-    carbon.apply(profile, opts)
-    carbon.apply(profile, opts)
-    assert [n.carbon_g for n, _ in profile.nodes()] == before
-    assert profile.to_dict() == fixed_run.to_dict()
-    assert carbon.saved_options(profile) == {"carbon_intensity": 100, "pue": 1.5, "price_per_kwh": 0.3,
-                                             "currency": "USD"}
-    # re-applying with no price removes cost figures rather than leaving stale ones
-    carbon.apply(profile, Options(carbon_intensity=100, pue=1.5))
-    assert all(n.cost is None for n, _ in profile.nodes()) and "cost" not in profile.totals
+@pytest.mark.parametrize("value,text", [
+    (2.013e-06, "0.0000020 EUR"), (0.25, "0.25 EUR"), (1234.5, "1,234.50 EUR"), (0.0, "0.00 EUR"),
+    (0.0123, "0.01 EUR"), (3e-12, "< 0.0000000001 EUR"),
+])
+def test_money_prints_with_sensible_digits(value: float, text: str) -> None:
+    from energyprof.render.format import fmt_money
+
+    assert fmt_money(value, "EUR") == text
 
 
 # --- locations: codecarbon's figures -----------------------------------------------------------
@@ -152,12 +186,11 @@ def test_country_fra_is_codecarbons_figure(tmp_path: Path) -> None:
     profile = profile_from(tmp_path, "--country", "FRA")
     expected = codecarbon_g_per_kwh("FRA")
     assert 40 < expected < 80  # France's grid is mostly nuclear: a sanity bound, not the figure
-    c = profile.carbon
-    assert c is not None
+    c = derived_of(tmp_path)["carbon"]
     assert c["intensity_g_per_kwh"] == pytest.approx(expected, rel=1e-12)
     assert c["country"] == "FRA" and "lifecycle" in c["scope"]
-    for node, _ in profile.nodes():
-        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * expected, rel=1e-12, abs=1e-15)
+    assert derived_of(tmp_path)["totals"]["carbon_g"] == pytest.approx(
+        _kwh(profile.totals["attributed_j"]) * expected, rel=1e-12)
 
 
 @pytest.mark.parametrize("country,region,scope_word", [
@@ -195,20 +228,21 @@ def test_default_is_the_world_average_and_says_so(tmp_path: Path) -> None:
     proc = run_cli(tmp_path)
     assert proc.returncode == 0, proc.stderr
     profile = energyprof.load(tmp_path / "p.json")
-    c = profile.carbon
-    assert c is not None
+    derived = derived_of(tmp_path)
+    c = derived["carbon"]
     assert c["source"] == "world average (no location given)"
     assert c["intensity_g_per_kwh"] == 475.0
     for tables in (carbon_data.snapshot(), carbon_data.codecarbon()):  # the constant is codecarbon's figure
         assert tables is None or tables.json(carbon_data.PER_SOURCE)["world_average"] == 475
-    assert profile.totals["carbon_g"] == pytest.approx(_kwh(profile.totals["energy_j"]) * 475.0, rel=1e-12)
-    assert "cost" not in profile.totals and all(n.cost is None for n, _ in profile.nodes())
+    assert derived["totals"]["machine_carbon_g"] == pytest.approx(_kwh(profile.totals["energy_j"]) * 475.0,
+                                                                  rel=1e-12)
+    assert "cost" not in derived["totals"]
     assert "world average (no location given)" in proc.stderr + proc.stdout
 
 
 def test_lookups_never_import_codecarbon() -> None:
     """Reading the tables must not run codecarbon (trackers, pynvml, requests) in the program."""
-    code = ("import sys, energyprof.carbon as c\n"
+    code = ("import sys, energyprof.intensity as c, energyprof.analysis.report\n"
             "from energyprof.options import Options\n"
             "c.lookup(Options(country='FRA')); c.lookup(Options(region='california'));"
             " c.lookup(Options(cloud='gcp:europe-west1'))\n"
@@ -277,33 +311,30 @@ def test_trace_gives_the_hand_computed_weighted_sum(tmp_path: Path) -> None:
     trace = tmp_path / "intensity.csv"
     trace.write_text(f"timestamp,g_per_kwh\n{T0 - 3600},200\n{T0 + 1},400\n{T0 + 3},100\n")
     profile = hand_profile()
-    carbon.apply(profile, Options(carbon_intensity_trace=str(trace), pue=1.2))
+    settings = CarbonSettings(trace=intensity.load_trace(trace), trace_name="intensity.csv", pue=1.2)
+    model = build(profile, RenderOptions(carbon=settings))
+    c = model.carbon
+    assert c is not None and c.time_series is True
     # bucket intensities: 200, 400, and bucket 2 (2-4 s) spends half at 400 and half at 100: 250
     cpu_g_kwh = 100 * 200 + 300 * 400 + 100 * 250      # J * g/kWh = 165,000
     gpu_g_kwh = 0 * 200 + 200 * 400 + 400 * 250        # 180,000
-    assert profile.totals["carbon_g"] == pytest.approx((cpu_g_kwh + gpu_g_kwh) / J_PER_KWH * 1.2, rel=1e-12)
-    assert profile.totals["carbon_g"] == pytest.approx(0.115, rel=1e-12)
-    c = profile.carbon
-    assert c is not None and c["time_series"] is True
-    assert c["intensity_g_per_kwh"] == pytest.approx((cpu_g_kwh + gpu_g_kwh) / 1100, rel=1e-12)
-    assert c["per_node"] == "energy-weighted mean intensity of the run"
+    assert c.machine_g == pytest.approx((cpu_g_kwh + gpu_g_kwh) / J_PER_KWH * 1.2, rel=1e-12)
+    assert c.machine_g == pytest.approx(0.115, rel=1e-12)
+    assert c.program_g == pytest.approx(c.machine_g, rel=1e-12)  # everything attributed in this profile
+    assert c.intensity_g_per_kwh == pytest.approx((cpu_g_kwh + gpu_g_kwh) / 1100, rel=1e-12)
+    assert c.trace is not None and c.trace["per_node"] == "energy-weighted mean intensity of the run"
     # nodes: each source at its run-mean intensity (cpu 330, gpu 300 g/kWh)
     work = profile.find("work")[0]
-    assert work.carbon_g == pytest.approx((200 * 330 + 600 * 300) / J_PER_KWH * 1.2, rel=1e-12)
-    assert profile.root.carbon_g == pytest.approx(profile.totals["carbon_g"], rel=1e-12)
+    assert c.grams(work.energy_j) == pytest.approx((200 * 330 + 600 * 300) / J_PER_KWH * 1.2, rel=1e-12)
+    assert c.grams(profile.root.energy_j) == pytest.approx(c.machine_g, rel=1e-12)
     # windows: exact over the buckets they overlap
-    second, first3 = profile.windows
-    assert second["carbon_g"] == pytest.approx((300 + 200) * 400 / J_PER_KWH * 1.2, rel=1e-12)
+    second, first3 = model.windows
+    assert second.carbon_g == pytest.approx((300 + 200) * 400 / J_PER_KWH * 1.2, rel=1e-12)
     # first 3 s: buckets 0 and 1 whole, half of bucket 2 (2-3 s, all at 400 g/kWh)
-    assert first3["carbon_g"] == pytest.approx(
+    assert first3.carbon_g == pytest.approx(
         (100 * 200 + 300 * 400 + 50 * 400 + 0 * 200 + 200 * 400 + 200 * 400) / J_PER_KWH * 1.2, rel=1e-12)
-    # idempotent, and a fixed intensity afterwards clears the time-series figures
-    first = profile.to_dict()
-    carbon.apply(profile, Options(carbon_intensity_trace=str(trace), pue=1.2))
-    assert profile.to_dict() == first
-    carbon.apply(profile, Options(carbon_intensity=100))
-    assert profile.carbon is not None and profile.carbon["time_series"] is False
-    assert "per_node" not in profile.carbon
+    # a fixed intensity is another render of the same facts
+    assert build(profile, RenderOptions(carbon=fixed(100.0))).carbon.time_series is False
 
 
 def test_trace_through_the_cli_re_render(tmp_path: Path) -> None:
@@ -323,6 +354,7 @@ def test_trace_through_the_cli_re_render(tmp_path: Path) -> None:
     # the step as written (microsecond ISO text), in seconds from the start
     step = dt.datetime.fromisoformat(iso(t0 + step).replace("Z", "+00:00")).timestamp() - t0
     again = energyprof.load(tmp_path / "p2.json")
+    derived = derived_of(tmp_path, "p2.json")
     tl = again.timeline
     expected = 0.0
     bucket_j = 0.0
@@ -334,11 +366,9 @@ def test_trace_through_the_cli_re_render(tmp_path: Path) -> None:
         expected += joules / J_PER_KWH * (100 * before + 500 * after) / (b - a)
     assert bucket_j == pytest.approx(again.totals["energy_j"]["cpu"], rel=1e-9)
     # unix times near 1.7e9 s carry ~0.2 us of float error: 1e-6 of a quarter-second run
-    assert again.totals["carbon_g"] == pytest.approx(expected, rel=1e-6)
-    mean = again.carbon["intensity_g_per_kwh"]  # type: ignore[index]
+    assert derived["totals"]["machine_carbon_g"] == pytest.approx(expected, rel=1e-6)
+    mean = derived["carbon"]["intensity_g_per_kwh"]
     assert 100 < mean < 500  # the step fell inside the run, so both values count
-    for node, _ in again.nodes():
-        assert node.carbon_g == pytest.approx(_kwh(node.energy_j) * mean, rel=1e-9, abs=1e-15)
 
 
 @pytest.mark.parametrize("text,error", [

@@ -12,8 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest_report import XSS_FUNCTION, hostile_profile, small_profile
+from energyprof.analysis.report import RenderOptions, build
 from energyprof.profile import Profile
 from energyprof.render import exports
+
+
+def m(profile: Profile, **options):
+    return build(profile, RenderOptions(**options))
 
 
 @pytest.fixture(scope="module")
@@ -43,10 +48,8 @@ def check_speedscope(doc: dict) -> None:
         assert p["endValue"] - p["startValue"] == sum(p["weights"])
 
 
-def test_speedscope_weights_sum_to_total_energy(small: Profile, tmp_path: Path) -> None:
-    path = tmp_path / "p.speedscope.json"
-    exports.write_speedscope(small, str(path))
-    doc = json.loads(path.read_text())
+def test_speedscope_weights_sum_to_total_energy(small: Profile) -> None:
+    doc = json.loads(exports.speedscope_text(m(small)))
     check_speedscope(doc)
     energy, time = doc["profiles"][:2]
     assert (energy["name"], energy["unit"]) == ("energy (uJ)", "none")
@@ -61,7 +64,7 @@ def test_speedscope_weights_sum_to_total_energy(small: Profile, tmp_path: Path) 
 
 
 def test_speedscope_stacks_are_call_paths(small: Profile) -> None:
-    doc = exports.speedscope_document(small)
+    doc = exports.speedscope_document(m(small))
     names = [f["name"] for f in doc["shared"]["frames"]]
     energy = doc["profiles"][0]
     stacks = [[names[i] for i in s] for s in energy["samples"]]
@@ -70,10 +73,8 @@ def test_speedscope_stacks_are_call_paths(small: Profile) -> None:
     assert forward == [round(9.0 * 1e6)]
 
 
-def test_folded_lines_sum_to_total_energy(small: Profile, tmp_path: Path) -> None:
-    path = tmp_path / "p.folded"
-    exports.write_folded(small, str(path))
-    lines = path.read_text().splitlines()
+def test_folded_lines_sum_to_total_energy(small: Profile) -> None:
+    lines = exports.folded_text(m(small)).splitlines()
     weights = [int(line.rsplit(" ", 1)[1]) for line in lines]
     assert sum(weights) == _total_uj(small)
     assert all(w > 0 for w in weights)
@@ -82,7 +83,7 @@ def test_folded_lines_sum_to_total_energy(small: Profile, tmp_path: Path) -> Non
 
 def test_folded_survives_separators_in_names() -> None:
     profile = hostile_profile()
-    lines = exports.folded_lines(profile)
+    lines = exports.folded_lines(m(profile))
     assert sum(int(line.rsplit(" ", 1)[1]) for line in lines) == _total_uj(profile)
     for line in lines:
         stack, weight = line.rsplit(" ", 1)
@@ -97,10 +98,8 @@ def test_integer_weights_keep_the_sum() -> None:
     assert all(w >= 0 for w in weights)
 
 
-def test_csv_one_row_per_function(small: Profile, tmp_path: Path) -> None:
-    path = tmp_path / "p.csv"
-    exports.write_csv(small, str(path))
-    rows = list(csv.DictReader(io.StringIO(path.read_text())))
+def test_csv_one_row_per_function(small: Profile) -> None:
+    rows = list(csv.DictReader(io.StringIO(exports.csv_text(m(small)))))
     keys = {(n.function, n.file, n.line) for n, _ in small.nodes()}
     assert len(rows) == len(keys)
     assert len({(r["function"], r["file"], r["line"]) for r in rows}) == len(rows)
@@ -112,7 +111,7 @@ def test_csv_one_row_per_function(small: Profile, tmp_path: Path) -> None:
 
 
 def test_csv_keeps_hostile_names_intact() -> None:
-    rows = list(csv.DictReader(io.StringIO(exports.csv_text(hostile_profile()))))
+    rows = list(csv.DictReader(io.StringIO(exports.csv_text(m(hostile_profile())))))
     assert XSS_FUNCTION in {r["function"] for r in rows}
     assert "a;b\nc.py" in {r["file"] for r in rows}
 
@@ -149,6 +148,26 @@ def test_csv_cells_are_never_spreadsheet_formulas():
                                                 "sensor": "replay", "detail": {}}],
                 totals={"energy_j": {"cpu": 1.0}, "attributed_j": {"cpu": 1.0}, "duration_s": 1.0},
                 root=Node("t", samples=1, energy_j={"cpu": 1.0}, self_energy_j={"cpu": 0.0}, children=[evil]))
-    rows = list(_csv.DictReader(_io.StringIO(csv_text(p))))
+    rows = list(_csv.DictReader(_io.StringIO(csv_text(m(p)))))
     row = [r for r in rows if "HYPERLINK" in r["function"]][0]
     assert row["function"].startswith("'=") and row["file"] == "'@evil.py"
+
+
+def test_csv_errors_sit_beside_their_figures_and_carbon_is_a_column(small: Profile) -> None:
+    """Defect: the ± beside self energy came from inclusive samples. Each figure now has its own."""
+    rows = {r["function"]: r for r in csv.DictReader(io.StringIO(exports.csv_text(m(small))))}
+    train = rows["train"]  # 10 own samples, 10 + 60 + 5 + 5 + 20 + 3 in its subtree
+    assert float(train["self_relative_error"]) == pytest.approx(10 ** -0.5)
+    assert float(train["relative_error"]) == pytest.approx(103 ** -0.5)
+    # carbon per row, one formula: the fixed intensity times PUE times the row's inclusive energy
+    rows = {r["function"]: r for r in csv.DictReader(io.StringIO(exports.csv_text(
+        m(small, carbon=_fixed(100.0, pue=1.5, price=0.3)))))}
+    assert float(rows["train"]["carbon_g"]) == pytest.approx(float(rows["train"]["energy_j"]) / 3.6e6 * 1.5 * 100)
+    assert float(rows["train"]["cost"]) == pytest.approx(float(rows["train"]["energy_j"]) / 3.6e6 * 1.5 * 0.3)
+
+
+def _fixed(g_per_kwh: float, pue: float = 1.0, price: float | None = None):
+    from energyprof.analysis.carbon import CarbonSettings
+    from energyprof.intensity import Intensity
+
+    return CarbonSettings(Intensity(g_per_kwh, "given", "as given"), pue=pue, price_per_kwh=price)

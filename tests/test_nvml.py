@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from energyprof.profiler import Profiler
-from energyprof.sensors import nvml
+from energyprof.sensors.gpu import nvml, nvml_device
 from energyprof.sensors.base import SensorError
 
 
@@ -38,7 +38,8 @@ class FakeGpu:
         self.name, self.bus, self.uuid = name, bus, uuid
         self.power_w, self.period_s = power_w, period_s
         self.has_counter, self.has_instant, self.mig, self.limit_mw = counter, instant, mig, limit_mw
-        self.t0 = time.perf_counter()
+        self.clock = time.perf_counter  # a test may hand in a fake clock shared with the detector
+        self.t0 = self.clock()
         self.base_mj = 5_000_000.0  # energy since "driver load", before we look
         self.counter_override: int | float | None = None  # a test sets the raw counter directly
         self.lost = False
@@ -61,7 +62,7 @@ class FakeGpu:
             raise NVMLError(3)
         if self.counter_override is not None:
             return self.counter_override
-        steps = math.floor((time.perf_counter() - self.t0) / self.period_s)
+        steps = math.floor((self.clock() - self.t0) / self.period_s)
         return self.base_mj + self.power_w * steps * self.period_s * 1000.0
 
     def power_mw(self) -> float:
@@ -166,8 +167,25 @@ def test_counter_reset_and_wrap_are_not_negative_energy() -> None:
     assert s.read(1) == pytest.approx(1.5, abs=1e-3)
 
 
-def test_metadata_and_update_period_are_recorded() -> None:
+class FakeClock:
+    """perf_counter and sleep for the update-period detector: time moves only when it sleeps, so
+    the detection's answers do not depend on how busy the machine is."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def test_metadata_and_update_period_are_recorded(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(nvml, "time", clock)
     gpu = FakeGpu(power_w=250.0, period_s=0.02)
+    gpu.clock, gpu.t0 = clock.perf_counter, clock.now
     d = found(FakeNvml([gpu]), budget=0.3)
     (s,) = d.sensors
     desc = s.describe()
@@ -178,16 +196,18 @@ def test_metadata_and_update_period_are_recorded() -> None:
     assert desc["detail"]["driver"] == "550.54.15"
     assert desc["detail"]["pci_bus_id"] == "00000000:3B:00.0"
     assert desc["detail"]["update_period_detected"] is True
-    assert 0.012 <= desc["update_period_s"] <= 0.035
+    assert desc["update_period_s"] == pytest.approx(0.02, abs=nvml.DETECT_POLL_S)  # to one poll
 
 
-def test_detection_is_bounded_in_time() -> None:
+def test_detection_is_bounded_in_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(nvml, "time", clock)
     gpus = [FakeGpu(bus=f"00000000:{b:02X}:00.0", uuid=f"GPU-{b}", period_s=5.0) for b in (1, 2, 3, 4)]
-    t = time.perf_counter()
+    start = clock.now
     d = nvml.discover(FakeNvml(gpus), env={})  # the default budget, all GPUs polled together
-    took = time.perf_counter() - t
     assert len(d.sensors) == 4
-    assert took < 0.6
+    # the budget is for all GPUs together, not per GPU: one budget and at most one more poll
+    assert clock.now - start <= nvml.DETECT_BUDGET_S + nvml.DETECT_POLL_S + 1e-9
     # a counter that never moved during detection: the documented default, marked undetected
     assert all(s.update_period_s == nvml.DEFAULT_UPDATE_PERIOD_S for s in d.sensors)
     assert not any(s.detail["update_period_detected"] for s in d.sensors)
@@ -309,7 +329,7 @@ def test_missing_driver_is_a_note(code: int, words: str) -> None:
 def test_missing_binding_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
-    monkeypatch.setattr(nvml, "BINDING", None)
+    monkeypatch.setattr(nvml_device, "BINDING", None)
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     d = nvml.discover()
     assert d.sensors == [] and "nvidia-ml-py is not installed" in d.notes[0]
@@ -358,10 +378,10 @@ def test_process_share_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     me = os.getpid()
 
     def share() -> float:
-        s._share_at = -1e18  # skip the refresh throttle
+        s.share.refreshed_at = -1e18  # skip the refresh throttle
         return s.process_share()
 
-    monkeypatch.setattr(s, "_process_uses_cuda", lambda: False)
+    monkeypatch.setattr(s.share, "uses_cuda", lambda: False)
     gpu.processes = [me]
     assert share() == 1.0
     gpu.processes = [me, 999_999_001]
@@ -373,7 +393,7 @@ def test_process_share_rules(monkeypatch: pytest.MonkeyPatch) -> None:
     assert share() == 0.0
     gpu.processes = []
     assert share() == 0.0
-    monkeypatch.setattr(s, "_process_uses_cuda", lambda: True)
+    monkeypatch.setattr(s.share, "uses_cuda", lambda: True)
     assert share() == 1.0  # CUDA in use but not listed: a container hiding its host pid
     gpu.processes = [999_999_001, 999_999_002]
     assert share() == pytest.approx(0.5)
@@ -390,7 +410,7 @@ def test_process_share_is_throttled_and_never_raises() -> None:
     for _ in range(100):
         assert s.process_share() == 1.0  # cached within SHARE_REFRESH_S: no NVML call
     assert calls == []
-    s._share_at = -1e18
+    s.share.refreshed_at = -1e18
 
     def boom(g: Any) -> Any:
         raise RuntimeError("driver hiccup")
@@ -441,7 +461,7 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
         profile = prof.stop()
         took = time.perf_counter() - t0
     release.set()
-    assert took < 6.0  # never blocked for good
+    assert took < 60.0  # a guard against blocking for good, not a timing: the hang itself never ends
     drops = [n for n in profile.notes if n["kind"] == "sensor-dropped"]
     assert [d["source"] for d in drops] == ["gpu:0"] and "hung" in drops[0]["message"]
     assert drops[0]["at_s"] < 1.4
@@ -453,19 +473,19 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
 
 # -- helpers -------------------------------------------------------------------------------
 class _injected:
-    """Make every discovery in this block use the fake binding (nvml.BINDING)."""
+    """Make every discovery in this block use the fake binding (nvml_device.BINDING)."""
 
     def __init__(self, fake: FakeNvml) -> None:
         self.fake = fake
 
     def __enter__(self) -> FakeNvml:
-        self.saved = (nvml.BINDING, nvml.DETECT_BUDGET_S)
-        nvml.BINDING = self.fake
+        self.saved = (nvml_device.BINDING, nvml.DETECT_BUDGET_S)
+        nvml.set_binding(self.fake)
         nvml.DETECT_BUDGET_S = 0.05
         return self.fake
 
     def __exit__(self, *exc: Any) -> None:
-        nvml.BINDING, nvml.DETECT_BUDGET_S = self.saved
+        nvml_device.BINDING, nvml.DETECT_BUDGET_S = self.saved
 
 
 def _spin(seconds: float) -> int:

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest_report import small_profile
-from energyprof.render.html import _plotly_js, write_html
+from energyprof.render.html import _plotly_js
+from test_report_browser import write_html
 from test_report_browser import Page, browser  # noqa: F401  (browser is a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.profile import Node, Profile, load
-from energyprof.render.pprof import pprof_bytes, write_pprof
+from energyprof.outputs import write_text
+from energyprof.render.pprof import pprof_bytes, pprof_gzip
 
 pb = pytest.importorskip("google.protobuf", reason="the protobuf package decodes the file")
 
@@ -141,7 +142,7 @@ def test_ranks_processes_and_exact_integers(tmp_path: Path, ProfileMessage) -> N
                 sources=[{"id": "gpu:0", "component": "gpu:0", "method": "measured"}],
                 totals={"energy_j": {"gpu:0": 1.0}, "attributed_j": {"gpu:0": 1.0}, "duration_s": 1.0})
     path = tmp_path / "x.pb.gz"
-    write_pprof(p, str(path))
+    write_text(str(path), pprof_gzip(p))
     msg = decode(ProfileMessage, gzip.decompress(path.read_bytes()))
     assert sums(msg) == {"energy_gpu:0": 1_000_000, "cpu": 1_000_000_000, "wall": 1_000_000_000}
     assert len(msg.sample) == 3

@@ -11,7 +11,7 @@ import pytest
 
 from energyprof.sensors import discover, rapl
 from energyprof.sensors.base import WrapCounter
-from energyprof.sensors.model import lookup_tdp
+from energyprof.sensors.estimate import lookup_tdp
 from energyprof.sensors.replay import TraceError, load_trace
 
 from conftest import run_cli
@@ -35,6 +35,7 @@ class CounterWriter(threading.Thread):
         self.stop = threading.Event()
         self.t0 = time.perf_counter()
         self.t_end = self.t0
+        self.max_gap = 0.0  # the longest time the file went unchanged: how stale a read can be
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -48,6 +49,7 @@ class CounterWriter(threading.Thread):
         tmp = self.zone / "energy_uj.tmp"
         tmp.write_text(f"{uj}\n")
         tmp.replace(self.zone / "energy_uj")
+        self.max_gap = max(self.max_gap, now - self.t_end)
         self.t_end = now
 
 
@@ -64,7 +66,7 @@ def test_domains_found_by_name_not_index(tmp_path):
     assert any("psys" in n for n in found.notes)
 
 
-def test_rapl_energy_with_several_wraps_is_within_3_percent(tmp_path, write_script):
+def test_rapl_energy_with_several_wraps_is_power_times_duration(tmp_path, write_script):
     max_uj = 12_000_000  # 12 J range: wraps every 0.4 s at 30 W
     zone = make_zone(tmp_path / "powercap", "intel-rapl:0", "package-0", 0, max_uj)
     writer = CounterWriter(zone, 30.0, max_uj)
@@ -91,7 +93,13 @@ def test_rapl_energy_with_several_wraps_is_within_3_percent(tmp_path, write_scri
     duration = p.totals["duration_s"]
     assert 1.45 < duration < (t1 - t0)
     measured = p.totals["energy_j"]["cpu"]
-    assert measured == pytest.approx(30.0 * duration, rel=0.03)
+    wrap_s = max_uj / 1e6 / 30.0
+    if writer.max_gap >= wrap_s:  # the fake counter itself jumped a whole range: no reader could see it
+        pytest.skip(f"the machine stalled the fake counter's writer for {writer.max_gap:.2f} s (> {wrap_s:.2f} s)")
+    # Each read sees the counter as of the writer's last write, at most `max_gap` old; the energy
+    # is the difference of two reads, so it is off by at most 30 W x max_gap (plus microjoule
+    # truncation). A loaded machine makes the gap longer, and the bound with it.
+    assert abs(measured - 30.0 * duration) <= 30.0 * writer.max_gap + 1e-3, (measured, duration, writer.max_gap)
     assert 30.0 * duration / (max_uj / 1e6) > 3  # the counter wrapped at least three times
 
 

@@ -1,10 +1,10 @@
-"""Ledger -> Profile: the fold's per-stack figures become the attribution tree. Pure."""
+"""Ledger -> Profile: the fold's per-stack figures become the Profile of facts. Pure."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterable
 
-from ..profile import IDLE_NODE, SELF_NODE, Node, Profile
+from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, Source, Timeline, Totals, Window
 from ..recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, POLICIES, Ledger
 
@@ -31,8 +31,11 @@ def attribute(recording: Recording, policy: str = "share", share_window_ns: int 
     return build_profile(ledger, policy, recording.meta)
 
 
-def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
-    """Turn the fold's per-stack figures into the tree, with totals and timeline."""
+def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: Iterable[Note | dict[str, Any]] = (),
+                  peak_rss_exact_bytes: int | None = None,
+                  child_processes: Iterable[dict[str, Any]] = ()) -> Profile:
+    """The fold's per-stack figures as a Profile of facts: the tree (under `policy`, with the other
+    policy's self figures beside them), totals, windows, timeline, processes and notes."""
     if policy not in POLICIES:
         raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
     ids = ledger.source_ids
@@ -41,13 +44,18 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
     def joules(values: list[float]) -> dict[str, float]:
         return {sid: float(v) for sid, v in zip(ids, values)}
 
+    def both(share_values: list[float], all_values: list[float]) -> tuple[dict[str, float], dict[str, float]]:
+        a, b = joules(share_values), joules(all_values)
+        return (a, b) if share else (b, a)
+
     start = ledger.first_ns or 0
     duration_s = ((ledger.last_ns or start) - start) / 1e9
     root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
-    root.self_energy_j = joules(ledger.root_share if share else ledger.root_all)
+    root.self_energy_j, root.other_policy_self_energy_j = both(ledger.root_share, ledger.root_all)
     frames = ledger.stacks.frames
     # Path-keyed children lookup, only while building.
     index: dict[int, dict[int, Node]] = {}
+    alloc: dict[int, int] = {}
     for sid, st in ledger.stats.items():
         node = root
         for fid in ledger.stacks.stacks[sid]:
@@ -55,62 +63,108 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
             child = kids.get(fid)
             if child is None:
                 fn, file, line = frames[fid]
-                child = Node(function=fn, file=file, line=line)
+                child = Node(function=fn, file=file, line=line, other_policy_self_energy_j={})
                 kids[fid] = child
                 node.children.append(child)
             node = child
         node.self_time_s += st.time_ns / 1e9
         node.self_cpu_time_s += st.cpu_ns / 1e9
         node.self_samples += st.samples
-        vals = st.share if share else st.all
-        for sid_, v in zip(ids, vals):
+        mine, other = (st.share, st.all) if share else (st.all, st.share)
+        other_j = node.other_policy_self_energy_j if node.other_policy_self_energy_j is not None else {}
+        for sid_, v, w in zip(ids, mine, other):
             node.self_energy_j[sid_] = node.self_energy_j.get(sid_, 0.0) + v
+            other_j[sid_] = other_j.get(sid_, 0.0) + w
+        node.other_policy_self_energy_j = other_j
         if st.samples:
             node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
         node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
+        allocated = getattr(st, "alloc_bytes", 0)  # exact-memory mode: tracemalloc bytes per stack
+        if allocated:
+            alloc[id(node)] = alloc.get(id(node), 0) + int(allocated)
 
+    own, own_other = both(ledger.own_share, ledger.own_all)
+    idle, idle_other = both(ledger.idle, [0.0] * len(ids))
     specials = []
-    own = ledger.own_share if share else ledger.own_all
-    if any(own):
-        specials.append(Node(function=SELF_NODE, self_energy_j=joules(own)))
-    if share:
-        specials.append(Node(function=IDLE_NODE, self_energy_j=joules(ledger.idle)))
+    if any(ledger.own_share) or any(ledger.own_all):
+        specials.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_other))
+    # Under `all` the idle node holds nothing, but it keeps the share policy's figure for a re-render.
+    specials.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_other))
     root.children.extend(specials)
-    _sum_inclusive(root, ids)
+    root.fill_inclusive()
+    if alloc:
+        _sum_alloc(root, alloc)
     root.time_s = max(root.time_s, duration_s)
     root.self_time_s = max(0.0, root.time_s - sum(c.time_s for c in root.children if not c.is_special))
+    if peak_rss_exact_bytes is not None:
+        root.peak_rss_bytes = max(root.peak_rss_bytes or 0, peak_rss_exact_bytes)
 
-    attributed = {sid: root.energy_j.get(sid, 0.0) - sum(c.energy_j.get(sid, 0.0) for c in specials) for sid in ids}
     first, last = ledger.first_tick, ledger.last_tick
     cpu_s = 0.0
     if first is not None and last is not None:
         cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
                  + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
-    totals = {
-        "energy_j": joules(ledger.total),
-        "attributed_j": attributed,
-        "energyprof_j": joules(own),
-        "idle_j": joules(ledger.idle) if share else {sid: 0.0 for sid in ids},
-        "duration_s": duration_s,
-        "cpu_time_s": max(0.0, cpu_s),
-        "energyprof_cpu_time_s": ((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
-    }
+    timeline = Timeline(**_timeline(ledger, start))
+    rss = [r for r in timeline.rss_bytes if r]
+    baseline = first.rss_bytes if first is not None and getattr(first, "rss_bytes", None) else None
+    totals = Totals(
+        energy_j=joules(ledger.total),
+        attributed_j={sid: root.energy_j.get(sid, 0.0) - own.get(sid, 0.0) - idle.get(sid, 0.0) for sid in ids},
+        energyprof_j=own, idle_j=idle, duration_s=duration_s, cpu_time_s=max(0.0, cpu_s),
+        energyprof_cpu_time_s=((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
+        baseline_rss_bytes=baseline, peak_rss_bytes=max(rss) if rss else baseline,
+        peak_rss_exact_bytes=peak_rss_exact_bytes,
+    )
     windows = []
     for w in ledger.windows:
         end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
-        windows.append({
-            "name": w["name"], "index": w["index"], "depth": w.get("depth", 0),
-            "start_s": (w["start_ns"] - start) / 1e9, "end_s": (end - start) / 1e9,
-            "time_s": (end - w["start_ns"]) / 1e9, "energy_j": joules(w["energy"]),
-        })
-    notes = [{"kind": "sensor-anomaly", "source": k, "count": v,
-              "message": f"{k}: {v} reading(s) went backwards or were not numbers; those intervals were skipped"}
-             for k, v in ledger.anomalies.items()]
+        windows.append(Window(name=str(w["name"]), index=w["index"], depth=w.get("depth", 0),
+                              start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
+                              time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"])))
+    all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
+                      "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
+    all_notes += [n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),
+                                                      {k: v for k, v in n.items() if k not in ("kind", "message")})
+                  for n in notes]
     full_meta = dict(meta)
     full_meta["idle_policy"] = policy
     full_meta.setdefault("duration_s", duration_s)
-    return Profile(meta=full_meta, sources=list(ledger.sources), totals=totals, root=root, windows=windows,
-                   timeline=_timeline(ledger, start), notes=notes)
+    children = [dict(c) for c in child_processes]
+    return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
+                   root=root, windows=windows, timeline=timeline, notes=all_notes,
+                   processes=_processes(ledger, policy, children),
+                   extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+
+
+def _source_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    known = {"id", "component", "method", "sensor", "detail", "update_period_s"}
+    out = {k: v for k, v in raw.items() if k in known}
+    out["extra"] = {k: v for k, v in raw.items() if k not in known}
+    return out
+
+
+def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, Any]]) -> list[Process]:
+    """The job's processes: the ledger's table when it keeps one, else the children the collector saw."""
+    table = getattr(ledger, "process_table", None)
+    rows = table(policy) if table is not None else [{**c, "role": c.get("role", "child")} for c in child_processes]
+    out = []
+    for r in rows:
+        if isinstance(r, Process):
+            out.append(r)
+        else:
+            known = {k: v for k, v in dict(r).items() if k in Process.__dataclass_fields__}
+            out.append(Process(**known))
+    return sorted(out, key=lambda p: p.pid)
+
+
+def _sum_alloc(root: Node, alloc: dict[int, int]) -> None:
+    """Inclusive allocated bytes, bottom-up without recursion."""
+    total: dict[int, int] = {}
+    for node in reversed([n for n, _ in root.walk()]):
+        t = alloc.get(id(node), 0) + sum(total[id(c)] for c in node.children)
+        total[id(node)] = t
+        if not node.is_special:
+            node.alloc_bytes = t
 
 
 def _timeline(ledger: Ledger, start: int) -> dict[str, Any]:
@@ -136,28 +190,3 @@ def _timeline(ledger: Ledger, start: int) -> dict[str, Any]:
     out["functions"] = functions
     out["active"] = active
     return out
-
-
-def _sum_inclusive(root: Node, ids: list[str]) -> None:
-    """inclusive = self + children, computed bottom-up without recursion."""
-    order = [n for n, _ in root.walk()]
-    for node in reversed(order):
-        energy = {sid: node.self_energy_j.get(sid, 0.0) for sid in ids}
-        node.self_energy_j = dict(energy)
-        time_s, cpu_s, samples = node.self_time_s, node.self_cpu_time_s, node.self_samples
-        growth = node.self_rss_growth_bytes
-        peak = node.peak_rss_bytes
-        for c in node.children:
-            for sid in ids:
-                energy[sid] += c.energy_j.get(sid, 0.0)
-            time_s += c.time_s
-            cpu_s += c.cpu_time_s
-            samples += c.samples
-            if c.rss_growth_bytes is not None:
-                growth = (growth or 0) + c.rss_growth_bytes
-            if c.peak_rss_bytes is not None:
-                peak = max(peak or 0, c.peak_rss_bytes)
-        node.energy_j = energy
-        node.time_s, node.cpu_time_s, node.samples = time_s, cpu_s, samples
-        node.rss_growth_bytes = growth
-        node.peak_rss_bytes = peak

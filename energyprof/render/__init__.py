@@ -1,1 +1,1 @@
-"""Renderers: each reads a Profile and nothing else."""
+"""Renderers: each reads the report model (analysis.report.build) and returns text; outputs.py writes it."""

@@ -1,9 +1,8 @@
-"""Exports: the same attribution for other tools (speedscope, flamegraph.pl/inferno, spreadsheets).
+"""Exports for other tools (speedscope, flamegraph.pl/inferno, spreadsheets), from the report model.
 
-Each exporter reads a `Profile` and nothing else. Energy leaves as integer microjoules because
-neither speedscope nor the folded format has a joule unit, and integers keep their tools exact.
-`function_rows` is the flat per-function view shared with the HTML report's table, so the CSV and
-the table can never disagree.
+Energy leaves as integer microjoules because neither speedscope nor the folded format has a joule
+unit, and integers keep their tools exact. The CSV is the model's function rows, the same as the
+HTML table, so the two cannot disagree. Each returns text; outputs.py writes it.
 """
 
 from __future__ import annotations
@@ -11,90 +10,14 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..profile import EnergyFigures, Node, Profile, write_atomic
+from ..analysis.functions import FunctionKey, node_key
+from ..analysis.report import ReportModel
+from ..profile import Node
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MICRO = 1_000_000
-
-FunctionKey = tuple[str, str, int]
-
-
-@dataclass
-class FunctionRow(EnergyFigures):
-    """One function merged over every call path it appears on.
-
-    Self figures add up over paths; inclusive ones count a recursive function once (a path that
-    already has the function on it adds nothing more), so a row never exceeds the run's total.
-    """
-
-    function: str
-    file: str
-    line: int
-    self_energy_j: dict[str, float] = field(default_factory=dict)
-    energy_j: dict[str, float] = field(default_factory=dict)
-    self_time_s: float = 0.0
-    time_s: float = 0.0
-    self_cpu_time_s: float = 0.0
-    cpu_time_s: float = 0.0
-    self_samples: int = 0
-    samples: int = 0
-    paths: int = 0
-
-
-def node_key(node: Node) -> FunctionKey:
-    return (node.function, node.file, node.line)
-
-
-def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionRow]:
-    """Every function of the profile once, in first-seen (pre-order) order.
-
-    The root node (the program as a whole) is a row too: its self energy is the start-up and
-    tear-down outside any Python frame, and without it the rows would not add up to the total.
-    """
-    rows: dict[FunctionKey, FunctionRow] = {}
-    on_path: dict[FunctionKey, int] = {}
-    # Iterative DFS with explicit exit markers: trees can be deeper than Python's stack, and the
-    # "already on this path" count must be undone when a subtree is left.
-    stack: list[tuple[Node, bool, bool]] = [(profile.root, False, True)]
-    while stack:
-        node, leaving, is_root = stack.pop()
-        key = node_key(node)
-        if leaving:
-            on_path[key] -= 1
-            continue
-        if not is_root or include_root:
-            row = rows.get(key)
-            if row is None:
-                row = rows[key] = FunctionRow(node.function, node.file, node.line)
-            _add_self(row, node)
-            if not on_path.get(key):
-                _add_inclusive(row, node)
-        on_path[key] = on_path.get(key, 0) + 1
-        stack.append((node, True, is_root))
-        stack.extend((c, False, False) for c in reversed(node.children))
-    return list(rows.values())
-
-
-def _add_self(row: FunctionRow, node: Node) -> None:
-    for src, j in node.self_energy_j.items():
-        row.self_energy_j[src] = row.self_energy_j.get(src, 0.0) + j
-    row.self_time_s += node.self_time_s
-    row.self_cpu_time_s += node.self_cpu_time_s
-    row.self_samples += node.self_samples
-    row.paths += 1
-
-
-def _add_inclusive(row: FunctionRow, node: Node) -> None:
-    for src, j in node.energy_j.items():
-        row.energy_j[src] = row.energy_j.get(src, 0.0) + j
-    row.time_s += node.time_s
-    row.cpu_time_s += node.cpu_time_s
-    row.samples += node.samples
-
 
 def integer_weights(values: Iterable[float], scale: float) -> list[int]:
     """Round a series to integers whose sum is the rounded sum of the series.
@@ -113,19 +36,19 @@ def integer_weights(values: Iterable[float], scale: float) -> list[int]:
     return out
 
 
-def _paths(profile: Profile) -> Iterator[tuple[Node, list[Node]]]:
-    """Every node with its call path (root first), pre-order, without recursion."""
-    stack: list[tuple[Node, list[Node]]] = [(profile.root, [profile.root])]
-    while stack:
-        node, path = stack.pop()
+def _paths(model: ReportModel) -> Iterator[tuple[Node, list[Node]]]:
+    """Every node with its call path (root first), pre-order (the path is shared: copy to keep it)."""
+    path: list[Node] = []
+    for node, depth in model.profile.walk():
+        del path[depth:]
+        path.append(node)
         yield node, path
-        stack.extend((c, path + [c]) for c in reversed(node.children))
 
 
 # ---------------------------------------------------------------- speedscope
 
 
-def speedscope_document(profile: Profile) -> dict:
+def speedscope_document(model: ReportModel) -> dict:
     """speedscope's file format: one sampled profile by energy (uJ), one by time (us).
 
     speedscope has no energy unit, so the energy profile uses unit "none" with integer
@@ -136,8 +59,8 @@ def speedscope_document(profile: Profile) -> dict:
     samples: list[list[int]] = []
     energy: list[float] = []
     time: list[float] = []
-    per_source: dict[str, list[float]] = {s["id"]: [] for s in profile.sources}
-    for node, path in _paths(profile):
+    per_source: dict[str, list[float]] = {s.id: [] for s in model.sources}
+    for node, path in _paths(model):
         if node.self_total_energy <= 0 and node.self_time_s <= 0:
             continue
         stack = []
@@ -161,10 +84,10 @@ def speedscope_document(profile: Profile) -> dict:
     if len(per_source) > 1:
         for sid, series in per_source.items():
             profiles.append(_sampled(f"energy {sid} (uJ)", "none", samples, integer_weights(series, MICRO)))
-    version = profile.meta.get("energyprof_version", "")
+    version = model.meta.get("energyprof_version", "")
     return {
         "$schema": SPEEDSCOPE_SCHEMA,
-        "name": f"energyprof: {profile.meta.get('target', '')}",
+        "name": f"energyprof: {model.meta.get('target', '')}",
         "exporter": f"energyprof {version}".strip(),
         "activeProfileIndex": 0,
         "shared": {"frames": frames},
@@ -177,8 +100,8 @@ def _sampled(name: str, unit: str, samples: list[list[int]], weights: list[int])
             "endValue": sum(weights), "samples": samples, "weights": weights}
 
 
-def write_speedscope(profile: Profile, path: str) -> None:
-    write_atomic(Path(path), json.dumps(speedscope_document(profile), separators=(",", ":")))
+def speedscope_text(model: ReportModel) -> str:
+    return json.dumps(speedscope_document(model), separators=(",", ":"))
 
 
 # ---------------------------------------------------------------- folded stacks
@@ -190,12 +113,12 @@ def _folded_frame(node: Node) -> str:
     return name.replace(";", ":").replace("\r", " ").replace("\n", " ")
 
 
-def folded_lines(profile: Profile) -> list[str]:
+def folded_lines(model: ReportModel) -> list[str]:
     """`a;b;c <microjoules>` per call path with self energy, for flamegraph.pl and inferno."""
     stacks: list[str] = []
     values: list[float] = []
     names: dict[int, str] = {}
-    for node, path in _paths(profile):
+    for node, path in _paths(model):
         if node.self_total_energy <= 0:
             continue
         parts = []
@@ -209,35 +132,45 @@ def folded_lines(profile: Profile) -> list[str]:
     return [f"{s} {w}" for s, w in zip(stacks, weights) if w > 0]
 
 
-def write_folded(profile: Profile, path: str) -> None:
-    text = "\n".join(folded_lines(profile))
-    write_atomic(Path(path), text + "\n" if text else "")
+def folded_text(model: ReportModel) -> str:
+    text = "\n".join(folded_lines(model))
+    return text + "\n" if text else ""
 
 
 # ---------------------------------------------------------------- CSV
 
 
-def csv_text(profile: Profile) -> str:
-    """One row per function (merged over call paths), per-source columns, the same as the table."""
-    sources = [s["id"] for s in profile.sources]
-    total = profile.total_energy_j
+def csv_text(model: ReportModel) -> str:
+    """One row per function (merged over call paths), per-source columns, the same as the table.
+
+    `self_relative_error` belongs beside self energy (from the function's own samples),
+    `relative_error` beside inclusive energy; carbon and cost columns appear when carbon is on."""
+    sources = [s.id for s in model.sources]
+    total = model.total_energy_j
+    c = model.carbon
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     header = ["function", "file", "line", "self_energy_j", "energy_j"]
     for sid in sources:
         header += [f"self_energy_j[{sid}]", f"energy_j[{sid}]"]
     header += ["share", "self_time_s", "time_s", "self_cpu_time_s", "cpu_time_s",
-               "self_samples", "samples", "relative_error", "call_paths"]
+               "self_samples", "samples", "self_relative_error", "relative_error", "call_paths"]
+    if c is not None:
+        header += ["carbon_g"] + (["cost"] if c.price_per_kwh is not None else [])
     writer.writerow(header)
-    for row in function_rows(profile):
+    for row in model.rows:
         cells: list = [spreadsheet_safe(row.function), spreadsheet_safe(row.file), row.line,
                        row.self_total_energy, row.total_energy]
         for sid in sources:
             cells += [row.self_energy_j.get(sid, 0.0), row.energy_j.get(sid, 0.0)]
-        err = row.relative_error
+        self_err, err = row.self_relative_error, row.relative_error
         cells += [row.total_energy / total if total else 0.0, row.self_time_s, row.time_s,
                   row.self_cpu_time_s, row.cpu_time_s, row.self_samples, row.samples,
-                  "" if err is None else err, row.paths]
+                  "" if self_err is None else self_err, "" if err is None else err, row.paths]
+        if c is not None:
+            cells.append(c.grams(row.energy_j))
+            if c.price_per_kwh is not None:
+                cells.append(c.cost(row.energy_j))
         writer.writerow(cells)
     return out.getvalue()
 
@@ -246,7 +179,3 @@ def spreadsheet_safe(text: str) -> str:
     """Names from the profiled program are data: a cell a spreadsheet would run as a formula
     (leading =, +, -, @, tab or CR) gets a leading apostrophe (OWASP's CSV-injection advice)."""
     return "'" + text if text[:1] in ("=", "+", "-", "@", "\t", "\r") else text
-
-
-def write_csv(profile: Profile, path: str) -> None:
-    write_atomic(Path(path), csv_text(profile))

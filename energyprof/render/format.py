@@ -1,6 +1,8 @@
-"""Numbers as a reader sees them, shared by every renderer (console, HTML)."""
+"""Numbers as a reader sees them (energy, time, bytes, carbon, money), shared by every renderer."""
 
 from __future__ import annotations
+
+import math
 
 
 def fmt_energy(j: float | None) -> str:
@@ -33,3 +35,29 @@ def fmt_bytes(b: float | None) -> str:
         if abs(b) >= scale:
             return f"{b / scale:.3g} {unit}"
     return f"{int(b)} B"
+
+
+def fmt_grams(g: float | None) -> str:
+    """gCO2eq, in mg below a gram (a short run emits milligrams)."""
+    if g is None:
+        return "\u2013"
+    return f"{g:.3g} g" if g >= 1 or g == 0 else f"{g * 1000:.3g} mg"
+
+
+def fmt_money(value: float | None, currency: str | None = "") -> str:
+    """Money in fixed point with two significant digits below a cent: 0.0000020 EUR, never 2.013e-06.
+
+    Amounts of a cent or more print with cents; below 1e-10 it says so rather than print zeros.
+    """
+    unit = f" {currency}" if currency else ""
+    if value is None:
+        return "\u2013"
+    a = abs(value)
+    if a == 0:
+        return f"0.00{unit}"
+    if a >= 0.01:
+        return f"{value:,.2f}{unit}"
+    if a < 1e-10:
+        return f"< 0.0000000001{unit}"
+    digits = -math.floor(math.log10(a)) + 1
+    return f"{value:.{digits}f}{unit}"

@@ -12,16 +12,11 @@ of a type add up to the rounded total exactly.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
 import gzip
-import os
 import re
-import tempfile
-from pathlib import Path
 from typing import Any
 
-from ..profile import _umask
 from .exports import _paths, integer_weights
 
 NANO = 1_000_000_000
@@ -168,19 +163,6 @@ def _started_ns(text: Any) -> int | None:
         return None
 
 
-def write_pprof(profile: Any, path: str) -> None:
-    """Write atomically, gzipped as pprof expects (mtime 0: the same profile gives the same bytes).
-
-    Like `profile.write_atomic`, for bytes: a temporary file beside the target, renamed into place."""
-    data = gzip.compress(pprof_bytes(profile), mtime=0)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+def pprof_gzip(profile: Any) -> bytes:
+    """The file's bytes: gzipped as pprof expects (mtime 0: the same profile gives the same bytes)."""
+    return gzip.compress(pprof_bytes(profile), mtime=0)

@@ -22,17 +22,17 @@ def discover(
         from . import replay
 
         return replay.discover(power_trace)
-    from . import model, rapl
+    from . import estimate, rapl
 
     found = rapl.discover(powercap_root)
     if not any(s.component == "cpu" for s in found.sensors):
-        est = model.discover(cpu_tdp, want_ram=not any(s.component == "dram" for s in found.sensors))
+        est = estimate.discover(cpu_tdp, want_ram=not any(s.component == "dram" for s in found.sensors))
         found.sensors.extend(est.sensors)
         found.notes.extend(est.notes)
         found.notes.append("model: no readable CPU energy counter, so CPU (and RAM) power are estimates")
     if gpus:
         try:
-            from . import nvml
+            from .gpu import nvml
         except ImportError:
             pass
         else:

@@ -1,0 +1,152 @@
+"""The report model: Profile (facts) + RenderOptions -> everything every renderer shows. Pure.
+
+Console, HTML, CSV, folded and speedscope all read a ReportModel, so they cannot disagree, and a
+saved profile re-renders with another idle policy or carbon setting without being edited.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
+from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
+from .chart import MAX_CHART_NODES, ChartNode, chart_tree, has_library_frames, prune
+from .functions import FunctionRow, function_rows
+from .windows import WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, window_groups
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    """How to look at a profile. `idle` None keeps the run's policy; `carbon` None leaves carbon out."""
+
+    idle: str | None = None
+    carbon: CarbonSettings | None = field(default_factory=CarbonSettings)
+    max_chart_nodes: int = MAX_CHART_NODES
+    top_functions: int = 8
+
+
+@dataclass
+class MemoryFigures:
+    baseline_rss_bytes: int | None
+    peak_rss_bytes: int | None  # sampled
+    peak_rss_exact_bytes: int | None  # the kernel's VmHWM, when its mark could be reset
+
+    @property
+    def peak(self) -> int | None:
+        """The best peak known: the exact one when present (sampling can miss a short spike)."""
+        return self.peak_rss_exact_bytes if self.peak_rss_exact_bytes is not None else self.peak_rss_bytes
+
+
+@dataclass
+class ReportModel:
+    """What the renderers show. `profile` is the run seen under `policy` (facts, untouched)."""
+
+    profile: Profile
+    policy: str
+    sources: list[Source]
+    totals: Totals
+    rows: list[FunctionRow]
+    top: list[FunctionRow]
+    chart: ChartNode
+    chart_collapsed: ChartNode | None
+    windows: list[WindowRow]
+    window_groups: list[WindowGroup]
+    training: dict[str, dict[str, Any]]
+    carbon: CarbonFigures | None
+    notes: list[Note]
+    processes: list[Process]
+    memory: MemoryFigures
+    resolution_s: float | None
+    peak_power_w: float | None
+    duration_s: float
+    meta: dict[str, Any]
+
+    @property
+    def total_energy_j(self) -> float:
+        return sum(self.totals.energy_j.values())
+
+    @property
+    def attributed_j(self) -> float:
+        return sum(self.totals.attributed_j.values())
+
+    def derived(self) -> dict[str, Any]:
+        """Figures computed from the facts with these settings, saved beside the facts for other tools
+        (`derived` in the JSON; readers ignore it). carbon_g is the program's, machine_carbon_g the machine's."""
+        out: dict[str, Any] = {"idle_policy": self.policy}
+        if self.carbon is not None:
+            c = self.carbon
+            out["totals"] = {"carbon_g": c.program_g, "machine_carbon_g": c.machine_g}
+            if c.program_cost is not None:
+                out["totals"].update(cost=c.program_cost, machine_cost=c.machine_cost)
+            out["carbon"] = c.to_dict()
+        return out
+
+
+def build(profile: Profile, options: RenderOptions | None = None) -> ReportModel:
+    """The one analysis step (pure: same profile and options, same model)."""
+    # A 50,000-function profile makes a few hundred thousand small objects that all live until the
+    # model is dropped; the cyclic GC rescanning them cost a third of the time.
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _build(profile, options or RenderOptions())
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _build(profile: Profile, options: RenderOptions) -> ReportModel:
+    view = profile.with_policy(options.idle or profile.idle_policy)
+    rows = [r for r in function_rows(view)  # the idle node under `all` holds nothing
+            if not (r.function in SPECIAL_NODES and r.total_energy <= 0 and r.time_s <= 0)]
+    root_key = (view.root.function, view.root.file, view.root.line)
+    # The root's row is the program as a whole (no file), not one of its functions.
+    top = sorted((r for r in rows if (r.function, r.file, r.line) != root_key
+                  and r.function not in SPECIAL_NODES and r.self_total_energy > 0),
+                 key=lambda r: -r.self_total_energy)[:options.top_functions]
+    figures = carbon(view, options.carbon) if options.carbon is not None else None
+    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows]
+    if figures is not None and options.carbon is not None:
+        for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
+            r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
+    notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
+    chart = prune(chart_tree(view, collapse_libraries=False), options.max_chart_nodes)
+    collapsed = (prune(chart_tree(view, collapse_libraries=True), options.max_chart_nodes)
+                 if has_library_frames(view) else None)
+    t = view.totals
+    rss = [r for r in view.timeline.rss_bytes if r]
+    memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None),
+                           t.peak_rss_bytes or (max(rss) if rss else None), t.peak_rss_exact_bytes)
+    return ReportModel(
+        profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
+        chart=chart, chart_collapsed=collapsed, windows=window_rows, window_groups=window_groups(window_rows),
+        training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
+        memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
+        duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta)
+
+
+def processes_of(profile: Profile) -> list[Process]:
+    """The job's processes; older profiles listed children under `child_processes`."""
+    if profile.processes:
+        return sorted(profile.processes, key=lambda p: p.pid)
+    legacy = profile.extra.get("child_processes")
+    if not isinstance(legacy, list):
+        return []
+    out = []
+    for c in legacy:
+        if isinstance(c, dict) and isinstance(c.get("pid"), int):
+            cpu = c.get("cpu_time_s")
+            out.append(Process(pid=c["pid"], command=str(c.get("command", "")), role="child",
+                               cpu_time_s=float(cpu) if isinstance(cpu, (int, float)) else 0.0))
+    return sorted(out, key=lambda p: p.pid)
+
+
+def peak_power_w(profile: Profile) -> float | None:
+    """The highest total power over the timeline's intervals (all sources stacked)."""
+    series = [v for v in profile.timeline.power_w.values() if v]
+    if not series:
+        return None
+    n = min(len(v) for v in series)
+    return max((sum(v[i] for v in series) for i in range(n)), default=None)

@@ -1,0 +1,112 @@
+"""File-system checks before a workload starts: outputs writable and distinct, traces readable, lookups known.
+
+`preflight(options)` is called by the CLI before the program starts and by the API when a profile
+starts, so a ten-hour run never ends in "cannot write". Options validation itself is pure
+(options.py); everything here looks at files.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import sys
+from pathlib import Path
+from typing import TextIO
+
+from .options import OUTPUTS, Options, OptionError, flag
+
+
+def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,
+              stream: TextIO | None = None) -> None:
+    """Raise OptionError (one line) for anything that would fail later.
+
+    `inputs` are files read by this command (`energyprof report p.json`): an output on one of
+    them is refused. With `keep_checkpoint`, an earlier run's checkpoint at the checkpoint path
+    (a run that was killed) is moved to a free name and said so on `stream`, never overwritten.
+    """
+    seen: dict[str, str] = {os.path.realpath(p): "the input" for p in inputs}
+    for name in OUTPUTS + ("checkpoint",):
+        path = getattr(options, name)
+        if path is None:
+            continue
+        check_writable(path, flag(name))
+        real = os.path.realpath(path)
+        if real in seen and not _is_sink(real):
+            raise OptionError(f"{flag(name)} {path}: the same file as {seen[real]}; one of them would be lost")
+        seen.setdefault(real, flag(name))
+    for name in ("power_trace", "carbon_intensity_trace"):
+        path = getattr(options, name)
+        if path is not None and not Path(path).is_file():
+            raise OptionError(f"{flag(name)}: {path} is not a file")
+    if options.power_trace is not None:
+        from .sensors.replay import TraceError, load_trace
+
+        try:
+            load_trace(options.power_trace)
+        except TraceError as exc:
+            raise OptionError(str(exc)) from None
+    if options.powercap_root is not None and not Path(options.powercap_root).is_dir():
+        raise OptionError(f"--powercap-root: {options.powercap_root} is not a directory")
+    if options.country is not None or options.region is not None or options.cloud is not None \
+            or options.carbon_intensity_trace is not None:
+        from . import intensity
+
+        try:
+            intensity.validate(options)
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+    if options.mlflow and importlib.util.find_spec("mlflow") is None:
+        raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
+    if keep_checkpoint and options.checkpoint is not None:
+        kept = keep_old_checkpoint(options.checkpoint)
+        if kept is not None:
+            print(f"energyprof: an earlier run's checkpoint was at {options.checkpoint}; kept it as {kept}"
+                  f" (energyprof report {kept} renders it)", file=stream or sys.stderr)
+
+
+def _is_sink(real: str) -> bool:
+    """A device or FIFO (such as /dev/null) can take several outputs: nothing is replaced."""
+    try:
+        mode = os.stat(real).st_mode
+    except OSError:
+        return False
+    return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
+
+
+def check_writable(path: str, what: str) -> None:
+    """Fail now, not after a ten-hour run, if an output cannot be written."""
+    if not path:
+        raise OptionError(f"{what} needs a file name, not ''")
+    p = Path(os.path.realpath(path))  # a symlink is written through to its target
+    if p.is_dir():
+        raise OptionError(f"{what}: {path} is a directory")
+    parent = p.parent
+    if not parent.is_dir():
+        raise OptionError(f"{what}: folder {Path(path).parent} does not exist")
+    if p.exists():
+        if not os.access(p, os.W_OK):
+            raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+        if not p.is_file():
+            return  # a device or FIFO is written through; its folder need not be writable
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+
+
+def keep_old_checkpoint(path: str) -> str | None:
+    """Move a checkpoint left by an earlier run to the first free `NAME.N.json`; None if none was there."""
+    p = Path(path)
+    if not p.is_file():
+        return None
+    stem = p.name[:-len(".json")] if p.name.endswith(".json") else p.name
+    for n in range(1, 10_000):
+        candidate = p.with_name(f"{stem}.{n}.json")
+        if not candidate.exists():
+            try:
+                os.link(p, candidate)  # never replaces an existing file, unlike rename
+                os.unlink(p)
+            except OSError as exc:
+                raise OptionError(f"--checkpoint: an earlier run's checkpoint is at {path} and cannot be kept"
+                                  f" ({exc.strerror or exc}); move it or choose another --checkpoint") from None
+            return str(candidate)
+    raise OptionError(f"--checkpoint: too many earlier checkpoints beside {path}; move them")

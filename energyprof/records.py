@@ -1,0 +1,287 @@
+"""The Profile's records (Source, Totals, Window, Process, Note, Timeline) and their checked reading.
+
+Plain dataclasses of facts, with read-only mapping access for code written against the /1 dicts,
+and readers that check every field's type and value, because a profile file can be crafted.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+
+class ProfileFormatError(ValueError):
+    """A profile file that cannot be read: corrupt, crafted, truncated, or from another version."""
+
+
+# ---------------------------------------------------------------- records
+
+
+class _Record:
+    """Read-only mapping access (`w["name"]`, `w.get("index")`) for readers written against /1's dicts."""
+
+    def __getitem__(self, key: str) -> Any:
+        if key in field_names(type(self)):
+            return getattr(self, key)
+        extra = getattr(self, "extra", None)
+        if isinstance(extra, dict) and key in extra:
+            return extra[key]
+        raise KeyError(key)
+
+    def get(self, key: str, default: Any = None) -> Any:
+        try:
+            value = self[key]
+        except KeyError:
+            return default
+        return default if value is None else value
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and self.get(key) is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.name == "extra":
+                out.update({k: v for k, v in value.items() if k not in out})
+            elif value is not None:
+                out[f.name] = value
+        return out
+
+
+_FIELD_NAMES: dict[type, frozenset[str]] = {}
+
+
+def field_names(cls: type) -> frozenset[str]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = frozenset(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return names
+
+
+@dataclass
+class Source(_Record):
+    """One energy source: `method` says whether its figures are measured or estimated."""
+
+    id: str
+    component: str = ""
+    method: str = "measured"
+    sensor: str = ""
+    detail: Any = None
+    update_period_s: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Totals(_Record):
+    """Run-wide sums for the profile's idle policy; energies are {source: joules}."""
+
+    energy_j: dict[str, float] = field(default_factory=dict)  # everything the sensors measured
+    attributed_j: dict[str, float] = field(default_factory=dict)  # the program's own nodes
+    energyprof_j: dict[str, float] = field(default_factory=dict)
+    idle_j: dict[str, float] = field(default_factory=dict)
+    duration_s: float = 0.0
+    cpu_time_s: float = 0.0
+    energyprof_cpu_time_s: float = 0.0
+    baseline_rss_bytes: int | None = None
+    peak_rss_bytes: int | None = None
+    peak_rss_exact_bytes: int | None = None  # the kernel's VmHWM after its mark was reset
+
+
+@dataclass
+class Window(_Record):
+    """A user-named span (epoch, step, phase): the machine's energy measured inside it."""
+
+    name: str
+    index: int | None = None
+    depth: int = 0
+    start_s: float = 0.0
+    end_s: float = 0.0
+    time_s: float = 0.0
+    energy_j: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class Process(_Record):
+    """One process of the job (the program, a child, a rank, a DataLoader worker)."""
+
+    pid: int
+    parent_pid: int | None = None
+    command: str = ""
+    role: str = "child"  # main, child, rank, worker
+    rank: int | None = None
+    local_rank: int | None = None
+    cpu_time_s: float = 0.0
+    energy_j: dict[str, float] = field(default_factory=dict)
+    peak_rss_bytes: int | None = None
+    exit: dict[str, Any] | None = None
+
+
+@dataclass
+class Note(_Record):
+    """Something the reader must know (a sensor dropped, a checkpoint rebuilt); `extra` keeps details."""
+
+    kind: str
+    message: str
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Timeline(_Record):
+    """Power and RSS per bucket (about 1,000 however long the run), and which functions ran in each."""
+
+    t_s: list[float] = field(default_factory=list)
+    start_s: list[float] = field(default_factory=list)
+    end_s: list[float] = field(default_factory=list)
+    power_w: dict[str, list[float]] = field(default_factory=dict)
+    rss_bytes: list[int] = field(default_factory=list)
+    functions: list[list[Any]] = field(default_factory=list)  # [function, file, line]
+    active: list[list[int]] = field(default_factory=list)  # per bucket: indices into functions
+
+    def __bool__(self) -> bool:
+        return bool(self.t_s)
+
+
+# ---------------------------------------------------------------- checked reading
+
+
+def get_field(d: dict[str, Any], key: str, kind: type, default: Any = ...) -> Any:
+    if key not in d:
+        if default is ...:
+            raise ProfileFormatError(f"profile is missing {key!r}")
+        return default
+    value = d[key]
+    if not isinstance(value, kind):
+        raise ProfileFormatError(f"{key!r} must be a {kind.__name__}, not {type(value).__name__}")
+    return value
+
+
+def number(value: Any, where: str, nonneg: bool = True) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ProfileFormatError(f"{where} must be a finite number, not {value!r}")
+    if nonneg and value < 0:
+        raise ProfileFormatError(f"{where} must not be negative ({value!r})")
+    return float(value)
+
+
+def integer(value: Any, where: str, optional: bool = False) -> int | None:
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProfileFormatError(f"{where} must be an integer, not {value!r}")
+    return value
+
+
+def string(value: Any, where: str) -> str:
+    if not isinstance(value, str):
+        raise ProfileFormatError(f"{where} must be a string, not {value!r}")
+    return value
+
+
+def energy(value: Any, where: str, optional: bool = False) -> dict[str, float] | None:
+    if value is None and optional:
+        return None
+    if not isinstance(value, dict):
+        raise ProfileFormatError(f"{where} must be an object of source: joules, not {type(value).__name__}")
+    return {string(k, where): number(v, f"{where}[{k}]") for k, v in value.items()}
+
+
+def optional_number(raw: dict[str, Any], key: str, where: str) -> float | None:
+    return None if raw.get(key) is None else number(raw[key], f"{where}.{key}")
+
+
+def optional_bytes(raw: dict[str, Any], key: str, where: str) -> int | None:
+    v = raw.get(key)
+    if v is None:
+        return None
+    return int(number(v, f"{where}.{key}", nonneg=False))
+
+
+def read_source(raw: Any, where: str) -> Source:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(f"{where}: each source must be an object")
+    known = field_names(Source)
+    return Source(id=string(raw.get("id"), f"{where}.id"), component=string(raw.get("component", ""), f"{where}.component"),
+                  method=string(raw.get("method", "measured"), f"{where}.method"),
+                  sensor=string(raw.get("sensor", ""), f"{where}.sensor"), detail=raw.get("detail"),
+                  update_period_s=optional_number(raw, "update_period_s", where),
+                  extra={k: v for k, v in raw.items() if k not in known})
+
+
+def read_totals(raw: dict[str, Any]) -> Totals:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError("totals must be an object")
+    w = "totals"
+    return Totals(energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
+                  attributed_j=energy(raw.get("attributed_j", {}), f"{w}.attributed_j") or {},
+                  energyprof_j=energy(raw.get("energyprof_j", {}), f"{w}.energyprof_j") or {},
+                  idle_j=energy(raw.get("idle_j", {}), f"{w}.idle_j") or {},
+                  duration_s=number(raw.get("duration_s", 0.0), f"{w}.duration_s"),
+                  cpu_time_s=number(raw.get("cpu_time_s", 0.0), f"{w}.cpu_time_s"),
+                  energyprof_cpu_time_s=number(raw.get("energyprof_cpu_time_s", 0.0), f"{w}.energyprof_cpu_time_s"),
+                  baseline_rss_bytes=optional_bytes(raw, "baseline_rss_bytes", w),
+                  peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", w),
+                  peak_rss_exact_bytes=optional_bytes(raw, "peak_rss_exact_bytes", w))
+
+
+def read_window(raw: Any) -> Window:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError("each window must be an object")
+    w = f"window {raw.get('name')!r}"
+    index = raw.get("index")
+    return Window(name=str(raw.get("name", "")), index=integer(index, f"{w}.index", optional=True),
+                  depth=integer(raw.get("depth", 0), f"{w}.depth") or 0,
+                  start_s=number(raw.get("start_s", 0.0), f"{w}.start_s", nonneg=False),
+                  end_s=number(raw.get("end_s", 0.0), f"{w}.end_s", nonneg=False),
+                  time_s=number(raw.get("time_s", 0.0), f"{w}.time_s"),
+                  energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {})
+
+
+def read_timeline(raw: dict[str, Any]) -> Timeline:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError("timeline must be an object")
+
+    def series(key: str, nonneg: bool = True) -> list[float]:
+        values = raw.get(key) or []
+        if not isinstance(values, list):
+            raise ProfileFormatError(f"timeline.{key} must be a list")
+        return [number(v, f"timeline.{key}", nonneg) for v in values]
+
+    power = raw.get("power_w") or {}
+    if not isinstance(power, dict):
+        raise ProfileFormatError("timeline.power_w must be an object")
+    functions = raw.get("functions") or []
+    active = raw.get("active") or []
+    if not isinstance(functions, list) or not isinstance(active, list) \
+            or not all(isinstance(a, list) for a in active):
+        raise ProfileFormatError("timeline.functions and timeline.active must be lists")
+    return Timeline(t_s=series("t_s", False), start_s=series("start_s", False), end_s=series("end_s", False),
+                    power_w={string(k, "timeline.power_w"): [number(v, f"timeline.power_w[{k}]") for v in vs]
+                             for k, vs in power.items() if isinstance(vs, list)},
+                    rss_bytes=[int(v) for v in series("rss_bytes")], functions=functions, active=active)
+
+
+def read_note(raw: Any) -> Note:
+    if isinstance(raw, str):
+        return Note("note", raw)
+    if not isinstance(raw, dict):
+        raise ProfileFormatError("each note must be an object")
+    kind = str(raw.get("kind", "note"))
+    message = str(raw.get("message", ""))
+    return Note(kind, message, {k: v for k, v in raw.items() if k not in ("kind", "message")})
+
+
+def read_process(raw: Any) -> Process:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError("each process must be an object")
+    w = f"process {raw.get('pid')!r}"
+    return Process(pid=integer(raw.get("pid"), f"{w}.pid") or 0,
+                   parent_pid=integer(raw.get("parent_pid"), f"{w}.parent_pid", optional=True),
+                   command=str(raw.get("command", "")), role=str(raw.get("role", "child")),
+                   rank=integer(raw.get("rank"), f"{w}.rank", optional=True),
+                   local_rank=integer(raw.get("local_rank"), f"{w}.local_rank", optional=True),
+                   cpu_time_s=number(raw.get("cpu_time_s", 0.0), f"{w}.cpu_time_s"),
+                   energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
+                   peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", w),
+                   exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None)

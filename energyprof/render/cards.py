@@ -1,0 +1,109 @@
+"""The report's first screen and its methodology, as plain data for the template (from the model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..analysis.report import ReportModel
+from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
+
+IDLE_POLICIES = {
+    "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "
+             "time for CPU and DRAM, its share of the device for a GPU. The rest of what the sensors "
+             "measured goes to the node [other processes and idle].",
+    "all": "The program is charged everything the sensors measured while it ran, as on a dedicated "
+           "machine (\u201cwhat did my job cost\u201d); nothing goes to other processes or idle.",
+}
+
+
+@dataclass
+class Card:
+    """One summary figure; `lines` are (text, tag) pairs shown under it, tag '' or a method."""
+
+    title: str
+    value: str
+    lines: list[tuple[str, str]] = field(default_factory=list)
+    kind: str = ""
+
+
+def pct(part: float, whole: float) -> str:
+    return f"{part / whole * 100:.1f}%" if whole else "\u2013"
+
+
+def summary_cards(model: ReportModel) -> list[Card]:
+    """Energy by source with its method, where it went, time, power, then carbon and memory."""
+    t = model.totals
+    total = model.total_energy_j
+    duration = model.duration_s
+    cards = [Card("Total energy", fmt_energy(total),
+                  [(f"{total / 3600:.4g} Wh", "")] + [
+                      (f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor or '?'})", s.method)
+                      for s in model.sources], "energy")]
+    attributed = model.attributed_j
+    idle = sum(t.idle_j.values())
+    own = sum(t.energyprof_j.values())
+    cards.append(Card("Charged to program", fmt_energy(attributed), [
+        (f"{pct(attributed, total)} of the total", ""),
+        (f"other processes and idle: {fmt_energy(idle)} ({pct(idle, total)})", ""),
+        (f"energyprof itself: {fmt_energy(own)} ({pct(own, total)})", ""),
+        (f"idle policy: {model.policy}", ""),
+    ], "attributed"))
+    cards.append(Card("Duration", fmt_seconds(duration), [
+        (f"CPU time: {fmt_seconds(t.cpu_time_s)}", ""),
+        (f"energyprof's own CPU: {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
+    ], "duration"))
+    peak = model.peak_power_w
+    cards.append(Card("Average power", f"{total / duration:.3g} W" if duration > 0 else "\u2013",
+                      [(f"peak: {peak:.3g} W" if peak is not None else "peak: \u2013", "")], "power"))
+    c = model.carbon
+    if c is not None:
+        lines = [(f"machine: {fmt_grams(c.machine_g)} CO\u2082eq (all energy measured)", ""),
+                 (f"at {c.intensity_g_per_kwh:.4g} gCO\u2082eq/kWh", "")]
+        where = " ".join(str(x) for x in (c.country, c.region) if x)
+        lines.append((f"{c.source} {where}".strip(), ""))
+        lines.append((f"PUE {c.pue:g}", ""))
+        if c.program_cost is not None:
+            lines.append((f"cost: {fmt_money(c.program_cost, c.currency)} (machine "
+                          f"{fmt_money(c.machine_cost, c.currency)})", ""))
+        cards.append(Card("Carbon (program)", fmt_grams(c.program_g) + " CO\u2082eq", lines, "carbon"))
+    m = model.memory
+    if m.peak is not None:
+        lines = []
+        if m.peak_rss_exact_bytes is not None:
+            lines.append((f"exact (kernel peak mark): {fmt_bytes(m.peak_rss_exact_bytes)}", "measured"))
+            if m.peak_rss_bytes is not None:
+                lines.append((f"sampled: {fmt_bytes(m.peak_rss_bytes)}", ""))
+        if m.baseline_rss_bytes is not None:
+            lines.append((f"at start: {fmt_bytes(m.baseline_rss_bytes)}", ""))
+            lines.append((f"growth: {fmt_bytes(m.peak - m.baseline_rss_bytes)}", ""))
+        cards.append(Card("Peak memory (RSS)", fmt_bytes(m.peak), lines, "memory"))
+    return cards
+
+
+def methodology(model: ReportModel) -> dict[str, Any]:
+    """The facts a reader needs to trust (or distrust) the figures, in plain words."""
+    meta = model.meta
+    command = meta.get("command") or " ".join(str(a) for a in meta.get("argv", []))
+    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail)} for s in model.sources]
+    return {
+        "sources": sources,
+        "sensor_notes": list(meta.get("sensor_notes") or []),
+        "policy": model.policy,
+        "policy_text": IDLE_POLICIES.get(model.policy, "unknown policy"),
+        "estimated": [s for s in sources if s["method"] == "estimated"],
+        "has_gpu": any(s.component.startswith("gpu") for s in model.sources),
+        "command": command,
+        "processes": model.processes,
+        "notes": [n.message for n in model.notes],
+        "host": meta.get("host") or {},
+        "exit": meta.get("exit") or {},
+    }
+
+
+def _detail_text(detail: Any) -> str:
+    if not detail:
+        return ""
+    if isinstance(detail, dict):
+        return ", ".join(f"{k}: {v}" for k, v in detail.items())
+    return str(detail)

@@ -1,0 +1,281 @@
+"""The report's figures as plotly data: the icicle, the timeline, and the function table's columns.
+
+Built from the report model; labels and hover texts are HTML-escaped because plotly reads a subset
+of HTML in them. Numbers are rounded so a 50,000-function page stays under 8 MB.
+"""
+
+from __future__ import annotations
+
+import functools
+import html
+import math
+import zlib
+from typing import Any
+
+from ..analysis.chart import ChartNode
+from ..analysis.functions import is_library
+from ..analysis.report import ReportModel
+from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Source
+from .cards import pct
+from .format import fmt_energy, fmt_seconds
+
+MAX_TIMELINE_POINTS = 3000
+MAX_WINDOW_SHADES = 200
+LABEL_CHARS = 60
+
+SOURCE_COLOURS = {"cpu": "#e8743b", "dram": "#3b7de8", "ram": "#3b7de8", "psys": "#8e5bd6", "gpu": "#2ca25f"}
+EXTRA_SOURCE_COLOURS = ["#d6a21e", "#c2185b", "#00897b", "#6d4c41", "#5c6bc0", "#7cb342"]
+FILE_PALETTE = [
+    "#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#ff9da7", "#9c755f",
+    "#79706e", "#86bcb6", "#d37295", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#499894",
+    "#e15759", "#d4a6c8", "#fabfd2", "#bab0ac",
+]
+SPECIAL_COLOURS = {IDLE_NODE: "#d9d9d9", SELF_NODE: "#bdbdbd", CHILDREN_NODE: "#c7b9e0"}
+OTHER_COLOUR = "#eeeeee"
+ROOT_COLOUR = "#f6d2bf"
+LIBRARY_COLOUR = "#cfd8dc"
+
+
+def report_data(model: ReportModel) -> dict[str, Any]:
+    """Everything the page's scripts read: the charts and the function table."""
+    return {
+        "sources": [{"id": s.id, "method": s.method, "colour": c}
+                    for s, c in zip(model.sources, source_colours(model.sources))],
+        "total_j": model.total_energy_j,
+        "chart": {"full": icicle_trace(model, model.chart),
+                  "collapsed": icicle_trace(model, model.chart_collapsed) if model.chart_collapsed else None},
+        "timeline": timeline_figure(model),
+        "table": function_table(model),
+        "spans": function_spans(model),
+        "resolution_s": model.resolution_s,
+    }
+
+
+def _round(x: float, digits: int = 4) -> float:
+    """Fewer digits for the table and timeline keep a 50,000-function report under 8 MB."""
+    return float(f"{x:.{digits}g}") if x else 0.0
+
+
+def source_colours(sources: list[Source]) -> list[str]:
+    """A stable colour per source: by component where known, then a fixed list."""
+    out, extra = [], 0
+    for s in sources:
+        comp = (s.component or s.id).split(":")[0]
+        colour = SOURCE_COLOURS.get(comp)
+        if colour is None or colour in out:
+            colour = EXTRA_SOURCE_COLOURS[extra % len(EXTRA_SOURCE_COLOURS)]
+            extra += 1
+        out.append(colour)
+    return out
+
+
+def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
+    """The pruned chart tree as parallel arrays for a plotly icicle, both metrics, both colourings."""
+    colours = dict(zip((s.id for s in model.sources), source_colours(model.sources)))
+    out: dict[str, list] = {k: [] for k in ("ids", "parents", "labels", "names", "hovertext", "value_e",
+                                            "value_t", "colour_file", "colour_mix")}
+    total_e = root.value_e or 1.0
+    total_t = root.value_t or 1.0
+    stack: list[tuple[ChartNode, str]] = [(root, "")]
+    while stack:
+        n, parent = stack.pop()
+        nid = f"n{len(out['ids'])}"
+        out["ids"].append(nid)
+        out["parents"].append(parent)
+        label = n.function if len(n.function) <= LABEL_CHARS else n.function[:LABEL_CHARS - 1] + "\u2026"
+        out["labels"].append(html.escape(label, quote=False))
+        out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
+        out["hovertext"].append(_hover(n, total_e, total_t))
+        out["value_e"].append(n.value_e)
+        out["value_t"].append(n.value_t)
+        out["colour_file"].append(_file_colour(n))
+        out["colour_mix"].append(_mix_colour(n, colours))
+        stack.extend((c, nid) for c in reversed(n.children))
+    return out
+
+
+def _hover(n: ChartNode, total_e: float, total_t: float) -> str:
+    esc = functools.partial(html.escape, quote=False)
+    if n.folded:
+        head = [f"other: {n.folded} smaller call paths"]
+    else:
+        head = [esc(n.function)] + ([esc(f"{n.file}:{n.line}")] if n.file else [])
+    parts = head + [
+        f"energy {fmt_energy(n.value_e)} ({pct(n.value_e, total_e)}), self {fmt_energy(sum(n.self_e.values()))}",
+        f"time {fmt_seconds(n.value_t)} ({pct(n.value_t, total_t)}), samples {n.samples}"
+        + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
+    ]
+    if len(n.energy) > 1 and n.value_e > 0:
+        parts.append(", ".join(f"{esc(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
+    return "<br>".join(parts)
+
+
+def _file_colour(n: ChartNode) -> str:
+    if n.function in SPECIAL_COLOURS:
+        return SPECIAL_COLOURS[n.function]
+    if n.folded:
+        return OTHER_COLOUR
+    if not n.file:
+        return ROOT_COLOUR
+    if is_library(n.file):
+        return LIBRARY_COLOUR
+    # crc32, not hash(): Python salts str hashes per process and the page must be reproducible.
+    return FILE_PALETTE[zlib.crc32(n.file.encode("utf-8", "replace")) % len(FILE_PALETTE)]
+
+
+def _mix_colour(n: ChartNode, colours: dict[str, str]) -> str:
+    """The sources' colours averaged by their share of this node's energy."""
+    if n.function in SPECIAL_COLOURS:
+        return SPECIAL_COLOURS[n.function]
+    total = n.value_e
+    if total <= 0:
+        return OTHER_COLOUR
+    rgb = [0.0, 0.0, 0.0]
+    for sid, j in n.energy.items():
+        hexc = colours.get(sid, "#999999")
+        for i in range(3):
+            rgb[i] += int(hexc[1 + 2 * i:3 + 2 * i], 16) * j / total
+    return "#" + "".join(f"{min(255, round(c)):02x}" for c in rgb)
+
+
+def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
+    """Stacked power per source as steps, an RSS lane when recorded, windows shaded."""
+    tl = model.profile.timeline
+    starts, ends = tl.start_s, tl.end_s
+    power = tl.power_w
+    n = min([len(starts), len(ends)] + [len(v) for v in power.values()]) if power else 0
+    if n == 0:
+        return None
+    buckets = _buckets(starts[:n], ends[:n])
+    xs = [starts[a] for a, _ in buckets] + [ends[buckets[-1][1] - 1]]
+    colours = dict(zip((s.id for s in model.sources), source_colours(model.sources)))
+    data: list[dict[str, Any]] = []
+    for sid, series in power.items():
+        ys = [_round(_mean_power(series, starts, ends, a, b)) for a, b in buckets]
+        data.append({"type": "scatter", "mode": "lines", "name": f"{sid} (W)", "x": [_round(x, 6) for x in xs],
+                     "y": ys + ys[-1:], "stackgroup": "power", "line": {"shape": "hv", "width": 0.5,
+                     "color": colours.get(sid, "#999999")},
+                     "hovertemplate": "%{y:.3g} W<extra>" + html.escape(sid, quote=False) + "</extra>"})
+    layout: dict[str, Any] = {
+        "margin": {"l": 55, "r": 20, "t": 10, "b": 40}, "height": 300, "hovermode": "x unified",
+        "xaxis": {"title": {"text": "time (s)"}, "zeroline": False},
+        "yaxis": {"title": {"text": "power (W)"}, "rangemode": "tozero"},
+        "legend": {"orientation": "h", "y": 1.12, "x": 0}, "shapes": [], "annotations": [],
+    }
+    rss = tl.rss_bytes
+    if len(rss) >= n:
+        ys = [_round(max(rss[a:b]) / 2**20) for a, b in buckets]
+        data.append({"type": "scatter", "mode": "lines", "name": "RSS (MiB)", "x": [_round(x, 6) for x in xs],
+                     "y": ys + ys[-1:], "yaxis": "y2", "line": {"shape": "hv", "color": "#555"},
+                     "hovertemplate": "%{y:.4g} MiB<extra>RSS</extra>"})
+        layout["yaxis"]["domain"] = [0.32, 1.0]
+        layout["yaxis2"] = {"domain": [0.0, 0.22], "title": {"text": "RSS (MiB)"}, "rangemode": "tozero"}
+        layout["height"] = 380
+    _shade_windows(model, layout)
+    return {"data": data, "layout": layout}
+
+
+def _buckets(starts: list[float], ends: list[float]) -> list[tuple[int, int]]:
+    """Consecutive index ranges, at most MAX_TIMELINE_POINTS of them (long runs have many readings)."""
+    n = len(starts)
+    step = max(1, math.ceil(n / MAX_TIMELINE_POINTS))
+    return [(a, min(n, a + step)) for a in range(0, n, step)]
+
+
+def _mean_power(series: list[float], starts: list[float], ends: list[float], a: int, b: int) -> float:
+    """Energy over a bucket divided by its length: downsampling keeps the area (the joules)."""
+    span = sum(ends[i] - starts[i] for i in range(a, b))
+    if span <= 0:
+        return sum(series[a:b]) / (b - a)
+    return sum(series[i] * (ends[i] - starts[i]) for i in range(a, b)) / span
+
+
+def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
+    palette = ["rgba(78,121,167,0.12)", "rgba(242,142,43,0.12)"]
+    windows = sorted(model.profile.windows, key=lambda w: (w.depth, w.start_s))
+    for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):
+        layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": w.start_s,
+                                 "x1": w.end_s, "y0": 0, "y1": 1, "line": {"width": 0},
+                                 "fillcolor": palette[i % 2], "layer": "below"})
+        if w.depth == 0 and len(windows) <= 40:
+            layout["annotations"].append({"x": w.start_s, "y": 1, "xref": "x", "yref": "paper",
+                                          "text": html.escape(w.name, quote=False),
+                                          "showarrow": False, "xanchor": "left", "yanchor": "top",
+                                          "font": {"size": 10, "color": "#555"}})
+
+
+def function_spans(model: ReportModel) -> dict[str, list[list[float]]]:
+    """{function table row: [[start_s, end_s], ...]}: when the function was on a stack.
+
+    From the timeline's per-bucket record of the stacks that ran (the heaviest few per bucket),
+    adjacent buckets merged; the timeline draws them when a table row is clicked.
+    """
+    tl = model.profile.timeline
+    functions, active, starts, ends = tl.functions, tl.active, tl.start_s, tl.end_s
+    if not functions or not active:
+        return {}
+    row_of = {(r.function, r.file, r.line): i for i, r in enumerate(model.rows)}
+    fn_row = [row_of.get((f[0], f[1], f[2])) for f in functions]
+    spans: dict[int, list[list[float]]] = {}
+    for b, members in enumerate(active[: min(len(starts), len(ends))]):
+        s, e = _round(starts[b], 6), _round(ends[b], 6)
+        for k in members:
+            row = fn_row[k] if k < len(fn_row) else None
+            if row is None:
+                continue
+            lst = spans.setdefault(row, [])
+            if lst and abs(lst[-1][1] - s) < 1e-6 * max(1.0, e):
+                lst[-1][1] = e
+            else:
+                lst.append([s, e])
+    return {str(k): v for k, v in spans.items()}
+
+
+def function_table(model: ReportModel) -> dict[str, Any]:
+    """Every function as columns (compact for 50,000 rows); files are interned once.
+
+    Numeric columns are scaled (see `scaled_column`) because a 50,000-function table is most of
+    the page once plotly.js is in it, and the page must stay under 8 MB.
+    """
+    rows = model.rows
+    sources = [s.id for s in model.sources]
+    files: dict[str, int] = {}
+    for r in rows:
+        files.setdefault(r.file, len(files))
+    table: dict[str, Any] = {
+        "fn": [r.function for r in rows],
+        "file": [files[r.file] for r in rows],
+        "line": [r.line for r in rows],
+        "files": list(files),
+        "self_n": [r.self_samples for r in rows],
+        "n": [r.samples for r in rows],
+        "self_e": scaled_column([r.self_total_energy for r in rows]),
+        "tot_e": scaled_column([r.total_energy for r in rows]),
+        "self_t": scaled_column([r.self_time_s for r in rows]),
+        "t": scaled_column([r.time_s for r in rows]),
+        "cpu": scaled_column([r.cpu_time_s for r in rows]),
+        "src_self": [], "src_tot": [],
+    }
+    if len(sources) > 1:
+        table["src_self"] = [scaled_column([r.self_energy_j.get(s, 0.0) for r in rows]) for s in sources]
+        table["src_tot"] = [scaled_column([r.energy_j.get(s, 0.0) for r in rows]) for s in sources]
+    return table
+
+
+def scaled_column(values: list[float], digits: int = 3) -> dict[str, Any]:
+    """Values as `v * 10**exp` with `digits` significant digits, exp putting the median near 100.
+
+    Around the median the numbers then print as short integers ("523", not "0.00523"); the table
+    shows three significant digits, so nothing visible is lost.
+    """
+    nonzero = sorted(abs(v) for v in values if v)
+    exp = math.floor(math.log10(nonzero[len(nonzero) // 2])) - (digits - 1) if nonzero else 0
+    scale = 10.0 ** -exp
+    return {"exp": exp, "v": [_compact(v * scale, digits) for v in values]}
+
+
+def _compact(x: float, digits: int) -> float | int:
+    if not x:
+        return 0
+    r = float(f"{x:.{digits}g}")
+    return int(r) if r.is_integer() and abs(r) < 2**53 else r
