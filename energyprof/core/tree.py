@@ -68,6 +68,8 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any]) -> Profile:
         if st.samples:
             node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
         node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
+        if st.alloc_bytes:
+            node.alloc_bytes = int(round((node.alloc_bytes or 0) + st.alloc_bytes))
 
     specials = []
     own = ledger.own_share if share else ledger.own_all
@@ -157,6 +159,8 @@ def _sum_inclusive(root: Node, ids: list[str]) -> None:
                 growth = (growth or 0) + c.rss_growth_bytes
             if c.peak_rss_bytes is not None:
                 peak = max(peak or 0, c.peak_rss_bytes)
+            if c.alloc_bytes is not None:
+                node.alloc_bytes = (node.alloc_bytes or 0) + c.alloc_bytes
         node.energy_j = energy
         node.time_s, node.cpu_time_s, node.samples = time_s, cpu_s, samples
         node.rss_growth_bytes = growth
