@@ -132,7 +132,12 @@ class Collector:
         while not self._stop.wait(self.interval_s):
             if generation != self._generation:
                 return
-            self.tick(generation=generation)
+            try:
+                self.tick(generation=generation)
+            except Exception as exc:  # noqa: BLE001 - one bad tick must not end the measurement
+                if not any(n["kind"] == "collector-error" for n in self.notes):
+                    self.notes.append({"kind": "collector-error", "message": f"a collector tick failed:"
+                                       f" {type(exc).__name__}: {exc}"})
             if self.checkpoint_path and time.perf_counter_ns() - self._last_checkpoint >= self.checkpoint_interval_ns:
                 self.write_checkpoint()
 

@@ -170,8 +170,15 @@ class Profiler:
             self._cuda_sync()
             peak = probes.read_peak() if self._peak_reset else None
             if self._tracemalloc_started and isinstance(self._sampler, Sampler):
+                import tracemalloc
+
                 self._sampler.stop()
-                allocations = self._sampler.allocations()
+                if tracemalloc.is_tracing() and tracemalloc.get_traceback_limit() == 1:
+                    allocations = self._sampler.allocations()
+                else:
+                    self._tracemalloc_started = False  # the program's now: left alone
+                    self._notes.append({"kind": "memory-exact", "message": "memory=exact is off: the program"
+                                        " runs tracemalloc itself, and energyprof leaves it alone"})
         except Exception as exc:  # noqa: BLE001 - a failed sync or read still ends the profile
             self._notes.append({"kind": "stop", "message": f"while stopping: {type(exc).__name__}: {exc}"})
         finally:

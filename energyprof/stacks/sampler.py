@@ -32,7 +32,7 @@ THREAD_FRAME_PREFIX = "[thread "
 # A followed child's stacks carry this frame (line = its pid) where its process node goes:
 # the supervisor puts the node, and for a spawned child the stack that started it, there.
 PROCESS_MARKER = "[process]"
-FLUSH_NS = 100_000_000  # a SIGKILL loses at most this much of a spooled stream
+FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (one write each)
 
 Frame = tuple[str, str, int]
 
@@ -112,6 +112,8 @@ class View:
         if self.fork_frames is None or self.parent is None:
             return [marker(self.pid), *frames]
         fork = self.fork_frames
+        if not frames:  # nothing of the program's running (shutting down): the process itself
+            return [*self.parent.main(fork), marker(self.pid)]
         c = 0
         n = min(len(fork), len(frames))
         while c < n and fork[c] == frames[c]:
@@ -493,8 +495,8 @@ class Agent:
             self.spool.event(f"E\t{time.perf_counter_ns()}\t{_esc(text)}\n")
         if self.sampler.alloc:
             tm = sys.modules.get("tracemalloc")
-            if tm is not None and not tm.is_tracing():
-                self.note("memory=exact is off: the program stopped tracemalloc, which energyprof leaves alone")
+            if tm is None or not tm.is_tracing() or tm.get_traceback_limit() != 1:
+                self.note("memory=exact is off: the program runs tracemalloc itself, and energyprof leaves it alone")
             else:
                 for fr, size in self.sampler.allocations():
                     if fr is None:

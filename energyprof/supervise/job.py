@@ -62,7 +62,8 @@ class Proc:
     own_ns: int = 0  # the part of it that was energyprof's sampler
     rss: int = 0
     synthetic_sid: int = -1
-    synthetic_t: int = 0
+    synthetic_t: int = 0  # a process read from /proc: its samples so far reach this time ...
+    sampled_ns: int = 0  # ... and carry this much of its CPU
     t_start: int = 0
     placed: bool = False
     stash: list = field(default_factory=list)  # records held until the process is placed
@@ -203,6 +204,8 @@ class JobFeed:
             parent = self.procs[p.ppid] = Proc(pid=p.ppid, ppid=os.getpid(), python=False,
                                                command=follow.command(p.ppid), last_data=time.perf_counter_ns())
             self._place(parent)
+            parent.placed = True
+            parent.synthetic_t = parent.t_start = parent.last_data
             self._seen.pop(p.ppid, None)
         p.main = p.pid == self.main_pid
         if p.main:
@@ -221,7 +224,7 @@ class JobFeed:
         if p.forked and p.python:
             p.anchor = ()  # the forking stack is in its own stacks, as its parent named it
         else:
-            p.anchor = self._stack_of(parent, p.t_start if p.python else None)
+            p.anchor = self._stack_of(parent, p.t_start)
 
     def _stack_of(self, parent: Proc | None, t: int | None = None) -> tuple[int, ...]:
         """Where a new child of `parent` goes: under the stack it ran at `t` (default: now)."""
@@ -331,8 +334,8 @@ class JobFeed:
                 if st is None:
                     continue
                 p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=follow.command(pid))
-                p.last_data = now
-                self._place(p)
+                p.last_data = p.t_start = p.synthetic_t = now
+                p.cpu_ns = p.sampled_ns = st.cpu_ns
                 self._seen.pop(pid, None)
 
     def _read_non_python(self, t: int) -> tuple[dict[int, int], int]:
@@ -350,16 +353,16 @@ class JobFeed:
                     if st is not None and st.exit is not None:
                         p.exit = st.exit
                 if st is not None:
-                    d = max(0, st.cpu_ns - p.cpu_ns) if p.synthetic_t else 0
                     p.cpu_ns = max(p.cpu_ns, st.cpu_ns)
-                    rss = follow.rss_bytes(p.pid) if self.rss and not p.ended else 0
-                    p.rss = rss
-                    rss_total += rss
-                    if p.synthetic_t and p.pframe is not None:
-                        if p.synthetic_sid < 0:
-                            p.synthetic_sid = self.table.stack_id((*p.anchor, p.pframe))
-                        self.ledger.add_sample(Sample(p.synthetic_t, t, p.synthetic_sid, d, True, rss, p.pid, -1))
-                    p.synthetic_t = t
+                    p.rss = follow.rss_bytes(p.pid) if self.rss and not p.ended else 0
+                    rss_total += p.rss
+                if (p.placed or self._try_place(p)) and p.pframe is not None:
+                    if p.synthetic_sid < 0:
+                        p.synthetic_sid = self.table.stack_id((*p.anchor, p.pframe))
+                    if t > p.synthetic_t:
+                        d, p.sampled_ns = p.cpu_ns - p.sampled_ns, p.cpu_ns
+                        self.ledger.add_sample(Sample(p.synthetic_t, t, p.synthetic_sid, d, True, p.rss, p.pid))
+                        p.synthetic_t = t
             cpu[p.pid] = p.cpu_ns
         return cpu, rss_total
 
@@ -368,7 +371,9 @@ class JobFeed:
         """Readings up to this time have all their samples in."""
         bound = self._t_scan
         for p in self.procs.values():
-            if p.python and not p.ended and now - p.last_data < MAX_LAG_NS:
+            if not p.placed and not p.ended:
+                bound = min(bound, p.t_start)
+            elif p.python and not p.ended and now - p.last_data < MAX_LAG_NS:
                 bound = min(bound, p.watermark)
         return bound
 
