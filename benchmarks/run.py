@@ -33,7 +33,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKLOADS_DIR = HERE / "workloads"
-WORKLOADS = ("calls", "loops", "native", "threads", "training")
+WORKLOADS = ("calls", "loops", "native", "threads", "training", "loader")
 MARKER = "BENCH_SECONDS="
 SKIP_EXIT = 3  # workloads/training.py: torch or the example is missing
 QUICK_SIZE = 0.05
@@ -68,6 +68,8 @@ def modes(py: str, out: Path) -> list[Mode]:
         Mode("cheap", "energyprof cheapest", ep + ["-o", str(out / "cheap.html")] + CHEAP_FLAGS),
         Mode("no-memory", "energyprof default without memory tracking",
              ep + ["-o", str(out / "nomem.html"), "--memory", "off", "--no-peak-reset"]),
+        Mode("no-follow", "energyprof default, children measured by CPU only",
+             ep + ["-o", str(out / "nofollow.html"), "--no-follow"]),
         Mode("ep-pyinst", "energyprof --sampler pyinstrument",
              ep + ["-o", str(out / "epp.html"), "--sampler", "pyinstrument"]),
         Mode("pyinstrument", "python -m pyinstrument (1 ms)",
@@ -155,7 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=5, help="measured pairs per workload and mode (default 5)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and 2 pairs: a smoke run for CI")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ",".join(WORKLOADS))
-    ap.add_argument("--modes", default=None, help="comma-separated subset of default,cheap,no-memory,ep-pyinst,pyinstrument")
+    ap.add_argument("--modes", default=None,
+                    help="comma-separated subset of default,cheap,no-memory,no-follow,ep-pyinst,pyinstrument")
+    ap.add_argument("--tick-rate", action="store_true",
+                    help="instead: sensor ticks per second while the program holds the GIL (loops, a 300 MB bytearray)")
+    ap.add_argument("--baseline", default=None, metavar="REPO",
+                    help="with --tick-rate: also measure the energyprof checked out at REPO, side by side")
     ap.add_argument("--size", type=float, default=None, help="workload scale (default 1.0, ~1-2 s; --quick: 0.05)")
     ap.add_argument("--training-args", default="", help="arguments passed to examples/lenet_cifar.py")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every pair on stderr")
@@ -165,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s): {', '.join(unknown)}")
+    if ns.tick_rate:
+        return tick_rate(ns.pairs, ns.baseline)
     pairs = 2 if ns.quick and ns.pairs == 5 else ns.pairs
     if pairs < 1:
         ap.error("--pairs must be at least 1")
@@ -194,6 +203,41 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n(benchmark took {time.perf_counter() - t_start:.0f} s)")
         if any(r.failed for results in table.values() for r in results.values()):
             return 1
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+GIL_PROGRAMS = {
+    "loops": "import sys; sys.path.insert(0, {wd!r}); import loops; loops.work(22_000_000)",
+    "bytearray": "import time\nfor _ in range(5):\n    b = bytearray(300 * 1024 * 1024)\n    del b\n    time.sleep(0.05)",
+}
+
+
+def tick_rate(runs: int, baseline: str | None) -> int:
+    """Sensor readings per second of wall time during programs that hold the GIL, read from
+    the profile's timeline (one point per reading while the run has fewer than 1000)."""
+    import json
+
+    trees = [("this tree", str(REPO))] + ([("baseline", baseline)] if baseline else [])
+    print(machine())
+    print(f"sensor ticks per second (default 10 ms sensor interval: 100/s at most), median of {runs} runs")
+    tmp = Path(tempfile.mkdtemp(prefix="energyprof-bench-"))
+    try:
+        for prog, code in GIL_PROGRAMS.items():
+            (tmp / f"{prog}_prog.py").write_text(code.format(wd=str(WORKLOADS_DIR)))
+            cells = []
+            for label, tree in trees:
+                rates = []
+                for _ in range(runs):
+                    env = dict(os.environ, PYTHONPATH=tree)
+                    out = tmp / "t.json"
+                    subprocess.run([sys.executable, "-m", "energyprof", "-q", "-o", str(tmp / "t.html"),
+                                    "--json", str(out), str(tmp / f"{prog}_prog.py")], env=env, cwd=tmp, check=True)
+                    d = json.loads(out.read_text())
+                    rates.append(len(d["timeline"]["t_s"]) / d["totals"]["duration_s"])
+                cells.append(f"{label}: {statistics.median(rates):.0f}/s [{min(rates):.0f}-{max(rates):.0f}]")
+            print(f"{prog:10s} " + "   ".join(cells))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0

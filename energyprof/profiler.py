@@ -19,7 +19,7 @@ from .probes import OwnClocks
 from .options import Options
 from .profile import Profile
 from .stacks.frames import anchor_depth
-from .stacks.sampler import Sampler, View
+from .stacks.sampler import HookSampler, Sampler, View
 
 _active_lock = threading.Lock()
 _active: Profiler | None = None
@@ -127,13 +127,9 @@ class Profiler:
                 tracemalloc.start(1)
                 self._tracemalloc_started = alloc = True
         self._collector.start()
-        if o.sampler == "pyinstrument":
-            from .stacks.pyinstrument_hook import PyinstrumentSampler
-
-            self._sampler = PyinstrumentSampler(self._ledger.stacks, self._feed.queue.append, o.interval, anchor)
-        else:
-            self._sampler = Sampler(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
-                                    alloc=alloc, own_idents=own.idents)
+        kind = HookSampler if o.sampler == "pyinstrument" else Sampler
+        self._sampler = kind(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
+                             alloc=alloc, own_idents=own.idents)
         self._sampler.start()
 
     def _teardown(self) -> None:

@@ -14,6 +14,13 @@ run of any length costs memory in proportion to its distinct stacks:
   the main thread for GPUs and for intervals in which the program burnt no CPU.
 
 Both idle policies are accumulated side by side, so the policy is a rendering choice.
+
+A run may be several processes (the supervisor feeds every followed process's samples into
+one ledger, each tagged with its pid): an interval's energy is then shared among all of
+them by CPU weight, and `process_table` gives each process its part. RSS arrives with each
+sample, so memory growth is charged per process to the stack running when it was seen.
+Samples may arrive in any order; the caller adds a tick only once every sample that ends
+before it is in.
 """
 
 from __future__ import annotations

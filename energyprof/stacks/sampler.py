@@ -339,8 +339,8 @@ class Sampler:
 
 
 class HookSampler(Sampler):
-    """`--sampler pyinstrument` in a supervised process: pyinstrument's C profile hook on the
-    main thread calls back every `interval`; the same sink, views and interning.
+    """`--sampler pyinstrument`: pyinstrument's C profile hook on the main thread calls back
+    every `interval`, on the program's thread; the same sinks, views and interning.
 
     Precise and async-aware, but it runs on every Python call and sees the main thread
     only. `subscribe` is not documented pyinstrument API; it is pinned to 5.x.
@@ -374,7 +374,7 @@ class HookSampler(Sampler):
         sid = self._cache.get(key)
         if sid is None:
             frames: list[Frame] = []
-            for ident in call_stack[1:]:  # [0] is pyinstrument's <thread> pseudo-frame
+            for ident in call_stack[1 + self.view.anchor:]:  # [0] is pyinstrument's <thread> pseudo-frame
                 parts = ident.split("\x01")[0].split("\x00")
                 file = parts[1] if len(parts) > 1 else ""
                 kind = frame_kind(file)
