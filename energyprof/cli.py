@@ -232,6 +232,14 @@ def _check_command(command: str) -> str | None:
     return None
 
 
+def _interpreter_flags() -> list[str]:
+    """The interpreter's own flags (-X dev, -W error, -O, ...) for the program's python, but
+    those that would keep the sampler's bootstrap from starting (-I, -E, -S)."""
+    import subprocess
+
+    return [f for f in subprocess._args_from_interpreter_flags() if f not in ("-I", "-E", "-S")]
+
+
 def _run(argv: list[str]) -> int:
     parser = build_run_parser()
     own, script, module, prog_args = split_argv(parser, argv)
@@ -249,11 +257,12 @@ def _run(argv: list[str]) -> int:
         command, target = [script, *prog_args], script
     else:
         _check_target(script, module)
+        python = [sys.executable, *_interpreter_flags()]
         if module is not None:
-            command, target = [sys.executable, "-m", module, *prog_args], module
+            command, target = [*python, "-m", module, *prog_args], module
         else:
             assert script is not None
-            command, target = [sys.executable, script, *prog_args], script
+            command, target = [*python, script, *prog_args], script
     from .outputs import write_outputs
     from .supervise import signals
     from .supervise.supervisor import SpawnError, Supervisor

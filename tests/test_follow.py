@@ -29,6 +29,11 @@ def burn(n):
     for i in range(n):
         s += i * i
     return s
+
+def burn_for(seconds):  # long enough for dozens of 5 ms samples on a loaded machine
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        burn(10_000)
 """
 
 
@@ -117,7 +122,7 @@ def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
         import os
         pid = os.fork()
         if pid == 0:
-            burn(300_000)
+            burn_for(0.4)
             print("child", flush=True)
         else:
             os.waitpid(pid, 0)

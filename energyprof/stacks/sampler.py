@@ -33,6 +33,7 @@ THREAD_FRAME_PREFIX = "[thread "
 # the supervisor puts the node, and for a spawned child the stack that started it, there.
 PROCESS_MARKER = "[process]"
 FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (one write each)
+SEGMENT_BYTES = 8 << 20  # a spool goes on in a new file past this; the reader deletes what it has read
 
 Frame = tuple[str, str, int]
 
@@ -406,13 +407,21 @@ def _esc(s: str) -> str:
 
 class Spool:
     """Records as text lines, written with one os.write per flush (a SIGKILL loses only the
-    unflushed tail; a half-written last line is ignored by the reader)."""
+    unflushed tail; a half-written last line is ignored by the reader). Past SEGMENT_BYTES the
+    stream goes on in `PATH.1`, `PATH.2`, ... (an `R` record names the next file), so the
+    reader can delete what it has read and a long run holds little on disk."""
 
     def __init__(self, path: str) -> None:
         self.path = path
-        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+        self.fd = self._open(path)
         self.buf: list[str] = []
         self._lock = _thread.allocate_lock()  # windows come from program threads
+        self._size = 0
+        self._segment = 0
+
+    @staticmethod
+    def _open(path: str) -> int:
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
 
     def write(self, line: str) -> None:
         self.buf.append(line)
@@ -440,11 +449,24 @@ class Spool:
             return
         data = "".join(buf).encode("utf-8", "surrogateescape")
         try:
-            while data:
-                n = os.write(self.fd, data)
-                data = data[n:]
+            self._size += len(data)
+            if self._size >= SEGMENT_BYTES:
+                self._segment += 1
+                name = f"{self.path}.{self._segment}"
+                fd = self._open(name)
+                data += f"R\t{os.path.basename(name)}\n".encode()
+                self._write(data)
+                os.close(self.fd)
+                self.fd, self._size = fd, 0
+            else:
+                self._write(data)
         except OSError:
             pass
+
+    def _write(self, data: bytes) -> None:
+        while data:
+            n = os.write(self.fd, data)
+            data = data[n:]
 
     def close(self) -> None:
         try:

@@ -26,6 +26,7 @@ from . import follow
 from .stream import StreamReader, unescape
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
+LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
 NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is not Python (or not followed)
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
 
@@ -97,8 +98,7 @@ class JobFeed:
         if self.main_pid is not None and now - self._last_scan >= SCAN_NS:
             self._last_scan = now
             self._scan(now)
-        self._t_scan = now
-        self._read_streams()
+        self._read_streams(listing=now - self._t_scan >= LIST_NS)
         nonpy, nonpy_rss = self._read_non_python(t)
         self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss))
         self._release(self._bound(now))
@@ -125,11 +125,16 @@ class JobFeed:
                 p.reader.close()
 
     # -- streams -------------------------------------------------------------------------
-    def _read_streams(self) -> None:
-        try:
-            names = os.listdir(self.spool)
-        except OSError:
-            names = []
+    def _read_streams(self, listing: bool = True) -> None:
+        names: list[str] = []
+        if listing:
+            # Readings up to the listing's time may be released: any process started before
+            # it had its spool file by then (the sampler creates it first thing).
+            self._t_scan = time.perf_counter_ns()
+            try:
+                names = os.listdir(self.spool)
+            except OSError:
+                names = []
         fresh = []
         for name in names:
             path = os.path.join(self.spool, name)

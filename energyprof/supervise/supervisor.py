@@ -115,7 +115,7 @@ class Supervisor:
                 return {"status": "terminated", "signal": "SIGTERM"}
             return {"status": "signal", "signal": name}
         code = os.WEXITSTATUS(status)
-        if exception is not None:
+        if exception is not None and code == 1:  # Python's status after an uncaught exception
             return {"status": "exception", "exception": exception}
         if code == 0:
             return {"status": "completed"}
