@@ -318,3 +318,61 @@ def test_no_zombie_supervisor_state_is_left(here):
     script(here, "q.py", "print(1)\n")
     assert run_cli(profiled("q.py"), cwd=here).returncode == 0
     assert set(Path(tempfile.gettempdir()).glob("energyprof-*")) <= before
+
+
+def test_a_program_closing_every_descriptor_keeps_its_files_its_own(here):
+    script(here, "daemon.py", BURN, """
+        import os
+        os.closerange(3, 1024)  # as daemonising code does
+        with open("mine.txt", "w") as fh:  # likely to get the number energyprof's spool had
+            for i in range(30):
+                burn_for(0.01)
+                fh.write(f"line {i}\\n")
+    """)
+    res = run_cli(profiled("daemon.py"), cwd=here)
+    assert res.returncode == 0, res.stderr
+    assert (here / "mine.txt").read_text() == "".join(f"line {i}\n" for i in range(30))
+    assert load(here / "p.json").function_totals("burn") > 0  # the stream went on, by name
+
+
+def test_ctrl_c_in_a_terminal_reaches_the_program_once(here):
+    """The terminal sends SIGINT to the whole foreground group, energyprof included: it must
+    not pass it on a second time."""
+    import pty
+
+    script(here, "count.py", """
+        import signal, time
+        got = []
+        signal.signal(signal.SIGINT, lambda s, f: got.append(s))
+        print("ready", flush=True)
+        end = time.monotonic() + 20
+        while not got and time.monotonic() < end:
+            time.sleep(0.01)
+        time.sleep(1.0)  # time for a second delivery, if there were one
+        print("signals:", len(got), flush=True)
+    """)
+    env = dict(os.environ)
+    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: a new session whose controlling terminal is the pty
+        os.chdir(here)
+        os.execve(sys.executable, [sys.executable, "-m", "energyprof", *profiled("count.py")], env)
+    out = b""
+    deadline = time.monotonic() + 60
+    while b"ready" not in out and time.monotonic() < deadline:
+        out += os.read(fd, 1024)
+    time.sleep(0.3)
+    os.write(fd, b"\x03")  # Ctrl-C
+    while time.monotonic() < deadline:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:  # EIO: the other side closed
+            break
+        if not chunk:
+            break
+        out += chunk
+    _, status = os.waitpid(pid, 0)
+    os.close(fd)
+    assert b"signals: 1" in out, out
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert load(here / "p.json").meta["exit"] == {"status": "completed"}

@@ -414,6 +414,7 @@ class Spool:
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd = self._open(path)
+        self._file = self._identity(self.fd)
         self.buf: list[str] = []
         self._lock = _thread.allocate_lock()  # windows come from program threads
         self._size = 0
@@ -422,6 +423,11 @@ class Spool:
     @staticmethod
     def _open(path: str) -> int:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+
+    @staticmethod
+    def _identity(fd: int) -> tuple[int, int]:
+        st = os.fstat(fd)
+        return st.st_dev, st.st_ino
 
     def write(self, line: str) -> None:
         self.buf.append(line)
@@ -457,13 +463,23 @@ class Spool:
                 data += f"R\t{os.path.basename(name)}\n".encode()
                 self._write(data)
                 os.close(self.fd)
-                self.fd, self._size = fd, 0
+                self.fd, self._size, self._file = fd, 0, self._identity(fd)
             else:
                 self._write(data)
         except OSError:
             pass
 
     def _write(self, data: bytes) -> None:
+        try:
+            same = self._identity(self.fd) == self._file
+        except OSError:
+            same = False
+        if not same:
+            # The program closed our descriptor (daemonising code does): never write into
+            # whatever file now has its number; open the spool again by name.
+            current = f"{self.path}.{self._segment}" if self._segment else self.path
+            self.fd = self._open(current)
+            self._file = self._identity(self.fd)
         while data:
             n = os.write(self.fd, data)
             data = data[n:]
