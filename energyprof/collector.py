@@ -249,7 +249,6 @@ class LocalFeed:
         self.rss = rss
         self.rss_children = rss_children
         self.queue: deque[Any] = deque()
-        self.pid = os.getpid()
         self._children_rss = 0
         self._live_children_ns = 0
         self._children_polled = 0

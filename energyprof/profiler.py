@@ -192,14 +192,8 @@ class Profiler:
         if peak is not None:
             self.profile.totals["peak_rss_exact_bytes"] = peak
             self.profile.root.peak_rss_bytes = max(self.profile.root.peak_rss_bytes or 0, peak)
-        if self.options.memory == "exact" and not self._notes_of("memory-exact"):
-            self.profile.notes.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
-                                       " allocation-heavy code several times, so time and energy are distorted"})
         self._collector.remove_checkpoint()
         return self.profile
-
-    def _notes_of(self, kind: str) -> list[dict[str, Any]]:
-        return [n for n in self._notes if n.get("kind") == kind]
 
     @property
     def running(self) -> bool:
@@ -233,39 +227,18 @@ class Profiler:
 
     # -- results -----------------------------------------------------------------------
     def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:
-        o = self.options
-        return {
-            "target": self.target or "<program>",
-            "argv": list(self.argv),
-            "command": " ".join(self.argv),
-            "started_at": _dt.datetime.fromtimestamp(self._started_wall, _dt.timezone.utc).isoformat(),
-            "sampler": o.sampler,
-            "interval_s": o.interval,
-            "sensor_interval_s": o.sensor_interval,
-            "energyprof_version": __version__,
-            "python": platform.python_version(),
-            "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
-                     "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
-            "pid": os.getpid(),
-            "sensor_notes": list(self._discovery_notes),
-            "exit": exit_status or {"status": "completed"},
-        }
+        return run_meta(self.options, self.target or "<program>", self.argv, self._started_wall, os.getpid(),
+                        self._discovery_notes, exit_status or {"status": "completed"})
 
     def _checkpoint_header(self) -> dict[str, Any]:
         assert self._ledger is not None
-        return {"kind": "energyprof.checkpoint/1", "meta": self._meta({"status": "checkpoint"}),
-                "idle": self.options.idle, "notes": list(self._notes),
-                "memory": memory_state(self._ledger.first_tick, self._ledger.timeline.rss)}
+        return checkpoint_header(self._meta({"status": "checkpoint"}), self.options, self._notes, self._ledger)
 
     def _build(self, exit_status: dict[str, Any] | None) -> Profile:
         assert self._ledger is not None and self._collector is not None
         assert self._feed is not None
         profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status))
-        profile.notes.extend(self._collector.notes)
-        profile.notes.extend(self._notes)
-        if self.options.sampler == "pyinstrument":
-            profile.notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
-                                  " energy spent by other threads is charged to the main thread's stack"})
+        profile.notes.extend(run_notes(self.options, [*self._collector.notes, *self._notes]))
         profile.totals.update(memory.summary(profile, self._ledger.first_tick))
         if self._feed.child_processes:
             profile.extra["child_processes"] = sorted(self._feed.child_processes.values(), key=lambda c: c["pid"])
@@ -280,11 +253,45 @@ def attach_processes(profile: Profile, ledger: Ledger, policy: str) -> None:
         profile.extra["processes"] = ledger.process_table(policy)
 
 
-def memory_state(first_tick: Any, rss: list[Any]) -> dict[str, Any]:
-    """The memory summary a checkpoint carries (baseline and sampled peak so far)."""
-    seen = [r for r in rss if r]
-    baseline = first_tick.rss_bytes if first_tick is not None and first_tick.rss_bytes else None
-    return {"baseline_rss_bytes": baseline, "peak_rss_bytes": max(seen) if seen else baseline}
+def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
+             sensor_notes: list[str], exit_status: dict[str, Any]) -> dict[str, Any]:
+    """The profile's `meta`, for an in-process profile and a supervised run alike."""
+    return {
+        "target": target,
+        "argv": list(argv),
+        "command": " ".join(argv),
+        "started_at": _dt.datetime.fromtimestamp(started_wall, _dt.timezone.utc).isoformat(),
+        "sampler": options.sampler,
+        "interval_s": options.interval,
+        "sensor_interval_s": options.sensor_interval,
+        "energyprof_version": __version__,
+        "python": platform.python_version(),
+        "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
+                 "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
+        "pid": pid,
+        "sensor_notes": list(sensor_notes),
+        "exit": exit_status,
+    }
+
+
+def checkpoint_header(meta: dict[str, Any], options: Options, notes: list[dict[str, Any]],
+                      ledger: Ledger) -> dict[str, Any]:
+    """A checkpoint's state but the ledger (the collector adds it): the run so far, its notes
+    and its memory summary."""
+    return {"kind": "energyprof.checkpoint/1", "meta": meta, "idle": options.idle, "notes": list(notes),
+            "memory": memory.summary_of(ledger.first_tick, ledger.timeline.rss)}
+
+
+def run_notes(options: Options, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`notes` and what the options themselves call for the reader to know."""
+    out = list(notes)
+    if options.sampler == "pyinstrument":
+        out.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
+                    " energy spent by other threads is charged to the main thread's stack"})
+    if options.memory == "exact" and not any(n.get("kind") == "memory-exact" for n in notes):
+        out.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
+                    " allocation-heavy code several times, so time and energy are distorted"})
+    return out
 
 
 def finish_profile(profile: Profile, options: Options) -> None:

@@ -7,22 +7,21 @@ however it ended, writes the outputs and ends the way the program did.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
-import platform
 import shutil
 import sys
 import tempfile
 import time
 from typing import Any
 
-from .. import __version__, memory, probes
+from .. import memory, probes
 from ..collector import Collector
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
 from ..options import Options
 from ..probes import OwnClocks
 from ..profile import Profile
+from ..profiler import attach_processes, checkpoint_header, finish_profile, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
 from .job import JobFeed
@@ -122,57 +121,26 @@ class Supervisor:
         return {"status": "exit", "code": code}
 
     def _meta(self, exit_status: dict[str, Any]) -> dict[str, Any]:
-        o = self.options
-        return {
-            "target": self.target,
-            "argv": list(self.argv),
-            "command": " ".join(self.argv),
-            "started_at": _dt.datetime.fromtimestamp(self.started_wall, _dt.timezone.utc).isoformat(),
-            "sampler": o.sampler,
-            "interval_s": o.interval,
-            "sensor_interval_s": o.sensor_interval,
-            "energyprof_version": __version__,
-            "python": platform.python_version(),
-            "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
-                     "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
-            "pid": self.pid,
-            "sensor_notes": list(self.discovery_notes),
-            "exit": exit_status,
-        }
+        return run_meta(self.options, self.target, self.argv, self.started_wall, self.pid, self.discovery_notes,
+                        exit_status)
 
     def _checkpoint_header(self, ledger: Ledger, feed: JobFeed) -> dict[str, Any]:
-        from ..profiler import memory_state
-
-        return {"kind": "energyprof.checkpoint/1", "meta": self._meta({"status": "checkpoint"}),
-                "idle": self.options.idle, "notes": list(feed.notes),
-                "memory": memory_state(ledger.first_tick, ledger.timeline.rss)}
+        return checkpoint_header(self._meta({"status": "checkpoint"}), self.options, feed.notes, ledger)
 
     def _build(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> Profile:
-        from ..profiler import attach_processes, finish_profile
-
         main = feed.procs.get(self.pid or -1)
         if main is not None:
-            main.exit = self.exit_status_of_main()
+            main.exit = follow.exit_status(self.status or 0)
         for p in feed.procs.values():
             ledger.note_process(p.pid, exit=p.exit)
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())))
-        profile.notes.extend(collector.notes)
-        profile.notes.extend(feed.notes)
-        if self.options.sampler == "pyinstrument":
-            profile.notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
-                                  " energy spent by other threads is charged to the main thread's stack"})
-        if self.options.memory == "exact":
-            profile.notes.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
-                                  " allocation-heavy code several times, so time and energy are distorted"})
+        profile.notes.extend(run_notes(self.options, [*collector.notes, *feed.notes]))
         profile.totals.update(memory.summary(profile, ledger.first_tick))
         if self.peak_rss and self.options.memory != "off":
             profile.totals["peak_rss_exact_bytes"] = self.peak_rss
         attach_processes(profile, ledger, self.options.idle)
         finish_profile(profile, self.options)
         return profile
-
-    def exit_status_of_main(self) -> dict[str, Any]:
-        return follow.exit_status(self.status or 0)
 
 
 class SpawnError(Exception):
