@@ -35,6 +35,7 @@ REPO = HERE.parent
 WORKLOADS_DIR = HERE / "workloads"
 WORKLOADS = ("calls", "loops", "native", "threads", "training", "loader")
 MARKER = "BENCH_SECONDS="
+CPU_MARKER = "BENCH_CPU_SECONDS="
 SKIP_EXIT = 3  # workloads/training.py: torch or the example is missing
 QUICK_SIZE = 0.05
 
@@ -57,6 +58,7 @@ class Mode:
 class Result:
     work: list[float] = field(default_factory=list)  # profiled / plain, per pair
     wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # the work's CPU time in the program's process
     skipped: str | None = None
     failed: str | None = None
 
@@ -77,8 +79,8 @@ def modes(py: str, out: Path) -> list[Mode]:
     ]
 
 
-def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float] | str:
-    """(work seconds, wall seconds), or the reason it did not produce a time."""
+def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float] | str:
+    """(work seconds, wall seconds, work CPU seconds), or the reason it did not produce a time."""
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - t0
@@ -87,9 +89,15 @@ def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         return f"failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}"
+    cpu = float("nan")
     for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(CPU_MARKER):
+            cpu = float(line[len(CPU_MARKER):])
         if line.startswith(MARKER):
-            return float(line[len(MARKER):]), wall
+            for later in proc.stdout.splitlines():
+                if later.startswith(CPU_MARKER):
+                    cpu = float(later[len(CPU_MARKER):])
+            return float(line[len(MARKER):]), wall, cpu
     return f"failed: no {MARKER} line from {' '.join(cmd)}"
 
 
@@ -118,11 +126,13 @@ def bench_workload(name: str, size: float, pairs: int, all_modes: list[Mode], py
                 res.failed = bad
                 print(f"{name}/{m.name}: {bad}", file=sys.stderr, flush=True)
                 continue
-            (p_work, p_wall), (m_work, m_wall) = times  # type: ignore[misc]
+            (p_work, p_wall, p_cpu), (m_work, m_wall, m_cpu) = times  # type: ignore[misc]
             if rnd == 0:
                 continue
             res.work.append(m_work / p_work)
             res.wall.append(m_wall / p_wall)
+            if p_cpu > 0 and m_cpu == m_cpu:
+                res.cpu.append(m_cpu / p_cpu)
             if log:
                 print(f"  {name:8s} {m.name:12s} pair {rnd}: plain {p_work:.3f}s  profiled {m_work:.3f}s"
                       f"  x{m_work / p_work:.3f}", file=sys.stderr, flush=True)
@@ -159,6 +169,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ",".join(WORKLOADS))
     ap.add_argument("--modes", default=None,
                     help="comma-separated subset of default,cheap,no-memory,no-follow,ep-pyinst,pyinstrument")
+    ap.add_argument("--tree", default=None, metavar="REPO",
+                    help="profile with the energyprof checked out at REPO (say, a previous commit), this tree's workloads")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also print the work's CPU-time ratio (steadier than time on a loaded machine)")
     ap.add_argument("--tick-rate", action="store_true",
                     help="instead: sensor ticks per second while the program holds the GIL (loops, a 300 MB bytearray)")
     ap.add_argument("--baseline", default=None, metavar="REPO",
@@ -180,10 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     size = ns.size if ns.size is not None else (QUICK_SIZE if ns.quick else 1.0)
     py = sys.executable
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    tree = str(Path(ns.tree).resolve()) if ns.tree else str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONHASHSEED", "0")
 
     print(machine())
+    if ns.tree:
+        print(f"energyprof from {tree}")
     print(f"pairs: {pairs} per workload and mode after 1 warm-up pair; size {size:g}; "
           f"ratio = profiled / plain, median [min-max]")
     print(f"cheapest energyprof flags: {' '.join(CHEAP_FLAGS)}")
@@ -199,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = ns.training_args.split() if name == "training" else []
             table[name] = bench_workload(name, size, pairs, all_modes, py, env, tmp, extra, ns.verbose)
         print()
-        report(table, all_modes)
+        report(table, all_modes, cpu=ns.cpu)
         print(f"\n(benchmark took {time.perf_counter() - t_start:.0f} s)")
         if any(r.failed for results in table.values() for r in results.values()):
             return 1
@@ -243,10 +260,14 @@ def tick_rate(runs: int, baseline: str | None) -> int:
     return 0
 
 
-def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
-    for kind in ("work", "wall"):
-        title = ("work time ratio (the workload's own timer: slowdown while it runs)" if kind == "work"
-                 else "wall time ratio (whole process: start-up and report included)")
+def report(table: dict[str, dict[str, Result]], all_modes: list[Mode], cpu: bool = False) -> None:
+    titles = {"work": "work time ratio (the workload's own timer: slowdown while it runs)",
+              "wall": "wall time ratio (whole process: start-up and report included)",
+              "cpu": "work CPU ratio (CPU the program's process burnt during the work, a profiler's own threads"
+                     " in it included: steadier than time on a loaded machine)"}
+    if not cpu:
+        del titles["cpu"]
+    for kind, title in titles.items():
         print(f"{title}")
         head = f"{'workload':10s}" + "".join(f"{m.name:>22s}" for m in all_modes)
         print(head)
@@ -254,7 +275,8 @@ def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
             cells = []
             for m in all_modes:
                 r = results[m.name]
-                cells.append("skipped" if r.skipped else "FAILED" if r.failed else fmt(getattr(r, kind)))
+                values = getattr(r, kind)
+                cells.append("skipped" if r.skipped else "FAILED" if r.failed else fmt(values) if values else "-")
             print(f"{name:10s}" + "".join(f"{c:>22s}" for c in cells))
         print()
     print("modes:")

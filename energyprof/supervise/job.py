@@ -27,6 +27,7 @@ from .stream import StreamReader, unescape
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
 LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
+DESCENDANTS_NS = 250_000_000  # how often /proc is walked for processes without a stream (a walk opens a file per thread)
 NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is not Python (or not followed)
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
 
@@ -87,6 +88,7 @@ class JobFeed:
         self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int]] = deque()
         self._seen: dict[int, int] = {}  # pid -> when /proc first showed it without a stream
         self._last_scan = 0
+        self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
 
@@ -327,8 +329,9 @@ class JobFeed:
                 else:
                     p.ended = True
                 p.gone = st is None or p.gone
-        if final or not self.children:
+        if final or not self.children or now - self._last_walk < DESCENDANTS_NS:
             return
+        self._last_walk = now
         pids = [main, *follow.descendants(main)] if main not in self.procs else follow.descendants(main)
         for pid in pids:
             if pid in self.procs:
