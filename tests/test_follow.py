@@ -228,3 +228,31 @@ def test_dataloader_workers_carry_their_getitem(here):
     worker_cpu = sum(r["cpu_time_s"] for r in rows if r["role"] == "child") / sum(r["cpu_time_s"] for r in rows)
     worker_j = sum(w.energy_j["cpu"] for w in workers) / p.totals["attributed_j"]["cpu"]
     assert worker_j == pytest.approx(worker_cpu, rel=0.35), (worker_j, worker_cpu)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_torchrun_after_double_dash_shows_each_rank(here):
+    import shutil
+
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    script(here, "ddp.py", BURN, """
+        import os
+        def rank_work():
+            burn_for(0.5)
+        rank_work()
+        print("rank", os.environ["RANK"], flush=True)
+    """)
+    res = run_cli([*profiled(), "--", "torchrun", "--standalone", "--nproc_per_node", "2", "ddp.py"], cwd=here,
+                  timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["rank 0", "rank 1"]
+    p = load(here / "p.json")
+    rows = p.extra["processes"]
+    assert [r["role"] for r in rows].count("main") == 1 and "torchrun" in rows[0]["command"]
+    assert sorted((r["rank"], r["local_rank"]) for r in rows if r["role"] == "rank") == [(0, 0), (1, 1)]
+    for rank in ("[rank 0]", "[rank 1]"):
+        node = [n for n, _ in p.root.walk() if n.function == rank]
+        assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "rank_work"]

@@ -62,6 +62,7 @@ class Proc:
     last_main_sid: int = -1
     cpu_ns: int = 0  # latest absolute CPU (user + system) since the process began
     own_ns: int = 0  # the part of it that was energyprof's sampler
+    kernel_cpu_ns: int = 0  # its CPU as /proc last showed it (start-up and shut-down included)
     rss: int = 0
     synthetic_sid: int = -1
     synthetic_t: int = 0  # a process read from /proc: its samples so far reach this time ...
@@ -321,6 +322,8 @@ class JobFeed:
             if p.gone or p.ended and not p.python:
                 continue
             st = follow.stat(p.pid) if not (p.main and final) else None
+            if st is not None:
+                p.kernel_cpu_ns = max(p.kernel_cpu_ns, st.cpu_ns)
             if st is None or st.state in ("Z", "X"):
                 if st is not None and st.exit is not None and p.exit is None:
                     p.exit = st.exit
@@ -438,7 +441,7 @@ class JobFeed:
                 p.pid, parent_pid=p.ppid, command=p.command[:200], role=p.role,
                 rank=int(p.rank) if p.rank and p.rank.isdigit() else None,
                 local_rank=int(p.local_rank) if p.local_rank and p.local_rank.isdigit() else None,
-                cpu_ns=max(0, p.cpu_ns - p.own_ns), exit=p.exit,
+                cpu_ns=max(0, max(p.cpu_ns, p.kernel_cpu_ns) - p.own_ns), exit=p.exit,
             )
 
     def main_exception(self) -> str | None:
