@@ -528,6 +528,9 @@ class Agent:
 
     def stop(self, exc: BaseException | None = None) -> None:
         self.sampler.stop()
+        if self.sampler.failed is not None:
+            err = self.sampler.failed
+            self.note(f"the sampler of process {self.pid} stopped early: {type(err).__name__}: {err}")
         if exc is not None and not isinstance(exc, SystemExit):
             text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
             self.spool.event(f"E\t{time.perf_counter_ns()}\t{_esc(text)}\n")
@@ -633,7 +636,7 @@ def _unfollow_children() -> None:
 def _at_exit() -> None:
     a = current()
     if a is not None:
-        a.stop(getattr(sys, "last_value", None))
+        a.stop(getattr(sys, "last_exc", None) or getattr(sys, "last_value", None))
 
 
 def _after_fork_child() -> None:
