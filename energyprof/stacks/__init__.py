@@ -5,7 +5,3 @@ every Python thread, no per-call cost, the same code in every process of a job.
 `pyinstrument`: pyinstrument's C profile hook on the main thread; precise and async-aware,
 but it runs on every call.
 """
-
-from __future__ import annotations
-
-SAMPLERS = ("threads", "pyinstrument")

@@ -11,12 +11,7 @@ from types import FrameType
 
 from .sampler import KEEP, PACKAGE_DIR, SKIP, STOP, frame_kind
 
-__all__ = ["KEEP", "SKIP", "STOP", "PACKAGE_DIR", "frame_kind", "is_machinery", "anchor_depth"]
-
-
-def is_machinery(filename: str) -> bool:
-    """Frames that only run the program for us: energyprof itself and runpy."""
-    return frame_kind(filename) != KEEP
+__all__ = ["KEEP", "SKIP", "STOP", "PACKAGE_DIR", "frame_kind", "anchor_depth"]
 
 
 def anchor_depth(frame: FrameType | None = None) -> int:

@@ -12,27 +12,6 @@ PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 SHORT_COMMAND = 40
 
 
-def descendants(root: int) -> list[int]:
-    """`root`'s live descendants, from /proc/PID/task/TID/children (Linux >= 3.5)."""
-    found: list[int] = []
-    todo = [root]
-    while todo:
-        pid = todo.pop()
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except OSError:
-            continue
-        for tid in tids:
-            try:
-                with open(f"/proc/{pid}/task/{tid}/children", "rb") as fh:
-                    kids = [int(x) for x in fh.read().split()]
-            except (OSError, ValueError):
-                continue
-            found.extend(kids)
-            todo.extend(kids)
-    return found
-
-
 class Stat:
     __slots__ = ("state", "ppid", "cpu_ns", "exit")
 

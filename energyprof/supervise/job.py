@@ -335,7 +335,8 @@ class JobFeed:
         if final or not self.children or now - self._last_walk < DESCENDANTS_NS:
             return
         self._last_walk = now
-        pids = [main, *follow.descendants(main)] if main not in self.procs else follow.descendants(main)
+        kids = probes.descendant_pids(main) or []
+        pids = [main, *kids] if main not in self.procs else kids
         for pid in pids:
             if pid in self.procs:
                 continue
