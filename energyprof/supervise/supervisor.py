@@ -46,6 +46,9 @@ class Supervisor:
         """Run the program to its end; (the profile, its raw wait status)."""
         from .. import sensors
 
+        # Before any thread starts (sensor discovery may start some), so every thread has
+        # them blocked and the main thread takes them with sigtimedwait.
+        signals.block()
         o = self.options
         found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
         self.discovery_notes = found.notes
@@ -61,7 +64,6 @@ class Supervisor:
         collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
                               checkpoint=lambda: self._checkpoint_header(ledger, feed),
                               checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
-        signals.block()  # before any thread starts, so every thread has them blocked
         try:
             self.started_wall = time.time()
             collector.start()
