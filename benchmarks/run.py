@@ -33,8 +33,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 WORKLOADS_DIR = HERE / "workloads"
-WORKLOADS = ("calls", "loops", "native", "threads", "training")
+WORKLOADS = ("calls", "loops", "native", "threads", "training", "loader")
 MARKER = "BENCH_SECONDS="
+CPU_MARKER = "BENCH_CPU_SECONDS="
 SKIP_EXIT = 3  # workloads/training.py: torch or the example is missing
 QUICK_SIZE = 0.05
 
@@ -57,6 +58,7 @@ class Mode:
 class Result:
     work: list[float] = field(default_factory=list)  # profiled / plain, per pair
     wall: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # the work's CPU time in the program's process
     skipped: str | None = None
     failed: str | None = None
 
@@ -68,6 +70,8 @@ def modes(py: str, out: Path) -> list[Mode]:
         Mode("cheap", "energyprof cheapest", ep + ["-o", str(out / "cheap.html")] + CHEAP_FLAGS),
         Mode("no-memory", "energyprof default without memory tracking",
              ep + ["-o", str(out / "nomem.html"), "--memory", "off", "--no-peak-reset"]),
+        Mode("no-follow", "energyprof default, children measured by CPU only",
+             ep + ["-o", str(out / "nofollow.html"), "--no-follow"]),
         Mode("ep-pyinst", "energyprof --sampler pyinstrument",
              ep + ["-o", str(out / "epp.html"), "--sampler", "pyinstrument"]),
         Mode("pyinstrument", "python -m pyinstrument (1 ms)",
@@ -75,8 +79,8 @@ def modes(py: str, out: Path) -> list[Mode]:
     ]
 
 
-def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float] | str:
-    """(work seconds, wall seconds), or the reason it did not produce a time."""
+def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, float] | str:
+    """(work seconds, wall seconds, work CPU seconds), or the reason it did not produce a time."""
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - t0
@@ -85,9 +89,15 @@ def run_once(cmd: list[str], env: dict[str, str], cwd: Path) -> tuple[float, flo
     if proc.returncode != 0:
         tail = "\n".join(proc.stderr.strip().splitlines()[-5:])
         return f"failed (exit {proc.returncode}): {' '.join(cmd)}\n{tail}"
+    cpu = float("nan")
     for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(CPU_MARKER):
+            cpu = float(line[len(CPU_MARKER):])
         if line.startswith(MARKER):
-            return float(line[len(MARKER):]), wall
+            for later in proc.stdout.splitlines():
+                if later.startswith(CPU_MARKER):
+                    cpu = float(later[len(CPU_MARKER):])
+            return float(line[len(MARKER):]), wall, cpu
     return f"failed: no {MARKER} line from {' '.join(cmd)}"
 
 
@@ -116,11 +126,13 @@ def bench_workload(name: str, size: float, pairs: int, all_modes: list[Mode], py
                 res.failed = bad
                 print(f"{name}/{m.name}: {bad}", file=sys.stderr, flush=True)
                 continue
-            (p_work, p_wall), (m_work, m_wall) = times  # type: ignore[misc]
+            (p_work, p_wall, p_cpu), (m_work, m_wall, m_cpu) = times  # type: ignore[misc]
             if rnd == 0:
                 continue
             res.work.append(m_work / p_work)
             res.wall.append(m_wall / p_wall)
+            if p_cpu > 0 and m_cpu == m_cpu:
+                res.cpu.append(m_cpu / p_cpu)
             if log:
                 print(f"  {name:8s} {m.name:12s} pair {rnd}: plain {p_work:.3f}s  profiled {m_work:.3f}s"
                       f"  x{m_work / p_work:.3f}", file=sys.stderr, flush=True)
@@ -155,7 +167,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, default=5, help="measured pairs per workload and mode (default 5)")
     ap.add_argument("--quick", action="store_true", help="tiny sizes and 2 pairs: a smoke run for CI")
     ap.add_argument("--workloads", default=",".join(WORKLOADS), help="comma-separated, from " + ",".join(WORKLOADS))
-    ap.add_argument("--modes", default=None, help="comma-separated subset of default,cheap,no-memory,ep-pyinst,pyinstrument")
+    ap.add_argument("--modes", default=None,
+                    help="comma-separated subset of default,cheap,no-memory,no-follow,ep-pyinst,pyinstrument")
+    ap.add_argument("--tree", default=None, metavar="REPO",
+                    help="profile with the energyprof checked out at REPO (say, a previous commit), this tree's workloads")
+    ap.add_argument("--cpu", action="store_true",
+                    help="also print the work's CPU-time ratio (steadier than time on a loaded machine)")
+    ap.add_argument("--tick-rate", action="store_true",
+                    help="instead: sensor ticks per second while the program holds the GIL (loops, a 300 MB bytearray)")
+    ap.add_argument("--baseline", default=None, metavar="REPO",
+                    help="with --tick-rate: also measure the energyprof checked out at REPO, side by side")
     ap.add_argument("--size", type=float, default=None, help="workload scale (default 1.0, ~1-2 s; --quick: 0.05)")
     ap.add_argument("--training-args", default="", help="arguments passed to examples/lenet_cifar.py")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every pair on stderr")
@@ -165,16 +186,21 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [w for w in names if w not in WORKLOADS]
     if unknown:
         ap.error(f"unknown workload(s): {', '.join(unknown)}")
+    if ns.tick_rate:
+        return tick_rate(ns.pairs, ns.baseline)
     pairs = 2 if ns.quick and ns.pairs == 5 else ns.pairs
     if pairs < 1:
         ap.error("--pairs must be at least 1")
     size = ns.size if ns.size is not None else (QUICK_SIZE if ns.quick else 1.0)
     py = sys.executable
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
+    tree = str(Path(ns.tree).resolve()) if ns.tree else str(REPO)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (tree, env.get("PYTHONPATH", "")) if p)
     env.setdefault("PYTHONHASHSEED", "0")
 
     print(machine())
+    if ns.tree:
+        print(f"energyprof from {tree}")
     print(f"pairs: {pairs} per workload and mode after 1 warm-up pair; size {size:g}; "
           f"ratio = profiled / plain, median [min-max]")
     print(f"cheapest energyprof flags: {' '.join(CHEAP_FLAGS)}")
@@ -190,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
             extra = ns.training_args.split() if name == "training" else []
             table[name] = bench_workload(name, size, pairs, all_modes, py, env, tmp, extra, ns.verbose)
         print()
-        report(table, all_modes)
+        report(table, all_modes, cpu=ns.cpu)
         print(f"\n(benchmark took {time.perf_counter() - t_start:.0f} s)")
         if any(r.failed for results in table.values() for r in results.values()):
             return 1
@@ -199,10 +225,49 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
-    for kind in ("work", "wall"):
-        title = ("work time ratio (the workload's own timer: slowdown while it runs)" if kind == "work"
-                 else "wall time ratio (whole process: start-up and report included)")
+GIL_PROGRAMS = {
+    "loops": "import sys; sys.path.insert(0, {wd!r}); import loops; loops.work(22_000_000)",
+    "bytearray": "import time\nfor _ in range(5):\n    b = bytearray(300 * 1024 * 1024)\n    del b\n    time.sleep(0.05)",
+}
+
+
+def tick_rate(runs: int, baseline: str | None) -> int:
+    """Sensor readings per second of wall time during programs that hold the GIL, read from
+    the profile's timeline (one point per reading while the run has fewer than 1000)."""
+    import json
+
+    trees = [("this tree", str(REPO))] + ([("baseline", baseline)] if baseline else [])
+    print(machine())
+    print(f"sensor ticks per second (default 10 ms sensor interval: 100/s at most), median of {runs} runs")
+    tmp = Path(tempfile.mkdtemp(prefix="energyprof-bench-"))
+    try:
+        for prog, code in GIL_PROGRAMS.items():
+            (tmp / f"{prog}_prog.py").write_text(code.format(wd=str(WORKLOADS_DIR)))
+            cells = []
+            for label, tree in trees:
+                rates = []
+                for _ in range(runs):
+                    env = dict(os.environ, PYTHONPATH=tree)
+                    out = tmp / "t.json"
+                    subprocess.run([sys.executable, "-m", "energyprof", "-q", "-o", str(tmp / "t.html"),
+                                    "--json", str(out), str(tmp / f"{prog}_prog.py")], env=env, cwd=tmp, check=True)
+                    d = json.loads(out.read_text())
+                    rates.append(len(d["timeline"]["t_s"]) / d["totals"]["duration_s"])
+                cells.append(f"{label}: {statistics.median(rates):.0f}/s [{min(rates):.0f}-{max(rates):.0f}]")
+            print(f"{prog:10s} " + "   ".join(cells))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+def report(table: dict[str, dict[str, Result]], all_modes: list[Mode], cpu: bool = False) -> None:
+    titles = {"work": "work time ratio (the workload's own timer: slowdown while it runs)",
+              "wall": "wall time ratio (whole process: start-up and report included)",
+              "cpu": "work CPU ratio (CPU the program's process burnt during the work, a profiler's own threads"
+                     " in it included: steadier than time on a loaded machine)"}
+    if not cpu:
+        del titles["cpu"]
+    for kind, title in titles.items():
         print(f"{title}")
         head = f"{'workload':10s}" + "".join(f"{m.name:>22s}" for m in all_modes)
         print(head)
@@ -210,7 +275,8 @@ def report(table: dict[str, dict[str, Result]], all_modes: list[Mode]) -> None:
             cells = []
             for m in all_modes:
                 r = results[m.name]
-                cells.append("skipped" if r.skipped else "FAILED" if r.failed else fmt(getattr(r, kind)))
+                values = getattr(r, kind)
+                cells.append("skipped" if r.skipped else "FAILED" if r.failed else fmt(values) if values else "-")
             print(f"{name:10s}" + "".join(f"{c:>22s}" for c in cells))
         print()
     print("modes:")

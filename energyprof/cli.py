@@ -12,13 +12,8 @@ and exit code pass through untouched.
 from __future__ import annotations
 
 import argparse
-import builtins
-import importlib.util
 import os
-import signal
 import sys
-import traceback
-import types
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
@@ -101,7 +96,9 @@ def build_run_parser() -> _Parser:
     p.add_argument("--no-peak-reset", dest="peak_reset", action="store_false",
                    help="do not reset the kernel's peak-RSS mark (VmHWM) to measure decorated calls' exact peaks")
     p.add_argument("--no-children", dest="children", action="store_false",
-                   help="do not count child processes' CPU time in the program's share")
+                   help="leave child processes out: neither followed nor counted in the program's share")
+    p.add_argument("--no-follow", dest="follow", action="store_false",
+                   help="do not sample child processes' stacks; they are measured by CPU only")
     p.add_argument("--checkpoint", help="checkpoint file (default: next to the report); an earlier run's"
                    " checkpoint found there is kept under a new name")
     p.add_argument("--checkpoint-interval", type=float, default=30.0,
@@ -224,17 +221,13 @@ def _report(argv: list[str]) -> int:
     return 0
 
 
-def _check_target(script: str | None, module: str | None) -> types.CodeType | None:
+def _check_target(script: str | None, module: str | None) -> None:
+    """Refuse, before anything runs, a program that cannot start."""
     if script is None and module is None:
         raise UsageError("no script given: energyprof [options] script.py [args...] (or -m module)")
     if module is not None:
-        try:
-            spec = importlib.util.find_spec(module)
-        except (ImportError, ValueError) as exc:
-            raise UsageError(f"cannot find module {module!r}: {exc}") from None
-        if spec is None:
-            raise UsageError(f"no module named {module!r}")
-        return None
+        _check_module(module)
+        return
     assert script is not None
     path = Path(script)
     if not path.exists():
@@ -244,156 +237,97 @@ def _check_target(script: str | None, module: str | None) -> types.CodeType | No
             path = path / "__main__.py"
         else:
             raise UsageError(f"{script} is a directory, not a script")
-    try:
-        source = path.read_bytes()
-    except OSError as exc:
-        raise UsageError(f"cannot read {script}: {exc.strerror}") from None
-    try:
-        return compile(source, str(path.resolve()), "exec", dont_inherit=True)
-    except SyntaxError as exc:
-        raise UsageError(f"syntax error in {exc.filename}, line {exc.lineno}: {exc.msg}") from None
-    except ValueError as exc:
-        raise UsageError(f"cannot compile {script}: {exc}") from None
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"cannot read {script}: permission denied")
+    # A SyntaxError is the program's own: Python prints its traceback and exits 1, as alone.
+
+
+def _check_module(module: str) -> None:
+    """Find the module as `python -m` will (the current folder first) without importing
+    anything: a package's `__init__` is the program's code, not energyprof's to run."""
+    import importlib.machinery
+    import importlib.util
+
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise UsageError(f"no module named {module!r}")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd()])
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"cannot find module {module!r}: {exc}") from None
+    for depth in range(1, len(parts)):
+        if spec is None or not spec.submodule_search_locations:
+            break
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]),
+                                                        list(spec.submodule_search_locations))
+    if spec is None:
+        raise UsageError(f"no module named {module!r}")
+
+
+def _check_command(command: str) -> str | None:
+    """The executable a `-- COMMAND` runs (None: looked up on PATH when it starts)."""
+    import shutil
+
+    if os.sep in command:
+        if not (os.path.isfile(command) and os.access(command, os.X_OK)):
+            raise UsageError(f"cannot run {command}: not an executable file")
+        return command
+    if shutil.which(command) is None:
+        raise UsageError(f"command not found: {command}")
+    return None
+
+
+def _interpreter_flags() -> list[str]:
+    """The interpreter's own flags (-X dev, -W error, -O, ...) for the program's python, but
+    those that would keep the sampler's bootstrap from starting (-I, -E, -S)."""
+    import subprocess
+
+    return [f for f in subprocess._args_from_interpreter_flags() if f not in ("-I", "-E", "-S")]
 
 
 def _run(argv: list[str]) -> int:
     parser = build_run_parser()
     own, script, module, prog_args = split_argv(parser, argv)
     ns = parser.parse_args(own)
+    command_form = script is not None and len(own) < len(argv) and argv[len(own)] == "--"
     output = ns.output or DEFAULT_OUTPUT
     checkpoint = ns.checkpoint or str(Path(output).with_name(Path(output).stem + ".energyprof-checkpoint.json"))
+    # Relative outputs stay relative to the folder energyprof started in: the program's
+    # os.chdir happens in its own process.
     options = _options(ns, output=output, checkpoint=checkpoint)
-    code = _check_target(script, module)
-
+    executable: str | None = sys.executable
+    if command_form:
+        assert script is not None
+        executable = _check_command(script)
+        command, target = [script, *prog_args], script
+    else:
+        _check_target(script, module)
+        python = [sys.executable, *_interpreter_flags()]
+        if module is not None:
+            command, target = [*python, "-m", module, *prog_args], module
+        else:
+            assert script is not None
+            command, target = [*python, script, *prog_args], script
     from .outputs import write_outputs
-    from .profiler import Profiler
+    from .supervise import signals
+    from .supervise.supervisor import SpawnError, Supervisor
 
-    target = module if module is not None else script
-    prof = Profiler(options)
     launcher = sys.argv[0] if sys.argv else PROG
-    prof.argv = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
-    exit_code = 0
-    status: dict[str, Any] = {"status": "completed"}
-    pending: BaseException | None = None
-    term = _SigtermGuard()
-    prof.start(target=target)
+    shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    sup = Supervisor(options, command, target, shown, executable=executable)
     try:
-        with term:
-            if module is not None:
-                _exec_module(module, prog_args)
-            else:
-                assert code is not None and script is not None
-                _exec_script(code, script, prog_args)
-    except SystemExit as exc:
-        exit_code, status = _exit_code(exc), {"status": "exit", "code": _exit_code(exc)}
-        pending = exc
-    except KeyboardInterrupt as exc:
-        exit_code, status = 130, {"status": "interrupted", "exception": "KeyboardInterrupt"}
-        pending = exc
-    except BaseException as exc:  # noqa: BLE001 - the program's, reported as Python would
-        exit_code, status = 1, {"status": "exception", "exception": f"{type(exc).__name__}: {exc}"}
-        pending = exc
-    if term.fired:
-        status = {"status": "terminated", "signal": "SIGTERM"}
-    profile = prof.stop(status)
+        profile, status = sup.run()
+    except SpawnError as exc:
+        raise UsageError(str(exc)) from None
     try:
         write_outputs(profile, options)
-    except OSError:  # already reported, one line each; the program's exit code stays its own
+    except OSError:  # already reported, one line each; the program's exit status stays its own
         pass
-    if pending is not None:
-        _report_exit(pending)
-    if term.fired:
-        term.die()
-    return exit_code
-
-
-def _exit_code(exc: SystemExit) -> int:
-    if exc.code is None:
-        return 0
-    if isinstance(exc.code, int):
-        return exc.code
-    return 1
-
-
-def _report_exit(exc: BaseException) -> None:
-    """Print what Python itself would have printed for this ending."""
-    if isinstance(exc, SystemExit):
-        if exc.code is not None and not isinstance(exc.code, int):
-            print(exc.code, file=sys.stderr)
-        return
-    tb = exc.__traceback__
-    from .stacks.frames import is_machinery
-
-    while tb is not None and is_machinery(tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb)
-    sys.stderr.flush()
-
-
-def _fresh_main(name: str, file: str | None) -> types.ModuleType:
-    mod = types.ModuleType("__main__")
-    mod.__dict__.update({"__file__": file, "__builtins__": builtins, "__cached__": None,
-                         "__loader__": None, "__spec__": None, "__package__": None})
-    sys.modules["__main__"] = mod
-    return mod
-
-
-def _exec_script(code: types.CodeType, script: str, args: list[str]) -> None:
-    sys.argv = [script, *args]
-    sys.path[0] = os.path.dirname(os.path.abspath(script))
-    mod = _fresh_main("__main__", os.path.abspath(script))
-    exec(code, mod.__dict__)
-
-
-def _exec_module(module: str, args: list[str]) -> None:
-    import runpy
-
-    sys.argv = [module, *args]
-    sys.path[0] = os.getcwd()
-    runpy.run_module(module, run_name="__main__", alter_sys=True)
-
-
-class _SigtermGuard:
-    """Turn SIGTERM into an orderly stop so the outputs are written, then die by SIGTERM.
-
-    Only when the program has not installed a SIGTERM handler of its own, in which case
-    that handler runs untouched; energyprof then just reports whatever ending follows.
-    """
-
-    def __init__(self) -> None:
-        self.fired = False
-        self._previous: Any = None
-
-    def __enter__(self) -> _SigtermGuard:
-        if hasattr(signal, "SIGTERM"):
-            try:
-                self._previous = signal.signal(signal.SIGTERM, self._handler)
-            except ValueError:  # not the main thread
-                self._previous = None
-        return self
-
-    def _handler(self, signum: int, frame: Any) -> None:
-        self.fired = True
-        raise _Terminated()
-
-    def __exit__(self, *exc: Any) -> bool:
-        if hasattr(signal, "SIGTERM"):
-            try:
-                if signal.getsignal(signal.SIGTERM) == self._handler:
-                    signal.signal(signal.SIGTERM, self._previous if self._previous is not None else signal.SIG_DFL)
-            except ValueError:
-                pass
-        return bool(exc and exc[0] is _Terminated)
-
-    def die(self) -> None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-class _Terminated(BaseException):
-    pass
+    if os.WIFSIGNALED(status):
+        signals.die_by(os.WTERMSIG(status))
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
 
 
 # ---------------------------------------------------------------- compare

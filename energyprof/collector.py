@@ -1,23 +1,28 @@
-"""The collector thread: reads every sensor and clock on one tick and feeds the Ledger.
+"""The collector thread: reads every sensor on one tick and hands the reading to a feed.
 
-It owns the Ledger: samplers hand their samples over through a deque (append is atomic
-and never blocks the program), and only this thread folds them in. A sensor that raises,
-stalls past its timeout or returns garbage is dropped with a note; the run goes on.
+A feed turns readings into Ledger events: `LocalFeed` for an in-process profile (this
+process's clocks, samples handed over through a deque), the supervisor's job feed for a
+whole run (streams from every process of the job). A sensor that raises, stalls past its
+timeout or returns garbage is dropped with a note; the run goes on.
+
+The threads are started with `_thread`, so a profiled program never sees them in
+`threading.enumerate()` and they never keep it alive.
 """
 
 from __future__ import annotations
 
+import _thread
 import json
 import math
 import os
 import threading
 import time
 from collections import deque
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from . import probes
-from .probes import OwnClocks
 from .core.ledger import Ledger
+from .probes import OwnClocks
 from .profile import write_atomic
 from .recording import Sample, Tick
 from .sensors.base import Sensor
@@ -25,32 +30,53 @@ from .sensors.base import Sensor
 CHILD_POLL_S = 0.5
 
 
+class Feed(Protocol):
+    ledger: Ledger
+
+    def on_tick(self, t_ns: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None: ...
+    def finish(self) -> None: ...
+
+
+class _Thread:
+    """A `_thread` thread with a join: invisible to `threading`, never joined at exit."""
+
+    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._target, self._args = target, args
+        _thread.start_new_thread(self._run, ())
+
+    def _run(self) -> None:
+        try:
+            self._target(*self._args)
+        finally:
+            self._done.release()
+
+    def join(self, timeout: float = -1) -> None:
+        if self._done.acquire(timeout=timeout):
+            self._done.release()
+
+    def is_alive(self) -> bool:
+        return self._done.locked()
+
+
 class Collector:
-    def __init__(self, sensors: list[Sensor], ledger: Ledger, interval_s: float, own: OwnClocks,
-                 children: bool = True, sensor_timeout_s: float = 2.0,
-                 checkpoint: Callable[[], dict[str, Any]] | None = None, checkpoint_path: str | None = None,
-                 checkpoint_interval_s: float = 30.0, rss: bool = True, rss_children: bool = False) -> None:
+    def __init__(self, sensors: list[Sensor], feed: Feed, interval_s: float, own: OwnClocks,
+                 sensor_timeout_s: float = 2.0, checkpoint: Callable[[], dict[str, Any]] | None = None,
+                 checkpoint_path: str | None = None, checkpoint_interval_s: float = 30.0) -> None:
         self.sensors = sensors
         self.alive = [True] * len(sensors)
-        self.ledger = ledger
+        self.feed = feed
+        self.ledger = feed.ledger
         self.interval_s = interval_s
         self.own = own
-        self.children = children
         self.sensor_timeout_ns = int(sensor_timeout_s * 1e9)
-        self.queue: deque[Any] = deque()
         self.notes: list[dict[str, Any]] = []
         self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._thread: _Thread | None = None
         self._checkpoint_state = checkpoint
         self.checkpoint_path = checkpoint_path
         self.checkpoint_interval_ns = int(checkpoint_interval_s * 1e9)
-        self.rss = rss
-        self.rss_children = rss_children
-        self._children_rss = 0
-        self._live_children_ns = 0
-        self._children_polled = 0
-        self._children_floor = 0
-        self.child_processes: dict[int, dict[str, Any]] = {}
         self.t0_ns = 0
         self._last_checkpoint = 0
         self.ticks = 0
@@ -59,7 +85,8 @@ class Collector:
         # and a new collector thread carries on without that sensor.
         self._generation = 0
         self._reading: tuple[int, int] | None = None  # (sensor index, read start ns)
-        self._watchdog: threading.Thread | None = None
+        self._watchdog: _Thread | None = None
+        self._lock = threading.Lock()  # one tick at a time (the final tick runs on the caller's thread)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -71,44 +98,46 @@ class Collector:
                 self._drop(i, f"failed to start: {exc}", self.t0_ns)
         self._last_checkpoint = self.t0_ns
         self.tick(self.t0_ns)
-        self._spawn()
-        self._watchdog = threading.Thread(target=self._watch, name="energyprof-watchdog", daemon=True)
-        self._watchdog.start()
+        try:
+            self._spawn()
+            self._watchdog = _Thread(self._watch)
+        except BaseException:
+            self.stop()
+            raise
 
     def _spawn(self) -> None:
-        self._thread = threading.Thread(target=self._run, args=(self._generation,), name="energyprof-collector",
-                                        daemon=True)
-        self._thread.start()
+        self._thread = _Thread(self._run, self._generation)
 
     def stop(self) -> None:
+        """Stop the threads, take the last reading and close the sensors; never raises."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.sensor_timeout_ns / 1e9 + 1.0)
             if self._thread.is_alive():
                 self._abandon_stuck_reader()
-        self.tick()
-        self.ledger.finish()
-        for s in self.sensors:
-            try:
-                s.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    def emit(self, sample: Sample) -> None:
-        self.queue.append(sample)
-
-    def begin_window(self, name: str, index: int | None) -> None:
-        self.queue.append(("begin", time.perf_counter_ns(), name, index))
-
-    def end_window(self, name: str | None) -> None:
-        self.queue.append(("end", time.perf_counter_ns(), name, None))
+        if self._watchdog is not None:
+            self._watchdog.join(timeout=1.0)
+        try:
+            self.tick(final=True)
+            self.feed.finish()
+        finally:
+            for s in self.sensors:
+                try:
+                    s.close()
+                except Exception:  # noqa: BLE001
+                    pass
 
     def _run(self, generation: int) -> None:
         self.own.register_current()
         while not self._stop.wait(self.interval_s):
             if generation != self._generation:
                 return
-            self.tick(generation=generation)
+            try:
+                self.tick(generation=generation)
+            except Exception as exc:  # noqa: BLE001 - one bad tick must not end the measurement
+                if not any(n["kind"] == "collector-error" for n in self.notes):
+                    self.notes.append({"kind": "collector-error", "message": f"a collector tick failed:"
+                                       f" {type(exc).__name__}: {exc}"})
             if self.checkpoint_path and time.perf_counter_ns() - self._last_checkpoint >= self.checkpoint_interval_ns:
                 self.write_checkpoint()
 
@@ -131,56 +160,118 @@ class Collector:
                        reading[1])
 
     # -- one tick ----------------------------------------------------------------------
-    def tick(self, t_ns: int | None = None, generation: int | None = None) -> None:
+    def _guarded(self, i: int, call: Callable[[], Any], t: int, generation: int | None) -> tuple[bool, Any]:
+        """(ok, value) of one sensor call under the watchdog; (False, None) drops or abandons."""
+        t_read = time.perf_counter_ns()
+        self._reading = (i, t_read)
+        try:
+            v = call()
+        except Exception as exc:  # noqa: BLE001
+            self._reading = None
+            if generation is None or generation == self._generation:
+                self._drop(i, f"{type(exc).__name__}: {exc}", t)
+            return False, None
+        self._reading = None
+        if generation is not None and generation != self._generation:
+            return False, None
+        took = time.perf_counter_ns() - t_read
+        if took > self.sensor_timeout_ns:
+            self._drop(i, f"a read took {took / 1e9:.1f} s (timeout {self.sensor_timeout_ns / 1e9:g} s)", t)
+            return False, None
+        return True, v
+
+    def tick(self, t_ns: int | None = None, generation: int | None = None, final: bool = False) -> None:
         t = t_ns if t_ns is not None else time.perf_counter_ns()
         energy: list[float | None] = []
         for i, s in enumerate(self.sensors):
             if not self.alive[i]:
                 energy.append(None)
                 continue
-            t_read = time.perf_counter_ns()
-            self._reading = (i, t_read)
-            try:
-                v = s.read(t)
-                v = float(v)
-            except Exception as exc:  # noqa: BLE001
-                self._reading = None
-                if generation is not None and generation != self._generation:
-                    return
-                self._drop(i, f"{type(exc).__name__}: {exc}", t)
-                energy.append(None)
-                continue
-            self._reading = None
+            ok, v = self._guarded(i, lambda s=s: float(s.read(t)), t, generation)
             if generation is not None and generation != self._generation:
                 return  # abandoned while this read hung: the new collector owns the ledger now
-            took = time.perf_counter_ns() - t_read
-            if not math.isfinite(v):
+            if ok and not math.isfinite(v):
                 self._drop(i, f"returned a non-finite reading ({v})", t)
-                energy.append(None)
-            elif took > self.sensor_timeout_ns:
-                self._drop(i, f"a read took {took / 1e9:.1f} s (timeout {self.sensor_timeout_ns / 1e9:g} s)", t)
-                energy.append(None)
-            else:
-                energy.append(v)
+                ok = False
+            energy.append(v if ok else None)
+        shares: dict[str, float] = {}
+        for i, s in enumerate(self.sensors):
+            if self.alive[i] and hasattr(s, "process_share"):
+                ok, v = self._guarded(i, s.process_share, t, generation)
+                if generation is not None and generation != self._generation:
+                    return
+                if ok:
+                    shares[s.id] = float(v)
+        with self._lock:
+            self.feed.on_tick(t, tuple(energy), shares or None)
+            self.ticks += 1
+
+    def _drop(self, i: int, why: str, t_ns: int) -> None:
+        if not self.alive[i]:
+            return
+        self.alive[i] = False
+        s = self.sensors[i]
+        at = max(0, t_ns - self.t0_ns) / 1e9
+        self.notes.append({"kind": "sensor-dropped", "source": s.id, "at_s": round(at, 3),
+                           "message": f"sensor {s.id} ({s.sensor}) dropped at {at:.2f} s: {why}"})
+
+    # -- checkpoints -------------------------------------------------------------------
+    def write_checkpoint(self) -> None:
+        self._last_checkpoint = time.perf_counter_ns()
+        if not self.checkpoint_path or self._checkpoint_state is None:
+            return
+        try:
+            with self._lock:
+                state = self._checkpoint_state()
+                state["ledger"] = self.ledger.to_state()
+            state["notes"] = list(self.notes) + list(state.get("notes", []))
+            write_atomic(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
+        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the run
+            self.notes.append({"kind": "checkpoint-failed", "message": f"checkpoint failed: {exc}"})
+
+    def remove_checkpoint(self) -> None:
+        if self.checkpoint_path:
+            try:
+                os.unlink(self.checkpoint_path)
+            except OSError:
+                pass
+
+
+class LocalFeed:
+    """An in-process profile: this process's clocks; samples and windows through a deque
+    (append is atomic and never blocks the program), folded in on each tick."""
+
+    def __init__(self, ledger: Ledger, own: OwnClocks, children: bool = True, rss: bool = True,
+                 rss_children: bool = False) -> None:
+        self.ledger = ledger
+        self.own = own
+        self.children = children
+        self.rss = rss
+        self.rss_children = rss_children
+        self.queue: deque[Any] = deque()
+        self._children_rss = 0
+        self._live_children_ns = 0
+        self._children_polled = 0
+        self._children_floor = 0
+        self.child_processes: dict[int, dict[str, Any]] = {}
+
+    def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
         tick = Tick(
             t_ns=t,
-            energy_j=tuple(energy),
+            energy_j=energy,
             process_cpu_ns=time.process_time_ns(),
             own_cpu_ns=self.own.read_ns(),
             busy_cpu_ns=probes.machine_busy_ns(),
             rss_bytes=(probes.rss_bytes() + self._children_rss) if self.rss else 0,
             children_cpu_ns=self._children_cpu_ns(t) if (self.children or self.rss_children) else 0,
-            gpu_share=self._gpu_shares(),
+            gpu_share=gpu_share,
         )
         self._drain()
         self.ledger.add_tick(tick)
-        self.ticks += 1
 
-    def _gpu_shares(self) -> dict[str, float] | None:
-        """This process's share of each shared device, from sensors that can tell."""
-        shares = {s.id: s.process_share() for i, s in enumerate(self.sensors)
-                  if self.alive[i] and hasattr(s, "process_share")}
-        return shares or None
+    def finish(self) -> None:
+        self._drain()
+        self.ledger.finish()
 
     def _drain(self) -> None:
         q = self.queue
@@ -194,15 +285,14 @@ class Collector:
             else:
                 led.end_window(ev[1], ev[2])
 
-    def _drop(self, i: int, why: str, t_ns: int) -> None:
-        self.alive[i] = False
-        s = self.sensors[i]
-        at = max(0, t_ns - self.t0_ns) / 1e9
-        self.notes.append({"kind": "sensor-dropped", "source": s.id, "at_s": round(at, 3),
-                           "message": f"sensor {s.id} ({s.sensor}) dropped at {at:.2f} s: {why}"})
+    def begin_window(self, name: str, index: int | None) -> None:
+        self.queue.append(("begin", time.perf_counter_ns(), name, index))
+
+    def end_window(self, name: str | None) -> None:
+        self.queue.append(("end", time.perf_counter_ns(), name, None))
 
     def _children_cpu_ns(self, t: int) -> int:
-        """Reaped children (exact) plus live ones (psutil, polled every CHILD_POLL_S)."""
+        """Reaped children (exact) plus live ones (polled every CHILD_POLL_S)."""
         reaped = probes.reaped_children_cpu_ns()
         if t - self._children_polled >= CHILD_POLL_S * 1e9:
             self._children_polled = t
@@ -246,22 +336,31 @@ class Collector:
         self._children_rss = rss
         return total if self.children else 0
 
-    # -- checkpoints -------------------------------------------------------------------
-    def write_checkpoint(self) -> None:
-        self._last_checkpoint = time.perf_counter_ns()
-        if not self.checkpoint_path or self._checkpoint_state is None:
-            return
-        try:
-            state = self._checkpoint_state()
-            state["ledger"] = self.ledger.to_state()
-            state["notes"] = list(self.notes)
-            write_atomic(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
-        except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the run
-            self.notes.append({"kind": "checkpoint-failed", "message": f"checkpoint failed: {exc}"})
 
-    def remove_checkpoint(self) -> None:
-        if self.checkpoint_path:
-            try:
-                os.unlink(self.checkpoint_path)
-            except OSError:
-                pass
+class LocalSink:
+    """The sampler's sink for an in-process profile: local ids to the ledger's table, and
+    `Sample`s into the feed's queue (the collector folds them in on its next tick)."""
+
+    def __init__(self, feed: LocalFeed) -> None:
+        self.feed = feed
+        self.table = feed.ledger.stacks
+        self._fids: list[int] = []
+        self._sids: list[int] = []
+        self._t = (0, 0, 0)
+        self.pid = os.getpid()
+
+    def frame(self, fid: int, fr: tuple[str, str, int]) -> None:
+        self._fids.append(self.table.frame_id(fr))
+
+    def stack(self, sid: int, fids: tuple[int, ...]) -> None:
+        self._sids.append(self.table.stack_id(tuple(self._fids[f] for f in fids)))
+
+    def tick(self, t0: int, t1: int, proc: int, own: int, rss: int) -> None:
+        self._t = (t0, t1, rss)
+
+    def sample(self, sid: int, cpu: int, main: bool) -> None:
+        t0, t1, rss = self._t
+        self.feed.queue.append(Sample(t0, t1, self._sids[sid], cpu, main, rss, self.pid))
+
+    def flush(self) -> None:
+        pass

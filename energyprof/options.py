@@ -73,6 +73,7 @@ class Options:
     currency: str = "EUR"
     # robustness
     children: bool = True
+    follow: bool = True
     checkpoint: str | None = None
     checkpoint_interval: float = 30.0
     sensor_timeout: float = 2.0

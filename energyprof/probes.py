@@ -76,17 +76,18 @@ def rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def descendant_pids() -> list[int] | None:
-    """This process's live descendants from /proc/PID/task/TID/children (Linux >= 3.5).
+def descendant_pids(root: int | None = None) -> list[int] | None:
+    """The live descendants of `root` (default: this process) from
+    /proc/PID/task/TID/children (Linux >= 3.5).
 
-    Reads only our own family's files, where psutil's children() scans every process on the
+    Reads only that family's files, where psutil's children() scans every process on the
     machine; None where the kernel does not offer the file (then the caller uses psutil).
     """
     me = os.getpid()
     if not os.path.exists(f"/proc/{me}/task/{me}/children"):
         return None
     found: list[int] = []
-    todo = [me]
+    todo = [me if root is None else root]
     while todo:
         pid = todo.pop()
         try:
@@ -108,16 +109,6 @@ def reaped_children_cpu_ns() -> int:
     """CPU time of child processes that have ended and been waited for."""
     t = os.times()
     return int((t.children_user + t.children_system) * 1e9)
-
-
-def thread_clock_id(native_id: int) -> int:
-    """Linux's CPU clock id for a thread id (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
-
-    Computed from the kernel thread id rather than through pthread_getcpuclockid, which
-    would dereference a pthread handle that may already be freed when the thread has ended;
-    reading this clock for a finished thread just fails with EINVAL.
-    """
-    return ((~native_id) << 3) | 6
 
 
 def cpu_model() -> str:

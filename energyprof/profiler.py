@@ -14,36 +14,63 @@ from typing import Any, Iterator
 from . import __version__, memory, probes
 from .core.ledger import Ledger
 from .core.tree import build_profile
-from .collector import Collector
+from .collector import Collector, LocalFeed, LocalSink
 from .probes import OwnClocks
 from .options import Options
 from .profile import Profile
-from .stacks import make_sampler
 from .stacks.frames import anchor_depth
+from .stacks.sampler import HookSampler, Sampler, View
 
 _active_lock = threading.Lock()
 _active: Profiler | None = None
 
 
-def active_profiler() -> Profiler | None:
-    return _active
+def active_profiler() -> Any:
+    """The profile running in this process: a `Profiler`, or inside a program run by
+    `python -m energyprof` the sampler's agent (it has `window`, `begin_window` and
+    `end_window`, which mark windows in the run's profile); None when nothing runs.
+
+    A forked child has none: the profile belongs to its parent.
+    """
+    prof = _active
+    if prof is not None and prof._pid == os.getpid():
+        return prof
+    agent = sys.modules.get("energyprof.stacks.sampler")
+    return agent.current() if agent is not None else None
+
+
+def _forget_after_fork() -> None:
+    """In a forked child, a profile started by the parent is not this process's to stop."""
+    global _active
+    if _active is not None and _active._pid != os.getpid():
+        _active = None
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 class Profiler:
     """Profile a region of a program. `start()`, run, `stop()` returns the Profile.
 
     Only one profile runs at a time in a process: a second `start()` raises, and the
-    decorator treats a nested call as part of the profile already running.
+    decorator treats a nested call as part of the profile already running. In a child
+    forked while a profile ran, `stop()` returns None: the parent writes the profile.
     """
 
     def __init__(self, options: Options | None = None, **kwargs: Any) -> None:
         self.options = options if options is not None else Options.from_kwargs(kwargs)
         self.profile: Profile | None = None
         self._collector: Collector | None = None
+        self._feed: LocalFeed | None = None
         self._sampler: Any = None
         self._ledger: Ledger | None = None
         self._discovery_notes: list[str] = []
+        self._notes: list[dict[str, Any]] = []
         self._started_wall = 0.0
+        self._pid = os.getpid()
+        self._peak_reset = False
+        self._tracemalloc_started = False
         self.target: str | None = None
         self.argv: list[str] = list(sys.argv)
 
@@ -51,12 +78,14 @@ class Profiler:
     def start(self, target: str | None = None, _anchor: int | None = None) -> Profiler:
         global _active
         with _active_lock:
-            if _active is not None:
+            if active_profiler() is not None:
                 raise RuntimeError("an energyprof profile is already running in this process")
             _active = self
+        self._pid = os.getpid()
         try:
             self._start(target, _anchor if _anchor is not None else anchor_depth(sys._getframe(1)))
         except BaseException:
+            self._teardown()
             with _active_lock:
                 _active = None
             raise
@@ -74,44 +103,92 @@ class Profiler:
                     print(f"energyprof: {note}", file=sys.stderr)
         self.target = target or self.target
         self._ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
+        self._ledger.note_process(os.getpid(), parent_pid=os.getppid(), command=" ".join(self.argv)[:200],
+                                  role="main")
         own = OwnClocks()
+        self._feed = LocalFeed(self._ledger, own, children=o.children, rss=o.memory != "off",
+                               rss_children=o.memory_children)
         self._collector = Collector(
-            found.sensors, self._ledger, o.sensor_interval, own, children=o.children,
+            found.sensors, self._feed, o.sensor_interval, own,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
             checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
-            rss=o.memory != "off", rss_children=o.memory_children,
         )
         self._started_wall = time.time()
         self._cuda_sync()
         self._peak_reset = bool(o.peak_reset and o.memory != "off" and probes.reset_peak())
-        self._allocations = memory.ExactAllocations() if o.memory == "exact" else None
-        self._collector.start()
-        self._sampler = make_sampler(o.sampler, self._ledger.stacks, self._collector.emit, o.interval,
-                                     own, anchor)
-        self._sampler.start()
-        if self._allocations is not None:
-            self._allocations.start()
+        alloc = False
+        if o.memory == "exact":
+            import tracemalloc
 
-    def stop(self, exit_status: dict[str, Any] | None = None) -> Profile:
+            if tracemalloc.is_tracing():
+                self._notes.append({"kind": "memory-exact", "message": "memory=exact is off: the program runs"
+                                    " tracemalloc itself, and energyprof leaves it alone"})
+            else:
+                tracemalloc.start(1)
+                self._tracemalloc_started = alloc = True
+        self._collector.start()
+        kind = HookSampler if o.sampler == "pyinstrument" else Sampler
+        self._sampler = kind(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
+                             alloc=alloc, own_idents=own.idents)
+        self._sampler.start()
+
+    def _teardown(self) -> None:
+        """Stop whatever was started; each step on its own, so one failing stops the rest."""
+        if self._sampler is not None:
+            try:
+                self._sampler.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._collector is not None:
+            try:
+                self._collector.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        if self._tracemalloc_started:
+            self._tracemalloc_started = False
+            try:
+                import tracemalloc
+
+                tracemalloc.stop()
+            except Exception:  # noqa: BLE001
+                pass
+
+    def stop(self, exit_status: dict[str, Any] | None = None) -> Profile | None:
+        """End the profile and build it; None in a forked child (its parent's profile)."""
         global _active
         if self._collector is None or self._ledger is None:
             raise RuntimeError("Profiler.stop() called before start()")
-        self._cuda_sync()
-        peak = probes.read_peak() if self._peak_reset else None
-        allocations = self._allocations.stop() if self._allocations is not None else None
+        if self._pid != os.getpid():
+            return None
+        peak = None
+        allocations: list[Any] = []
         try:
-            self._sampler.stop()
-            self._collector.stop()
+            self._cuda_sync()
+            peak = probes.read_peak() if self._peak_reset else None
+            if self._tracemalloc_started and isinstance(self._sampler, Sampler):
+                import tracemalloc
+
+                self._sampler.stop()
+                if tracemalloc.is_tracing() and tracemalloc.get_traceback_limit() == 1:
+                    allocations = self._sampler.allocations()
+                else:
+                    self._tracemalloc_started = False  # the program's now: left alone
+                    self._notes.append({"kind": "memory-exact", "message": "memory=exact is off: the program"
+                                        " runs tracemalloc itself, and energyprof leaves it alone"})
+        except Exception as exc:  # noqa: BLE001 - a failed sync or read still ends the profile
+            self._notes.append({"kind": "stop", "message": f"while stopping: {type(exc).__name__}: {exc}"})
         finally:
-            with _active_lock:
-                _active = None
-        extra_notes = [] if allocations is None else [
-            {"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
-             " allocation-heavy code several times, so time and energy are distorted"}]
-        self.profile = self._build(exit_status, peak, extra_notes)
-        if allocations is not None:
-            self.profile.root.alloc_bytes = 0
-            memory.apply_allocations(self.profile, allocations)
+            try:
+                self._teardown()
+            finally:
+                with _active_lock:
+                    if _active is self:
+                        _active = None
+        if allocations:
+            table = self._ledger.stacks
+            self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
+                                                       for fr, size in allocations])
+        self.profile = self._build(exit_status, peak)
         self._collector.remove_checkpoint()
         return self.profile
 
@@ -121,14 +198,14 @@ class Profiler:
 
     # -- windows -----------------------------------------------------------------------
     def begin_window(self, name: str, index: int | None = None) -> None:
-        if self._collector is not None:
+        if self._feed is not None:
             self._cuda_sync()
-            self._collector.begin_window(name, index)
+            self._feed.begin_window(name, index)
 
     def end_window(self, name: str | None = None) -> None:
-        if self._collector is not None:
+        if self._feed is not None:
             self._cuda_sync()
-            self._collector.end_window(name)
+            self._feed.end_window(name)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
@@ -147,36 +224,59 @@ class Profiler:
 
     # -- results -----------------------------------------------------------------------
     def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:
-        o = self.options
-        return {
-            "target": self.target or "<program>",
-            "argv": list(self.argv),
-            "command": " ".join(self.argv),
-            "started_at": _dt.datetime.fromtimestamp(self._started_wall, _dt.timezone.utc).isoformat(),
-            "sampler": o.sampler,
-            "interval_s": o.interval,
-            "sensor_interval_s": o.sensor_interval,
-            "energyprof_version": __version__,
-            "python": platform.python_version(),
-            "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
-                     "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
-            "pid": os.getpid(),
-            "sensor_notes": list(self._discovery_notes),
-            "exit": exit_status or {"status": "completed"},
-            "carbon_settings": o.carbon_settings(),
-        }
+        return run_meta(self.options, self.target or "<program>", self.argv, self._started_wall, os.getpid(),
+                        self._discovery_notes, exit_status or {"status": "completed"})
 
     def _checkpoint_header(self) -> dict[str, Any]:
-        return {"kind": "energyprof.checkpoint/1", "meta": self._meta({"status": "checkpoint"}),
-                "idle": self.options.idle}
+        assert self._ledger is not None
+        return checkpoint_header(self._meta({"status": "checkpoint"}), self.options, self._notes, self._ledger)
 
-    def _build(self, exit_status: dict[str, Any] | None, peak: int | None = None,
-               extra_notes: list[dict[str, Any]] | None = None) -> Profile:
+    def _build(self, exit_status: dict[str, Any] | None, peak: int | None = None) -> Profile:
         assert self._ledger is not None and self._collector is not None
-        notes = list(self._collector.notes) + list(extra_notes or [])
-        if self.options.sampler == "pyinstrument":
-            notes.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
-                          " energy spent by other threads is charged to the main thread's stack"})
-        children = sorted(self._collector.child_processes.values(), key=lambda c: c["pid"])
-        return build_profile(self._ledger, self.options.idle, self._meta(exit_status), notes=notes,
+        assert self._feed is not None
+        children = sorted(self._feed.child_processes.values(), key=lambda c: c["pid"])
+        return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
+                             notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
                              peak_rss_exact_bytes=peak, child_processes=children)
+
+
+def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
+             sensor_notes: list[str], exit_status: dict[str, Any]) -> dict[str, Any]:
+    """The profile's `meta`, for an in-process profile and a supervised run alike."""
+    return {
+        "target": target,
+        "argv": list(argv),
+        "command": " ".join(argv),
+        "started_at": _dt.datetime.fromtimestamp(started_wall, _dt.timezone.utc).isoformat(),
+        "sampler": options.sampler,
+        "interval_s": options.interval,
+        "sensor_interval_s": options.sensor_interval,
+        "energyprof_version": __version__,
+        "python": platform.python_version(),
+        "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
+                 "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
+        "pid": pid,
+        "sensor_notes": list(sensor_notes),
+        "exit": exit_status,
+        "carbon_settings": options.carbon_settings(),
+    }
+
+
+def checkpoint_header(meta: dict[str, Any], options: Options, notes: list[dict[str, Any]],
+                      ledger: Ledger) -> dict[str, Any]:
+    """A checkpoint's state but the ledger (the collector adds it): the run so far, its notes
+    and its memory summary."""
+    return {"kind": "energyprof.checkpoint/1", "meta": meta, "idle": options.idle, "notes": list(notes),
+            "memory": memory.summary_of(ledger.first_tick, ledger.timeline.rss)}
+
+
+def run_notes(options: Options, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`notes` and what the options themselves call for the reader to know."""
+    out = list(notes)
+    if options.sampler == "pyinstrument":
+        out.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
+                    " energy spent by other threads is charged to the main thread's stack"})
+    if options.memory == "exact" and not any(n.get("kind") == "memory-exact" for n in notes):
+        out.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
+                    " allocation-heavy code several times, so time and energy are distorted"})
+    return out

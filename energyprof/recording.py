@@ -17,14 +17,17 @@ Frame = tuple[str, str, int]  # (function, file, first line)
 
 
 class Tick(NamedTuple):
+    """One sensor reading. Under the supervisor the clocks are the whole job's: every
+    followed process (energyprof's samplers included) plus the supervisor itself."""
+
     t_ns: int
     energy_j: tuple[float | None, ...]  # cumulative joules per source index; None: not read
-    process_cpu_ns: int  # the whole process, energyprof's own threads included
-    own_cpu_ns: int  # energyprof's own threads
+    process_cpu_ns: int  # the program (every followed process), energyprof's own CPU included
+    own_cpu_ns: int  # energyprof's own: its threads in the program, and the supervisor
     busy_cpu_ns: int  # whole machine, all cores
-    rss_bytes: int = 0
-    children_cpu_ns: int = 0  # child processes of the program (live and reaped)
-    gpu_share: dict[str, float] | None = None  # source id -> this process's share, when shared
+    rss_bytes: int = 0  # the job's resident memory (the sum over its processes)
+    children_cpu_ns: int = 0  # in-process profiles only: child processes (live and reaped)
+    gpu_share: dict[str, float] | None = None  # source id -> the program's share, when shared
 
 
 class Sample(NamedTuple):
@@ -32,7 +35,9 @@ class Sample(NamedTuple):
     t1_ns: int
     stack_id: int
     cpu_ns: int  # CPU time of the sampled thread over [t0, t1]
-    main: bool = True  # sampled on the main thread (wall-time charging goes there)
+    main: bool = True  # sampled on its process's main thread (wall-time charging and memory go there)
+    rss_bytes: int = 0  # its process's RSS, read with the stack at t1 (0: not read)
+    proc: int = 0  # its process (the pid; 0: the only one)
 
 
 class StackTable:

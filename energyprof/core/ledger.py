@@ -14,6 +14,13 @@ run of any length costs memory in proportion to its distinct stacks:
   the main thread for GPUs and for intervals in which the program burnt no CPU.
 
 Both idle policies are accumulated side by side, so the policy is a rendering choice.
+
+A run may be several processes (the supervisor feeds every followed process's samples into
+one ledger, each tagged with its pid): an interval's energy is then shared among all of
+them by CPU weight, and `process_table` gives each process its part. RSS arrives with each
+sample, so memory growth is charged per process to the stack running when it was seen.
+Samples may arrive in any order; the caller adds a tick only once every sample that ends
+before it is in.
 """
 
 from __future__ import annotations
@@ -47,6 +54,19 @@ class _StackStat:
     rss_growth: float = 0.0
     share: list[float] = field(default_factory=list)
     all: list[float] = field(default_factory=list)
+    alloc_bytes: float = 0.0  # memory=exact: net bytes tracemalloc saw allocated while it ran
+
+
+@dataclass(slots=True)
+class _ProcStat:
+    """One process of the job: what the ledger learnt of it from its samples."""
+
+    share: list[float]
+    all: list[float]
+    cpu_ns: int = 0
+    peak_rss: int = 0
+    last_rss: int = 0
+    last_sid: int = -1
 
 
 class Ledger:
@@ -87,7 +107,10 @@ class Ledger:
         self.last_tick: Tick | None = None
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
-        self._before: Sample | None = None  # last main-thread sample of the intervals charged so far
+        # Per process: energy (the `processes` table), CPU, memory; stack -> its process.
+        self.procs: dict[int, _ProcStat] = {}
+        self.sid_proc: dict[int, int] = {}
+        self.process_info: dict[int, dict[str, Any]] = {}  # pid -> what the collector knows of it
 
     @property
     def first_ns(self) -> int | None:
@@ -101,13 +124,25 @@ class Ledger:
     def add_sample(self, s: Sample) -> None:
         # The hottest path of a long run (millions of calls): fields unpacked once, and
         # _drain called only when this sample reaches the next tick (its own loop test).
-        t0, t1, sid, cpu, _ = s
+        t0, t1, sid, cpu, main, rss, proc = s
         st = self.stats.get(sid)
         if st is None:
             st = self.stats[sid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+            self.sid_proc[sid] = proc
         st.time_ns += t1 - t0
         st.cpu_ns += cpu
         st.samples += 1
+        ps = self.procs.get(proc)
+        if ps is None:
+            ps = self.procs[proc] = _ProcStat([0.0] * self.n, [0.0] * self.n)
+        ps.cpu_ns += cpu
+        if rss:
+            if rss > st.peak_rss:
+                st.peak_rss = rss
+            if rss > ps.peak_rss:
+                ps.peak_rss = rss
+        if main and rss:
+            self._rss(st, ps, sid, rss)
         if t1 > t0:
             self._pending.append(s)
         if t1 > self._watermark:
@@ -115,6 +150,56 @@ class Ledger:
             ticks = self._ticks
             if len(ticks) >= 2 and t1 >= ticks[1].t_ns:
                 self._drain(final=False)
+
+    def _rss(self, st: _StackStat, ps: _ProcStat, sid: int, rss: int) -> None:
+        """RSS seen to change between two samples of a process's main thread.
+
+        A sample knows the stack only at its end. Memory is mostly taken by the code that
+        runs next and given back at scope exit by the code that ran before: growth goes to
+        this sample's stack, release to the previous sample's.
+        """
+        if ps.last_rss:
+            d = rss - ps.last_rss
+            if d > 0:
+                st.rss_growth += d
+            elif d < 0:
+                prev = self.stats.get(ps.last_sid) if ps.last_sid >= 0 else None
+                (prev or st).rss_growth += d
+        ps.last_rss = rss
+        ps.last_sid = sid
+
+    def add_allocations(self, proc: int, items: list[tuple[int | None, int]]) -> int:
+        """memory=exact: bytes still allocated at the end, per function (frame id), put on
+        the stack of `proc` where that function ran most. Returns the bytes with no place
+        (lines of functions never sampled)."""
+        leaf: dict[int, tuple[int, int]] = {}  # fid -> (samples, sid) of the busiest stack ending in it
+        inner: dict[int, tuple[int, int, int]] = {}  # fid -> (samples, sid, depth) of the busiest holding it
+        stacks = self.stacks.stacks
+        for sid, st in self.stats.items():
+            frames = stacks[sid]
+            if self.sid_proc.get(sid) != proc or not frames:
+                continue
+            if st.samples > leaf.get(frames[-1], (-1, 0))[0]:
+                leaf[frames[-1]] = (st.samples, sid)
+            for depth, fid in enumerate(frames[:-1]):
+                if st.samples > inner.get(fid, (-1, 0, 0))[0]:
+                    inner[fid] = (st.samples, sid, depth)
+        best: dict[int, int] = {fid: sid for fid, (_, sid) in leaf.items()}
+        unplaced = 0
+        for fid, size in items:
+            if fid is None or (fid not in best and fid not in inner):
+                unplaced += size
+                continue
+            sid = best.get(fid)
+            if sid is None:
+                _, holder, depth = inner[fid]
+                sid = best[fid] = self.stacks.stack_id(stacks[holder][:depth + 1])
+            st = self.stats.get(sid)
+            if st is None:
+                st = self.stats[sid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+                self.sid_proc[sid] = proc
+            st.alloc_bytes += size
+        return unplaced
 
     def add_tick(self, tick: Tick) -> None:
         if self.last_tick is not None:
@@ -179,14 +264,16 @@ class Ledger:
 
     def _drain(self, final: bool) -> None:
         ticks = self._ticks
+        cut = None
         while len(ticks) >= 2 and (final or self._watermark >= ticks[1].t_ns):
             a = ticks.popleft()
             self._charge(a, ticks[0])
             cut = ticks[0].t_ns
-            if self._pending and self._pending[0].t1_ns <= cut:
-                self._pending = [s for s in self._pending if s.t1_ns > cut]
         if final:
             self._pending = []
+        elif cut is not None and self._pending:
+            # Samples of several processes arrive out of order: keep those still to charge.
+            self._pending = [s for s in self._pending if s.t1_ns > cut]
 
     def _cpu_shares(self, b: Tick, a: Tick) -> tuple[float, float, float, float]:
         """(phi_program, phi_own, child fraction of the program, the program's part under 'all').
@@ -237,11 +324,8 @@ class Ledger:
         cpu_w: dict[int, float] = {}
         wall_w: dict[int, float] = {}
         any_w: dict[int, float] = {}
-        stats = self.stats
-        rss = b.rss_bytes
-        first = last = None
         for s in self._pending:
-            t0, t1, sid, cpu, main = s
+            t0, t1, sid, cpu, main = s[:5]
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
@@ -249,27 +333,10 @@ class Ledger:
                 cpu_w[sid] = cpu_w.get(sid, 0.0) + cpu * ov / (t1 - t0)
             if main:
                 wall_w[sid] = wall_w.get(sid, 0.0) + ov
-                if first is None or t0 < first.t0_ns:
-                    first = s
-                if last is None or t1 > last.t1_ns:
-                    last = s
             any_w[sid] = any_w.get(sid, 0.0) + ov
-            st = stats[sid]
-            if rss > st.peak_rss:
-                st.peak_rss = rss
         wall = wall_w or any_w
         if any_w:
             self.timeline.note_stacks(lo, any_w)
-        d_rss = b.rss_bytes - a.rss_bytes
-        if d_rss and last is not None:
-            # A sample only knows the stack at its end. Memory is mostly taken by the code
-            # that runs next and given back at scope exit by the code that ran before: growth
-            # goes to the interval's last main-thread sample, release to the last one seen
-            # before the interval began.
-            owner = last if d_rss > 0 else (self._before or first or last)
-            stats[owner.stack_id].rss_growth += d_rss
-        if last is not None:
-            self._before = last
 
         if not any(de):
             return
@@ -301,8 +368,12 @@ class Ledger:
     def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
         total_w = sum(weights.values())
         stats = self.stats
+        procs, sid_proc = self.procs, self.sid_proc
         for sid, w in weights.items():
             f = w / total_w
+            ps = procs[sid_proc[sid]]
+            ps.share[i] += e_share * f
+            ps.all[i] += e_all * f
             if child_frac:
                 own_f = f * (1.0 - child_frac)
                 st = stats[sid]
@@ -342,6 +413,45 @@ class Ledger:
                 still.append(w)
         self._live_windows = still
 
+    # -- processes ----------------------------------------------------------------------
+    def note_process(self, pid: int, **info: Any) -> None:
+        """Record what the collector knows of one process of the job (see `process_table`)."""
+        self.process_info.setdefault(pid, {"pid": pid}).update(info)
+
+    def process_table(self, policy: str) -> list[dict[str, Any]]:
+        """One row per followed process; their energies add up to the program's attributed
+        energy (what no sample carried, and processes not listed, count as the main one's)."""
+        if policy not in POLICIES:
+            raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        if not self.process_info:
+            return []
+        share = policy == "share"
+        listed = self.process_info
+        main = next((pid for pid, info in listed.items() if info.get("role") == "main"), next(iter(listed)))
+        energy = {pid: [0.0] * self.n for pid in listed}
+        energy[main] = list(self.root_share if share else self.root_all)
+        for proc, ps in self.procs.items():
+            row = energy[proc if proc in listed else main]
+            for i, v in enumerate(ps.share if share else ps.all):
+                row[i] += v
+        out = []
+        for pid, info in listed.items():
+            ps = self.procs.get(pid)
+            cpu_ns = info.get("cpu_ns")
+            out.append({
+                "pid": pid,
+                "parent_pid": info.get("parent_pid"),
+                "command": info.get("command", ""),
+                "role": info.get("role", "child"),
+                "rank": info.get("rank"),
+                "local_rank": info.get("local_rank"),
+                "cpu_time_s": (cpu_ns if cpu_ns is not None else (ps.cpu_ns if ps else 0)) / 1e9,
+                "energy_j": {sid: float(v) for sid, v in zip(self.source_ids, energy[pid])},
+                "peak_rss_bytes": max(ps.peak_rss if ps else 0, int(info.get("peak_rss_bytes") or 0)) or None,
+                "exit": info.get("exit"),
+            })
+        return out
+
     # -- checkpoints --------------------------------------------------------------------
     def to_state(self) -> dict[str, Any]:
         """Everything needed to finish the profile later (a checkpoint), as JSON-able data."""
@@ -350,8 +460,8 @@ class Ledger:
             "stacks": self.stacks.to_state(),
             "share_window_ns": self.share_window_ns,
             "cpus": self.cpus,
-            "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all]
-                      for k, v in self.stats.items()},
+            "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all,
+                               v.alloc_bytes] for k, v in self.stats.items()},
             "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
             "timeline": {k: getattr(self.timeline, k) for k in ("width_ns", "t0", "t1", "energy", "rss")}
             | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
@@ -360,6 +470,13 @@ class Ledger:
             "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share] if self.first_tick else None,
             "anomalies": self.anomalies,
             "child_sid": {str(k): v for k, v in self._child_sid.items()},
+            # samples still waiting for their intervals, and the per-process figures
+            "pending": [list(p) for p in self._pending],
+            "watermark": self._watermark,
+            "procs": {str(k): [v.share, v.all, v.cpu_ns, v.peak_rss, v.last_rss, v.last_sid]
+                      for k, v in self.procs.items()},
+            "sid_proc": {str(k): v for k, v in self.sid_proc.items()},
+            "process_info": {str(k): v for k, v in self.process_info.items()},
         }
 
     @classmethod
@@ -368,7 +485,8 @@ class Ledger:
                   cpus=int(state.get("cpus", 1)))
         for k, v in state["stats"].items():
             led.stats[int(k)] = _StackStat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), float(v[4]),
-                                           [float(x) for x in v[5]], [float(x) for x in v[6]])
+                                           [float(x) for x in v[5]], [float(x) for x in v[6]],
+                                           float(v[7]) if len(v) > 7 else 0.0)
         for k, v in state["acc"].items():
             setattr(led, k, [float(x) for x in v])
         tl = state["timeline"]
@@ -390,6 +508,15 @@ class Ledger:
             led._ticks.append(t)
             led._share_hist.append(t)
             led.last_tick = t
+        led._pending = [Sample(*(bool(x) if i == 4 else int(x) for i, x in enumerate(p))) for p in state.get("pending", [])]
+        led._watermark = int(state.get("watermark", -1))
+        for k, v in state.get("procs", {}).items():
+            led.procs[int(k)] = _ProcStat([float(x) for x in v[0]], [float(x) for x in v[1]], *(int(x) for x in v[2:6]))
+        led.sid_proc = {int(k): int(v) for k, v in state.get("sid_proc", {}).items()}
+        for sid in led.stats:
+            led.sid_proc.setdefault(sid, 0)
+            led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
+        led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
         led._live_windows = list(led._open_windows)
         return led

@@ -79,7 +79,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
         if st.samples:
             node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
         node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
-        allocated = getattr(st, "alloc_bytes", 0)  # exact-memory mode: tracemalloc bytes per stack
+        allocated = st.alloc_bytes  # exact-memory mode: tracemalloc bytes per stack
         if allocated:
             alloc[id(node)] = alloc.get(id(node), 0) + int(allocated)
 
@@ -106,7 +106,9 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                  + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
     timeline = Timeline(**_timeline(ledger, start))
     rss = [r for r in timeline.rss_bytes if r]
-    baseline = first.rss_bytes if first is not None and getattr(first, "rss_bytes", None) else None
+    baseline = first.rss_bytes if first is not None and first.rss_bytes else None
+    if baseline is None and rss:
+        baseline = rss[0]  # a supervised run's first reading precedes the program: its first RSS seen
     totals = Totals(
         energy_j=joules(ledger.total),
         attributed_j={sid: root.energy_j.get(sid, 0.0) - own.get(sid, 0.0) - idle.get(sid, 0.0) for sid in ids},

@@ -1,0 +1,33 @@
+"""The environment that starts the sampler in every Python process of the job.
+
+`_boot/` holds one `sitecustomize.py`, put first on PYTHONPATH (the user's entries kept
+after it); ENERGYPROF_AGENT says where to spool and how to sample. Python children inherit
+both, so multiprocessing's spawn, `subprocess` running python, and torchrun's workers start
+their own sampler the same way.
+"""
+
+from __future__ import annotations
+
+import os
+
+from ..options import Options
+
+ENV = "ENERGYPROF_AGENT"
+BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+
+
+def child_env(options: Options, spool: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    config = {
+        "spool": spool,
+        "parent": str(os.getpid()),
+        "interval": repr(float(options.interval)),
+        "memory": options.memory,
+        "follow": "1" if options.follow and options.children else "0",
+        "sampler": options.sampler,
+        "sync": options.sync or "",
+    }
+    env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + old if old else "")
+    return env

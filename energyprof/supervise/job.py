@@ -1,0 +1,450 @@
+"""The job feed: every process's stream merged into one ledger, on the supervisor's ticks.
+
+Each followed Python process spools its samples (stream.py); other descendants are read
+from /proc. Streams arrive late (up to a flush period) and out of step, so a sensor
+reading is held until every live stream has reported past it, and only then becomes a
+`Tick`: no interval is charged before all of its samples are in. The Tick's clocks are the
+job's: CPU is the sum over its processes (each counted once, live or ended, from its own
+sampler's clock, interpolated to the reading's time), energyprof's own CPU is the samplers'
+plus the supervisor's.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import probes
+from ..core.ledger import Ledger
+from ..recording import Sample, Tick
+from ..stacks.sampler import PROCESS_MARKER
+from . import follow
+from .stream import StreamReader, unescape
+
+SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
+LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
+DESCENDANTS_NS = 250_000_000  # how often /proc is walked for processes without a stream (a walk opens a file per thread)
+NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is not Python (or not followed)
+MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
+
+
+@dataclass
+class Proc:
+    pid: int
+    ppid: int
+    command: str = ""
+    label: str = ""
+    rank: str | None = None
+    local_rank: str | None = None
+    python: bool = True
+    forked: bool = False
+    main: bool = False
+    role: str = "child"
+    reader: StreamReader | None = None
+    fids: list[tuple[int, ...]] = field(default_factory=list)  # local frame id -> global frame ids
+    sids: list[int] = field(default_factory=list)  # local stack id -> global stack id
+    cur: tuple[int, int, int] = (0, 0, 0)  # the current T record: t0, t1, rss
+    allocations: list = field(default_factory=list)  # memory=exact: (global frame id or None, bytes)
+    hist: deque = field(default_factory=deque)  # (t, cpu_ns, own_ns, rss) points of its clock
+    watermark: int = 0
+    last_data: int = 0
+    ended: bool = False  # no more samples will come
+    dying: bool = False
+    gone: bool = False  # the process no longer exists
+    exit: dict[str, Any] | None = None
+    exception: str | None = None
+    pframe: int | None = None  # its node's global frame id (None: the main Python process)
+    anchor: tuple[int, ...] = ()
+    last_main_sid: int = -1
+    cpu_ns: int = 0  # latest absolute CPU (user + system) since the process began
+    own_ns: int = 0  # the part of it that was energyprof's sampler
+    kernel_cpu_ns: int = 0  # its CPU as /proc last showed it (start-up and shut-down included)
+    rss: int = 0
+    synthetic_sid: int = -1
+    synthetic_t: int = 0  # a process read from /proc: its samples so far reach this time ...
+    sampled_ns: int = 0  # ... and carry this much of its CPU
+    t_start: int = 0
+    placed: bool = False
+    stash: list = field(default_factory=list)  # records held until the process is placed
+    main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
+
+
+class JobFeed:
+    def __init__(self, ledger: Ledger, spool: str, follow_children: bool = True, children: bool = True,
+                 rss: bool = True) -> None:
+        self.ledger = ledger
+        self.table = ledger.stacks
+        self.spool = spool
+        self.follow = follow_children
+        self.children = children
+        self.rss = rss
+        self.main_pid: int | None = None
+        self.procs: dict[int, Proc] = {}
+        self.readers: dict[str, Proc] = {}
+        self.notes: list[dict[str, Any]] = []
+        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int]] = deque()
+        self._seen: dict[int, int] = {}  # pid -> when /proc first showed it without a stream
+        self._last_scan = 0
+        self._last_walk = 0
+        self._t_scan = 0
+        self._final_cpu: int | None = None
+
+    # -- the collector's tick ------------------------------------------------------------
+    def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
+        sup_cpu = time.process_time_ns()
+        busy = probes.machine_busy_ns()
+        now = time.perf_counter_ns()
+        if self.main_pid is not None and now - self._last_scan >= SCAN_NS:
+            self._last_scan = now
+            self._scan(now)
+        self._read_streams(listing=now - self._t_scan >= LIST_NS)
+        nonpy, nonpy_rss = self._read_non_python(t)
+        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss))
+        self._release(self._bound(now))
+
+    def finish(self) -> None:
+        """The program has ended: read what is left, charge everything, close the books."""
+        self._scan(time.perf_counter_ns(), final=True)
+        self._read_streams()
+        for p in self.procs.values():
+            p.ended = True
+        if self._raw and self.children:
+            # CPU that no sampler saw (interpreter start-up and shutdown, the last flush a
+            # SIGKILL lost) is in the kernel's figure for the waited-for program.
+            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+            self._final_cpu = int((ru.ru_utime + ru.ru_stime) * 1e9)
+        self._release(None)
+        self.ledger.finish()
+        for p in self.procs.values():
+            if p.allocations:
+                self.ledger.add_allocations(p.pid, p.allocations)
+        self._note_processes()
+        for p in self.procs.values():
+            if p.reader is not None:
+                p.reader.close()
+
+    # -- streams -------------------------------------------------------------------------
+    def _read_streams(self, listing: bool = True) -> None:
+        names: list[str] = []
+        if listing:
+            # Readings up to the listing's time may be released: any process started before
+            # it had its spool file by then (the sampler creates it first thing).
+            self._t_scan = time.perf_counter_ns()
+            try:
+                names = os.listdir(self.spool)
+            except OSError:
+                names = []
+        fresh = []
+        for name in names:
+            path = os.path.join(self.spool, name)
+            if path not in self.readers and name.endswith(".spool"):
+                try:
+                    fresh.append((int(name.split("-")[1].split(".")[0]), path))
+                except (IndexError, ValueError):
+                    continue
+        for _, path in sorted(fresh):  # in the order the processes began: parents first
+            self._open(path)
+        for path, p in list(self.readers.items()):
+            if p.reader is not None and p.reader.path == path:
+                records = p.reader.read()
+                if not p.placed:
+                    p.stash.extend(records)
+                    if not self._try_place(p):
+                        continue
+                    records, p.stash = p.stash, []
+                self._consume(p, records)
+            if p.dying:
+                p.ended = True
+
+    def _open(self, path: str) -> None:
+        try:
+            reader = StreamReader(path)
+        except OSError:
+            return
+        records = reader.read()
+        if not records or records[0][0] != "H":
+            reader.close()
+            return
+        h = records[0]
+        pid, ppid = int(h[1]), int(h[2])
+        p = self.procs.get(pid)
+        if p is not None and p.reader is not None:
+            self._consume(p, p.reader.read())  # an exec: the old image's last words first
+            p.reader.close()
+        if p is None:
+            p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
+        p.ppid, p.python, p.forked = ppid, True, h[4] == "1"
+        p.rank, p.local_rank = (h[5] or None), (h[6] or None)
+        p.label, p.command = unescape(h[7]), unescape(h[8])
+        p.reader, p.fids, p.sids = reader, [], []
+        p.ended = p.dying = False
+        p.t_start = int(h[3])
+        p.watermark = max(p.watermark, p.t_start)
+        p.last_data = time.perf_counter_ns()
+        self._seen.pop(pid, None)
+        self.readers[path] = p
+        p.placed, p.stash = False, list(records[1:])
+        if self._try_place(p):
+            records, p.stash = p.stash, []
+            self._consume(p, records)
+
+    def _try_place(self, p: Proc) -> bool:
+        """Place a spawned child under the stack its parent ran when it started: wait until
+        the parent's samples have reached that moment (or the parent is gone)."""
+        parent = self.procs.get(p.ppid)
+        if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
+                and not parent.ended and parent.watermark < p.t_start
+                and time.perf_counter_ns() - p.t_start < MAX_LAG_NS):
+            return False
+        self._place(p)
+        p.placed = True
+        return True
+
+    def _place(self, p: Proc) -> None:
+        """Decide the process's role and node, and the stack it sits under."""
+        parent = self.procs.get(p.ppid)
+        if parent is None and p.ppid == self.main_pid and p.pid != self.main_pid:
+            # The program is not Python (a shell, a launcher): it is the parent's node.
+            parent = self.procs[p.ppid] = Proc(pid=p.ppid, ppid=os.getpid(), python=False,
+                                               command=follow.command(p.ppid), last_data=time.perf_counter_ns())
+            self._place(parent)
+            parent.placed = True
+            parent.synthetic_t = parent.t_start = parent.last_data
+            self._seen.pop(p.ppid, None)
+        p.main = p.pid == self.main_pid
+        if p.main:
+            p.role = "main"
+        elif p.rank is not None and (parent is None or parent.rank != p.rank):
+            p.role = "rank"
+        else:
+            p.role = "child"
+        if p.main and p.python:
+            p.pframe, p.anchor = None, ()
+            return
+        name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
+        frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
+        if p.pframe is None:
+            p.pframe = self.table.frame_id(frame)
+        if p.forked and p.python:
+            p.anchor = ()  # the forking stack is in its own stacks, as its parent named it
+        else:
+            p.anchor = self._stack_of(parent, p.t_start)
+
+    def _stack_of(self, parent: Proc | None, t: int | None = None) -> tuple[int, ...]:
+        """Where a new child of `parent` goes: under the stack it ran at `t` (default: now)."""
+        if parent is None:
+            return ()
+        if parent.python and t is not None:
+            for t1, sid in parent.main_hist:
+                if t1 >= t:
+                    return self.table.stacks[sid]
+        if parent.python and parent.last_main_sid >= 0:
+            return self.table.stacks[parent.last_main_sid]
+        if parent.pframe is not None:
+            return (*parent.anchor, parent.pframe)
+        return ()
+
+    def _expansion(self, pid: int) -> tuple[int, ...]:
+        p = self.procs.get(pid)
+        if p is None:
+            return (self.table.frame_id((f"[process {pid}]", "", pid)),)
+        if p.pframe is None:
+            return ()
+        return (*p.anchor, p.pframe)
+
+    def _consume(self, p: Proc, records: list[list[str]]) -> None:
+        if not records:
+            return
+        led, table = self.ledger, self.table
+        pid = p.pid
+        t0, t1, rss = p.cur
+        for r in records:
+            kind = r[0]
+            try:
+                if kind == "s":
+                    sid = p.sids[int(r[1])]
+                    main = r[3] == "1"
+                    led.add_sample(Sample(t0, t1, sid, int(r[2]), main, rss, pid))
+                    if main:
+                        p.last_main_sid = sid
+                        p.main_hist.append((t1, sid))
+                elif kind == "T":
+                    t0, t1 = int(r[1]), int(r[2])
+                    cpu, own, rss = int(r[3]), int(r[4]), int(r[5])
+                    p.hist.append((t1, cpu, own, rss))
+                    p.cpu_ns, p.own_ns, p.rss = cpu, own, rss
+                    if t1 > p.watermark:
+                        p.watermark = t1
+                elif kind == "F":
+                    func, file, line = unescape(r[2]), unescape(r[3]), int(r[4])
+                    if func == PROCESS_MARKER and not file:
+                        p.fids.append(self._expansion(line))
+                    else:
+                        p.fids.append((table.frame_id((func, file, line)),))
+                elif kind == "K":
+                    fids = p.fids
+                    ids: list[int] = []
+                    for f in r[2].split(",") if r[2] else ():
+                        ids.extend(fids[int(f)])
+                    p.sids.append(table.stack_id(tuple(ids)))
+                elif kind == "W":
+                    if r[1] == "b":
+                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None)
+                    else:
+                        led.end_window(int(r[2]), unescape(r[3]) or None)
+                elif kind == "A":
+                    fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
+                    p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))
+                elif kind == "E":
+                    p.exception = unescape(r[2])
+                elif kind == "N":
+                    msg = unescape(r[1])
+                    if not any(n["message"] == msg for n in self.notes):
+                        self.notes.append({"kind": "process", "message": msg})
+                elif kind == "Z":
+                    p.ended = True
+            except (IndexError, ValueError):
+                continue  # a damaged line costs that line only
+        p.cur = (t0, t1, rss)
+        p.last_data = time.perf_counter_ns()
+
+    # -- processes that are not (or not yet) streams -------------------------------------
+    def _scan(self, now: int, final: bool = False) -> None:
+        """New descendants, and which followed processes have ended."""
+        main = self.main_pid
+        if main is None:
+            return
+        for p in self.procs.values():
+            if p.gone or p.ended and not p.python:
+                continue
+            st = follow.stat(p.pid) if not (p.main and final) else None
+            if st is not None:
+                p.kernel_cpu_ns = max(p.kernel_cpu_ns, st.cpu_ns)
+            if st is None or st.state in ("Z", "X"):
+                if st is not None and st.exit is not None and p.exit is None:
+                    p.exit = st.exit
+                if p.python:
+                    p.dying = True
+                else:
+                    p.ended = True
+                p.gone = st is None or p.gone
+        if final or not self.children or now - self._last_walk < DESCENDANTS_NS:
+            return
+        self._last_walk = now
+        kids = probes.descendant_pids(main) or []
+        pids = [main, *kids] if main not in self.procs else kids
+        for pid in pids:
+            if pid in self.procs:
+                continue
+            first = self._seen.setdefault(pid, now)
+            if (not self.follow and pid != main) or now - first >= NON_PYTHON_GRACE_NS:
+                st = follow.stat(pid)
+                if st is None:
+                    continue
+                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=follow.command(pid))
+                p.last_data = p.t_start = p.synthetic_t = now
+                p.cpu_ns = p.sampled_ns = st.cpu_ns
+                self._seen.pop(pid, None)
+
+    def _read_non_python(self, t: int) -> tuple[dict[int, int], int]:
+        """CPU of each process followed through /proc, and a sample for its node."""
+        cpu: dict[int, int] = {}
+        rss_total = 0
+        for p in self.procs.values():
+            if p.python:
+                continue
+            if not p.ended:
+                st = follow.stat(p.pid)
+                if st is None or st.state in ("Z", "X"):
+                    p.ended = True
+                    p.gone = st is None
+                    if st is not None and st.exit is not None:
+                        p.exit = st.exit
+                if st is not None:
+                    p.cpu_ns = max(p.cpu_ns, st.cpu_ns)
+                    p.rss = follow.rss_bytes(p.pid) if self.rss and not p.ended else 0
+                    rss_total += p.rss
+                if (p.placed or self._try_place(p)) and p.pframe is not None:
+                    if p.synthetic_sid < 0:
+                        p.synthetic_sid = self.table.stack_id((*p.anchor, p.pframe))
+                    if t > p.synthetic_t:
+                        d, p.sampled_ns = p.cpu_ns - p.sampled_ns, p.cpu_ns
+                        self.ledger.add_sample(Sample(p.synthetic_t, t, p.synthetic_sid, d, True, p.rss, p.pid))
+                        p.synthetic_t = t
+            cpu[p.pid] = p.cpu_ns
+        return cpu, rss_total
+
+    # -- merging -------------------------------------------------------------------------
+    def _bound(self, now: int) -> int:
+        """Readings up to this time have all their samples in."""
+        bound = self._t_scan
+        for p in self.procs.values():
+            if not p.placed and not p.ended:
+                bound = min(bound, p.t_start)
+            elif p.python and not p.ended and now - p.last_data < MAX_LAG_NS:
+                bound = min(bound, p.watermark)
+        return bound
+
+    def _release(self, bound: int | None) -> None:
+        raw = self._raw
+        led = self.ledger
+        while raw and (bound is None or raw[0][0] <= bound):
+            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss = raw.popleft()
+            cpu = own = 0
+            rss = nonpy_rss
+            for p in self.procs.values():
+                if not p.python:
+                    cpu += nonpy.get(p.pid, 0)
+                    continue
+                c, o, r = self._clock_at(p, t)
+                cpu += c
+                own += o
+                if not p.ended or t <= p.watermark:
+                    rss += r
+            cpu += sup_cpu
+            own += sup_cpu
+            if bound is None and not raw and self._final_cpu is not None:
+                cpu = max(cpu, self._final_cpu + sup_cpu)
+            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share))
+            for p in self.procs.values():
+                h = p.hist
+                while len(h) >= 2 and h[1][0] <= t:
+                    h.popleft()
+
+    @staticmethod
+    def _clock_at(p: Proc, t: int) -> tuple[int, int, int]:
+        """(CPU, sampler CPU, RSS) of a process at time t, interpolated between its ticks."""
+        h = p.hist
+        if not h:
+            return p.cpu_ns, p.own_ns, 0
+        a = h[0]
+        if t < a[0]:
+            return 0, 0, 0  # before its sampler's first tick
+        b = None
+        for point in h:
+            if point[0] >= t:
+                b = point
+                break
+            a = point
+        if b is None:
+            return a[1], a[2], a[3]
+        f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 1.0
+        return int(a[1] + (b[1] - a[1]) * f), int(a[2] + (b[2] - a[2]) * f), a[3]
+
+    # -- the processes table ---------------------------------------------------------------
+    def _note_processes(self) -> None:
+        for p in self.procs.values():
+            self.ledger.note_process(
+                p.pid, parent_pid=p.ppid, command=p.command[:200], role=p.role,
+                rank=int(p.rank) if p.rank and p.rank.isdigit() else None,
+                local_rank=int(p.local_rank) if p.local_rank and p.local_rank.isdigit() else None,
+                cpu_ns=max(0, max(p.cpu_ns, p.kernel_cpu_ns) - p.own_ns), exit=p.exit,
+            )
+
+    def main_exception(self) -> str | None:
+        p = self.procs.get(self.main_pid or -1)
+        return p.exception if p is not None else None

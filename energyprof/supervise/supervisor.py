@@ -1,0 +1,146 @@
+"""Run the program as a child process and profile every process of its job from outside.
+
+The supervisor reads the sensors (one collector thread, no GIL shared with the program),
+folds the samplers' streams into the ledger, checkpoints, and after the program has ended,
+however it ended, writes the outputs and ends the way the program did.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from .. import probes
+from ..collector import Collector
+from ..core.ledger import Ledger
+from ..core.tree import build_profile
+from ..options import Options
+from ..probes import OwnClocks
+from ..profile import Profile
+from ..profiler import checkpoint_header, run_meta, run_notes
+from . import follow, signals
+from .bootstrap import child_env
+from .job import JobFeed
+
+
+class Supervisor:
+    def __init__(self, options: Options, command: list[str], target: str, argv: list[str],
+                 executable: str | None = None) -> None:
+        self.options = options
+        self.command = command  # what runs: [python, script, args...] or the user's command
+        self.executable = executable  # None: look command[0] up on PATH
+        self.target = target
+        self.argv = argv
+        self.notes: list[dict[str, Any]] = []
+        self.discovery_notes: list[str] = []
+        self.started_wall = 0.0
+        self.pid: int | None = None
+        self.status: int | None = None
+        self.peak_rss: int | None = None  # the program's exact peak (the kernel's, from wait4)
+
+    def run(self) -> tuple[Profile, int]:
+        """Run the program to its end; (the profile, its raw wait status)."""
+        from .. import sensors
+
+        # Before any thread starts (sensor discovery may start some), so every thread has
+        # them blocked and the main thread takes them with sigtimedwait.
+        signals.block()
+        o = self.options
+        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        self.discovery_notes = found.notes
+        if not o.quiet:
+            for note in found.notes:
+                if note.startswith("RAPL: cannot read"):
+                    print(f"energyprof: {note}", file=sys.stderr)
+        ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
+        spool = tempfile.mkdtemp(prefix="energyprof-")
+        feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
+                       rss=o.memory != "off")
+        own = OwnClocks()
+        collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
+                              checkpoint=lambda: self._checkpoint_header(ledger, feed),
+                              checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
+        try:
+            self.started_wall = time.time()
+            collector.start()
+            try:
+                self.pid = self._spawn(child_env(o, spool))
+            except OSError as exc:
+                collector.stop()
+                raise SpawnError(f"cannot run {self.command[0]}: {exc.strerror or exc}") from None
+            feed.main_pid = self.pid
+            self.status = self._wait(self.pid)
+            collector.stop()
+        finally:
+            shutil.rmtree(spool, ignore_errors=True)
+        profile = self._build(ledger, feed, collector)
+        collector.remove_checkpoint()
+        return profile, self.status
+
+    def _spawn(self, env: dict[str, str]) -> int:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        kwargs: dict[str, Any] = {"setsigmask": (), "setsigdef": signals.RESET_IN_CHILD}
+        if self.executable is not None:
+            return os.posix_spawn(self.executable, self.command, env, **kwargs)
+        return os.posix_spawnp(self.command[0], self.command, env, **kwargs)
+
+    def _wait(self, pid: int) -> int:
+        while True:
+            info = signals.wait(0.25)
+            if info is not None and signals.should_forward(info):
+                try:
+                    os.kill(pid, info.si_signo)
+                except ProcessLookupError:
+                    pass
+            try:
+                done, status, usage = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                return 0
+            if done == pid:
+                self.peak_rss = usage.ru_maxrss * 1024 if usage.ru_maxrss else None
+                return status
+
+    # -- the profile -------------------------------------------------------------------
+    def exit_record(self, exception: str | None) -> dict[str, Any]:
+        status = self.status or 0
+        if os.WIFSIGNALED(status):
+            name = follow.signal_name(os.WTERMSIG(status))
+            if name == "SIGINT":
+                return {"status": "interrupted", "exception": exception or "KeyboardInterrupt", "signal": "SIGINT"}
+            if name == "SIGTERM":
+                return {"status": "terminated", "signal": "SIGTERM"}
+            return {"status": "signal", "signal": name}
+        code = os.WEXITSTATUS(status)
+        if exception is not None and code == 1:  # Python's status after an uncaught exception
+            return {"status": "exception", "exception": exception}
+        if code == 0:
+            return {"status": "completed"}
+        return {"status": "exit", "code": code}
+
+    def _meta(self, exit_status: dict[str, Any]) -> dict[str, Any]:
+        return run_meta(self.options, self.target, self.argv, self.started_wall, self.pid, self.discovery_notes,
+                        exit_status)
+
+    def _checkpoint_header(self, ledger: Ledger, feed: JobFeed) -> dict[str, Any]:
+        return checkpoint_header(self._meta({"status": "checkpoint"}), self.options, feed.notes, ledger)
+
+    def _build(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> Profile:
+        main = feed.procs.get(self.pid or -1)
+        if main is not None:
+            main.exit = follow.exit_status(self.status or 0)
+        for p in feed.procs.values():
+            ledger.note_process(p.pid, exit=p.exit)
+        peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
+        profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
+                                notes=run_notes(self.options, [*collector.notes, *feed.notes]),
+                                peak_rss_exact_bytes=peak)
+        return profile
+
+
+class SpawnError(Exception):
+    """The program could not be started (one line for the user)."""

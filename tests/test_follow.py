@@ -1,0 +1,258 @@
+"""Every process of the job: forked and spawned Python children sample themselves, others are
+measured from /proc; each sits under the stack that started it. Real processes throughout."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from energyprof import load
+
+from conftest import run_cli
+
+try:
+    import torch  # noqa: F401
+
+    HAVE_TORCH = True
+except ImportError:
+    HAVE_TORCH = False
+
+BURN = """
+import time
+
+def burn(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+def burn_for(seconds):  # long enough for dozens of 5 ms samples on a loaded machine
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        burn(10_000)
+"""
+
+
+@pytest.fixture
+def here(tmp_path: Path) -> Path:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    return tmp_path
+
+
+def script(dirpath: Path, name: str, *parts: str) -> Path:
+    p = dirpath / name
+    p.write_text("".join(textwrap.dedent(part) for part in parts))
+    return p
+
+
+def profiled(*args: str) -> list[str]:
+    return ["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
+
+
+def process_nodes(node, prefix: str = "[process "):
+    return [n for n, _ in node.walk() if n.function.startswith(prefix)]
+
+
+def test_a_python_child_costs_what_the_same_work_costs_in_process(here):
+    script(here, "child.py", BURN, """
+        import sys
+        def child_work(n):
+            burn(n)
+        child_work(int(sys.argv[1]))
+    """)
+    script(here, "parent.py", BURN, """
+        import subprocess, sys
+        N = 4_000_000
+        def in_process():
+            burn(N)
+        def run_child():
+            subprocess.run([sys.executable, "child.py", str(N)], check=True)
+        for _ in range(2):  # interleaved, so a busy machine slows both alike
+            in_process()
+            run_child()
+    """)
+    res = run_cli(["--idle", "share", *profiled("parent.py")], cwd=here, timeout=300)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    waiting = p.find("run_child")[0]
+    kids = process_nodes(waiting)
+    assert len(kids) == 2 and all("child.py" in k.function for k in kids), [k.function for k in kids]
+    for k in kids:
+        assert [n.function for n, _ in k.walk() if n.function == "child_work"] == ["child_work"]
+    mine, theirs = p.function_totals("in_process"), sum(k.energy_j["cpu"] for k in kids)
+    assert theirs == pytest.approx(mine, rel=0.25), (mine, theirs)
+    # the processes table: one row each, energies adding up to the program's
+    rows = p.extra["processes"]
+    assert sorted(r["role"] for r in rows) == ["child", "child", "main"]
+    total = sum(r["energy_j"]["cpu"] for r in rows)
+    assert total == pytest.approx(p.totals["attributed_j"]["cpu"], rel=1e-6)
+    assert all(set(r) == {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j",
+                          "peak_rss_bytes", "exit"} for r in rows)
+    children = [r for r in rows if r["role"] == "child"]
+    assert all(r["cpu_time_s"] > 0.1 and r["peak_rss_bytes"] > 1_000_000 for r in children)
+
+
+def test_fork_pool_used_five_times_prints_nothing_and_never_hangs(here):
+    script(here, "pool.py", """
+        import multiprocessing as mp
+
+        def square(x):
+            return x * x
+
+        if __name__ == "__main__":
+            ctx = mp.get_context("fork")
+            for i in range(5):
+                with ctx.Pool(2) as pool:
+                    print(i, sum(pool.map(square, range(200))))
+    """)
+    expected = subprocess.run([sys.executable, "pool.py"], cwd=here, capture_output=True, text=True, timeout=60)
+    for run in range(10):
+        res = run_cli(profiled("pool.py"), cwd=here, timeout=120)
+        assert (res.returncode, res.stdout, res.stderr) == (0, expected.stdout, expected.stderr), run
+    p = load(here / "p.json")
+    assert len([r for r in p.extra["processes"] if r["role"] == "child"]) >= 2
+
+
+def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
+    script(here, "forker.py", BURN, """
+        import os
+        pid = os.fork()
+        if pid == 0:
+            burn_for(0.4)
+            print("child", flush=True)
+        else:
+            os.waitpid(pid, 0)
+            print("parent", flush=True)
+    """)
+    res = run_cli(["--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "forker.py"], cwd=here)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "child\nparent\n"
+    assert res.stderr.count("top functions") == 1 and res.stderr.count("wrote p.json") == 1
+    p = load(here / "p.json")
+    assert p.meta["exit"] == {"status": "completed"}
+    rows = p.extra["processes"]
+    assert [r["role"] for r in rows] == ["main", "child"] and rows[1]["parent_pid"] == rows[0]["pid"]
+    node = process_nodes(p.root)
+    assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "burn"]
+
+
+def test_no_follow_measures_children_by_cpu_only(here):
+    script(here, "kid.py", """
+        import subprocess, sys
+        def wait_for_child():
+            subprocess.run([sys.executable, "-c", "sum(i * i for i in range(8_000_000))"], check=True)
+        wait_for_child()
+    """)
+    res = run_cli(["--no-follow", *profiled("kid.py")], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    kids = process_nodes(p.find("wait_for_child")[0])
+    assert len(kids) == 1 and kids[0].children == [] and kids[0].energy_j["cpu"] > 0
+    assert p.totals["cpu_time_s"] > 0.3
+
+
+def test_ranks_and_spawned_multiprocessing_children(here):
+    script(here, "worker.py", BURN, """
+        def rank_work():
+            burn(1_500_000)
+        rank_work()
+    """)
+    script(here, "launch.py", BURN, """
+        import multiprocessing as mp, os, subprocess, sys
+
+        def spawned_work():
+            burn(1_000_000)
+
+        def launch():
+            procs = [subprocess.Popen([sys.executable, "worker.py"], env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r)))
+                     for r in range(2)]
+            for pr in procs:
+                pr.wait()
+
+        if __name__ == "__main__":
+            launch()
+            p = mp.get_context("spawn").Process(target=spawned_work)
+            p.start()
+            p.join()
+    """)
+    res = run_cli(profiled("launch.py"), cwd=here, timeout=180)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in p.extra["processes"] if r["role"] == "rank")
+    assert ranks == [(0, 0, "rank"), (1, 1, "rank")]
+    names = {n.function for n, _ in p.find("launch")[0].walk()}
+    assert {"[rank 0]", "[rank 1]", "rank_work"} <= names
+    spawned = [n for n, _ in p.root.walk() if n.function == "spawned_work"]
+    assert spawned and spawned[0].energy_j["cpu"] > 0
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_dataloader_workers_carry_their_getitem(here):
+    script(here, "loader.py", BURN, """
+        import torch
+        from torch.utils.data import DataLoader, Dataset
+
+        class Burn(Dataset):
+            def __len__(self):
+                return 16
+
+            def __getitem__(self, i):
+                burn(150_000)
+                return torch.tensor([i])
+
+        def train():
+            for batch in DataLoader(Burn(), batch_size=2, num_workers=2):
+                pass
+
+        if __name__ == "__main__":
+            torch.set_num_threads(1)
+            train()
+    """)
+    res = run_cli(profiled("loader.py"), cwd=here, timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    workers = process_nodes(p.find("train")[0], "[DataLoader worker ")
+    assert sorted({w.function for w in workers}) == ["[DataLoader worker 0]", "[DataLoader worker 1]"]
+    for w in workers:
+        getitem = [n for n, _ in w.walk() if n.function == "Burn.__getitem__"]
+        assert getitem and getitem[0].energy_j["cpu"] > 0
+    # each interval's energy is shared among the processes by CPU: the workers' part of the
+    # program's energy is about their part of its CPU time
+    rows = p.extra["processes"]
+    assert len(rows) == 3
+    worker_cpu = sum(r["cpu_time_s"] for r in rows if r["role"] == "child") / sum(r["cpu_time_s"] for r in rows)
+    worker_j = sum(w.energy_j["cpu"] for w in workers) / p.totals["attributed_j"]["cpu"]
+    assert worker_j == pytest.approx(worker_cpu, rel=0.35), (worker_j, worker_cpu)
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_torchrun_after_double_dash_shows_each_rank(here):
+    import shutil
+
+    torchrun = shutil.which("torchrun")
+    if torchrun is None:
+        pytest.skip("torchrun is not on PATH")
+    script(here, "ddp.py", BURN, """
+        import os
+        def rank_work():
+            burn_for(0.5)
+        rank_work()
+        print("rank", os.environ["RANK"], flush=True)
+    """)
+    res = run_cli([*profiled(), "--", "torchrun", "--standalone", "--nproc_per_node", "2", "ddp.py"], cwd=here,
+                  timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["rank 0", "rank 1"]
+    p = load(here / "p.json")
+    rows = p.extra["processes"]
+    assert [r["role"] for r in rows].count("main") == 1 and "torchrun" in rows[0]["command"]
+    assert sorted((r["rank"], r["local_rank"]) for r in rows if r["role"] == "rank") == [(0, 0), (1, 1)]
+    for rank in ("[rank 0]", "[rank 1]"):
+        node = [n for n, _ in p.root.walk() if n.function == rank]
+        assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "rank_work"]
