@@ -3,6 +3,7 @@ measured from /proc; each sits under the stack that started it. Real processes t
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import textwrap
@@ -86,12 +87,13 @@ def test_a_python_child_costs_what_the_same_work_costs_in_process(here):
     mine, theirs = p.function_totals("in_process"), sum(k.energy_j["cpu"] for k in kids)
     assert theirs == pytest.approx(mine, rel=0.25), (mine, theirs)
     # the processes table: one row each, energies adding up to the program's
-    rows = p.extra["processes"]
+    rows = p.processes
     assert sorted(r["role"] for r in rows) == ["child", "child", "main"]
     total = sum(r["energy_j"]["cpu"] for r in rows)
     assert total == pytest.approx(p.totals["attributed_j"]["cpu"], rel=1e-6)
-    assert all(set(r) == {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j",
-                          "peak_rss_bytes", "exit"} for r in rows)
+    fields = {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j", "peak_rss_bytes",
+              "exit"}
+    assert all(set(dataclasses.asdict(r)) == fields for r in rows)
     children = [r for r in rows if r["role"] == "child"]
     assert all(r["cpu_time_s"] > 0.1 and r["peak_rss_bytes"] > 1_000_000 for r in children)
 
@@ -114,7 +116,7 @@ def test_fork_pool_used_five_times_prints_nothing_and_never_hangs(here):
         res = run_cli(profiled("pool.py"), cwd=here, timeout=120)
         assert (res.returncode, res.stdout, res.stderr) == (0, expected.stdout, expected.stderr), run
     p = load(here / "p.json")
-    assert len([r for r in p.extra["processes"] if r["role"] == "child"]) >= 2
+    assert len([r for r in p.processes if r["role"] == "child"]) >= 2
 
 
 def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
@@ -134,7 +136,7 @@ def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
     assert res.stderr.count("top functions") == 1 and res.stderr.count("wrote p.json") == 1
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "completed"}
-    rows = p.extra["processes"]
+    rows = p.processes
     assert [r["role"] for r in rows] == ["main", "child"] and rows[1]["parent_pid"] == rows[0]["pid"]
     node = process_nodes(p.root)
     assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "burn"]
@@ -182,7 +184,7 @@ def test_ranks_and_spawned_multiprocessing_children(here):
     res = run_cli(profiled("launch.py"), cwd=here, timeout=180)
     assert res.returncode == 0, res.stderr
     p = load(here / "p.json")
-    ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in p.extra["processes"] if r["role"] == "rank")
+    ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in p.processes if r["role"] == "rank")
     assert ranks == [(0, 0, "rank"), (1, 1, "rank")]
     names = {n.function for n, _ in p.find("launch")[0].walk()}
     assert {"[rank 0]", "[rank 1]", "rank_work"} <= names
@@ -223,7 +225,7 @@ def test_dataloader_workers_carry_their_getitem(here):
         assert getitem and getitem[0].energy_j["cpu"] > 0
     # each interval's energy is shared among the processes by CPU: the workers' part of the
     # program's energy is about their part of its CPU time
-    rows = p.extra["processes"]
+    rows = p.processes
     assert len(rows) == 3
     worker_cpu = sum(r["cpu_time_s"] for r in rows if r["role"] == "child") / sum(r["cpu_time_s"] for r in rows)
     worker_j = sum(w.energy_j["cpu"] for w in workers) / p.totals["attributed_j"]["cpu"]
@@ -250,7 +252,7 @@ def test_torchrun_after_double_dash_shows_each_rank(here):
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == ["rank 0", "rank 1"]
     p = load(here / "p.json")
-    rows = p.extra["processes"]
+    rows = p.processes
     assert [r["role"] for r in rows].count("main") == 1 and "torchrun" in rows[0]["command"]
     assert sorted((r["rank"], r["local_rank"]) for r in rows if r["role"] == "rank") == [(0, 0), (1, 1)]
     for rank in ("[rank 0]", "[rank 1]"):
