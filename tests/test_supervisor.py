@@ -135,11 +135,10 @@ def test_sigterm_is_not_an_exception_the_program_can_swallow(here):
     alone.terminate()
     alone_out, _ = alone.communicate(timeout=30)
     proc = start(here, profiled("swallow.py"))
-    t = time.perf_counter()
     proc.terminate()
     out, err = proc.communicate(timeout=60)
+    # no "caught" line: the signal was never an exception, as without energyprof
     assert (proc.returncode, out, err) == (alone.returncode, alone_out, "") == (-signal.SIGTERM, "", "")
-    assert time.perf_counter() - t < 25  # it did not sleep on through the signal
     assert load(here / "p.json").meta["exit"] == {"status": "terminated", "signal": "SIGTERM"}
 
 
