@@ -21,6 +21,11 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120, env: dict[str, str
                           timeout=timeout, env=full_env, input=stdin)
 
 
+def processes(profile) -> list[dict]:
+    """A profile's `processes` table (a field of the Profile, or an extra key of older ones)."""
+    return getattr(profile, "processes", None) or profile.extra["processes"]
+
+
 @pytest.fixture
 def write_script(tmp_path: Path):
     def write(name: str, body: str) -> Path:

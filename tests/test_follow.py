@@ -12,7 +12,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import run_cli
+from conftest import processes, run_cli
 
 try:
     import torch  # noqa: F401
@@ -90,11 +90,11 @@ def test_a_python_child_costs_what_the_same_work_costs_in_process(here):
     my_cpu = sum(n.cpu_time_s for n in p.find("in_process"))
     their_cpu = sum(k.cpu_time_s for k in kids)
     assert theirs / their_cpu == pytest.approx(mine / my_cpu, rel=0.25), (mine, my_cpu, theirs, their_cpu)
-    rows = {r["pid"]: r for r in p.extra["processes"]}
+    rows = {r["pid"]: r for r in processes(p)}
     for k in kids:  # a process's node holds exactly its row's energy
         assert k.energy_j["cpu"] == pytest.approx(rows[k.line]["energy_j"]["cpu"], rel=1e-9)
     # the processes table: one row each, energies adding up to the program's
-    rows = p.extra["processes"]
+    rows = processes(p)
     assert sorted(r["role"] for r in rows) == ["child", "child", "main"]
     total = sum(r["energy_j"]["cpu"] for r in rows)
     assert total == pytest.approx(p.totals["attributed_j"]["cpu"], rel=1e-6)
@@ -122,7 +122,7 @@ def test_fork_pool_used_five_times_prints_nothing_and_never_hangs(here):
         res = run_cli(profiled("pool.py"), cwd=here, timeout=120)
         assert (res.returncode, res.stdout, res.stderr) == (0, expected.stdout, expected.stderr), run
     p = load(here / "p.json")
-    assert len([r for r in p.extra["processes"] if r["role"] == "child"]) >= 2
+    assert len([r for r in processes(p) if r["role"] == "child"]) >= 2
 
 
 def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
@@ -142,7 +142,7 @@ def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
     assert res.stderr.count("top functions") == 1 and res.stderr.count("wrote p.json") == 1
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "completed"}
-    rows = p.extra["processes"]
+    rows = processes(p)
     assert [r["role"] for r in rows] == ["main", "child"] and rows[1]["parent_pid"] == rows[0]["pid"]
     node = process_nodes(p.root)
     assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "burn"]
@@ -190,7 +190,7 @@ def test_ranks_and_spawned_multiprocessing_children(here):
     res = run_cli(profiled("launch.py"), cwd=here, timeout=180)
     assert res.returncode == 0, res.stderr
     p = load(here / "p.json")
-    ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in p.extra["processes"] if r["role"] == "rank")
+    ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in processes(p) if r["role"] == "rank")
     assert ranks == [(0, 0, "rank"), (1, 1, "rank")]
     names = {n.function for n, _ in p.find("launch")[0].walk()}
     assert {"[rank 0]", "[rank 1]", "rank_work"} <= names
@@ -230,7 +230,7 @@ def test_dataloader_workers_carry_their_getitem(here):
         getitem = [n for n, _ in w.walk() if n.function == "Burn.__getitem__"]
         assert getitem and getitem[0].energy_j["cpu"] > 0
     # the workers' energy is theirs alone: their nodes hold exactly their rows' energy
-    rows = p.extra["processes"]
+    rows = processes(p)
     assert [r["role"] for r in rows] == ["main", "child", "child"]
     assert all(r["cpu_time_s"] > 0 for r in rows)
     in_nodes = sum(w.energy_j["cpu"] for w in workers)
@@ -258,7 +258,7 @@ def test_torchrun_after_double_dash_shows_each_rank(here):
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == ["rank 0", "rank 1"]
     p = load(here / "p.json")
-    rows = p.extra["processes"]
+    rows = processes(p)
     assert [r["role"] for r in rows].count("main") == 1 and "torchrun" in rows[0]["command"]
     assert sorted((r["rank"], r["local_rank"]) for r in rows if r["role"] == "rank") == [(0, 0), (1, 1)]
     for rank in ("[rank 0]", "[rank 1]"):

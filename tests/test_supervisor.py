@@ -15,7 +15,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import run_cli
+from conftest import processes, run_cli
 
 BURN = """
     import time
@@ -65,7 +65,7 @@ def test_sigkill_of_the_program_still_writes_the_work_before_it(here):
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "signal", "signal": "SIGKILL"}
     assert p.find("burn") and p.function_totals("burn") > 0
-    assert p.extra["processes"][0]["exit"] == {"status": "signal", "signal": "SIGKILL"}
+    assert processes(p)[0]["exit"] == {"status": "signal", "signal": "SIGKILL"}
 
 
 def test_os_exit_passes_its_status_with_a_complete_profile(here):
@@ -243,7 +243,7 @@ def test_a_command_after_double_dash(here):
     assert (res.returncode, res.stdout, res.stderr) == (3, "from bash\npython child\n", "")
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "exit", "code": 3}
-    roles = {r["role"]: r for r in p.extra["processes"]}
+    roles = {r["role"]: r for r in processes(p)}
     assert roles["main"]["command"].startswith("bash -c")
     bash = [n for n in p.root.children if n.function.startswith("[process ") and "bash" in n.function]
     assert len(bash) == 1
@@ -272,7 +272,7 @@ def test_cpu_time_is_the_programs_getrusage(here):
     # the program's figure includes energyprof's sampler threads (1-2 %) but not its own
     # shut-down after it printed (a few tens of ms); the profile's is the other way round
     assert p.totals["cpu_time_s"] == pytest.approx(own_view, rel=0.05)
-    assert sum(r["cpu_time_s"] for r in p.extra["processes"]) == pytest.approx(own_view, rel=0.10)
+    assert sum(r["cpu_time_s"] for r in processes(p)) == pytest.approx(own_view, rel=0.10)
 
 
 def test_windows_from_a_supervised_program(here):
