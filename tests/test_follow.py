@@ -264,3 +264,33 @@ def test_torchrun_after_double_dash_shows_each_rank(here):
     for rank in ("[rank 0]", "[rank 1]"):
         node = [n for n, _ in p.root.walk() if n.function == rank]
         assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "rank_work"]
+
+
+def test_gpu_energy_goes_to_the_process_that_uses_cuda(here):
+    """The trainer (here a stand-in `torch` whose CUDA is initialised) gets the GPU's energy;
+    a forked worker as busy as it gets none once the trainer's sampler has said so (within
+    its first second)."""
+    (here / "gpu.csv").write_text("t_s,cpu,gpu:0\n0,50,100\n")
+    script(here, "trainer.py", BURN, """
+        import os, sys, types
+        sys.modules["torch"] = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))
+        def worker_loop():
+            burn_for(3.0)
+        def train():
+            burn_for(3.0)
+        pid = os.fork()
+        if pid == 0:
+            del sys.modules["torch"]  # the worker runs no CUDA
+            worker_loop()
+            os._exit(0)
+        train()
+        os.waitpid(pid, 0)
+    """)
+    res = run_cli(["--idle", "all", "--power-trace", "gpu.csv", "-q", "--json", "p.json", "-o", "r.html",
+                   "trainer.py"], cwd=here)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    rows = {r["role"]: r["energy_j"]["gpu:0"] for r in processes(p)}
+    assert rows["main"] > 0.6 * (rows["main"] + rows["child"]), rows
+    train = [n for n, _ in p.root.walk() if n.function == "train"][0]
+    assert train.energy_j["gpu:0"] == pytest.approx(rows["main"], rel=0.05)
