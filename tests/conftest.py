@@ -21,6 +21,11 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 120, env: dict[str, str
                           timeout=timeout, env=full_env, input=stdin)
 
 
+def processes(profile) -> list:
+    """A profile's `processes` table (records that also read as mappings: r["role"])."""
+    return list(profile.processes)
+
+
 @pytest.fixture
 def write_script(tmp_path: Path):
     def write(name: str, body: str) -> Path:

@@ -16,7 +16,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import run_cli
+from conftest import processes, run_cli
 
 TRACE = "t_s,cpu\n0,40\n"
 
@@ -220,7 +220,7 @@ def test_child_process_cpu_lands_under_the_waiting_stack(here):
     assert len(kids) == 1, [n.function for n, _ in waiting.walk()]
     assert [c.function for c in kids[0].children] == ["<module>"]  # the child's own code, beneath it
     assert kids[0].energy_j["cpu"] > 0.5 * p.totals["attributed_j"]["cpu"]
-    listed = p.processes
+    listed = processes(p)
     assert [c["role"] for c in listed] == ["main", "child"]
     assert "perf_counter" in listed[1]["command"] and listed[1]["cpu_time_s"] > 0.3, listed
     assert listed[1]["parent_pid"] == listed[0]["pid"]

@@ -176,3 +176,29 @@ def test_checkpoint_keeps_waiting_samples_and_processes():
     assert resumed.stats[a].share == [pytest.approx(10.0)]
     assert resumed.process_table("share")[0]["energy_j"]["cpu"] == pytest.approx(10.0)
     assert resumed.stats[a].rss_growth == 1000
+
+
+def test_gpu_energy_goes_to_the_processes_using_the_gpu():
+    """A DataLoader worker's main thread is as busy as the trainer's, but only the trainer
+    runs CUDA: the GPU's energy is the trainer's; the CPU's is shared by CPU time."""
+    table = StackTable()
+    trainer = table.intern([("train_step", "t.py", 1)])
+    worker = table.intern([("[DataLoader worker 0]", "", 0), ("__getitem__", "d.py", 1)])
+
+    def run(gpu_procs: set[int]) -> dict[int, dict[str, float]]:
+        led = Ledger(SOURCES, table, cpus=2)
+        led.gpu_procs = set(gpu_procs)
+        led.add_sample(Sample(0, 100, trainer, 50, True, 0, 10))
+        led.add_sample(Sample(0, 100, worker, 50, True, 0, 11))
+        led.add_tick(Tick(0, (0.0, 0.0), 0, 0, 0))
+        led.add_tick(Tick(100, (4.0, 8.0), 100, 0, 100))
+        led.finish()
+        led.note_process(10, role="main")
+        led.note_process(11, role="child")
+        return {r["pid"]: r["energy_j"] for r in led.process_table("all")}
+
+    rows = run({10})
+    assert rows[10]["gpu:0"] == pytest.approx(8.0) and rows[11]["gpu:0"] == 0.0
+    assert rows[10]["cpu"] == pytest.approx(2.0) and rows[11]["cpu"] == pytest.approx(2.0)
+    rows = run(set())  # nobody said: by wall time on every process's main thread
+    assert rows[10]["gpu:0"] == pytest.approx(4.0) and rows[11]["gpu:0"] == pytest.approx(4.0)

@@ -15,7 +15,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import run_cli
+from conftest import processes, run_cli
 
 BURN = """
     import time
@@ -65,7 +65,7 @@ def test_sigkill_of_the_program_still_writes_the_work_before_it(here):
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "signal", "signal": "SIGKILL"}
     assert p.find("burn") and p.function_totals("burn") > 0
-    assert p.processes[0]["exit"] == {"status": "signal", "signal": "SIGKILL"}
+    assert processes(p)[0]["exit"] == {"status": "signal", "signal": "SIGKILL"}
 
 
 def test_os_exit_passes_its_status_with_a_complete_profile(here):
@@ -135,11 +135,10 @@ def test_sigterm_is_not_an_exception_the_program_can_swallow(here):
     alone.terminate()
     alone_out, _ = alone.communicate(timeout=30)
     proc = start(here, profiled("swallow.py"))
-    t = time.perf_counter()
     proc.terminate()
     out, err = proc.communicate(timeout=60)
+    # no "caught" line: the signal was never an exception, as without energyprof
     assert (proc.returncode, out, err) == (alone.returncode, alone_out, "") == (-signal.SIGTERM, "", "")
-    assert time.perf_counter() - t < 25  # it did not sleep on through the signal
     assert load(here / "p.json").meta["exit"] == {"status": "terminated", "signal": "SIGTERM"}
 
 
@@ -252,7 +251,7 @@ def test_a_command_after_double_dash(here):
     assert (res.returncode, res.stdout, res.stderr) == (3, "from bash\npython child\n", "")
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "exit", "code": 3}
-    roles = {r["role"]: r for r in p.processes}
+    roles = {r["role"]: r for r in processes(p)}
     assert roles["main"]["command"].startswith("bash -c")
     bash = [n for n in p.root.children if n.function.startswith("[process ") and "bash" in n.function]
     assert len(bash) == 1
@@ -269,8 +268,8 @@ def test_bad_command_is_one_line_exit_2(here):
 def test_cpu_time_is_the_programs_getrusage(here):
     script(here, "ru.py", BURN, """
         import resource, subprocess, sys
-        burn_for(1.0)
-        subprocess.run([sys.executable, "-c", "sum(i * i for i in range(10_000_000))"], check=True)
+        burn_for(2.0)  # long against what the program's own figure cannot see: its shut-down after it
+        subprocess.run([sys.executable, "-c", "sum(i * i for i in range(15_000_000))"], check=True)
         me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
         print(me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime)
     """)
@@ -278,9 +277,10 @@ def test_cpu_time_is_the_programs_getrusage(here):
     assert res.returncode == 0, res.stderr
     own_view = float(res.stdout)
     p = load(here / "p.json")
-    # the program's figure includes energyprof's sampler threads (a few % at most); the profile's does not
+    # the program's figure includes energyprof's sampler threads (1-2 %) but not its own
+    # shut-down after it printed (a few tens of ms); the profile's is the other way round
     assert p.totals["cpu_time_s"] == pytest.approx(own_view, rel=0.05)
-    assert sum(r["cpu_time_s"] for r in p.processes) == pytest.approx(own_view, rel=0.10)
+    assert sum(r["cpu_time_s"] for r in processes(p)) == pytest.approx(own_view, rel=0.10)
 
 
 def test_windows_from_a_supervised_program(here):

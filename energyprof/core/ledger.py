@@ -111,6 +111,9 @@ class Ledger:
         self.procs: dict[int, _ProcStat] = {}
         self.sid_proc: dict[int, int] = {}
         self.process_info: dict[int, dict[str, Any]] = {}  # pid -> what the collector knows of it
+        # Processes known to use a GPU: GPU energy goes by wall time to their samples only
+        # (not to DataLoader workers, say); empty, to every process's main thread.
+        self.gpu_procs: set[int] = set()
 
     @property
     def first_ns(self) -> int | None:
@@ -324,8 +327,10 @@ class Ledger:
         cpu_w: dict[int, float] = {}
         wall_w: dict[int, float] = {}
         any_w: dict[int, float] = {}
+        gpu_procs = self.gpu_procs
+        gpu_w: dict[int, float] = {}
         for s in self._pending:
-            t0, t1, sid, cpu, main = s[:5]
+            t0, t1, sid, cpu, main, _, proc = s
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
@@ -333,6 +338,8 @@ class Ledger:
                 cpu_w[sid] = cpu_w.get(sid, 0.0) + cpu * ov / (t1 - t0)
             if main:
                 wall_w[sid] = wall_w.get(sid, 0.0) + ov
+                if proc in gpu_procs:
+                    gpu_w[sid] = gpu_w.get(sid, 0.0) + ov
             any_w[sid] = any_w.get(sid, 0.0) + ov
         wall = wall_w or any_w
         if any_w:
@@ -349,7 +356,7 @@ class Ledger:
             if self.gpu[i]:
                 g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
                 prog_share, own_share, prog_all, cf = g * d, 0.0, d, 0.0
-                weights = wall
+                weights = gpu_w or wall
             else:
                 prog_share, own_share = phi_prog * d, phi_own * d
                 prog_all = all_prog * d
@@ -477,6 +484,7 @@ class Ledger:
                       for k, v in self.procs.items()},
             "sid_proc": {str(k): v for k, v in self.sid_proc.items()},
             "process_info": {str(k): v for k, v in self.process_info.items()},
+            "gpu_procs": sorted(self.gpu_procs),
         }
 
     @classmethod
@@ -517,6 +525,7 @@ class Ledger:
             led.sid_proc.setdefault(sid, 0)
             led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
         led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
+        led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
         led._live_windows = list(led._open_windows)
         return led

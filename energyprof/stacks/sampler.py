@@ -140,7 +140,7 @@ class Sampler:
 
     def __init__(self, sink: Any, interval_s: float, view: View | None = None, rss: bool = True,
                  alloc: bool = False, own_idents: set[int] | None = None, main_ident: int | None = None,
-                 on_stack: Callable[[list[FrameType]], None] | None = None) -> None:
+                 every_second: Callable[[], None] | None = None) -> None:
         self.sink = sink
         self.interval_s = interval_s
         self.view = view or View()
@@ -160,6 +160,7 @@ class Sampler:
         self.own_cpu_ns = 0
         self.ident: int | None = None
         self.failed: BaseException | None = None
+        self.every_second = every_second  # called on the sampler's thread about once a second
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +197,7 @@ class Sampler:
             perf, proc_ns, own_ns = time.perf_counter_ns, time.process_time_ns, time.thread_time_ns
             prev_t, prev_proc = perf(), proc_ns()
             self._thread_cpu_deltas(sys._current_frames())
-            last_flush = prev_t
+            last_flush = last_second = prev_t
             sleep, interval = time.sleep, self.interval_s
             while True:
                 stopping = self._stop
@@ -214,6 +215,9 @@ class Sampler:
                 if now - last_flush >= FLUSH_NS:
                     self.sink.flush()
                     last_flush = now
+                if self.every_second is not None and now - last_second >= 1_000_000_000:
+                    last_second = now
+                    self.every_second()
             self.sink.flush()
         except BaseException as exc:  # noqa: BLE001 - a sampler failure must never reach the program
             self.failed = exc
@@ -510,7 +514,8 @@ class Agent:
         kind = HookSampler if config.get("sampler") == "pyinstrument" and not forked else Sampler
         self.sampler = kind(self.spool, float(config.get("interval", "0.005")), view,
                             rss=config.get("memory", "rss") != "off", alloc=config.get("memory") == "exact",
-                            main_ident=_thread.get_ident() if forked else None)
+                            main_ident=_thread.get_ident() if forked else None, every_second=self._check_gpu)
+        self._gpu = False
         self.sync = config.get("sync") == "cuda"
         self._note_tracing = False
 
@@ -546,6 +551,19 @@ class Agent:
                         self.spool.event(f"A\t{_esc(fr[0])}\t{_esc(fr[1])}\t{fr[2]}\t{size}\n")
         self.spool.event(f"Z\t{time.perf_counter_ns()}\n")
         self.spool.flush()
+
+    def _check_gpu(self) -> None:
+        """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
+        if self._gpu:
+            return
+        torch = sys.modules.get("torch")
+        try:
+            used = torch is not None and torch.cuda.is_initialized()
+        except Exception:  # noqa: BLE001 - a half-imported torch
+            used = False
+        if used:
+            self._gpu = True
+            self.spool.event(f"G\t{time.perf_counter_ns()}\n")
 
     def note(self, message: str) -> None:
         self.spool.event(f"N\t{_esc(message)}\n")

@@ -305,6 +305,8 @@ class JobFeed:
                     msg = unescape(r[1])
                     if not any(n["message"] == msg for n in self.notes):
                         self.notes.append({"kind": "process", "message": msg})
+                elif kind == "G":
+                    led.gpu_procs.add(pid)
                 elif kind == "Z":
                     p.ended = True
             except (IndexError, ValueError):

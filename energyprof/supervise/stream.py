@@ -12,6 +12,7 @@ tab, newline):
     A function file line bytes                             memory=exact: bytes still allocated at the end
     E t_ns text                                            the program's uncaught exception
     N text                                                 a note for the profile
+    G t_ns                                                 this process uses CUDA (its GPU energy share)
     Z t_ns                                                 the process ended its stream
     R name                                                 the stream goes on in this file (same folder)
 
