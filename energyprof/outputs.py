@@ -90,7 +90,7 @@ def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
         "speedscope": exports.speedscope_text,
         "folded": exports.folded_text,
         "csv": exports.csv_text,
-        "pprof": lambda m: pprof_gzip(m.profile),
+        "pprof": pprof_gzip,
     }
 
 
