@@ -343,12 +343,14 @@ def build_compare_parser() -> _Parser:
     p.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit 1 when the last run's program energy is more than PCT percent above the first's")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
+    _add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
 
 
 def _compare(argv: list[str]) -> int:
     from .analysis.compare import compare, function_energy, over_limit
+    from .analysis.report import RenderOptions
     from .profile import ProfileFormatError, load
 
     ns = build_compare_parser().parse_args(argv)
@@ -364,12 +366,20 @@ def _compare(argv: list[str]) -> int:
         profiles = [load(path) for path in ns.profiles]
     except ProfileFormatError as exc:
         raise UsageError(str(exc)) from None
+    if ns.idle is not None and ns.idle not in IDLE_POLICIES:
+        raise UsageError(f"--idle must be one of {', '.join(IDLE_POLICIES)}, not {ns.idle!r}")
+    for path, p in zip(ns.profiles, profiles):
+        if ns.idle is not None and ns.idle not in p.policies():
+            raise UsageError(f"{path} holds figures for idle policy {p.idle_policy!r} only"
+                             f" (written by an older energyprof); --idle {ns.idle} needs a new run")
+    view = RenderOptions(idle=ns.idle, carbon=None)  # each run's own policy unless --idle says one
     base = last = None
     if ns.function is not None:
-        base, last = function_energy(profiles[0], ns.function), function_energy(profiles[-1], ns.function)
+        base, last = (function_energy(profiles[0], ns.function, view),
+                      function_energy(profiles[-1], ns.function, view))
         if base is None and last is None:
             raise UsageError(f"function {ns.function!r} is in neither {ns.profiles[0]} nor {ns.profiles[-1]}")
-    cmp = compare(profiles, ns.profiles, ns.label)
+    cmp = compare(profiles, ns.profiles, ns.label, view)
     if ns.function is None:
         base, last = cmp.base.program_total, cmp.last.program_total
     from .render.compare import render_text, write_html, write_markdown

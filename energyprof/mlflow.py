@@ -5,6 +5,6 @@ The code lives in `energyprof.integrations.mlflow`; mlflow itself is imported on
 
 from __future__ import annotations
 
-from .integrations.mlflow import log_profile, metrics, params  # noqa: F401
+from .integrations.mlflow import log_model, log_profile, metrics, params  # noqa: F401
 
-__all__ = ["log_profile", "metrics", "params"]
+__all__ = ["log_profile", "log_model", "metrics", "params"]

@@ -90,7 +90,7 @@ def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
         "speedscope": exports.speedscope_text,
         "folded": exports.folded_text,
         "csv": exports.csv_text,
-        "pprof": lambda m: pprof_gzip(m.profile),
+        "pprof": pprof_gzip,
     }
 
 
@@ -120,9 +120,9 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
     logged = None
     if options.mlflow:  # after the files, so a tracking server that is down loses none of them
         try:
-            from .integrations.mlflow import log_profile
+            from .integrations.mlflow import log_model
 
-            logged = log_profile(profile)
+            logged = log_model(model)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
             failed.append(f"could not log to MLflow: {exc}")
     out = stream or sys.stderr

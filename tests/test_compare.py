@@ -136,6 +136,17 @@ def test_markdown_and_text_outputs(two_runs: Path) -> None:
     assert f"{pct:+.1f}%" in res.stdout
 
 
+@pytest.mark.slow
+def test_idle_option_compares_both_runs_under_one_policy(two_runs: Path) -> None:
+    """The runs used `all`; seen under `share` each is its report model's program energy under share."""
+    from energyprof.profile import load
+
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "share", "--markdown", "share.md"], cwd=two_runs)
+    assert res.returncode == 0, res.stderr
+    a, b = (sum(load(two_runs / f"{n}.json").with_policy("share").totals.attributed_j.values()) for n in "ab")
+    assert (two_runs / "share.md").read_text().startswith(f"### energyprof: {(b - a) / a * 100:+.1f}% program energy")
+
+
 @pytest.mark.parametrize("args, message", [
     (["a.json"], "at least two profiles"),
     (["a.json", "missing.json"], "cannot read missing.json"),
@@ -143,6 +154,7 @@ def test_markdown_and_text_outputs(two_runs: Path) -> None:
     (["a.json", "b.json", "--fail-above", "5", "--function", "no_such_function"], "no_such_function"),
     (["a.json", "b.json", "--label", "only one"], "--label"),
     (["a.json", "b.json", "--fail-above", "-3"], "--fail-above"),
+    (["a.json", "b.json", "--idle", "nonsense"], "--idle"),
 ])
 def test_bad_input_is_one_line_and_exit_2(two_runs: Path, args: list[str], message: str) -> None:
     (two_runs / "bad.json").write_text("{\"schema\": ")

@@ -79,7 +79,7 @@ def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snaps
                           capture_output=True, text=True, cwd=work, env=clean_env(), timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "45\n"
-    carbon = json.loads((work / "p.json").read_text())["carbon"]
+    carbon = json.loads((work / "p.json").read_text())["derived"]["carbon"]  # derived from the facts
     assert carbon["intensity_g_per_kwh"] == 56.039 and carbon["country"] == "FRA"  # codecarbon 3.3's France
     assert "energyprof's snapshot of codecarbon 3.3." in carbon["source"]
     page = html.unescape((work / "r.html").read_text(encoding="utf-8"))

@@ -6,11 +6,15 @@ MLFLOW_ALLOW_FILE_STORE, as MLflow 3 asks).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from conftest import run_cli
+from energyprof.analysis.carbon import CarbonSettings
+from energyprof.analysis.report import RenderOptions
+from energyprof.intensity import Intensity
 from energyprof.profile import Node, Profile, load
 
 mlflow = pytest.importorskip("mlflow", reason="mlflow (energyprof[mlflow]) is not installed")
@@ -33,22 +37,36 @@ def epochs_profile() -> Profile:
                    sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "rapl"},
                             {"id": "dram", "component": "dram", "method": "estimated", "sensor": "model"}],
                    totals={"energy_j": {"cpu": 30.0, "dram": 3.0}, "attributed_j": {"cpu": 20.0, "dram": 2.0},
-                           "duration_s": 3.0, "carbon_g": 0.5},
-                   carbon={"intensity_g_per_kwh": 56.0, "source": "codecarbon FRA"}, root=root, windows=windows)
+                           "duration_s": 3.0}, root=root, windows=windows)
+
+
+def at_56_g() -> RenderOptions:
+    """Carbon is a render option: a fixed 56 gCO2/kWh (France's grid), PUE 1."""
+    return RenderOptions(carbon=CarbonSettings(intensity=Intensity(56.0, "codecarbon FRA", "country")))
+
+
+KWH = 3.6e6
 
 
 def test_logs_params_metrics_windows_and_artifacts(store: str) -> None:
     from energyprof.mlflow import log_profile  # the short public name
 
-    run_id = log_profile(epochs_profile())
+    run_id = log_profile(epochs_profile(), render=at_56_g())
     assert mlflow.active_run() is None  # the run it started is ended again
     client = mlflow.MlflowClient()
     run = client.get_run(run_id)
     m = run.data.metrics
     assert m["energyprof.energy_j"] == 33.0 and m["energyprof.program_energy_j"] == 22.0
-    assert m["energyprof.carbon_g"] == 0.5 and m["energyprof.duration_s"] == 3.0
+    # the program's carbon is the headline (22 J), the machine's (33 J) beside it
+    assert m["energyprof.carbon_g"] == pytest.approx(22.0 / KWH * 56.0)
+    assert m["energyprof.machine_carbon_g"] == pytest.approx(33.0 / KWH * 56.0)
+    assert m["energyprof.duration_s"] == 3.0
     history = client.get_metric_history(run_id, "energyprof.window.epoch.energy_j")
     assert sorted((h.step, h.value) for h in history) == [(0, 9.0), (1, 10.0), (2, 11.0)]
+    history = client.get_metric_history(run_id, "energyprof.window.epoch.carbon_g")
+    assert sorted(h.step for h in history) == [0, 1, 2]
+    assert [h.value for h in sorted(history, key=lambda h: h.step)] == pytest.approx(
+        [(9.0 + i) / KWH * 56.0 for i in range(3)])
     p = run.data.params
     assert p["energyprof.source.cpu"] == "measured (rapl)" and p["energyprof.source.dram"] == "estimated (model)"
     assert p["energyprof.idle_policy"] == "share" and p["energyprof.intensity_g_per_kwh"] == "56"
@@ -85,6 +103,10 @@ def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
     assert m["energyprof.program_energy_j"] == pytest.approx(sum(profile.totals["attributed_j"].values()))
     assert m["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
     assert run.data.params["energyprof.source.cpu"].startswith("measured")
+    # the carbon logged is the report's: the program's figure, as written under "derived"
+    derived = json.loads((tmp_path / "p.json").read_text())["derived"]["totals"]
+    assert m["energyprof.carbon_g"] == pytest.approx(derived["carbon_g"])
+    assert m["energyprof.machine_carbon_g"] == pytest.approx(derived["machine_carbon_g"])
 
 
 def test_api_option_logs_into_the_users_active_run(tmp_path: Path, store: str) -> None:

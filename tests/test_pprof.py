@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest import run_cli
+from energyprof.analysis.report import RenderOptions, ReportModel, build
 from energyprof.profile import Node, Profile, load
 from energyprof.outputs import write_text
 from energyprof.render.pprof import pprof_bytes, pprof_gzip
@@ -69,6 +70,11 @@ def _message_class():
     pool.Add(f)
     _CLASS.append(message_factory.GetMessageClass(pool.FindMessageTypeByName("perftools.profiles.Profile")))
     return _CLASS[0]
+
+
+def model(p: Profile) -> ReportModel:
+    """The report model pprof renders: the run under its own policy, no carbon."""
+    return build(p, RenderOptions(carbon=None))
 
 
 def decode(ProfileMessage, raw: bytes):
@@ -142,7 +148,7 @@ def test_ranks_processes_and_exact_integers(tmp_path: Path, ProfileMessage) -> N
                 sources=[{"id": "gpu:0", "component": "gpu:0", "method": "measured"}],
                 totals={"energy_j": {"gpu:0": 1.0}, "attributed_j": {"gpu:0": 1.0}, "duration_s": 1.0})
     path = tmp_path / "x.pb.gz"
-    write_text(str(path), pprof_gzip(p))
+    write_text(str(path), pprof_gzip(model(p)))
     msg = decode(ProfileMessage, gzip.decompress(path.read_bytes()))
     assert sums(msg) == {"energy_gpu:0": 1_000_000, "cpu": 1_000_000_000, "wall": 1_000_000_000}
     assert len(msg.sample) == 3
@@ -153,7 +159,7 @@ def test_ranks_processes_and_exact_integers(tmp_path: Path, ProfileMessage) -> N
     assert by_leaf["a"]["rank"].num == 1 and msg.string_table[by_leaf["a"]["process"].str] == "[rank 1]"
     assert "rank" not in by_leaf["c"] and msg.string_table[by_leaf["c"]["process"].str] == "[process 42]"
     assert all(msg.string_table[labels["node"].str] == "node-7" for labels in by_leaf.values())
-    assert gzip.decompress(path.read_bytes()) == pprof_bytes(p)  # deterministic bytes
+    assert gzip.decompress(path.read_bytes()) == pprof_bytes(model(p))  # deterministic bytes
 
 
 @st.composite
@@ -177,7 +183,7 @@ def test_every_sample_type_sums_exactly(root: Node) -> None:
     """Whatever the tree, each type's integer samples add up to the rounded sum of its self figures."""
     p = Profile(meta={}, root=root, totals={"energy_j": {}, "attributed_j": {}, "duration_s": 0.0},
                 sources=[{"id": "cpu", "method": "measured"}, {"id": "gpu:0", "method": "measured"}])
-    msg = decode(_message_class(), pprof_bytes(p))
+    msg = decode(_message_class(), pprof_bytes(model(p)))
     got = sums(msg)
     nodes = [n for n, _ in root.walk()]
     assert got["energy_cpu"] == round(sum(n.self_energy_j["cpu"] for n in nodes) * 1e6)

@@ -16,43 +16,30 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..profile import Node, Profile, Window
+from .functions import FunctionRow, relative_error
+from .report import RenderOptions, ReportModel, build
+
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
 
 
-# -- the profile's facts this module reads (one place, so a new Profile shape is a few lines) --------
-def _machine_j(p: Any) -> dict[str, float]:
-    return dict(p.totals.get("energy_j", {}))
+# -- what this module reads: the report model of each run (one place) --------------------------------
+def _model(p: Profile, options: RenderOptions | None) -> ReportModel:
+    """Program energy under the policy, function rows and their sampling error come from the model."""
+    return build(p, options if options is not None else RenderOptions(carbon=None))
 
 
-def _program_j(p: Any) -> dict[str, float]:
-    return dict(p.totals.get("attributed_j", {}))
+def _methods(m: ReportModel) -> dict[str, str]:
+    return {s.id: s.method for s in m.sources}
 
 
-def _duration_s(p: Any) -> float:
-    return float(p.totals.get("duration_s", 0.0))
-
-
-def _methods(p: Any) -> dict[str, str]:
-    return {s["id"]: s.get("method", "") for s in p.sources}
-
-
-def _windows(p: Any) -> list[dict[str, Any]]:
-    return list(p.windows)
-
-
-def _label(p: Any) -> str:
+def _label(p: Profile) -> str:
     argv = p.meta.get("argv") or []
     return " ".join(str(a) for a in argv) if argv else str(p.meta.get("target", "<program>"))
 
 
-def _function_rows(p: Any) -> list[Any]:
-    from ..render.exports import function_rows  # pure; the flat per-function view shared with the report
-
-    return function_rows(p)
-
-
-def _root(p: Any) -> Any:
-    return p.root
+def _carbon_g(m: ReportModel) -> float | None:
+    return m.carbon.program_g if m.carbon is not None else None
 
 
 # -- the comparison ------------------------------------------------------------------------------
@@ -65,6 +52,7 @@ class Run:
     program_j: dict[str, float]
     methods: dict[str, str]
     pareto: bool = False
+    carbon_g: float | None = None  # the program's carbon, when the comparison was asked for carbon
 
     @property
     def machine_total(self) -> float:
@@ -154,23 +142,27 @@ class Comparison:
         return self.runs[-1]
 
 
-def compare(profiles: Sequence[Any], paths: Sequence[str] | None = None,
-            labels: Sequence[str] | None = None) -> Comparison:
-    """Compare two or more profiles; the first is the baseline, the last the compared run."""
+def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
+            labels: Sequence[str] | None = None, options: RenderOptions | None = None) -> Comparison:
+    """Compare two or more profiles; the first is the baseline, the last the compared run.
+
+    Each run is seen through its report model under `options` (idle None: each run's own policy;
+    carbon None, the default here: no carbon figures)."""
     if len(profiles) < 2:
         raise ValueError("compare needs at least two profiles")
     paths = list(paths) if paths is not None else [""] * len(profiles)
     names = list(labels) if labels else [_label(p) for p in profiles]
-    runs = [Run(names[i], paths[i], _duration_s(p), _machine_j(p), _program_j(p), _methods(p))
-            for i, p in enumerate(profiles)]
+    models = [_model(p, options) for p in profiles]
+    runs = [Run(names[i], paths[i], m.duration_s, dict(m.totals.energy_j), dict(m.totals.attributed_j), _methods(m),
+                carbon_g=_carbon_g(m)) for i, m in enumerate(models)]
     _mark_pareto(runs)
     sources: list[str] = []
     for r in runs:
         for sid in (*r.machine_j, *r.program_j):
             if sid not in sources:
                 sources.append(sid)
-    return Comparison(runs, sources, _window_rows(profiles), _function_changes(profiles[0], profiles[-1]),
-                      _diff_tree(_root(profiles[0]), _root(profiles[-1])))
+    return Comparison(runs, sources, _window_rows(models), _function_changes(models[0].rows, models[-1].rows),
+                      _diff_tree(models[0].profile.root, models[-1].profile.root))
 
 
 def _mark_pareto(runs: list[Run]) -> None:
@@ -182,78 +174,69 @@ def _mark_pareto(runs: list[Run]) -> None:
             for o in runs)
 
 
-def _window_rows(profiles: Sequence[Any]) -> list[WindowRow]:
+def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:
     names: list[str] = []
-    per_run: list[dict[str, list[dict[str, Any]]]] = []
-    for p in profiles:
-        groups: dict[str, list[dict[str, Any]]] = {}
-        for w in _windows(p):
-            groups.setdefault(str(w["name"]), []).append(w)
-            if str(w["name"]) not in names:
-                names.append(str(w["name"]))
+    per_run: list[dict[str, list[Window]]] = []
+    for m in models:
+        groups: dict[str, list[Window]] = {}
+        for row in m.windows:
+            groups.setdefault(row.window.name, []).append(row.window)
+            if row.window.name not in names:
+                names.append(row.window.name)
         per_run.append(groups)
     rows = []
     for name in names:
         ws = [g.get(name, []) for g in per_run]
         rows.append(WindowRow(
             name, [len(x) for x in ws],
-            [statistics.fmean(sum(w["energy_j"].values()) for w in x) if x else None for x in ws],
-            [statistics.fmean(w["time_s"] for w in x) if x else None for x in ws]))
+            [statistics.fmean(sum(w.energy_j.values()) for w in x) if x else None for x in ws],
+            [statistics.fmean(w.time_s for w in x) if x else None for x in ws]))
     return rows
 
 
 def _error(value: float, samples: int) -> float:
-    return abs(value) / math.sqrt(samples) if samples > 0 else 0.0
+    """A figure's sampling error: the figure times its row's relative error (about 1/sqrt(n))."""
+    return abs(value) * (relative_error(samples) or 0.0)
 
 
 def _change(a: float, na: int, b: float, nb: int) -> Change:
     return Change(a, b, math.hypot(_error(a, na), _error(b, nb)))
 
 
-def _function_changes(base: Any, last: Any) -> list[FunctionChange]:
-    """Functions matched by name and file (a line number moves with any edit above it)."""
-    def index(p: Any) -> dict[tuple[str, str], Any]:
-        out: dict[tuple[str, str], Any] = {}
-        for row in _function_rows(p):
+def _function_changes(base: list[FunctionRow], last: list[FunctionRow]) -> list[FunctionChange]:
+    """The report model's function rows, matched by name and file (a line number moves with any edit above it)."""
+    def index(rows: list[FunctionRow]) -> dict[tuple[str, str], FunctionRow]:
+        out: dict[tuple[str, str], FunctionRow] = {}
+        for row in rows:
             out.setdefault((row.function, row.file), row)
         return out
 
     a, b = index(base), index(last)
+    empty = FunctionRow("", "", 0)
     out = []
     for key in [*a, *(k for k in b if k not in a)]:
-        ra, rb = a.get(key), b.get(key)
-        line = (rb or ra).line
-
-        def fig(row: Any, attr: str) -> float:
-            if row is None:
-                return 0.0
-            value = getattr(row, attr)
-            return float(sum(value.values())) if isinstance(value, dict) else float(value)
-
-        def n(row: Any, attr: str) -> int:
-            return int(getattr(row, attr)) if row is not None else 0
-
+        ra, rb = a.get(key, empty), b.get(key, empty)
         out.append(FunctionChange(
-            key[0], key[1], line,
-            _change(fig(ra, "self_energy_j"), n(ra, "self_samples"), fig(rb, "self_energy_j"), n(rb, "self_samples")),
-            _change(fig(ra, "energy_j"), n(ra, "samples"), fig(rb, "energy_j"), n(rb, "samples")),
-            _change(fig(ra, "self_time_s"), n(ra, "self_samples"), fig(rb, "self_time_s"), n(rb, "self_samples")),
-            _change(fig(ra, "time_s"), n(ra, "samples"), fig(rb, "time_s"), n(rb, "samples")),
-            (n(ra, "samples"), n(rb, "samples"))))
+            key[0], key[1], (b.get(key) or ra).line,
+            _change(ra.self_total_energy, ra.self_samples, rb.self_total_energy, rb.self_samples),
+            _change(ra.total_energy, ra.samples, rb.total_energy, rb.samples),
+            _change(ra.self_time_s, ra.self_samples, rb.self_time_s, rb.self_samples),
+            _change(ra.time_s, ra.samples, rb.time_s, rb.samples),
+            (ra.samples, rb.samples)))
     out.sort(key=lambda f: -abs(f.self_energy.delta))
     return out
 
 
-def function_energy(profile: Any, function: str) -> float | None:
+def function_energy(profile: Profile, function: str, options: RenderOptions | None = None) -> float | None:
     """A function's inclusive energy over all its call paths (recursion counted once); None if absent."""
-    rows = [r for r in _function_rows(profile) if r.function == function]
-    return sum(sum(r.energy_j.values()) for r in rows) if rows else None
+    rows = [r for r in _model(profile, options).rows if r.function == function]
+    return sum(r.total_energy for r in rows) if rows else None
 
 
-def _diff_tree(root_a: Any, root_b: Any) -> list[TreeNode]:
+def _diff_tree(root_a: Node, root_b: Node) -> list[TreeNode]:
     """Both trees merged by call path (function and file at each level), breadth first, pruned."""
     nodes: list[TreeNode] = []
-    queue: list[tuple[str, str, Any, Any]] = [("0", "", root_a, root_b)]
+    queue: list[tuple[str, str, Node | None, Node | None]] = [("0", "", root_a, root_b)]
     total = max(root_a.total_energy, root_b.total_energy) or 1.0
     while queue and len(nodes) < MAX_TREE_NODES:
         nid, parent, a, b = queue.pop(0)

@@ -22,6 +22,8 @@ import re
 import statistics
 from typing import Any, Iterable, Mapping
 
+from ..profile import Node, Profile, Window
+
 DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so
 NOISE_FLOOR = 0.05  # ...unless the gap is under this share of the epoch's loop time (both near zero)
 WORKER_NODE = re.compile(r"^\[DataLoader worker \d+\]")
@@ -30,15 +32,15 @@ STALL_DEFINITION = ("no workers: pipeline + preprocess; N workers: max(pipeline 
 
 
 # -- the profile's facts this module reads (one place, so a new Profile shape is a few lines) --------
-def _windows(profile: Any) -> list[dict[str, Any]]:
+def _windows(profile: Profile) -> list[Window]:
     return list(profile.windows)
 
 
-def _window_energy(w: Mapping[str, Any]) -> float:
-    return float(sum(w["energy_j"].values()))
+def _window_energy(w: Window) -> float:
+    return float(sum(w.energy_j.values()))
 
 
-def _worker_nodes(profile: Any) -> list[Any]:
+def _worker_nodes(profile: Profile) -> list[Node]:
     """Process nodes of DataLoader workers (outermost only: a worker's subtree is inside its figure)."""
     out, stack = [], [profile.root]
     while stack:
@@ -132,7 +134,7 @@ def _agreement(row: Mapping[str, Any]) -> list[str]:
 
 
 # -- from a profile's windows (energy) --------------------------------------------------------------
-def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch", warmup: int = 0,
+def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch", warmup: int = 0,
               steps: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
     """The split with energy, from a finished (or loaded) profile's windows.
 
@@ -144,42 +146,42 @@ def breakdown(profile: Any, name: str = "step", epoch_window: str = "epoch", war
     """
     windows = _windows(profile)
 
-    def named(suffix: str) -> list[dict[str, Any]]:
-        return [w for w in windows if w["name"] == f"{name}.{suffix}" and w.get("index") is not None]
+    def named(suffix: str) -> list[Window]:
+        return [w for w in windows if w.name == f"{name}.{suffix}" and w.index is not None]
 
-    epochs = [w for w in windows if w["name"] == epoch_window]
+    epochs = [w for w in windows if w.name == epoch_window]
     fetches, used = named("fetch"), set()
     preprocesses = named("preprocess")
     rows = []
-    for c in sorted(named("compute"), key=lambda w: w["start_s"]):
+    for c in sorted(named("compute"), key=lambda w: w.start_s):
         # its fetch: same index, the last one to end before it began (the end-of-data fetch of
         # the previous pass carries the same index as the next pass's first step)
-        cands = [i for i, f in enumerate(fetches) if i not in used and f["index"] == c["index"]
-                 and f["end_s"] <= c["start_s"] + 1e-6]
-        f = fetches[max(cands, key=lambda i: fetches[i]["end_s"])] if cands else None
+        cands = [i for i, f in enumerate(fetches) if i not in used and f.index == c.index
+                 and f.end_s <= c.start_s + 1e-6]
+        f = fetches[max(cands, key=lambda i: fetches[i].end_s)] if cands else None
         if cands:
-            used.add(max(cands, key=lambda i: fetches[i]["end_s"]))
-        pre = [p for p in preprocesses if p["index"] == c["index"]
-               and c["start_s"] - 1e-6 <= p["start_s"] and p["end_s"] <= c["end_s"] + 1e-6]
-        r: dict[str, Any] = {"step": int(c["index"]), "start_s": f["start_s"] if f else c["start_s"]}
-        r["wait_s"] = f["time_s"] if f else 0.0
+            used.add(max(cands, key=lambda i: fetches[i].end_s))
+        pre = [p for p in preprocesses if p.index == c.index
+               and c.start_s - 1e-6 <= p.start_s and p.end_s <= c.end_s + 1e-6]
+        r: dict[str, Any] = {"step": int(c.index), "start_s": f.start_s if f else c.start_s}
+        r["wait_s"] = f.time_s if f else 0.0
         r["wait_j"] = _window_energy(f) if f else 0.0
-        r["preprocess_s"] = sum(p["time_s"] for p in pre)
+        r["preprocess_s"] = sum(p.time_s for p in pre)
         r["preprocess_j"] = sum(_window_energy(p) for p in pre)
         # the preprocess windows are nested in compute: take them out so the phases are disjoint
-        r["compute_s"] = max(c["time_s"] - r["preprocess_s"], 0.0)
+        r["compute_s"] = max(c.time_s - r["preprocess_s"], 0.0)
         r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
-        by_source = dict(c["energy_j"])
-        for sid, j in (f["energy_j"] if f else {}).items():
+        by_source = dict(c.energy_j)
+        for sid, j in (f.energy_j if f else {}).items():
             by_source[sid] = by_source.get(sid, 0.0) + j
         r["by_source"] = by_source
         r["time_s"] = r["wait_s"] + r["preprocess_s"] + r["compute_s"]
         r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
         r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
-        r["epoch"] = next((e["index"] for e in epochs if e["start_s"] <= r["start_s"] < e["end_s"]), None)
+        r["epoch"] = next((e.index for e in epochs if e.start_s <= r["start_s"] < e.end_s), None)
         rows.append(r)
     rows.sort(key=lambda r: r["start_s"])
-    end_waits = [{"after_step": int(f["index"]) - 1, "time_s": f["time_s"], "energy_j": _window_energy(f)}
+    end_waits = [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
                  for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
 
     workers = _worker_nodes(profile)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import html
 import shlex
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..analysis.report import ReportModel
 
 IFRAME_HEIGHT_PX = 760
 NAME = "_energyprof"
@@ -50,7 +53,8 @@ def _split(line: str, cell: str | None) -> tuple[list[str], str]:
 
 
 def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
-    from ..outputs import write_outputs
+    from ..analysis.report import build
+    from ..outputs import render_options, write_outputs
     from ..profiler import Profiler
     from ..stacks.frames import anchor_depth
 
@@ -79,11 +83,12 @@ def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
         {"status": "exception", "exception": f"{type(exc_info).__name__}: {exc_info}"}
     profile = prof.stop(status)
     ip.user_ns[NAME] = profile
+    render = render_options(options)  # the cell's --idle, --country, ...: the page shows what the files do
     try:
-        write_outputs(profile, options, stream=sys.stdout)
+        write_outputs(profile, options, stream=sys.stdout, render=render)
     except OSError:
         pass  # already printed, one line per output
-    _show(profile)
+    _show(build(profile, render))
     if exc_info is not None:
         raise exc_info
     return None
@@ -95,9 +100,9 @@ def iframe(page: str, height_px: int = IFRAME_HEIGHT_PX) -> str:
             f' srcdoc="{html.escape(page, quote=True)}"></iframe>')
 
 
-def _show(profile: Any) -> None:
+def _show(model: ReportModel) -> None:
     from IPython.display import HTML, display
 
     from ..render.html import render_html
 
-    display(HTML(iframe(render_html(profile))))
+    display(HTML(iframe(render_html(model))))

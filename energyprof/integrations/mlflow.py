@@ -14,83 +14,70 @@ import re
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..analysis.report import RenderOptions, ReportModel
+    from ..profile import Profile
 
 PREFIX = "energyprof"
 _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")  # what MLflow accepts in a metric or param name
 
 
-# -- the profile's facts this module reads (one place) -------------------------------------------
-def _machine_j(profile: Any) -> float:
-    return float(sum(profile.totals.get("energy_j", {}).values()))
+# -- what this module reads: the report model (program energy under the policy, carbon) ------------
+def _model(profile: Profile, render: RenderOptions | None) -> ReportModel:
+    from ..analysis.report import RenderOptions, build
 
-
-def _program_j(profile: Any) -> float:
-    return float(sum(profile.totals.get("attributed_j", {}).values()))
-
-
-def _duration_s(profile: Any) -> float:
-    return float(profile.totals.get("duration_s", 0.0))
-
-
-def _carbon_g(profile: Any) -> float | None:
-    value = profile.totals.get("carbon_g")
-    return float(value) if value is not None else None
-
-
-def _intensity(profile: Any) -> tuple[float | None, str | None]:
-    c = profile.carbon or {}
-    return c.get("intensity_g_per_kwh"), c.get("source")
-
-
-def _windows(profile: Any) -> list[dict[str, Any]]:
-    return list(profile.windows)
+    return build(profile, render if render is not None else RenderOptions())
 
 
 def _key(name: str) -> str:
     return _KEY.sub("_", name)
 
 
-def params(profile: Any) -> dict[str, str]:
+def params(model: ReportModel) -> dict[str, str]:
     """What the run measured and how: sources with their method, idle policy, carbon intensity."""
-    out = {f"{PREFIX}.source.{_key(s['id'])}": f"{s.get('method', '')} ({s.get('sensor', s.get('component', ''))})"
-           for s in profile.sources}
-    out[f"{PREFIX}.idle_policy"] = str(profile.meta.get("idle_policy", ""))
-    intensity, source = _intensity(profile)
-    if intensity is not None:
-        out[f"{PREFIX}.intensity_g_per_kwh"] = f"{intensity:g}"
-        out[f"{PREFIX}.intensity_source"] = str(source or "")
-    out[f"{PREFIX}.estimated"] = str(any(s.get("method") != "measured" for s in profile.sources))
+    out = {f"{PREFIX}.source.{_key(s.id)}": f"{s.method} ({s.sensor or s.component})" for s in model.sources}
+    out[f"{PREFIX}.idle_policy"] = model.policy
+    if model.carbon is not None:
+        out[f"{PREFIX}.intensity_g_per_kwh"] = f"{model.carbon.intensity_g_per_kwh:g}"
+        out[f"{PREFIX}.intensity_source"] = model.carbon.source
+    out[f"{PREFIX}.estimated"] = str(any(s.method != "measured" for s in model.sources))
     return out
 
 
-def metrics(profile: Any) -> list[tuple[str, float, int]]:
-    """(key, value, step): the run's totals (step 0), then each window's energy at step = its index."""
-    out = [(f"{PREFIX}.energy_j", _machine_j(profile), 0), (f"{PREFIX}.program_energy_j", _program_j(profile), 0),
-           (f"{PREFIX}.duration_s", _duration_s(profile), 0)]
-    carbon = _carbon_g(profile)
-    if carbon is not None:
-        out.append((f"{PREFIX}.carbon_g", carbon, 0))
+def metrics(model: ReportModel) -> list[tuple[str, float, int]]:
+    """(key, value, step): the run's totals (step 0), then each window's energy (and carbon) at step = its index.
+
+    carbon_g is the program's (the headline), machine_carbon_g everything the sensors measured."""
+    out = [(f"{PREFIX}.energy_j", model.total_energy_j, 0), (f"{PREFIX}.program_energy_j", model.attributed_j, 0),
+           (f"{PREFIX}.duration_s", model.duration_s, 0)]
+    if model.carbon is not None:
+        out += [(f"{PREFIX}.carbon_g", model.carbon.program_g, 0),
+                (f"{PREFIX}.machine_carbon_g", model.carbon.machine_g, 0)]
     seen: dict[str, int] = {}
-    for w in sorted(_windows(profile), key=lambda w: w.get("start_s", 0.0)):
-        name = _key(str(w["name"]))
-        step = w.get("index")
-        if step is None:  # unnumbered windows: in the order they ran
-            step = seen.get(name, 0)
-        seen[name] = int(step) + 1
-        out.append((f"{PREFIX}.window.{name}.energy_j", float(sum(w["energy_j"].values())), int(step)))
-        program = w.get("program_energy_j")  # the program's share, where the profile has it
-        if program is not None:
-            out.append((f"{PREFIX}.window.{name}.program_energy_j",
-                        float(sum(program.values()) if isinstance(program, dict) else program), int(step)))
+    for row in sorted(model.windows, key=lambda r: r.window.start_s):
+        w = row.window
+        name = _key(w.name)
+        step = w.index if w.index is not None else seen.get(name, 0)  # unnumbered: in the order they ran
+        seen[name] = step + 1
+        out.append((f"{PREFIX}.window.{name}.energy_j", row.energy, step))
+        if row.carbon_g is not None:
+            out.append((f"{PREFIX}.window.{name}.carbon_g", row.carbon_g, step))
     return out
 
 
-def log_profile(profile: Any, run: Any = None, artifacts: bool = True) -> str:
+def log_profile(profile: Profile, run: Any = None, artifacts: bool = True, render: RenderOptions | None = None) -> str:
     """Log `profile` to `run` (an mlflow Run or ActiveRun, or a run id), else the active run, else a new
     one under MLFLOW_TRACKING_URI (ended again here). Returns the run id.
 
-    Artifacts under `energyprof/`: the profile (profile.json) and the report (report.html)."""
+    The figures are the report model's under `render` (default: the run's idle policy, the world-average
+    intensity). Artifacts under `energyprof/`: the profile (profile.json) and the report (report.html)."""
+    return log_model(_model(profile, render), run, artifacts)
+
+
+def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> str:
+    """`log_profile` for a model already built (the command line logs the model its report shows)."""
     import mlflow
     from mlflow.entities import Metric, Param
 
@@ -105,22 +92,23 @@ def log_profile(profile: Any, run: Any = None, artifacts: bool = True) -> str:
     client = mlflow.MlflowClient()
     try:
         now = int(time.time() * 1000)
-        ms = [Metric(k, v, now, step) for k, v, step in metrics(profile)]
-        ps = [Param(k, v) for k, v in params(profile).items()]
+        ms = [Metric(k, float(v), now, step) for k, v, step in metrics(model)]
+        ps = [Param(k, v) for k, v in params(model).items()]
         for i in range(0, max(len(ms), 1), 1000):  # log_batch takes at most 1000 metrics
             client.log_batch(run_id, metrics=ms[i:i + 1000], params=ps if i == 0 else [])
         if artifacts:
-            _log_artifacts(client, run_id, profile)
+            _log_artifacts(client, run_id, model)
     finally:
         if started:
             mlflow.end_run()
     return run_id
 
 
-def _log_artifacts(client: Any, run_id: str, profile: Any) -> None:
-    from ..render.html import write_html
+def _log_artifacts(client: Any, run_id: str, model: ReportModel) -> None:
+    from ..outputs import renderers, write_text
 
+    table = renderers()  # the same JSON (facts + derived) and page as --json and -o
     with tempfile.TemporaryDirectory(prefix="energyprof-mlflow-") as tmp:
-        profile.save(Path(tmp) / "profile.json")
-        write_html(profile, str(Path(tmp) / "report.html"))
+        for name, key in (("profile.json", "json"), ("report.html", "output")):
+            write_text(str(Path(tmp) / name), table[key](model))
         client.log_artifacts(run_id, tmp, artifact_path=PREFIX)

@@ -8,11 +8,10 @@ function called `</script>` stays text.
 from __future__ import annotations
 
 import html
-from pathlib import Path
 from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange
-from ..profile import write_atomic
+from ..outputs import write_text
 from .format import fmt_energy, fmt_seconds
 
 MAX_ROWS_TEXT = 15
@@ -230,8 +229,8 @@ def _cell(c: Change, fmt: Any) -> str:
 
 
 def write_html(cmp: Comparison, path: str) -> None:
-    write_atomic(Path(path), render_html(cmp))
+    write_text(path, render_html(cmp))
 
 
 def write_markdown(cmp: Comparison, path: str) -> None:
-    write_atomic(Path(path), render_markdown(cmp))
+    write_text(path, render_markdown(cmp))

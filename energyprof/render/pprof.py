@@ -1,4 +1,4 @@
-"""pprof export: the attribution tree as a gzipped `perftools.profiles.Profile` protobuf.
+"""pprof export: the report model's attribution tree (under its idle policy) as a gzipped `perftools.profiles.Profile` protobuf.
 
 Pyroscope, Parca and `pprof -diff_base` aggregate and diff these across runs and machines.
 Sample types: `energy_<source>` in microjoules for each source, then `cpu` and `wall` in
@@ -17,6 +17,8 @@ import gzip
 import re
 from typing import Any
 
+from ..analysis.report import ReportModel
+from ..profile import Node
 from .exports import _paths, integer_weights
 
 NANO = 1_000_000_000
@@ -25,13 +27,17 @@ _PROCESS = re.compile(r"^\[(process|DataLoader worker|rank) ")
 _RANK = re.compile(r"^\[rank (\d+)\]")
 
 
-# -- the profile's facts this module reads (one place) -------------------------------------------
-def _source_ids(profile: Any) -> list[str]:
-    return [s["id"] for s in profile.sources]
+# -- what this module reads: the report model (the run under its idle policy) ----------------------
+def _source_ids(model: ReportModel) -> list[str]:
+    return [s.id for s in model.sources]
 
 
-def _host(profile: Any) -> str | None:
-    host = profile.meta.get("host") or {}
+def _methods(model: ReportModel) -> str:
+    return ", ".join(f"{s.id} {s.method}" for s in model.sources)
+
+
+def _host(model: ReportModel) -> str | None:
+    host = model.meta.get("host") or {}
     name = host.get("hostname") or host.get("name") if isinstance(host, dict) else None
     return str(name) if name else None
 
@@ -76,20 +82,20 @@ class _Strings:
 
 
 # -- the document -------------------------------------------------------------------------------------
-def pprof_bytes(profile: Any) -> bytes:
+def pprof_bytes(model: ReportModel) -> bytes:
     """The serialised (not yet gzipped) perftools.profiles.Profile."""
     s = _Strings()
-    sources = _source_ids(profile)
+    sources = _source_ids(model)
     types = [(f"energy_{sid}", "microjoules") for sid in sources] + [("cpu", "nanoseconds"), ("wall", "nanoseconds")]
     functions: dict[tuple[str, str, int], int] = {}
     fn_msgs: list[bytes] = []
     loc_msgs: list[bytes] = []
-    host = _host(profile)
-    pid = profile.meta.get("pid")
+    host = _host(model)
+    pid = model.meta.get("pid")
     stacks: list[list[int]] = []
     labels: list[bytes] = []
     series: list[list[float]] = [[] for _ in types]
-    for node, path in _paths(profile):
+    for node, path in _paths(model):
         own = [node.self_energy_j.get(sid, 0.0) for sid in sources] + [node.self_cpu_time_s, node.self_time_s]
         if not any(v > 0 for v in own):
             continue
@@ -120,14 +126,14 @@ def pprof_bytes(profile: Any) -> bytes:
     for msg in fn_msgs:
         out += _bytes(5, msg)
     tail = bytearray()
-    started = _started_ns(profile.meta.get("started_at"))
+    started = _started_ns(model.meta.get("started_at"))
     tail += _int(9, started or 0)
-    tail += _int(10, round(float(profile.totals.get("duration_s", 0.0)) * NANO))
+    tail += _int(10, round(model.totals.duration_s * NANO))
     tail += _bytes(11, _int(1, s("wall")) + _int(2, s("nanoseconds")))
-    interval = profile.meta.get("interval_s")
+    interval = model.meta.get("interval_s")
     tail += _int(12, round(float(interval) * NANO) if interval else 0)
-    methods = ", ".join(f"{src['id']} {src.get('method', '')}" for src in profile.sources)
-    tail += _packed(13, [s(f"energyprof {profile.meta.get('energyprof_version', '')}: energy in microjoules"
+    methods = _methods(model)
+    tail += _packed(13, [s(f"energyprof {model.meta.get('energyprof_version', '')}: energy in microjoules"
                            f" ({methods or 'no source'}); one sample per call path, self values")])
     if sources:
         tail += _int(14, s(types[0][0]))
@@ -136,7 +142,7 @@ def pprof_bytes(profile: Any) -> bytes:
     return bytes(out + tail)
 
 
-def _labels(s: _Strings, path: list[Any], pid: Any, host: str | None) -> bytes:
+def _labels(s: _Strings, path: list[Node], pid: Any, host: str | None) -> bytes:
     process = rank = None
     for n in path:
         if _PROCESS.match(n.function):
@@ -163,6 +169,6 @@ def _started_ns(text: Any) -> int | None:
         return None
 
 
-def pprof_gzip(profile: Any) -> bytes:
-    """The file's bytes: gzipped as pprof expects (mtime 0: the same profile gives the same bytes)."""
-    return gzip.compress(pprof_bytes(profile), mtime=0)
+def pprof_gzip(model: ReportModel) -> bytes:
+    """The file's bytes: gzipped as pprof expects (mtime 0: the same model gives the same bytes)."""
+    return gzip.compress(pprof_bytes(model), mtime=0)
