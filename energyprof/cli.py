@@ -199,7 +199,8 @@ def _report(argv: list[str]) -> int:
     if ns.idle is not None and ns.idle not in profile.policies():
         raise UsageError(f"{ns.profile} holds figures for idle policy {profile.idle_policy!r} only"
                          f" (written by an older energyprof); --idle {ns.idle} needs a new run")
-    output = ns.output if ns.output is not None or (ns.json or ns.speedscope or ns.folded or ns.csv) \
+    others = [getattr(ns, name, None) for name in OUTPUTS if name != "output"]
+    output = ns.output if ns.output is not None or any(others) \
         else DEFAULT_OUTPUT
     # Carbon and cost: what the run asked for, replaced by any location given now.
     saved = profile.meta.get("carbon_settings")
