@@ -68,7 +68,16 @@ def test_total_is_power_times_duration(runs):
 def test_idle_all_charges_cpu_work_by_its_cpu(runs):
     p, _ = runs["all"]
     heavy, light = function_energy(p, "heavy"), function_energy(p, "light")
-    assert heavy / light == pytest.approx(3.0, rel=0.15), (heavy, light)
+    # Under `all` a constant 50 W is spent whoever runs, so each function's energy follows its
+    # wall time (not 3:1 when other processes take the CPU away at random moments) ...
+    def total(name: str, field: str) -> float:
+        return sum(getattr(n, field) for n in p.find(name))
+
+    wall = total("heavy", "time_s") / total("light", "time_s")
+    assert heavy / light == pytest.approx(wall, rel=0.1), (heavy, light, wall)
+    # ... while the CPU each burnt (its own thread clock) is 3:1 however busy the machine was
+    cpu = total("heavy", "cpu_time_s") / total("light", "cpu_time_s")
+    assert cpu == pytest.approx(3.0, rel=0.15), cpu
     # everything the run measured lands on the program except energyprof's own small share
     assert p.root.energy_j["cpu"] == pytest.approx(p.totals["energy_j"]["cpu"], rel=1e-9)
     assert p.totals["attributed_j"]["cpu"] > 0.95 * p.totals["energy_j"]["cpu"]

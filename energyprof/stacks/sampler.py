@@ -160,7 +160,7 @@ class Sampler:
         self.own_cpu_ns = 0
         self.ident: int | None = None
         self.failed: BaseException | None = None
-        self.every_second = every_second  # called on the sampler's thread about once a second
+        self.every_second = every_second  # called on the sampler's thread, soon after start, then once a second
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
@@ -198,6 +198,9 @@ class Sampler:
             prev_t, prev_proc = perf(), proc_ns()
             self._thread_cpu_deltas(sys._current_frames())
             last_flush = last_second = prev_t
+            # The periodic check (does this process use CUDA yet?) starts every 50 ms and backs
+            # off to once a second: a trainer that starts CUDA at once is known at once.
+            period = 50_000_000
             sleep, interval = time.sleep, self.interval_s
             while True:
                 stopping = self._stop
@@ -215,8 +218,9 @@ class Sampler:
                 if now - last_flush >= FLUSH_NS:
                     self.sink.flush()
                     last_flush = now
-                if self.every_second is not None and now - last_second >= 1_000_000_000:
+                if self.every_second is not None and now - last_second >= period:
                     last_second = now
+                    period = min(2 * period, 1_000_000_000)
                     self.every_second()
             self.sink.flush()
         except BaseException as exc:  # noqa: BLE001 - a sampler failure must never reach the program
