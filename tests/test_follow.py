@@ -294,5 +294,7 @@ def test_gpu_energy_goes_to_the_process_that_uses_cuda(here):
     p = load(here / "p.json")
     rows = {r["role"]: r["energy_j"]["gpu:0"] for r in processes(p)}
     assert rows["main"] > 0.6 * (rows["main"] + rows["child"]), rows
+    # within the trainer, GPU energy follows the main thread's wall time: `train` holds most of
+    # it, the rest is start-up, the fork and the final waitpid (longer on a busy machine)
     train = [n for n, _ in p.root.walk() if n.function == "train"][0]
-    assert train.energy_j["gpu:0"] == pytest.approx(rows["main"], rel=0.05)
+    assert 0.8 * rows["main"] < train.energy_j["gpu:0"] <= rows["main"] * (1 + 1e-9), (train.energy_j, rows)
