@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from .api import energy_profile  # noqa: E402
-from .options import OptionError, Options  # noqa: E402
-from .profile import Node, Profile, ProfileFormatError, load  # noqa: E402
-from .profiler import Profiler  # noqa: E402
+from ._version import __version__
+from .api import energy_profile
+from .options import OptionError, Options
+from .profile import Node, Profile, ProfileFormatError, load
+from .profiler import Profiler
 
 
 def load_ipython_extension(ip: object) -> None:

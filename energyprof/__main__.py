@@ -1,3 +1,5 @@
+"""`python -m energyprof`: the command line, with the current folder taken off sys.path first."""
+
 import os
 import sys
 

@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any, NoReturn, Sequence
 
-from . import __version__
+from ._version import __version__
 from .options import (CARBON_OPTIONS, IDLE_POLICIES, MEMORY_MODES, OUTPUTS, SAMPLERS, Options, OptionError,
                       flag)
 from .preflight import preflight

@@ -11,10 +11,12 @@ import threading
 import time
 from typing import Any, Iterator
 
-from . import __version__, memory, probes
+from . import memory, probes
+from ._version import __version__
 from .core.ledger import Ledger
 from .core.tree import build_profile
 from .collector import Collector, LocalFeed, LocalSink
+from .preflight import preflight
 from .probes import OwnClocks
 from .options import Options
 from .profile import Profile
@@ -95,6 +97,7 @@ class Profiler:
         from . import sensors
 
         o = self.options
+        preflight(o)  # the same file-system checks as the command line: outputs writable, trace readable
         found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
         self._discovery_notes = found.notes
         if not o.quiet:

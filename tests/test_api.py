@@ -300,12 +300,13 @@ def test_value_and_exception_pass_through_when_the_report_cannot_be_written(tmp_
     @energy_profile(json=str(folder / "p.json"), power_trace=trace, summary=False)
     def answer(fail: bool):
         spin(0.01)
+        folder.rmdir()  # checked when the profile started; gone by the time the report is written
         if fail:
             raise KeyError("mine")
         return 42
 
-    folder.rmdir()  # checked at decoration; gone by the time the report is written
     assert answer(False) == 42
+    folder.mkdir()
     with pytest.raises(KeyError, match="mine"):
         answer(True)
     lines = capsys.readouterr().err.strip().splitlines()
