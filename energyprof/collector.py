@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol
 from . import probes
 from .core.ledger import Ledger
 from .probes import OwnClocks
-from .profile import write_atomic
+from .files import write_text
 from .recording import Sample, Tick
 from .sensors.base import Sensor
 
@@ -225,7 +225,7 @@ class Collector:
                 state = self._checkpoint_state()
                 state["ledger"] = self.ledger.to_state()
             state["notes"] = list(self.notes) + list(state.get("notes", []))
-            write_atomic(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
+            write_text(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the run
             self.notes.append({"kind": "checkpoint-failed", "message": f"checkpoint failed: {exc}"})
 

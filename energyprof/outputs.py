@@ -7,54 +7,17 @@ output never replaces something that is not a regular file.
 
 from __future__ import annotations
 
-import os
-import stat
 import sys
-import tempfile
-from typing import TYPE_CHECKING, Callable, TextIO
+from typing import TYPE_CHECKING, TextIO
 
+from .files import write_text
+from .render.registry import renderers
 from .options import Options
 
 if TYPE_CHECKING:
     from .analysis.carbon import CarbonSettings
-    from .analysis.report import RenderOptions, ReportModel
+    from .analysis.report import RenderOptions
     from .profile import Profile
-
-
-def write_text(path: str, data: str | bytes) -> None:
-    """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise."""
-    real = os.path.realpath(path)  # follow a symlink: replace its target, keep the link
-    try:
-        mode = os.stat(real).st_mode
-    except FileNotFoundError:
-        mode = None
-    raw = data.encode("utf-8") if isinstance(data, str) else data
-    if mode is not None and not stat.S_ISREG(mode):
-        with open(real, "wb") as fh:  # a device, FIFO or socket-like node: never replaced
-            fh.write(raw)
-        return
-    folder = os.path.dirname(real) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=folder)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-        if mode is not None:
-            os.chmod(tmp, stat.S_IMODE(mode))  # an existing file keeps its permissions
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
-        os.replace(tmp, real)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def carbon_settings(options: Options) -> CarbonSettings:
@@ -76,22 +39,6 @@ def render_options(options: Options, idle: str | None = None) -> RenderOptions:
     from .analysis.report import RenderOptions
 
     return RenderOptions(idle=idle, carbon=carbon_settings(options))
-
-
-def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
-    """Option name -> renderer (model -> text). The JSON is the facts plus a derived block."""
-    from .render import exports
-    from .render.html import render_html
-    from .render.pprof import pprof_gzip
-
-    return {
-        "json": lambda m: m.profile.to_json(derived=m.derived()),
-        "output": render_html,
-        "speedscope": exports.speedscope_text,
-        "folded": exports.folded_text,
-        "csv": exports.csv_text,
-        "pprof": pprof_gzip,
-    }
 
 
 def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None,

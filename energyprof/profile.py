@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .files import write_text
 from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)
@@ -278,8 +279,6 @@ class Profile:
         return json.dumps(doc, allow_nan=False, separators=(",", ":"))
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        from .outputs import write_text
-
         write_text(str(path), self.to_json())
 
     @classmethod
@@ -400,10 +399,3 @@ def _tree_v2(table: list[Any]) -> Node:
         nodes.append(node)
     nodes[0].fill_inclusive()
     return nodes[0]
-
-
-def write_atomic(path: Path | str, text: str) -> None:
-    """Kept for callers of the old name; outputs.write_text is the one writer."""
-    from .outputs import write_text
-
-    write_text(str(path), text)

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_cli
 from energyprof.options import BOUNDS, Options, OptionError
-from energyprof.outputs import write_text
+from energyprof.files import write_text
 from energyprof.preflight import keep_old_checkpoint, preflight
 
 PROGRAM = "from pathlib import Path\nPath('ran.txt').write_text('yes')\nprint('hello')\n"

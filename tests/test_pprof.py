@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from conftest import run_cli
 from energyprof.analysis.report import RenderOptions, ReportModel, build
 from energyprof.profile import Node, Profile, load
-from energyprof.outputs import write_text
+from energyprof.files import write_text
 from energyprof.render.pprof import pprof_bytes, pprof_gzip
 
 pb = pytest.importorskip("google.protobuf", reason="the protobuf package decodes the file")

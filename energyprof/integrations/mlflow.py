@@ -105,7 +105,8 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
 
 
 def _log_artifacts(client: Any, run_id: str, model: ReportModel) -> None:
-    from ..outputs import renderers, write_text
+    from ..files import write_text
+    from ..render.registry import renderers
 
     table = renderers()  # the same JSON (facts + derived) and page as --json and -o
     with tempfile.TemporaryDirectory(prefix="energyprof-mlflow-") as tmp:

@@ -11,7 +11,7 @@ import html
 from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange
-from ..outputs import write_text
+from ..files import write_text
 from .format import fmt_energy, fmt_seconds
 
 MAX_ROWS_TEXT = 15

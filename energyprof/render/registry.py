@@ -1,0 +1,24 @@
+"""Which renderer makes each output: option name -> (report model -> text or bytes)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from ..analysis.report import ReportModel
+
+
+def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
+    """The JSON is the facts plus a derived block; the others read only the model."""
+    from . import exports
+    from .html import render_html
+    from .pprof import pprof_gzip
+
+    return {
+        "json": lambda m: m.profile.to_json(derived=m.derived()),
+        "output": render_html,
+        "speedscope": exports.speedscope_text,
+        "folded": exports.folded_text,
+        "csv": exports.csv_text,
+        "pprof": pprof_gzip,
+    }
