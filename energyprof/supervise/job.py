@@ -71,6 +71,7 @@ class Proc:
     placed: bool = False
     stash: list = field(default_factory=list)  # records held until the process is placed
     main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
+    cuda_visible: str | None = None  # a rank's CUDA_VISIBLE_DEVICES, which GPU it uses
 
 
 class JobFeed:
@@ -222,6 +223,8 @@ class JobFeed:
             p.role = "rank"
         else:
             p.role = "child"
+        if p.role == "rank" or (p.main and p.rank is not None):
+            p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:
             p.pframe, p.anchor = None, ()
             return
@@ -294,6 +297,7 @@ class JobFeed:
                 elif kind == "W":
                     if r[1] == "b":
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None)
+                        led.windows[-1]["pid"] = pid  # whose window: the ranks mark theirs alike
                     else:
                         led.end_window(int(r[2]), unescape(r[3]) or None)
                 elif kind == "A":
