@@ -442,7 +442,7 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return
-    paths = {k: distributed.expand(v, values) for k, v in job.items()}
+    paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
     job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
                                       folded=None, csv=None, pprof=None, mlflow=False, checkpoint=None)
     try:

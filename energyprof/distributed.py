@@ -93,6 +93,11 @@ def per_rank(path: str) -> str:
     return os.path.join(head, f"{stem}.rank{{rank}}.{suffix}")
 
 
+def job_name(path: str) -> str:
+    """The job's own name for an output whose name was given per rank: `p{rank}.json` -> `pjob.json`."""
+    return path.replace("{rank}", "job")
+
+
 class NodeReader:
     """The election of one rank per node as the reader of its node-level sensors: whoever holds
     an exclusive lock on a file in the output folder. The lock dies with its process, so a
