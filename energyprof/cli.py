@@ -352,8 +352,12 @@ def _run(argv: list[str]) -> int:
         pass
     if reader is not None:
         reader.release()
-    if rank is not None and rank.rank == 0 and rank_json is not None:
-        _write_job(profile, options, rank, rank_json, values, job, sup.started_wall)
+    if rank is not None and rank_json is not None:
+        store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
+        if rank.rank == 0:
+            _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
+        elif store is not None:
+            distributed.publish(store, rank, profile.to_json())
     if os.WIFSIGNALED(status):
         signals.die_by(os.WTERMSIG(status))
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
@@ -425,7 +429,7 @@ def _compare(argv: list[str]) -> int:
 
 
 def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values: dict[str, str],
-               job: dict[str, str], started_wall: float) -> None:
+               job: dict[str, str], started_wall: float, store: Any) -> None:
     """Rank 0, its own outputs written: the other ranks' profiles from the shared output folder
     (a bounded wait for those still writing), joined into the job's profile and report."""
     import dataclasses
@@ -434,14 +438,15 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     from .core.merge import MergeError, merge
     from .outputs import write_outputs
 
-    others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ))
-    ranks = [profile, *(others[r] for r in sorted(others))]
+    others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ), store)
+    ranks = [profile, *(others[r][0] for r in sorted(others))]
     labels = [f"rank {p.meta['distributed']['rank']}" for p in ranks]
     try:
         joined = merge(ranks, labels, world_size=rank.world_size)
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return
+    joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
     paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
     job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
                                       folded=None, csv=None, pprof=None, mlflow=False, checkpoint=None)

@@ -136,18 +136,71 @@ def find_rank_files(template: str, values: Mapping[str, str], rank: int) -> list
     return sorted(glob.glob(pattern))
 
 
-def gather(template: str, values: Mapping[str, str], info: RankInfo, since_wall: float,
-           timeout_s: float) -> dict[int, Any]:
-    """The other ranks' saved profiles of this job, waiting at most `timeout_s` for those not
-    yet written. Returns rank -> Profile for every rank found (this one excluded)."""
-    from .profile import ProfileFormatError, load
+STORE_PREFIX = "energyprof/"
 
-    found: dict[int, Any] = {}
+
+def job_store(env: Mapping[str, str], timeout_s: float) -> Any:
+    """A client of the job's own torch.distributed store, where it certainly outlives the ranks:
+    torchrun's agent hosts it (TORCHELASTIC_USE_AGENT_STORE) until every rank has exited. A
+    store hosted by the program's rank 0 may be gone, or going, when energyprof asks: then the
+    shared output folder serves alone. None when there is none (or torch is not installed)."""
+    if env.get("TORCHELASTIC_USE_AGENT_STORE", "").lower() not in ("true", "1"):
+        return None
+    addr, port = env.get("MASTER_ADDR"), _int(env.get("MASTER_PORT"))
+    if not addr or port is None:
+        return None
+    try:
+        import datetime
+
+        from torch.distributed import TCPStore
+
+        return TCPStore(addr, port, is_master=False, wait_for_workers=False,
+                        timeout=datetime.timedelta(seconds=max(1.0, timeout_s)))
+    except Exception:  # noqa: BLE001 - no store: the folder is the way
+        return None
+
+
+def _key(info: RankInfo, rank: int) -> str:
+    return f"{STORE_PREFIX}{info.job}/rank{rank}"
+
+
+def publish(store: Any, info: RankInfo, profile_json: str) -> bool:
+    """This rank's profile for rank 0, through the job's store."""
+    try:
+        store.set(_key(info, info.rank), profile_json)
+        return True
+    except Exception:  # noqa: BLE001 - the folder still has the file
+        return False
+
+
+def gather(template: str, values: Mapping[str, str], info: RankInfo, since_wall: float,
+           timeout_s: float, store: Any = None) -> dict[int, tuple[Any, str]]:
+    """The other ranks' profiles of this job: rank -> (Profile, how it came), through the job's
+    store where there is one and from the files under the per-rank `template` in the shared
+    folder, waiting at most `timeout_s` for those not yet written (this rank excluded)."""
+    from .profile import Profile, ProfileFormatError, load
+
+    def ours(p: Any, r: int) -> bool:
+        d = p.meta.get("distributed")
+        return isinstance(d, dict) and d.get("job") == info.job and d.get("rank") == r
+
+    found: dict[int, tuple[Any, str]] = {}
     deadline = time.monotonic() + max(0.0, timeout_s)
     while True:
         for r in range(info.world_size):
             if r == info.rank or r in found:
                 continue
+            if store is not None:
+                try:
+                    if store.check([_key(info, r)]):
+                        import json
+
+                        p = Profile.from_dict(json.loads(store.get(_key(info, r)).decode("utf-8")))
+                        if ours(p, r):
+                            found[r] = (p, "torch.distributed store")
+                            continue
+                except Exception:  # noqa: BLE001 - the store went away: the folder is left
+                    store = None
             for path in find_rank_files(template, values, r):
                 try:
                     if os.stat(path).st_mtime < since_wall - 1.0:
@@ -155,9 +208,8 @@ def gather(template: str, values: Mapping[str, str], info: RankInfo, since_wall:
                     p = load(path)
                 except (OSError, ProfileFormatError):
                     continue
-                d = p.meta.get("distributed")
-                if isinstance(d, dict) and d.get("job") == info.job and d.get("rank") == r:
-                    found[r] = p
+                if ours(p, r):
+                    found[r] = (p, "shared folder")
                     break
         if len(found) == info.world_size - 1 or time.monotonic() >= deadline:
             return found

@@ -231,6 +231,8 @@ def test_energyprof_in_each_rank_never_overwrites_nor_double_counts(job: Path) -
         assert energy[r] == pytest.approx(sum(per[r].totals.attributed_j.values()), rel=1e-9)
     assert sum(joined.totals.attributed_j.values()) == pytest.approx(sum(energy.values()), rel=1e-9)
     assert joined.meta["distributed"]["missing_ranks"] == []
+    # torchrun's agent keeps the job's store up until every rank has exited: rank 1 came through it.
+    assert joined.meta["distributed"]["gathered"] == {"1": "torch.distributed store"}
     steps = [w for w in joined.windows if w.name == "step"]
     assert sorted(w.rank for w in steps) == [0] * 6 + [1] * 6
     print(f"per-rank: machine {machine:.1f} J vs 50 W x {joined.totals.duration_s:.2f} s ="

@@ -296,10 +296,9 @@ class JobFeed:
                     p.sids.append(table.stack_id(tuple(ids)))
                 elif kind == "W":
                     if r[1] == "b":
-                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None)
-                        led.windows[-1]["pid"] = pid  # whose window: the ranks mark theirs alike
+                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
-                        led.end_window(int(r[2]), unescape(r[3]) or None)
+                        led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
                 elif kind == "A":
                     fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
                     p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))
