@@ -68,13 +68,15 @@ program's own arguments, passed untouched.
 subcommands:
   report PROFILE.json   render a saved profile or a checkpoint again (HTML, JSON, exports), with
                         other render options (--idle, --country, --price-per-kwh, ...);
-                        see `energyprof report --help`"""
+                        see `energyprof report --help`
+  merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
+                        --html job.html); see `energyprof merge --help` and docs/distributed.md"""
 
 
 def build_run_parser() -> _Parser:
     p = _Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
                 usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
-                      " | %(prog)s report PROFILE.json [options]",
+                      " | %(prog)s report PROFILE.json [options] | %(prog)s merge PROFILE.json... -o JOB.json",
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     _add_output_flags(p)
@@ -317,6 +319,11 @@ def _run(argv: list[str]) -> int:
     # Relative outputs stay relative to the folder energyprof started in: the program's
     # os.chdir happens in its own process.
     options = _options(ns, output=output, checkpoint=checkpoint)
+    if rank is not None and rank.rank == 0:
+        from .preflight import check_writable
+
+        for name, path in job.items():  # the job's outputs, written by rank 0 at the end
+            check_writable(distributed.expand(distributed.job_name(path), values), flag(name))
     executable: str | None = sys.executable
     if command_form:
         assert script is not None

@@ -13,6 +13,7 @@ construction, under both policies.
 
 from __future__ import annotations
 
+import bisect
 import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
@@ -178,6 +179,11 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
             scale[s] = 1.0 if len(group) == 1 or have <= 0 else want / have
         n_idle_o = {s: max(0.0, e - n_own_o.get(s, 0.0) - n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
                     for s, e in m_energy.items()}
+        if len(group) == 1:  # one profile: its own figures, to the last bit
+            only = group[0].profile
+            n_idle = dict(only.totals.idle_j)
+            n_idle_o = dict(next((c.other_policy_self_energy_j or {} for c in only.root.children
+                                  if c.function == IDLE_NODE), n_idle_o))
         holder_parent = root
         if multi:
             holder_parent = Node(function=f"{NODE_PREFIX}{host}]", other_policy_self_energy_j={})
@@ -311,9 +317,8 @@ def _timeline(parts: list[tuple[float, Timeline]]) -> Timeline:
 
 
 def _bucket(tl: Timeline, t: float) -> int | None:
-    if tl.start_s and tl.end_s:
-        for j, (a, b) in enumerate(zip(tl.start_s, tl.end_s)):
-            if a <= t < b:
-                return j
+    """The index of the bucket of `tl` that holds time `t` (buckets are in time order)."""
+    if not tl.start_s or not tl.end_s:
         return None
-    return None
+    j = bisect.bisect_right(tl.start_s, t) - 1
+    return j if 0 <= j < len(tl.end_s) and t < tl.end_s[j] else None
