@@ -165,7 +165,8 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
             _add(n_own_o, m.own_all)
             _add(n_attr_o, m.attr_all)
             for s in m.profile.sources:
-                sources.setdefault(s.id, s)
+                if s.id not in sources or ("rank" in s.extra and "rank" not in sources[s.id].extra):
+                    sources[s.id] = s  # a GPU: the rank that uses it says so
         for s in set(n_attr) | set(n_own):
             charged = n_attr.get(s, 0.0) + n_own.get(s, 0.0)
             if charged > m_energy.get(s, 0.0):
