@@ -21,6 +21,12 @@ GATHER_TIMEOUT_S = 10.0  # how long rank 0 waits for the other ranks' profiles a
 GATHER_ENV = "ENERGYPROF_GATHER_TIMEOUT"
 
 
+# (rank, world size, local rank) as other launchers name them: SLURM's srun, Open MPI's and MPICH's mpirun
+LAUNCHER_VARS = (("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+                 ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"),
+                 ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"))
+
+
 @dataclass(frozen=True)
 class RankInfo:
     """One rank of a job, from the launcher's environment (torchrun's or SLURM's)."""
@@ -53,8 +59,10 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
     task per node that wraps a launcher, not a rank.
     """
     rank, world, local = _int(env.get("RANK")), _int(env.get("WORLD_SIZE")), _int(env.get("LOCAL_RANK"))
-    if (rank is None or world is None) and not command_form:
-        rank, world, local = _int(env.get("SLURM_PROCID")), _int(env.get("SLURM_NTASKS")), _int(env.get("SLURM_LOCALID"))
+    for names in LAUNCHER_VARS:
+        if (rank is not None and world is not None) or command_form:
+            break
+        rank, world, local = (_int(env.get(n)) for n in names)
     if rank is None or world is None or world <= 1 or not 0 <= rank < world:
         return None
     job = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or \
@@ -84,8 +92,8 @@ def expand(path: str, values: Mapping[str, str]) -> str:
 def per_rank(path: str) -> str:
     """The rank's own name for an output: `p.json` -> `p.rank{rank}.json`, unless the path
     already names the rank."""
-    if "{rank}" in path:
-        return path
+    if "{rank}" in path or (os.path.exists(path) and not os.path.isfile(path)):
+        return path  # named per rank already, or a sink (/dev/null, a FIFO) the ranks may share
     head, name = os.path.split(path)
     stem, dot, suffix = name.rpartition(".")
     if not dot or not stem:

@@ -145,6 +145,9 @@ def test_rank_env_and_placeholders() -> None:
     slurm = {"SLURM_PROCID": "2", "SLURM_NTASKS": "4", "SLURM_LOCALID": "0", "SLURM_NODEID": "2", "SLURM_JOB_ID": "7"}
     assert rank_info(slurm) is not None and rank_info(slurm).rank == 2  # type: ignore[union-attr]
     assert rank_info(slurm, command_form=True) is None  # srun ... energyprof -- torchrun: one task per node
+    mpi = rank_info({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1"})
+    assert mpi is not None and (mpi.rank, mpi.local_rank, mpi.world_size) == (1, 1, 2)
+    assert per_rank("/dev/null") == "/dev/null"
     values = placeholder_values({}, info, 42)
     assert expand("out/{node}/r{rank}-{local_rank}-{pid}.{x}.json", values) == "out/1/r3-1-42.{x}.json"
     assert per_rank("p.json") == "p.rank{rank}.json"
