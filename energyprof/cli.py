@@ -353,18 +353,19 @@ def _run(argv: list[str]) -> int:
         profile.meta["host"]["name"] = distributed.socket.gethostname()
     if rank is not None and reader is not None:
         profile.meta["distributed"] = rank.to_meta(reader.elected)
+    store = None
+    if rank is not None and rank_json is not None:
+        store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
+        if store is not None and rank.rank != 0:  # before the files: rank 0 may be waiting
+            distributed.publish(store, rank, profile.to_json())
     try:
         write_outputs(profile, options)
     except OSError:  # already reported, one line each; the program's exit status stays its own
         pass
     if reader is not None:
         reader.release()
-    if rank is not None and rank_json is not None:
-        store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
-        if rank.rank == 0:
-            _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
-        elif store is not None:
-            distributed.publish(store, rank, profile.to_json())
+    if rank is not None and rank.rank == 0 and rank_json is not None:
+        _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
     if os.WIFSIGNALED(status):
         signals.die_by(os.WTERMSIG(status))
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
