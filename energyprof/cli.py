@@ -350,7 +350,7 @@ def _run(argv: list[str]) -> int:
     except SpawnError as exc:
         raise UsageError(str(exc)) from None
     if isinstance(profile.meta.get("host"), dict):
-        profile.meta["host"]["name"] = distributed.socket.gethostname()
+        profile.meta["host"]["name"] = distributed.hostname()  # what `merge` groups nodes by
     if rank is not None and reader is not None:
         profile.meta["distributed"] = rank.to_meta(reader.elected)
     store = None
@@ -438,8 +438,9 @@ def _compare(argv: list[str]) -> int:
 
 def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values: dict[str, str],
                job: dict[str, str], started_wall: float, store: Any) -> None:
-    """Rank 0, its own outputs written: the other ranks' profiles from the shared output folder
-    (a bounded wait for those still writing), joined into the job's profile and report."""
+    """Rank 0, its own outputs written: the other ranks' profiles (through the job's store, or
+    from the shared output folder, a bounded wait for those still writing), joined into the
+    job's profile and report."""
     import dataclasses
 
     from . import distributed

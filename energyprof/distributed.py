@@ -68,7 +68,11 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
     job = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or \
         f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
     return RankInfo(rank=rank, local_rank=local if local is not None else rank, world_size=world,
-                    node=node_index(env), host=socket.gethostname(), job=job)
+                    node=node_index(env), host=hostname(), job=job)
+
+
+def hostname() -> str:
+    return socket.gethostname()
 
 
 def node_index(env: Mapping[str, str]) -> str:
