@@ -23,6 +23,7 @@ from .options import (CARBON_OPTIONS, IDLE_POLICIES, MEMORY_MODES, OUTPUTS, SAMP
 from .preflight import preflight
 
 DEFAULT_OUTPUT = "energyprof-report.html"
+DEFAULT_JOB_JSON = "energyprof-profile.json"  # one rank of several: the job's profile, joined by rank 0
 PROG = "energyprof"
 
 
@@ -67,13 +68,15 @@ program's own arguments, passed untouched.
 subcommands:
   report PROFILE.json   render a saved profile or a checkpoint again (HTML, JSON, exports), with
                         other render options (--idle, --country, --price-per-kwh, ...);
-                        see `energyprof report --help`"""
+                        see `energyprof report --help`
+  merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
+                        --html job.html); see `energyprof merge --help` and docs/distributed.md"""
 
 
 def build_run_parser() -> _Parser:
     p = _Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
                 usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
-                      " | %(prog)s report PROFILE.json [options]",
+                      " | %(prog)s report PROFILE.json [options] | %(prog)s merge PROFILE.json... -o JOB.json",
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     _add_output_flags(p)
@@ -179,6 +182,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _report(argv[1:])
         if argv and argv[0] == "compare":
             return _compare(argv[1:])
+        if argv and argv[0] == "merge":
+            return _merge(argv[1:])
         return _run(argv)
     except (UsageError, OptionError) as exc:
         print(f"{PROG}: error: {exc}", file=sys.stderr)
@@ -293,11 +298,33 @@ def _run(argv: list[str]) -> int:
     own, script, module, prog_args = split_argv(parser, argv)
     ns = parser.parse_args(own)
     command_form = script is not None and len(own) < len(argv) and argv[len(own)] == "--"
+    from . import distributed
+
+    rank = distributed.rank_info(os.environ, command_form)
+    values = distributed.placeholder_values(os.environ, rank, os.getpid())
+    job: dict[str, str] = {}
+    if rank is not None:
+        # One rank of several: every output is the rank's own, and rank 0 writes the job's
+        # under the names given (or the defaults) once the ranks are joined.
+        job = {"output": ns.output or DEFAULT_OUTPUT, "json": ns.json or DEFAULT_JOB_JSON}
+        ns.output, ns.json = distributed.per_rank(job["output"]), distributed.per_rank(job["json"])
+        for name in ("speedscope", "folded", "csv", "pprof", "checkpoint"):
+            if getattr(ns, name):
+                setattr(ns, name, distributed.per_rank(getattr(ns, name)))
+    rank_json = ns.json
+    for name in ("output", *OUTPUTS, "checkpoint"):
+        if getattr(ns, name, None):
+            setattr(ns, name, distributed.expand(getattr(ns, name), values))
     output = ns.output or DEFAULT_OUTPUT
     checkpoint = ns.checkpoint or str(Path(output).with_name(Path(output).stem + ".energyprof-checkpoint.json"))
     # Relative outputs stay relative to the folder energyprof started in: the program's
     # os.chdir happens in its own process.
     options = _options(ns, output=output, checkpoint=checkpoint)
+    if rank is not None and rank.rank == 0:
+        from .preflight import check_writable
+
+        for name, path in job.items():  # the job's outputs, written by rank 0 at the end
+            check_writable(distributed.expand(distributed.job_name(path), values), flag(name))
     executable: str | None = sys.executable
     if command_form:
         assert script is not None
@@ -317,15 +344,29 @@ def _run(argv: list[str]) -> int:
 
     launcher = sys.argv[0] if sys.argv else PROG
     shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
     sup = Supervisor(options, command, target, shown, executable=executable)
     try:
         profile, status = sup.run()
     except SpawnError as exc:
         raise UsageError(str(exc)) from None
+    if isinstance(profile.meta.get("host"), dict):
+        profile.meta["host"]["name"] = distributed.hostname()  # what `merge` groups nodes by
+    if rank is not None and reader is not None:
+        profile.meta["distributed"] = rank.to_meta(reader.elected)
+    store = None
+    if rank is not None and rank_json is not None:
+        store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
+        if store is not None and rank.rank != 0:  # before the files: rank 0 may be waiting
+            distributed.publish(store, rank, profile.to_json())
     try:
         write_outputs(profile, options)
     except OSError:  # already reported, one line each; the program's exit status stays its own
         pass
+    if reader is not None:
+        reader.release()
+    if rank is not None and rank.rank == 0 and rank_json is not None:
+        _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
     if os.WIFSIGNALED(status):
         signals.die_by(os.WTERMSIG(status))
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
@@ -404,3 +445,74 @@ def _compare(argv: list[str]) -> int:
     failed = over_limit(ns.fail_above, base, last)
     print(f"energyprof: {what} {change} (limit +{ns.fail_above:g}%): {'FAIL' if failed else 'ok'}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values: dict[str, str],
+               job: dict[str, str], started_wall: float, store: Any) -> None:
+    """Rank 0, its own outputs written: the other ranks' profiles (through the job's store, or
+    from the shared output folder, a bounded wait for those still writing), joined into the
+    job's profile and report."""
+    import dataclasses
+
+    from . import distributed
+    from .core.merge import MergeError, merge
+    from .outputs import write_outputs
+
+    others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ), store)
+    ranks = [profile, *(others[r][0] for r in sorted(others))]
+    labels = [f"rank {p.meta['distributed']['rank']}" for p in ranks]
+    try:
+        joined = merge(ranks, labels, world_size=rank.world_size)
+    except MergeError as exc:
+        print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
+        return
+    joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
+    paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
+    job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
+                                      folded=None, csv=None, pprof=None, mlflow=False, checkpoint=None)
+    try:
+        write_outputs(joined, job_options)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- merge
+
+
+def build_merge_parser() -> _Parser:
+    p = _Parser(prog=f"{PROG} merge", description="Join the profiles of one job (one per node, or one per rank)"
+                " into one: a [node HOST] level above the ranks, each node's machine energy counted once.")
+    p.add_argument("profiles", nargs="+", metavar="PROFILE.json", help="profiles saved with --json")
+    p.add_argument("-o", "--output", dest="json", required=True, metavar="JOB.json", help="the joined profile")
+    p.add_argument("--html", help="also render the joined profile as an HTML report")
+    p.add_argument("--world-size", type=int, help="ranks the job had (default: what the profiles say);"
+                   " a missing rank is named in a note")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
+    return p
+
+
+def _merge(argv: list[str]) -> int:
+    from .core.merge import MergeError, merge
+    from .outputs import write_outputs
+    from .profile import ProfileFormatError, load
+
+    ns = build_merge_parser().parse_args(argv)
+    if ns.world_size is not None and ns.world_size < 1:
+        raise UsageError(f"--world-size must be at least 1, not {ns.world_size}")
+    try:
+        profiles = [load(path) for path in ns.profiles]
+        joined = merge(profiles, list(ns.profiles), world_size=ns.world_size)
+    except (ProfileFormatError, MergeError) as exc:
+        raise UsageError(str(exc)) from None
+    saved = profiles[0].meta.get("carbon_settings")
+    saved = {k: v for k, v in saved.items() if k in CARBON_OPTIONS} if isinstance(saved, dict) else {}
+    try:
+        options = _options(argparse.Namespace(), inputs=tuple(ns.profiles), keep_checkpoint=False, json=ns.json,
+                           output=ns.html, quiet=ns.quiet, **saved)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        write_outputs(joined, options)
+    except OSError:
+        return 1
+    return 0

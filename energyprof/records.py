@@ -100,6 +100,9 @@ class Window(_Record):
     end_s: float = 0.0
     time_s: float = 0.0
     energy_j: dict[str, float] = field(default_factory=dict)
+    pid: int | None = None  # the process that marked it
+    rank: int | None = None  # that process's rank, in a distributed job
+    node: str | None = None  # its host, in a profile joined from several nodes
 
 
 @dataclass
@@ -116,6 +119,7 @@ class Process(_Record):
     energy_j: dict[str, float] = field(default_factory=dict)
     peak_rss_bytes: int | None = None
     exit: dict[str, Any] | None = None
+    host: str | None = None  # the node it ran on, in a profile joined from several
 
 
 @dataclass
@@ -235,7 +239,10 @@ def read_window(raw: Any) -> Window:
                   start_s=number(raw.get("start_s", 0.0), f"{w}.start_s", nonneg=False),
                   end_s=number(raw.get("end_s", 0.0), f"{w}.end_s", nonneg=False),
                   time_s=number(raw.get("time_s", 0.0), f"{w}.time_s"),
-                  energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {})
+                  energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
+                  pid=integer(raw.get("pid"), f"{w}.pid", optional=True),
+                  rank=integer(raw.get("rank"), f"{w}.rank", optional=True),
+                  node=None if raw.get("node") is None else string(raw.get("node"), f"{w}.node"))
 
 
 def read_timeline(raw: dict[str, Any]) -> Timeline:
@@ -284,4 +291,5 @@ def read_process(raw: Any) -> Process:
                    cpu_time_s=number(raw.get("cpu_time_s", 0.0), f"{w}.cpu_time_s"),
                    energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
                    peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", w),
-                   exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None)
+                   exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None,
+                   host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"))

@@ -227,17 +227,20 @@ class Ledger:
             self._share_hist = deque(t for t in self._share_hist if lo <= t.t_ns < hi or id(t) in pending)
         self._drain(final=False)
 
-    def begin_window(self, t_ns: int, name: str, index: int | None = None) -> None:
+    def begin_window(self, t_ns: int, name: str, index: int | None = None, pid: int | None = None) -> None:
+        depth = sum(1 for o in self._open_windows if o.get("pid") == pid)
         w = {"name": name, "index": index, "start_ns": t_ns, "end_ns": None, "energy": [0.0] * self.n,
-             "depth": len(self._open_windows)}
+             "depth": depth}
+        if pid is not None:  # several processes (ranks) mark windows of the same names, each its own nesting
+            w["pid"] = pid
         self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
 
-    def end_window(self, t_ns: int, name: str | None = None) -> None:
+    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None) -> None:
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if name is None or w["name"] == name:
+            if (name is None or w["name"] == name) and (pid is None or w.get("pid") == pid):
                 w["end_ns"] = t_ns
                 del self._open_windows[i]
                 return

@@ -86,3 +86,17 @@ def node_name(pid: int, cmd: str, label: str = "", rank: str | None = None) -> s
     if rank is not None:
         return f"[rank {rank}]"
     return f"[process {pid}: {short_command(cmd)}]"
+
+
+def environ_value(pid: int, name: str) -> str | None:
+    """One variable of a live process's environment as it started (None: unset or unreadable)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as fh:
+            raw = fh.read()
+    except OSError:
+        return None
+    key = name.encode() + b"="
+    for item in raw.split(b"\0"):
+        if item.startswith(key):
+            return item[len(key):].decode(errors="replace")
+    return None

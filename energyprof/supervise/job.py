@@ -71,6 +71,7 @@ class Proc:
     placed: bool = False
     stash: list = field(default_factory=list)  # records held until the process is placed
     main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
+    cuda_visible: str | None = None  # a rank's CUDA_VISIBLE_DEVICES, which GPU it uses
 
 
 class JobFeed:
@@ -222,6 +223,8 @@ class JobFeed:
             p.role = "rank"
         else:
             p.role = "child"
+        if p.role == "rank" or (p.main and p.rank is not None):
+            p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:
             p.pframe, p.anchor = None, ()
             return
@@ -293,9 +296,9 @@ class JobFeed:
                     p.sids.append(table.stack_id(tuple(ids)))
                 elif kind == "W":
                     if r[1] == "b":
-                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None)
+                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
-                        led.end_window(int(r[2]), unescape(r[3]) or None)
+                        led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
                 elif kind == "A":
                     fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
                     p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))

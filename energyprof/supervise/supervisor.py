@@ -24,6 +24,7 @@ from ..profile import Profile
 from ..profiler import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
+from ..distributed import gpu_ties
 from .job import JobFeed
 
 
@@ -139,7 +140,21 @@ class Supervisor:
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
+        self._tag(profile, ledger, feed)
         return profile
+
+    @staticmethod
+    def _tag(profile: Profile, ledger: Ledger, feed: JobFeed) -> None:
+        """Each window with the process (and rank) that marked it; each GPU with the rank using it."""
+        for w, raw in zip(profile.windows, ledger.windows):
+            pid = raw.get("pid")
+            if isinstance(pid, int):
+                w.pid = pid
+                proc = next((p for p in profile.processes if p.pid == pid), None)
+                w.rank = proc.rank if proc is not None else None
+        gpu_ties(profile.sources, profile.processes,
+                 {p.pid: p.cuda_visible for p in feed.procs.values() if p.cuda_visible is not None},
+                 os.environ.get("CUDA_VISIBLE_DEVICES"))
 
 
 class SpawnError(Exception):

@@ -1,0 +1,156 @@
+"""`energyprof merge` and core/merge.py: several nodes' (or ranks') profiles joined into one job,
+each node's machine energy counted once, conservation under both idle policies."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from energyprof import load
+from energyprof.core.merge import MergeError, merge
+from energyprof.profile import IDLE_NODE, SELF_NODE, Node, Profile, Totals
+
+from conftest import run_cli
+
+WORK = """
+import time
+
+def node_work():
+    end = time.process_time() + 0.6
+    s = 0
+    while time.process_time() < end:
+        for i in range(10_000):
+            s += i * i
+
+node_work()
+"""
+
+
+def conserved(p: Profile) -> None:
+    for policy in p.policies():
+        q = p.with_policy(policy)
+        for sid, total in q.totals.energy_j.items():
+            got = sum(n.self_energy_j.get(sid, 0.0) for n, _ in q.walk())
+            assert got == pytest.approx(total, rel=1e-9, abs=1e-9), (policy, sid)
+
+
+@pytest.fixture(scope="module")
+def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two real runs saved as the profiles of two nodes (their host names set apart)."""
+    d = tmp_path_factory.mktemp("nodes")
+    (d / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (d / "work.py").write_text(textwrap.dedent(WORK))
+    for name in ("a", "b"):
+        res = run_cli(["-q", "--power-trace", "trace.csv", "--json", f"{name}.json", "-o", f"{name}.html", "work.py"],
+                      cwd=d, timeout=300)
+        assert res.returncode == 0, res.stderr
+        doc = json.loads((d / f"{name}.json").read_text())
+        doc["meta"]["host"]["name"] = f"node-{name}"
+        (d / f"{name}.json").write_text(json.dumps(doc))
+    res = run_cli(["merge", "a.json", "b.json", "-o", "job.json", "--html", "job.html", "-q"], cwd=d, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "" and res.stderr == ""
+    return d
+
+
+def test_merge_of_two_nodes_sums_each_source_exactly(two_nodes: Path) -> None:
+    a, b, job = (load(two_nodes / f"{n}.json") for n in ("a", "b", "job"))
+    for field in ("energy_j", "attributed_j", "energyprof_j", "idle_j"):
+        want = {s: getattr(a.totals, field)[s] + getattr(b.totals, field)[s] for s in a.totals.energy_j}
+        assert getattr(job.totals, field) == want, field  # exact: each node's figure once, summed
+    conserved(job)
+    nodes = {n.function: n for n in job.root.children}
+    assert set(nodes) == {"[node node-a]", "[node node-b]", SELF_NODE, IDLE_NODE}
+    for name, p in (("node-a", a), ("node-b", b)):
+        node = nodes[f"[node {name}]"]
+        assert node.energy_j == pytest.approx(p.totals.attributed_j, rel=1e-12)
+        assert [n for n, _ in node.walk() if n.function == "node_work"]
+    rows = {r["host"]: r for r in job.meta["distributed"]["nodes"]}
+    assert rows["node-a"]["energy_j"] == a.totals.energy_j and rows["node-b"]["idle_j"] == b.totals.idle_j
+    assert {p.host for p in job.processes} == {"node-a", "node-b"}
+    # The joined file is an ordinary profile: `energyprof report` renders it again.
+    res = run_cli(["report", "job.json", "-o", "again.html", "-q", "--idle", "all"], cwd=two_nodes)
+    assert res.returncode == 0, res.stderr
+    assert (two_nodes / "again.html").stat().st_size > 10_000
+
+
+def test_merge_twice_the_same_rank_is_refused(two_nodes: Path) -> None:
+    a = load(two_nodes / "a.json")
+    a.meta["distributed"] = {"mode": "per-rank", "rank": 0, "world_size": 2, "job": "j", "host": "h"}
+    with pytest.raises(MergeError, match="both rank 0"):
+        merge([a, a], ["x", "y"])
+    joined = merge([a], ["x"])
+    assert joined.meta["distributed"]["missing_ranks"] == [1]
+    assert any(n.kind == "missing-rank" for n in joined.notes)
+
+
+@pytest.mark.browser
+def test_merged_report_renders_in_chromium(two_nodes: Path) -> None:
+    from test_report_browser import ARGS, Page, _chromium
+
+    exe = _chromium()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.skip("playwright is not installed")
+    if exe is None:
+        pytest.skip("no chromium on this machine")
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=exe, args=ARGS)
+        try:
+            page = Page(browser)
+            page.open(two_nodes / "job.html")
+            text = page.page.inner_text("body")
+            assert page.errors == [] and page.blocked == []
+            assert "node_work" in text
+        finally:
+            browser.close()
+
+
+# ---------------------------------------------------------------- property: conservation by construction
+
+
+def _rank_profile(host: str, rank: int, machine: float, prog: float, own: float, prog_all: float,
+                  duration: float) -> Profile:
+    """A rank's profile with the ledger's shape: a function, [energyprof], idle; both policies."""
+    idle = machine - prog - own
+    own_all = own
+    root = Node("train.py", self_energy_j={"cpu": 0.0}, other_policy_self_energy_j={"cpu": 0.0})
+    root.children = [Node("step", self_energy_j={"cpu": prog}, other_policy_self_energy_j={"cpu": prog_all}),
+                     Node(SELF_NODE, self_energy_j={"cpu": own}, other_policy_self_energy_j={"cpu": own_all}),
+                     Node(IDLE_NODE, self_energy_j={"cpu": idle}, other_policy_self_energy_j={"cpu": 0.0})]
+    root.fill_inclusive()
+    meta = {"idle_policy": "share", "target": "train.py",
+            "distributed": {"mode": "per-rank", "rank": rank, "world_size": 4, "job": "j", "host": host, "node": "0"}}
+    return Profile(meta, [{"id": "cpu", "component": "cpu"}],
+                   Totals({"cpu": machine}, {"cpu": prog}, {"cpu": own}, {"cpu": idle}, duration), root)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]), st.floats(1.0, 1e4), st.floats(0.0, 1.0),
+                          st.floats(0.0, 0.1), st.floats(0.5, 5.0)), min_size=1, max_size=4))
+def test_merge_conserves_under_both_policies(ranks) -> None:
+    profiles = []
+    for r, (host, machine, share, own_f, duration) in enumerate(ranks):
+        own = own_f * machine
+        prog = share * (machine - own) / len(ranks)
+        profiles.append(_rank_profile(host, r, machine, prog, own, machine - own, duration))
+    job = merge(profiles)
+    conserved(job)
+    # Each node's machine energy once: the longest reading on that node, not the sum of its ranks.
+    for row in job.meta["distributed"]["nodes"]:
+        group = [p for p in profiles if p.meta["distributed"]["host"] == row["host"]]
+        longest = max(group, key=lambda p: p.totals.duration_s)
+        assert row["energy_j"]["cpu"] >= longest.totals.energy_j["cpu"] * (1 - 1e-12)
+        assert row["energy_j"]["cpu"] <= max(longest.totals.energy_j["cpu"],
+                                             sum(p.totals.attributed_j["cpu"] + p.totals.energyprof_j["cpu"]
+                                                 for p in group)) * (1 + 1e-12)
+    assert job.meta["distributed"]["missing_ranks"] == list(range(len(ranks), 4))
+    for policy in ("share", "all"):
+        q = job.with_policy(policy)
+        assert all(v >= -1e-9 for n, _ in q.walk() for v in n.self_energy_j.values())
