@@ -73,6 +73,7 @@
   }
   var expanded = {};  // group box index (in data.chart.full) -> shown open
   var selectedRow = null;
+  var currentLevel = "";  // the box the icicle is zoomed into ("" = the root)
   var shown = null;   // the boxes drawn: arrays plus, per box, the chart nodes it stands for
 
   /* The boxes to draw. A library or import frame whose group is folded is not drawn: its box is
@@ -111,6 +112,9 @@
     return out;
   }
 
+  function outline() {
+    return shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? "#111" : "#fff"; });
+  }
   function boxText(v) {
     return metric.value === "t" ? fmtS(v) + " \u00b7 " + fmtPct(v, shown.values[0] || 1)
                                 : fmtJ(v) + " \u00b7 " + fmtPct(v, PROGRAM);
@@ -118,12 +122,14 @@
 
   function icicleTrace() {
     shown = visibleTree();
-    var lineW = shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? 3 : 0.5; });
-    var lineC = shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? "#111" : "#fff"; });
+    /* The selected function's boxes are outlined by colour: a per-box line width breaks plotly's
+     * path bar once zoomed (NaN paths), so the width is one number. */
+    var lineC = outline();
     return {
       type: "icicle", ids: shown.ids, parents: shown.parents, labels: shown.labels,
       values: shown.values, branchvalues: "total", customdata: shown.values.map(boxText),
-      marker: { colors: shown.colours, line: { width: lineW, color: lineC } },
+      level: shown.ids.indexOf(currentLevel) >= 0 ? currentLevel : "",
+      marker: { colors: shown.colours, line: { width: 1.5, color: lineC } },
       hovertext: shown.hovertext, hoverinfo: "text",
       texttemplate: "<b>%{label}</b><br>%{customdata}", textposition: "top left",
       tiling: { orientation: "v", flip: flame.checked ? "y" : "" }, pathbar: { visible: true, side: flame.checked ? "bottom" : "top" }
@@ -146,7 +152,12 @@
       drawIcicle();
       return false;
     }
+    /* Zoom without plotly's animation (restyling the outline during it draws NaN paths), then select. */
+    var level = ev.nextLevel !== undefined ? ev.nextLevel : (pt.nextLevel !== undefined ? pt.nextLevel : pt.id);
+    currentLevel = level || "";
+    Plotly.restyle(icicle, { level: [currentLevel] });
     if (shown.rows[b] >= 0) selectRow(shown.rows[b], true);
+    return false;
   });
 
   /* A legend for the file colours */
@@ -297,9 +308,7 @@
     }
     var tr = body.querySelector("tr.selected");
     if (fromChart && tr && tr.scrollIntoView) tr.scrollIntoView({ block: "nearest" });
-    var lw = shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? 3 : 0.5; });
-    var lc = shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? "#111" : "#fff"; });
-    Plotly.restyle(icicle, { "marker.line.width": [lw], "marker.line.color": [lc] });
+    Plotly.restyle(icicle, { "marker.line.color": [outline()] });
     var sel = document.getElementById("selection");
     if (sel) sel.textContent = selectedRow === null ? "" : "Selected: " + t.fn[selectedRow] +
       " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPct(t.self_e[selectedRow], PROGRAM) + " of the program's energy)";
