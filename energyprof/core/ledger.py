@@ -367,7 +367,7 @@ class Ledger:
                 self.root_all[i] += prog_all
                 continue
             self._spread(weights, i, prog_share, prog_all, cf)
-        self.timeline.note_program(lo, prog_share_sum, prog_all_sum)  # the program's power line
+        self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
 
     def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
         total_w = sum(weights.values())
@@ -495,7 +495,7 @@ class Ledger:
         for k, v in state["acc"].items():
             setattr(led, k, [float(x) for x in v])
         tl = state["timeline"]
-        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"], tl["t0"], tl["t1"]
+        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"] or 1_000_000, tl["t0"], tl["t1"]
         led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
         led.timeline.origin_ns = tl.get("origin_ns", tl["t0"][0] if tl["t0"] else None)
         led.timeline.program = tl.get("program") or [[0.0, 0.0] for _ in led.timeline.t0]

@@ -1,75 +1,95 @@
 """The timeline: power and RSS at bounded resolution, and which stacks ran in each bucket. Pure.
 
-Buckets sit on a uniform grid: bucket k holds the ticks that start in [origin + k*w, origin +
-(k+1)*w). When there are too many, the grid's width at least doubles (to fit the run in half the
-points) and buckets in the same cell merge. A tick longer than the grid (a long first tick during
-`import torch`) stays one bucket of its own length; every other bucket is one cell wide, however
-the ticks fell.
+Buckets are the cells of a uniform grid from the first tick: cell k is [origin + k*w, origin +
+(k+1)*w). A tick's energy is spread over the cells it overlaps in proportion to the overlap
+(constant power within a tick, which is all a cumulative counter can tell), so every bucket has
+the same width however the ticks fell: one long first tick during `import torch` no longer
+widens every later bucket. When the run outgrows `max_points` cells, the width doubles and
+cells merge in pairs.
 """
 
 from __future__ import annotations
 
-import bisect
-import math
 from typing import Any
 
 TIMELINE_POINTS = 1000
 STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"
+MIN_WIDTH_NS = 1_000_000  # the finest grid: 1 ms, finer than any sensor's update
 
 
 class Timeline:
-    """Power, the program's share of it, and RSS at bounded resolution on a uniform grid."""
+    """Power, the program's share of it, and RSS per cell of a uniform grid."""
 
     def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS) -> None:
         self.n = n_sources
         self.max_points = max_points
-        self.width_ns = 0  # 0: one bucket per tick until the first regrid
+        self.width_ns = MIN_WIDTH_NS
         self.origin_ns: int | None = None
-        self.t0: list[int] = []
-        self.t1: list[int] = []
+        self.t0: list[int] = []  # cell starts
+        self.t1: list[int] = []  # cell ends (the last cell ends at the last tick)
         self.energy: list[list[float]] = []
-        # the program's energy per bucket under each idle policy: [share, all]
+        # the program's energy per cell under each idle policy: [share, all]
         self.program: list[list[float]] = []
         self.rss: list[int] = []
-        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the bucket
+        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the cell
 
-    def _cell(self, t_ns: int) -> int:
-        return (t_ns - (self.origin_ns or 0)) // self.width_ns
+    def _ensure(self, t_end: int) -> None:
+        """Cells up to t_end, regridding first if the run would not fit in max_points."""
+        origin = self.origin_ns or 0
+        while t_end - origin > self.width_ns * self.max_points:
+            self._regrid()
+        last = (t_end - 1 - origin) // self.width_ns
+        while len(self.t0) <= last:
+            start = origin + len(self.t0) * self.width_ns
+            self.t0.append(start)
+            self.t1.append(start)
+            self.energy.append([0.0] * self.n)
+            self.program.append([0.0, 0.0])
+            self.rss.append(0)
+            self.stacks.append({})
+
+    def _spread(self, t0: int, t1: int) -> list[tuple[int, int, float]]:
+        """(cell, end of the overlap, fraction of [t0, t1]) for every cell the interval overlaps."""
+        origin, w = self.origin_ns or 0, self.width_ns
+        span = t1 - t0
+        out = []
+        for k in range((t0 - origin) // w, min((t1 - 1 - origin) // w + 1, len(self.t0))):
+            lo = max(t0, origin + k * w)
+            hi = min(t1, origin + (k + 1) * w)
+            if hi > lo and k >= 0:
+                out.append((k, hi, (hi - lo) / span))
+        return out
 
     def add(self, t0: int, t1: int, de: list[float], rss: int) -> None:
+        if t1 <= t0:
+            return
         if self.origin_ns is None:
             self.origin_ns = t0
-        if self.t0 and self.width_ns and self._cell(t0) == self._cell(self.t0[-1]):
-            last = self.energy[-1]
+        self._ensure(t1)
+        for k, hi, f in self._spread(t0, t1):
+            cell = self.energy[k]
             for i, v in enumerate(de):
-                last[i] += v
-            self.t1[-1] = max(self.t1[-1], t1)
-            self.rss[-1] = max(self.rss[-1], rss)
+                cell[i] += v * f
+            if hi > self.t1[k]:
+                self.t1[k] = hi
+            if rss > self.rss[k]:
+                self.rss[k] = rss
+
+    def note_program(self, t0: int, t1: int, share_j: float, all_j: float) -> None:
+        """The program's energy over [t0, t1] under both idle policies, spread like the machine's."""
+        if self.origin_ns is None or t1 <= t0:
             return
-        self.t0.append(t0)
-        self.t1.append(t1)
-        self.energy.append(list(de))
-        self.program.append([0.0, 0.0])
-        self.rss.append(rss)
-        self.stacks.append({})
-        if len(self.t0) > self.max_points:
-            self._regrid()
-
-    def _bucket(self, t_ns: int) -> int:
-        return bisect.bisect_right(self.t0, t_ns) - 1
-
-    def note_program(self, t_ns: int, share_j: float, all_j: float) -> None:
-        """Add the program's energy over an interval starting at t_ns (both idle policies)."""
-        k = self._bucket(t_ns)
-        if k >= 0:
+        for k, _, f in self._spread(t0, t1):
             p = self.program[k]
-            p[0] += share_j
-            p[1] += all_j
+            p[0] += share_j * f
+            p[1] += all_j * f
 
     def note_stacks(self, t_ns: int, weights: dict[int, float]) -> None:
-        """Remember which stacks ran in the bucket holding t_ns (the heaviest few only)."""
-        k = self._bucket(t_ns)
-        if k < 0:
+        """Remember which stacks ran in the cell holding t_ns (the heaviest few only)."""
+        if self.origin_ns is None:
+            return
+        k = (t_ns - self.origin_ns) // self.width_ns
+        if not 0 <= k < len(self.stacks):
             return
         seen = self.stacks[k]
         for sid, w in weights.items():
@@ -78,19 +98,17 @@ class Timeline:
             self.stacks[k] = _heaviest(seen)
 
     def _regrid(self) -> None:
-        """A grid at least twice as wide, fitting the run so far in half the points."""
-        span = self.t1[-1] - (self.origin_ns or 0)
-        self.width_ns = max(2 * self.width_ns, math.ceil(2 * span / self.max_points), 1)
+        """Twice the width: cells 2k and 2k+1 become cell k."""
+        self.width_ns *= 2
+        origin = self.origin_ns or 0
         t0: list[int] = []
         t1: list[int] = []
         en: list[list[float]] = []
         prog: list[list[float]] = []
         rss: list[int] = []
         stacks: list[dict[int, float]] = []
-        cell = None
         for i in range(len(self.t0)):
-            c = self._cell(self.t0[i])
-            if c == cell:
+            if i % 2:
                 en[-1] = [a + b for a, b in zip(en[-1], self.energy[i])]
                 prog[-1] = [a + b for a, b in zip(prog[-1], self.program[i])]
                 t1[-1] = max(t1[-1], self.t1[i])
@@ -101,8 +119,7 @@ class Timeline:
                 if len(merged) > STACKS_PER_BUCKET:
                     stacks[-1] = _heaviest(merged)
                 continue
-            cell = c
-            t0.append(self.t0[i])
+            t0.append(origin + (i // 2) * self.width_ns)
             t1.append(self.t1[i])
             en.append(list(self.energy[i]))
             prog.append(list(self.program[i]))
