@@ -34,7 +34,7 @@ SHOTS = [
 
 def profile(example: str, out: Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    cmd = [sys.executable, "-m", "energyprof", "-q", "-o", str(out), str(REPO / "examples" / example)]
+    cmd = [sys.executable, "-m", "energyprof", "-q", "-o", str(out), f"examples/{example}"]
     subprocess.run(cmd, cwd=REPO, env=env, check=True, timeout=600)
 
 
