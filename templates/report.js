@@ -109,35 +109,87 @@
       for (var a = d[0]; a >= 0; a = out.parents[a] ? Number(out.parents[a].slice(1)) : -1) out.values[a] -= d[1];
     });
     for (var j = 0; j < out.values.length; j++) if (out.values[j] < 0) out.values[j] = 0;
+    /* Sums in a different order can leave a parent an ulp below its children, and plotly then
+     * draws nothing: lift each parent to its children's sum (boxes come after their parents). */
+    var sums = new Float64Array(out.values.length);
+    for (j = out.values.length - 1; j > 0; j--) {
+      if (sums[j] > out.values[j]) out.values[j] = sums[j];
+      sums[Number(out.parents[j].slice(1))] += out.values[j];
+    }
+    if (out.values.length && sums[0] > out.values[0]) out.values[0] = sums[0];
     return out;
   }
 
   function outline() {
     return shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? "#111" : "#fff"; });
   }
-  function boxText(v) {
-    return metric.value === "t" ? fmtS(v) + " \u00b7 " + fmtPct(v, shown.values[0] || 1)
-                                : fmtJ(v) + " \u00b7 " + fmtPct(v, PROGRAM);
+  /* A box's label, wrapped to the width it will have at the top level (plotly does not wrap, and
+   * hides what does not fit): the name broken at dots and underscores, then joules and percent,
+   * side by side when they fit. A group box says its package on a line of its own. */
+  var CHAR_PX = 6.6, LINE_PX = 14;
+  function unescape(t) { return t.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&"); }
+  function escape(t) { return t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); }
+  function wrap(text, chars, lines) {
+    var out = [], rest = text;
+    while (rest.length > chars && out.length < lines - 1) {
+      var cut = -1;
+      for (var k = Math.min(chars, rest.length - 1); k > 2; k--) if (".:_ <>".indexOf(rest[k - 1]) >= 0) { cut = k; break; }
+      if (cut < 0) cut = chars;
+      out.push(rest.slice(0, cut));
+      rest = rest.slice(cut);
+    }
+    if (rest.length > chars) rest = rest.slice(0, Math.max(1, chars - 1)) + "\u2026";
+    out.push(rest);
+    return out;
+  }
+  function boxLabels() {
+    var width = icicle.clientWidth || 1200, height = (icicle.clientHeight || 470) - 30;
+    var depth = new Int32Array(shown.ids.length), rows = 1;
+    for (var i = 1; i < shown.ids.length; i++) {
+      depth[i] = depth[Number(shown.parents[i].slice(1))] + 1;
+      if (depth[i] + 1 > rows) rows = depth[i] + 1;
+    }
+    var maxLines = Math.max(1, Math.floor(height / rows / LINE_PX));
+    var root = shown.values[0] || 1;
+    return shown.values.map(function (v, b) {
+      var chars = Math.max(1, Math.floor((v / root * width - 6) / CHAR_PX));
+      var label = unescape(shown.labels[b]), head = [];
+      var m = shown.kinds[b] === 3 && /^\[library: ([^\]]*)\] (.*)$/.exec(label);
+      if (m) { head = ["[" + m[1] + "]"]; label = m[2]; }
+      var figure = metric.value === "t" ? fmtS(v) : fmtJ(v);
+      var share = metric.value === "t" ? fmtPct(v, root) : fmtPct(v, PROGRAM);
+      /* the name first (up to two lines), then the figures, then the package if there is room */
+      var both = figure + " \u00b7 " + share;
+      var nameLines = Math.min(wrap(label, chars, 2).length, Math.max(1, maxLines - 1));
+      var left = maxLines - nameLines;
+      var tail = both.length <= chars ? [both] : (left >= 2 ? [figure, share] : [share]);
+      if (left < 1) tail = [];
+      if (left - tail.length < 1) head = [];
+      var room = nameLines;
+      var name = wrap(label, chars, room).map(function (l) { return "<b>" + escape(l) + "</b>"; });
+      return head.map(function (h) { return escape(h.length > chars ? h.slice(0, chars) : h); }).concat(name, tail).join("<br>");
+    });
   }
 
   function icicleTrace() {
     shown = visibleTree();
+    var text = boxLabels();
     /* The selected function's boxes are outlined by colour: a per-box line width breaks plotly's
      * path bar once zoomed (NaN paths), so the width is one number. */
     var lineC = outline();
     return {
       type: "icicle", ids: shown.ids, parents: shown.parents, labels: shown.labels,
-      values: shown.values, branchvalues: "total", customdata: shown.values.map(boxText),
+      values: shown.values, branchvalues: "total", customdata: text,
       level: shown.ids.indexOf(currentLevel) >= 0 ? currentLevel : "",
       marker: { colors: shown.colours, line: { width: 1.5, color: lineC } },
       hovertext: shown.hovertext, hoverinfo: "text",
-      texttemplate: "<b>%{label}</b><br>%{customdata}", textposition: "top left",
+      texttemplate: "%{customdata}", textposition: "top left", insidetextfont: { size: 11 },
       tiling: { orientation: "v", flip: flame.checked ? "y" : "" }, pathbar: { visible: true, side: flame.checked ? "bottom" : "top" }
     };
   }
   function drawIcicle() {
     var layout = { margin: { l: 2, r: 2, t: 28, b: 2 }, height: icicle.clientHeight || 470,
-                   uniformtext: { mode: "hide", minsize: 10 } };
+                   uniformtext: { mode: "hide", minsize: 9 } };
     return Plotly.react(icicle, [icicleTrace()], layout, { responsive: true, displayModeBar: false });
   }
   [metric, colour, collapse, flame, idle].forEach(function (c) { c.addEventListener("change", drawIcicle); });

@@ -113,7 +113,7 @@ def _check_values(trace: dict, key: str) -> None:
             children[parent] = children.get(parent, 0.0) + value[i]
     for parent, total in children.items():
         # values are rounded to 6 digits for the page
-        assert value[parent] >= total * (1 - 1e-5), (parent, value[parent], total)
+        assert value[parent] >= total * (1 - 1e-12), (parent, value[parent], total)
 
 
 def test_icicle_values_add_up(small: Profile) -> None:
@@ -121,7 +121,7 @@ def test_icicle_values_add_up(small: Profile) -> None:
     trace = charts.icicle_trace(model, model.chart)
     _check_values(trace, "value_e")
     _check_values(trace, "value_t")
-    assert trace["value_e"][0] == pytest.approx(small.total_energy_j, rel=1e-5)
+    assert trace["value_e"][0] == pytest.approx(small.total_energy_j, rel=1e-12)
     # every library frame folds into a group box that is one of its ancestors
     for i, (kind, group) in enumerate(zip(trace["kind"], trace["group"])):
         if kind in (1, 2):

@@ -53,15 +53,22 @@ def page(lenet):
         pg.goto(lenet[0].resolve().as_uri())
         pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].every(e => e._fullLayout)",
                              timeout=120_000)
+        pg.wait_for_function("() => document.querySelectorAll('#icicle g.slice text').length > 0"
+                             " && document.querySelectorAll('#fn-body tr').length > 0", timeout=60_000)
+        pg.wait_for_timeout(500)  # let plotly finish laying out the labels
         yield pg, errors
         browser.close()
 
 
 def _boxes(pg) -> list[tuple[str, float]]:
-    """Every drawn box whose label is shown: (first line of its label, width in px)."""
+    """Every drawn box whose label is visible (drawn, not empty, inside its box): (label, width in px)."""
     return pg.eval_on_selector_all("#icicle g.slice", """gs => gs.map(g => {
-        const t = g.querySelector('text'); const r = g.querySelector('path').getBoundingClientRect();
-        return [t ? t.textContent : "", r.width];
+        const t = g.querySelector('text'), r = g.querySelector('path').getBoundingClientRect();
+        if (!t) return ['', r.width];
+        const b = t.getBoundingClientRect(), style = getComputedStyle(t);
+        const visible = b.width > 0 && b.height >= 9 && style.display !== 'none' && style.visibility !== 'hidden'
+          && Number(style.opacity) > 0 && b.left >= r.left - 1 && b.right <= r.right + 1;
+        return [visible ? t.textContent : '', r.width];
     })""")
 
 
@@ -69,13 +76,14 @@ def test_first_screen_shows_the_training_step_forward_and_backward(page) -> None
     pg, errors = page
     boxes = _boxes(pg)
     labelled = {label: width for label, width in boxes if label}
+    assert labelled, (boxes[:5], errors, pg.evaluate("document.querySelectorAll('#icicle g.slice').length"))
 
     def widest(fragment: str) -> float:
         return max((w for label, w in labelled.items() if fragment in label), default=0.0)
 
     assert widest("train_step") >= 40, labelled
     assert widest("LeNet.forward") >= 40, labelled
-    assert widest("Tensor.backward") >= 40, labelled
+    assert widest("Tensor.backward") >= 40, labelled  # torch's backward, called from train_step
     assert errors == []
 
 

@@ -100,8 +100,8 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         out["labels"].append(html.escape(label, quote=False))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
         out["hovertext"].append(_hover(n, program, total_t))
-        out["value_e"].append(_round(n.value_e, 6))
-        out["value_t"].append(_round(n.value_t, 6))
+        out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
+        out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
         out["colour_mix"].append(_mix_colour(n, colours))
         out["kind"].append(KIND_CODES.get(n.kind, 0))
