@@ -337,7 +337,7 @@ def function_table(model: ReportModel) -> dict[str, Any]:
     short = path_shortener(model)
     root = model.profile.root
     root_key = (root.function, root.file, root.line)
-    special = {IDLE_NODE: 1, SELF_NODE: 2, CHILDREN_NODE: 3}
+    special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
 
     def total(r: Any) -> float:
         return model.program_j if (r.function, r.file, r.line) == root_key else r.total_energy
