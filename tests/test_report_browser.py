@@ -308,6 +308,11 @@ def test_clicking_a_box_selects_its_function_in_the_table(browser, small_report:
                        " return {labels: t.labels, c: t.marker.line.color}; }")
     outlined = {label for label, c in zip(trace["labels"], trace["c"]) if c == "#111"}
     assert outlined == {"forward"}
+    level = "() => { const t = document.getElementById('icicle').data[0]; return t.labels[t.ids.indexOf(t.level)]; }"
+    assert p.evaluate(level) == "forward"  # and zoomed into it
+    p.locator("#icicle [class*=pathbar] path.surface").first.click(force=True)  # the top bar zooms out
+    p.wait_for_timeout(600)
+    assert p.evaluate(level) == "train"
     assert page.errors == []
     page.close()
 
