@@ -139,6 +139,8 @@ class Timeline(_Record):
     start_s: list[float] = field(default_factory=list)
     end_s: list[float] = field(default_factory=list)
     power_w: dict[str, list[float]] = field(default_factory=dict)
+    # the program's power per bucket (all sources), by idle policy: {"share": [...], "all": [...]}
+    program_w: dict[str, list[float]] = field(default_factory=dict)
     rss_bytes: list[int] = field(default_factory=list)
     functions: list[list[Any]] = field(default_factory=list)  # [function, file, line]
     active: list[list[int]] = field(default_factory=list)  # per bucket: indices into functions
@@ -258,6 +260,9 @@ def read_timeline(raw: dict[str, Any]) -> Timeline:
     power = raw.get("power_w") or {}
     if not isinstance(power, dict):
         raise ProfileFormatError("timeline.power_w must be an object")
+    program = raw.get("program_w") or {}
+    if not isinstance(program, dict):
+        raise ProfileFormatError("timeline.program_w must be an object")
     functions = raw.get("functions") or []
     active = raw.get("active") or []
     if not isinstance(functions, list) or not isinstance(active, list) \
@@ -266,6 +271,8 @@ def read_timeline(raw: dict[str, Any]) -> Timeline:
     return Timeline(t_s=series("t_s", False), start_s=series("start_s", False), end_s=series("end_s", False),
                     power_w={string(k, "timeline.power_w"): [number(v, f"timeline.power_w[{k}]") for v in vs]
                              for k, vs in power.items() if isinstance(vs, list)},
+                    program_w={string(k, "timeline.program_w"): [number(v, f"timeline.program_w[{k}]") for v in vs]
+                               for k, vs in program.items() if isinstance(vs, list)},
                     rss_bytes=[int(v) for v in series("rss_bytes")], functions=functions, active=active)
 
 

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> ept.TrackedLoader:
     """Train; return the tracked loader (its per-step timings) for callers such as the tests."""
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--epochs", type=int, default=2)
-    p.add_argument("--batches", type=int, default=50, help="batches per epoch (0: the whole data set)")
+    p.add_argument("--batches", type=int, default=200, help="batches per epoch (0: the whole data set)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     p.add_argument("--data", default="data", help="folder holding cifar-10-batches-py, if you have it")

@@ -5,24 +5,50 @@
   "use strict";
   var data = JSON.parse(document.getElementById("report-data").textContent);
   var PAGE = 100;
-  var CONFIG = { responsive: true, displaylogo: false };
-  var SPECIAL = { "[other processes and idle]": 1, "[energyprof]": 1, "[child processes]": 1 };
+  var CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["select2d", "lasso2d"] };
 
-  function fmtJ(j) {
-    var a = Math.abs(j);
-    if (a === 0) return "0 J";
-    if (a >= 1e3) return (j / 1e3).toPrecision(3) + " kJ";
-    if (a >= 1) return j.toPrecision(3) + " J";
-    if (a >= 1e-3) return (j * 1e3).toPrecision(3) + " mJ";
-    if (a >= 1e-6) return (j * 1e6).toPrecision(3) + " \u00b5J";
-    return (j * 1e9).toPrecision(3) + " nJ";
+  /* Numbers: the same table of units and the same rounding as energyprof/render/format.py
+   * (sent as data.format), so a figure reads the same in the console, the page and its scripts. */
+  var FMT = data.format;
+  function sig(x, d) {
+    if (x === 0) return "0";
+    var a = Math.abs(x), r = Number(a.toPrecision(d));
+    var k = Math.max(0, d - 1 - Math.floor(Math.log10(r) + 1e-12));
+    var s = r.toFixed(k);
+    if (s.indexOf(".") >= 0) s = s.replace(/0+$/, "").replace(/\.$/, "");
+    return (x < 0 ? "-" : "") + s;
   }
+  var ZERO = { energy: "J", power: "W", bytes: "B", grams: "g", seconds: "s" };
+  function scaled(x, kind) {
+    var units = FMT.units[kind], a = Math.abs(x);
+    if (a === 0) return "0 " + ZERO[kind];
+    for (var k = 0; k < units.length; k++) {
+      if (a >= units[k][0] || k === units.length - 1) {
+        var s = sig(x / units[k][0], FMT.digits);
+        if (k > 0 && s.replace("-", "") === "1000") { k--; s = sig(x / units[k][0], FMT.digits); }
+        return s + " " + units[k][1];
+      }
+    }
+  }
+  function pad2(n) { return (n < 10 ? "0" : "") + n; }
   function fmtS(s) {
-    if (s === 0) return "0 s";
-    if (s >= 60) return (s / 60).toFixed(1) + " min";
-    if (s >= 1) return s.toPrecision(3) + " s";
-    return (s * 1e3).toPrecision(3) + " ms";
+    if (s === null || s === undefined) return "\u2013";
+    var a = Math.abs(s), sign = s < 0 ? "-" : "";
+    if (a >= 59.5) {
+      if (a >= 3570) { var m = Math.floor(a / 60 + 0.5); return sign + Math.floor(m / 60) + " h " + pad2(m % 60) + " min"; }
+      var t = Math.floor(a + 0.5);
+      return sign + Math.floor(t / 60) + " min " + pad2(t % 60) + " s";
+    }
+    return scaled(s, "seconds");
   }
+  function fmtJ(j) { return scaled(j, "energy"); }
+  function fmtPct(part, whole) {
+    if (!whole) return "\u2013";
+    return (Math.floor(part / whole * 1000 + 0.5) / 10).toFixed(1) + "%";
+  }
+  window.energyprofFormat = { energy: fmtJ, seconds: fmtS, bytes: function (b) { return scaled(b, "bytes"); },
+    grams: function (g) { return scaled(g, "grams"); }, power: function (w) { return scaled(w, "power"); },
+    percent: fmtPct, sig: sig };
   function el(tag, cls, text) {
     var e = document.createElement(tag);
     if (cls) e.className = cls;
@@ -36,59 +62,167 @@
   var colour = document.getElementById("chart-colour");
   var collapse = document.getElementById("chart-collapse");
   var flame = document.getElementById("chart-flame");
-  if (!data.chart.collapsed) {
-    collapse.disabled = true;
-    collapse.parentNode.title = "no library frames in this profile";
-  }
-
   var idle = document.getElementById("chart-idle");
-  var IDLE = "[other processes and idle]";
+  var IDLE = "[other processes and idle]", OWN = "[energyprof]";
+  var tree = data.chart.full;
+  var PROGRAM = data.program_j || data.total_j || 1;
+  var hasGroups = tree.kind.indexOf(3) >= 0;
+  if (!hasGroups) {
+    collapse.disabled = true;
+    collapse.parentNode.title = "no library or import frames in this profile";
+  }
+  var expanded = {};  // group box index (in data.chart.full) -> shown open
+  var selectedRow = null;
+  var currentLevel = "";  // the box the icicle is zoomed into ("" = the root)
+  var shown = null;   // the boxes drawn: arrays plus, per box, the chart nodes it stands for
 
-  /* Leaving out the idle node: drop it (and anything under it) and take its value off its
-   * ancestors, so every parent still equals self + children. */
-  function withoutIdle(tree, values) {
-    var index = {}, drop = {}, i;
-    for (i = 0; i < tree.ids.length; i++) index[tree.ids[i]] = i;
-    var vals = values.slice();
-    for (i = 0; i < tree.ids.length; i++) {
-      var p = tree.parents[i];
-      if (tree.names[i] === IDLE || (p && drop[p])) {
-        drop[tree.ids[i]] = true;
-        if (!p || drop[p]) continue;
-        for (var a = index[p]; a !== undefined; a = tree.parents[a] ? index[tree.parents[a]] : undefined) vals[a] -= values[i];
-      }
-    }
-    var out = { ids: [], parents: [], labels: [], hovertext: [], values: [], colours: [] };
+  /* The boxes to draw. A library or import frame whose group is folded is not drawn: its box is
+   * its group's, and what it calls back in user code appears under the group (merged with a
+   * sibling of the same function). Values stay totals of disjoint subtrees, so each parent is at
+   * least the sum of its children. The idle box (unless asked for) is dropped and its value
+   * taken off its ancestors. */
+  function visibleTree() {
+    var n = tree.parents.length, values = metric.value === "t" ? tree.value_t : tree.value_e;
+    var fold = collapse.checked && hasGroups;
     var colours = colour.value === "mix" ? tree.colour_mix : tree.colour_file;
-    for (i = 0; i < tree.ids.length; i++) {
-      if (drop[tree.ids[i]]) continue;
-      out.ids.push(tree.ids[i]); out.parents.push(tree.parents[i]); out.labels.push(tree.labels[i]);
-      out.hovertext.push(tree.hovertext[i]); out.values.push(Math.max(0, vals[i])); out.colours.push(colours[i]);
+    var vis = new Int32Array(n), dropped = new Uint8Array(n), byKey = {}, drops = [];
+    var out = { ids: [], parents: [], labels: [], hovertext: [], values: [], colours: [], members: [], rows: [], kinds: [] };
+    for (var i = 0; i < n; i++) {
+      var p = tree.parents[i], k = tree.kind[i];
+      if (p >= 0 && dropped[p]) { dropped[i] = 1; continue; }
+      if (!idle.checked && (tree.names[i] === IDLE || tree.names[i] === OWN)) { dropped[i] = 1; drops.push([vis[p], values[i]]); continue; }
+      if (fold && (k === 1 || k === 2) && tree.group[i] >= 0 && !expanded[tree.group[i]]) { vis[i] = vis[p]; continue; }
+      var vp = p >= 0 ? vis[p] : -1;
+      var key = vp + "|" + (k === 3 ? "g" + tree.labels[i] : tree.row[i] >= 0 ? "r" + tree.row[i] : "n" + i);
+      var v = byKey[key];
+      if (v === undefined) {
+        v = byKey[key] = out.ids.length;
+        out.ids.push("b" + v); out.parents.push(vp >= 0 ? "b" + vp : ""); out.labels.push(tree.labels[i]);
+        out.hovertext.push(tree.hovertext[i]); out.values.push(0); out.colours.push(colours[i]);
+        out.members.push([]); out.rows.push(tree.row[i]); out.kinds.push(k);
+      }
+      out.values[v] += values[i];
+      out.members[v].push(i);
+      vis[i] = v;
     }
+    drops.forEach(function (d) {
+      for (var a = d[0]; a >= 0; a = out.parents[a] ? Number(out.parents[a].slice(1)) : -1) out.values[a] -= d[1];
+    });
+    for (var j = 0; j < out.values.length; j++) if (out.values[j] < 0) out.values[j] = 0;
+    /* Sums in a different order can leave a parent an ulp below its children, and plotly then
+     * draws nothing: lift each parent to its children's sum (boxes come after their parents). */
+    var sums = new Float64Array(out.values.length);
+    for (j = out.values.length - 1; j > 0; j--) {
+      if (sums[j] > out.values[j]) out.values[j] = sums[j];
+      sums[Number(out.parents[j].slice(1))] += out.values[j];
+    }
+    if (out.values.length && sums[0] > out.values[0]) out.values[0] = sums[0];
     return out;
   }
 
+  function outline() {
+    return shown.rows.map(function (r) { return r >= 0 && r === selectedRow ? "#111" : "#fff"; });
+  }
+  /* A box's label, wrapped to the width it will have at the top level (plotly does not wrap, and
+   * hides what does not fit): the name broken at dots and underscores, then joules and percent,
+   * side by side when they fit. A group box says its package on a line of its own. */
+  var CHAR_PX = 6.6, LINE_PX = 14;
+  function unescape(t) { return t.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&"); }
+  function escape(t) { return t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); }
+  function wrap(text, chars, lines) {
+    var out = [], rest = text;
+    while (rest.length > chars && out.length < lines - 1) {
+      var cut = -1;
+      for (var k = Math.min(chars, rest.length - 1); k > 2; k--) if (".:_ <>".indexOf(rest[k - 1]) >= 0) { cut = k; break; }
+      if (cut < 0) cut = chars;
+      out.push(rest.slice(0, cut));
+      rest = rest.slice(cut);
+    }
+    if (rest.length > chars) rest = rest.slice(0, Math.max(1, chars - 1)) + "\u2026";
+    out.push(rest);
+    return out;
+  }
+  function boxLabels() {
+    var width = icicle.clientWidth || 1200, height = (icicle.clientHeight || 470) - 30;
+    var depth = new Int32Array(shown.ids.length), rows = 1;
+    for (var i = 1; i < shown.ids.length; i++) {
+      depth[i] = depth[Number(shown.parents[i].slice(1))] + 1;
+      if (depth[i] + 1 > rows) rows = depth[i] + 1;
+    }
+    var maxLines = Math.max(1, Math.floor(height / rows / LINE_PX));
+    var root = shown.values[0] || 1;
+    return shown.values.map(function (v, b) {
+      var chars = Math.max(1, Math.floor((v / root * width - 6) / CHAR_PX));
+      var label = unescape(shown.labels[b]), head = [];
+      var m = shown.kinds[b] === 3 && /^\[library: ([^\]]*)\] (.*)$/.exec(label);
+      if (m) { head = ["[" + m[1] + "]"]; label = m[2]; }
+      var figure = metric.value === "t" ? fmtS(v) : fmtJ(v);
+      var share = metric.value === "t" ? fmtPct(v, root) : fmtPct(v, PROGRAM);
+      /* the name first (up to two lines), then the figures, then the package if there is room */
+      var both = figure + " \u00b7 " + share;
+      var nameLines = Math.min(wrap(label, chars, 2).length, Math.max(1, maxLines - 1));
+      var left = maxLines - nameLines;
+      var tail = both.length <= chars ? [both] : (left >= 2 ? [figure, share] : [share]);
+      if (left < 1) tail = [];
+      if (left - tail.length < 1) head = [];
+      var room = nameLines;
+      var name = wrap(label, chars, room).map(function (l) { return "<b>" + escape(l) + "</b>"; });
+      return head.map(function (h) { return escape(h.length > chars ? h.slice(0, chars) : h); }).concat(name, tail).join("<br>");
+    });
+  }
+
   function icicleTrace() {
-    var tree = collapse.checked && data.chart.collapsed ? data.chart.collapsed : data.chart.full;
-    var values = metric.value === "t" ? tree.value_t : tree.value_e;
-    var shown = idle.checked
-      ? { ids: tree.ids, parents: tree.parents, labels: tree.labels, hovertext: tree.hovertext, values: values,
-          colours: colour.value === "mix" ? tree.colour_mix : tree.colour_file }
-      : withoutIdle(tree, values);
+    shown = visibleTree();
+    var text = boxLabels();
+    /* The selected function's boxes are outlined by colour: a per-box line width breaks plotly's
+     * path bar once zoomed (NaN paths), so the width is one number. */
+    var lineC = outline();
     return {
       type: "icicle", ids: shown.ids, parents: shown.parents, labels: shown.labels,
-      values: shown.values, branchvalues: "total",
-      marker: { colors: shown.colours, line: { width: 0.5, color: "#fff" } },
-      hovertext: shown.hovertext, hoverinfo: "text", textinfo: "label",
+      values: shown.values, branchvalues: "total", customdata: text,
+      level: shown.ids.indexOf(currentLevel) >= 0 ? currentLevel : "",
+      marker: { colors: shown.colours, line: { width: 1.5, color: lineC } },
+      hovertext: shown.hovertext, hoverinfo: "text",
+      texttemplate: "%{customdata}", textposition: "top left", insidetextfont: { size: 11 },
       tiling: { orientation: "v", flip: flame.checked ? "y" : "" }, pathbar: { visible: true, side: flame.checked ? "bottom" : "top" }
     };
   }
   function drawIcicle() {
-    var layout = { margin: { l: 2, r: 2, t: 28, b: 2 }, height: icicle.clientHeight || 470 };
-    return Plotly.react(icicle, [icicleTrace()], layout, CONFIG);
+    var layout = { margin: { l: 2, r: 2, t: 28, b: 2 }, height: icicle.clientHeight || 470,
+                   uniformtext: { mode: "hide", minsize: 9 } };
+    return Plotly.react(icicle, [icicleTrace()], layout, { responsive: true, displayModeBar: false });
   }
   [metric, colour, collapse, flame, idle].forEach(function (c) { c.addEventListener("change", drawIcicle); });
   drawIcicle();
+  icicle.on("plotly_icicleclick", function (ev) {
+    var pt = ev && ev.points && ev.points[0];
+    if (!pt || !shown) return;
+    var b = Number(String(pt.id).slice(1));
+    if (shown.kinds[b] === 3) {  // a group box: show (or fold again) the frames inside it
+      var open = !expanded[shown.members[b][0]];
+      shown.members[b].forEach(function (g) { expanded[g] = open; });
+      drawIcicle();
+      return false;
+    }
+    /* Zoom without plotly's animation (restyling the outline during it draws NaN paths), then select. */
+    var level = ev.nextLevel !== undefined ? ev.nextLevel : (pt.nextLevel !== undefined ? pt.nextLevel : pt.id);
+    currentLevel = level || "";
+    Plotly.restyle(icicle, { level: [currentLevel] });
+    if (shown.rows[b] >= 0) selectRow(shown.rows[b], true);
+    return false;
+  });
+
+  /* A legend for the file colours */
+  var legend = document.getElementById("chart-legend");
+  if (legend) (data.chart.legend || []).forEach(function (item) {
+    var span = el("span", "legend-item");
+    var sw = el("span", "swatch");
+    sw.style.background = item.colour;
+    span.appendChild(sw);
+    span.appendChild(document.createTextNode(item.label));
+    if (item.title) span.title = item.title;
+    legend.appendChild(span);
+  });
 
   /* ------------------------------------------------------------ timeline */
   var tl = document.getElementById("timeline-plot");
@@ -105,34 +239,32 @@
   ["self_e", "tot_e", "self_t", "t", "cpu"].forEach(function (k) { t[k] = decode(t[k]); });
   t.src_self = t.src_self.map(decode);
   t.src_tot = t.src_tot.map(decode);
-  var total = data.total_j || 1;
   var rows = t.fn.length;
+  function perSource(which, i) {
+    if (!which.length) return "";
+    return data.sources.map(function (s, k) { return s.id + " " + fmtJ(which[k][i]); }).join(", ");
+  }
+  var one = data.sources.length === 1 ? " (" + data.sources[0].id + ")" : "";
   var columns = [
     { key: "fn", label: "function", cls: "fn", value: function (i) { return t.fn[i]; } },
-    { key: "self_e", label: "self energy", value: function (i) { return t.self_e[i]; }, show: fmtJ, bar: true },
-    { key: "tot_e", label: "total energy", value: function (i) { return t.tot_e[i]; }, show: fmtJ }
-  ];
-  if (data.sources.length === 1) {
-    columns[1].label += " (" + data.sources[0].id + ")";
-    columns[2].label += " (" + data.sources[0].id + ")";
-  }
-  data.sources.forEach(function (s, k) {
-    if (!t.src_self.length) return;
-    columns.push({ key: "ss" + k, label: "self J \u00b7 " + s.id, value: function (i) { return t.src_self[k][i]; }, show: fmtJ });
-    columns.push({ key: "st" + k, label: "total J \u00b7 " + s.id, value: function (i) { return t.src_tot[k][i]; }, show: fmtJ });
-  });
-  columns.push(
-    { key: "share", label: "share", value: function (i) { return t.tot_e[i] / total; },
-      show: function (v) { return (v * 100).toFixed(1) + "%"; } },
+    { key: "self_e", label: "self energy" + one, value: function (i) { return t.self_e[i]; }, show: fmtJ, bar: true,
+      tip: function (i) { return perSource(t.src_self, i); } },
+    { key: "self_p", label: "self %", title: "self energy as a share of the program's energy",
+      value: function (i) { return t.self_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
+    { key: "tot_e", label: "total energy" + one, value: function (i) { return t.tot_e[i]; }, show: fmtJ,
+      tip: function (i) { return perSource(t.src_tot, i); } },
+    { key: "tot_p", label: "total %", title: "total (inclusive) energy as a share of the program's energy",
+      value: function (i) { return t.tot_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
     { key: "self_t", label: "self time", value: function (i) { return t.self_t[i]; }, show: fmtS },
     { key: "t", label: "total time", value: function (i) { return t.t[i]; }, show: fmtS },
     { key: "cpu", label: "CPU time", value: function (i) { return t.cpu[i]; }, show: fmtS },
     { key: "n", label: "samples", value: function (i) { return t.n[i]; }, show: String },
     // the sampling error of the self figure: from the function's own samples
-    { key: "err", label: "self \u00b1", value: function (i) { return t.self_n[i] > 0 ? 1 / Math.sqrt(t.self_n[i]) : Infinity; },
+    { key: "err", label: "self \u00b1", title: "sampling error of the self figures: 1/\u221a(self samples)",
+      value: function (i) { return t.self_n[i] > 0 ? 1 / Math.sqrt(t.self_n[i]) : Infinity; },
       show: function (v) { return isFinite(v) ? "\u00b1" + Math.round(v * 100) + "%" : "\u2013"; },
       flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
-  );
+  ];
 
   var state = { key: "self_e", desc: true, filter: "", page: 0, order: [] };
   var head = document.getElementById("fn-head");
@@ -145,6 +277,7 @@
 
   columns.forEach(function (c) {
     var th = el("th", c.cls || "", c.label);
+    if (c.title) th.title = c.title;
     th.dataset.key = c.key;
     th.scope = "col";
     th.tabIndex = 0;
@@ -177,7 +310,11 @@
     var vals = new Array(rows);
     order.forEach(function (i) { vals[i] = col.value(i); });
     var sign = state.desc ? -1 : 1;
+    /* The program's functions first, whatever the column: idle and energyprof are not the
+     * program's, so they sort after it (they keep their own rows and figures). */
     order.sort(function (a, b) {
+      var sa = t.special[a] ? 1 : 0, sb = t.special[b] ? 1 : 0;
+      if (sa !== sb) return sa - sb;
       var x = vals[a], y = vals[b];
       if (x < y) return -sign;
       if (x > y) return sign;
@@ -207,38 +344,55 @@
     document.getElementById("page-next").disabled = state.page >= pages - 1;
   }
 
-  /* Clicking a row shades, on the timeline, the spans in which that function was on a stack. */
+  /* Selecting a function (a table row or an icicle box): its row is marked, its boxes outlined,
+   * and the spans in which it was on a stack are shaded on the timeline. */
   var spans = data.spans || {};
   var baseShapes = (tl && data.timeline) ? (data.timeline.layout.shapes || []) : [];
-  var selected = null;
-  function select(i, tr) {
+  function selectRow(i, fromChart) {
+    selectedRow = (selectedRow === i && !fromChart) ? null : i;
+    Array.prototype.forEach.call(body.querySelectorAll("tr"), function (r) {
+      r.classList.toggle("selected", selectedRow !== null && Number(r.dataset.row) === selectedRow);
+    });
+    if (fromChart && selectedRow !== null && !body.querySelector("tr.selected")) {
+      var at = state.order.indexOf(selectedRow);  // bring the row into the table's page
+      if (at < 0) { state.filter = ""; search.value = ""; refresh(); at = state.order.indexOf(selectedRow); }
+      if (at >= 0) { state.page = Math.floor(at / PAGE); draw(); }
+    }
+    var tr = body.querySelector("tr.selected");
+    if (fromChart && tr && tr.scrollIntoView) tr.scrollIntoView({ block: "nearest" });
+    Plotly.restyle(icicle, { "marker.line.color": [outline()] });
+    var sel = document.getElementById("selection");
+    if (sel) sel.textContent = selectedRow === null ? "" : "Selected: " + t.fn[selectedRow] +
+      " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPct(t.self_e[selectedRow], PROGRAM) + " of the program's energy)";
     if (!tl || !data.timeline) return;
-    selected = selected === i ? null : i;
-    Array.prototype.forEach.call(body.querySelectorAll("tr.selected"), function (r) { r.classList.remove("selected"); });
     var shapes = baseShapes.slice();
-    if (selected !== null) {
-      tr.classList.add("selected");
-      (spans[String(i)] || []).forEach(function (s) {
+    if (selectedRow !== null) {
+      (spans[String(selectedRow)] || []).forEach(function (s) {
         shapes.push({ type: "rect", xref: "x", yref: "paper", x0: s[0], x1: s[1], y0: 0, y1: 1,
                       fillcolor: "#1f77b4", opacity: 0.18, line: { width: 0 }, layer: "above" });
       });
     }
     Plotly.relayout(tl, { shapes: shapes });
     var hint = document.getElementById("timeline-selection");
-    if (hint) hint.textContent = selected === null ? "" :
-      "Shaded: when " + t.fn[i] + " was on a stack (" + (spans[String(i)] || []).length + " spans).";
+    if (hint) hint.textContent = selectedRow === null ? "" :
+      "Shaded: when " + t.fn[selectedRow] + " was on a stack (" + (spans[String(selectedRow)] || []).length + " spans).";
   }
 
   function row(i) {
-    var tr = el("tr", SPECIAL[t.fn[i]] ? "special" : "");
-    if (i === selected) tr.classList.add("selected");
-    tr.addEventListener("click", function () { select(i, tr); });
+    var tr = el("tr", t.special[i] ? "special" : "");
+    tr.dataset.row = i;
+    if (i === selectedRow) tr.classList.add("selected");
+    tr.addEventListener("click", function () { selectRow(i, false); });
     columns.forEach(function (c) {
       if (c.key === "fn") {
         var td = el("td", "fn");
         td.appendChild(el("span", "name", t.fn[i]));
         var file = t.files[t.file[i]];
-        if (file) td.appendChild(el("span", "where", file + ":" + t.line[i]));
+        if (file) {
+          var w = el("span", "where", t.short[t.file[i]] + ":" + t.line[i]);
+          w.title = file + ":" + t.line[i];
+          td.appendChild(w);
+        }
         tr.appendChild(td);
         return;
       }
@@ -250,6 +404,8 @@
         cell.appendChild(bar);
       }
       cell.appendChild(document.createTextNode(c.show(v)));
+      var tip = c.tip && c.tip(i);
+      if (tip) cell.title = tip;
       if (c.flag && c.flag(i)) {
         var f = el("span", "short", " \u2691");
         f.title = "ran " + fmtS(t.t[i]) + ", under 3 sensor updates (" + fmtS(data.resolution_s) + "): below the sensor's resolution";

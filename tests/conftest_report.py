@@ -90,6 +90,7 @@ def small_profile() -> Profile:
     timeline = {"t_s": [d * (i + 0.5) for i in range(n)], "start_s": [d * i for i in range(n)],
                 "end_s": [d * (i + 1) for i in range(n)],
                 "power_w": {"cpu": [10.0 + i % 5 for i in range(n)], "gpu:0": [20.0 + (i % 3) for i in range(n)]},
+                "program_w": {"share": [15.0 + i % 4 for i in range(n)], "all": [25.0 + i % 4 for i in range(n)]},
                 "rss_bytes": [100 * 2**20 + i * 2**20 for i in range(n)]}
     windows = [{"name": "epoch 0", "index": 0, "depth": 0, "start_s": 0.0, "end_s": root.time_s / 2,
                 "time_s": root.time_s / 2, "energy_j": {"cpu": 1.0}},

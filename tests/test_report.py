@@ -10,6 +10,8 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest_report import XSS_FILE, XSS_FUNCTION, big_profile, hostile_profile, small_profile
 from energyprof.analysis.chart import MAX_CHART_NODES, chart_tree, prune
@@ -102,25 +104,32 @@ def test_hostile_strings_are_text_everywhere() -> None:
 
 def _check_values(trace: dict, key: str) -> None:
     """Each parent >= the sum of its children and nothing negative: plotly's "total" rule."""
-    children: dict[str, float] = {}
-    value = dict(zip(trace["ids"], trace[key]))
-    for nid, parent in zip(trace["ids"], trace["parents"]):
-        assert value[nid] >= 0
-        if parent:
-            children[parent] = children.get(parent, 0.0) + value[nid]
+    children: dict[int, float] = {}
+    value = trace[key]
+    for i, parent in enumerate(trace["parents"]):
+        assert value[i] >= 0
+        assert parent < i  # pre-order: a parent comes before its children
+        if parent >= 0:
+            children[parent] = children.get(parent, 0.0) + value[i]
     for parent, total in children.items():
+        # values are rounded to 6 digits for the page
         assert value[parent] >= total * (1 - 1e-12), (parent, value[parent], total)
 
 
 def test_icicle_values_add_up(small: Profile) -> None:
     model = build(small)
-    for root in (model.chart, model.chart_collapsed):
-        assert root is not None
-        trace = charts.icicle_trace(model, root)
-        _check_values(trace, "value_e")
-        _check_values(trace, "value_t")
-        assert trace["value_e"][0] == pytest.approx(small.total_energy_j, rel=1e-12)
-        assert len(set(trace["ids"])) == len(trace["ids"])
+    trace = charts.icicle_trace(model, model.chart)
+    _check_values(trace, "value_e")
+    _check_values(trace, "value_t")
+    assert trace["value_e"][0] == pytest.approx(small.total_energy_j, rel=1e-12)
+    # every library frame folds into a group box that is one of its ancestors
+    for i, (kind, group) in enumerate(zip(trace["kind"], trace["group"])):
+        if kind in (1, 2):
+            assert trace["kind"][group] == 3
+            a = trace["parents"][i]
+            while a != group:
+                assert a >= 0
+                a = trace["parents"][a]
 
 
 def test_collapsing_library_frames_keeps_energy_and_callbacks(small: Profile) -> None:
@@ -174,7 +183,7 @@ def test_cards_show_what_is_present(small: Profile) -> None:
     energy_lines = " ".join(t for t, _ in cards["energy"].lines)
     assert "gpu:0" in energy_lines and "Wh" in energy_lines
     assert {tag for _, tag in cards["energy"].lines} >= {"measured", "estimated"}
-    assert "36 W" in cards["power"].lines[0][0]  # peak of the stacked timeline: 14 + 22
+    assert "36 W" in cards["power"].lines[1][0]  # the machine's peak of the stacked timeline: 14 + 22
     bare = hostile_profile()
     kinds = {c.kind for c in summary_cards(build(bare, RenderOptions(carbon=None)))}
     assert "carbon" not in kinds and "memory" not in kinds
@@ -210,7 +219,7 @@ def test_fifty_thousand_functions_stay_small() -> None:
     assert size < 8_000_000, size
     data = embedded(page)
     assert len(data["table"]["fn"]) == 50_000 + 100 + 4
-    assert len(data["chart"]["full"]["ids"]) <= 3 * MAX_CHART_NODES
+    assert len(data["chart"]["full"]["parents"]) <= 3 * MAX_CHART_NODES
 
 
 def test_same_profile_same_page(small: Profile, tmp_path: Path) -> None:
@@ -324,3 +333,73 @@ def test_the_exact_peak_is_shown_when_it_was_measured() -> None:
     assert "exact (kernel peak mark): 350 MiB" in lines and "sampled: 200 MiB" in lines
     assert "growth: 250 MiB" in lines
     assert {c.kind: c for c in summary_cards(build(sampled))}["memory"].value == "200 MiB"
+
+
+# --- the timeline's buckets -------------------------------------------------------------------
+
+def test_timeline_buckets_are_uniform_after_one_long_first_tick() -> None:
+    """A 1 s first tick (say, `import torch`) then 10 ms ticks for 10 s: every bucket is one grid
+    cell wide (about 1,000 of them, not 512 of ~1 s), power is kept, and energy is conserved."""
+    from energyprof.core.timeline import Timeline
+
+    tl = Timeline(1, max_points=1000)
+    ms = 1_000_000
+    ticks = [0, 1000 * ms] + [1000 * ms + 10 * ms * k for k in range(1, 1001)]
+    for a, b in zip(ticks, ticks[1:]):
+        watts = 5.0 if a == 0 else 1.0
+        tl.add(a, b, [watts * (b - a) / 1e9], 0)
+        tl.note_program(a, b, 0.25 * watts * (b - a) / 1e9, 0.5 * watts * (b - a) / 1e9)
+    widths = [b - a for a, b in zip(tl.t0, tl.t1)]
+    assert len(set(widths[:-1])) == 1 and widths[0] <= 16 * ms and widths[-1] <= widths[0]  # 11 s in <= 1,000 cells
+    assert 500 <= len(tl.t0) <= 1000
+    assert sum(e[0] for e in tl.energy) == pytest.approx(5.0 + 10.0)
+    out = tl.export(0, ["cpu"])
+    first = [w for w, e in zip(out["power_w"]["cpu"], out["end_s"]) if e <= 1.0]
+    assert first and all(w == pytest.approx(5.0) for w in first)  # the long tick's power, cell by cell
+    assert set(out["program_w"]) == {"share", "all"}
+    spans = [(b - a) for a, b in zip(out["start_s"], out["end_s"])]
+    assert sum(w * s for w, s in zip(out["program_w"]["share"], spans)) == pytest.approx(15.0 * 0.25)
+    assert sum(w * s for w, s in zip(out["program_w"]["all"], spans)) == pytest.approx(15.0 * 0.5)
+
+
+@given(st.lists(st.integers(min_value=1, max_value=50_000_000), min_size=1, max_size=3000))
+@settings(max_examples=60, deadline=None)
+def test_timeline_conserves_energy_and_stays_bounded(gaps: list[int]) -> None:
+    from energyprof.core.timeline import Timeline
+
+    tl = Timeline(1, max_points=100)
+    t = 0
+    for g in gaps:
+        tl.add(t, t + g, [g * 1e-9], 0)
+        tl.note_program(t, t + g, g * 1e-9 / 2, g * 1e-9)
+        t += g
+    assert len(tl.t0) <= 100
+    assert sum(e[0] for e in tl.energy) == pytest.approx(t * 1e-9)
+    assert sum(p[0] for p in tl.program) == pytest.approx(t * 1e-9 / 2)
+    assert all(a <= b for a, b in zip(tl.t1, tl.t0[1:]))  # buckets never overlap
+    assert len({b - a for a, b in zip(tl.t0[:-1], tl.t1[:-1])}) <= 1  # and all but the last are one cell
+
+
+# --- one definition of numbers ----------------------------------------------------------------
+
+@given(st.floats(min_value=-1e12, max_value=1e12, allow_nan=False))
+@settings(max_examples=300, deadline=None)
+def test_figures_never_print_exponents_and_keep_three_digits(x: float) -> None:
+    from energyprof.render.format import fmt_bytes, fmt_energy, fmt_grams, fmt_seconds
+
+    for text in (fmt_energy(x), fmt_grams(x), fmt_bytes(abs(x)), fmt_seconds(x)):
+        assert "e" not in text.split(" ")[0].lower(), text
+    number = fmt_energy(x).split(" ")[0].lstrip("-").replace(".", "").lstrip("0")
+    assert len(number) <= 3 or abs(x) < 1e-9 or abs(x) >= 999.5e9  # beyond GJ and below nJ: more digits
+
+
+def test_the_same_figure_in_every_renderer(small: Profile) -> None:
+    """The console and the page print a function's share from the same formatter and the same whole."""
+    from energyprof.render.console import render_summary
+    from energyprof.render.format import fmt_percent
+
+    model = build(small)
+    forward = next(r for r in model.rows if r.function == "forward")
+    share = fmt_percent(forward.self_total_energy, model.program_j)
+    assert f"{share}" in render_summary(model)
+    assert model.program_j == pytest.approx(sum(small.totals.attributed_j.values()))

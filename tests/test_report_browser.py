@@ -106,7 +106,10 @@ def test_table_sorts_and_filters(browser, small_report: Path) -> None:
     assert page.first_column()[0] == "forward"  # default: self energy, largest first
     p.click("#fn-head th[data-key=fn]")
     names = page.first_column()
-    assert names == sorted(names)
+    special = [n for n in names if n.startswith("[")]
+    # the program's functions first, whatever the column: idle and energyprof after them
+    assert special and names[len(names) - len(special):] == special
+    assert names[:len(names) - len(special)] == sorted(names[:len(names) - len(special)])
     p.click("#fn-head th[data-key=n]")
     samples = [int(x) for x in p.eval_on_selector_all(
         "#fn-body tr", "rs => rs.map(r => r.children[r.children.length - 2].textContent)")]
@@ -127,15 +130,18 @@ def test_chart_switches_redraw(browser, small_report: Path) -> None:
     p = page.page
     root = "() => document.getElementById('icicle').data[0].values[0]"
     program = p.evaluate(root)
-    p.check("#chart-idle")  # other processes and idle: left out by default, shown on request
-    assert p.evaluate(root) == pytest.approx(program + 3.0)  # small_profile's idle node: 2 J cpu + 1 J gpu
+    p.check("#chart-idle")  # other processes, idle and energyprof: left out by default, shown on request
+    # small_profile's idle node: 2 J cpu + 1 J gpu; energyprof's: 0.05 J
+    assert p.evaluate(root) == pytest.approx(program + 3.05)
     before = p.evaluate("() => document.getElementById('icicle').data[0].values.slice()")
     p.select_option("#chart-metric", "t")
     after = p.evaluate("() => document.getElementById('icicle').data[0].values.slice()")
     assert after != before
-    p.check("#chart-collapse")
     labels = p.evaluate("() => document.getElementById('icicle').data[0].labels")
-    assert "sum" not in labels and "callback" in labels
+    assert "sum" not in labels and "callback" in labels  # library frames grouped by default
+    p.uncheck("#chart-collapse")
+    labels = p.evaluate("() => document.getElementById('icicle').data[0].labels")
+    assert "sum" in labels
     p.select_option("#chart-colour", "mix")
     p.check("#chart-flame")
     assert page.errors == []
@@ -236,4 +242,181 @@ def test_functions_shorter_than_three_sensor_updates_are_flagged(browser, tmp_pa
         "#fn-body tr", "rows => rows.filter(r => r.querySelector('.short')).map(r => r.querySelector('.name').textContent)")
     assert flagged == ["quick_kernel"]
     assert page.errors == []
+    page.close()
+
+
+# --- the first screen's interactions ---------------------------------------------------------
+
+def _labels(p) -> list[str]:
+    return p.evaluate("() => document.getElementById('icicle').data[0].labels")
+
+
+def _click_box(p, text: str) -> None:
+    p.locator("#icicle g.slice", has_text=text).first.click()
+    p.wait_for_timeout(900)  # plotly animates the zoom
+
+
+def test_group_boxes_fold_library_frames_and_open_on_click(browser, small_report: Path) -> None:
+    page = Page(browser)
+    page.open(small_report)
+    p = page.page
+    labels = _labels(p)
+    # the library frames are folded into their group boxes; the user callbacks stay visible under them
+    assert "[library: numpy] sum" in labels and "[library: json] dumps" in labels
+    assert "sum" not in labels and "dumps" not in labels
+    assert {"callback", "default", "forward", "train"} <= set(labels)
+    _click_box(p, "[numpy]")  # the box shows its package on a line of its own
+    assert "sum" in _labels(p) and "dumps" not in _labels(p)  # only that group opened
+    _click_box(p, "[numpy]")
+    assert "sum" not in _labels(p)
+    assert page.errors == []
+    page.close()
+
+
+def test_boxes_are_labelled_with_energy_and_share_of_the_program(browser, small_report: Path) -> None:
+    from energyprof.render.format import fmt_energy, fmt_percent
+
+    model = build(small_profile())
+    page = Page(browser)
+    page.open(small_report)
+    p = page.page
+    trace = p.evaluate("() => { const t = document.getElementById('icicle').data[0];"
+                       " return {labels: t.labels, text: t.customdata, values: t.values, tt: t.texttemplate}; }")
+    assert trace["tt"] == "%{customdata}"
+    i = trace["labels"].index("forward")
+    forward = next(n for n, _ in model.profile.walk() if n.function == "forward")
+    lines = trace["text"][i].split("<br>")
+    assert lines[0] == "<b>forward</b>"
+    energy, share = fmt_energy(forward.total_energy), fmt_percent(forward.total_energy, model.program_j)
+    assert lines[1:] in ([f"{energy} \u00b7 {share}"], [energy, share])
+    # the root is the program: 100% of the program's energy, idle and energyprof left out
+    assert trace["text"][0].endswith("100.0%")
+    assert trace["values"][0] == pytest.approx(model.program_j, rel=1e-5)
+    legend = p.eval_on_selector_all("#chart-legend .legend-item", "els => els.map(e => e.textContent)")
+    assert "example.py" in legend and "library code" in legend and "imports" in legend
+    page.close()
+
+
+def test_clicking_a_box_selects_its_function_in_the_table(browser, small_report: Path) -> None:
+    page = Page(browser)
+    page.open(small_report)
+    p = page.page
+    _click_box(p, "forward")
+    assert p.text_content("#fn-body tr.selected .name") == "forward"
+    assert "forward" in p.text_content("#selection")
+    trace = p.evaluate("() => { const t = document.getElementById('icicle').data[0];"
+                       " return {labels: t.labels, c: t.marker.line.color}; }")
+    outlined = {label for label, c in zip(trace["labels"], trace["c"]) if c == "#111"}
+    assert outlined == {"forward"}
+    level = "() => { const t = document.getElementById('icicle').data[0]; return t.labels[t.ids.indexOf(t.level)]; }"
+    assert p.evaluate(level) == "forward"  # and zoomed into it
+    p.locator("#icicle [class*=pathbar] path.surface").first.click(force=True)  # the top bar zooms out
+    p.wait_for_timeout(600)
+    assert p.evaluate(level) == "train"
+    assert page.errors == []
+    page.close()
+
+
+def test_clicking_a_row_outlines_its_boxes(browser, small_report: Path) -> None:
+    page = Page(browser)
+    page.open(small_report)
+    p = page.page
+    p.locator("#fn-body tr", has_text="callback").first.click()
+    trace = p.evaluate("() => { const t = document.getElementById('icicle').data[0];"
+                       " return {labels: t.labels, c: t.marker.line.color}; }")
+    assert {label for label, c in zip(trace["labels"], trace["c"]) if c == "#111"} == {"callback"}
+    p.locator("#fn-body tr", has_text="callback").first.click()  # a second click clears it
+    colours = p.evaluate("() => document.getElementById('icicle').data[0].marker.line.color")
+    assert set(colours) == {"#fff"}
+    assert page.errors == []
+    page.close()
+
+
+def test_table_fits_1280_with_its_header_in_view(browser, tmp_path: Path) -> None:
+    path = tmp_path / "big.html"
+    write_html(big_profile(functions=2000, modules=20), str(path))
+    page = Page(browser)
+    page.open(path)
+    p = page.page
+    wrap = "document.querySelector('#functions .table-wrap')"
+    assert p.evaluate(f"() => {wrap}.scrollWidth - {wrap}.clientWidth") <= 1  # no column cut off
+    p.evaluate(f"() => {wrap}.scrollTop = 1500")
+    top = p.evaluate(f"() => [{wrap}.getBoundingClientRect().top,"
+                     " document.querySelector('#fn-head th').getBoundingClientRect().top]")
+    assert abs(top[1] - top[0]) <= 2, top  # the header stuck to the top of the scrolled box
+    # installed code reads package/module.py, with the full path in a tooltip
+    p.fill("#table-search", "mod3_function_1")
+    p.wait_for_function("() => document.getElementById('page-info').textContent.includes('filtered')")
+    where = p.eval_on_selector("#fn-body tr td.fn .where", "e => [e.textContent, e.title]")
+    assert where[0].startswith("pkg/mod3.py:") and where[1].startswith("pkg/mod3.py:")
+    page.close()
+
+
+def test_timeline_draws_the_program_over_the_machine_without_overlaps(browser, small_report: Path) -> None:
+    page = Page(browser)
+    page.open(small_report)
+    p = page.page
+    names = p.evaluate("() => document.getElementById('timeline-plot').data.map(t => t.name)")
+    assert "the program (W)" in names and "cpu (W)" in names
+    program = p.evaluate("() => document.getElementById('timeline-plot').data.find(t => t.name === 'the program (W)')")
+    assert "stackgroup" not in program and program["y"][:3] == [15, 16, 17]
+    boxes = p.evaluate("""() => {
+      const r = e => { const b = e.getBoundingClientRect(); return [b.left, b.top, b.right, b.bottom]; };
+      const tl = document.getElementById('timeline-plot'), fl = tl._fullLayout, top = tl.getBoundingClientRect().top;
+      return {xtitle: r(tl.querySelector('text.xtitle')), ytitle: r(tl.querySelector('text.ytitle')),
+              y2title: r(tl.querySelector('text.y2title')),
+              rss: [0, 0, 0, top + fl._size.t + (1 - fl.yaxis2.domain[0]) * fl._size.h],
+              icicleBar: document.querySelector('#icicle .modebar') !== null};
+    }""")
+    assert boxes["icicleBar"] is False  # no plotly toolbar over the icicle's zoom bar
+    assert boxes["xtitle"][1] >= boxes["rss"][3] - 1  # "time (s)" below the RSS lane, not inside it
+    assert boxes["y2title"][1] >= boxes["ytitle"][3]  # each lane's title beside its own lane
+    assert page.errors == []
+    page.close()
+
+
+def test_processes_section_marks_the_slowest_and_hungriest_rank(browser, tmp_path: Path) -> None:
+    from energyprof.records import Process
+
+    profile = small_profile()
+    profile.processes = [
+        Process(pid=100, command="/usr/bin/python -m torch.distributed.run train.py", role="main", cpu_time_s=0.5),
+        Process(pid=101, parent_pid=100, command="/usr/bin/python train.py", role="rank", rank=0, cpu_time_s=9.0,
+                energy_j={"cpu": 2.0}, peak_rss_bytes=2**30, exit={"status": "exit", "code": 0}),
+        Process(pid=102, parent_pid=100, command="/usr/bin/python train.py", role="rank", rank=1, cpu_time_s=7.0,
+                energy_j={"cpu": 3.0}, peak_rss_bytes=2**30, exit={"status": "exit", "code": 0}),
+    ]
+    path = tmp_path / "ranks.html"
+    write_html(profile, str(path))
+    page = Page(browser)
+    page.open(path)
+    rows = page.page.eval_on_selector_all(
+        "#processes tbody tr", "rs => rs.map(r => [...r.children].map(c => c.textContent.trim()))")
+    by_role = {r[1]: r for r in rows}
+    assert by_role["rank 0"][-1] == "slowest" and by_role["rank 1"][-1] == "most energy"
+    assert by_role["rank 0"][2] == "python train.py" and by_role["rank 0"][6] == "1 GiB"
+    page.close()
+
+
+def test_the_page_formats_numbers_as_python_does(browser, small_report: Path) -> None:
+    """One definition of units and rounding: the page's formatter, run in Chromium, against Python's."""
+    import random
+
+    from energyprof.render import format as f
+
+    rng = random.Random(7)
+    values = [0.0, 1e-10, 0.000999, 0.001, 0.0012345, 0.125, 1.125, 9.995, 59.4, 59.5, 60.0, 61.7, 99.95, 999.5,
+              999.7, 1000.0, 3569.0, 3570.0, 3700.0, 86399.0, 1e6, 2.5e9, -3.25]
+    values += [10 ** rng.uniform(-9, 7) for _ in range(400)]
+    values += [round(rng.uniform(0, 5000), rng.randint(0, 4)) for _ in range(200)]
+    page = Page(browser)
+    page.open(small_report)
+    js = page.page.evaluate("""(vs) => { const F = window.energyprofFormat;
+        return vs.map(v => [F.energy(v), F.seconds(v), F.bytes(Math.abs(v)), F.grams(v), F.power(v), F.percent(v, 1234.5)]); }""",
+                            values)
+    for v, got in zip(values, js):
+        want = [f.fmt_energy(v), f.fmt_seconds(v), f.fmt_bytes(abs(v)), f.fmt_grams(v), f.fmt_power(v),
+                f.fmt_percent(v, 1234.5)]
+        assert got == want, v
+    assert f.fmt_seconds(3700.0) == "1 h 02 min"
     page.close()

@@ -1,7 +1,14 @@
-"""The chart tree: call paths with library frames optionally collapsed, pruned for drawing. Pure."""
+"""The chart tree: call paths with library frames optionally collapsed, pruned for drawing. Pure.
+
+The report draws the *grouped* tree (`grouped_tree`): where user code calls into a library or the
+import machinery, a group box `[library: torch]` or `[import]` is put between them, and every
+frame until user code appears again belongs to that group. The page folds each group's frames
+into its box until the box is clicked, so the first screen shows the program's own functions.
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from ..profile import Node, Profile
@@ -27,6 +34,8 @@ class ChartNode:
     value_e: float = 0.0
     value_t: float = 0.0
     folded: int = 0  # >0 for an "other" node: how many call paths it stands for
+    kind: str = "user"  # user, library, import, group (a [library: x] or [import] box)
+    group: ChartNode | None = None  # the group box this library or import frame folds into
 
     def preorder(self) -> list[ChartNode]:
         """Every node, parents before children, without recursion (trees can be very deep)."""
@@ -65,6 +74,103 @@ def chart_tree(profile: Profile, collapse_libraries: bool) -> ChartNode:
             if existing is None:
                 existing = index[key] = _chart_node(child)
                 target.children.append(existing)
+            else:
+                _add_self(existing, child)
+                existing.samples += child.samples
+            todo.append((child, existing))
+    _fill_values(root)
+    return root
+
+
+IMPORT_GROUP = "[import]"
+_STDLIB_RE = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?t?[/\\](.+)$|[/\\]Lib[/\\](.+)$")
+_SITE_RE = re.compile(r"(?:site-packages|dist-packages)[/\\](.+)$")
+_IMPORT_FILES = re.compile(r"^<frozen importlib|[/\\]importlib[/\\]")
+
+
+def library_package(file: str) -> str:
+    """The top-level package a library frame belongs to: `torch` for .../site-packages/torch/nn/x.py,
+    `argparse` for the standard library's argparse.py, `genericpath` for `<frozen genericpath>`."""
+    m = _SITE_RE.search(file) or _STDLIB_RE.search(file)
+    if m:
+        rest = next(g for g in m.groups() if g).replace("\\", "/")
+        if rest.startswith(("site-packages/", "dist-packages/")):
+            rest = rest.split("/", 1)[1]
+        head = rest.split("/", 1)[0]
+        return head[:-3] if head.endswith(".py") else head
+    if file.startswith("<frozen "):
+        return file[len("<frozen "):].rstrip(">").split(".")[0]
+    return "?"
+
+
+def frame_kind(function: str, file: str, parent_file: str) -> str:
+    """user, library or import. Import machinery is importlib's frames and any module body
+    (`<module>`) run from inside another frame (the script's own body sits under the program,
+    a process or a thread node, which have no file); everything else is judged by its path."""
+    if file and _IMPORT_FILES.search(file):
+        return "import"
+    if function == "<module>" and parent_file:
+        return "import"
+    if is_library(file):
+        return "library"
+    return "user"
+
+
+def group_label(kind: str, entry: Node) -> str:
+    """A group box's label: the library and the function the caller called (`[library: torch]
+    Tensor.backward`), or what was imported (`[import: torch]`), so a caller's calls into one
+    library stay apart when they do different things (forward, backward, step)."""
+    if kind == "import":
+        if entry.function != "<module>":
+            return IMPORT_GROUP
+        name = library_package(entry.file) if is_library(entry.file) else \
+            entry.file.replace("\\", "/").rsplit("/", 1)[-1].removesuffix(".py")
+        return f"[import: {name}]"
+    return f"[library: {library_package(entry.file)}] {entry.function}"
+
+
+def grouped_tree(profile: Profile) -> ChartNode:
+    """The profile's tree with a group box wherever user code enters a library or an import.
+
+    Group boxes under the same caller with the same label merge, so two calls into torch from one
+    function make one `[library: torch]` box; frames inside a group keep their own nodes (the page
+    shows them when the group is expanded) and point at their group.
+    """
+    root = _chart_node(profile.root)
+    todo: list[tuple[Node, ChartNode]] = [(profile.root, root)]
+    indexes: dict[int, dict[tuple[str, str, int], ChartNode]] = {}
+
+    def index_of(n: ChartNode) -> dict[tuple[str, str, int], ChartNode]:
+        found = indexes.get(id(n))
+        if found is None:
+            found = indexes[id(n)] = {(c.function, c.file, c.line): c for c in n.children}
+        return found
+
+    while todo:
+        node, target = todo.pop()
+        index = index_of(target)
+        for child in node.children:
+            if child.is_special and child.total_energy <= 0 and child.time_s <= 0:
+                continue
+            kind = frame_kind(child.function, child.file, target.file)
+            parent, group = target, target.group if target.kind in ("library", "import") else None
+            if kind != "user" and group is None:
+                label = group_label(kind, child)
+                key = (label, "", 0)
+                group = index.get(key)
+                if group is None:
+                    group = index[key] = ChartNode(label, "", 0, {}, 0.0, 0, kind="group")
+                    target.children.append(group)
+                group.samples += child.samples
+                parent = group
+            p_index = index_of(parent)
+            key = (child.function, child.file, child.line)
+            existing = p_index.get(key)
+            if existing is None:
+                existing = p_index[key] = _chart_node(child)
+                existing.kind = kind
+                existing.group = group if kind != "user" else None
+                parent.children.append(existing)
             else:
                 _add_self(existing, child)
                 existing.samples += child.samples
@@ -117,7 +223,9 @@ def prune(root: ChartNode, limit: int = MAX_CHART_NODES) -> ChartNode:
         keep = [c for c in n.children if weight(c) > threshold]
         drop = [c for c in n.children if weight(c) <= threshold]
         if drop:
-            other = ChartNode("other", "", 0, {}, 0.0, sum(c.samples for c in drop))
+            other = ChartNode("other", "", 0, {}, 0.0, sum(c.samples for c in drop),
+                              kind=n.kind if n.kind in ("library", "import") else "user",
+                              group=n.group if n.kind in ("library", "import") else (n if n.kind == "group" else None))
             other.folded = sum(len(c.preorder()) for c in drop)
             for c in drop:
                 for k, v in c.energy.items():

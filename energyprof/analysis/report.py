@@ -12,7 +12,7 @@ from typing import Any
 
 from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
-from .chart import MAX_CHART_NODES, ChartNode, chart_tree, has_library_frames, prune
+from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
 from .windows import WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, window_groups
 
@@ -49,8 +49,7 @@ class ReportModel:
     totals: Totals
     rows: list[FunctionRow]
     top: list[FunctionRow]
-    chart: ChartNode
-    chart_collapsed: ChartNode | None
+    chart: ChartNode  # the grouped tree: library and import frames under [library: x] / [import] boxes
     windows: list[WindowRow]
     window_groups: list[WindowGroup]
     training: dict[str, dict[str, Any]]
@@ -62,6 +61,7 @@ class ReportModel:
     peak_power_w: float | None
     duration_s: float
     meta: dict[str, Any]
+    chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
 
     @property
     def total_energy_j(self) -> float:
@@ -70,6 +70,11 @@ class ReportModel:
     @property
     def attributed_j(self) -> float:
         return sum(self.totals.attributed_j.values())
+
+    @property
+    def program_j(self) -> float:
+        """The program's energy: what every percentage in the report is a share of."""
+        return self.attributed_j
 
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools
@@ -112,16 +117,14 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
             r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
-    chart = prune(chart_tree(view, collapse_libraries=False), options.max_chart_nodes)
-    collapsed = (prune(chart_tree(view, collapse_libraries=True), options.max_chart_nodes)
-                 if has_library_frames(view) else None)
+    chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]
     memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None),
                            t.peak_rss_bytes or (max(rss) if rss else None), t.peak_rss_exact_bytes)
     return ReportModel(
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
-        chart=chart, chart_collapsed=collapsed, windows=window_rows, window_groups=window_groups(window_rows),
+        chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta)

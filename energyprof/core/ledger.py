@@ -352,6 +352,7 @@ class Ledger:
             return
         phi_prog, phi_own, child_frac, all_prog = self._cpu_shares(b, a)
         gpu_share = b.gpu_share or {}
+        prog_share_sum = prog_all_sum = 0.0
         for i in range(n):
             d = de[i]
             if d == 0.0:
@@ -367,6 +368,8 @@ class Ledger:
                 weights = cpu_w or wall
             self.own_share[i] += own_share
             self.own_all[i] += d - prog_all
+            prog_share_sum += prog_share
+            prog_all_sum += prog_all
             # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
             self.idle[i] += max(0.0, d - prog_share - own_share)
             if not weights:
@@ -374,6 +377,7 @@ class Ledger:
                 self.root_all[i] += prog_all
                 continue
             self._spread(weights, i, prog_share, prog_all, cf)
+        self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
 
     def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
         total_w = sum(weights.values())
@@ -473,7 +477,8 @@ class Ledger:
             "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all,
                                v.alloc_bytes] for k, v in self.stats.items()},
             "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
-            "timeline": {k: getattr(self.timeline, k) for k in ("width_ns", "t0", "t1", "energy", "rss")}
+            "timeline": {k: getattr(self.timeline, k)
+                         for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
             | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
             "windows": self.windows,
             "ticks": [list(t[:7]) + [t.gpu_share] for t in self._ticks],
@@ -501,8 +506,10 @@ class Ledger:
         for k, v in state["acc"].items():
             setattr(led, k, [float(x) for x in v])
         tl = state["timeline"]
-        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"], tl["t0"], tl["t1"]
+        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"] or 1_000_000, tl["t0"], tl["t1"]
         led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
+        led.timeline.origin_ns = tl.get("origin_ns", tl["t0"][0] if tl["t0"] else None)
+        led.timeline.program = tl.get("program") or [[0.0, 0.0] for _ in led.timeline.t0]
         led.timeline.stacks = [{int(k): float(v) for k, v in b.items()} for b in tl.get("stacks", [])] \
             or [{} for _ in led.timeline.t0]
         led.windows = state["windows"]

@@ -1,47 +1,95 @@
-"""The timeline: power and RSS at bounded resolution, and which stacks ran in each bucket. Pure."""
+"""The timeline: power and RSS at bounded resolution, and which stacks ran in each bucket. Pure.
+
+Buckets are the cells of a uniform grid from the first tick: cell k is [origin + k*w, origin +
+(k+1)*w). A tick's energy is spread over the cells it overlaps in proportion to the overlap
+(constant power within a tick, which is all a cumulative counter can tell), so every bucket has
+the same width however the ticks fell: one long first tick during `import torch` no longer
+widens every later bucket. When the run outgrows `max_points` cells, the width doubles and
+cells merge in pairs.
+"""
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
 TIMELINE_POINTS = 1000
 STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"
+MIN_WIDTH_NS = 1_000_000  # the finest grid: 1 ms, finer than any sensor's update
 
 
 class Timeline:
-    """Power and RSS at bounded resolution: when full, adjacent buckets merge in pairs."""
+    """Power, the program's share of it, and RSS per cell of a uniform grid."""
 
     def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS) -> None:
         self.n = n_sources
         self.max_points = max_points
-        self.width_ns = 0  # 0: one bucket per tick until the first merge
-        self.t0: list[int] = []
-        self.t1: list[int] = []
+        self.width_ns = MIN_WIDTH_NS
+        self.origin_ns: int | None = None
+        self.t0: list[int] = []  # cell starts
+        self.t1: list[int] = []  # cell ends (the last cell ends at the last tick)
         self.energy: list[list[float]] = []
+        # the program's energy per cell under each idle policy: [share, all]
+        self.program: list[list[float]] = []
         self.rss: list[int] = []
-        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the bucket
+        self.stacks: list[dict[int, float]] = []  # stack id -> wall ns seen in the cell
+
+    def _ensure(self, t_end: int) -> None:
+        """Cells up to t_end, regridding first if the run would not fit in max_points."""
+        origin = self.origin_ns or 0
+        while t_end - origin > self.width_ns * self.max_points:
+            self._regrid()
+        last = (t_end - 1 - origin) // self.width_ns
+        while len(self.t0) <= last:
+            start = origin + len(self.t0) * self.width_ns
+            self.t0.append(start)
+            self.t1.append(start)
+            self.energy.append([0.0] * self.n)
+            self.program.append([0.0, 0.0])
+            self.rss.append(0)
+            self.stacks.append({})
+
+    def _spread(self, t0: int, t1: int) -> list[tuple[int, int, float]]:
+        """(cell, end of the overlap, fraction of [t0, t1]) for every cell the interval overlaps."""
+        origin, w = self.origin_ns or 0, self.width_ns
+        span = t1 - t0
+        out = []
+        for k in range((t0 - origin) // w, min((t1 - 1 - origin) // w + 1, len(self.t0))):
+            lo = max(t0, origin + k * w)
+            hi = min(t1, origin + (k + 1) * w)
+            if hi > lo and k >= 0:
+                out.append((k, hi, (hi - lo) / span))
+        return out
 
     def add(self, t0: int, t1: int, de: list[float], rss: int) -> None:
-        if self.t0 and self.width_ns and t1 - self.t0[-1] <= self.width_ns:
-            last = self.energy[-1]
-            for i, v in enumerate(de):
-                last[i] += v
-            self.t1[-1] = t1
-            self.rss[-1] = max(self.rss[-1], rss)
+        if t1 <= t0:
             return
-        self.t0.append(t0)
-        self.t1.append(t1)
-        self.energy.append(list(de))
-        self.rss.append(rss)
-        self.stacks.append({})
-        if len(self.t0) > self.max_points:
-            self._halve()
+        if self.origin_ns is None:
+            self.origin_ns = t0
+        self._ensure(t1)
+        for k, hi, f in self._spread(t0, t1):
+            cell = self.energy[k]
+            for i, v in enumerate(de):
+                cell[i] += v * f
+            if hi > self.t1[k]:
+                self.t1[k] = hi
+            if rss > self.rss[k]:
+                self.rss[k] = rss
+
+    def note_program(self, t0: int, t1: int, share_j: float, all_j: float) -> None:
+        """The program's energy over [t0, t1] under both idle policies, spread like the machine's."""
+        if self.origin_ns is None or t1 <= t0:
+            return
+        for k, _, f in self._spread(t0, t1):
+            p = self.program[k]
+            p[0] += share_j * f
+            p[1] += all_j * f
 
     def note_stacks(self, t_ns: int, weights: dict[int, float]) -> None:
-        """Remember which stacks ran in the bucket holding t_ns (the heaviest few only)."""
-        k = bisect.bisect_right(self.t0, t_ns) - 1
-        if k < 0:
+        """Remember which stacks ran in the cell holding t_ns (the heaviest few only)."""
+        if self.origin_ns is None:
+            return
+        k = (t_ns - self.origin_ns) // self.width_ns
+        if not 0 <= k < len(self.stacks):
             return
         seen = self.stacks[k]
         for sid, w in weights.items():
@@ -49,35 +97,52 @@ class Timeline:
         if len(seen) > 2 * STACKS_PER_BUCKET:
             self.stacks[k] = _heaviest(seen)
 
-    def _halve(self) -> None:
-        t0, t1, en, rss, stacks = [], [], [], [], []
-        for i in range(0, len(self.t0), 2):
-            j = min(i + 1, len(self.t0) - 1)
-            t0.append(self.t0[i])
-            t1.append(self.t1[j])
-            en.append([a + (b if j != i else 0.0) for a, b in zip(self.energy[i], self.energy[j])])
-            rss.append(max(self.rss[i], self.rss[j]))
-            merged = dict(self.stacks[i])
-            if j != i:
-                for sid, w in self.stacks[j].items():
+    def _regrid(self) -> None:
+        """Twice the width: cells 2k and 2k+1 become cell k."""
+        self.width_ns *= 2
+        origin = self.origin_ns or 0
+        t0: list[int] = []
+        t1: list[int] = []
+        en: list[list[float]] = []
+        prog: list[list[float]] = []
+        rss: list[int] = []
+        stacks: list[dict[int, float]] = []
+        for i in range(len(self.t0)):
+            if i % 2:
+                en[-1] = [a + b for a, b in zip(en[-1], self.energy[i])]
+                prog[-1] = [a + b for a, b in zip(prog[-1], self.program[i])]
+                t1[-1] = max(t1[-1], self.t1[i])
+                rss[-1] = max(rss[-1], self.rss[i])
+                merged = stacks[-1]
+                for sid, w in self.stacks[i].items():
                     merged[sid] = merged.get(sid, 0.0) + w
-            stacks.append(_heaviest(merged) if len(merged) > STACKS_PER_BUCKET else merged)
-        self.t0, self.t1, self.energy, self.rss, self.stacks = t0, t1, en, rss, stacks
-        spans = [b - a for a, b in zip(self.t0, self.t1)]
-        self.width_ns = max(spans) if spans else 0
+                if len(merged) > STACKS_PER_BUCKET:
+                    stacks[-1] = _heaviest(merged)
+                continue
+            t0.append(origin + (i // 2) * self.width_ns)
+            t1.append(self.t1[i])
+            en.append(list(self.energy[i]))
+            prog.append(list(self.program[i]))
+            rss.append(self.rss[i])
+            stacks.append(dict(self.stacks[i]))
+        self.t0, self.t1, self.energy, self.program, self.rss, self.stacks = t0, t1, en, prog, rss, stacks
 
     def export(self, start_ns: int, source_ids: list[str]) -> dict[str, Any]:
         mids = [((a + b) / 2 - start_ns) / 1e9 for a, b in zip(self.t0, self.t1)]
         power: dict[str, list[float]] = {sid: [] for sid in source_ids}
-        for a, b, row in zip(self.t0, self.t1, self.energy):
+        program: dict[str, list[float]] = {"share": [], "all": []}
+        for a, b, row, prog in zip(self.t0, self.t1, self.energy, self.program):
             span = max(b - a, 1) / 1e9
             for sid, e in zip(source_ids, row):
                 power[sid].append(e / span)
+            program["share"].append(prog[0] / span)
+            program["all"].append(prog[1] / span)
         return {
             "t_s": mids,
             "start_s": [(a - start_ns) / 1e9 for a in self.t0],
             "end_s": [(b - start_ns) / 1e9 for b in self.t1],
             "power_w": power,
+            "program_w": program,
             "rss_bytes": list(self.rss),
         }
 
@@ -85,5 +150,3 @@ class Timeline:
 def _heaviest(weights: dict[int, float]) -> dict[int, float]:
     top = sorted(weights.items(), key=lambda kv: -kv[1])[:STACKS_PER_BUCKET]
     return dict(top)
-
-

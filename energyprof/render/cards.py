@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.report import ReportModel
-from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
+from .charts import path_shortener
+from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
 
 IDLE_POLICIES = {
     "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "
@@ -28,7 +29,7 @@ class Card:
 
 
 def pct(part: float, whole: float) -> str:
-    return f"{part / whole * 100:.1f}%" if whole else "\u2013"
+    return fmt_percent(part, whole)
 
 
 def summary_cards(model: ReportModel) -> list[Card]:
@@ -36,36 +37,35 @@ def summary_cards(model: ReportModel) -> list[Card]:
     t = model.totals
     total = model.total_energy_j
     duration = model.duration_s
-    cards = [Card("Total energy", fmt_energy(total),
-                  [(f"{total / 3600:.4g} Wh", "")] + [
-                      (f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor or '?'})", s.method)
-                      for s in model.sources], "energy")]
     attributed = model.attributed_j
     idle = sum(t.idle_j.values())
     own = sum(t.energyprof_j.values())
-    cards.append(Card("Charged to program", fmt_energy(attributed), [
-        (f"{pct(attributed, total)} of the total", ""),
-        (f"other processes and idle: {fmt_energy(idle)} ({pct(idle, total)})", ""),
-        (f"energyprof itself: {fmt_energy(own)} ({pct(own, total)})", ""),
+    methods = sorted({s.method for s in model.sources})
+    # The program's energy is the headline: every percentage on the page is a share of it.
+    cards = [Card("Program's energy", fmt_energy(attributed), [
+        (f"{attributed / 3600:.4g} Wh, {pct(attributed, total)} of the machine's", " + ".join(methods)),
         (f"idle policy: {model.policy}", ""),
-    ], "attributed"))
+    ], "attributed")]
+    cards.append(Card("Machine's energy", fmt_energy(total),
+                      [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor or '?'})", s.method)
+                       for s in model.sources] + [
+                      (f"{total / 3600:.4g} Wh; other processes and idle {fmt_energy(idle)},"
+                       f" energyprof {fmt_energy(own)}", "")], "energy"))
     cards.append(Card("Duration", fmt_seconds(duration), [
-        (f"CPU time: {fmt_seconds(t.cpu_time_s)}", ""),
-        (f"energyprof's own CPU: {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
+        (f"CPU time: {fmt_seconds(t.cpu_time_s)}; energyprof's: {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
     ], "duration"))
     peak = model.peak_power_w
-    cards.append(Card("Average power", f"{total / duration:.3g} W" if duration > 0 else "\u2013",
-                      [(f"peak: {peak:.3g} W" if peak is not None else "peak: \u2013", "")], "power"))
+    cards.append(Card("Average power", fmt_power(attributed / duration) if duration > 0 else "\u2013", [
+        (f"the program's; the machine's: {fmt_power(total / duration) if duration > 0 else chr(8211)}", ""),
+        (f"machine's peak: {fmt_power(peak)}", "")], "power"))
     c = model.carbon
     if c is not None:
-        lines = [(f"machine: {fmt_grams(c.machine_g)} CO\u2082eq (all energy measured)", ""),
-                 (f"at {c.intensity_g_per_kwh:.4g} gCO\u2082eq/kWh", "")]
         where = " ".join(str(x) for x in (c.country, c.region) if x)
-        lines.append((f"{c.source} {where}".strip(), ""))
-        lines.append((f"PUE {c.pue:g}", ""))
+        lines = [(f"the machine's: {fmt_grams(c.machine_g)} CO\u2082eq", ""),
+                 (f"{c.intensity_g_per_kwh:.4g} g/kWh ({c.source} {where}".strip() + f"), PUE {c.pue:g}", "estimated")]
         if c.program_cost is not None:
-            lines.append((f"cost: {fmt_money(c.program_cost, c.currency)} (machine "
-                          f"{fmt_money(c.machine_cost, c.currency)})", ""))
+            lines.insert(1, (f"cost: {fmt_money(c.program_cost, c.currency)} (the machine's "
+                             f"{fmt_money(c.machine_cost, c.currency)})", ""))
         cards.append(Card("Carbon (program)", fmt_grams(c.program_g) + " CO\u2082eq", lines, "carbon"))
     m = model.memory
     if m.peak is not None:
@@ -107,3 +107,40 @@ def _detail_text(detail: Any) -> str:
     if isinstance(detail, dict):
         return ", ".join(f"{k}: {v}" for k, v in detail.items())
     return str(detail)
+
+
+def process_rows(model: ReportModel) -> dict[str, Any]:
+    """The job's processes as table rows; with ranks, the slowest (most CPU time) and the most
+    energy-hungry rank are marked, since one slow rank holds every other one back."""
+    procs = model.processes
+    ranks = [p for p in procs if p.rank is not None]
+    slowest = max(ranks, key=lambda p: p.cpu_time_s).pid if len(ranks) > 1 else None
+    hungriest = max(ranks, key=lambda p: sum(p.energy_j.values())).pid if len(ranks) > 1 else None
+    short = path_shortener(model)
+    rows = []
+    for p in sorted(procs, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid)):
+        energy = sum(p.energy_j.values())
+        role = p.role + (f" {p.rank}" if p.rank is not None else "")
+        marks = [m for m, hit in (("slowest", p.pid == slowest), ("most energy", p.pid == hungriest)) if hit]
+        exit_ = p.exit or {}
+        rows.append({
+            "pid": p.pid, "role": role, "command": p.command,
+            "short_command": short_command(p.command, short),
+            "energy": fmt_energy(energy) if p.energy_j else "\u2013",
+            "share": fmt_percent(energy, model.program_j) if p.energy_j else "\u2013",
+            "cpu": fmt_seconds(p.cpu_time_s), "rss": fmt_bytes(p.peak_rss_bytes),
+            "exit": ", ".join(f"{k} {v}" for k, v in exit_.items()) if isinstance(exit_, dict) else str(exit_),
+            "marks": ", ".join(marks),
+        })
+    return {"rows": rows, "ranks": len(ranks) > 1}
+
+
+def short_command(command: str, short: Any) -> str:
+    """A command line as a reader wants it: the interpreter by its name, a script relative to the
+    program's folder (the whole line is in a tooltip)."""
+    words = command.split(" ")
+    if words and "/" in words[0]:
+        words[0] = words[0].rsplit("/", 1)[1]
+    words = [short(w) if w.startswith("/") and w.endswith(".py") else w for w in words]
+    text = " ".join(words)
+    return text if len(text) <= 70 else text[:69] + "\u2026"

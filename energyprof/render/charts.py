@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import html
 import math
+import re
 import zlib
 from typing import Any
 
@@ -16,8 +17,7 @@ from ..analysis.chart import ChartNode
 from ..analysis.functions import is_library
 from ..analysis.report import ReportModel
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Source
-from .cards import pct
-from .format import fmt_energy, fmt_seconds
+from .format import fmt_energy, fmt_percent, fmt_seconds, format_spec
 
 MAX_TIMELINE_POINTS = 3000
 MAX_WINDOW_SHADES = 200
@@ -34,16 +34,21 @@ SPECIAL_COLOURS = {IDLE_NODE: "#d9d9d9", SELF_NODE: "#bdbdbd", CHILDREN_NODE: "#
 OTHER_COLOUR = "#eeeeee"
 ROOT_COLOUR = "#f6d2bf"
 LIBRARY_COLOUR = "#cfd8dc"
+IMPORT_COLOUR = "#e0d6c2"
+PROGRAM_LINE = "#111111"
+KIND_CODES = {"user": 0, "library": 1, "import": 2, "group": 3}
 
 
 def report_data(model: ReportModel) -> dict[str, Any]:
     """Everything the page's scripts read: the charts and the function table."""
+    chart = icicle_trace(model, model.chart)
     return {
+        "format": format_spec(),
         "sources": [{"id": s.id, "method": s.method, "colour": c}
                     for s, c in zip(model.sources, source_colours(model.sources))],
         "total_j": model.total_energy_j,
-        "chart": {"full": icicle_trace(model, model.chart),
-                  "collapsed": icicle_trace(model, model.chart_collapsed) if model.chart_collapsed else None},
+        "program_j": model.program_j,
+        "chart": {"full": chart, "legend": chart_legend(model, chart)},
         "timeline": timeline_figure(model),
         "table": function_table(model),
         "spans": function_spans(model),
@@ -70,44 +75,77 @@ def source_colours(sources: list[Source]) -> list[str]:
 
 
 def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
-    """The pruned chart tree as parallel arrays for a plotly icicle, both metrics, both colourings."""
+    """The pruned, grouped chart tree as parallel arrays in pre-order for a plotly icicle.
+
+    `kind` (0 user, 1 library, 2 import, 3 group box) and `group` (the index of the group box a
+    library or import frame folds into, -1 for none) let the page fold groups until clicked;
+    `row` is the node's function in the table (-1 for none), so a click selects it there.
+    """
     colours = dict(zip((s.id for s in model.sources), source_colours(model.sources)))
-    out: dict[str, list] = {k: [] for k in ("ids", "parents", "labels", "names", "hovertext", "value_e",
-                                            "value_t", "colour_file", "colour_mix")}
-    total_e = root.value_e or 1.0
+    out: dict[str, list] = {k: [] for k in ("parents", "labels", "names", "hovertext", "value_e",
+                                            "value_t", "colour_file", "colour_mix", "kind", "group", "row")}
+    row_of = {(r.function, r.file, r.line): i for i, r in enumerate(model.rows)}
+    program = model.program_j
     total_t = root.value_t or 1.0
-    stack: list[tuple[ChartNode, str]] = [(root, "")]
+    index: dict[int, int] = {}
+    stack: list[tuple[ChartNode, int]] = [(root, -1)]
     while stack:
         n, parent = stack.pop()
-        nid = f"n{len(out['ids'])}"
-        out["ids"].append(nid)
+        i = index[id(n)] = len(out["parents"])
         out["parents"].append(parent)
-        label = n.function if len(n.function) <= LABEL_CHARS else n.function[:LABEL_CHARS - 1] + "\u2026"
+        name = n.function
+        if parent < 0:  # the program as a whole: its script's name, not its full path
+            name = (name.replace("\\", "/").rsplit("/", 1)[-1] or "program")
+        label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(html.escape(label, quote=False))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        out["hovertext"].append(_hover(n, total_e, total_t))
-        out["value_e"].append(n.value_e)
+        out["hovertext"].append(_hover(n, program, total_t))
+        out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
         out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
         out["colour_mix"].append(_mix_colour(n, colours))
-        stack.extend((c, nid) for c in reversed(n.children))
+        out["kind"].append(KIND_CODES.get(n.kind, 0))
+        out["group"].append(index.get(id(n.group), -1) if n.group is not None else -1)
+        out["row"].append(-1 if n.folded or n.kind == "group" else row_of.get((n.function, n.file, n.line), -1))
+        stack.extend((c, i) for c in reversed(n.children))
     return out
 
 
-def _hover(n: ChartNode, total_e: float, total_t: float) -> str:
+def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, str]]:
+    """What the file colours mean: the program's files (the largest first), then the fixed ones."""
+    by_file: dict[str, float] = {}
+    stack = [model.chart]
+    while stack:
+        n = stack.pop()
+        if n.kind == "user" and n.file and not n.folded and n.function not in SPECIAL_NODES:
+            by_file[n.file] = by_file.get(n.file, 0.0) + sum(n.self_e.values())
+        stack.extend(n.children)
+    short = path_shortener(model)
+    out = [{"label": short(f), "title": f, "colour": _file_colour(ChartNode("", f, 0, {}, 0.0, 0))}
+           for f in sorted(by_file, key=lambda f: -by_file[f])[:8]]
+    fixed = [("the program (start-up, outside any function)", ROOT_COLOUR), ("library code", LIBRARY_COLOUR),
+             ("imports", IMPORT_COLOUR), ("energyprof itself", SPECIAL_COLOURS[SELF_NODE]),
+             ("other processes and idle", SPECIAL_COLOURS[IDLE_NODE]), ("smaller call paths (other)", OTHER_COLOUR)]
+    return out + [{"label": label, "title": "", "colour": c} for label, c in fixed]
+
+
+def _hover(n: ChartNode, program: float, total_t: float) -> str:
     esc = functools.partial(html.escape, quote=False)
     if n.folded:
         head = [f"other: {n.folded} smaller call paths"]
+    elif n.kind == "group":
+        head = [esc(n.function), "click to show its frames" if n.children else ""]
     else:
         head = [esc(n.function)] + ([esc(f"{n.file}:{n.line}")] if n.file else [])
     parts = head + [
-        f"energy {fmt_energy(n.value_e)} ({pct(n.value_e, total_e)}), self {fmt_energy(sum(n.self_e.values()))}",
-        f"time {fmt_seconds(n.value_t)} ({pct(n.value_t, total_t)}), samples {n.samples}"
+        f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
+        f" self {fmt_energy(sum(n.self_e.values()))}",
+        f"time {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
         + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
     ]
     if len(n.energy) > 1 and n.value_e > 0:
         parts.append(", ".join(f"{esc(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
-    return "<br>".join(parts)
+    return "<br>".join(p for p in parts if p)
 
 
 def _file_colour(n: ChartNode) -> str:
@@ -115,6 +153,10 @@ def _file_colour(n: ChartNode) -> str:
         return SPECIAL_COLOURS[n.function]
     if n.folded:
         return OTHER_COLOUR
+    if n.kind == "group":
+        return IMPORT_COLOUR if n.function == "[import]" else LIBRARY_COLOUR
+    if n.kind == "import":
+        return IMPORT_COLOUR
     if not n.file:
         return ROOT_COLOUR
     if is_library(n.file):
@@ -157,20 +199,29 @@ def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
                      "color": colours.get(sid, "#999999")},
                      "hovertemplate": "%{y:.3g} W<extra>" + html.escape(sid, quote=False) + "</extra>"})
     layout: dict[str, Any] = {
-        "margin": {"l": 55, "r": 20, "t": 10, "b": 40}, "height": 300, "hovermode": "x unified",
+        "margin": {"l": 60, "r": 20, "t": 30, "b": 45}, "height": 320, "hovermode": "x unified",
         "xaxis": {"title": {"text": "time (s)"}, "zeroline": False},
         "yaxis": {"title": {"text": "power (W)"}, "rangemode": "tozero"},
-        "legend": {"orientation": "h", "y": 1.12, "x": 0}, "shapes": [], "annotations": [],
+        "legend": {"orientation": "h", "yanchor": "bottom", "y": 1.0, "x": 0}, "shapes": [], "annotations": [],
     }
+    program = tl.program_w.get(model.policy) or []
+    if len(program) >= n:
+        ys = [_round(_mean_power(program, starts, ends, a, b)) for a, b in buckets]
+        data.append({"type": "scatter", "mode": "lines", "name": "the program (W)", "x": [_round(x, 6) for x in xs],
+                     "y": ys + ys[-1:], "line": {"shape": "hv", "width": 1.6, "color": PROGRAM_LINE},
+                     "hovertemplate": "%{y:.3g} W<extra>the program</extra>"})
     rss = tl.rss_bytes
     if len(rss) >= n:
         ys = [_round(max(rss[a:b]) / 2**20) for a, b in buckets]
         data.append({"type": "scatter", "mode": "lines", "name": "RSS (MiB)", "x": [_round(x, 6) for x in xs],
-                     "y": ys + ys[-1:], "yaxis": "y2", "line": {"shape": "hv", "color": "#555"},
-                     "hovertemplate": "%{y:.4g} MiB<extra>RSS</extra>"})
-        layout["yaxis"]["domain"] = [0.32, 1.0]
-        layout["yaxis2"] = {"domain": [0.0, 0.22], "title": {"text": "RSS (MiB)"}, "rangemode": "tozero"}
-        layout["height"] = 380
+                     "y": ys + ys[-1:], "xaxis": "x", "yaxis": "y2", "line": {"shape": "hv", "color": "#555"},
+                     "hovertemplate": "%{y:.4g} MiB<extra>RSS</extra>", "showlegend": False})
+        # Two lanes: power above, RSS below; the time axis sits under the RSS lane (anchored to it)
+        # so its title has a lane of its own, and each lane's title is beside its own lane.
+        layout["yaxis"]["domain"] = [0.36, 1.0]
+        layout["yaxis2"] = {"domain": [0.0, 0.24], "title": {"text": "RSS (MiB)"}, "rangemode": "tozero"}
+        layout["xaxis"]["anchor"] = "y2"
+        layout["height"] = 400
     _shade_windows(model, layout)
     return {"data": data, "layout": layout}
 
@@ -231,26 +282,77 @@ def function_spans(model: ReportModel) -> dict[str, list[list[float]]]:
     return {str(k): v for k, v in spans.items()}
 
 
+def program_folder(model: ReportModel) -> str | None:
+    """The folder of the program's script: its path when absolute, else found from a frame's file
+    that ends with the target as given (the profile keeps absolute file paths)."""
+    target = str(model.meta.get("target") or "").replace("\\", "/")
+    if not target.endswith(".py"):
+        return None
+    if target.startswith("/"):
+        return target.rsplit("/", 1)[0] + "/"
+    for r in model.rows:
+        f = r.file.replace("\\", "/")
+        if f.endswith("/" + target.lstrip("./")):
+            return f.rsplit("/", 1)[0] + "/"
+    return None
+
+
+def path_shortener(model: ReportModel):
+    """A file as a reader wants it: relative to the program's folder; `package/module.py` for
+    installed code and the standard library; otherwise the last two parts. The full path goes in
+    a tooltip."""
+    folder = program_folder(model)
+
+    @functools.lru_cache(maxsize=None)
+    def short(path: str) -> str:
+        p = path.replace("\\", "/")
+        if folder and p.startswith(folder):
+            return p[len(folder):]
+        for marker in ("/site-packages/", "/dist-packages/"):
+            if marker in p:
+                return p.rsplit(marker, 1)[1]
+        m = _STDLIB.search(p)
+        if m:
+            return m.group(1)
+        parts = p.split("/")
+        return "/".join(parts[-2:]) if len(parts) > 2 else p
+    return short
+
+
+_STDLIB = re.compile(r"/lib/python\d+(?:\.\d+)?t?/(.+)$")
+
+
 def function_table(model: ReportModel) -> dict[str, Any]:
     """Every function as columns (compact for 50,000 rows); files are interned once.
 
     Numeric columns are scaled (see `scaled_column`) because a 50,000-function table is most of
-    the page once plotly.js is in it, and the page must stay under 8 MB.
+    the page once plotly.js is in it. The root row (the program as a whole) has the program's
+    energy as its total, not the machine's: idle and energyprof are rows of their own.
     """
     rows = model.rows
     sources = [s.id for s in model.sources]
     files: dict[str, int] = {}
     for r in rows:
         files.setdefault(r.file, len(files))
+    short = path_shortener(model)
+    root = model.profile.root
+    root_key = (root.function, root.file, root.line)
+    special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
+
+    def total(r: Any) -> float:
+        return model.program_j if (r.function, r.file, r.line) == root_key else r.total_energy
+
     table: dict[str, Any] = {
         "fn": [r.function for r in rows],
         "file": [files[r.file] for r in rows],
         "line": [r.line for r in rows],
         "files": list(files),
+        "short": [short(f) if f else "" for f in files],
+        "special": [special.get(r.function, 0) for r in rows],
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),
-        "tot_e": scaled_column([r.total_energy for r in rows]),
+        "tot_e": scaled_column([total(r) for r in rows]),
         "self_t": scaled_column([r.self_time_s for r in rows]),
         "t": scaled_column([r.time_s for r in rows]),
         "cpu": scaled_column([r.cpu_time_s for r in rows]),

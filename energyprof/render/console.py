@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..analysis.report import ReportModel
-from .format import fmt_energy, fmt_grams, fmt_money
+from .charts import path_shortener
+from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds
 
 
 def render_summary(model: ReportModel) -> str:
     t = model.totals
-    lines = ["", f"energyprof: {model.meta.get('target', '<program>')} ran {t.duration_s:.2f} s,"
-             f" CPU {t.cpu_time_s:.2f} s, idle policy {model.policy}"]
+    lines = ["", f"energyprof: {model.meta.get('target', '<program>')} ran {fmt_seconds(t.duration_s)},"
+             f" CPU {fmt_seconds(t.cpu_time_s)}, idle policy {model.policy}"]
     for src in model.sources:
         total = t.energy_j.get(src.id, 0.0)
         mine = t.attributed_j.get(src.id, 0.0)
@@ -17,10 +18,13 @@ def render_summary(model: ReportModel) -> str:
                      f"  program: {fmt_energy(mine)}")
     total = model.total_energy_j
     lines.append(f"  {'total':<8} {fmt_energy(total):>9} ({total / 3600:.3g} Wh)  {_methods(model)}")
+    program = model.program_j
+    lines.append(f"  {'program':<8} {fmt_energy(program):>9} ({fmt_percent(program, total)} of the machine's);"
+                 " percentages below are of the program's energy")
     c = model.carbon
     if c is not None:
         how = "time-series mean" if c.time_series else "at"
-        lines.append(f"  carbon   program {fmt_grams(c.program_g)}CO2eq (machine {fmt_grams(c.machine_g)}) {how}"
+        lines.append(f"  carbon   program {fmt_grams(c.program_g)} CO2eq (machine {fmt_grams(c.machine_g)}) {how}"
                      f" {c.intensity_g_per_kwh:.4g} g/kWh ({c.source}), PUE {c.pue:g}  estimated")
         if c.program_cost is not None:
             lines.append(f"  cost     program {fmt_money(c.program_cost, c.currency)}"
@@ -28,12 +32,12 @@ def render_summary(model: ReportModel) -> str:
     if model.top:
         lines.append("  top functions by self energy (all sources; \u00b1 = sampling error of the self figure,"
                      " 1/sqrt(self samples)):")
+        short = path_shortener(model)
         for row in model.top:
             e = row.self_total_energy
-            share = e / total * 100 if total else 0.0
             err = row.self_relative_error
-            where = f"{_short(row.file)}:{row.line}" if row.file else ""
-            lines.append(f"    {fmt_energy(e):>9} {share:5.1f}% {'' if err is None else f'±{err * 100:.0f}%':>5}"
+            where = f"{short(row.file)}:{row.line}" if row.file else ""
+            lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6} {'' if err is None else f'±{err * 100:.0f}%':>5}"
                          f"  {row.function}  {where}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
@@ -46,7 +50,3 @@ def _methods(model: ReportModel) -> str:
         return "no energy source"
     return "measured" if methods == {"measured"} else ("estimated" if methods == {"estimated"} else "measured + estimated")
 
-
-def _short(path: str) -> str:
-    parts = path.replace("\\", "/").split("/")
-    return "/".join(parts[-2:]) if len(parts) > 2 else path

@@ -1,47 +1,103 @@
-"""Numbers as a reader sees them (energy, time, bytes, carbon, money), shared by every renderer."""
+"""Numbers as a reader sees them (energy, time, bytes, carbon, money), shared by every renderer.
+
+One definition: `UNITS` is the table of units and thresholds and `DIGITS` the significant digits;
+the console and the HTML template format with the functions below, and the page's script gets the
+same table as JSON (`format_spec()`) and runs the same algorithm on it (report.js `fmt`), so
+3,700 s reads "1 h 02 min" everywhere. Rounding is half-up on the exact binary value in both
+languages (JavaScript's toPrecision rule), so they agree digit for digit.
+"""
 
 from __future__ import annotations
 
 import math
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+DASH = "\u2013"
+DIGITS = 3
+
+# kind -> [(scale, unit), ...] largest first; a value takes the first unit it reaches (after
+# rounding, so 999.7 J is "1 kJ"), and the last one below that.
+UNITS: dict[str, list[tuple[float, str]]] = {
+    "energy": [(1e9, "GJ"), (1e6, "MJ"), (1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "\u00b5J"), (1e-9, "nJ")],
+    "power": [(1e6, "MW"), (1e3, "kW"), (1.0, "W"), (1e-3, "mW")],
+    "bytes": [(2.0**40, "TiB"), (2.0**30, "GiB"), (2.0**20, "MiB"), (2.0**10, "KiB"), (1.0, "B")],
+    "grams": [(1e6, "t"), (1e3, "kg"), (1.0, "g"), (1e-3, "mg"), (1e-6, "\u00b5g")],
+    # seconds below a minute; a minute and more prints as "m min ss s" and an hour as "h h mm min"
+    "seconds": [(1.0, "s"), (1e-3, "ms"), (1e-6, "\u00b5s"), (1e-9, "ns")],
+}
+
+
+def sig(x: float, digits: int = DIGITS) -> str:
+    """x to `digits` significant digits in fixed point, trailing zeros dropped (half-up rounding)."""
+    if x == 0:
+        return "0"
+    sign = "-" if x < 0 else ""
+    d = Decimal(abs(x))
+    q = d.quantize(Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=ROUND_HALF_UP)
+    s = format(q, "f")
+    if "." in s:
+        s = s.rstrip("0").rstrip(".")
+    return sign + s
+
+
+def _scaled(x: float, kind: str) -> str:
+    units = UNITS[kind]
+    a = abs(x)
+    if a == 0:
+        return f"0 {units[0][1] if kind == 'seconds' else _zero_unit(kind)}"
+    for k, (scale, unit) in enumerate(units):
+        if a >= scale or k == len(units) - 1:
+            s = sig(x / scale)
+            if k > 0 and s.lstrip("-") == "1000":  # rounded up into the next unit
+                scale, unit = units[k - 1]
+                s = sig(x / scale)
+            return f"{s} {unit}"
+    raise AssertionError("unreachable")
+
+
+def _zero_unit(kind: str) -> str:
+    return {"energy": "J", "power": "W", "bytes": "B", "grams": "g"}[kind]
+
+
+def half_up(x: float) -> int:
+    return math.floor(x + 0.5)
 
 
 def fmt_energy(j: float | None) -> str:
-    """Joules with a prefix readers can compare at a glance (3 significant digits)."""
-    if j is None:
-        return "\u2013"
-    a = abs(j)
-    for scale, unit in ((1e3, "kJ"), (1.0, "J"), (1e-3, "mJ"), (1e-6, "\u00b5J")):
-        if a >= scale:
-            return f"{j / scale:.3g} {unit}"
-    return "0 J" if a == 0 else f"{j * 1e9:.3g} nJ"
+    return DASH if j is None else _scaled(j, "energy")
 
 
-def fmt_seconds(s: float | None) -> str:
-    if s is None:
-        return "\u2013"
-    if s >= 3600:
-        return f"{int(s // 3600)} h {int(s % 3600 // 60):02d} min"
-    if s >= 60:
-        return f"{int(s // 60)} min {s % 60:04.1f} s"
-    if s >= 1 or s == 0:
-        return f"{s:.3g} s"
-    return f"{s * 1000:.3g} ms"
+def fmt_power(w: float | None) -> str:
+    return DASH if w is None else _scaled(w, "power")
 
 
 def fmt_bytes(b: float | None) -> str:
-    if b is None:
-        return "\u2013"
-    for scale, unit in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
-        if abs(b) >= scale:
-            return f"{b / scale:.3g} {unit}"
-    return f"{int(b)} B"
+    return DASH if b is None else _scaled(b, "bytes")
 
 
 def fmt_grams(g: float | None) -> str:
     """gCO2eq, in mg below a gram (a short run emits milligrams)."""
-    if g is None:
-        return "\u2013"
-    return f"{g:.3g} g" if g >= 1 or g == 0 else f"{g * 1000:.3g} mg"
+    return DASH if g is None else _scaled(g, "grams")
+
+
+def fmt_seconds(s: float | None) -> str:
+    if s is None:
+        return DASH
+    if abs(s) >= 59.5:
+        if abs(s) >= 3570:  # 59.5 min rounds to an hour
+            m = half_up(abs(s) / 60)
+            return f"{'-' if s < 0 else ''}{m // 60} h {m % 60:02d} min"
+        t = half_up(abs(s))
+        return f"{'-' if s < 0 else ''}{t // 60} min {t % 60:02d} s"
+    return _scaled(s, "seconds")
+
+
+def fmt_percent(part: float, whole: float) -> str:
+    """A share with one decimal (half-up); '–' when the whole is zero."""
+    if not whole:
+        return DASH
+    return f"{half_up(part / whole * 1000) / 10:.1f}%"
 
 
 def fmt_money(value: float | None, currency: str | None = "") -> str:
@@ -51,7 +107,7 @@ def fmt_money(value: float | None, currency: str | None = "") -> str:
     """
     unit = f" {currency}" if currency else ""
     if value is None:
-        return "\u2013"
+        return DASH
     a = abs(value)
     if a == 0:
         return f"0.00{unit}"
@@ -61,3 +117,8 @@ def fmt_money(value: float | None, currency: str | None = "") -> str:
         return f"< 0.0000000001{unit}"
     digits = -math.floor(math.log10(a)) + 1
     return f"{value:.{digits}f}{unit}"
+
+
+def format_spec() -> dict[str, Any]:
+    """The table the page's script formats with (the same one the functions above use)."""
+    return {"digits": DIGITS, "units": {k: [[s, u] for s, u in v] for k, v in UNITS.items()}}

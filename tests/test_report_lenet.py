@@ -1,0 +1,110 @@
+"""The report of a real training script: examples/lenet_cifar.py at its default size, through the CLI.
+
+The first screen must answer "which of my functions": the example's own training step, forward
+and backward are labelled boxes at least 40 px wide at 1,280x800, the icicle draws at most 300
+boxes until one is opened, and the table's top function reads its share of the program's energy.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from energyprof.profile import load
+
+REPO = Path(__file__).resolve().parent.parent
+HAVE_TORCH = importlib.util.find_spec("torch") is not None
+CHROMIUM = "/usr/bin/chromium"
+
+pytestmark = [pytest.mark.torch, pytest.mark.slow, pytest.mark.browser,
+              pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")]
+
+
+@pytest.fixture(scope="module")
+def lenet(tmp_path_factory) -> tuple[Path, Path]:
+    tmp = tmp_path_factory.mktemp("lenet")
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    res = subprocess.run([sys.executable, "-m", "energyprof", "-q", "--json", "p.json", "-o", "r.html",
+                          str(REPO / "examples" / "lenet_cifar.py")], cwd=tmp, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return tmp / "r.html", tmp / "p.json"
+
+
+@pytest.fixture(scope="module")
+def page(lenet):
+    if not Path(CHROMIUM).is_file():
+        pytest.skip("no chromium on this machine")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        pg = browser.new_page(viewport={"width": 1280, "height": 800})
+        errors: list[str] = []
+        pg.on("console", lambda m: m.type == "error" and errors.append(m.text))
+        pg.on("pageerror", lambda e: errors.append(str(e)))
+        pg.route("**/*", lambda r: r.continue_() if r.request.url.startswith("file:") else r.abort())
+        pg.goto(lenet[0].resolve().as_uri())
+        pg.wait_for_function("() => [...document.querySelectorAll('.js-plotly-plot')].every(e => e._fullLayout)",
+                             timeout=120_000)
+        pg.wait_for_function("() => document.querySelectorAll('#icicle g.slice text').length > 0"
+                             " && document.querySelectorAll('#fn-body tr').length > 0", timeout=60_000)
+        pg.wait_for_timeout(500)  # let plotly finish laying out the labels
+        yield pg, errors
+        browser.close()
+
+
+def _boxes(pg) -> list[tuple[str, float]]:
+    """Every drawn box whose label is visible (drawn, not empty, inside its box): (label, width in px)."""
+    return pg.eval_on_selector_all("#icicle g.slice", """gs => gs.map(g => {
+        const t = g.querySelector('text'), r = g.querySelector('path').getBoundingClientRect();
+        if (!t) return ['', r.width];
+        const b = t.getBoundingClientRect(), style = getComputedStyle(t);
+        const visible = b.width > 0 && b.height >= 9 && style.display !== 'none' && style.visibility !== 'hidden'
+          && Number(style.opacity) > 0 && b.left >= r.left - 1 && b.right <= r.right + 1;
+        return [visible ? t.textContent : '', r.width];
+    })""")
+
+
+def test_first_screen_shows_the_training_step_forward_and_backward(page) -> None:
+    pg, errors = page
+    boxes = _boxes(pg)
+    labelled = {label: width for label, width in boxes if label}
+    assert labelled, (boxes[:5], errors, pg.evaluate("document.querySelectorAll('#icicle g.slice').length"))
+
+    def widest(fragment: str) -> float:
+        return max((w for label, w in labelled.items() if fragment in label), default=0.0)
+
+    assert widest("train_step") >= 40, labelled
+    assert widest("LeNet.forward") >= 40, labelled
+    assert widest("Tensor.backward") >= 40, labelled  # torch's backward, called from train_step
+    assert errors == []
+
+
+def test_the_icicle_draws_at_most_300_boxes_until_expanded(page) -> None:
+    pg, _ = page
+    drawn = pg.evaluate("() => document.getElementById('icicle').data[0].ids.length")
+    assert drawn <= 300
+    everything = pg.evaluate("() => document.getElementById('icicle').data[0] && "
+                             "JSON.parse(document.getElementById('report-data').textContent).chart.full.parents.length")
+    assert everything > drawn  # the grouping folded something
+
+
+def test_the_top_function_reads_its_share_of_the_program(page, lenet) -> None:
+    pg, _ = page
+    profile = load(lenet[1])
+    program = sum(profile.totals.attributed_j.values())
+    first = pg.eval_on_selector("#fn-body tr", "r => [...r.children].map(c => c.textContent)")
+    name = pg.eval_on_selector("#fn-body tr td.fn .name", "e => e.textContent")
+    head = pg.eval_on_selector_all("#fn-head th", "ths => ths.map(t => t.dataset.key)")
+    assert not name.startswith("[")  # the program's functions first, not idle or energyprof
+    rows = [n for n, _ in profile.walk() if n.function == name]
+    self_j = sum(n.self_total_energy for n in rows)
+    shown = float(first[head.index("self_p")].rstrip("%"))
+    assert shown == pytest.approx(self_j / program * 100, abs=0.051)
