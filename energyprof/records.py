@@ -91,7 +91,8 @@ class Totals(_Record):
 
 @dataclass
 class Window(_Record):
-    """A user-named span (epoch, step, phase): the machine's energy measured inside it."""
+    """A user-named span (epoch, step, phase): the machine's energy measured inside it, and the
+    program's part of it under the profile's idle policy (absent from files written before it)."""
 
     name: str
     index: int | None = None
@@ -100,6 +101,7 @@ class Window(_Record):
     end_s: float = 0.0
     time_s: float = 0.0
     energy_j: dict[str, float] = field(default_factory=dict)
+    program_energy_j: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -235,7 +237,8 @@ def read_window(raw: Any) -> Window:
                   start_s=number(raw.get("start_s", 0.0), f"{w}.start_s", nonneg=False),
                   end_s=number(raw.get("end_s", 0.0), f"{w}.end_s", nonneg=False),
                   time_s=number(raw.get("time_s", 0.0), f"{w}.time_s"),
-                  energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {})
+                  energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
+                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {})
 
 
 def read_timeline(raw: dict[str, Any]) -> Timeline:
