@@ -6,6 +6,7 @@ __version__ = "0.1.0"
 
 from .api import energy_profile  # noqa: E402
 from .measurement import Measurement  # noqa: E402
+from .monitor import Monitor  # noqa: E402
 from .options import OptionError, Options  # noqa: E402
 from .profile import Node, Profile, ProfileFormatError, load  # noqa: E402
 from .profiler import Profiler  # noqa: E402
@@ -18,5 +19,5 @@ def load_ipython_extension(ip: object) -> None:
     load(ip)
 
 
-__all__ = ["energy_profile", "Profiler", "Measurement", "Profile", "Node", "Options", "OptionError", "ProfileFormatError",
-           "load", "__version__"]
+__all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
+           "ProfileFormatError", "load", "__version__"]
