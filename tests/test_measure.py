@@ -148,3 +148,57 @@ def test_an_estimated_source_says_so(tmp_path):
         prof.stop()
     assert m.estimated is True
     assert m.energy_j is not None and all(math.isfinite(v) for v in m.energy_j.values())
+
+
+def test_torch_window_yields_the_measurement_of_the_profiler_or_monitor_or_of_time_only(tmp_path):
+    import energyprof.torch as ept
+    from energyprof import Monitor
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    with ept.window("alone", 0) as bare:
+        busy(0.01)
+    assert bare.energy_j is None and bare.complete is False and bare.time_s > 0 and bare.carbon_g is None
+    with Monitor(power_trace=str(trace)) as mon, ept.window("mon", 1, profiler=mon) as by_monitor:
+        busy(0.01)
+    assert by_monitor.energy_j["cpu"] == pytest.approx(40.0 * by_monitor.time_s, rel=1e-6)
+    prof = Profiler(power_trace=str(trace), quiet=True).start()
+    try:
+        with ept.window("epoch", 2) as m:
+            busy(0.05)
+    finally:
+        profile = prof.stop()
+    assert profile is not None
+    (w,) = profile.windows
+    assert m.complete and m.time_s == w.time_s
+    assert m.energy_j == pytest.approx(w.energy_j, rel=1e-9) and m.program_energy_j == pytest.approx(w.program_energy_j)
+
+
+def test_a_supervised_programs_window_holds_its_time_and_says_its_energy_is_in_the_profile(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "s.py").write_text(textwrap.dedent("""
+        import time
+        import energyprof.torch as ept
+        with ept.window("epoch", 0) as m:
+            t = time.perf_counter()
+            while time.perf_counter() - t < 0.05:
+                pass
+        print(repr(m.time_s), m.energy_j, m.complete)
+    """))
+    env = dict(os.environ, PYTHONPATH=str(root))
+    r = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "t.csv", "--json", "p.json", "--quiet",
+                        "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    time_s, energy, complete = r.stdout.split()
+    (w,) = json.loads((tmp_path / "p.json").read_text())["windows"]
+    assert float(time_s) == pytest.approx(w["time_s"], abs=1e-9)
+    assert (energy, complete) == ("None", "False")
+    assert 0.0 <= sum(w["program_energy_j"].values()) <= sum(w["energy_j"].values())

@@ -573,13 +573,18 @@ class Agent:
         self.spool.event(f"N\t{_esc(message)}\n")
 
     # -- the Profiler-like surface the program may use -----------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
+    def begin_window(self, name: str, index: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
         self._cuda_sync()
-        self.spool.event(f"W\tb\t{time.perf_counter_ns()}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
+        t = time.perf_counter_ns()
+        self.spool.event(f"W\tb\t{t}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
+        return t
 
-    def end_window(self, name: str | None = None) -> None:
+    def end_window(self, name: str | None = None) -> int:
         self._cuda_sync()
-        self.spool.event(f"W\te\t{time.perf_counter_ns()}\t{_esc('' if name is None else str(name))}\t\n")
+        t = time.perf_counter_ns()
+        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t\n")
+        return t
 
     def window(self, name: str, index: int | None = None) -> Any:
         return _Window(self, name, index)
@@ -599,14 +604,28 @@ class Agent:
 
 
 class _Window:
+    """A window of a supervised program. Its energy is the supervisor's, charged after the
+    fact from sensors read once for the whole job; this process cannot see it, so the
+    Measurement it yields holds the window's time only (energy None, complete False)."""
+
     def __init__(self, agent: Agent, name: str, index: int | None) -> None:
         self.agent, self.name, self.index = agent, name, index
+        self._t0 = 0
 
-    def __enter__(self) -> None:
-        self.agent.begin_window(self.name, self.index)
+    def __enter__(self) -> Any:
+        from ..measurement import Measurement
+
+        self.m = Measurement(name=str(self.name), index=self.index, energy_j=None, program_energy_j=None,
+                             complete=False, note=SUPERVISED_NOTE)
+        self._t0 = self.agent.begin_window(self.name, self.index)
+        return self.m
 
     def __exit__(self, *exc: Any) -> None:
-        self.agent.end_window(self.name)
+        self.m.time_s = (self.agent.end_window(self.name) - self._t0) / 1e9
+
+
+SUPERVISED_NOTE = ("under `python -m energyprof` a window's energy is charged by the supervisor: it is in the"
+                   " saved profile, not known inside the program (use energyprof.Monitor for live figures)")
 
 
 _agent: Agent | None = None
