@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from .intensity import J_PER_KWH, WORLD_AVERAGE_G_PER_KWH
+# Nothing here imports at module level beyond the standard dataclasses: a supervised program's
+# process loads this module, and an import made there could pick up the program's own modules.
 
 
 @dataclass
@@ -23,7 +24,7 @@ class Measurement:
     time_s: float = 0.0
     energy_j: dict[str, float] | None = field(default_factory=dict)
     program_energy_j: dict[str, float] | None = field(default_factory=dict)
-    intensity_g_per_kwh: float = WORLD_AVERAGE_G_PER_KWH
+    intensity_g_per_kwh: float | None = None  # None: not priced (no energy to price)
     pue: float = 1.0
     estimated: bool = False
     complete: bool = True
@@ -43,7 +44,9 @@ class Measurement:
     def carbon_g(self) -> float | None:
         """The program's emissions: its energy x PUE x grid intensity."""
         total = self.program_total_j
-        return None if total is None else carbon_grams(total, self.intensity_g_per_kwh, self.pue)
+        if total is None or self.intensity_g_per_kwh is None:
+            return None
+        return carbon_grams(total, self.intensity_g_per_kwh, self.pue)
 
     def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "index": self.index, "time_s": self.time_s, "energy_j": self.energy_j,
@@ -53,6 +56,8 @@ class Measurement:
 
 
 def carbon_grams(energy_j: float, intensity_g_per_kwh: float, pue: float = 1.0) -> float:
+    from .intensity import J_PER_KWH
+
     return energy_j / J_PER_KWH * pue * intensity_g_per_kwh
 
 
@@ -64,7 +69,7 @@ def carbon_setting(options: Any) -> tuple[float, float]:
     """(g/kWh, PUE) a live Measurement prices energy at: the run's fixed intensity setting (a
     country, region, cloud or number), the world average when none is given. An intensity time
     series is applied to the saved profile only."""
-    from .intensity import lookup
+    from .intensity import WORLD_AVERAGE_G_PER_KWH, lookup
 
     try:
         g = lookup(options).g_per_kwh
