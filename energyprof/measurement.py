@@ -8,7 +8,7 @@ from a model, not a counter) and `complete` (every joule of the window was in wh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 # Nothing here imports at module level beyond the standard dataclasses: a supervised program's
 # process loads this module, and an import made there could pick up the program's own modules.
@@ -29,6 +29,19 @@ class Measurement:
     estimated: bool = False
     complete: bool = True
     note: str = ""
+
+    def defer(self, fill: Callable[[Measurement], None]) -> None:
+        """Have `fill` complete this Measurement on the first read of any of its figures: a window
+        whose figures nobody reads never waits for them."""
+        self.__dict__["_fill"] = fill
+
+    def __getattribute__(self, name: str) -> Any:
+        if name[0] != "_":
+            d = object.__getattribute__(self, "__dict__")
+            fill = d.pop("_fill", None)
+            if fill is not None:
+                fill(self)
+        return object.__getattribute__(self, name)
 
     @property
     def total_j(self) -> float | None:

@@ -231,7 +231,8 @@ class Profiler:
 
     @contextlib.contextmanager
     def window(self, name: str, index: int | None = None) -> Iterator[Measurement]:
-        """Mark a window; the `Measurement` it yields is filled when the block ends (see `_settle`)."""
+        """Mark a window; the `Measurement` it yields is filled when the block ends, at the first
+        read of one of its figures (see `_settle`: that read may wait up to WINDOW_WAIT_S)."""
         m = Measurement(name=name, index=index)
         if self._feed is None:
             m.energy_j = m.program_energy_j = None
@@ -243,7 +244,7 @@ class Profiler:
             yield m
         finally:
             self.end_window(name)
-            self._settle(k, m)
+            m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window

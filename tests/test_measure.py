@@ -115,6 +115,8 @@ def test_measurements_inside_the_loop_equal_the_saved_profiles_windows(tmp_path)
                 busy(0.05)
                 with prof.window("step", epoch) as inner:
                     busy(0.03)
+                assert inner.complete, inner.note  # read inside the loop, while the profile runs
+            assert m.complete, m.note
             seen += [m, inner]
         so_far = prof.measure()
     finally:
@@ -170,7 +172,7 @@ def test_torch_window_yields_the_measurement_of_the_profiler_or_monitor_or_of_ti
         profile = prof.stop()
     assert profile is not None
     (w,) = profile.windows
-    assert m.complete and m.time_s == w.time_s
+    assert m.time_s == w.time_s and m.complete
     assert m.energy_j == pytest.approx(w.energy_j, rel=1e-9) and m.program_energy_j == pytest.approx(w.program_energy_j)
 
 

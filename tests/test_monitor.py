@@ -107,3 +107,16 @@ def test_rapl_is_polled_by_an_invisible_thread_and_read_at_the_edges(tmp_path):
 ])
 def test_cpu_share_is_the_ledgers_rule(proc, busy_ns, capacity, share):
     assert cpu_share(proc, busy_ns, capacity) == pytest.approx(share, rel=1e-12)
+
+
+def test_the_overhead_benchmark_runs_and_prints_its_table():
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "monitor.py"), "--quick"], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| Monitor")]
+    assert len(rows) == 6 and all(float(line.split("|")[2]) > 0 for line in rows)
