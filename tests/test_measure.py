@@ -193,6 +193,9 @@ def test_a_supervised_programs_window_holds_its_time_and_says_its_energy_is_in_t
             t = time.perf_counter()
             while time.perf_counter() - t < 0.05:
                 pass
+        import energyprof.profiler as p
+        run = p.active_profiler().measure()
+        assert run.time_s >= m.time_s and run.energy_j is None and not run.complete
         print(repr(m.time_s), m.energy_j, m.complete)
     """))
     env = dict(os.environ, PYTHONPATH=str(root))

@@ -522,6 +522,7 @@ class Agent:
         self._gpu = False
         self.sync = config.get("sync") == "cuda"
         self._note_tracing = False
+        self._t_start = time.perf_counter_ns()
 
     def start(self, label: str = "") -> None:
         env = os.environ
@@ -588,6 +589,13 @@ class Agent:
 
     def window(self, name: str, index: int | None = None) -> Any:
         return _Window(self, name, index)
+
+    def measure(self) -> Any:
+        """The run so far, as far as this process can know it: its time only (see `_Window`)."""
+        from ..measurement import Measurement
+
+        return Measurement(name="<run>", time_s=(time.perf_counter_ns() - self._t_start) / 1e9, energy_j=None,
+                           program_energy_j=None, complete=False, note=SUPERVISED_NOTE)
 
     @property
     def running(self) -> bool:
