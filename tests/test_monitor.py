@@ -120,3 +120,29 @@ def test_the_overhead_benchmark_runs_and_prints_its_table():
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| Monitor")]
     assert len(rows) == 6 and all(float(line.split("|")[2]) > 0 for line in rows)
+
+
+def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
+    import os
+
+    from test_nvml import FakeGpu, FakeNvml, _injected
+
+    shared = FakeGpu(power_w=200.0)
+    me = os.getpid()
+    shared.processes = [me, 999_999_001]
+    shared.util = [(me, 25), (999_999_001, 75)]
+    power_only = FakeGpu(counter=False, power_w=150.0, bus="00000000:81:00.0", uuid="GPU-bbbb")
+    power_only.processes = [me]
+    with _injected(FakeNvml([shared, power_only])):
+        with Monitor(powercap_root="/nonexistent", cpu_tdp=10.0) as mon:
+            assert mon.poll_s == 0.1  # a power-only GPU is integrated from polled power
+            with mon.window("w") as m:
+                busy(0.3)
+    ids = {s["detail"]["uuid"]: s["id"] for s in mon.sources if s["component"].startswith("gpu")}
+    a, b = ids["GPU-aaaa"], ids["GPU-bbbb"]
+    assert m.energy_j[a] > 0
+    assert m.program_energy_j[a] == pytest.approx(0.25 * m.energy_j[a], rel=1e-9)
+    # Constant power, integrated by the trapezoid between the reads: exact.
+    assert m.energy_j[b] == pytest.approx(150.0 * m.time_s, rel=1e-6)
+    assert m.program_energy_j[b] == pytest.approx(m.energy_j[b], rel=1e-9)
+    assert m.estimated is True  # the CPU is the model here
