@@ -176,7 +176,9 @@ def test_torch_window_yields_the_measurement_of_the_profiler_or_monitor_or_of_ti
     assert m.energy_j == pytest.approx(w.energy_j, rel=1e-9) and m.program_energy_j == pytest.approx(w.program_energy_j)
 
 
-def test_a_supervised_programs_window_holds_its_time_and_says_its_energy_is_in_the_profile(tmp_path):
+def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path):
+    """Under `python -m energyprof` the supervisor charges the windows and writes each one's
+    figures back; inside the loop they equal the saved profile's windows."""
     import json
     import os
     import subprocess
@@ -185,25 +187,58 @@ def test_a_supervised_programs_window_holds_its_time_and_says_its_energy_is_in_t
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n1,70\n")
     (tmp_path / "s.py").write_text(textwrap.dedent("""
-        import time
+        import json, sys, time
         import energyprof.torch as ept
-        with ept.window("epoch", 0) as m:
-            t = time.perf_counter()
-            while time.perf_counter() - t < 0.05:
-                pass
         import energyprof.profiler as p
+        seen = []
+        for epoch in range(3):
+            with ept.window("epoch", epoch) as m:
+                t = time.perf_counter()
+                while time.perf_counter() - t < 0.03:
+                    pass
+            seen.append(m.to_dict())  # read inside the loop
         run = p.active_profiler().measure()
         assert run.time_s >= m.time_s and run.energy_j is None and not run.complete
-        print(repr(m.time_s), m.energy_j, m.complete)
+        json.dump(seen, sys.stdout)
     """))
     env = dict(os.environ, PYTHONPATH=str(root))
     r = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "t.csv", "--json", "p.json", "--quiet",
-                        "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120, env=env)
+                        "--carbon-intensity", "300", "s.py"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=120, env=env)
     assert r.returncode == 0, r.stderr
-    time_s, energy, complete = r.stdout.split()
-    (w,) = json.loads((tmp_path / "p.json").read_text())["windows"]
-    assert float(time_s) == pytest.approx(w["time_s"], abs=1e-9)
-    assert (energy, complete) == ("None", "False")
-    assert 0.0 <= sum(w["program_energy_j"].values()) <= sum(w["energy_j"].values())
+    seen = json.loads(r.stdout)
+    windows = json.loads((tmp_path / "p.json").read_text())["windows"]
+    assert len(seen) == len(windows) == 3
+    for m, w in zip(seen, windows):
+        assert m["complete"], m.get("note")
+        assert m["time_s"] == pytest.approx(w["time_s"], abs=1e-9)
+        assert m["energy_j"] == pytest.approx(w["energy_j"], rel=1e-12)
+        assert m["program_energy_j"] == pytest.approx(w["program_energy_j"], rel=1e-12)
+        assert 0.0 <= m["program_total_j"] <= m["total_j"] * (1 + 1e-12)
+        assert m["carbon_g"] == pytest.approx(m["program_total_j"] / 3.6e6 * 300.0, rel=1e-12)
+        assert m["estimated"] is False
+
+
+def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_came(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from energyprof.stacks import sampler
+
+    monkeypatch.setattr(sampler, "REPLY_WAIT_S", 0.01)
+    led = SimpleNamespace(sources=[CPU, {"id": "ram", "method": "estimated"}], source_ids=["cpu", "ram"])
+    w = {"start_ns": 10, "end_ns": 20, "energy": [3.0, 1.0], "program": [1.5, 0.5], "program_all": [3.0, 1.0]}
+    line = sampler.window_reply(led, w)
+    path = tmp_path / f"7{sampler.REPLY_SUFFIX}"
+    path.write_text(line[:-5])  # the supervisor's write is not whole yet
+    replies = sampler._Replies({"spool": str(tmp_path), "idle": "all", "carbon": "100.0,2.0"}, 7)
+    late = Measurement(name="w")
+    replies.fill(late, 10, 20)
+    assert late.complete is False and late.energy_j is None and "0.01 s" in late.note
+    path.write_text(line)
+    m = Measurement(name="w")
+    replies.fill(m, 10, 20)
+    assert m.complete and m.estimated is True
+    assert m.energy_j == {"cpu": 3.0, "ram": 1.0} and m.program_energy_j == {"cpu": 3.0, "ram": 1.0}  # idle=all
+    assert m.carbon_g == pytest.approx(4.0 / 3.6e6 * 2.0 * 100.0)

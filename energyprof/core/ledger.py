@@ -237,13 +237,16 @@ class Ledger:
         self._open_windows.append(w)
         self._live_windows.append(w)
 
-    def end_window(self, t_ns: int, name: str | None = None) -> None:
+    def end_window(self, t_ns: int, name: str | None = None) -> dict[str, Any] | None:
+        """End the last window opened under `name` (any, when None); returns it (its figures are
+        final once its "done" is set), or None when no such window is open."""
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
             if name is None or w["name"] == name:
                 w["end_ns"] = t_ns
                 del self._open_windows[i]
-                return
+                return w
+        return None
 
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
