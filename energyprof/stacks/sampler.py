@@ -582,10 +582,11 @@ class Agent:
         self.spool.event(f"W\tb\t{t}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
         return t
 
-    def end_window(self, name: str | None = None) -> int:
+    def end_window(self, name: str | None = None, reply: bool = False) -> int:
+        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
         self._cuda_sync()
         t = time.perf_counter_ns()
-        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t\n")
+        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t{'r' if reply else ''}\n")
         return t
 
     def window(self, name: str, index: int | None = None) -> Any:
@@ -632,7 +633,7 @@ class _Window:
         return self.m
 
     def __exit__(self, *exc: Any) -> None:
-        t0, t1 = self._t0, self.agent.end_window(self.name)
+        t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
         self.m.time_s = (t1 - t0) / 1e9
         self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
 

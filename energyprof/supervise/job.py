@@ -299,7 +299,7 @@ class JobFeed:
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None)
                     else:
                         w = led.end_window(int(r[2]), unescape(r[3]) or None)
-                        if w is not None:
+                        if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
                             self._replies.append((pid, w))
                 elif kind == "A":
                     fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
