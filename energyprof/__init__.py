@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from ._version import __version__
 from .api import energy_profile
+from .measurement import Measurement
+from .monitor import Monitor
 from .options import OptionError, Options
 from .profile import Node, Profile, ProfileFormatError, load
 from .profiler import Profiler
@@ -16,5 +18,5 @@ def load_ipython_extension(ip: object) -> None:
     load(ip)
 
 
-__all__ = ["energy_profile", "Profiler", "Profile", "Node", "Options", "OptionError", "ProfileFormatError",
-           "load", "__version__"]
+__all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
+           "ProfileFormatError", "load", "__version__"]

@@ -15,6 +15,7 @@ from . import memory, probes
 from ._version import __version__
 from .core.ledger import Ledger
 from .core.tree import build_profile
+from .measurement import Measurement, any_estimated, carbon_setting
 from .collector import Collector, LocalFeed, LocalSink
 from .preflight import preflight
 from .probes import OwnClocks
@@ -24,6 +25,8 @@ from .stacks.frames import anchor_depth
 from .stacks.sampler import HookSampler, Sampler, View
 
 _active_lock = threading.Lock()
+WINDOW_WAIT_S = 0.5  # the longest a window's end waits for its energy to be charged
+WINDOW_POLL_S = 0.002
 _active: Profiler | None = None
 
 
@@ -75,6 +78,9 @@ class Profiler:
         self._tracemalloc_started = False
         self.target: str | None = None
         self.argv: list[str] = list(sys.argv)
+        self._window_lock = threading.Lock()
+        self._windows_begun = 0
+        self._carbon = carbon_setting(self.options)
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, target: str | None = None, _anchor: int | None = None) -> Profiler:
@@ -201,9 +207,18 @@ class Profiler:
 
     # -- windows -----------------------------------------------------------------------
     def begin_window(self, name: str, index: int | None = None) -> None:
-        if self._feed is not None:
-            self._cuda_sync()
+        self._begin(name, index)
+
+    def _begin(self, name: str, index: int | None) -> int:
+        """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
+        if self._feed is None:
+            return -1
+        self._cuda_sync()
+        with self._window_lock:
+            k = self._windows_begun
+            self._windows_begun += 1
             self._feed.begin_window(name, index)
+        return k
 
     def end_window(self, name: str | None = None) -> None:
         if self._feed is not None:
@@ -218,12 +233,75 @@ class Profiler:
             cuda_sync()
 
     @contextlib.contextmanager
-    def window(self, name: str, index: int | None = None) -> Iterator[None]:
-        self.begin_window(name, index)
+    def window(self, name: str, index: int | None = None) -> Iterator[Measurement]:
+        """Mark a window; the `Measurement` it yields is filled when the block ends, at the first
+        read of one of its figures (see `_settle`: that read may wait up to WINDOW_WAIT_S)."""
+        m = Measurement(name=name, index=index)
+        if self._feed is None:
+            m.energy_j = m.program_energy_j = None
+            m.complete, m.note = False, "no profile was running"
+            yield m
+            return
+        k = self._begin(name, index)
         try:
-            yield
+            yield m
         finally:
             self.end_window(name)
+            m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
+
+    def _settle(self, k: int, m: Measurement) -> None:
+        """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window
+        overlaps (the next sensor tick and a stack sample past it), then copy its figures."""
+        led = self._ledger
+        assert led is not None
+        deadline = time.perf_counter() + WINDOW_WAIT_S
+        w = None
+        while True:
+            w = led.windows[k] if len(led.windows) > k else None
+            if (w is not None and w.get("done")) or not self.running or time.perf_counter() >= deadline:
+                break
+            time.sleep(WINDOW_POLL_S)
+        if w is None:
+            m.energy_j = m.program_energy_j = None
+            m.complete, m.note = False, "the window never reached the ledger"
+            return
+        with self._collector_lock():
+            end = w["end_ns"] if w["end_ns"] is not None else led.last_ns or w["start_ns"]
+            self._fill(m, (end - w["start_ns"]) / 1e9, w["energy"],
+                       w.get("program" if self.options.idle == "share" else "program_all") or [0.0] * led.n)
+            m.complete = bool(w.get("done"))
+        if not m.complete:
+            m.note = f"not every interval of the window was charged within {WINDOW_WAIT_S:g} s: figures so far"
+
+    def measure(self) -> Measurement:
+        """The run's totals so far: every interval charged up to now (not the one in progress)."""
+        m = Measurement(name="<run>")
+        led = self._ledger
+        if led is None:
+            m.energy_j = m.program_energy_j = None
+            m.complete, m.note = False, "no profile was started"
+            return m
+        with self._collector_lock():
+            charged = led._ticks[0].t_ns if led._ticks else (led.last_ns or 0)
+            share = self.options.idle == "share"
+            prog = list(led.root_share if share else led.root_all)
+            for ps in led.procs.values():
+                for i, v in enumerate(ps.share if share else ps.all):
+                    prog[i] += v
+            self._fill(m, max(0, charged - (led.first_ns or charged)) / 1e9, led.total, prog)
+        return m
+
+    def _fill(self, m: Measurement, time_s: float, energy: list[float], program: list[float]) -> None:
+        led = self._ledger
+        assert led is not None
+        m.time_s = time_s
+        m.energy_j = {sid: float(v) for sid, v in zip(led.source_ids, energy)}
+        m.program_energy_j = {sid: float(v) for sid, v in zip(led.source_ids, program)}
+        m.estimated = any_estimated(led.sources)
+        m.intensity_g_per_kwh, m.pue = self._carbon
+
+    def _collector_lock(self) -> Any:
+        return self._collector._lock if self._collector is not None else contextlib.nullcontext()
 
     # -- results -----------------------------------------------------------------------
     def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:

@@ -91,7 +91,8 @@ class Totals(_Record):
 
 @dataclass
 class Window(_Record):
-    """A user-named span (epoch, step, phase): the machine's energy measured inside it."""
+    """A user-named span (epoch, step, phase): the machine's energy measured inside it, and the
+    program's part of it under the profile's idle policy (absent from files written before it)."""
 
     name: str
     index: int | None = None
@@ -103,6 +104,7 @@ class Window(_Record):
     pid: int | None = None  # the process that marked it
     rank: int | None = None  # that process's rank, in a distributed job
     node: str | None = None  # its host, in a profile joined from several nodes
+    program_energy_j: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -244,7 +246,8 @@ def read_window(raw: Any) -> Window:
                   energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
                   pid=integer(raw.get("pid"), f"{w}.pid", optional=True),
                   rank=integer(raw.get("rank"), f"{w}.rank", optional=True),
-                  node=None if raw.get("node") is None else string(raw.get("node"), f"{w}.node"))
+                  node=None if raw.get("node") is None else string(raw.get("node"), f"{w}.node"),
+                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {})
 
 
 def read_timeline(raw: dict[str, Any]) -> Timeline:

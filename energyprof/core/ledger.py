@@ -228,22 +228,27 @@ class Ledger:
         self._drain(final=False)
 
     def begin_window(self, t_ns: int, name: str, index: int | None = None, pid: int | None = None) -> None:
+        # "program"/"program_all": the program's part under each idle policy; "done": every
+        # interval the window overlaps is charged, so its figures are final (a live Measurement).
         depth = sum(1 for o in self._open_windows if o.get("pid") == pid)
         w = {"name": name, "index": index, "start_ns": t_ns, "end_ns": None, "energy": [0.0] * self.n,
-             "depth": depth}
+             "program": [0.0] * self.n, "program_all": [0.0] * self.n, "done": False, "depth": depth}
         if pid is not None:  # several processes (ranks) mark windows of the same names, each its own nesting
             w["pid"] = pid
         self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
 
-    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None) -> None:
+    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None) -> dict[str, Any] | None:
+        """End the last window opened under `name` (any, when None) by `pid` (any, when None);
+        returns it (its figures are final once its "done" is set), or None when none is open."""
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
             if (name is None or w["name"] == name) and (pid is None or w.get("pid") == pid):
                 w["end_ns"] = t_ns
                 del self._open_windows[i]
-                return
+                return w
+        return None
 
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
@@ -325,7 +330,8 @@ class Ledger:
         n = self.n
         for i in range(n):
             self.total[i] += de[i]
-        self._charge_windows(lo, hi, de)
+        parts = self._program_parts(a, b, de) if any(de) else None
+        self._charge_windows(lo, hi, de, parts)
 
         cpu_w: dict[int, float] = {}
         wall_w: dict[int, float] = {}
@@ -350,22 +356,14 @@ class Ledger:
 
         if not any(de):
             return
-        phi_prog, phi_own, child_frac, all_prog = self._cpu_shares(b, a)
-        gpu_share = b.gpu_share or {}
+        assert parts is not None
         prog_share_sum = prog_all_sum = 0.0
         for i in range(n):
             d = de[i]
             if d == 0.0:
                 continue
-            if self.gpu[i]:
-                g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
-                prog_share, own_share, prog_all, cf = g * d, 0.0, d, 0.0
-                weights = gpu_w or wall
-            else:
-                prog_share, own_share = phi_prog * d, phi_own * d
-                prog_all = all_prog * d
-                cf = child_frac
-                weights = cpu_w or wall
+            prog_share, own_share, prog_all, cf = parts[i]
+            weights = (gpu_w or wall) if self.gpu[i] else (cpu_w or wall)
             self.own_share[i] += own_share
             self.own_all[i] += d - prog_all
             prog_share_sum += prog_share
@@ -410,7 +408,24 @@ class Ledger:
             st = self.stats[csid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
         return st
 
-    def _charge_windows(self, lo: int, hi: int, de: list[float]) -> None:
+    def _program_parts(self, a: Tick, b: Tick, de: list[float]) -> list[tuple[float, float, float, float]]:
+        """Per source, of interval [a, b]: (the program's part under 'share', energyprof's under
+        'share', the program's under 'all', the fraction of the program's that its children spent)."""
+        phi_prog, phi_own, child_frac, all_prog = self._cpu_shares(b, a)
+        gpu_share = b.gpu_share or {}
+        out = []
+        for i, d in enumerate(de):
+            if self.gpu[i]:
+                g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
+                out.append((g * d, 0.0, d, 0.0))
+            else:
+                out.append((phi_prog * d, phi_own * d, all_prog * d, child_frac))
+        return out
+
+    def _charge_windows(self, lo: int, hi: int, de: list[float],
+                        parts: list[tuple[float, float, float, float]] | None) -> None:
+        """Each window open in [lo, hi] gets the part of the interval's energy it overlaps: the
+        machine's, and the program's under both idle policies, spread alike (by overlap)."""
         if not self._live_windows:
             return
         dt = hi - lo
@@ -419,12 +434,17 @@ class Ledger:
             end = w["end_ns"]
             if w["start_ns"] < hi and (end is None or end > lo):
                 ov = min(hi, end if end is not None else hi) - max(lo, w["start_ns"])
-                if ov > 0:
-                    e = w["energy"]
+                if ov > 0 and parts is not None:
+                    e, prog, prog_all = w["energy"], w.setdefault("program", [0.0] * self.n), \
+                        w.setdefault("program_all", [0.0] * self.n)
                     for i, d in enumerate(de):
                         e[i] += d * ov / dt
+                        prog[i] += parts[i][0] * ov / dt
+                        prog_all[i] += parts[i][2] * ov / dt
             if end is None or end > hi:
                 still.append(w)
+            else:
+                w["done"] = True
         self._live_windows = still
 
     # -- processes ----------------------------------------------------------------------

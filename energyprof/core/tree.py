@@ -122,7 +122,8 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
         end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
         windows.append(Window(name=str(w["name"]), index=w["index"], depth=w.get("depth", 0),
                               start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
-                              time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"])))
+                              time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
+                              program_energy_j=joules(w.get("program" if share else "program_all") or [])))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
     all_notes += [n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),

@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..analysis.training import breakdown, loop_breakdown, stall_s
+from ..measurement import Measurement
 from ..profiler import Profiler, active_profiler
 from .cuda import cuda_sync, gpu_memory
 
@@ -42,17 +43,24 @@ __all__ = ["cuda_sync", "gpu_memory", "window", "track", "TrackedLoader", "StepR
 
 # -- windows ------------------------------------------------------------------------------
 @contextlib.contextmanager
-def window(name: str, index: int | None = None, profiler: Profiler | None = None) -> Iterator[None]:
-    """`profiler.window(name, index)` on the given or running profiler; a no-op when none runs.
+def window(name: str, index: int | None = None, profiler: Any = None) -> Iterator[Measurement]:
+    """`profiler.window(name, index)` on the given (a Profiler or a Monitor) or running profiler,
+    yielding its Measurement; with none running, a Measurement of the time only.
 
     Lets a training script mark epochs unconditionally and still run without energyprof.
     """
     prof = profiler if profiler is not None else active_profiler()
     if prof is None:
-        yield
+        m = Measurement(name=name, index=index, energy_j=None, program_energy_j=None, complete=False,
+                        note="no energyprof profile was running")
+        t0 = time.perf_counter_ns()
+        try:
+            yield m
+        finally:
+            m.time_s = (time.perf_counter_ns() - t0) / 1e9
         return
-    with prof.window(name, index):
-        yield
+    with prof.window(name, index) as m:
+        yield m
 
 
 # -- the data pipeline's work, timed inside each DataLoader worker -------------------------------

@@ -522,6 +522,8 @@ class Agent:
         self._gpu = False
         self.sync = config.get("sync") == "cuda"
         self._note_tracing = False
+        self._t_start = time.perf_counter_ns()
+        self.replies = _Replies(config, self.pid)
 
     def start(self, label: str = "") -> None:
         env = os.environ
@@ -573,16 +575,31 @@ class Agent:
         self.spool.event(f"N\t{_esc(message)}\n")
 
     # -- the Profiler-like surface the program may use -----------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
+    def begin_window(self, name: str, index: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
         self._cuda_sync()
-        self.spool.event(f"W\tb\t{time.perf_counter_ns()}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
+        t = time.perf_counter_ns()
+        self.spool.event(f"W\tb\t{t}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
+        return t
 
-    def end_window(self, name: str | None = None) -> None:
+    def end_window(self, name: str | None = None, reply: bool = False) -> int:
+        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
         self._cuda_sync()
-        self.spool.event(f"W\te\t{time.perf_counter_ns()}\t{_esc('' if name is None else str(name))}\t\n")
+        t = time.perf_counter_ns()
+        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t{'r' if reply else ''}\n")
+        return t
 
     def window(self, name: str, index: int | None = None) -> Any:
         return _Window(self, name, index)
+
+    def measure(self) -> Any:
+        """The run so far, as far as this process can know it: its time only (the supervisor
+        holds the energy; windows get theirs back)."""
+        from ..measurement import Measurement
+
+        return Measurement(name="<run>", time_s=(time.perf_counter_ns() - self._t_start) / 1e9, energy_j=None,
+                           program_energy_j=None, complete=False,
+                           note="under `python -m energyprof` the run's energy is the supervisor's: use windows")
 
     @property
     def running(self) -> bool:
@@ -599,14 +616,98 @@ class Agent:
 
 
 class _Window:
+    """A window of a supervised program. Its energy is charged by the supervisor, from sensors
+    read once for the whole job; once charged, the supervisor writes the window's figures back
+    (`reply_windows`), and the Measurement takes them on the first read of a figure, waiting
+    at most REPLY_WAIT_S for them."""
+
     def __init__(self, agent: Agent, name: str, index: int | None) -> None:
         self.agent, self.name, self.index = agent, name, index
+        self._t0 = 0
 
-    def __enter__(self) -> None:
-        self.agent.begin_window(self.name, self.index)
+    def __enter__(self) -> Any:
+        from ..measurement import Measurement
+
+        self.m = Measurement(name=str(self.name), index=self.index)
+        self._t0 = self.agent.begin_window(self.name, self.index)
+        return self.m
 
     def __exit__(self, *exc: Any) -> None:
-        self.agent.end_window(self.name)
+        t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
+        self.m.time_s = (t1 - t0) / 1e9
+        self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
+
+
+REPLY_SUFFIX = ".windows"
+REPLY_WAIT_S = 1.0  # more hops than in-process: the spool flush (20 ms), a tick, the release of its samples
+REPLY_POLL_S = 0.005
+SUPERVISED_NOTE = ("the supervisor had not charged this window within {wait:g} s: its figures are in the saved"
+                   " profile (energyprof.Monitor measures windows in the program itself)")
+
+
+def window_reply(ledger: Any, w: dict[str, Any]) -> str:
+    """One charged window's figures as a line of `<spool>/<pid>.windows` (the supervisor writes it)."""
+    def row(values: list[float]) -> str:
+        return ",".join(repr(float(v)) for v in values)
+
+    estimated = any(src.get("method") == "estimated" for src in ledger.sources)
+    return (f"{w['start_ns']}\t{w['end_ns']}\t{1 if estimated else 0}\t{','.join(ledger.source_ids)}\t"
+            f"{row(w['energy'])}\t{row(w.get('program') or [])}\t{row(w.get('program_all') or [])}\n")
+
+
+class _Replies:
+    """This process's side of the window back-channel: reads the supervisor's lines as they come."""
+
+    def __init__(self, config: dict[str, str], pid: int) -> None:
+        self.path = os.path.join(config.get("spool", ""), f"{pid}{REPLY_SUFFIX}")
+        self.share = config.get("idle", "share") == "share"
+        carbon = config.get("carbon", "")
+        try:
+            g, pue = (float(x) for x in carbon.split(","))
+            self.carbon: tuple[float | None, float] = (g, pue)
+        except ValueError:
+            self.carbon = (None, 1.0)
+        self.offset = 0
+        self.seen: dict[tuple[int, int], list[str]] = {}
+
+    def _read(self) -> None:
+        try:
+            with open(self.path, "rb") as fh:
+                fh.seek(self.offset)
+                data = fh.read()
+        except OSError:
+            return
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        for line in data[:end].decode("utf-8", "replace").split("\n"):
+            f = line.split("\t")
+            if len(f) == 7:
+                self.seen[(int(f[0]), int(f[1]))] = f[2:]
+
+    def fill(self, m: Any, t0: int, t1: int) -> None:
+        deadline = time.perf_counter() + REPLY_WAIT_S
+        while (t0, t1) not in self.seen:
+            self._read()
+            if (t0, t1) in self.seen or time.perf_counter() >= deadline:
+                break
+            time.sleep(REPLY_POLL_S)
+        f = self.seen.pop((t0, t1), None)
+        if f is None:
+            m.energy_j = m.program_energy_j = None
+            m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
+            return
+        ids = f[1].split(",") if f[1] else []
+
+        def joules(text: str) -> dict[str, float]:
+            return dict(zip(ids, (float(x) for x in text.split(",")))) if text else {}
+
+        m.estimated = f[0] == "1"
+        m.energy_j = joules(f[2])
+        m.program_energy_j = joules(f[3] if self.share else f[4])
+        m.intensity_g_per_kwh, m.pue = self.carbon
+        m.complete = True
 
 
 _agent: Agent | None = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 
+from ..measurement import carbon_setting
 from ..options import Options
 
 ENV = "ENERGYPROF_AGENT"
@@ -26,6 +27,9 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         "follow": "1" if options.follow and options.children else "0",
         "sampler": options.sampler,
         "sync": options.sync or "",
+        # what a window's Measurement needs (supervise/job.py writes its energies back)
+        "idle": options.idle,
+        "carbon": ",".join(repr(x) for x in carbon_setting(options)),
     }
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     old = env.get("PYTHONPATH")

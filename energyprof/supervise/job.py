@@ -21,7 +21,7 @@ from typing import Any
 from .. import probes
 from ..core.ledger import Ledger
 from ..recording import Sample, Tick
-from ..stacks.sampler import PROCESS_MARKER
+from ..stacks.sampler import PROCESS_MARKER, REPLY_SUFFIX, window_reply
 from . import follow
 from .stream import StreamReader, unescape
 
@@ -93,6 +93,7 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        self._replies: list[tuple[int, dict[str, Any]]] = []  # ended windows whose figures go back (reply_windows)
 
     # -- the collector's tick ------------------------------------------------------------
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
@@ -106,6 +107,8 @@ class JobFeed:
         nonpy, nonpy_rss = self._read_non_python(t)
         self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss))
         self._release(self._bound(now))
+        if self._replies:
+            self._replies = reply_windows(self.spool, self.ledger, self._replies)
 
     def finish(self) -> None:
         """The program has ended: read what is left, charge everything, close the books."""
@@ -298,7 +301,9 @@ class JobFeed:
                     if r[1] == "b":
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
-                        led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
+                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
+                        if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
+                            self._replies.append((pid, w))
                 elif kind == "A":
                     fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
                     p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))
@@ -453,3 +458,22 @@ class JobFeed:
     def main_exception(self) -> str | None:
         p = self.procs.get(self.main_pid or -1)
         return p.exception if p is not None else None
+
+
+def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+    """Hand each charged window's figures back to the process that opened it: one line in
+    `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""
+    left = []
+    lines: dict[int, list[str]] = {}
+    for pid, w in waiting:
+        if not w.get("done"):
+            left.append((pid, w))
+            continue
+        lines.setdefault(pid, []).append(window_reply(ledger, w))
+    for pid, text in lines.items():
+        try:
+            with open(os.path.join(spool, f"{pid}{REPLY_SUFFIX}"), "a", encoding="utf-8") as fh:
+                fh.write("".join(text))  # whole lines: the agent reads up to the last newline
+        except OSError:
+            pass  # the process's Measurement then says its figures are not in
+    return left

@@ -1,0 +1,170 @@
+"""Monitor: windows and their Measurements with no stack sampling at all.
+
+The cheapest always-on mode: the sensors are read when a window begins and when it ends,
+nothing in between, unless a sensor needs periodic reads to stay right (a RAPL counter must be
+read before it can wrap twice; an NVML power-only GPU is integrated from polled power), and
+then one light thread reads them every `poll_s`.
+
+The program's share of a CPU-class source over a window is the ledger's rule, on the window
+as one interval: this process's CPU time (reaped children included) over the machine's busy
+CPU time, with below IDLE_FLOOR of all cores busy counting as idle; a GPU's is the driver's
+figure for this process (1 when it is the only one). Under the idle policy 'all' the program
+pays for the whole machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from typing import Any, Iterator
+
+from . import probes
+from .collector import _Thread
+from .core.ledger import IDLE_FLOOR, is_gpu
+from .measurement import Measurement, any_estimated, carbon_setting
+from .options import Options
+
+POLL_S = {"nvml-power": 0.1, "counter": 1.0}
+
+
+class _Reading:
+    __slots__ = ("t_ns", "energy", "proc_ns", "busy_ns")
+
+    def __init__(self, t_ns: int, energy: list[float], proc_ns: int, busy_ns: int) -> None:
+        self.t_ns, self.energy, self.proc_ns, self.busy_ns = t_ns, energy, proc_ns, busy_ns
+
+
+class Monitor:
+    """`mon = Monitor(power_trace=None, gpus=True)`; `mon.begin_window("epoch")`;
+    `m = mon.end_window("epoch")` (a Measurement); or `with mon.window("epoch") as m:`.
+
+    Windows may nest and overlap; two open windows of one name end last-opened first. Takes the
+    same keyword arguments as `energy_profile` that make sense here: sensors (`power_trace`,
+    `powercap_root`, `cpu_tdp`, `gpus`), `idle`, and the carbon settings (`country`, `region`,
+    `cloud`, `carbon_intensity`, `pue`). `poll_s` overrides the period of the background reads.
+    """
+
+    def __init__(self, options: Options | None = None, *, poll_s: float | None = None, **kwargs: Any) -> None:
+        from . import sensors
+
+        o = options if options is not None else Options.from_kwargs(kwargs)
+        self.options = o
+        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        self.sensors = found.sensors
+        self.notes = found.notes
+        self.sources = [s.describe() for s in self.sensors]
+        self.estimated = any_estimated(self.sources)
+        self._gpu = [is_gpu(s.component) for s in self.sensors]
+        self._cpus = probes.logical_cpus()
+        self._carbon = carbon_setting(o)
+        self._share = o.idle == "share"
+        self._lock = threading.Lock()  # one sensor read at a time: they keep running state
+        self._open: list[tuple[str, int | None, _Reading]] = []
+        self._own = probes.OwnClocks()
+        self._thread: _Thread | None = None
+        t0 = time.perf_counter_ns()
+        for s in self.sensors:
+            s.start(t0)
+        self._first = self._read(t0)
+        self._stop = threading.Event()
+        self.poll_s = poll_s if poll_s is not None else self._default_poll()
+        if self.poll_s:
+            self._thread = _Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
+
+    def _default_poll(self) -> float | None:
+        periods = [POLL_S["nvml-power"] if s.sensor == "nvml" and getattr(s, "kind", "") != "counter"
+                   else POLL_S["counter"] for s in self.sensors if s.sensor in ("rapl", "nvml")]
+        return min(periods) if periods else None
+
+    def _poll(self) -> None:
+        self._own.register_current()
+        assert self.poll_s is not None
+        while not self._stop.wait(self.poll_s):
+            with self._lock:
+                t = time.perf_counter_ns()
+                for s in self.sensors:
+                    s.read(t)
+
+    def _read(self, t_ns: int | None = None) -> _Reading:
+        with self._lock:
+            t = t_ns if t_ns is not None else time.perf_counter_ns()
+            energy = [float(s.read(t)) for s in self.sensors]
+        proc = time.process_time_ns() + probes.reaped_children_cpu_ns()
+        if self._thread is not None:
+            proc -= self._own.read_ns()  # the poller is energyprof's, not the program's
+        return _Reading(t, energy, proc, probes.machine_busy_ns())
+
+    # -- windows -----------------------------------------------------------------------
+    def begin_window(self, name: str, index: int | None = None) -> None:
+        self._open.append((name, index, self._read()))
+
+    def end_window(self, name: str | None = None) -> Measurement:
+        """The Measurement of the last window opened under `name` (any, when None)."""
+        end = self._read()
+        for i in range(len(self._open) - 1, -1, -1):
+            wname, index, begin = self._open[i]
+            if name is None or wname == name:
+                del self._open[i]
+                return self._measure(wname, index, begin, end)
+        raise KeyError(f"no window {name!r} is open")
+
+    @contextlib.contextmanager
+    def window(self, name: str, index: int | None = None) -> Iterator[Measurement]:
+        m = Measurement(name=name, index=index)
+        begin = self._read()
+        try:
+            yield m
+        finally:
+            filled = self._measure(name, index, begin, self._read())
+            m.__dict__.update(filled.__dict__)
+
+    def measure(self) -> Measurement:
+        """Everything since the Monitor was made."""
+        return self._measure("<run>", None, self._first, self._read())
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+        for s in self.sensors:
+            with contextlib.suppress(Exception):
+                s.close()
+
+    def __enter__(self) -> Monitor:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- the arithmetic ----------------------------------------------------------------
+    def _measure(self, name: str, index: int | None, a: _Reading, b: _Reading) -> Measurement:
+        dt = b.t_ns - a.t_ns
+        phi = cpu_share(b.proc_ns - a.proc_ns, b.busy_ns - a.busy_ns, dt * self._cpus) if self._share else 1.0
+        energy: dict[str, float] = {}
+        program: dict[str, float] = {}
+        for i, s in enumerate(self.sensors):
+            d = max(0.0, b.energy[i] - a.energy[i])
+            energy[s.id] = d
+            if not self._share:
+                program[s.id] = d
+            elif self._gpu[i]:
+                g = 1.0
+                if hasattr(s, "process_share"):
+                    with contextlib.suppress(Exception):
+                        g = min(1.0, max(0.0, float(s.process_share())))
+                program[s.id] = g * d
+            else:
+                program[s.id] = phi * d
+        g_per_kwh, pue = self._carbon
+        return Measurement(name=name, index=index, time_s=dt / 1e9, energy_j=energy, program_energy_j=program,
+                           intensity_g_per_kwh=g_per_kwh, pue=pue, estimated=self.estimated, complete=True)
+
+
+def cpu_share(proc_ns: float, busy_ns: float, capacity_ns: float) -> float:
+    """The program's share of a CPU-class source over one span: its CPU over the machine's busy
+    CPU (the larger of the two: /proc/stat moves in 10 ms ticks), the machine idle below
+    IDLE_FLOOR of capacity; in [0, 1]."""
+    proc = max(0.0, proc_ns)
+    denom = max(proc, busy_ns, IDLE_FLOOR * capacity_ns)
+    return min(1.0, proc / denom) if denom > 0 else 0.0

@@ -1,0 +1,148 @@
+"""Monitor: windows measured from sensor readings at their edges, no stack sampling."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from energyprof import Measurement, Monitor
+from energyprof.core.ledger import IDLE_FLOOR
+from energyprof.monitor import cpu_share
+
+
+@pytest.fixture
+def trace40(tmp_path: Path) -> str:
+    p = tmp_path / "t.csv"
+    p.write_text("t_s,cpu\n0,40\n")
+    return str(p)
+
+
+def busy(seconds: float) -> None:
+    t = time.perf_counter()
+    while time.perf_counter() - t < seconds:
+        pass
+
+
+def test_a_window_at_constant_power_reads_power_times_its_time(trace40):
+    with Monitor(power_trace=trace40) as mon:
+        assert mon.poll_s is None  # a replayed trace needs no background reads
+        with mon.window("w") as m:
+            busy(0.3)
+    assert isinstance(m, Measurement) and m.complete and m.estimated is False
+    # The replayed trace integrates exactly: 40 W x the window's own time.
+    assert m.energy_j["cpu"] == pytest.approx(40.0 * m.time_s, rel=1e-6)
+    assert m.total_j == m.energy_j["cpu"]
+    assert 0.0 <= m.program_energy_j["cpu"] <= m.energy_j["cpu"]
+    assert m.carbon_g == pytest.approx(m.program_total_j / 3.6e6 * 475.0, rel=1e-12)
+
+
+def test_nested_and_overlapping_windows(trace40):
+    mon = Monitor(power_trace=trace40, idle="all", carbon_intensity=100.0)
+    try:
+        mon.begin_window("epoch", 0)
+        mon.begin_window("a")
+        busy(0.02)
+        mon.begin_window("b")
+        busy(0.02)
+        a = mon.end_window("a")  # overlaps b: ends while b is still open
+        busy(0.02)
+        b = mon.end_window("b")
+        mon.begin_window("step")
+        mon.begin_window("step")  # one name twice: last opened ends first
+        inner = mon.end_window("step")
+        outer = mon.end_window("step")
+        epoch = mon.end_window()
+        with pytest.raises(KeyError):
+            mon.end_window("never")
+        run = mon.measure()
+    finally:
+        mon.close()
+    for m in (a, b, inner, outer, epoch, run):
+        assert m.energy_j["cpu"] == pytest.approx(40.0 * m.time_s, rel=1e-6)
+        assert m.program_energy_j == m.energy_j  # idle="all": the program pays the machine
+        assert m.carbon_g == pytest.approx(m.total_j / 3.6e6 * 100.0, rel=1e-12)
+    assert (epoch.name, epoch.index) == ("epoch", 0)
+    assert inner.time_s <= outer.time_s
+    # Disjoint inside the epoch: "a" and the outer "step"; b starts inside a and ends after it.
+    assert epoch.total_j >= a.total_j + outer.total_j
+    assert run.time_s >= epoch.time_s
+
+
+def test_estimated_sources_say_so(tmp_path):
+    with Monitor(powercap_root=str(tmp_path / "none"), gpus=False) as mon:
+        with mon.window("w") as m:
+            busy(0.02)
+    assert m.estimated is True
+    assert set(m.energy_j) == {s["id"] for s in mon.sources}
+    assert all(0.0 <= m.program_energy_j[k] <= m.energy_j[k] for k in m.energy_j)
+
+
+def test_rapl_is_polled_by_an_invisible_thread_and_read_at_the_edges(tmp_path):
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "energy_uj").write_text("100\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    before = threading.enumerate()
+    mon = Monitor(powercap_root=str(tmp_path), gpus=False, poll_s=0.01)
+    try:
+        assert mon.poll_s == 0.01 and threading.enumerate() == before
+        mon.begin_window("w")
+        (zone / "energy_uj").write_text("2100100\n")
+        m = mon.end_window("w")
+    finally:
+        mon.close()
+    assert m.estimated is False
+    assert m.energy_j["cpu"] == pytest.approx(2.1, rel=1e-12)
+
+
+@pytest.mark.parametrize(("proc", "busy_ns", "capacity", "share"), [
+    (1.0, 2.0, 10.0, 0.5),  # half of the busy CPU
+    (3.0, 2.0, 10.0, 1.0),  # /proc/stat's 10 ms ticks lag the nanosecond clock: clamped
+    (0.01, 0.02, 10.0, 0.01 / (IDLE_FLOOR * 10.0)),  # an idle machine: the floor is the denominator
+    (0.0, 0.0, 0.0, 0.0),
+])
+def test_cpu_share_is_the_ledgers_rule(proc, busy_ns, capacity, share):
+    assert cpu_share(proc, busy_ns, capacity) == pytest.approx(share, rel=1e-12)
+
+
+def test_the_overhead_benchmark_runs_and_prints_its_table():
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    r = subprocess.run([sys.executable, str(root / "benchmarks" / "monitor.py"), "--quick"], capture_output=True,
+                       text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.startswith("| Monitor")]
+    assert len(rows) == 6 and all(float(line.split("|")[2]) > 0 for line in rows)
+
+
+def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
+    import os
+
+    from test_nvml import FakeGpu, FakeNvml, _injected
+
+    shared = FakeGpu(power_w=200.0)
+    me = os.getpid()
+    shared.processes = [me, 999_999_001]
+    shared.util = [(me, 25), (999_999_001, 75)]
+    power_only = FakeGpu(counter=False, power_w=150.0, bus="00000000:81:00.0", uuid="GPU-bbbb")
+    power_only.processes = [me]
+    with _injected(FakeNvml([shared, power_only])):
+        with Monitor(powercap_root="/nonexistent", cpu_tdp=10.0) as mon:
+            assert mon.poll_s == 0.1  # a power-only GPU is integrated from polled power
+            with mon.window("w") as m:
+                busy(0.3)
+    ids = {s["detail"]["uuid"]: s["id"] for s in mon.sources if s["component"].startswith("gpu")}
+    a, b = ids["GPU-aaaa"], ids["GPU-bbbb"]
+    assert m.energy_j[a] > 0
+    assert m.program_energy_j[a] == pytest.approx(0.25 * m.energy_j[a], rel=1e-9)
+    # Constant power, integrated by the trapezoid between the reads: exact.
+    assert m.energy_j[b] == pytest.approx(150.0 * m.time_s, rel=1e-6)
+    assert m.program_energy_j[b] == pytest.approx(m.energy_j[b], rel=1e-9)
+    assert m.estimated is True  # the CPU is the model here
