@@ -104,7 +104,10 @@ def test_the_top_function_reads_its_share_of_the_program(page, lenet) -> None:
     name = pg.eval_on_selector("#fn-body tr td.fn .name", "e => e.textContent")
     head = pg.eval_on_selector_all("#fn-head th", "ths => ths.map(t => t.dataset.key)")
     assert not name.startswith("[")  # the program's functions first, not idle or energyprof
-    rows = [n for n, _ in profile.walk() if n.function == name]
+    where = pg.eval_on_selector("#fn-body tr td.fn", "td => (td.querySelector('.where') || {}).title || ''")
+    file, _, line = where.rpartition(":")
+    # the row is one function (name, file and first line) merged over every path it ran on
+    rows = [n for n, _ in profile.walk() if n.function == name and (not where or (n.file, n.line) == (file, int(line)))]
     self_j = sum(n.self_total_energy for n in rows)
     shown = float(first[head.index("self_p")].rstrip("%"))
     assert shown == pytest.approx(self_j / program * 100, abs=0.051)
