@@ -200,7 +200,11 @@ def test_pyinstrument_sampler_charges_main_and_says_so(here):
     res = run_cli(["-q", "--idle", "all", "--sampler", "pyinstrument", *profiled(["th.py"])], cwd=here)
     assert res.returncode == 0, res.stderr
     p = load(here / "p.json")
-    assert p.function_totals("main_waits") > 0.8 * p.totals["attributed_j"]["cpu"]
+    # the hook sees the main thread only: the worker's stack never appears, and its CPU goes to
+    # the main thread's stack, which waits in join() for the 1 s the worker burns (the rest of the
+    # run is start-up, longer on a busy machine)
+    assert not p.find("worker_burn")
+    assert p.function_totals("main_waits") > 0.5 * p.totals["attributed_j"]["cpu"]
     assert any("main thread" in n["message"] for n in p.notes)
 
 

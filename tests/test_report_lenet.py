@@ -110,4 +110,6 @@ def test_the_top_function_reads_its_share_of_the_program(page, lenet) -> None:
     rows = [n for n, _ in profile.walk() if n.function == name and (not where or (n.file, n.line) == (file, int(line)))]
     self_j = sum(n.self_total_energy for n in rows)
     shown = float(first[head.index("self_p")].rstrip("%"))
-    assert shown == pytest.approx(self_j / program * 100, abs=0.051)
+    # the table carries energies to 3 significant digits (at most 0.5 % off) and shows one decimal
+    true = self_j / program * 100
+    assert shown == pytest.approx(true, abs=0.05 + 0.005 * true + 1e-9)

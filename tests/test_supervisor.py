@@ -277,9 +277,11 @@ def test_cpu_time_is_the_programs_getrusage(here):
     assert res.returncode == 0, res.stderr
     own_view = float(res.stdout)
     p = load(here / "p.json")
-    # the program's figure includes energyprof's sampler threads (1-2 %) but not its own
-    # shut-down after it printed (a few tens of ms); the profile's is the other way round
-    assert p.totals["cpu_time_s"] == pytest.approx(own_view, rel=0.05)
+    # the program's figure includes energyprof's sampler threads (at most energyprof's own CPU,
+    # which grows with wall time on a busy machine) but not its own shut-down after it printed
+    # (a few tens of ms); the profile's is the other way round
+    sampler_bound = p.totals["energyprof_cpu_time_s"]
+    assert own_view - sampler_bound - 0.05 * own_view <= p.totals["cpu_time_s"] <= own_view * 1.05
     assert sum(r["cpu_time_s"] for r in processes(p)) == pytest.approx(own_view, rel=0.10)
 
 
