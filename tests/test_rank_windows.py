@@ -211,5 +211,9 @@ def test_rank_sections_render_in_chromium(browser, tracked_job: Path) -> None:  
     rows = page.page.eval_on_selector_all("#windows .training-ranks tbody tr td:first-child",
                                           "els => els.map(e => e.textContent)")
     assert rows[:2] == ["rank 0", "rank 1"]
+    # per epoch, the ranks of each epoch next to each other
+    cells = page.page.eval_on_selector_all("#windows .training-ranks details tbody tr",
+                                           "rs => rs.map(r => [...r.cells].slice(0, 3).map(c => c.textContent))")
+    assert cells == [["0", "rank 0", "3"], ["0", "rank 1", "3"], ["1", "rank 0", "3"], ["1", "rank 1", "3"]]
     page.close()
 
