@@ -22,7 +22,7 @@ from energyprof.profile import Window
 from energyprof.render.html import render_html
 
 from conftest import run_cli
-from test_distributed import TIMEOUT, needs_torchrun, torchrun
+from test_distributed import TIMEOUT, needs_torchrun, per_rank_run, torchrun
 from test_report_browser import Page, browser  # noqa: F401  (the fixture)
 
 # Per rank: (epoch energy, per step (fetch J, compute J)); rank 1 is the slower, hungrier one.
@@ -171,13 +171,18 @@ main()
 """
 
 
-@pytest.fixture(scope="module")
-def tracked_job(tmp_path_factory) -> Path:
+@pytest.fixture(scope="module", params=["wrapped", "in each rank"])
+def tracked_job(request, tmp_path_factory) -> Path:
+    """The job's profile p.json and page r.html: one supervisor around torchrun, or energyprof in
+    each rank (the ranks' profiles joined by rank 0)."""
     d = tmp_path_factory.mktemp("ranks")
     (d / "trace.csv").write_text("t_s,cpu\n0,50\n")
     (d / "train.py").write_text(textwrap.dedent(TRACKED))
-    res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "--", *torchrun("train.py")],
-                  cwd=d, timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"})
+    if request.param == "wrapped":
+        res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "--",
+                       *torchrun("train.py")], cwd=d, timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"})
+    else:
+        res = per_rank_run(d, "--json", "p.json", "-o", "r.html")
     assert res.returncode == 0, res.stderr
     return d
 
