@@ -14,7 +14,8 @@ from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
-from .windows import WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, window_groups
+from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
+                      window_groups)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,8 @@ class ReportModel:
     duration_s: float
     meta: dict[str, Any]
     chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
+    # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
+    training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -127,7 +130,8 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
-        duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta)
+        duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
+        training_ranks=training_by_rank(view))
 
 
 def processes_of(profile: Profile) -> list[Process]:

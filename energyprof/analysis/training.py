@@ -32,17 +32,19 @@ STALL_DEFINITION = ("no workers: pipeline + preprocess; N workers: max(pipeline 
 
 
 # -- the profile's facts this module reads (one place, so a new Profile shape is a few lines) --------
-def _windows(profile: Profile) -> list[Window]:
-    return list(profile.windows)
+def _windows(profile: Profile, rank: int | None = None) -> list[Window]:
+    """The profile's windows; with `rank`, only those that rank marked (each rank counts its own steps)."""
+    return [w for w in profile.windows if rank is None or w.rank == rank]
 
 
 def _window_energy(w: Window) -> float:
     return float(sum(w.energy_j.values()))
 
 
-def _worker_nodes(profile: Profile) -> list[Node]:
-    """Process nodes of DataLoader workers (outermost only: a worker's subtree is inside its figure)."""
-    out, stack = [], [profile.root]
+def _worker_nodes(profile: Profile, rank: int | None = None) -> list[Node]:
+    """Process nodes of DataLoader workers (outermost only: a worker's subtree is inside its figure);
+    with `rank`, those under that rank's `[rank R]` node when the tree has one."""
+    out, stack = [], (profile.find(f"[rank {rank}]") if rank is not None else []) or [profile.root]
     while stack:
         node = stack.pop()
         if WORKER_NODE.match(node.function):
@@ -135,7 +137,7 @@ def _agreement(row: Mapping[str, Any]) -> list[str]:
 
 # -- from a profile's windows (energy) --------------------------------------------------------------
 def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch", warmup: int = 0,
-              steps: Iterable[Mapping[str, Any]] | None = None) -> dict[str, Any]:
+              steps: Iterable[Mapping[str, Any]] | None = None, rank: int | None = None) -> dict[str, Any]:
     """The split with energy, from a finished (or loaded) profile's windows.
 
     Windows `<name>.fetch` (the wait in next()), `<name>.preprocess` and `<name>.compute`,
@@ -143,8 +145,10 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
     worker timings: pass the tracker's records (`tracked.records()`) as `steps` for the stall
     of a loop with workers. Without them the loop is taken to have none (the pipeline is the
     wait), unless the profile has DataLoader worker processes, in which case the stall is None.
+    `rank`: only that rank's windows (a distributed job's ranks count steps each from 0, so their
+    windows cannot be paired across ranks).
     """
-    windows = _windows(profile)
+    windows = _windows(profile, rank)
 
     def named(suffix: str) -> list[Window]:
         return [w for w in windows if w.name == f"{name}.{suffix}" and w.index is not None]
@@ -184,7 +188,7 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
     end_waits = [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
                  for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
 
-    workers = _worker_nodes(profile)
+    workers = _worker_nodes(profile, rank)
     timing = _timings(rows, steps, has_workers=bool(workers))
     loop = loop_breakdown(timing, warmup) if timing is not None else None
     per_epoch: dict[Any, dict[str, Any]] = {}

@@ -135,6 +135,15 @@ def process_rows(model: ReportModel) -> dict[str, Any]:
     return {"rows": rows, "ranks": len(ranks) > 1}
 
 
+def rank_epoch_rows(by_rank: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """(rank, epoch row) pairs, epoch by epoch with the ranks of each epoch next to each other."""
+    order: dict[Any, int] = {}
+    for b in by_rank.values():
+        for e in b["epochs"]:
+            order.setdefault(e["epoch"], len(order))
+    return sorted(((r, e) for r, b in by_rank.items() for e in b["epochs"]), key=lambda x: (order[x[1]["epoch"]], x[0]))
+
+
 def short_command(command: str, short: Any) -> str:
     """A command line as a reader wants it: the interpreter by its name, a script relative to the
     program's folder (the whole line is in a tooltip)."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.report import ReportModel
-from .cards import methodology, process_rows, summary_cards
+from .cards import methodology, process_rows, rank_epoch_rows, summary_cards
 from .charts import report_data
 from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
 
@@ -75,6 +75,7 @@ def _render(model: ReportModel) -> str:
         started=str(model.meta.get("started_at") or "")[:19].replace("T", " "),
         cards=summary_cards(model),
         procs=process_rows(model),
+        rank_epoch_rows=rank_epoch_rows,
         method=methodology(model),
         has_timeline=data["timeline"] is not None,
         window_rows=sorted(model.windows, key=lambda r: r.window.start_s)[:MAX_WINDOW_ROWS],

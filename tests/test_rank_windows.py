@@ -1,0 +1,224 @@
+"""Windows and the training breakdown per rank: windows named the same in every rank are shown per
+rank and summed over ranks; each rank's tracked loop is broken down from its own windows. Synthetic
+profiles with known answers for the model, one real two-rank gloo run under torchrun, and the
+section in Chromium."""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conftest_report import small_profile
+from energyprof import load
+from energyprof.analysis.report import build
+from energyprof.analysis.training import breakdown
+from energyprof.analysis.windows import WindowRow, window_groups
+from energyprof.profile import Window
+from energyprof.render.html import render_html
+
+from conftest import run_cli
+from test_distributed import TIMEOUT, needs_torchrun, per_rank_run, torchrun
+from test_report_browser import Page, browser  # noqa: F401  (the fixture)
+
+# Per rank: (epoch energy, per step (fetch J, compute J)); rank 1 is the slower, hungrier one.
+RANKS = {0: (10.0, [(0.5, 2.0), (0.25, 2.0), (0.5, 3.0)]),
+         1: (14.0, [(1.0, 3.0), (0.75, 3.0), (1.0, 4.0)])}
+
+
+def _ranked_windows(ranks: dict[int, tuple[float, list[tuple[float, float]]]] = RANKS,
+                    with_rank: bool = True) -> list[dict]:
+    """An `epoch` window and a tracked loop (`step.fetch`, `step.compute`, steps from 0) per rank,
+    over the same span of time, as each rank's supervisor marks them."""
+    out = []
+    for rank, (epoch_j, steps) in ranks.items():
+        who = {"pid": 100 + rank, "rank": rank} if with_rank else {"pid": 100}
+        out.append({"name": "epoch", "index": 0, "depth": 0, "start_s": 0.0, "end_s": 0.06, "time_s": 0.06,
+                    "energy_j": {"cpu": epoch_j}, **who})
+        for i, (fetch_j, compute_j) in enumerate(steps):
+            t = i * 0.02
+            out.append({"name": "step.fetch", "index": i, "depth": 1, "start_s": t, "end_s": t + 0.005,
+                        "time_s": 0.005, "energy_j": {"cpu": fetch_j}, **who})
+            out.append({"name": "step.compute", "index": i, "depth": 1, "start_s": t + 0.005, "end_s": t + 0.02,
+                        "time_s": 0.015, "energy_j": {"cpu": compute_j}, **who})
+    return out
+
+
+def _profile(windows: list[dict]):
+    p = small_profile()
+    p.windows = [Window(**w) for w in windows]
+    return p
+
+
+def test_windows_named_the_same_in_every_rank_are_per_rank_and_summed() -> None:
+    m = build(_profile(_ranked_windows()))
+    groups = {g.name: g for g in m.window_groups}
+    epoch = groups["epoch"]
+    assert (epoch.count, epoch.total_j) == (2, 24.0)  # the sum over ranks
+    assert [(r.name, r.count, r.total_j, r.mean_j) for r in epoch.ranks] == [("rank 0", 1, 10.0, 10.0),
+                                                                            ("rank 1", 1, 14.0, 14.0)]
+    compute = groups["step.compute"]
+    assert (compute.count, compute.total_j) == (6, 17.0)
+    assert [(r.name, r.count, r.total_j) for r in compute.ranks] == [("rank 0", 3, 7.0), ("rank 1", 3, 10.0)]
+    assert [r.mean_time_s for r in compute.ranks] == pytest.approx([0.015, 0.015])
+    html = render_html(m)
+    assert html.count('class="rank-row"') == 2 * len(groups) and "summed over 2 ranks" in html
+
+
+def test_training_breakdown_per_rank_from_each_ranks_own_steps() -> None:
+    p = _profile(_ranked_windows())
+    m = build(p)
+    assert m.training == {}  # the ranks' steps are not paired across ranks
+    assert sorted(m.training_ranks) == ["step"] and sorted(m.training_ranks["step"]) == [0, 1]
+    for rank, (_, steps) in RANKS.items():
+        b = m.training_ranks["step"][rank]
+        assert [s["step"] for s in b["steps"]] == [0, 1, 2]
+        assert [(s["fetch_j"], s["compute_j"]) for s in b["steps"]] == steps
+        assert [e["epoch"] for e in b["epochs"]] == [0] and b["epochs"][0]["steps"] == 3
+        assert b["step_energy_j"]["mean"] == pytest.approx(sum(f + c for f, c in steps) / 3)
+        # the same as the breakdown of a profile holding only that rank's windows
+        alone = _profile(_ranked_windows({rank: RANKS[rank]}))
+        assert b == breakdown(alone, "step")
+    html = render_html(m)
+    assert "Training loop per rank: step" in html and "Training loop: step" not in html
+
+
+def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
+    """One process: no rank rows, no per-rank breakdown, the same groups and breakdown as before; a
+    job where a single rank marked every window reads the same."""
+    p = _profile(_ranked_windows({0: RANKS[0]}, with_rank=False))
+    m = build(p)
+    assert m.training_ranks == {} and all(g.ranks == [] for g in m.window_groups)
+    assert [dataclasses.astuple(g) for g in m.window_groups] == [
+        ("epoch", 1, 10.0, 10.0, 0.0, 10.0, 10.0, pytest.approx(0.06), 0, []),
+        ("step.fetch", 3, 1.25, pytest.approx(1.25 / 3), pytest.approx(0.1443375673), 0.25, 0.5, pytest.approx(0.005), 0, []),
+        ("step.compute", 3, 7.0, pytest.approx(7 / 3), pytest.approx(0.5773502692), 2.0, 3.0, pytest.approx(0.015), 0, [])]
+    assert m.training == {"step": breakdown(p, "step")}
+    assert [(s["fetch_j"], s["compute_j"]) for s in m.training["step"]["steps"]] == RANKS[0][1]
+    html = render_html(m)
+    assert 'class="rank-row"' not in html and "summed over" not in html and "Training loop per rank" not in html
+    one_rank = build(_profile(_ranked_windows({0: RANKS[0]})))
+    assert one_rank.window_groups == m.window_groups and one_rank.training == m.training
+    assert one_rank.training_ranks == {}
+    # small_profile's own windows (no pid, no rank) still render as they did
+    plain = build(small_profile())
+    assert all(g.ranks == [] for g in plain.window_groups) and plain.training_ranks == {}
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["epoch 0", "epoch 1", "step"]), st.sampled_from([None, 0, 1, 2]),
+                          st.floats(0, 1e3, allow_nan=False), st.floats(1e-4, 10, allow_nan=False)),
+                min_size=1, max_size=40))
+def test_rank_rows_add_up_to_their_group(ws) -> None:
+    rows = [WindowRow(Window(name=n, rank=r, pid=None if r is not None else 7, start_s=0.0, end_s=t, time_s=t,
+                             energy_j={"cpu": j})) for n, r, j, t in ws]
+    ranks = {r for _, r, _, _ in ws if r is not None}
+    for g in window_groups(rows):
+        if len(ranks) <= 1:
+            assert g.ranks == []
+            continue
+        assert sum(r.count for r in g.ranks) == g.count
+        assert sum(r.total_j for r in g.ranks) == pytest.approx(g.total_j, rel=1e-9, abs=1e-9)
+        labels = [r.name for r in g.ranks]
+        assert len(set(labels)) == len(labels)
+        assert {int(x.split()[1]) for x in labels if x.startswith("rank ")} == \
+            {r for n, r, _, _ in ws if n == g.name and r is not None}
+
+
+# ---------------------------------------------------------------- a real two-rank run
+TRACKED = """
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import energyprof.torch as ept
+
+
+def burn_for(seconds):
+    end = time.process_time() + seconds
+    s = 0
+    while time.process_time() < end:
+        for i in range(10_000):
+            s += i * i
+    return s
+
+
+def main():
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Linear(16, 16))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = ept.track([torch.randn(8, 16) for _ in range(3)])
+    for epoch in range(2):
+        with ept.window("epoch", epoch):
+            for x in loader:
+                opt.zero_grad()
+                model(x).pow(2).mean().backward()
+                opt.step()
+                burn_for(0.05)
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+main()
+"""
+
+
+@pytest.fixture(scope="module", params=["wrapped", "in each rank"])
+def tracked_job(request, tmp_path_factory) -> Path:
+    """The job's profile p.json and page r.html: one supervisor around torchrun, or energyprof in
+    each rank (the ranks' profiles joined by rank 0)."""
+    d = tmp_path_factory.mktemp("ranks")
+    (d / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (d / "train.py").write_text(textwrap.dedent(TRACKED))
+    if request.param == "wrapped":
+        res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "--",
+                       *torchrun("train.py")], cwd=d, timeout=TIMEOUT, env={"OMP_NUM_THREADS": "1"})
+    else:
+        res = per_rank_run(d, "--json", "p.json", "-o", "r.html")
+    assert res.returncode == 0, res.stderr
+    return d
+
+
+@needs_torchrun
+def test_two_rank_run_is_broken_down_per_rank(tracked_job: Path) -> None:
+    p = load(tracked_job / "p.json")
+    m = build(p)
+    assert m.training == {} and sorted(m.training_ranks) == ["step"]
+    by_rank = m.training_ranks["step"]
+    assert sorted(by_rank) == [0, 1]
+    for b in by_rank.values():
+        assert [s["step"] for s in b["steps"]] == list(range(6))
+        assert [(e["epoch"], e["steps"]) for e in b["epochs"]] == [(0, 3), (1, 3)]
+        assert all(s["compute_j"] > 0 for s in b["steps"])  # 50 W over every compute span
+    epoch = next(g for g in m.window_groups if g.name == "epoch")
+    assert [(r.name, r.count) for r in epoch.ranks] == [("rank 0", 2), ("rank 1", 2)]
+    assert sum(r.total_j for r in epoch.ranks) == pytest.approx(epoch.total_j)
+    # the live run's page and a re-render of its profile are the same page
+    assert (tracked_job / "r.html").read_text(encoding="utf-8") == render_html(build(load(tracked_job / "p.json")))
+
+
+@pytest.mark.browser
+@needs_torchrun
+def test_rank_sections_render_in_chromium(browser, tracked_job: Path) -> None:  # noqa: F811
+    page = Page(browser)
+    page.open(tracked_job / "r.html")
+    assert page.errors == [] and page.blocked == []
+    assert page.page.locator("#windows tr.rank-row").count() >= 2 * 3  # epoch, step.fetch, step.compute
+    assert page.page.locator("#windows .training-ranks h3").inner_text().startswith("Training loop per rank: step")
+    rows = page.page.eval_on_selector_all("#windows .training-ranks tbody tr td:first-child",
+                                          "els => els.map(e => e.textContent)")
+    assert rows[:2] == ["rank 0", "rank 1"]
+    # per epoch, the ranks of each epoch next to each other
+    cells = page.page.eval_on_selector_all("#windows .training-ranks details tbody tr",
+                                           "rs => rs.map(r => [...r.cells].slice(0, 3).map(c => c.textContent))")
+    assert cells == [["0", "rank 0", "3"], ["0", "rank 1", "3"], ["1", "rank 0", "3"], ["1", "rank 1", "3"]]
+    page.close()
+
