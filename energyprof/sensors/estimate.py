@@ -37,10 +37,13 @@ def _cpu_table() -> dict[str, float]:
     return table
 
 
+_MARKS = re.compile(r"\((r|tm)\)", flags=re.I)
+_FILLER = re.compile(r"\b(cpu|processor|\d+-core)\b", flags=re.I)
+
+
 def _normalise(name: str) -> str:
-    name = re.sub(r"\((r|tm)\)", "", name, flags=re.I).split("@")[0]
-    name = re.sub(r"\b(cpu|processor|\d+-core)\b", "", name, flags=re.I)
-    return " ".join(name.lower().split())
+    name = _MARKS.sub("", name).split("@")[0]
+    return " ".join(_FILLER.sub("", name).lower().split())
 
 
 def lookup_tdp(model: str) -> tuple[float, str] | None:
