@@ -243,34 +243,40 @@ def _visible(value: str | None) -> list[str] | None:
 
 
 def gpu_ties(sources: list[Any], processes: list[Any], visible: Mapping[int, str],
-             own_visible: str | None, nvml_pids: Mapping[str, set[int]] | None = None) -> None:
-    """Tie each GPU source `gpu:N` (N: the index CUDA gives it in energyprof's process) to the
-    rank that uses it: the rank's CUDA device is its LOCAL_RANK, counted among the devices its
-    own CUDA_VISIBLE_DEVICES leaves it. Where NVML listed the compute processes of a device,
-    the tie must agree with it (a rank NVML never saw on the device is not tied to it)."""
-    ranks = [p for p in processes if p.rank is not None and p.role in ("rank", "main")]
+             own_visible: str | None, nvml_pids: Mapping[str, set[int]] | None = None) -> dict[str, dict[str, Any]]:
+    """{source id: {rank, pid, tied_by}}: each GPU source `gpu:N` (N: the index CUDA gives it in
+    energyprof's process) tied to the rank that uses it. The rank's CUDA device is its LOCAL_RANK,
+    counted among the devices its own CUDA_VISIBLE_DEVICES leaves it. Where NVML listed the compute
+    processes of a device, the tie must agree with it (a rank NVML never saw on it is not tied).
+    Sources and processes are records or dicts (the ledger's, before the Profile is built)."""
+    def get(x: Any, key: str) -> Any:
+        return x.get(key) if isinstance(x, Mapping) else getattr(x, key, None)
+
+    ties: dict[str, dict[str, Any]] = {}
+    ranks = [p for p in processes if get(p, "rank") is not None and get(p, "role") in ("rank", "main")]
     if not ranks:
-        return
+        return ties
     mine = _visible(own_visible)
     for s in sources:
-        comp = str(s.component or s.id)
+        comp = str(get(s, "component") or get(s, "id"))
         if not comp.startswith("gpu:") or not comp[4:].isdigit():
             continue
         index = int(comp[4:])
         # The device as a CUDA_VISIBLE_DEVICES entry would name it.
         name = mine[index] if mine is not None and index < len(mine) else str(index)
         for p in ranks:
-            theirs = _visible(visible.get(p.pid))
-            local = p.local_rank if p.local_rank is not None else 0
+            pid, local = get(p, "pid"), get(p, "local_rank")
+            theirs = _visible(visible.get(pid))
+            local = local if local is not None else 0
             uses = (theirs[local] == name) if theirs is not None and local < len(theirs) else \
                 (theirs is None and local == index)
             if not uses:
                 continue
-            seen = None if nvml_pids is None else nvml_pids.get(s.id)
-            if seen and p.pid not in seen:
+            seen = None if nvml_pids is None else nvml_pids.get(get(s, "id"))
+            if seen and pid not in seen:
                 continue
-            s.extra["rank"] = p.rank
-            s.extra["pid"] = p.pid
-            s.extra["tied_by"] = ("CUDA_VISIBLE_DEVICES" if theirs is not None else "LOCAL_RANK") + \
-                (" and NVML's process list" if seen else "")
+            ties[get(s, "id")] = {"rank": get(p, "rank"), "pid": pid,
+                                  "tied_by": ("CUDA_VISIBLE_DEVICES" if theirs is not None else "LOCAL_RANK")
+                                  + (" and NVML's process list" if seen else "")}
             break
+    return ties

@@ -163,22 +163,26 @@ def test_gpu_sources_are_tied_to_the_rank_using_them() -> None:
     fake = FakeNvml(gpus)
     ranks = [Process(pid=101, role="rank", rank=0, local_rank=0), Process(pid=102, role="rank", rank=1, local_rank=1)]
     sources = [Source(id="gpu:0", component="gpu:0"), Source(id="gpu:1", component="gpu:1"), Source(id="cpu", component="cpu")]
-    gpu_ties(sources, ranks, {}, None)
-    assert [(s.extra.get("rank"), s.extra.get("tied_by")) for s in sources] == \
+    ties = gpu_ties(sources, ranks, {}, None)
+    assert [(ties.get(s.id, {}).get("rank"), ties.get(s.id, {}).get("tied_by")) for s in sources] == \
         [(0, "LOCAL_RANK"), (1, "LOCAL_RANK"), (None, None)]
     # Each rank sees one device through its own CUDA_VISIBLE_DEVICES (the SLURM way): rank 0 uses 1.
     sources = [Source(id="gpu:0", component="gpu:0"), Source(id="gpu:1", component="gpu:1")]
-    gpu_ties(sources, [Process(pid=101, role="rank", rank=0, local_rank=0),
-                       Process(pid=102, role="rank", rank=1, local_rank=0)], {101: "1", 102: "0"}, None)
-    assert [s.extra.get("rank") for s in sources] == [1, 0]
+    ties = gpu_ties(sources, [Process(pid=101, role="rank", rank=0, local_rank=0),
+                              Process(pid=102, role="rank", rank=1, local_rank=0)], {101: "1", 102: "0"}, None)
+    assert [ties[s.id]["rank"] for s in sources] == [1, 0]
     # NVML's process list has the last word: a rank it never saw on a device is not tied to it.
     gpus[0].processes = [102]
     listed = {f"gpu:{i}": {p.pid if hasattr(p, "pid") else p for p in fake.nvmlDeviceGetComputeRunningProcesses(g)}
               for i, g in enumerate(gpus)}
     sources = [Source(id="gpu:0", component="gpu:0"), Source(id="gpu:1", component="gpu:1")]
-    gpu_ties(sources, ranks, {}, None, nvml_pids=listed)
-    assert sources[0].extra.get("rank") is None
-    assert sources[1].extra.get("rank") == 1
+    ties = gpu_ties(sources, ranks, {}, None, nvml_pids=listed)
+    assert "gpu:0" not in ties
+    assert ties["gpu:1"]["rank"] == 1
+    # the ledger's plain source dicts (before the Profile is built) tie the same way
+    assert gpu_ties([{"id": "gpu:1", "component": "gpu:1"}], [{"pid": 102, "role": "rank", "rank": 1,
+                                                               "local_rank": 1}], {}, None, listed) == \
+        {"gpu:1": ties["gpu:1"]}
 
 
 # ---------------------------------------------------------------- wrap the launcher

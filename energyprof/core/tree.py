@@ -117,13 +117,17 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
         baseline_rss_bytes=baseline, peak_rss_bytes=max(rss) if rss else baseline,
         peak_rss_exact_bytes=peak_rss_exact_bytes,
     )
+    children = [dict(c) for c in child_processes]
+    processes = _processes(ledger, policy, children)
+    rank_of = {p.pid: p.rank for p in processes}
     windows = []
     for w in ledger.windows:
         end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
         windows.append(Window(name=str(w["name"]), index=w["index"], depth=w.get("depth", 0),
                               start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
                               time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
-                              program_energy_j=joules(w.get("program" if share else "program_all") or [])))
+                              program_energy_j=joules(w.get("program" if share else "program_all") or []),
+                              pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
     all_notes += [n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),
@@ -132,10 +136,9 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     full_meta = dict(meta)
     full_meta["idle_policy"] = policy
     full_meta.setdefault("duration_s", duration_s)
-    children = [dict(c) for c in child_processes]
     return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
                    root=root, windows=windows, timeline=timeline, notes=all_notes,
-                   processes=_processes(ledger, policy, children),
+                   processes=processes,
                    extra={"child_processes": children} if children else {})  # the /1 field, for older readers
 
 

@@ -137,24 +137,22 @@ class Supervisor:
         for p in feed.procs.values():
             ledger.note_process(p.pid, exit=p.exit)
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
+        self._tie_gpus(ledger, feed, collector)
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
-        self._tag(profile, ledger, feed)
         return profile
 
-    @staticmethod
-    def _tag(profile: Profile, ledger: Ledger, feed: JobFeed) -> None:
-        """Each window with the process (and rank) that marked it; each GPU with the rank using it."""
-        for w, raw in zip(profile.windows, ledger.windows):
-            pid = raw.get("pid")
-            if isinstance(pid, int):
-                w.pid = pid
-                proc = next((p for p in profile.processes if p.pid == pid), None)
-                w.rank = proc.rank if proc is not None else None
-        gpu_ties(profile.sources, profile.processes,
-                 {p.pid: p.cuda_visible for p in feed.procs.values() if p.cuda_visible is not None},
-                 os.environ.get("CUDA_VISIBLE_DEVICES"))
+    def _tie_gpus(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> None:
+        """Each GPU source with the rank that uses it, written into the sources before the
+        Profile is built (NVML's process lists, where the driver gave them, have the last word)."""
+        nvml = {s.id: set(s.share.seen_pids) for s in collector.sensors
+                if getattr(s, "share", None) is not None and s.share.seen_pids}
+        ties = gpu_ties(ledger.sources, ledger.process_table(self.options.idle),
+                        {p.pid: p.cuda_visible for p in feed.procs.values() if p.cuda_visible is not None},
+                        os.environ.get("CUDA_VISIBLE_DEVICES"), nvml or None)
+        for source in ledger.sources:
+            source.update(ties.get(source["id"], {}))
 
 
 class SpawnError(Exception):

@@ -28,6 +28,7 @@ class ProcessShare:
         self.refreshed_at = -1e18
         self._util_ts = 0
         self._uses_cuda = False
+        self.seen_pids: set[int] = set()  # every compute process NVML listed on the device (ties GPUs to ranks)
 
     def __call__(self) -> float:
         now = time.monotonic()
@@ -45,6 +46,7 @@ class ProcessShare:
             pids = self.device.compute_pids()
         except GpuError:  # not supported / no permission
             return 1.0 if self.uses_cuda() else 0.0
+        self.seen_pids |= pids
         ours = own_pids()
         mine = pids & ours
         if not pids:
