@@ -345,15 +345,12 @@ def _run(argv: list[str]) -> int:
     launcher = sys.argv[0] if sys.argv else PROG
     shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
     reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
-    sup = Supervisor(options, command, target, shown, executable=executable)
+    meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
+    sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
     try:
         profile, status = sup.run()
     except SpawnError as exc:
         raise UsageError(str(exc)) from None
-    if isinstance(profile.meta.get("host"), dict):
-        profile.meta["host"]["name"] = distributed.hostname()  # what `merge` groups nodes by
-    if rank is not None and reader is not None:
-        profile.meta["distributed"] = rank.to_meta(reader.elected)
     store = None
     if rank is not None and rank_json is not None:
         store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))

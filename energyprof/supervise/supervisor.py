@@ -8,6 +8,7 @@ however it ended, writes the outputs and ends the way the program did.
 from __future__ import annotations
 
 import os
+import socket
 import shutil
 import sys
 import tempfile
@@ -30,8 +31,9 @@ from .job import JobFeed
 
 class Supervisor:
     def __init__(self, options: Options, command: list[str], target: str, argv: list[str],
-                 executable: str | None = None) -> None:
+                 executable: str | None = None, meta: dict[str, Any] | None = None) -> None:
         self.options = options
+        self.extra_meta = dict(meta or {})  # e.g. the rank's `distributed` block, known before the run
         self.command = command  # what runs: [python, script, args...] or the user's command
         self.executable = executable  # None: look command[0] up on PATH
         self.target = target
@@ -124,8 +126,10 @@ class Supervisor:
         return {"status": "exit", "code": code}
 
     def _meta(self, exit_status: dict[str, Any]) -> dict[str, Any]:
-        return run_meta(self.options, self.target, self.argv, self.started_wall, self.pid, self.discovery_notes,
+        meta = run_meta(self.options, self.target, self.argv, self.started_wall, self.pid, self.discovery_notes,
                         exit_status)
+        meta["host"]["name"] = socket.gethostname()  # what `energyprof merge` groups nodes by
+        return {**meta, **self.extra_meta}
 
     def _checkpoint_header(self, ledger: Ledger, feed: JobFeed) -> dict[str, Any]:
         return checkpoint_header(self._meta({"status": "checkpoint"}), self.options, feed.notes, ledger)
