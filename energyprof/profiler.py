@@ -248,6 +248,18 @@ class Profiler:
         finally:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
+            if self.options.mlflow:  # live, as the block ends: this read pays the wait for m's figures
+                self._log_window(m, name, index)
+
+    def _log_window(self, m: Measurement, name: str, index: int | None) -> None:
+        try:
+            from .integrations.mlflow import log_window
+
+            log_window(m, name, index)
+        except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
+            if not any(n["kind"] == "mlflow" for n in self._notes):
+                self._notes.append({"kind": "mlflow", "message": f"a window could not be logged to MLflow: "
+                                    f"{type(exc).__name__}: {exc}"})
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window

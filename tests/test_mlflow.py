@@ -145,3 +145,90 @@ def test_mlflow_flag_without_mlflow_is_one_line_and_exit_2(tmp_path: Path) -> No
                   env={"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])})
     assert res.returncode == 2 and "ran" not in res.stdout
     assert "pip install 'energyprof[mlflow]'" in res.stderr and res.stderr.count("\n") == 1
+
+
+def _history(client, run_id: str, key: str) -> list[tuple[int, float]]:
+    return sorted((h.step, h.value) for h in client.get_metric_history(run_id, key))
+
+
+def test_windows_are_logged_live_in_process(tmp_path: Path, store: str) -> None:
+    """With no active run, the windows go to a run energyprof creates (never made active), and the
+    end-of-run log lands in that same run without logging a window twice."""
+    import time
+
+    from energyprof import energy_profile
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    client = mlflow.MlflowClient()
+    seen = []
+    with energy_profile(mlflow=True, power_trace=str(trace), idle="all", quiet=True) as prof:
+        for epoch in range(3):
+            with prof.window("epoch", epoch) as m:
+                time.sleep(0.05)
+            assert mlflow.active_run() is None  # the program's own start_run() would still work
+            (run,) = client.search_runs([client.search_experiments()[0].experiment_id])
+            seen.append((len(client.get_metric_history(run.info.run_id, "energyprof.window.epoch.energy_j")),
+                         m.complete))
+    assert seen == [(1, True), (2, True), (3, True)]  # each logged as its block ended, not at stop
+    profile = prof.profile
+    (run,) = client.search_runs([client.search_experiments()[0].experiment_id])  # one run, not two
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
+    windows = sorted((w["index"], w) for w in profile.windows if w["name"] == "epoch")
+    for key, field in (("energy_j", "energy_j"), ("program_energy_j", "program_energy_j")):
+        history = _history(client, run.info.run_id, f"energyprof.window.epoch.{key}")
+        assert [s for s, _ in history] == [0, 1, 2]  # one value per step: log_model skipped them
+        assert [v for _, v in history] == pytest.approx([sum(w[field].values()) for _, w in windows])
+
+
+def test_bare_windows_are_not_logged_live(tmp_path: Path, store: str) -> None:
+    """begin_window/end_window (per-step windows) come only with the end-of-run log, once each."""
+    import time
+
+    from energyprof import energy_profile
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    client = mlflow.MlflowClient()
+    with mlflow.start_run() as active:
+        with energy_profile(mlflow=True, power_trace=str(trace), idle="all", quiet=True) as prof:
+            for step in range(3):
+                prof.begin_window("step", step)
+                time.sleep(0.02)
+                prof.end_window("step")
+                assert client.get_metric_history(active.info.run_id, "energyprof.window.step.energy_j") == []
+    history = _history(client, active.info.run_id, "energyprof.window.step.energy_j")
+    assert [s for s, _ in history] == [0, 1, 2]
+
+
+LIVE_SCRIPT = """\
+import time
+import mlflow
+import energyprof.torch
+with mlflow.start_run() as run:
+    for epoch in range(3):
+        with energyprof.torch.window("epoch", epoch) as m:
+            time.sleep(0.1)
+        n = len(mlflow.MlflowClient().get_metric_history(run.info.run_id, "energyprof.window.epoch.energy_j"))
+        print(epoch, n, m.complete)
+    print(run.info.run_id)
+"""
+
+
+@pytest.mark.slow
+def test_supervised_windows_are_logged_live_in_the_programs_run(tmp_path: Path, store: str) -> None:
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "w.py").write_text(LIVE_SCRIPT)
+    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "w.py"],
+                  cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
+    assert res.returncode == 0, res.stderr
+    *lines, run_id = res.stdout.split("\n")[:-1]
+    assert lines == ["0 1 True", "1 2 True", "2 3 True"]  # the program saw each epoch logged as it ended
+    profile = load(tmp_path / "p.json")
+    windows = sorted((w["index"], w) for w in profile.windows if w["name"] == "epoch")
+    client = mlflow.MlflowClient()
+    for key in ("energy_j", "program_energy_j"):
+        history = _history(client, run_id, f"energyprof.window.epoch.{key}")
+        assert [s for s, _ in history] == [0, 1, 2]
+        assert [v for _, v in history] == pytest.approx([sum(w[key].values()) for _, w in windows])

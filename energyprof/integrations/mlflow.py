@@ -6,10 +6,16 @@
 mlflow (`pip install 'energyprof[mlflow]'`, the light `mlflow-skinny` client is enough) is
 imported only when something is logged. Everything goes to one run through `MlflowClient`, so
 logging into a run other than the active one never changes which run is active.
+
+With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged live as its block
+ends (`log_window`), in the process that opened it: the program's active run if it has one, else a
+run this module creates without making it active (the program's own `mlflow.start_run()` still
+works). The end-of-run `log_model` then skips what was already logged to its run.
 """
 
 from __future__ import annotations
 
+import atexit
 import re
 import tempfile
 import time
@@ -18,10 +24,16 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..analysis.report import RenderOptions, ReportModel
+    from ..measurement import Measurement
     from ..profile import Profile
 
 PREFIX = "energyprof"
 _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")  # what MLflow accepts in a metric or param name
+
+# This process's live logging: the run it created for windows (None: none yet), and per run the
+# (key, step) already logged there, so the end-of-run log does not log a window twice.
+_live_run: str | None = None
+_logged: dict[str, set[tuple[str, int]]] = {}
 
 
 # -- what this module reads: the report model (program energy under the policy, carbon) ------------
@@ -62,6 +74,8 @@ def metrics(model: ReportModel) -> list[tuple[str, float, int]]:
         step = w.index if w.index is not None else seen.get(name, 0)  # unnumbered: in the order they ran
         seen[name] = step + 1
         out.append((f"{PREFIX}.window.{name}.energy_j", row.energy, step))
+        if w.program_energy_j:  # absent from profiles written before windows held the program's share
+            out.append((f"{PREFIX}.window.{name}.program_energy_j", sum(w.program_energy_j.values()), step))
         if row.carbon_g is not None:
             out.append((f"{PREFIX}.window.{name}.carbon_g", row.carbon_g, step))
     return out
@@ -78,21 +92,26 @@ def log_profile(profile: Profile, run: Any = None, artifacts: bool = True, rende
 
 def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> str:
     """`log_profile` for a model already built (the command line logs the model its report shows)."""
+    global _live_run
     import mlflow
     from mlflow.entities import Metric, Param
 
-    started = False
+    started = live = False
     if run is None:
         active = mlflow.active_run()
-        if active is None:
-            active, started = mlflow.start_run(), True
-        run_id = active.info.run_id
+        if active is None and _live_run is not None:  # the run this process's windows went to
+            run_id, live = _live_run, True
+        else:
+            if active is None:
+                active, started = mlflow.start_run(), True
+            run_id = active.info.run_id
     else:
-        run_id = run if isinstance(run, str) else run.info.run_id
+        run_id = _run_id(run)
     client = mlflow.MlflowClient()
     try:
         now = int(time.time() * 1000)
-        ms = [Metric(k, float(v), now, step) for k, v, step in metrics(model)]
+        done = _logged.get(run_id, set())
+        ms = [Metric(k, float(v), now, step) for k, v, step in metrics(model) if (k, step) not in done]
         ps = [Param(k, v) for k, v in params(model).items()]
         for i in range(0, max(len(ms), 1), 1000):  # log_batch takes at most 1000 metrics
             client.log_batch(run_id, metrics=ms[i:i + 1000], params=ps if i == 0 else [])
@@ -101,7 +120,62 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
     finally:
         if started:
             mlflow.end_run()
+        if live:
+            _live_run = None
+            client.set_terminated(run_id)
     return run_id
+
+
+def _run_id(run: Any) -> str:
+    return run if isinstance(run, str) else run.info.run_id
+
+
+def log_window(m: Measurement, name: str, index: int | None, run: Any = None) -> str | None:
+    """Log one window's Measurement at step = its index (0 when None): `energyprof.window.<name>.energy_j`
+    (the machine's, all sources) and `.program_energy_j` (the program's part). To `run`, else the active
+    run, else the run this process created for its windows (created here, never made active).
+
+    A Measurement not complete (its energy not all charged in time) is not logged: the end-of-run
+    log has the final figures. Returns the run id, or None when nothing was logged."""
+    total, program = m.total_j, m.program_total_j  # the first read waits for the window's figures
+    if total is None or program is None or not m.complete:
+        return None
+    import mlflow
+    from mlflow.entities import Metric
+
+    run_id = _run_id(run) if run is not None else _window_run(mlflow)
+    key, step = f"{PREFIX}.window.{_key(str(name))}", 0 if index is None else int(index)
+    now = int(time.time() * 1000)
+    pairs = [(f"{key}.energy_j", total), (f"{key}.program_energy_j", program)]
+    mlflow.MlflowClient().log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in pairs])
+    _logged.setdefault(run_id, set()).update((k, step) for k, _ in pairs)
+    return run_id
+
+
+def _window_run(mlflow: Any) -> str:
+    """The active run, else this process's own window run, created (not activated) on first use."""
+    global _live_run
+    active = mlflow.active_run()
+    if active is not None:
+        return active.info.run_id
+    if _live_run is None:
+        from mlflow.tracking.fluent import _get_experiment_id  # the experiment start_run() would use
+
+        _live_run = mlflow.MlflowClient().create_run(_get_experiment_id()).info.run_id
+        atexit.register(_end_live_run)  # a program that never reaches log_model still ends its run
+    return _live_run
+
+
+def _end_live_run() -> None:
+    global _live_run
+    if _live_run is not None:
+        import mlflow
+
+        run_id, _live_run = _live_run, None
+        try:
+            mlflow.MlflowClient().set_terminated(run_id)
+        except Exception:  # noqa: BLE001 - at exit, a store that is gone is not the program's error
+            pass
 
 
 def _log_artifacts(client: Any, run_id: str, model: ReportModel) -> None:

@@ -636,6 +636,13 @@ class _Window:
         t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
         self.m.time_s = (t1 - t0) / 1e9
         self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
+        if self.agent.config.get("mlflow") == "1":  # live, in this process: the program's active run
+            try:
+                from ..integrations.mlflow import log_window
+
+                log_window(self.m, self.name, self.index)
+            except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
+                self.agent.note(f"a window could not be logged to MLflow: {type(exc).__name__}: {exc}")
 
 
 REPLY_SUFFIX = ".windows"

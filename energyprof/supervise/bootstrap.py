@@ -30,6 +30,7 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         # what a window's Measurement needs (supervise/job.py writes its energies back)
         "idle": options.idle,
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
+        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
     }
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     old = env.get("PYTHONPATH")
