@@ -249,11 +249,12 @@ def test_torchrun_after_double_dash_shows_each_rank(here):
     if torchrun is None:
         pytest.skip("torchrun is not on PATH")
     script(here, "ddp.py", BURN, """
-        import os
+        import os, sys
         def rank_work():
             burn_for(0.5)
         rank_work()
-        print("rank", os.environ["RANK"], flush=True)
+        # one write: torchrun's workers run unbuffered, and print() writes its pieces one by one
+        sys.stdout.write("rank " + os.environ["RANK"] + "\\n")
     """)
     res = run_cli([*profiled(), "--", "torchrun", "--standalone", "--nproc_per_node", "2", "ddp.py"], cwd=here,
                   timeout=300, env={"OMP_NUM_THREADS": "1"})
