@@ -40,3 +40,42 @@ def trace_50w(tmp_path: Path) -> Path:
     path = tmp_path / "trace.csv"
     path.write_text("t_s,cpu\n0,50\n")
     return path
+
+
+# -- programs run under the supervisor (test_supervisor.py, test_follow.py) --------------------------
+BURN = """
+import time
+
+def burn(n):
+    s = 0
+    for i in range(n):
+        s += i * i
+    return s
+
+def burn_for(seconds):  # long enough for dozens of 5 ms samples on a loaded machine
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        burn(10_000)
+"""
+
+
+@pytest.fixture
+def here(tmp_path: Path) -> Path:
+    """A folder holding a constant 50 W power trace, `trace.csv`."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    return tmp_path
+
+
+def script(dirpath: Path, name: str, *parts: str) -> Path:
+    p = dirpath / name
+    p.write_text("".join(textwrap.dedent(part) for part in parts))
+    return p
+
+
+def profiled(*args: str) -> list[str]:
+    return ["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
+
+
+def plain(here: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    """The same program under plain python, for byte-for-byte comparison."""
+    return subprocess.run([sys.executable, *args], cwd=here, capture_output=True, text=True, timeout=120, input=stdin)

@@ -6,14 +6,12 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
-import textwrap
-from pathlib import Path
 
 import pytest
 
 from energyprof import load
 
-from conftest import processes, run_cli
+from conftest import BURN, processes, profiled, run_cli, script
 
 try:
     import torch  # noqa: F401
@@ -21,38 +19,6 @@ try:
     HAVE_TORCH = True
 except ImportError:
     HAVE_TORCH = False
-
-BURN = """
-import time
-
-def burn(n):
-    s = 0
-    for i in range(n):
-        s += i * i
-    return s
-
-def burn_for(seconds):  # long enough for dozens of 5 ms samples on a loaded machine
-    end = time.perf_counter() + seconds
-    while time.perf_counter() < end:
-        burn(10_000)
-"""
-
-
-@pytest.fixture
-def here(tmp_path: Path) -> Path:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    return tmp_path
-
-
-def script(dirpath: Path, name: str, *parts: str) -> Path:
-    p = dirpath / name
-    p.write_text("".join(textwrap.dedent(part) for part in parts))
-    return p
-
-
-def profiled(*args: str) -> list[str]:
-    return ["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
-
 
 def process_nodes(node, prefix: str = "[process "):
     return [n for n, _ in node.walk() if n.function.startswith(prefix)]

@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conftest_report import XSS_FILE, XSS_FUNCTION, big_profile, hostile_profile, small_profile
-from energyprof.analysis.chart import MAX_CHART_NODES, chart_tree, prune
+from energyprof.analysis.chart import MAX_CHART_NODES, grouped_tree, prune
 from energyprof.analysis.functions import is_library
 from energyprof.analysis.report import RenderOptions, build
 from energyprof.profile import IDLE_NODE, Profile
@@ -132,19 +132,6 @@ def test_icicle_values_add_up(small: Profile) -> None:
                 a = trace["parents"][a]
 
 
-def test_collapsing_library_frames_keeps_energy_and_callbacks(small: Profile) -> None:
-    full = chart_tree(small, collapse_libraries=False)
-    collapsed = chart_tree(small, collapse_libraries=True)
-    files = [n.file for n, _ in _walk(collapsed)]
-    assert not any(is_library(f) for f in files)
-    assert any(is_library(n.file) for n, _ in _walk(full))
-    assert collapsed.value_e == pytest.approx(full.value_e)
-    # The callbacks called from numpy and json now sit under their caller, `train`.
-    train = next(n for n, _ in _walk(collapsed) if n.function == "train")
-    assert {"callback", "default", "forward"} <= {c.function for c in train.children}
-    assert train.value_e == pytest.approx(next(n for n, _ in _walk(full) if n.function == "train").value_e)
-
-
 def _walk(root):
     stack = [(root, 0)]
     while stack:
@@ -168,7 +155,7 @@ def test_library_paths(path: str, expected: bool) -> None:
 
 def test_prune_folds_small_paths_into_other() -> None:
     profile = big_profile(functions=5000, modules=20)
-    root = prune(chart_tree(profile, False), limit=300)
+    root = prune(grouped_tree(profile), limit=300)
     nodes = list(_walk(root))
     assert len(nodes) <= 2 * 300
     others = [n for n, _ in nodes if n.folded]

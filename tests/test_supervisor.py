@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -15,43 +14,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import processes, run_cli
-
-BURN = """
-    import time
-
-    def burn(n):
-        s = 0
-        for i in range(n):
-            s += i * i
-        return s
-
-    def burn_for(seconds):  # much longer than the 20 ms a SIGKILL may lose
-        end = time.perf_counter() + seconds
-        while time.perf_counter() < end:
-            burn(10_000)
-"""
-
-
-@pytest.fixture
-def here(tmp_path: Path) -> Path:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    return tmp_path
-
-
-def script(dirpath: Path, name: str, *parts: str) -> Path:
-    p = dirpath / name
-    p.write_text("".join(textwrap.dedent(part) for part in parts))
-    return p
-
-
-def profiled(*args: str) -> list[str]:
-    return ["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
-
-
-def plain(here: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, *args], cwd=here, capture_output=True, text=True, timeout=120, input=stdin)
-
+from conftest import BURN, plain, processes, profiled, run_cli, script
 
 # -- every ending leaves a profile ---------------------------------------------------------------
 def test_sigkill_of_the_program_still_writes_the_work_before_it(here):

@@ -47,41 +47,6 @@ class ChartNode:
         return out
 
 
-def chart_tree(profile: Profile, collapse_libraries: bool) -> ChartNode:
-    """The profile's tree as ChartNodes; library frames optionally merged into their caller.
-
-    Collapsing works as pyinstrument's "hide library frames": a library frame's own energy and time
-    go to the nearest non-library caller, and the user code it calls back appears under that caller
-    (merged with a sibling of the same function, file and line). Special nodes with no energy under
-    the profile's policy (the idle node under `all`) are left out.
-    """
-    root = _chart_node(profile.root)
-    todo: list[tuple[Node, ChartNode]] = [(profile.root, root)]
-    while todo:
-        node, target = todo.pop()
-        index = {(c.function, c.file, c.line): c for c in target.children}
-        pending = list(reversed(node.children))  # a stack: popping from the end keeps call order
-        while pending:
-            child = pending.pop()
-            if child.is_special and child.total_energy <= 0 and child.time_s <= 0:
-                continue
-            if collapse_libraries and is_library(child.file):
-                _add_self(target, child)
-                pending.extend(reversed(child.children))
-                continue
-            key = (child.function, child.file, child.line)
-            existing = index.get(key)
-            if existing is None:
-                existing = index[key] = _chart_node(child)
-                target.children.append(existing)
-            else:
-                _add_self(existing, child)
-                existing.samples += child.samples
-            todo.append((child, existing))
-    _fill_values(root)
-    return root
-
-
 IMPORT_GROUP = "[import]"
 _STDLIB_RE = re.compile(r"[/\\]lib[/\\]python\d+(?:\.\d+)?t?[/\\](.+)$|[/\\]Lib[/\\](.+)$")
 _SITE_RE = re.compile(r"(?:site-packages|dist-packages)[/\\](.+)$")

@@ -189,6 +189,15 @@ class Sampler:
     def running(self) -> bool:
         return self._done.locked()
 
+    def _rss(self) -> int:
+        """This process's RSS from /proc/self/statm (kept open: one pread a sample); 0 where unreadable."""
+        if self._statm is None:
+            return 0
+        try:
+            return int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE
+        except (OSError, ValueError, IndexError):
+            return 0
+
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
         try:
@@ -231,12 +240,7 @@ class Sampler:
     def _one(self, t0: int, t1: int, frames: dict[int, FrameType], d_proc: int, proc: int) -> None:
         deltas = self._thread_cpu_deltas(frames)
         native = d_proc - sum(deltas.values())
-        rss = 0
-        if self._statm is not None:
-            try:
-                rss = int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE
-            except (OSError, ValueError, IndexError):
-                rss = 0
+        rss = self._rss()
         sink = self.sink
         sink.tick(t0, t1, proc, self.own_cpu_ns, rss)
         main_sample = None
@@ -393,12 +397,7 @@ class HookSampler(Sampler):
                     line = int(parts[2]) if len(parts) > 2 and parts[2].isdigit() else 0
                     frames.append((parts[0] if parts else "?", file, line))
             sid = self._cache[key] = self.intern(self.view.main(frames))
-        rss = 0
-        if self._statm is not None:
-            try:
-                rss = int(os.pread(self._statm, 128, 0).split()[1]) * _PAGE
-            except (OSError, ValueError, IndexError):
-                rss = 0
+        rss = self._rss()
         t0, cpu0 = self._last
         self.sink.tick(t0, now, cpu, 0, rss)
         self.sink.sample(sid, cpu - cpu0, True)
