@@ -30,6 +30,23 @@ from .sensors.base import Sensor
 CHILD_POLL_S = 0.5
 
 
+def open_sources(options: Any) -> tuple[Any, Ledger]:
+    """The run's sensors (with why any is missing) and an empty ledger over them, for the
+    supervisor and the in-process Profiler alike. The one note a user can act on at once (RAPL
+    readable by root only, and its fix) goes to stderr unless quiet."""
+    import sys
+
+    from . import sensors
+
+    o = options
+    found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+    if not o.quiet:
+        for note in found.notes:
+            if note.startswith("RAPL: cannot read"):
+                print(f"energyprof: {note}", file=sys.stderr)
+    return found, Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
+
+
 class Feed(Protocol):
     ledger: Ledger
 

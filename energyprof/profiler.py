@@ -16,7 +16,7 @@ from ._version import __version__
 from .core.ledger import Ledger
 from .core.tree import build_profile
 from .measurement import Measurement, any_estimated, carbon_setting
-from .collector import Collector, LocalFeed, LocalSink
+from .collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from .probes import OwnClocks
 from .options import Options
@@ -100,18 +100,11 @@ class Profiler:
         return self
 
     def _start(self, target: str | None, anchor: int) -> None:
-        from . import sensors
-
         o = self.options
         preflight(o)  # the same file-system checks as the command line: outputs writable, trace readable
-        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        found, self._ledger = open_sources(o)
         self._discovery_notes = found.notes
-        if not o.quiet:
-            for note in found.notes:
-                if note.startswith("RAPL: cannot read"):
-                    print(f"energyprof: {note}", file=sys.stderr)
         self.target = target or self.target
-        self._ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
         self._ledger.note_process(os.getpid(), parent_pid=os.getppid(), command=" ".join(self.argv)[:200],
                                   role="main")
         own = OwnClocks()

@@ -15,8 +15,7 @@ import tempfile
 import time
 from typing import Any
 
-from .. import probes
-from ..collector import Collector
+from ..collector import Collector, open_sources
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
 from ..options import Options
@@ -47,19 +46,12 @@ class Supervisor:
 
     def run(self) -> tuple[Profile, int]:
         """Run the program to its end; (the profile, its raw wait status)."""
-        from .. import sensors
-
         # Before any thread starts (sensor discovery may start some), so every thread has
         # them blocked and the main thread takes them with sigtimedwait.
         signals.block()
         o = self.options
-        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        found, ledger = open_sources(o)
         self.discovery_notes = found.notes
-        if not o.quiet:
-            for note in found.notes:
-                if note.startswith("RAPL: cannot read"):
-                    print(f"energyprof: {note}", file=sys.stderr)
-        ledger = Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
         spool = tempfile.mkdtemp(prefix="energyprof-")
         feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
                        rss=o.memory != "off")
