@@ -45,7 +45,7 @@ if str(REPO) not in sys.path:
 
 from energyprof.core.ledger import Ledger  # noqa: E402
 from energyprof.core.tree import build_profile  # noqa: E402
-from energyprof.recording import Frame, Sample, StackTable, Tick  # noqa: E402
+from energyprof.core.recording import Frame, Sample, StackTable, Tick  # noqa: E402
 
 HOUR_SAMPLES = 3_600_000
 HOUR_TICKS = 360_000

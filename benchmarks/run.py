@@ -140,7 +140,7 @@ def bench_workload(name: str, size: float, pairs: int, all_modes: list[Mode], py
 
 
 def machine() -> str:
-    from energyprof import probes
+    from energyprof.collect import probes
 
     return (f"machine: {probes.cpu_model()}, {os.cpu_count()} logical CPUs, "
             f"Python {platform.python_version()} ({platform.python_implementation()}), {platform.system()}"

@@ -22,7 +22,7 @@ from .options import Options
 from .outputs import write_outputs
 from .preflight import preflight
 from .profiler import Profiler, active_profiler
-from .stacks.frames import anchor_depth
+from .agent.frames import anchor_depth
 
 F = TypeVar("F", bound=Callable[..., Any])
 

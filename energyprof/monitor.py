@@ -19,8 +19,8 @@ import threading
 import time
 from typing import Any, Iterator
 
-from . import probes
-from .collector import _Thread
+from .collect import probes
+from .collect.collector import _Thread
 from .core.ledger import IDLE_FLOOR, is_gpu
 from .measurement import Measurement, any_estimated, carbon_setting
 from .options import Options
@@ -46,7 +46,7 @@ class Monitor:
     """
 
     def __init__(self, options: Options | None = None, *, poll_s: float | None = None, **kwargs: Any) -> None:
-        from . import sensors
+        from .collect import sensors
 
         o = options if options is not None else Options.from_kwargs(kwargs)
         self.options = o

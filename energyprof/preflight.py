@@ -40,7 +40,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         if path is not None and not Path(path).is_file():
             raise OptionError(f"{flag(name)}: {path} is not a file")
     if options.power_trace is not None:
-        from .sensors.replay import TraceError, load_trace
+        from .collect.sensors.replay import TraceError, load_trace
 
         try:
             load_trace(options.power_trace)

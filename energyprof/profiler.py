@@ -11,18 +11,18 @@ import threading
 import time
 from typing import Any, Iterator
 
-from . import memory, probes
+from .collect import memory, probes
 from ._version import __version__
 from .core.ledger import Ledger
 from .core.tree import build_profile
 from .measurement import Measurement, any_estimated, carbon_setting
-from .collector import Collector, LocalFeed, LocalSink, open_sources
+from .collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
-from .probes import OwnClocks
+from .collect.probes import OwnClocks
 from .options import Options
 from .profile import Profile
-from .stacks.frames import anchor_depth
-from .stacks.sampler import HookSampler, Sampler, View
+from .agent.frames import anchor_depth
+from .agent.sampler import HookSampler, Sampler, View
 
 _active_lock = threading.Lock()
 WINDOW_WAIT_S = 0.5  # the longest a window's end waits for its energy to be charged
@@ -40,7 +40,7 @@ def active_profiler() -> Any:
     prof = _active
     if prof is not None and prof._pid == os.getpid():
         return prof
-    agent = sys.modules.get("energyprof.stacks.sampler")
+    agent = sys.modules.get("energyprof.agent.sampler")
     return agent.current() if agent is not None else None
 
 

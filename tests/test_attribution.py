@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from energyprof.core.ledger import Ledger
 from energyprof.core.tree import attribute, build_profile
 from energyprof.profile import IDLE_NODE, SELF_NODE, Profile
-from energyprof.recording import Recording, Sample, Tick
-from energyprof.sensors.replay import PowerTrace, load_trace
+from energyprof.core.recording import Recording, Sample, Tick
+from energyprof.collect.sensors.replay import PowerTrace, load_trace
 
 S = 1_000_000_000
 
@@ -125,7 +125,7 @@ def test_sleeping_program_is_charged_nothing_under_share_and_energyprof_its_capa
 def test_windows_get_the_energy_of_their_span(tmp_path):
     """Exact when window edges fall on sensor ticks; otherwise the edge intervals are split
     linearly (an error of at most one sensor interval's energy per edge)."""
-    from energyprof.recording import WindowEvent
+    from energyprof.core.recording import WindowEvent
 
     rec = two_function_recording(tmp_path, tick_s=0.1)
     rec.windows = [WindowEvent(0, "begin", "epoch", 0), WindowEvent(S, "end", "epoch"),

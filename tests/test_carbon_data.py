@@ -15,7 +15,7 @@ import pytest
 
 from energyprof import carbon_data, intensity
 from energyprof.options import Options
-from energyprof.sensors import estimate as model
+from energyprof.collect.sensors import estimate as model
 
 CODECARBON = carbon_data.codecarbon()
 needs_codecarbon = pytest.mark.skipif(CODECARBON is None, reason="codecarbon (the [carbon] extra) is not installed")

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from energyprof import load
-from energyprof.distributed import expand, gpu_ties, per_rank, placeholder_values, rank_info
+from energyprof.integrations.distributed import expand, gpu_ties, per_rank, placeholder_values, rank_info
 from energyprof.profile import Process, Source
 
 from conftest import run_cli

@@ -18,7 +18,7 @@ from energyprof import Profiler
 from energyprof.core.ledger import Ledger
 from energyprof.core.tree import build_profile
 from energyprof.profiler import active_profiler
-from energyprof.recording import Sample, StackTable, Tick
+from energyprof.core.recording import Sample, StackTable, Tick
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -81,7 +81,7 @@ def test_a_forked_child_does_not_own_the_parents_profile(tmp_path, trace):
 
 
 def test_a_failed_start_stops_what_it_started(monkeypatch, trace):
-    from energyprof.stacks import sampler
+    from energyprof.agent import sampler
 
     def broken(self):
         raise RuntimeError("no sampler today")

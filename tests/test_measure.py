@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from energyprof import Measurement, Profiler
 from energyprof.core.tree import attribute
-from energyprof.recording import Recording, Sample, Tick, WindowEvent
+from energyprof.core.recording import Recording, Sample, Tick, WindowEvent
 from energyprof.records import read_window
-from energyprof.sensors.replay import load_trace
+from energyprof.collect.sensors.replay import load_trace
 
 S = 1_000_000_000
 CPU = {"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}
@@ -225,7 +225,7 @@ def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path
 def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_came(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from energyprof.stacks import sampler
+    from energyprof.agent import sampler
 
     monkeypatch.setattr(sampler, "REPLY_WAIT_S", 0.01)
     led = SimpleNamespace(sources=[CPU, {"id": "ram", "method": "estimated"}], source_ids=["cpu", "ram"])

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from energyprof.profiler import Profiler
-from energyprof.sensors.gpu import nvml, nvml_device
-from energyprof.sensors.base import SensorError
+from energyprof.collect.sensors.gpu import nvml, nvml_device
+from energyprof.collect.sensors.base import SensorError
 
 
 class NVMLError(Exception):

@@ -17,7 +17,7 @@ from energyprof import load
 from energyprof.analysis.report import build
 from energyprof.core.tree import attribute
 from energyprof.profile import IDLE_NODE, Node, Profile, ProfileFormatError
-from energyprof.recording import Recording, Sample, Tick
+from energyprof.core.recording import Recording, Sample, Tick
 
 S = 1_000_000_000
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from energyprof.sensors import discover, rapl
-from energyprof.sensors.base import WrapCounter
-from energyprof.sensors.estimate import lookup_tdp
-from energyprof.sensors.replay import TraceError, load_trace
+from energyprof.collect.sensors import discover, rapl
+from energyprof.collect.sensors.base import WrapCounter
+from energyprof.collect.sensors.estimate import lookup_tdp
+from energyprof.collect.sensors.replay import TraceError, load_trace
 
 from conftest import run_cli
 

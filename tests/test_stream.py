@@ -8,7 +8,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energyprof.stacks import sampler
+from energyprof.agent import sampler
 from energyprof.supervise.stream import StreamReader, unescape
 
 

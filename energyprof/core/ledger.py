@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..profile import CHILDREN_NODE
-from ..recording import Sample, StackTable, Tick
+from .recording import Sample, StackTable, Tick
 from .timeline import TIMELINE_POINTS, Timeline
 
 POLICIES = ("share", "all")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, Source, Timeline, Totals, Window
-from ..recording import Recording
+from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, POLICIES, Ledger
 
 

@@ -28,7 +28,8 @@ def load_ipython_extension(ip: Any) -> None:
 
 
 def _options(tokens: list[str]) -> Any:
-    from ..cli import UsageError, _options, build_run_parser
+    from ..cli.common import UsageError, build_options
+    from ..cli.run import build_run_parser
 
     parser = build_run_parser()
     parser.prog = "%energyprof"
@@ -38,7 +39,7 @@ def _options(tokens: list[str]) -> Any:
         raise ValueError(f"%energyprof: {exc}") from None
     if ns.module is not None:
         raise ValueError("%energyprof: -m has no meaning in a notebook: the cell is the program")
-    return _options(ns, output=ns.output)  # no report file unless -o is given
+    return build_options(ns, output=ns.output)  # no report file unless -o is given
 
 
 def _split(line: str, cell: str | None) -> tuple[list[str], str]:
@@ -56,7 +57,7 @@ def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
     from ..analysis.report import build
     from ..outputs import render_options, write_outputs
     from ..profiler import Profiler
-    from ..stacks.frames import anchor_depth
+    from ..agent.frames import anchor_depth
 
     try:
         tokens, code = _split(line, cell)

@@ -1,6 +1,6 @@
 """The environment that starts the sampler in every Python process of the job.
 
-`_boot/` holds one `sitecustomize.py`, put first on PYTHONPATH (the user's entries kept
+`agent/_boot/` holds one `sitecustomize.py`, put first on PYTHONPATH (the user's entries kept
 after it); ENERGYPROF_AGENT says where to spool and how to sample. Python children inherit
 both, so multiprocessing's spawn, `subprocess` running python, and torchrun's workers start
 their own sampler the same way.
@@ -14,7 +14,7 @@ from ..measurement import carbon_setting
 from ..options import Options
 
 ENV = "ENERGYPROF_AGENT"
-BOOT_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "_boot")
 
 
 def child_env(options: Options, spool: str, base: dict[str, str] | None = None) -> dict[str, str]:

@@ -18,10 +18,10 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import probes
+from ..collect import probes
 from ..core.ledger import Ledger
-from ..recording import Sample, Tick
-from ..stacks.sampler import PROCESS_MARKER, REPLY_SUFFIX, window_reply
+from ..core.recording import Sample, Tick
+from ..agent.sampler import PROCESS_MARKER, REPLY_SUFFIX, window_reply
 from . import follow
 from .stream import StreamReader, unescape
 

@@ -15,16 +15,16 @@ import tempfile
 import time
 from typing import Any
 
-from ..collector import Collector, open_sources
+from ..collect.collector import Collector, open_sources
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
 from ..options import Options
-from ..probes import OwnClocks
+from ..collect.probes import OwnClocks
 from ..profile import Profile
 from ..profiler import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
-from ..distributed import gpu_ties
+from ..integrations.distributed import gpu_ties
 from .job import JobFeed
 
 

@@ -25,7 +25,7 @@ from typing import Any, Callable
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 # energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
-_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli.py", "__main__.py", "torch.py", "integrations" + os.sep))
+_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli" + os.sep, "__main__.py", "torch.py", "integrations" + os.sep))
 
 KEEP, SKIP, STOP = 0, 1, 2
 THREAD_FRAME_PREFIX = "[thread "
@@ -754,7 +754,7 @@ def _unfollow_children() -> None:
     """--no-follow: the program's children start without a sampler (as without energyprof)."""
     env = os.environ
     env.pop("ENERGYPROF_AGENT", None)
-    boot = os.path.join(PACKAGE_DIR, "supervise", "_boot")
+    boot = os.path.join(PACKAGE_DIR, "agent", "_boot")
     parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.normpath(p) != boot]
     if any(parts):
         env["PYTHONPATH"] = os.pathsep.join(parts)

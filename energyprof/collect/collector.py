@@ -21,10 +21,10 @@ from collections import deque
 from typing import Any, Callable, Protocol
 
 from . import probes
-from .core.ledger import Ledger
+from ..core.ledger import Ledger
 from .probes import OwnClocks
-from .files import write_text
-from .recording import Sample, Tick
+from ..files import write_text
+from ..core.recording import Sample, Tick
 from .sensors.base import Sensor
 
 CHILD_POLL_S = 0.5

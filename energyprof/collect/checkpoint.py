@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .core.ledger import Ledger
-from .core.tree import build_profile
-from .profile import Note, Profile, ProfileFormatError, read_json
+from ..core.ledger import Ledger
+from ..core.tree import build_profile
+from ..profile import Note, Profile, ProfileFormatError, read_json
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"
 

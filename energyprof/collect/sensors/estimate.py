@@ -12,7 +12,8 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from .. import carbon_data, probes
+from ... import carbon_data
+from .. import probes
 from .base import Discovery, Sensor
 
 IDLE_FRACTION = 0.1

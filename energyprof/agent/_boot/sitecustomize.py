@@ -19,12 +19,12 @@ def _start() -> None:
         raw = os.environ.get("ENERGYPROF_AGENT")
         if raw:
             config = dict(item.split("=", 1) for item in raw.split("\x1f") if "=" in item)
-            name = "energyprof.stacks.sampler"
+            name = "energyprof.agent.sampler"
             module = sys.modules.get(name)
             if module is None:
                 import importlib.util
 
-                path = os.path.join(os.path.dirname(os.path.dirname(here)), "stacks", "sampler.py")
+                path = os.path.join(os.path.dirname(here), "sampler.py")
                 spec = importlib.util.spec_from_file_location(name, path)
                 if spec is not None and spec.loader is not None:
                     module = importlib.util.module_from_spec(spec)

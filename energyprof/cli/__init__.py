@@ -1,0 +1,40 @@
+"""`python -m energyprof` / `energyprof`: one module per subcommand.
+
+    energyprof [options] script.py [args...]      run.py
+    energyprof [options] -m module [args...]
+    energyprof [options] -- COMMAND [args...]
+    energyprof report PROFILE.json                report.py
+    energyprof compare A.json B.json              compare.py
+    energyprof merge A.json B.json -o JOB.json    merge.py
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Sequence
+
+from ..options import OptionError
+from .common import PROG, UsageError
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        if argv and argv[0] == "report":
+            from .report import report
+
+            return report(argv[1:])
+        if argv and argv[0] == "compare":
+            from .compare import compare_cmd
+
+            return compare_cmd(argv[1:])
+        if argv and argv[0] == "merge":
+            from .merge import merge_cmd
+
+            return merge_cmd(argv[1:])
+        from .run import run
+
+        return run(argv)
+    except (UsageError, OptionError) as exc:
+        print(f"{PROG}: error: {exc}", file=sys.stderr)
+        return 2

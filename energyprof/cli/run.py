@@ -1,0 +1,274 @@
+"""`energyprof [options] script.py | -m module | -- COMMAND`: run the program under the supervisor.
+
+Everything after the script (or module) name belongs to the program. Bad input is one line
+on stderr and exit code 2, before the program starts; the program's own output, exception
+and exit code pass through untouched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, Sequence
+
+from .._version import __version__
+from ..options import MEMORY_MODES, OUTPUTS, SAMPLERS, Options, flag
+from .common import (DEFAULT_JOB_JSON, DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags,
+                     allowed, build_options)
+
+
+RUN_EPILOG = """energyprof's options come before the script (or -m module, or --): everything after it is the
+program's own arguments, passed untouched.
+
+subcommands:
+  report PROFILE.json   render a saved profile or a checkpoint again (HTML, JSON, exports), with
+                        other render options (--idle, --country, --price-per-kwh, ...);
+                        see `energyprof report --help`
+  merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
+                        --html job.html); see `energyprof merge --help` and docs/distributed.md"""
+
+
+def build_run_parser() -> Parser:
+    p = Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
+                usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
+                      " | %(prog)s report PROFILE.json [options] | %(prog)s merge PROFILE.json... -o JOB.json",
+                epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"energyprof {__version__}")
+    add_output_flags(p)
+    p.add_argument("--interval", type=float, default=0.005,
+                   help="stack sampling interval in seconds, 0.0005 to 60 (default 0.005)")
+    p.add_argument("--sensor-interval", type=float, default=0.01,
+                   help="sensor reading interval in seconds, up to 60 (default 0.01)")
+    add_idle_flag(p, "share")
+    p.add_argument("--sampler", default="threads", metavar=allowed(SAMPLERS),
+                   help="threads (default, every thread, low overhead) or pyinstrument")
+    p.add_argument("--powercap-root", default=None, help="powercap sysfs root (default /sys/class/powercap,"
+                   " or $ENERGYPROF_POWERCAP_ROOT)")
+    p.add_argument("--power-trace", help="replay this power trace CSV (t_s,<source>...) instead of reading sensors")
+    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts (up to 2000) for the estimate when no counter"
+                   " can be read")
+    p.add_argument("--no-gpu", dest="gpus", action="store_false", help="do not read NVIDIA GPUs")
+    p.add_argument("--memory", default="rss", metavar=allowed(MEMORY_MODES),
+                   help="rss (default, cheap), exact (tracemalloc: slow) or off")
+    p.add_argument("--memory-children", action="store_true", help="count child processes' memory in RSS")
+    p.add_argument("--no-peak-reset", dest="peak_reset", action="store_false",
+                   help="do not reset the kernel's peak-RSS mark (VmHWM) to measure decorated calls' exact peaks")
+    p.add_argument("--no-children", dest="children", action="store_false",
+                   help="leave child processes out: neither followed nor counted in the program's share")
+    p.add_argument("--no-follow", dest="follow", action="store_false",
+                   help="do not sample child processes' stacks; they are measured by CPU only")
+    p.add_argument("--checkpoint", help="checkpoint file (default: next to the report); an earlier run's"
+                   " checkpoint found there is kept under a new name")
+    p.add_argument("--checkpoint-interval", type=float, default=30.0,
+                   help="seconds between checkpoints, up to 86400 (default 30)")
+    p.add_argument("--sensor-timeout", type=float, default=2.0,
+                   help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
+    p.add_argument("--sync", default=None, metavar="{cuda}",
+                   help="'cuda': synchronise CUDA at window and function boundaries")
+    p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
+    return p
+
+
+def split_argv(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[list[str], str | None, str | None, list[str]]:
+    """(energyprof's flags, script, module, the program's args): the program's args are never parsed."""
+    takes_value = {opt for a in parser._actions for opt in a.option_strings if a.nargs != 0}
+    i = 0
+    argv = list(argv)
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "--":
+            if i + 1 >= len(argv):
+                break
+            return argv[:i], argv[i + 1], None, argv[i + 2:]
+        if tok == "-m":
+            if i + 1 >= len(argv):
+                raise UsageError("-m needs a module name")
+            return argv[:i], None, argv[i + 1], argv[i + 2:]
+        if tok.startswith("-m") and not tok.startswith("--") and len(tok) > 2:
+            return argv[:i], None, tok[2:], argv[i + 1:]
+        if tok.startswith("-") and tok != "-":
+            if "=" not in tok and tok in takes_value:
+                i += 1
+            i += 1
+            continue
+        return argv[:i], tok, None, argv[i + 1:]
+    return argv, None, None, []
+
+
+def _check_target(script: str | None, module: str | None) -> None:
+    """Refuse, before anything runs, a program that cannot start."""
+    if script is None and module is None:
+        raise UsageError("no script given: energyprof [options] script.py [args...] (or -m module)")
+    if module is not None:
+        _check_module(module)
+        return
+    assert script is not None
+    path = Path(script)
+    if not path.exists():
+        raise UsageError(f"script not found: {script}")
+    if path.is_dir():
+        if (path / "__main__.py").is_file():
+            path = path / "__main__.py"
+        else:
+            raise UsageError(f"{script} is a directory, not a script")
+    if not os.access(path, os.R_OK):
+        raise UsageError(f"cannot read {script}: permission denied")
+    # A SyntaxError is the program's own: Python prints its traceback and exits 1, as alone.
+
+
+def _check_module(module: str) -> None:
+    """Find the module as `python -m` will (the current folder first) without importing
+    anything: a package's `__init__` is the program's code, not energyprof's to run."""
+    import importlib.machinery
+    import importlib.util
+
+    parts = module.split(".")
+    if not all(p.isidentifier() for p in parts):
+        raise UsageError(f"no module named {module!r}")
+    spec = importlib.machinery.PathFinder.find_spec(parts[0], [os.getcwd()])
+    if spec is None:
+        try:
+            spec = importlib.util.find_spec(parts[0])
+        except (ImportError, ValueError) as exc:
+            raise UsageError(f"cannot find module {module!r}: {exc}") from None
+    for depth in range(1, len(parts)):
+        if spec is None or not spec.submodule_search_locations:
+            break
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: depth + 1]),
+                                                        list(spec.submodule_search_locations))
+    if spec is None:
+        raise UsageError(f"no module named {module!r}")
+
+
+def _check_command(command: str) -> str | None:
+    """The executable a `-- COMMAND` runs (None: looked up on PATH when it starts)."""
+    import shutil
+
+    if os.sep in command:
+        if not (os.path.isfile(command) and os.access(command, os.X_OK)):
+            raise UsageError(f"cannot run {command}: not an executable file")
+        return command
+    if shutil.which(command) is None:
+        raise UsageError(f"command not found: {command}")
+    return None
+
+
+def _interpreter_flags() -> list[str]:
+    """The interpreter's own flags (-X dev, -W error, -O, ...) for the program's python, but
+    those that would keep the sampler's bootstrap from starting (-I, -E, -S)."""
+    import subprocess
+
+    return [f for f in subprocess._args_from_interpreter_flags() if f not in ("-I", "-E", "-S")]
+
+
+def run(argv: list[str]) -> int:
+    parser = build_run_parser()
+    own, script, module, prog_args = split_argv(parser, argv)
+    ns = parser.parse_args(own)
+    command_form = script is not None and len(own) < len(argv) and argv[len(own)] == "--"
+    from ..integrations import distributed
+
+    rank = distributed.rank_info(os.environ, command_form)
+    values = distributed.placeholder_values(os.environ, rank, os.getpid())
+    job: dict[str, str] = {}
+    if rank is not None:
+        # One rank of several: every output is the rank's own, and rank 0 writes the job's
+        # under the names given (or the defaults) once the ranks are joined.
+        job = {"output": ns.output or DEFAULT_OUTPUT, "json": ns.json or DEFAULT_JOB_JSON}
+        ns.output, ns.json = distributed.per_rank(job["output"]), distributed.per_rank(job["json"])
+        for name in ("speedscope", "folded", "csv", "pprof", "checkpoint"):
+            if getattr(ns, name):
+                setattr(ns, name, distributed.per_rank(getattr(ns, name)))
+    rank_json = ns.json
+    for name in ("output", *OUTPUTS, "checkpoint"):
+        if getattr(ns, name, None):
+            setattr(ns, name, distributed.expand(getattr(ns, name), values))
+    output = ns.output or DEFAULT_OUTPUT
+    checkpoint = ns.checkpoint or str(Path(output).with_name(Path(output).stem + ".energyprof-checkpoint.json"))
+    # Relative outputs stay relative to the folder energyprof started in: the program's
+    # os.chdir happens in its own process.
+    options = build_options(ns, output=output, checkpoint=checkpoint)
+    if rank is not None and rank.rank == 0:
+        from ..preflight import check_writable
+
+        for name, path in job.items():  # the job's outputs, written by rank 0 at the end
+            check_writable(distributed.expand(distributed.job_name(path), values), flag(name))
+    executable: str | None = sys.executable
+    if command_form:
+        assert script is not None
+        executable = _check_command(script)
+        command, target = [script, *prog_args], script
+    else:
+        _check_target(script, module)
+        python = [sys.executable, *_interpreter_flags()]
+        if module is not None:
+            command, target = [*python, "-m", module, *prog_args], module
+        else:
+            assert script is not None
+            command, target = [*python, script, *prog_args], script
+    from ..outputs import write_outputs
+    from ..supervise import signals
+    from ..supervise.supervisor import SpawnError, Supervisor
+
+    launcher = sys.argv[0] if sys.argv else PROG
+    shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
+    meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
+    sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
+    try:
+        profile, status = sup.run()
+    except SpawnError as exc:
+        raise UsageError(str(exc)) from None
+    store = None
+    if rank is not None and rank_json is not None:
+        store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
+        if store is not None and rank.rank != 0:  # before the files: rank 0 may be waiting
+            distributed.publish(store, rank, profile.to_json())
+    try:
+        write_outputs(profile, options)
+    except OSError:  # already reported, one line each; the program's exit status stays its own
+        pass
+    if reader is not None:
+        reader.release()
+    if rank is not None and rank.rank == 0 and rank_json is not None:
+        _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
+    if os.WIFSIGNALED(status):
+        signals.die_by(os.WTERMSIG(status))
+    return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+# ---------------------------------------------------------------- compare
+
+
+def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values: dict[str, str],
+               job: dict[str, str], started_wall: float, store: Any) -> None:
+    """Rank 0, its own outputs written: the other ranks' profiles (through the job's store, or
+    from the shared output folder, a bounded wait for those still writing), joined into the
+    job's profile and report."""
+    import dataclasses
+
+    from ..integrations import distributed
+    from ..core.merge import MergeError, merge
+    from ..outputs import write_outputs
+
+    others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ), store)
+    ranks = [profile, *(others[r][0] for r in sorted(others))]
+    labels = [f"rank {p.meta['distributed']['rank']}" for p in ranks]
+    try:
+        joined = merge(ranks, labels, world_size=rank.world_size)
+    except MergeError as exc:
+        print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
+        return
+    joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
+    paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
+    job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
+                                      folded=None, csv=None, pprof=None, mlflow=False, checkpoint=None)
+    try:
+        write_outputs(joined, job_options)
+    except OSError:
+        pass
+
+
+# ---------------------------------------------------------------- merge
