@@ -20,10 +20,15 @@ import _thread
 import os
 import time
 
-from . import wire
+# Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
+# on the package goes through __import__, which would import energyprof's top package.
+from .wire import (
+    LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file, sample as sample_line,
+    stack as stack_line, tick as tick_line
+)
 
 SEGMENT_BYTES = 8 << 20
-_DROPPABLE = (wire.TICK + "\t", wire.SAMPLE + "\t")
+_DROPPABLE = (TICK + "\t", SAMPLE + "\t")
 _perf = time.perf_counter_ns
 
 
@@ -65,16 +70,16 @@ class Spool:
         self.buf.append(line)
 
     def frame(self, fid: int, fr: tuple[str, str, int]) -> None:
-        self.buf.append(wire.frame(fid, fr[0], fr[1], fr[2]))
+        self.buf.append(frame_line(fid, fr[0], fr[1], fr[2]))
 
     def stack(self, sid: int, fids: tuple[int, ...]) -> None:
-        self.buf.append(wire.stack(sid, fids))
+        self.buf.append(stack_line(sid, fids))
 
     def tick(self, t0: int, t1: int, proc: int, own: int, rss: int) -> None:
-        self.buf.append(wire.tick(t0, t1, proc, own, rss))
+        self.buf.append(tick_line(t0, t1, proc, own, rss))
 
     def sample(self, sid: int, cpu: int, main: bool) -> None:
-        self.buf.append(wire.sample(sid, cpu, main))
+        self.buf.append(sample_line(sid, cpu, main))
 
     def event(self, line: str) -> None:
         with self._lock:
@@ -88,18 +93,18 @@ class Spool:
             buf, self._held = self._held + buf, []
         if not buf:
             return
-        lines = [wire.lost(self._lost_from, self._lost_to, self._lost)] if self._lost else []
+        lines = [lost_line(self._lost_from, self._lost_to, self._lost)] if self._lost else []
         if self._cut:
             lines.insert(0, "\n")  # ends the line a failed write cut: the reader drops it whole
         lines += buf
-        data = wire.encode("".join(lines))
+        data = encode("".join(lines))
         self._written = 0
         try:
             self._size += len(data)
             if self._size >= SEGMENT_BYTES:
                 name = f"{self.path}.{self._segment + 1}"
                 fd = self._open(name)
-                self._write(data + wire.encode(wire.next_file(os.path.basename(name))))
+                self._write(data + encode(next_file(os.path.basename(name))))
                 self._close()
                 self._segment += 1
                 self.fd, self._size, self._file = fd, 0, self._identity(fd)
@@ -124,7 +129,7 @@ class Spool:
         if not self._lost:
             self._lost_from = self._ok_at
         self._lost_to = _perf()
-        self._held = [ln for ln in rest if not ln.startswith(_DROPPABLE) and not ln.startswith(wire.LOST + "\t")
+        self._held = [ln for ln in rest if not ln.startswith(_DROPPABLE) and not ln.startswith(LOST + "\t")
                       and ln != "\n"]
         self._lost += max(1, len(data) - len(done) - sum(len(ln) for ln in self._held))
 

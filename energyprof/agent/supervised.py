@@ -13,7 +13,13 @@ import _thread
 import os
 import sys
 
-from . import hooks, wire
+# Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
+# on the package goes through __import__, which would import energyprof's top package.
+from .wire import (
+    REPLY_SUFFIX, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line, gpu as gpu_line,
+    header as header_line, note as note_line, parse_replies, window_begin, window_end
+)
+from .hooks import install as install_hooks
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, codes_of, filtered
 from .spool import Spool
 
@@ -38,7 +44,7 @@ class Agent:
         self.pid = os.getpid()
         self.view = view
         self.forked = forked
-        name = f"{self.pid}-{_perf()}{wire.SPOOL_SUFFIX}"
+        name = f"{self.pid}-{_perf()}{SPOOL_SUFFIX}"
         self.spool = Spool(os.path.join(config["spool"], name))
         kind = HookSampler if config.get("sampler") == "pyinstrument" and not forked else Sampler
         self.sampler = kind(self.spool, float(config.get("interval", "0.005")), view,
@@ -61,7 +67,7 @@ class Agent:
             cmd = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
         except OSError:
             cmd = " ".join(sys.argv)
-        self.spool.write(wire.header(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
+        self.spool.write(header_line(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
                                      env.get("LOCAL_RANK", ""), label, cmd))
         self.spool.flush()  # the supervisor learns of this process at once
         self.sampler.start()
@@ -77,15 +83,15 @@ class Agent:
             self.note(f"the sampler of process {self.pid} stopped early: {type(err).__name__}: {err}")
         if exc is not None and not isinstance(exc, SystemExit):
             text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            self.spool.event(wire.exception(_perf(), text))
+            self.spool.event(exception_line(_perf(), text))
         if self.sampler.alloc:
             tm = sys.modules.get("tracemalloc")
             if tm is None or not tm.is_tracing() or tm.get_traceback_limit() != 1:
                 self.note("memory=exact is off: the program runs tracemalloc itself, and energyprof leaves it alone")
             else:
                 for fr, size in self.sampler.allocations():
-                    self.spool.event(wire.alloc(*(fr or ("", "", 0)), size))
-        self.spool.event(wire.end(_perf()))
+                    self.spool.event(alloc_line(*(fr or ("", "", 0)), size))
+        self.spool.event(end_line(_perf()))
         self.spool.flush()
 
     def _check_gpu(self) -> None:
@@ -99,24 +105,24 @@ class Agent:
             used = False
         if used:
             self._gpu = True
-            self.spool.event(wire.gpu(_perf()))
+            self.spool.event(gpu_line(_perf()))
 
     def note(self, message: str) -> None:
-        self.spool.event(wire.note(message))
+        self.spool.event(note_line(message))
 
     # -- the Profiler-like surface the program may use -----------------------------------
     def begin_window(self, name: str, index: int | None = None) -> int:
         """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
         self._cuda_sync()
         t = _perf()
-        self.spool.event(wire.window_begin(t, str(name), index))
+        self.spool.event(window_begin(t, str(name), index))
         return t
 
     def end_window(self, name: str | None = None, reply: bool = False) -> int:
         """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
         self._cuda_sync()
         t = _perf()
-        self.spool.event(wire.window_end(t, None if name is None else str(name), reply))
+        self.spool.event(window_end(t, None if name is None else str(name), reply))
         return t
 
     def window(self, name: str, index: int | None = None) -> Any:
@@ -180,7 +186,7 @@ class _Replies:
     """This process's side of the window back-channel: reads the supervisor's lines as they come."""
 
     def __init__(self, config: dict[str, str], pid: int) -> None:
-        self.path = os.path.join(config.get("spool", ""), f"{pid}{wire.REPLY_SUFFIX}")
+        self.path = os.path.join(config.get("spool", ""), f"{pid}{REPLY_SUFFIX}")
         self.share = config.get("idle", "share") == "share"
         carbon = config.get("carbon", "")
         try:
@@ -206,7 +212,7 @@ class _Replies:
         if end < 0:
             return
         self.offset += end + 1
-        self.seen.update(wire.parse_replies(data[:end + 1]))
+        self.seen.update(parse_replies(data[:end + 1]))
 
     def fill(self, m: Any, t0: int, t1: int) -> None:
         deadline = _perf() + int(REPLY_WAIT_S * 1e9)
@@ -288,7 +294,7 @@ def start_agent(config: dict[str, str]) -> Agent | None:
 
     atexit.register(_at_exit)
     if config.get("follow", "1") == "1":
-        hooks.install(_before_exit, _after_fork_child)
+        install_hooks(_before_exit, _after_fork_child)
     return agent
 
 
