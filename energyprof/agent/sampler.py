@@ -54,6 +54,32 @@ def _threading_table() -> dict[int, Any]:
     return getattr(threading, "_active", None) or {}
 
 
+# Threads that ended since the last tick: (native id, name, CPU ns at the end), appended by
+# each ending thread itself (list.append is atomic), taken by the sampler at its next tick.
+_departures: list[tuple[int, str, int]] = []
+_departures_hooked = False
+
+
+def _hook_departures() -> None:
+    """Have each `threading` thread report its CPU as it ends (`Thread._delete` runs last,
+    on the thread itself): a thread shorter than a few intervals may end between two ticks,
+    and a dead thread's clock can no longer be read."""
+    global _departures_hooked
+    _departures_hooked = True
+    thread_cls = getattr(sys.modules.get("threading"), "Thread", None)
+    original = getattr(thread_cls, "_delete", None)
+    if original is None:
+        return
+
+    def _delete(self: Any) -> None:
+        nid = getattr(self, "_native_id", None)
+        if nid is not None:
+            _departures.append((nid, self._name if isinstance(self._name, str) else "", _own_ns()))
+        original(self)
+
+    thread_cls._delete = _delete  # type: ignore[union-attr]
+
+
 def main_thread_ident() -> int:
     threading = sys.modules.get("threading")
     return threading.main_thread().ident if threading is not None else _thread.get_ident()
@@ -176,6 +202,7 @@ class Sampler:
         self._sid_cache: dict[tuple[int, ...], int] = {}
         self._codes: dict[int, CodeType] = {}  # keeps code objects alive so ids stay unique
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
+        self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
         self._stop = False
         self._done = _thread.allocate_lock()
         self.own_cpu_ns = 0
@@ -228,6 +255,7 @@ class Sampler:
             self.own_idents.add(self.ident)
             prev_t, prev_proc = _perf(), _proc_ns()
             self._thread_cpu_deltas(sys._current_frames(), first=True)
+            _departures.clear()
             last_flush = last_second = prev_t
             # The periodic check (does this process use CUDA yet?) starts every 50 ms and backs
             # off to once a second: a trainer that starts CUDA at once is known at once.
@@ -261,13 +289,16 @@ class Sampler:
 
     def _one(self, t0: int, t1: int, frames: dict[int, FrameType], d_proc: int, proc: int) -> None:
         table = _threading_table()
-        deltas = self._thread_cpu_deltas(frames, table)
-        native = d_proc - sum(deltas.values())
+        if table and not _departures_hooked:
+            _hook_departures()
+        deltas, nids, departed = self._thread_cpu_deltas(frames, table)
+        native = d_proc - sum(deltas.values()) - sum(cpu for _, _, cpu in departed)
         rss = self._rss()
         sink = self.sink
         sink.tick(t0, t1, proc, self.own_cpu_ns, rss)
         main_sample = None
         own = self.own_idents
+        last_sid = self._last_sid
         for ident, frame in frames.items():
             if ident in own:
                 continue
@@ -276,40 +307,62 @@ class Sampler:
             if ident == self.main_ident:
                 main_sample = (sid, cpu)
                 continue
+            nid = nids.get(ident)
+            if nid is not None:
+                last_sid[nid] = sid
+            sink.sample(sid, cpu, False)
+        for nid, name, cpu in departed:
+            # A thread that ended since the last tick: what it burnt after its last sample goes
+            # to that sample's stack (a thread never sampled: to its own node).
+            sid = last_sid.pop(nid, None)
+            if sid is None:
+                sid = self.intern(self.view.thread(name, []))
             sink.sample(sid, cpu, False)
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
 
-    def _thread_cpu_deltas(self, frames: dict[int, FrameType], table: dict[int, Any] | None = None,
-                           first: bool = False) -> dict[int, int]:
-        """CPU ns each thread (own threads included) burnt since the last tick, by ident.
+    def _thread_cpu_deltas(self, frames: dict[int, FrameType], table: dict[int, Any] | None = None, first: bool = False
+                           ) -> tuple[dict[int, int], dict[int, int], list[tuple[int, str, int]]]:
+        """CPU ns each thread (own threads included) burnt since the last tick, by ident; each
+        thread's native id; and (native id, name, CPU) of the threads that ended meanwhile.
 
         A thread `threading` does not know (started with `_thread`) has no native id here:
         its CPU stays in the process's and goes to the main thread's stack.
         """
         out: dict[int, int] = {}
+        nids: dict[int, int] = {}
+        departed: list[tuple[int, str, int]] = []
         if _clock_ns is None:
-            return out
+            return out, nids, departed
         if table is None:
             table = _threading_table()
         last = self._last_cpu
         seen: dict[int, int] = {}
+        gone = set()
+        while _departures:
+            nid, name, final = _departures.pop()
+            gone.add(nid)
+            if not first:
+                departed.append((nid, name, max(0, final - last.get(nid, 0))))
         for ident in frames:
             if ident == self.ident:
                 nid = self.native_id
             else:
                 nid = getattr(table.get(ident), "native_id", None)
-            if nid is None:
+            if nid is None or nid in gone:
                 continue
             try:
                 now = _clock_ns(thread_clock_id(nid))
             except OSError:
                 continue  # the thread has ended
             seen[nid] = now
+            nids[ident] = nid
             if not first:
                 out[ident] = now - last.get(nid, 0)
         self._last_cpu = seen  # ended threads drop out: a reused native id starts again from zero
-        return out
+        if len(self._last_sid) > 2 * len(seen) + 64:
+            self._last_sid = {n: sid for n, sid in self._last_sid.items() if n in seen}
+        return out, nids, departed
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
         codes: list[CodeType] = []
@@ -324,6 +377,10 @@ class Sampler:
             name = getattr(thread, "_name", None)
             if not isinstance(name, str):
                 name = str(ident)
+            elif not name.isascii():
+                # Any text may name a thread; the report shows it as Python's repr would
+                # (a lone surrogate as \udXXX) so no writer downstream can fail on it.
+                name = name.encode("utf-8", "backslashreplace").decode("utf-8")
         key = (main, name, *map(id, codes))
         sid = self._sid_cache.get(key)  # type: ignore[arg-type]
         if sid is None:

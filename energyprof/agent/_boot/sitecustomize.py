@@ -22,6 +22,9 @@ def _agent_config():
     config = dict(item.split("=", 1) for item in raw.split("\x1f") if "=" in item)
     if config.get("python") != "%d.%d" % sys.version_info[:2]:
         return None
+    spool = config.get("spool", "")
+    if not (os.path.isabs(spool) and os.path.isdir(spool)):
+        return None  # the run has ended (a daemon's late child): load nothing (the agent checks the rest)
     return config
 
 
