@@ -80,6 +80,11 @@ def _hook_departures() -> None:
     thread_cls._delete = _delete  # type: ignore[union-attr]
 
 
+def _identity(fd: int) -> tuple[int, int]:
+    st = os.fstat(fd)
+    return st.st_dev, st.st_ino
+
+
 def main_thread_ident() -> int:
     threading = sys.modules.get("threading")
     return threading.main_thread().ident if threading is not None else _thread.get_ident()
@@ -205,6 +210,8 @@ class Sampler:
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
         self._stop = False
         self._done = _thread.allocate_lock()
+        self._statm: int | None = None
+        self._statm_id: tuple[int, int] | None = None
         self.own_cpu_ns = 0
         self.ident: int | None = None
         self.native_id: int | None = None
@@ -225,27 +232,37 @@ class Sampler:
         self._stop = True
         if self._done.acquire(timeout=timeout):
             self._done.release()
+            self._close_statm()
 
     @property
     def running(self) -> bool:
         return self._done.locked()
 
     def _rss(self) -> int:
-        """This process's RSS from /proc/self/statm, opened and closed each time (the program
-        may close any descriptor: one held here could become the program's own file); 0 where
-        unreadable."""
+        """This process's RSS from /proc/self/statm; 0 where unreadable.
+
+        The descriptor is kept (one pread a sample) but checked before each use: the program
+        may close any descriptor and get the number back for a file of its own, which is then
+        never read here, and never closed (the number is forgotten, not closed)."""
         if not self.rss:
             return 0
+        fd = self._statm
         try:
-            fd = os.open(_STATM, _RDONLY)
-        except OSError:
-            return 0
-        try:
-            return int(os.read(fd, 128).split()[1]) * _PAGE
+            if fd is None or _identity(fd) != self._statm_id:
+                fd = self._statm = os.open(_STATM, _RDONLY)
+                self._statm_id = _identity(fd)
+            return int(os.pread(fd, 128, 0).split()[1]) * _PAGE
         except (OSError, ValueError, IndexError):
+            self._statm = None
             return 0
-        finally:
-            os.close(fd)
+
+    def _close_statm(self) -> None:
+        fd, self._statm = self._statm, None
+        try:
+            if fd is not None and _identity(fd) == self._statm_id:
+                os.close(fd)
+        except OSError:
+            pass
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
@@ -254,6 +271,7 @@ class Sampler:
             self.native_id = _thread.get_native_id()
             self.own_idents.add(self.ident)
             prev_t, prev_proc = _perf(), _proc_ns()
+            self.own_cpu_ns = _own_ns()
             self._thread_cpu_deltas(sys._current_frames(), first=True)
             _departures.clear()
             last_flush = last_second = prev_t
@@ -268,8 +286,9 @@ class Sampler:
                 now = _perf()
                 frames = sys._current_frames()
                 proc = _proc_ns()
-                self.own_cpu_ns = _own_ns()
-                self._one(prev_t, now, frames, proc - prev_proc, proc)
+                own, before = _own_ns(), self.own_cpu_ns
+                self.own_cpu_ns = own
+                self._one(prev_t, now, frames, proc - prev_proc - (own - before), proc)
                 del frames
                 prev_t, prev_proc = now, proc
                 if stopping or self._stop:
@@ -323,11 +342,13 @@ class Sampler:
 
     def _thread_cpu_deltas(self, frames: dict[int, FrameType], table: dict[int, Any] | None = None, first: bool = False
                            ) -> tuple[dict[int, int], dict[int, int], list[tuple[int, str, int]]]:
-        """CPU ns each thread (own threads included) burnt since the last tick, by ident; each
-        thread's native id; and (native id, name, CPU) of the threads that ended meanwhile.
+        """CPU ns each thread burnt since the last tick, by ident; each thread's native id; and
+        (native id, name, CPU) of the threads that ended meanwhile.
 
-        A thread `threading` does not know (started with `_thread`) has no native id here:
-        its CPU stays in the process's and goes to the main thread's stack.
+        Neither the main thread's clock nor the sampler's is read (a syscall each, every tick):
+        the sampler's CPU is taken off the process's by the caller, and the main thread gets
+        what is left. A thread `threading` does not know (started with `_thread`) has no native
+        id here: its CPU stays in the process's and goes to the main thread's stack.
         """
         out: dict[int, int] = {}
         nids: dict[int, int] = {}
@@ -344,11 +365,11 @@ class Sampler:
             gone.add(nid)
             if not first:
                 departed.append((nid, name, max(0, final - last.get(nid, 0))))
+        skip = (self.ident, self.main_ident)
         for ident in frames:
-            if ident == self.ident:
-                nid = self.native_id
-            else:
-                nid = getattr(table.get(ident), "native_id", None)
+            if ident in skip:
+                continue
+            nid = getattr(table.get(ident), "native_id", None)
             if nid is None or nid in gone:
                 continue
             try:
@@ -459,6 +480,7 @@ class HookSampler(Sampler):
         except Exception:  # noqa: BLE001 - already gone (an exception tore the hook down)
             pass
         self.sink.flush()
+        self._close_statm()
 
     @property
     def running(self) -> bool:
