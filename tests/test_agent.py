@@ -351,3 +351,26 @@ def test_the_program_sees_what_plain_python_shows(here):
     assert (res.returncode, res.stdout, res.stderr) == (ref.returncode, ref.stdout, ref.stderr)
     pid = (here / "pid.txt").read_text()
     assert (here / "log.txt").read_text().split().count(pid) == 1
+
+
+def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(tmp_path):
+    from energyprof.core.ledger import Ledger
+    from energyprof.supervise.job import JobFeed
+
+    feed = JobFeed(Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}]), str(tmp_path))
+    sp = spool_module.Spool(str(tmp_path / f"{os.getpid()}-1.spool"))
+    sp.write(wire.header(os.getpid(), os.getppid(), 1, False, "", "", "", "python x.py"))
+    sp.frame(0, ("f", "a.py", 1))
+    sp.frame(1, ("g", "a.py", 5))
+    sp.stack(1, (0, 1))  # ids are explicit: a stack written again (after a cut write) replaces itself
+    sp.stack(0, (0,))
+    sp.event(wire.lost(1_000_000_000, 3_500_000_000, 4096))
+    sp.flush()
+    feed._read_streams()
+    p = feed.procs[os.getpid()]
+    table = feed.table
+    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.sids.items()}
+    assert names == {0: ["f"], 1: ["f", "g"]}
+    assert [n["message"] for n in feed.notes] == [
+        f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"
+        " or a write error): its stacks over that span are missing, its energy went to the process as a whole"]
