@@ -33,13 +33,14 @@ _exit.__name__ = _exit.__qualname__ = "_exit"
 _exit.__doc__ = _original_exit.__doc__
 
 
-def install(on_exit: Callable[[], None], after_fork_child: Callable[[], None]) -> None:
-    """Run `on_exit` before `os._exit` and `after_fork_child` in each forked child (once per process)."""
+def install(on_exit: Callable[[], None], after_fork_child: Callable[[], None] | None) -> None:
+    """Run `on_exit` before `os._exit` and, when given, `after_fork_child` in each forked child
+    (once per process)."""
     global _installed
     if _installed:
         return
     _installed = True
     _on_exit.append(on_exit)
-    if hasattr(os, "register_at_fork"):
+    if after_fork_child is not None and hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=after_fork_child)
     os._exit = _exit

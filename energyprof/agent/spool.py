@@ -95,7 +95,7 @@ class Spool:
             return
         lines = [lost_line(self._lost_from, self._lost_to, self._lost)] if self._lost else []
         if self._cut:
-            lines.insert(0, "\n")  # ends the line a failed write cut: the reader drops it whole
+            lines.insert(0, "\n")  # ends the line a failed write cut (a damaged line: a definition in it comes again)
         lines += buf
         data = encode("".join(lines))
         self._written = 0
@@ -104,7 +104,11 @@ class Spool:
             if self._size >= SEGMENT_BYTES:
                 name = f"{self.path}.{self._segment + 1}"
                 fd = self._open(name)
-                self._write(data + encode(next_file(os.path.basename(name))))
+                try:
+                    self._write(data + encode(next_file(os.path.basename(name))))
+                except OSError:
+                    os.close(fd)  # the next flush tries the move again
+                    raise
                 self._close()
                 self._segment += 1
                 self.fd, self._size, self._file = fd, 0, self._identity(fd)

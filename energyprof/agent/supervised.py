@@ -293,8 +293,7 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     import atexit
 
     atexit.register(_at_exit)
-    if config.get("follow", "1") == "1":
-        install_hooks(_before_exit, _after_fork_child)
+    install_hooks(_before_exit, _after_fork_child if config.get("follow", "1") == "1" else None)
     return agent
 
 
