@@ -11,6 +11,10 @@ compares runs taken seconds apart; the table gives the median over the rounds wi
 * fixed: an empty script, CPU of the tool's run minus plain python's: start-up plus report.
 * proportional: `fib(N)` in the main process, and the same in a followed Python child, CPU
   over plain python's after the fixed cost is taken off, as a share of the program's CPU.
+  The program also writes its own process's CPU (`os.times()`, its sampler thread included):
+  "in the program" is that figure over plain python's, the agent's part alone; the rest of
+  the whole-tree figure is the supervisor's (reading sensors and spools, and a report that
+  grows with the program's call tree).
 * bootstrap: what the agent adds to a Python child's start (`python -c pass` with the
   supervisor's environment, against plain; 40 runs a round).
 * window: `benchmarks/monitor.py` measures one Monitor window (run it for that figure).
@@ -37,9 +41,13 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIB = """
+import os
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 fib({n})
+t = os.times()  # this process's own CPU (its sampler thread included), without the supervisor's
+with open(os.environ["BENCH_OWN"], "a") as fh:
+    fh.write(repr(t.user + t.system) + "\\n")
 """
 PARENT = """
 import subprocess, sys
@@ -105,12 +113,14 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="energyprof-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
     env.pop("ENERGYPROF_AGENT", None)
+    env["BENCH_OWN"] = str(work / "own.txt")
     (work / "empty.py").write_text("")
     (work / "fib.py").write_text(FIB.format(n=a.fib))
     (work / "parent.py").write_text(PARENT)
     ts = tools(work)
     cpu: dict[tuple[str, str], list[float]] = {}
     boot: list[float] = []
+    own: dict[str, list[float]] = {}
     try:
         for r in range(a.rounds):
             names = list(ts)
@@ -119,6 +129,8 @@ def main() -> None:
                 for name in names:
                     # py-spy exits 1 when the program ends before it attached (an empty script): its CPU counts all the same
                     cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, env, name != "py-spy"))
+                    if script == "fib.py":
+                        own.setdefault(name, []).append(float((work / "own.txt").read_text().split()[-1]))
             boot.append(bootstrap_ms(work, env, a.boot_runs))
             print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{t} {s} {v[-1]:.3f}" for (t, s), v in cpu.items())
                   + f", bootstrap {boot[-1]:.1f} ms", file=sys.stderr)
@@ -144,6 +156,8 @@ def main() -> None:
                       zip(cpu[(t, script)], cpu[(t, "empty.py")], base, plain_empty)] for t in ts}
         print(f"| proportional cost, {label}, % of the program's CPU | "
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
+    print("| in the program: its own process's CPU over plain python's, main process, % | "
+          + " | ".join(median_range([(x - b) / b for x, b in zip(own[t], own["plain"])], 100, "{:.1f}") for t in ts) + " |")
     print(f"| a Python child's bootstrap, CPU ms (median of {a.boot_runs} pairs a round) | - | "
           + median_range(boot, 1, "{:.1f}") + (" | - |" if "py-spy" in ts else " |"))
 
