@@ -40,8 +40,15 @@ def active_profiler() -> Any:
     prof = _active
     if prof is not None and prof._pid == os.getpid():
         return prof
-    agent = sys.modules.get("energyprof.agent.sampler")
-    return agent.current() if agent is not None else None
+    supervised = sys.modules.get("energyprof.agent.supervised")
+    agent = supervised.current() if supervised is not None else None
+    if agent is not None and not supervised.bound():
+        # The agent imports nothing of energyprof's: what its windows build is handed in here.
+        log_window = None
+        if agent.config.get("mlflow") == "1":
+            from .integrations.mlflow import log_window
+        supervised.bind(Measurement, log_window)
+    return agent
 
 
 def _forget_after_fork() -> None:

@@ -42,3 +42,21 @@ def test_longrun_tiny_prints_figures() -> None:
     assert re.search(r"added RSS: \d+\.\d MB peak", out), out
     assert re.search(r"memory ratio 10x / 1x: \d+\.\d+", out), out
     assert "render_html failed" not in out, out
+
+
+def test_cost_tiny_prints_every_figure_beside_plain_python() -> None:
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "cost.py"), "--rounds", "1", "--fib", "12", "--boot-runs", "2"],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    header = rows[0].strip("| ").split(" | ")
+    assert header[:3] == ["figure", "plain", "energyprof"]  # py-spy's column follows when it is installed
+    labels = [r.split(" | ")[0].lstrip("| ") for r in rows[1:]]
+    assert [label.split(",")[0].split(" (")[0] for label in labels] == [
+        "empty script", "fib(12) in the main process", "fib(12) in a followed child", "fixed cost",
+        "proportional cost", "proportional cost", "in the program: its own process's CPU over plain python's",
+        "a Python child's bootstrap"]
+    for r in rows[1:]:
+        assert len(r.strip("|").split(" | ")) == len(header), r

@@ -225,15 +225,16 @@ def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path
 def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_came(tmp_path, monkeypatch):
     from types import SimpleNamespace
 
-    from energyprof.agent import sampler
+    from energyprof.agent import supervised, wire
+    from energyprof.supervise.job import window_reply
 
-    monkeypatch.setattr(sampler, "REPLY_WAIT_S", 0.01)
+    monkeypatch.setattr(supervised, "REPLY_WAIT_S", 0.01)
     led = SimpleNamespace(sources=[CPU, {"id": "ram", "method": "estimated"}], source_ids=["cpu", "ram"])
     w = {"start_ns": 10, "end_ns": 20, "energy": [3.0, 1.0], "program": [1.5, 0.5], "program_all": [3.0, 1.0]}
-    line = sampler.window_reply(led, w)
-    path = tmp_path / f"7{sampler.REPLY_SUFFIX}"
+    line = window_reply(led, w)
+    path = tmp_path / f"7{wire.REPLY_SUFFIX}"
     path.write_text(line[:-5])  # the supervisor's write is not whole yet
-    replies = sampler._Replies({"spool": str(tmp_path), "idle": "all", "carbon": "100.0,2.0"}, 7)
+    replies = supervised._Replies({"spool": str(tmp_path), "idle": "all", "carbon": "100.0,2.0"}, 7)
     late = Measurement(name="w")
     replies.fill(late, 10, 20)
     assert late.complete is False and late.energy_j is None and "0.01 s" in late.note

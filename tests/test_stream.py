@@ -8,7 +8,7 @@ import os
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energyprof.agent import sampler
+from energyprof.agent import spool as spool_module
 from energyprof.supervise.stream import StreamReader, unescape
 
 
@@ -17,11 +17,11 @@ from energyprof.supervise.stream import StreamReader, unescape
        st.integers(64, 4096), st.integers(1, 9))
 def test_frames_round_trip_across_segments(tmp_path_factory, frames, segment, every):
     d = tmp_path_factory.mktemp("spool")
-    old = sampler.SEGMENT_BYTES
-    sampler.SEGMENT_BYTES = segment
+    old = spool_module.SEGMENT_BYTES
+    spool_module.SEGMENT_BYTES = segment
     try:
         path = str(d / "7-1.spool")
-        spool = sampler.Spool(path)
+        spool = spool_module.Spool(path)
         reader = StreamReader(path)
         got = []
         for i, fr in enumerate(frames):
@@ -32,7 +32,7 @@ def test_frames_round_trip_across_segments(tmp_path_factory, frames, segment, ev
         spool.flush()
         got += reader.read()
     finally:
-        sampler.SEGMENT_BYTES = old
+        spool_module.SEGMENT_BYTES = old
     assert [(unescape(r[2]), unescape(r[3]), int(r[4])) for r in got] == frames
     assert len(os.listdir(d)) == 1  # every file read to its end is gone
 

@@ -9,18 +9,20 @@ their own sampler the same way.
 from __future__ import annotations
 
 import os
+import sys
 
+from ..agent.supervised import ENV
 from ..measurement import carbon_setting
 from ..options import Options
 
-ENV = "ENERGYPROF_AGENT"
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "_boot")
 
 
 def child_env(options: Options, spool: str, base: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     config = {
-        "spool": spool,
+        "python": "%d.%d" % sys.version_info[:2],  # other interpreters on PATH leave the bootstrap at once
+        "spool": os.path.abspath(spool),  # a relative TMPDIR must not follow the program's chdir
         "parent": str(os.getpid()),
         "interval": repr(float(options.interval)),
         "memory": options.memory,

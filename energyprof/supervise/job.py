@@ -21,7 +21,8 @@ from typing import Any
 from ..collect import probes
 from ..core.ledger import Ledger
 from ..core.recording import Sample, Tick
-from ..agent.sampler import PROCESS_MARKER, REPLY_SUFFIX, window_reply
+from ..agent import wire
+from ..agent.sampler import PROCESS_MARKER
 from . import follow
 from .stream import StreamReader, unescape
 
@@ -45,8 +46,8 @@ class Proc:
     main: bool = False
     role: str = "child"
     reader: StreamReader | None = None
-    fids: list[tuple[int, ...]] = field(default_factory=list)  # local frame id -> global frame ids
-    sids: list[int] = field(default_factory=list)  # local stack id -> global stack id
+    fids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # local frame id -> global frame ids
+    sids: dict[int, int] = field(default_factory=dict)  # local stack id -> global stack id
     cur: tuple[int, int, int] = (0, 0, 0)  # the current T record: t0, t1, rss
     allocations: list = field(default_factory=list)  # memory=exact: (global frame id or None, bytes)
     hist: deque = field(default_factory=deque)  # (t, cpu_ns, own_ns, rss) points of its clock
@@ -145,7 +146,7 @@ class JobFeed:
         fresh = []
         for name in names:
             path = os.path.join(self.spool, name)
-            if path not in self.readers and name.endswith(".spool"):
+            if path not in self.readers and name.endswith(wire.SPOOL_SUFFIX):
                 try:
                     fresh.append((int(name.split("-")[1].split(".")[0]), path))
                 except (IndexError, ValueError):
@@ -170,23 +171,23 @@ class JobFeed:
         except OSError:
             return
         records = reader.read()
-        if not records or records[0][0] != "H":
+        h = wire.parse_header(records[0]) if records else None
+        if h is None:
             reader.close()
             return
-        h = records[0]
-        pid, ppid = int(h[1]), int(h[2])
+        pid, ppid = h.pid, h.ppid
         p = self.procs.get(pid)
         if p is not None and p.reader is not None:
             self._consume(p, p.reader.read())  # an exec: the old image's last words first
             p.reader.close()
         if p is None:
             p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
-        p.ppid, p.python, p.forked = ppid, True, h[4] == "1"
-        p.rank, p.local_rank = (h[5] or None), (h[6] or None)
-        p.label, p.command = unescape(h[7]), unescape(h[8])
-        p.reader, p.fids, p.sids = reader, [], []
+        p.ppid, p.python, p.forked = ppid, True, h.forked
+        p.rank, p.local_rank = h.rank, h.local_rank
+        p.label, p.command = h.label, h.command
+        p.reader, p.fids, p.sids = reader, {}, {}
         p.ended = p.dying = False
-        p.t_start = int(h[3])
+        p.t_start = h.t_ns
         p.watermark = max(p.watermark, p.t_start)
         p.last_data = time.perf_counter_ns()
         self._seen.pop(pid, None)
@@ -271,56 +272,63 @@ class JobFeed:
         for r in records:
             kind = r[0]
             try:
-                if kind == "s":
+                if kind == wire.SAMPLE:
                     sid = p.sids[int(r[1])]
                     main = r[3] == "1"
                     led.add_sample(Sample(t0, t1, sid, int(r[2]), main, rss, pid))
                     if main:
                         p.last_main_sid = sid
                         p.main_hist.append((t1, sid))
-                elif kind == "T":
+                elif kind == wire.TICK:
                     t0, t1 = int(r[1]), int(r[2])
                     cpu, own, rss = int(r[3]), int(r[4]), int(r[5])
                     p.hist.append((t1, cpu, own, rss))
                     p.cpu_ns, p.own_ns, p.rss = cpu, own, rss
                     if t1 > p.watermark:
                         p.watermark = t1
-                elif kind == "F":
+                elif kind == wire.FRAME:
                     func, file, line = unescape(r[2]), unescape(r[3]), int(r[4])
                     if func == PROCESS_MARKER and not file:
-                        p.fids.append(self._expansion(line))
+                        p.fids[int(r[1])] = self._expansion(line)
                     else:
-                        p.fids.append((table.frame_id((func, file, line)),))
-                elif kind == "K":
+                        p.fids[int(r[1])] = (table.frame_id((func, file, line)),)
+                elif kind == wire.STACK:  # ids are explicit: a stack written again after a cut write replaces it
                     fids = p.fids
                     ids: list[int] = []
                     for f in r[2].split(",") if r[2] else ():
                         ids.extend(fids[int(f)])
-                    p.sids.append(table.stack_id(tuple(ids)))
-                elif kind == "W":
+                    p.sids[int(r[1])] = table.stack_id(tuple(ids))
+                elif kind == wire.WINDOW:
                     if r[1] == "b":
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
                         w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
                         if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
                             self._replies.append((pid, w))
-                elif kind == "A":
+                elif kind == wire.ALLOC:
                     fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
                     p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))
-                elif kind == "E":
+                elif kind == wire.EXCEPTION:
                     p.exception = unescape(r[2])
-                elif kind == "N":
-                    msg = unescape(r[1])
-                    if not any(n["message"] == msg for n in self.notes):
-                        self.notes.append({"kind": "process", "message": msg})
-                elif kind == "G":
+                elif kind == wire.NOTE:
+                    self._note(unescape(r[1]))
+                elif kind == wire.LOST:
+                    lost_s, size = (int(r[2]) - int(r[1])) / 1e9, int(r[3])
+                    self._note(f"process {pid} could not write its samples for {lost_s:.3f} s (measured; {size} bytes"
+                               " dropped, a full disk or a write error): its stacks over that span are missing,"
+                               " its energy went to the process as a whole")
+                elif kind == wire.GPU:
                     led.gpu_procs.add(pid)
-                elif kind == "Z":
+                elif kind == wire.END:
                     p.ended = True
-            except (IndexError, ValueError):
+            except (IndexError, KeyError, ValueError):
                 continue  # a damaged line costs that line only
         p.cur = (t0, t1, rss)
         p.last_data = time.perf_counter_ns()
+
+    def _note(self, msg: str) -> None:
+        if not any(n["message"] == msg for n in self.notes):
+            self.notes.append({"kind": "process", "message": msg})
 
     # -- processes that are not (or not yet) streams -------------------------------------
     def _scan(self, now: int, final: bool = False) -> None:
@@ -460,6 +468,13 @@ class JobFeed:
         return p.exception if p is not None else None
 
 
+def window_reply(ledger: Ledger, w: dict[str, Any]) -> str:
+    """One charged window's figures as a line of the back-channel."""
+    estimated = any(src.get("method") == "estimated" for src in ledger.sources)
+    return wire.reply(w["start_ns"], w["end_ns"], estimated, list(ledger.source_ids), w["energy"],
+                      w.get("program") or [], w.get("program_all") or [])
+
+
 def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
     """Hand each charged window's figures back to the process that opened it: one line in
     `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""
@@ -472,8 +487,8 @@ def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str,
         lines.setdefault(pid, []).append(window_reply(ledger, w))
     for pid, text in lines.items():
         try:
-            with open(os.path.join(spool, f"{pid}{REPLY_SUFFIX}"), "a", encoding="utf-8") as fh:
-                fh.write("".join(text))  # whole lines: the agent reads up to the last newline
+            with open(os.path.join(spool, f"{pid}{wire.REPLY_SUFFIX}"), "ab") as fh:
+                fh.write(wire.encode("".join(text)))  # whole lines: the agent reads up to the last newline
         except OSError:
             pass  # the process's Measurement then says its figures are not in
     return left

@@ -1,45 +1,12 @@
-"""The spool's wire format, reader side (the writer is `stacks.sampler.Spool`).
-
-One append-only file per process, tab-separated text lines, strings escaped (backslash,
-tab, newline):
-
-    H pid ppid t_ns forked rank local_rank label command   header, first line
-    F fid function file line                               a new frame (local id)
-    K sid fid,fid,...                                      a new stack (local id)
-    T t0 t1 process_cpu_ns own_cpu_ns rss_bytes alloc      one sampler tick ...
-    s sid cpu_ns main                                      ... and one line per thread
-    W b|e t_ns name index                                  a window begins / ends
-    A function file line bytes                             memory=exact: bytes still allocated at the end
-    E t_ns text                                            the program's uncaught exception
-    N text                                                 a note for the profile
-    G t_ns                                                 this process uses CUDA (its GPU energy share)
-    Z t_ns                                                 the process ended its stream
-    R name                                                 the stream goes on in this file (same folder)
-
-Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process).
-"""
+"""Reading one process's spool as it grows (the records themselves are `agent/wire.py`'s)."""
 
 from __future__ import annotations
 
 import os
 
-_ESCAPES = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r"}
+from ..agent import wire
 
-
-def unescape(s: str) -> str:
-    if "\\" not in s:
-        return s
-    out = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\" and i + 1 < len(s):
-            out.append(_ESCAPES.get(s[i + 1], s[i + 1]))
-            i += 2
-        else:
-            out.append(c)
-            i += 1
-    return "".join(out)
+unescape = wire.unesc
 
 
 class StreamReader:
@@ -67,14 +34,14 @@ class StreamReader:
             if not chunks:
                 return out
             data = self._rest + b"".join(chunks)
-            lines = data.split(b"\n")
-            self._rest = lines.pop()  # a line still being written (or cut by a SIGKILL)
-            records = [ln.decode("utf-8", "surrogateescape").split("\t") for ln in lines if ln]
-            if not (records and records[-1][0] == "R" and len(records[-1]) > 1):
+            end = data.rfind(b"\n") + 1
+            # what follows the last newline is a line still being written (or cut by a SIGKILL)
+            records, self._rest = wire.decode(data[:end]), data[end:]
+            if not (records and records[-1][0] == wire.NEXT and len(records[-1]) > 1):
                 out.extend(records)
                 return out
             out.extend(records[:-1])
-            nxt = os.path.join(os.path.dirname(self._current), records[-1][1])
+            nxt = os.path.join(os.path.dirname(self._current), wire.unesc(records[-1][1]))
             try:
                 fd = os.open(nxt, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
             except OSError:

@@ -1,0 +1,166 @@
+"""energyprof's own CPU, whole process tree, beside py-spy's and plain python's.
+
+    python benchmarks/cost.py                 # 7 rounds of every figure (~3 min)
+    python benchmarks/cost.py --rounds 3 --fib 27
+
+CPU seconds are the children's rusage (user + system) of one run: the supervisor, the
+program, every process it started and waited for, and py-spy's sampler. Each round runs
+plain python, energyprof and py-spy back to back (the order rotating), so a figure only
+compares runs taken seconds apart; the table gives the median over the rounds with min-max.
+
+* fixed: an empty script, CPU of the tool's run minus plain python's: start-up plus report.
+* proportional: `fib(N)` in the main process, and the same in a followed Python child, CPU
+  over plain python's after the fixed cost is taken off, as a share of the program's CPU.
+  The program also writes its own process's CPU (`os.times()`, its sampler thread included):
+  "in the program" is that figure over plain python's, the agent's part alone; the rest of
+  the whole-tree figure is the supervisor's (reading sensors and spools, and a report that
+  grows with the program's call tree).
+* bootstrap: what the agent adds to a Python child's start (`python -c pass` with the
+  supervisor's environment, against plain; 40 runs a round).
+* window: `benchmarks/monitor.py` measures one Monitor window (run it for that figure).
+
+energyprof's modules are compiled first, as `pip install` does: a checkout run with
+PYTHONDONTWRITEBYTECODE would compile all of them in every process and measure that instead.
+
+py-spy (`pip install py-spy`) samples from outside at the same rate (200 Hz, `--subprocesses`
+for the child); its column is left out when it is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIB = """
+import os
+def fib(n):
+    return n if n < 2 else fib(n - 1) + fib(n - 2)
+fib({n})
+t = os.times()  # this process's own CPU (its sampler thread included), without the supervisor's
+with open(os.environ["BENCH_OWN"], "a") as fh:
+    fh.write(repr(t.user + t.system) + "\\n")
+"""
+PARENT = """
+import subprocess, sys
+subprocess.run([sys.executable, "fib.py"], check=True)
+"""
+
+
+def cpu_of(cmd: list[str], cwd: Path, env: dict[str, str], check: bool = True) -> float:
+    """CPU seconds (user + system) of a command and every descendant it waited for."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, cwd=cwd, env=env, check=check, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def tools(work: Path) -> dict[str, list[str]]:
+    out = {
+        "plain": [sys.executable],
+        "energyprof": [sys.executable, "-m", "energyprof", "-q", "-o", str(work / "r.html"), "--json", str(work / "p.json")],
+    }
+    spy = shutil.which("py-spy")
+    if spy:
+        out["py-spy"] = [spy, "record", "-r", "200", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
+                         sys.executable]
+    return out
+
+
+def median_range(values: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
+    v = [x * scale for x in values]
+    return f"{fmt.format(statistics.median(v))} [{fmt.format(min(v))}-{fmt.format(max(v))}]"
+
+
+def bootstrap_ms(work: Path, env: dict[str, str], runs: int) -> float:
+    """Median over `runs` of (CPU of `python -c pass` with the agent's environment) - (without), in ms."""
+    spool = Path(tempfile.mkdtemp(prefix="spool-", dir=work))
+    sys.path.insert(0, str(REPO))
+    from energyprof.options import Options
+    from energyprof.supervise.bootstrap import child_env
+
+    agent_env = child_env(Options.from_kwargs({}), str(spool), env)
+    diffs = []
+    for i in range(runs):
+        pair = [(agent_env, 1), (env, -1)] if i % 2 else [(env, -1), (agent_env, 1)]
+        d = 0.0
+        for e, sign in pair:
+            d += sign * cpu_of([sys.executable, "-c", "pass"], work, e)
+        diffs.append(d)
+        for f in spool.iterdir():
+            f.unlink()
+    return statistics.median(diffs) * 1e3
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--fib", type=int, default=30, help="fib(N) for the proportional cost (30: ~0.3-0.5 s of CPU)")
+    ap.add_argument("--boot-runs", type=int, default=40)
+    a = ap.parse_args()
+    # What pip does at install: every module compiled once (with PYTHONDONTWRITEBYTECODE set,
+    # a source checkout would otherwise compile all of energyprof in every run and process).
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "energyprof")], check=True,
+                   stdout=subprocess.DEVNULL)
+    work = Path(tempfile.mkdtemp(prefix="energyprof-cost-"))
+    env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+    env.pop("ENERGYPROF_AGENT", None)
+    env["BENCH_OWN"] = str(work / "own.txt")
+    (work / "empty.py").write_text("")
+    (work / "fib.py").write_text(FIB.format(n=a.fib))
+    (work / "parent.py").write_text(PARENT)
+    ts = tools(work)
+    cpu: dict[tuple[str, str], list[float]] = {}
+    boot: list[float] = []
+    own: dict[str, list[float]] = {}
+    try:
+        for r in range(a.rounds):
+            names = list(ts)
+            names = names[r % len(names):] + names[:r % len(names)]  # rotate the order each round
+            for script in ("empty.py", "fib.py", "parent.py"):
+                for name in names:
+                    # py-spy exits 1 when the program ends before it attached (an empty script): its CPU counts all the same
+                    cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, env, name != "py-spy"))
+                    if script == "fib.py":
+                        own.setdefault(name, []).append(float((work / "own.txt").read_text().split()[-1]))
+            boot.append(bootstrap_ms(work, env, a.boot_runs))
+            print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{t} {s} {v[-1]:.3f}" for (t, s), v in cpu.items())
+                  + f", bootstrap {boot[-1]:.1f} ms", file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    n = a.rounds
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"rounds: {n}; fib({a.fib}); medians [min-max] over the rounds; CPU seconds, whole process tree")
+    print()
+    print(f"| figure | {' | '.join(ts)} |")
+    print("|---|" + "---|" * len(ts))
+    for script, label in (("empty.py", "empty script, CPU s"), ("fib.py", f"fib({a.fib}) in the main process, CPU s"),
+                          ("parent.py", f"fib({a.fib}) in a followed child, CPU s")):
+        print(f"| {label} | " + " | ".join(median_range(cpu[(t, script)]) for t in ts) + " |")
+    plain_empty = cpu[("plain", "empty.py")]
+    print("| fixed cost (empty script) over plain, CPU s | " + " | ".join(
+        median_range([x - y for x, y in zip(cpu[(t, "empty.py")], plain_empty)]) for t in ts) + " |")
+    for script, label in (("fib.py", "main process"), ("parent.py", "followed child")):
+        base = cpu[("plain", script)]
+        shares = {t: [((x - e) - (b - pe)) / (b - pe) for x, e, b, pe in
+                      zip(cpu[(t, script)], cpu[(t, "empty.py")], base, plain_empty)] for t in ts}
+        print(f"| proportional cost, {label}, % of the program's CPU | "
+              + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
+    print("| in the program: its own process's CPU over plain python's, main process, % | "
+          + " | ".join(median_range([(x - b) / b for x, b in zip(own[t], own["plain"])], 100, "{:.1f}") for t in ts) + " |")
+    print(f"| a Python child's bootstrap, CPU ms (median of {a.boot_runs} pairs a round) | - | "
+          + median_range(boot, 1, "{:.1f}") + (" | - |" if "py-spy" in ts else " |"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,364 @@
+"""The agent of a supervised process: its sampler, its spool, and the window calls it serves.
+
+The bootstrap calls `start_agent` in every Python process of a run of `python -m energyprof`.
+What the program may call (`window`, `begin_window`, `end_window`, `measure`) is reached
+through `energyprof.profiler.active_profiler()`, which hands in the Measurement class and,
+with `--mlflow`, the logging of windows: nothing of energyprof's outside `agent/` is imported
+here.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import sys
+
+# Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
+# on the package goes through __import__, which would import energyprof's top package.
+from .wire import (
+    REPLY_SUFFIX, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line, gpu as gpu_line,
+    header as header_line, note as note_line, parse_replies, window_begin, window_end
+)
+from .hooks import install as install_hooks
+from .sampler import HookSampler, Sampler, View, _perf, _sleep, codes_of, filtered
+from .spool import Spool
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from types import FrameType
+    from typing import Any, Callable
+
+ENV = "ENERGYPROF_AGENT"
+
+
+class Agent:
+    """What the bootstrap leaves in a profiled process: a sampler, a spool, window calls.
+
+    `energyprof.profiler.active_profiler()` returns it inside a program run by the
+    supervisor, so `window`, `begin_window` and `end_window` (and `energyprof.torch`) mark
+    windows in the run's profile.
+    """
+
+    def __init__(self, config: dict[str, str], view: View, forked: bool) -> None:
+        self.config = config
+        self.pid = os.getpid()
+        self.view = view
+        self.forked = forked
+        name = f"{self.pid}-{_perf()}{SPOOL_SUFFIX}"
+        self.spool = Spool(os.path.join(config["spool"], name))
+        kind = HookSampler if config.get("sampler") == "pyinstrument" and not forked else Sampler
+        self.sampler = kind(self.spool, float(config.get("interval", "0.005")), view,
+                            rss=config.get("memory", "rss") != "off", alloc=config.get("memory") == "exact",
+                            main_ident=_thread.get_ident() if forked else None, every_second=self._check_gpu)
+        self._gpu = False
+        self.sync = config.get("sync") == "cuda"
+        self._t_start = _perf()
+        self._stopped = False
+        self.replies = _Replies(config, self.pid)
+
+    def start(self, label: str = "") -> None:
+        env = os.environ
+        try:
+            fd = os.open(f"/proc/{self.pid}/cmdline", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                raw = os.read(fd, 1 << 16)
+            finally:
+                os.close(fd)
+            cmd = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
+        except OSError:
+            cmd = " ".join(sys.argv)
+        self.spool.write(header_line(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
+                                     env.get("LOCAL_RANK", ""), label, cmd))
+        self.spool.flush()  # the supervisor learns of this process at once
+        self.sampler.start()
+
+    def stop(self, exc: BaseException | None = None) -> None:
+        """The stream's tail: the last sample, what it knows at the end, the end record (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.sampler.stop()
+        if self.sampler.failed is not None:
+            err = self.sampler.failed
+            self.note(f"the sampler of process {self.pid} stopped early: {type(err).__name__}: {err}")
+        if exc is not None and not isinstance(exc, SystemExit):
+            text = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            self.spool.event(exception_line(_perf(), text))
+        if self.sampler.alloc:
+            tm = sys.modules.get("tracemalloc")
+            if tm is None or not tm.is_tracing() or tm.get_traceback_limit() != 1:
+                self.note("memory=exact is off: the program runs tracemalloc itself, and energyprof leaves it alone")
+            else:
+                for fr, size in self.sampler.allocations():
+                    self.spool.event(alloc_line(*(fr or ("", "", 0)), size))
+        self.spool.event(end_line(_perf()))
+        self.spool.flush()
+
+    def _check_gpu(self) -> None:
+        """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
+        if self._gpu:
+            return
+        torch = sys.modules.get("torch")
+        try:
+            used = torch is not None and torch.cuda.is_initialized()
+        except Exception:  # noqa: BLE001 - a half-imported torch
+            used = False
+        if used:
+            self._gpu = True
+            self.spool.event(gpu_line(_perf()))
+
+    def note(self, message: str) -> None:
+        self.spool.event(note_line(message))
+
+    # -- the Profiler-like surface the program may use -----------------------------------
+    def begin_window(self, name: str, index: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
+        self._cuda_sync()
+        t = _perf()
+        self.spool.event(window_begin(t, str(name), index))
+        return t
+
+    def end_window(self, name: str | None = None, reply: bool = False) -> int:
+        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
+        self._cuda_sync()
+        t = _perf()
+        self.spool.event(window_end(t, None if name is None else str(name), reply))
+        return t
+
+    def window(self, name: str, index: int | None = None) -> Any:
+        return _Window(self, name, index)
+
+    def measure(self) -> Any:
+        """The run so far, as far as this process can know it: its time only (the supervisor
+        holds the energy; windows get theirs back)."""
+        return _handed["measurement"](name="<run>", time_s=(_perf() - self._t_start) / 1e9, energy_j=None,
+                                       program_energy_j=None, complete=False,
+                                       note="under `python -m energyprof` the run's energy is the supervisor's: use windows")
+
+    @property
+    def running(self) -> bool:
+        return _agent is self
+
+    def _cuda_sync(self) -> None:
+        if self.sync:
+            torch = sys.modules.get("torch")
+            try:
+                if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                    torch.cuda.synchronize()
+            except Exception:  # noqa: BLE001 - a boundary is never worth the program's run
+                pass
+
+
+class _Window:
+    """A window of a supervised program. Its energy is charged by the supervisor, from sensors
+    read once for the whole job; once charged, the supervisor writes the window's figures back
+    (`reply_windows`), and the Measurement takes them on the first read of a figure, waiting
+    at most REPLY_WAIT_S for them."""
+
+    def __init__(self, agent: Agent, name: str, index: int | None) -> None:
+        self.agent, self.name, self.index = agent, name, index
+        self._t0 = 0
+
+    def __enter__(self) -> Any:
+        self.m = _handed["measurement"](name=str(self.name), index=self.index)
+        self._t0 = self.agent.begin_window(self.name, self.index)
+        return self.m
+
+    def __exit__(self, *exc: Any) -> None:
+        t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
+        self.m.time_s = (t1 - t0) / 1e9
+        self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
+        log = _handed.get("log_window")
+        if log is not None:  # live, in this process: the program's active run
+            try:
+                log(self.m, self.name, self.index)
+            except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
+                self.agent.note(f"a window could not be logged to MLflow: {type(exc).__name__}: {exc}")
+
+
+REPLY_WAIT_S = 1.0  # more hops than in-process: the spool flush (20 ms), a tick, the release of its samples
+REPLY_POLL_S = 0.005
+SUPERVISED_NOTE = ("the supervisor had not charged this window within {wait:g} s: its figures are in the saved"
+                   " profile (energyprof.Monitor measures windows in the program itself)")
+
+
+class _Replies:
+    """This process's side of the window back-channel: reads the supervisor's lines as they come."""
+
+    def __init__(self, config: dict[str, str], pid: int) -> None:
+        self.path = os.path.join(config.get("spool", ""), f"{pid}{REPLY_SUFFIX}")
+        self.share = config.get("idle", "share") == "share"
+        carbon = config.get("carbon", "")
+        try:
+            g, pue = (float(x) for x in carbon.split(","))
+            self.carbon: tuple[float | None, float] = (g, pue)
+        except ValueError:
+            self.carbon = (None, 1.0)
+        self.offset = 0
+        self.seen: dict[tuple[int, int], Any] = {}
+
+    def _read(self) -> None:
+        try:
+            fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return
+        try:
+            data = os.pread(fd, 1 << 24, self.offset)
+        except OSError:
+            return
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n")
+        if end < 0:
+            return
+        self.offset += end + 1
+        self.seen.update(parse_replies(data[:end + 1]))
+
+    def fill(self, m: Any, t0: int, t1: int) -> None:
+        deadline = _perf() + int(REPLY_WAIT_S * 1e9)
+        while (t0, t1) not in self.seen:
+            self._read()
+            if (t0, t1) in self.seen or _perf() >= deadline:
+                break
+            _sleep(REPLY_POLL_S)
+        f = self.seen.pop((t0, t1), None)
+        if f is None:
+            m.energy_j = m.program_energy_j = None
+            m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
+            return
+        estimated, energy, program, program_all = f
+        m.estimated = estimated
+        m.energy_j = energy
+        m.program_energy_j = program if self.share else program_all
+        m.intensity_g_per_kwh, m.pue = self.carbon
+        m.complete = True
+
+
+_agent: Agent | None = None
+_handed: dict[str, Any] = {}
+
+
+def bound() -> bool:
+    return "measurement" in _handed
+
+
+def bind(measurement: Any, log_window: Callable[..., None] | None = None) -> None:
+    """Hand in what the window calls build: the Measurement class and, with --mlflow, the
+    logging of a window in the program's active run. `energyprof.profiler` does it, in the
+    program, where energyprof is imported anyway."""
+    _handed["measurement"] = measurement
+    if log_window is not None:
+        _handed["log_window"] = log_window
+
+
+def current() -> Agent | None:
+    """The agent of this process (None in a forked child of an unfollowed process)."""
+    a = _agent
+    return a if a is not None and a.pid == os.getpid() else None
+
+
+def can_serve(spool: str) -> bool:
+    """The spool is an absolute folder of this user's that no one else may read (mkdtemp's 0700).
+
+    Anything else (a run that has ended and removed it, a relative path from a relative
+    TMPDIR, a folder someone else made) is not a run to report to: the process runs unsampled.
+    """
+    if not os.path.isabs(spool):
+        return False
+    try:
+        st = os.stat(spool)
+    except OSError:
+        return False
+    return st.st_uid == os.getuid() and st.st_mode & 0o077 == 0 and (st.st_mode & 0o170000) == 0o040000
+
+
+def start_agent(config: dict[str, str]) -> Agent | None:
+    """Start sampling this process for the supervisor (called by the bootstrap); None where
+    there is no run to serve."""
+    global _agent
+    if not can_serve(config.get("spool", "")):
+        return None
+    main = config.get("parent") == str(os.getppid())
+    if config.get("follow", "1") != "1":
+        _unfollow_children()
+    view = View() if main else View(pid=os.getpid())
+    agent = Agent(config, view, forked=False)
+    if config.get("memory") == "exact":
+        import tracemalloc
+
+        if not tracemalloc.is_tracing():
+            tracemalloc.start(1)
+    _agent = agent
+    agent.start()
+    import atexit
+
+    atexit.register(_at_exit)
+    install_hooks(_before_exit, _after_fork_child if config.get("follow", "1") == "1" else None)
+    return agent
+
+
+def _unfollow_children() -> None:
+    """--no-follow: the program's children start without a sampler (as without energyprof)."""
+    env = os.environ
+    env.pop(ENV, None)
+    boot = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_boot")
+    parts = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if os.path.normpath(p) != boot]
+    if any(parts):
+        env["PYTHONPATH"] = os.pathsep.join(parts)
+    else:
+        env.pop("PYTHONPATH", None)
+
+
+def _at_exit() -> None:
+    a = current()
+    if a is not None:
+        a.stop(getattr(sys, "last_exc", None) or getattr(sys, "last_value", None))
+
+
+def _before_exit() -> None:
+    """os._exit: a forked worker's way out writes its tail first."""
+    a = current()
+    if a is not None:
+        a.stop()
+
+
+def _after_fork_child() -> None:
+    """A forked child: a fresh sampler and spool (threads do not survive fork)."""
+    global _agent
+    parent = _agent
+    if parent is None:
+        return
+    _agent = None
+    parent.spool.buf = []  # the parent's to write, not this copy's
+    if isinstance(parent.sampler, HookSampler):
+        try:
+            parent.sampler._hook.unsubscribe(parent.sampler._on_sample)
+        except Exception:  # noqa: BLE001
+            pass
+    try:
+        codes = codes_of(sys._getframe(1))
+        label = _dataloader_label(sys._getframe(1))
+        view = View(pid=os.getpid(), fork_frames=filtered(codes), parent=parent.view)
+        agent = Agent(parent.config, view, forked=True)
+        _agent = agent
+        agent.start(label)
+    except Exception:  # noqa: BLE001 - never break the program's fork
+        _agent = None
+
+
+def _dataloader_label(frame: FrameType | None) -> str:
+    """`[DataLoader worker N]` when this fork starts a torch DataLoader worker."""
+    while frame is not None:
+        if frame.f_code.co_name in ("start", "_launch", "_Popen", "__init__") and "multiprocessing" in frame.f_code.co_filename:
+            proc = frame.f_locals.get("process_obj") or frame.f_locals.get("self")
+            target = getattr(proc, "_target", None)
+            if getattr(target, "__name__", "") == "_worker_loop" and "torch" in getattr(target, "__module__", ""):
+                try:
+                    names = target.__code__.co_varnames
+                    kwargs = getattr(proc, "_kwargs", {}) or {}
+                    wid = kwargs["worker_id"] if "worker_id" in kwargs else proc._args[names.index("worker_id")]
+                    return f"[DataLoader worker {int(wid)}]"
+                except (ValueError, IndexError, TypeError, KeyError):
+                    return "[DataLoader worker]"
+        frame = frame.f_back
+    return ""

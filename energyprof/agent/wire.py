@@ -1,0 +1,183 @@
+"""The spool's wire format: the one definition of what an agent writes and the supervisor reads.
+
+One append-only file per process, tab-separated text lines; every text field goes through
+`esc`, which cannot fail on any `str` (backslash, tab, newline, CR and NUL are escaped; lone
+surrogates, which UTF-8 cannot encode, travel as `surrogatepass` bytes and come back as
+they were). Records, first field the kind:
+
+    H version pid ppid t_ns forked rank local_rank label command   header, first line
+    F fid function file line                               a new frame (local id)
+    K sid fid,fid,...                                      a new stack (local id)
+    T t0 t1 process_cpu_ns own_cpu_ns rss_bytes            one sampler tick ...
+    s sid cpu_ns main                                      ... and one line per thread
+    W b|e t_ns name index|r                                a window begins / ends (r: reply wanted)
+    A function file line bytes                             memory=exact: bytes still allocated at the end
+    E t_ns text                                            the program's uncaught exception
+    N text                                                 a note for the profile
+    L t0 t1 bytes                                          the spool could not be written: this span is lost
+    G t_ns                                                 this process uses CUDA (its GPU energy share)
+    Z t_ns                                                 the end record: the process ended its stream
+    R name                                                 the stream goes on in this file (same folder)
+
+The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
+agent) is one line per charged window: `start end estimated ids energy program program_all`.
+
+Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process).
+Standard library only: this module is loaded inside the profiled program.
+"""
+
+from __future__ import annotations
+
+VERSION = 2
+HEADER, FRAME, STACK, TICK, SAMPLE, WINDOW = "H", "F", "K", "T", "s", "W"
+ALLOC, EXCEPTION, NOTE, LOST, GPU, END, NEXT = "A", "E", "N", "L", "G", "Z", "R"
+SPOOL_SUFFIX = ".spool"
+REPLY_SUFFIX = ".windows"
+ENCODING, ERRORS = "utf-8", "surrogatepass"
+
+_ESC = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
+_UNESC = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "0": "\0"}
+_SPECIAL = frozenset(_ESC)
+
+
+def esc(s: str) -> str:
+    """One text field: no tab or newline left in it (the record's separators)."""
+    if _SPECIAL.isdisjoint(s):
+        return s
+    return "".join(_ESC.get(c, c) for c in s)
+
+
+def unesc(s: str) -> str:
+    if "\\" not in s:
+        return s
+    out = []
+    i, n = 0, len(s)
+    while i < n:
+        c = s[i]
+        if c == "\\" and i + 1 < n:
+            out.append(_UNESC.get(s[i + 1], s[i + 1]))
+            i += 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def encode(text: str) -> bytes:
+    return text.encode(ENCODING, ERRORS)
+
+
+def decode(data: bytes) -> list[list[str]]:
+    """Complete lines to records (no trailing partial line may be passed in)."""
+    try:
+        text = data.decode(ENCODING, ERRORS)
+    except UnicodeDecodeError:  # a damaged line (a write cut short): it costs that line only
+        text = data.decode(ENCODING, "replace")
+    return [ln.split("\t") for ln in text.split("\n") if ln]
+
+
+# -- the writer's records ------------------------------------------------------------------
+def header(pid: int, ppid: int, t_ns: int, forked: bool, rank: str, local_rank: str, label: str, command: str) -> str:
+    return (f"{HEADER}\t{VERSION}\t{pid}\t{ppid}\t{t_ns}\t{1 if forked else 0}\t{esc(rank)}\t{esc(local_rank)}\t"
+            f"{esc(label)}\t{esc(command)}\n")
+
+
+def frame(fid: int, function: str, file: str, line: int) -> str:
+    return f"{FRAME}\t{fid}\t{esc(function)}\t{esc(file)}\t{line}\n"
+
+
+def stack(sid: int, fids: tuple[int, ...]) -> str:
+    return f"{STACK}\t{sid}\t{','.join(map(str, fids))}\n"
+
+
+def tick(t0: int, t1: int, proc: int, own: int, rss: int) -> str:
+    return f"{TICK}\t{t0}\t{t1}\t{proc}\t{own}\t{rss}\n"
+
+
+def sample(sid: int, cpu: int, main: bool) -> str:
+    return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\n"
+
+
+def window_begin(t_ns: int, name: str, index: int | None) -> str:
+    return f"{WINDOW}\tb\t{t_ns}\t{esc(name)}\t{'' if index is None else int(index)}\n"
+
+
+def window_end(t_ns: int, name: str | None, reply: bool) -> str:
+    return f"{WINDOW}\te\t{t_ns}\t{esc('' if name is None else name)}\t{'r' if reply else ''}\n"
+
+
+def alloc(function: str, file: str, line: int, size: int) -> str:
+    return f"{ALLOC}\t{esc(function)}\t{esc(file)}\t{line}\t{size}\n"
+
+
+def exception(t_ns: int, text: str) -> str:
+    return f"{EXCEPTION}\t{t_ns}\t{esc(text)}\n"
+
+
+def note(text: str) -> str:
+    return f"{NOTE}\t{esc(text)}\n"
+
+
+def lost(t0: int, t1: int, size: int) -> str:
+    return f"{LOST}\t{t0}\t{t1}\t{size}\n"
+
+
+def gpu(t_ns: int) -> str:
+    return f"{GPU}\t{t_ns}\n"
+
+
+def end(t_ns: int) -> str:
+    return f"{END}\t{t_ns}\n"
+
+
+def next_file(name: str) -> str:
+    return f"{NEXT}\t{esc(name)}\n"
+
+
+# -- the reader's side ---------------------------------------------------------------------
+class Header:
+    __slots__ = ("pid", "ppid", "t_ns", "forked", "rank", "local_rank", "label", "command")
+
+    def __init__(self, r: list[str]) -> None:
+        self.pid, self.ppid, self.t_ns = int(r[2]), int(r[3]), int(r[4])
+        self.forked = r[5] == "1"
+        self.rank, self.local_rank = unesc(r[6]) or None, unesc(r[7]) or None
+        self.label, self.command = unesc(r[8]), unesc(r[9])
+
+
+def parse_header(r: list[str]) -> Header | None:
+    """The header of a stream this reader understands; None for anything else."""
+    if len(r) < 10 or r[0] != HEADER or r[1] != str(VERSION):
+        return None
+    try:
+        return Header(r)
+    except ValueError:
+        return None
+
+
+# -- the window back-channel ---------------------------------------------------------------
+def reply(start_ns: int, end_ns: int, estimated: bool, ids: list[str], energy: list[float], program: list[float],
+          program_all: list[float]) -> str:
+    def row(values: list[float]) -> str:
+        return ",".join(repr(float(v)) for v in values)
+
+    return (f"{start_ns}\t{end_ns}\t{1 if estimated else 0}\t{','.join(esc(i).replace(',', '') for i in ids)}\t"
+            f"{row(energy)}\t{row(program)}\t{row(program_all)}\n")
+
+
+def _joules(ids: list[str], text: str) -> dict[str, float]:
+    return dict(zip(ids, (float(x) for x in text.split(",")))) if text else {}
+
+
+def parse_replies(data: bytes) -> dict[tuple[int, int], tuple[bool, dict[str, float], dict[str, float], dict[str, float]]]:
+    """Complete reply lines: (start, end) -> (estimated, energy, program, program_all) by source id."""
+    out = {}
+    for f in decode(data):
+        if len(f) != 7:
+            continue
+        try:
+            ids = [unesc(i) for i in f[3].split(",")] if f[3] else []
+            out[(int(f[0]), int(f[1]))] = (f[2] == "1", _joules(ids, f[4]), _joules(ids, f[5]), _joules(ids, f[6]))
+        except ValueError:
+            continue
+    return out

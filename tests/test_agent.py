@@ -1,0 +1,376 @@
+"""The agent inside the program: stdlib only, one wire format, lossless, invisible.
+
+Each reproducer is a real program run under `python -m energyprof` (or the bootstrap alone),
+compared with plain python where the output is the program's."""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from energyprof import load
+from energyprof.agent import spool as spool_module
+from energyprof.agent import supervised, wire
+from energyprof.supervise.stream import StreamReader
+
+from conftest import plain, profiled, run_cli, script
+
+AGENT = Path(supervised.__file__).resolve().parent
+BOOT = AGENT / "_boot"
+ROOT = AGENT.parent.parent
+ANY_TEXT = st.text(alphabet=st.characters(blacklist_categories=()), max_size=40)  # surrogates, NUL, tabs included
+
+
+# -- the package's boundary ---------------------------------------------------------------------
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """(level, module) for every import in a file, wherever it sits (lazy imports included)."""
+    out = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            out += [(0, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            out.append((node.level, node.module or ""))
+    return out
+
+
+def test_the_agent_imports_the_standard_library_and_itself_only():
+    own = {p.stem for p in AGENT.glob("*.py")}
+    optional = {"pyinstrument"}  # --sampler pyinstrument, imported when chosen
+    files = [*AGENT.glob("*.py"), *BOOT.glob("*.py")]
+    assert len(files) >= 6
+    for f in files:
+        for level, mod in imports_of(f):
+            top = mod.split(".")[0]
+            if level:
+                assert level == 1 and (mod == "" or top in own), (f.name, level, mod)
+            else:  # sitecustomize: the bootstrap runs the one it hides
+                assert top in sys.stdlib_module_names or top in optional or top == "sitecustomize", (f.name, mod)
+
+
+def test_no_relative_fromlist_on_the_package():
+    """`from . import x` in a package loaded by path goes through __import__ and imports
+    energyprof's top package (all of it) into the program."""
+    for f in AGENT.glob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level:
+                assert node.module, f"{f.name}: from . import {[a.name for a in node.names]}"
+
+
+def test_the_bootstrap_parses_on_python_2_and_every_python_3():
+    src = (BOOT / "sitecustomize.py").read_text()
+    ast.parse(src, feature_version=(3, 4))  # the oldest grammar ast still knows
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from lib2to3 import pygram, pytree
+        from lib2to3.pgen2 import driver
+
+    # Python 2's grammar, print statement and all: a SyntaxError here is one on every 2.7 box.
+    driver.Driver(pygram.python_grammar, convert=pytree.convert).parse_string(src)
+
+
+# -- the wire -------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(ANY_TEXT, ANY_TEXT, st.integers(0, 10**6)), min_size=1, max_size=20), ANY_TEXT)
+def test_any_text_survives_the_wire(tmp_path_factory, frames, label):
+    path = str(tmp_path_factory.mktemp("w") / "1-1.spool")
+    sp = spool_module.Spool(path)
+    sp.write(wire.header(1, 0, 5, False, "", "", label, label))
+    for i, fr in enumerate(frames):
+        sp.frame(i, fr)
+    sp.event(wire.note(label))
+    sp.flush()
+    recs = StreamReader(path).read()
+    h = wire.parse_header(recs[0])
+    assert h is not None and (h.label, h.command, h.rank) == (label, label, None)
+    assert [(wire.unesc(r[2]), wire.unesc(r[3]), int(r[4])) for r in recs[1:-1]] == frames
+    assert recs[-1][0] == wire.NOTE and wire.unesc(recs[-1][1]) == label
+
+
+def test_a_header_of_another_version_is_not_read():
+    good = wire.header(1, 0, 5, True, "0", "0", "", "python x.py").rstrip("\n").split("\t")
+    assert wire.parse_header(good) is not None
+    assert wire.parse_header([good[0], str(wire.VERSION + 1), *good[2:]]) is None
+    assert wire.parse_header(good[:5]) is None
+
+
+FULL_DISK = """
+import os, resource, signal, sys
+from energyprof.agent.spool import Spool
+from energyprof.supervise.stream import StreamReader
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the write fails with EFBIG instead of killing us
+path = sys.argv[1]
+sp = Spool(path)
+sp.frame(0, ("f", "a.py", 1)); sp.stack(0, (0,)); sp.flush()
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + 100, hard))  # a disk with 100 bytes left
+for i in range(50):
+    sp.tick(i, i + 1, i, 0, 0); sp.sample(0, 1, True)
+sp.frame(1, ("g", "b.py", 2)); sp.stack(1, (0, 1))
+sp.flush()
+sp.tick(50, 51, 50, 0, 0); sp.sample(1, 7, True)
+sp.flush()  # still full: kept definitions wait
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+sp.tick(60, 61, 60, 0, 0); sp.sample(1, 9, True)
+sp.flush()
+for r in StreamReader(path).read():
+    print("|".join(r))
+"""
+
+
+def test_a_full_disk_keeps_the_stacks_and_says_what_was_lost(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path / "1-1.spool")], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    recs = [ln.split("|") for ln in res.stdout.splitlines()]
+    stacks = {}
+    for r in recs:
+        if r[0] == wire.STACK and r[2] and all(f.isdigit() for f in r[2].split(",")):
+            stacks[r[1]] = r[2]
+    assert stacks == {"0": "0", "1": "0,1"}  # the stack defined while the disk was full came through whole
+    lost = [r for r in recs if r[0] == wire.LOST]
+    assert len(lost) == 1 and int(lost[0][2]) >= int(lost[0][1]) and int(lost[0][3]) > 0
+    assert ["s", "1", "9", "1"] in recs  # writing goes on once there is room
+    assert ["s", "1", "7", "1"] not in recs  # a sample dropped is dropped, never half-counted later
+
+
+def test_the_spool_folder_must_be_absolute_private_and_ours(tmp_path):
+    d = tmp_path / "spool"
+    d.mkdir(mode=0o700)
+    assert supervised.can_serve(str(d))
+    os.chmod(d, 0o755)
+    assert not supervised.can_serve(str(d))
+    os.chmod(d, 0o700)
+    assert not supervised.can_serve(os.path.relpath(d))
+    assert not supervised.can_serve(str(tmp_path / "gone"))  # a run that has ended
+
+
+# -- the bootstrap alone -------------------------------------------------------------------------
+def boot_env(tmp_path: Path, **config: str) -> dict[str, str]:
+    base = {"python": "%d.%d" % sys.version_info[:2], "spool": str(tmp_path / "spool"), "parent": "1",
+            "interval": "0.005", "memory": "rss", "follow": "1", "sampler": "threads"}
+    base.update(config)
+    env = dict(os.environ, PYTHONPATH=str(BOOT))
+    env["ENERGYPROF_AGENT"] = "\x1f".join(f"{k}={v}" for k, v in base.items())
+    return env
+
+
+PROBE = "import sys; print('energyprof.agent.supervised' in sys.modules); print('hi')"
+
+
+@pytest.mark.parametrize("case", ["ended", "other-python", "relative"])
+def test_the_bootstrap_is_silent_where_it_cannot_serve(tmp_path, case):
+    (tmp_path / "spool").mkdir(mode=0o700)
+    config = {"ended": {"spool": str(tmp_path / "gone")}, "other-python": {"python": "2.7"},
+              "relative": {"spool": "spool"}}[case]
+    res = subprocess.run([sys.executable, "-c", PROBE], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env=boot_env(tmp_path, **config))
+    assert (res.returncode, res.stdout, res.stderr) == (0, "False\nhi\n", "")
+    assert os.listdir(tmp_path / "spool") == []
+
+
+def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
+    (tmp_path / "spool").mkdir(mode=0o700)
+    show = "import sys; print(sorted(sys.modules))"
+    ran = subprocess.run([sys.executable, "-c", show], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                         env=boot_env(tmp_path))
+    bare = subprocess.run([sys.executable, "-c", show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.stderr == bare.stderr == ""
+    extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
+    assert {m for m in extra if m.startswith("energyprof")} <= {f"energyprof.agent{s}" for s in
+                                                                 ("", ".wire", ".hooks", ".sampler", ".spool", ".supervised")}
+    # what else the agent brings: the import machinery's public helpers, atexit, __future__
+    assert {m for m in extra if not m.startswith("energyprof")} <= {"__future__", "atexit", "importlib", "importlib.util",
+                                                                    "importlib._abc", "importlib.machinery", "warnings"}
+    assert len(os.listdir(tmp_path / "spool")) == 1
+
+
+# -- programs under the supervisor --------------------------------------------------------------
+def same_as_plain(here: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    res = run_cli(profiled(*extra, name), cwd=here, timeout=240)
+    ref = plain(here, name)
+    assert (res.returncode, res.stdout, res.stderr) == (ref.returncode, ref.stdout, ref.stderr)
+    return res
+
+
+def test_short_lived_threads_keep_their_cpu(here):
+    """150 threads x 10 ms of CPU, started one after another: Python reuses one ident for all."""
+    script(here, "churn.py", """
+        import threading, time
+        spent = []
+        def burn_in_thread():
+            t0 = time.thread_time()
+            while time.thread_time() - t0 < 0.010:
+                pass
+            spent.append(time.thread_time() - t0)
+        for _ in range(150):
+            t = threading.Thread(target=burn_in_thread)
+            t.start()
+            t.join()
+        with open("spent.txt", "w") as fh:
+            fh.write(repr(sum(spent)))
+    """)
+    res = run_cli(profiled("churn.py"), cwd=here, timeout=240)
+    assert res.returncode == 0, res.stderr
+    spent = float((here / "spent.txt").read_text())
+    p = load(here / "p.json")
+    threads = sum(n.cpu_time_s for n, _ in p.root.walk() if n.function.startswith("[thread "))
+    work = sum(n.cpu_time_s for n in p.find("burn_in_thread"))
+    # Each thread's CPU is its own: read from its clock while it runs and as it ends (a dead
+    # thread's clock cannot be read). Only the few microseconds after that last read escape.
+    assert 0.9 * spent <= threads <= 1.1 * spent + 0.05, (threads, spent)
+    # A thread sampled at least once runs burn_in_thread at that sample (the rest of it is a
+    # few lines of threading): charged there. One never sampled at all is its thread's node.
+    assert work >= 0.25 * spent, (work, threads, spent)
+
+
+def test_a_program_that_closes_every_descriptor_keeps_its_file(here):
+    script(here, "daemon.py", """
+        import os, time
+        os.closerange(3, 256)
+        out = open("mine.txt", "w")  # gets the lowest free number: one energyprof may have held
+        for i in range(200):
+            out.write(f"line {i}\\n")
+            if i % 20 == 0:
+                time.sleep(0.01)  # the sampler ticks, reads RSS and flushes meanwhile
+        print("done")
+        # left open: the interpreter flushes it at exit, after atexit handlers ran
+    """)
+    same_as_plain(here, "daemon.py")
+    assert (here / "mine.txt").read_text() == "".join(f"line {i}\n" for i in range(200))
+    assert load(here / "p.json").find("<module>")  # and the profile is whole
+
+
+def test_a_thread_named_with_a_lone_surrogate_does_not_stop_the_sampler(here):
+    script(here, "odd.py", """
+        import threading, time
+        def spin(seconds):
+            end = time.thread_time() + seconds
+            while time.thread_time() < end:
+                pass
+        t = threading.Thread(target=spin, args=(0.1,), name="odd\\ud800\\tname")
+        t.start(); t.join()
+        def after():
+            spin(0.5)
+        after()
+    """)
+    same_as_plain(here, "odd.py")
+    p = load(here / "p.json")
+    assert p.function_totals("after") > 0
+    assert sum(n.cpu_time_s for n in p.find("after")) >= 0.25  # 0.5 s of CPU on the main thread, sampled each 5 ms
+    assert any(n.function == "[thread odd\\ud800\tname]" for n, _ in p.root.walk())  # shown as repr shows it
+    assert not [n for n in p.notes if "stopped early" in n["message"]]
+
+
+def test_fork_pool_workers_write_their_tail_before_os_exit(here):
+    script(here, "pool.py", """
+        import multiprocessing as mp, time
+        kept = []
+        def keep(i):
+            kept.append(bytes(1_000_000) + bytes([i]))  # still allocated when the worker leaves
+            end = time.process_time() + 0.05
+            while time.process_time() < end:
+                pass
+            return i
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                print(sum(pool.map(keep, range(8), chunksize=1)))
+                pool.close()
+                pool.join()
+    """)
+    same_as_plain(here, "pool.py", "--memory", "exact")
+    p = load(here / "p.json")
+    kept = sum(n.alloc_bytes or 0 for n in p.find("keep"))
+    assert kept >= 8 * 1_000_000  # every worker's `--memory exact` records came through os._exit
+    workers = [r for r in p.processes if r["role"] != "main"]
+    assert len(workers) >= 2
+
+
+def test_a_program_that_patches_time_sleep_then_forks_leaves_no_spinning_sampler(here):
+    script(here, "patched.py", """
+        import os, select, time
+        time.sleep = lambda s: None  # a test's mock, say
+        pid = os.fork()
+        if pid == 0:
+            t = time.process_time()
+            select.select([], [], [], 0.5)
+            with open("child_cpu.txt", "w") as fh:
+                fh.write(repr(time.process_time() - t))
+            os._exit(0)
+        os.waitpid(pid, 0)
+        print("ok")
+    """)
+    same_as_plain(here, "patched.py")
+    # a sampler waiting on the real sleep: ~100 ticks of well under 1 ms; a spinning one: most of 0.5 s
+    assert float((here / "child_cpu.txt").read_text()) < 0.1
+
+
+def test_a_relative_tmpdir_still_follows_a_child_in_another_folder(here):
+    (here / "sub").mkdir()
+    script(here, "cd.py", """
+        import subprocess, sys
+        def run_child():
+            subprocess.run([sys.executable, "-c", "def child_work():\\n    sum(range(3_000_000))\\nchild_work()"],
+                           cwd="sub", check=True)
+        run_child()
+    """)
+    res = run_cli(profiled("cd.py"), cwd=here, timeout=240, env={"TMPDIR": "."})
+    assert (res.returncode, res.stderr) == (0, "")  # the child's bootstrap found the spool: no word from it
+    kids = [r for r in load(here / "p.json").processes if r["role"] == "child"]
+    assert len(kids) == 1 and kids[0]["cpu_time_s"] > 0
+
+
+def test_the_program_sees_what_plain_python_shows(here):
+    """One thread in `threading`, `import sitecustomize` as without energyprof, a user's own
+    sitecustomize run once in the program, and only the agent's modules at start."""
+    user = here / "userpath"
+    user.mkdir()
+    (user / "sitecustomize.py").write_text("import os\nwith open(os.environ['LOG'], 'a') as fh:\n"
+                                           "    fh.write(str(os.getpid()) + '\\n')\n")
+    script(here, "see.py", """
+        import os, sys, threading
+        print(threading.active_count(), [t.name for t in threading.enumerate()])
+        import sitecustomize
+        print(os.path.basename(sitecustomize.__file__), sitecustomize.__name__)
+        with open("pid.txt", "w") as fh:
+            fh.write(str(os.getpid()))
+    """)
+    env = {"PYTHONPATH": str(user), "LOG": str(here / "log.txt")}
+    res = run_cli(profiled("see.py"), cwd=here, timeout=240, env=env)
+    ref = subprocess.run([sys.executable, "see.py"], cwd=here, capture_output=True, text=True, timeout=60,
+                         env=dict(os.environ, **env))
+    assert (res.returncode, res.stdout, res.stderr) == (ref.returncode, ref.stdout, ref.stderr)
+    pid = (here / "pid.txt").read_text()
+    assert (here / "log.txt").read_text().split().count(pid) == 1
+
+
+def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(tmp_path):
+    from energyprof.core.ledger import Ledger
+    from energyprof.supervise.job import JobFeed
+
+    feed = JobFeed(Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}]), str(tmp_path))
+    sp = spool_module.Spool(str(tmp_path / f"{os.getpid()}-1.spool"))
+    sp.write(wire.header(os.getpid(), os.getppid(), 1, False, "", "", "", "python x.py"))
+    sp.frame(0, ("f", "a.py", 1))
+    sp.frame(1, ("g", "a.py", 5))
+    sp.stack(1, (0, 1))  # ids are explicit: a stack written again (after a cut write) replaces itself
+    sp.stack(0, (0,))
+    sp.event(wire.lost(1_000_000_000, 3_500_000_000, 4096))
+    sp.flush()
+    feed._read_streams()
+    p = feed.procs[os.getpid()]
+    table = feed.table
+    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.sids.items()}
+    assert names == {0: ["f"], 1: ["f", "g"]}
+    assert [n["message"] for n in feed.notes] == [
+        f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"
+        " or a write error): its stacks over that span are missing, its energy went to the process as a whole"]
