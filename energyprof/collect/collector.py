@@ -33,13 +33,19 @@ CHILD_POLL_S = 0.5
 def open_sources(options: Any) -> tuple[Any, Ledger]:
     """The run's sensors (with why any is missing) and an empty ledger over them, for the
     supervisor and the in-process Profiler alike. The one note a user can act on at once (RAPL
-    readable by root only, and its fix) goes to stderr unless quiet."""
+    readable by root only, and its fix) goes to stderr unless quiet. Named backends
+    (`--sensor`) that find nothing at all are bad input: OptionError, before the program starts."""
     import sys
 
     from . import sensors
 
+    from ..options import OptionError
+
     o = options
-    found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+    found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus, only=o.sensor)
+    if o.sensor and not found.sensors:
+        why = "; ".join(found.notes) or "nothing found"
+        raise OptionError(f"--sensor {' --sensor '.join(o.sensor)} found no source: {why}")
     if not o.quiet:
         for note in found.notes:
             if note.startswith("RAPL: cannot read"):

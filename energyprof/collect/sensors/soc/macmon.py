@@ -1,0 +1,68 @@
+"""Apple silicon power through `macmon pipe` (IOReport, no sudo), one child per run.
+
+macmon prints one JSON object per interval, in watts: `cpu_power`, `gpu_power`, `ane_power`,
+`ram_power` (and `gpu_ram_power`), `all_power` (CPU + GPU + ANE) and `sys_power` (the whole
+machine, where the Mac reports it). The parts are sources; `other` is the machine's power less
+them (from `sys_power`, else nothing beyond the parts).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Iterator
+
+from ..base import Discovery, split_total
+from .powermetrics import component
+from .stream import Reading, ToolStream, channel_sensors, find_tool, lines
+
+INTERVAL_MS = 100
+PARTS = {"cpu_power": "cpu", "gpu_power": "gpu:0", "ane_power": "ane", "ram_power": "dram",
+         "gpu_ram_power": "gpu-ram"}
+INSTALL = "install macmon (`brew install macmon`): it reads Apple silicon's power without sudo"
+
+
+def reading(obj: dict[str, object], interval_ns: int) -> Reading | None:
+    parts = {sid: float(obj[k]) for k, sid in PARTS.items() if isinstance(obj.get(k), (int, float))}  # type: ignore[arg-type]
+    if not parts:
+        return None
+    sys_w = obj.get("sys_power")
+    total = ("sys_power", float(sys_w)) if isinstance(sys_w, (int, float)) and sys_w > 0 else None
+    return Reading(split_total(total, parts), interval_ns)
+
+
+def parser(interval_ms: int):  # noqa: ANN201 - returns the stream parser for this interval
+    def parse(stream: IO[bytes]) -> Iterator[Reading]:
+        for line in lines(stream):
+            line = line.strip()
+            if not line.startswith("{"):
+                continue
+            r = reading(json.loads(line), interval_ms * 1_000_000)
+            if r is not None:
+                yield r
+    return parse
+
+
+def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
+    found = Discovery()
+    exe = find_tool("macmon")
+    if exe is None:
+        found.missing["macmon"] = INSTALL
+        if explicit:
+            found.notes.append("macmon: not found on PATH; " + INSTALL)
+        return found
+    argv = [exe, "pipe", "-i", str(interval_ms)]
+    stream = ToolStream(argv, parser(interval_ms), "macmon")
+    why = stream.wait_first()
+    if why is not None:
+        stream.close()
+        found.missing["macmon"] = f"{why} (run `{' '.join(argv)}` to see why)"
+        found.notes.append(f"macmon: {why}")
+        return found
+    return channel_sensors(stream, "macmon", interval_ms / 1000.0, found,
+                           {"tool": exe, "interval_ms": interval_ms, "reading": "mean power per interval (W)"},
+                           component, what="figure")
+
+
+def applies() -> bool:
+    return sys.platform == "darwin"
