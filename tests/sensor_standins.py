@@ -1,0 +1,61 @@
+"""Stand-in executables for the power tools: a script of the tool's name on PATH that prints
+recorded records at the interval it is asked for, until it is killed (as the real tools do)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+FIXTURES = Path(__file__).parent / "fixtures" / "sensors"
+
+STANDIN = r'''#!{python}
+import os, sys, time
+args = sys.argv[1:]
+fail = os.environ.get("STANDIN_FAIL")
+if fail:
+    sys.stderr.write(fail + "\n")
+    sys.exit(1)
+interval_ms = 1000
+for flag in ("--interval", "-i"):
+    if flag in args:
+        interval_ms = int(args[args.index(flag) + 1])
+with open(os.environ["STANDIN_FILE"], "rb") as fh:
+    data = fh.read()
+kind = os.environ.get("STANDIN_KIND", "lines")
+if kind == "tegrastats":  # BOARD_MW<TAB>LINE: print the line
+    records = [ln.split(b"\t", 1)[1] + b"\n" for ln in data.splitlines() if b"\t" in ln]
+elif kind == "plist":
+    records = [d + b"\0" for d in data.split(b"\0") if d.strip()]
+elif kind == "text":
+    head, *blocks = data.split(b"*** Sampled")
+    records = [head] + [b"*** Sampled" + b for b in blocks]
+else:
+    records = [ln + b"\n" for ln in data.splitlines() if ln.strip()]
+out = sys.stdout.buffer
+i = 0
+while True:
+    out.write(records[i % len(records)])
+    out.flush()
+    i += 1
+    time.sleep(interval_ms / 1000)
+'''
+
+
+def install(bin_dir: Path, name: str) -> Path:
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    path = bin_dir / name
+    path.write_text(STANDIN.replace("{python}", sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+def env_for(bin_dir: Path, fixture: str, kind: str, **extra: str) -> dict[str, str]:
+    """The environment that puts the stand-in first on PATH and points it at a fixture."""
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "STANDIN_FILE": str(FIXTURES / fixture),
+            "STANDIN_KIND": kind, **extra}
+
+
+def board_mw(fixture: str) -> list[float]:
+    """The board power each line of a tegrastats fixture states (its first column)."""
+    return [float(ln.split("\t", 1)[0]) for ln in (FIXTURES / fixture).read_text().splitlines() if "\t" in ln]
