@@ -36,6 +36,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from energyprof.collect.sensors import estimate, perf, rapl, served  # noqa: E402
 from energyprof.collect.sensors.gpu import amdsmi  # noqa: E402
 from energyprof.collect.sensors.soc import powermetrics, rails, tegrastats  # noqa: E402
+from monitor import fake_rapl  # noqa: E402  (benchmarks/monitor.py: the same fake powercap tree)
 
 FIX = ROOT / "tests" / "fixtures" / "sensors"
 BUDGET_US = 1000.0
@@ -64,15 +65,6 @@ def reads(sensors: list[Any]) -> Callable[[], None]:
     return call
 
 
-def fake_powercap(root: Path) -> None:
-    for name, label in (("intel-rapl:0", "package-0"), ("intel-rapl:0:0", "dram")):
-        z = root / name
-        z.mkdir(parents=True)
-        (z / "name").write_text(label + "\n")
-        (z / "energy_uj").write_text("123456789\n")
-        (z / "max_energy_range_uj").write_text("262143328850\n")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true")
@@ -80,7 +72,7 @@ def main() -> int:
     rows: list[tuple[str, str, tuple[float, float, float]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         tmpd = Path(tmp)
-        fake_powercap(tmpd / "powercap")
+        fake_rapl(tmpd / "powercap")
         found = rapl.discover(str(tmpd / "powercap"))
         rows.append(("rapl", "read() of cpu + dram (two sysfs reads)", cost_us(reads(found.sensors), n)))
 

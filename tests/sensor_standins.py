@@ -34,7 +34,8 @@ else:
     records = [ln + b"\n" for ln in data.splitlines() if ln.strip()]
 out = sys.stdout.buffer
 i = 0
-while True:
+limit = int(os.environ.get("STANDIN_MAX_RECORDS", "0"))
+while not limit or i < limit:
     out.write(records[i % len(records)])
     out.flush()
     i += 1

@@ -303,3 +303,13 @@ def test_tegrastats_stream_skips_lines_without_rails():
     readings = list(tegrastats.parse(stream))  # the `date` line between samples is not a reading
     assert [round(sum(r.watts.values()) * 1000) for r in readings] == standins.board_mw("tegrastats_tx2_l4t32.txt")
     assert all(r.elapsed_ns is None for r in readings)  # instantaneous values: trapezoids
+
+
+def test_a_tool_that_stops_mid_run_is_dropped_with_a_note_and_the_run_goes_on(tmp_path):
+    done = run_with(tmp_path, "tegrastats", "tegrastats_orin_nano_jp6.txt", "tegrastats", STANDIN_MAX_RECORDS="3")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "done\n"
+    prof = load(tmp_path / "p.json")
+    dropped = [n for n in prof.notes if n.kind == "sensor-dropped"]
+    assert {n["source"] for n in dropped} == {"VDD_CPU_GPU_CV", "VDD_SOC", "other"}
+    assert all("tegrastats stopped (exit status 0)" in n.message for n in dropped)

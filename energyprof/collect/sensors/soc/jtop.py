@@ -13,9 +13,9 @@ import threading
 import time
 from typing import Any
 
-from ..base import Discovery, PowerIntegrator, split_total
+from ..base import Discovery, split_total
 from . import rails
-from .stream import channel_sensors
+from .stream import SharedStream, channel_sensors
 
 BINDING: Any = None  # a module with a `jtop` class (tests inject a fake); None: `import jtop`
 INTERVAL_S = 0.5  # jtop refreshes from its service; faster asks add load, not resolution
@@ -34,15 +34,11 @@ def watts(power: dict[str, Any]) -> dict[str, float]:
     return rails_w
 
 
-class JtopStream:
-    """jtop's client, polled on a thread of its own; the same interface as a ToolStream."""
+class JtopStream(SharedStream):
+    """jtop's client, polled on a thread of its own."""
 
     def __init__(self, module: Any, interval_s: float) -> None:
-        self.name = "jtop"
-        self.integrator = PowerIntegrator()
-        self.failed: str | None = None
-        self._users = 0
-        self._lock = threading.Lock()
+        super().__init__("jtop")
         self._stop = threading.Event()
         self.client = module.jtop(interval=interval_s)
         self.client.start()
@@ -59,22 +55,6 @@ class JtopStream:
             self.integrator.first.set()
             if not self._stop.is_set() and self.failed is None:
                 self.failed = "jtop: the jtop service stopped answering"
-
-    def wait_first(self, timeout_s: float = 5.0) -> str | None:
-        if not self.integrator.first.wait(timeout_s) or self.integrator.readings == 0:
-            return self.failed or f"jtop gave no reading within {timeout_s:g} s"
-        return None
-
-    def acquire(self) -> None:
-        with self._lock:
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            last = self._users <= 0
-        if last:
-            self.close()
 
     def close(self) -> None:
         if not self._stop.is_set():

@@ -14,7 +14,7 @@ from typing import IO, Iterator
 
 from ..base import Discovery, split_total
 from .powermetrics import component
-from .stream import Reading, ToolStream, channel_sensors, find_tool, lines
+from .stream import Reading, find_tool, from_tool, lines
 
 INTERVAL_MS = 100
 PARTS = {"cpu_power": "cpu", "gpu_power": "gpu:0", "ane_power": "ane", "ram_power": "dram",
@@ -51,18 +51,8 @@ def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discover
         if explicit:
             found.notes.append("macmon: not found on PATH; " + INSTALL)
         return found
-    argv = [exe, "pipe", "-i", str(interval_ms)]
-    stream = ToolStream(argv, parser(interval_ms), "macmon")
-    why = stream.wait_first()
-    if why is not None:
-        stream.close()
-        found.missing["macmon"] = f"{why} (run `{' '.join(argv)}` to see why)"
-        found.notes.append(f"macmon: {why}")
-        return found
-    return channel_sensors(stream, "macmon", interval_ms / 1000.0, found,
-                           {"tool": exe, "interval_ms": interval_ms, "reading": "mean power per interval (W)"},
-                           component, what="figure")
-
+    return from_tool("macmon", [exe, "pipe", "-i", str(interval_ms)], parser(interval_ms), interval_ms / 1000.0,
+                     {"interval_ms": interval_ms, "reading": "mean power per interval (W)"}, component, what="figure")
 
 def applies() -> bool:
     return sys.platform == "darwin"

@@ -19,7 +19,7 @@ import sys
 from typing import IO, Any, Iterator
 
 from ..base import Discovery, split_total
-from .stream import Reading, ToolStream, channel_sensors, find_tool
+from .stream import Reading, find_tool, from_tool
 
 INTERVAL_MS = 100
 PARTS = {"CPU": "cpu", "GPU": "gpu:0", "ANE": "ane", "DRAM": "dram"}
@@ -149,19 +149,10 @@ def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discover
         found.notes.append(f"powermetrics: not used: {SUDO}")
         return found
     argv = [exe, "--samplers", "cpu_power,gpu_power,ane_power", "-i", str(interval_ms), "-f", "plist"]
-    stream = ToolStream(argv, parse, "powermetrics")
-    why = stream.wait_first()
-    if why is not None:
-        stream.close()
-        step = SUDO if os.geteuid() != 0 else f"run `{' '.join(argv)}` to see why"
-        found.missing["powermetrics"] = f"{why}; {step}"
-        found.notes.append(f"powermetrics: {why}. {step}")
-        return found
-    return channel_sensors(stream, "powermetrics", interval_ms / 1000.0, found,
-                           {"tool": exe, "interval_ms": interval_ms, "format": "plist or text",
-                            "reading": "mean power over each sample's elapsed time x that time"}, component,
-                           what="figure")
-
+    return from_tool("powermetrics", argv, parse, interval_ms / 1000.0,
+                     {"interval_ms": interval_ms, "format": "plist or text",
+                      "reading": "mean power over each sample's elapsed time x that time"}, component, what="figure",
+                     step=SUDO if os.geteuid() != 0 else None)
 
 def applies() -> bool:
     return sys.platform == "darwin"

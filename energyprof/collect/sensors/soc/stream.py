@@ -38,19 +38,50 @@ class Reading:
 Parser = Callable[[IO[bytes]], Iterator[Reading]]
 
 
-class ToolStream:
-    """A child tool whose records feed one PowerIntegrator; shared by the channel sensors."""
+class SharedStream:
+    """Readings that one producer (a child tool, a polling thread) feeds into one PowerIntegrator,
+    shared by the channel sensors: the last sensor closed stops the producer."""
 
-    def __init__(self, argv: list[str], parse: Parser, name: str) -> None:
-        self.argv = argv
+    def __init__(self, name: str) -> None:
         self.name = name
         self.integrator = PowerIntegrator()
         self.failed: str | None = None  # why the stream stopped before it was closed
-        self.stderr_tail = b""
-        self._parse = parse
         self._users = 0
         self._lock = threading.Lock()
         self._closed = False
+
+    def acquire(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self._users -= 1
+            last = self._users <= 0
+        if last:
+            self.close()
+
+    def close(self) -> None:
+        self._closed = True
+
+    def wait_first(self, timeout_s: float = FIRST_READING_S) -> str | None:
+        """None once a reading came in; else why not (the producer failed, or gave nothing in time)."""
+        if not self.integrator.first.wait(timeout_s):
+            return f"{self.name} printed no reading within {timeout_s:g} s"
+        if self.integrator.readings == 0:
+            time.sleep(0.05)  # let the producer's last words arrive
+            return self.failed or f"{self.name} ended without a reading"
+        return None
+
+
+class ToolStream(SharedStream):
+    """A child tool whose records feed the stream."""
+
+    def __init__(self, argv: list[str], parse: Parser, name: str) -> None:
+        super().__init__(name)
+        self.argv = argv
+        self.stderr_tail = b""
+        self._parse = parse
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         _thread.start_new_thread(self._pump, ())
@@ -71,7 +102,10 @@ class ToolStream:
             self.integrator.end()
             self.integrator.first.set()
             if not self._closed and self.failed is None:
-                code = self.proc.poll()
+                try:
+                    code: int | None = self.proc.wait(timeout=2.0)
+                except subprocess.TimeoutExpired:  # its output closed, the process lingers
+                    code = None
                 self.failed = f"{self.name} stopped (exit status {code})" + self._stderr_line()
 
     def _drain_stderr(self) -> None:
@@ -84,24 +118,8 @@ class ToolStream:
         return f": {text[-1]}" if text else ""
 
     def wait_first(self, timeout_s: float = FIRST_READING_S) -> str | None:
-        """None once a reading came in; else why not (the tool failed, or said nothing in time)."""
-        if not self.integrator.first.wait(timeout_s):
-            return f"{self.name} printed no reading within {timeout_s:g} s"
-        if self.integrator.readings == 0:
-            time.sleep(0.05)  # let stderr's last line arrive
-            return self.failed or f"{self.name} ended without a reading" + self._stderr_line()
-        return None
-
-    def acquire(self) -> None:
-        with self._lock:
-            self._users += 1
-
-    def release(self) -> None:
-        with self._lock:
-            self._users -= 1
-            last = self._users <= 0
-        if last:
-            self.close()
+        why = super().wait_first(timeout_s)
+        return why + self._stderr_line() if why is not None and self.failed is None else why
 
     def close(self) -> None:
         if self._closed:
@@ -151,3 +169,19 @@ def channel_sensors(stream: Any, name: str, period_s: float, found: Discovery, d
                                            tier="integrated"))
     found.notes.append(f"{name}: {len(ids)} source(s), read every {period_s:g} s: {', '.join(ids)}")
     return found
+
+
+def from_tool(name: str, argv: list[str], parse: Parser, period_s: float, detail: dict[str, Any],
+              components: Callable[[str], str], what: str = "rail", step: str | None = None) -> Discovery:
+    """Start the tool once, wait for its first reading, and make one sensor per channel; or a
+    note and the step that would enable it (`step`, else: run the tool by hand to see why)."""
+    found = Discovery()
+    stream = ToolStream(argv, parse, name)
+    why = stream.wait_first()
+    if why is not None:
+        stream.close()
+        step = step or f"run `{' '.join(argv)}` to see why"
+        found.missing[name] = f"{why}; {step}"
+        found.notes.append(f"{name}: {why}. {step}")
+        return found
+    return channel_sensors(stream, name, period_s, found, {"tool": argv[0], **detail}, components, what)

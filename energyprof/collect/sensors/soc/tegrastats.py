@@ -12,7 +12,7 @@ from typing import IO, Iterator
 
 from ..base import Discovery
 from . import rails
-from .stream import Reading, ToolStream, channel_sensors, find_tool, lines
+from .stream import Reading, find_tool, from_tool, lines
 
 INTERVAL_MS = 100
 ENABLE = ("tegrastats ships with every Jetson's L4T (/usr/bin/tegrastats); on other machines there is no "
@@ -48,13 +48,7 @@ def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discover
         if explicit:
             found.notes.append("tegrastats: not found on PATH. " + ENABLE)
         return found
-    stream = ToolStream([exe, "--interval", str(interval_ms)], parse, "tegrastats")
-    why = stream.wait_first()
-    if why is not None:
-        stream.close()
-        found.missing["tegrastats"] = f"{why} (run `tegrastats --interval {interval_ms}` to see why)"
-        found.notes.append(f"tegrastats: {why}")
-        return found
-    return channel_sensors(stream, "tegrastats", interval_ms / 1000.0, found,
-                           {"tool": exe, "interval_ms": interval_ms, "reading": "instantaneous rail power (cur), "
-                            "integrated by trapezoids; the running average is never used"}, rails.component)
+    return from_tool("tegrastats", [exe, "--interval", str(interval_ms)], parse, interval_ms / 1000.0,
+                     {"interval_ms": interval_ms, "reading": "instantaneous rail power (cur), integrated by trapezoids; "
+                      "the running average is never used"}, rails.component,
+                     step="run `tegrastats` to see why (some releases print the rails only to root: try sudo)")
