@@ -62,6 +62,14 @@ class Discovery:
     #: and not found (what `energyprof sensors` prints under "missing")
     missing: dict[str, str] = field(default_factory=dict)
 
+    @classmethod
+    def absent(cls, name: str, why: str, step: str, explicit: bool) -> Discovery:
+        """Nothing found: the step that would enable the backend, and a note when it was asked for by name."""
+        found = cls(missing={name: step})
+        if explicit:
+            found.notes.append(f"{name}: {why}; {step}")
+        return found
+
     def extend(self, other: Discovery) -> None:
         self.sensors.extend(other.sensors)
         self.notes.extend(other.notes)

@@ -138,13 +138,11 @@ def paranoid_level(path: str = PARANOID) -> int | None:
 
 
 def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: bool = False) -> Discovery:
-    found = Discovery()
     base = perf_root(root)
     if not (base / "events").is_dir():
-        found.missing["perf"] = "no `power` perf PMU (not an Intel/AMD CPU with RAPL, a VM, or not Linux)"
-        if explicit:
-            found.notes.append(f"perf: {base} has no events: this CPU or kernel has no RAPL perf events")
-        return found
+        return Discovery.absent("perf", f"{base} has no events",
+                                "no `power` perf PMU (not an Intel/AMD CPU with RAPL, a VM, or not Linux)", explicit)
+    found = Discovery()
     try:
         pmu_type = int((base / "type").read_text().strip())
         cpus = parse_cpumask((base / "cpumask").read_text()) if (base / "cpumask").exists() else [0]

@@ -187,14 +187,11 @@ def discover(binding: Any = None, env: Mapping[str, str] | None = None, check_s:
              explicit: bool = False) -> Discovery:
     import os
 
-    found = Discovery()
     try:
         smi = load_binding(binding)
     except ImportError:
-        found.missing["amdsmi"] = INSTALL
-        if explicit:
-            found.notes.append("amdsmi: the binding is not installed; " + INSTALL)
-        return found
+        return Discovery.absent("amdsmi", "the binding is not installed", INSTALL, explicit)
+    found = Discovery()
     try:
         smi.amdsmi_init()
         handles = list(smi.amdsmi_get_processor_handles())

@@ -72,10 +72,7 @@ def discover(explicit: bool = False, interval_s: float = INTERVAL_S) -> Discover
         try:
             import jtop as module  # jetson-stats
         except ImportError:
-            found.missing["jtop"] = ENABLE
-            if explicit:
-                found.notes.append("jtop: jetson-stats is not installed; " + ENABLE)
-            return found
+            return Discovery.absent("jtop", "jetson-stats is not installed", ENABLE, explicit)
     try:
         stream = JtopStream(module, interval_s)
     except Exception as exc:  # noqa: BLE001 - jtop.JtopException: the service is not running

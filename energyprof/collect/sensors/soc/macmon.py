@@ -44,13 +44,9 @@ def parser(interval_ms: int):  # noqa: ANN201 - returns the stream parser for th
 
 
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
-    found = Discovery()
     exe = find_tool("macmon")
     if exe is None:
-        found.missing["macmon"] = INSTALL
-        if explicit:
-            found.notes.append("macmon: not found on PATH; " + INSTALL)
-        return found
+        return Discovery.absent("macmon", "not found on PATH", INSTALL, explicit)
     return from_tool("macmon", [exe, "pipe", "-i", str(interval_ms)], parser(interval_ms), interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "reading": "mean power per interval (W)"}, component, what="figure")
 

@@ -137,17 +137,12 @@ def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
 
 
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
-    found = Discovery()
     exe = find_tool("powermetrics")
     if exe is None:
-        found.missing["powermetrics"] = "powermetrics ships with macOS (/usr/bin/powermetrics); not on this machine"
-        if explicit:
-            found.notes.append("powermetrics: not found on PATH")
-        return found
+        return Discovery.absent("powermetrics", "not found on PATH",
+                                "powermetrics ships with macOS (/usr/bin/powermetrics); not on this machine", explicit)
     if not explicit and os.geteuid() != 0:
-        found.missing["powermetrics"] = SUDO
-        found.notes.append(f"powermetrics: not used: {SUDO}")
-        return found
+        return Discovery.absent("powermetrics", "not used", SUDO, explicit=applies())
     argv = [exe, "--samplers", "cpu_power,gpu_power,ane_power", "-i", str(interval_ms), "-f", "plist"]
     return from_tool("powermetrics", argv, parse, interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "format": "plist or text",

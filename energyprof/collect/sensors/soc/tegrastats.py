@@ -41,13 +41,9 @@ def _read(path: str) -> str:
 
 
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
-    found = Discovery()
     exe = find_tool("tegrastats")
     if exe is None:
-        found.missing["tegrastats"] = ENABLE
-        if explicit:
-            found.notes.append("tegrastats: not found on PATH. " + ENABLE)
-        return found
+        return Discovery.absent("tegrastats", "not found on PATH", ENABLE, explicit)
     return from_tool("tegrastats", [exe, "--interval", str(interval_ms)], parse, interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "reading": "instantaneous rail power (cur), integrated by trapezoids; "
                       "the running average is never used"}, rails.component,
