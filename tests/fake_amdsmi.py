@@ -64,3 +64,8 @@ def amdsmi_get_power_info(h):
     return {"current_socket_power": g["watts"] if which == "current" else "N/A",
             "average_socket_power": g["watts"] if which == "average" else "N/A",
             "gfx_voltage": 768, "soc_voltage": 925, "mem_voltage": 1250, "power_limit": 300}
+
+
+def amdsmi_get_gpu_process_list(h):
+    """The processes on the GPU: `pids` in the GPU's entry (none listed when absent)."""
+    return [{"name": "python3", "pid": pid, "mem": 0, "engine_usage": {"gfx": 0}} for pid in _gpu(h).get("pids", [])]

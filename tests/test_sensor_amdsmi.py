@@ -129,3 +129,21 @@ def test_two_gpu_binding_end_to_end(tmp_path):
     # constant power: gpu:0's trapezoids are exact; the counter reads real time a few microseconds off the tick's
     assert e["gpu:0"] == pytest.approx(90 * prof.totals.duration_s, rel=1e-6)
     assert e["gpu:1"] == pytest.approx(180 * prof.totals.duration_s, rel=0.1)
+
+
+def test_process_share_and_the_process_list_that_ties_a_rank(monkeypatch):
+    gpus = [dict(TWO[1], pids=[os.getpid()]), dict(TWO[0], pids=[1])]
+    found = discover(monkeypatch, gpus)
+    try:
+        by_id = {s.id: s for s in found.sensors}
+        assert by_id["gpu:0"].process_share() == 1.0  # this process alone on it
+        assert by_id["gpu:1"].process_share() == 0.0  # someone else's, and HIP is not loaded here
+        seen = {s.id: s.share.seen_pids for s in found.sensors}
+        ranks = [{"pid": os.getpid(), "rank": 0, "local_rank": 0, "role": "rank"},
+                 {"pid": 4242, "rank": 1, "local_rank": 1, "role": "rank"}]
+        ties = gpu_ties([s.describe() for s in found.sensors], ranks, {}, None, seen)
+        # rank 0 is listed on gpu:0; rank 1 never appears in gpu:1's list, so it is not tied
+        assert ties == {"gpu:0": {"rank": 0, "pid": os.getpid(), "tied_by": "LOCAL_RANK and NVML's process list"}}
+    finally:
+        for s in found.sensors:
+            s.close()

@@ -21,6 +21,8 @@ from typing import Any, Callable, Mapping
 from ..base import Discovery, Sensor, SensorError, WrapCounter
 from .numbering import GpuInfo, parse_bus_id, text, visible_order
 from .nvml import _optional
+from .nvml_device import GpuError, NotSupported
+from .share import ProcessShare
 
 BINDING: Any = None  # a module with amdsmi's names (tests inject a fake); None: `import amdsmi`
 CHECK_S = 0.5  # how long the counter is watched against power at start (Zeus uses 0.5 s)
@@ -51,10 +53,23 @@ def power_w(info: Mapping[str, Any]) -> tuple[float | None, str]:
 
 
 class AmdGpu:
-    """One GPU's two readings, each raising SensorError on failure."""
+    """One GPU's readings, each raising SensorError on failure, and its process list in the shape
+    share.ProcessShare asks NVML's for (GpuError when the binding cannot list processes)."""
 
     def __init__(self, smi: Any, handle: Any) -> None:
         self.smi, self.handle = smi, handle
+
+    def compute_pids(self) -> set[int]:
+        try:
+            listed = self.smi.amdsmi_get_gpu_process_list(self.handle)
+            # newer bindings list dicts; older ones list process handles to look up
+            return {int(p["pid"] if isinstance(p, dict) else self.smi.amdsmi_get_gpu_process_info(self.handle, p)["pid"])
+                    for p in listed}
+        except Exception as exc:  # noqa: BLE001 - not supported, no permission
+            raise GpuError(f"amdsmi process list: {exc}") from None
+
+    def process_utilization(self, since: int) -> list[tuple[int, float, int]]:
+        raise NotSupported("amdsmi reports no per-process utilisation")
 
     def energy_uj(self) -> float:
         try:
@@ -120,6 +135,20 @@ def _power_or_none(gpu: AmdGpu) -> float | None:
         return None
 
 
+class HipShare(ProcessShare):
+    """This process's share of an AMD GPU: NVML's rules over amdsmi's process list; "uses the GPU"
+    means HIP is loaded (torch's ROCm build also answers torch.cuda)."""
+
+    def uses_cuda(self) -> bool:
+        if not self._uses_cuda:
+            try:
+                with open("/proc/self/maps", "rb") as fh:
+                    self._uses_cuda = b"libamdhip64" in fh.read()
+            except OSError:
+                pass
+        return self._uses_cuda or super().uses_cuda()
+
+
 class AmdSmiSensor(Sensor):
     def __init__(self, source_id: str, gpu: AmdGpu, kind: str, detail: dict[str, Any]) -> None:
         super().__init__(id=source_id, component=source_id, method="measured", sensor="amdsmi", detail=detail,
@@ -127,6 +156,7 @@ class AmdSmiSensor(Sensor):
                          tier="counter" if kind == "counter" else "integrated")
         self.gpu = gpu
         self.kind = kind
+        self.share = HipShare(gpu)  # type: ignore[arg-type]
         self._counter: WrapCounter | None = None
         self._joules = 0.0
         self._last: tuple[int, float] | None = None
@@ -160,6 +190,11 @@ class AmdSmiSensor(Sensor):
             self._joules += 0.5 * (w0 + w) * (t_ns - t0) / 1e9
             self._last = (t_ns, w)
         return self._joules
+
+    def process_share(self) -> float:
+        """This process's share of the GPU, in [0, 1]; never raises (share.py). Its process lists
+        also tie the GPU to the rank that used it, as NVML's do."""
+        return self.share()
 
 
 def load_binding(binding: Any = None) -> Any:
