@@ -14,7 +14,6 @@ from __future__ import annotations
 import _thread
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
@@ -126,13 +125,12 @@ class ToolStream(SharedStream):
             return
         self._closed = True
         if self.proc.poll() is None:
+            # SIGKILL, not SIGTERM: the supervisor blocks SIGTERM before it starts any tool, and a
+            # child inherits that mask; the tools only print readings, so there is nothing to flush.
             try:
-                self.proc.send_signal(signal.SIGTERM)
-                self.proc.wait(timeout=2.0)
-            except subprocess.TimeoutExpired:
                 self.proc.kill()
-                self.proc.wait()
-            except OSError:
+                self.proc.wait(timeout=5.0)
+            except (OSError, subprocess.TimeoutExpired):
                 pass
         for fh in (self.proc.stdout, self.proc.stderr):
             try:
