@@ -154,40 +154,13 @@ def test_jtop_uses_power_not_avg_and_splits_the_input_rail():
     assert set(jtop.watts(power)) == {"VDD_CPU_GPU_CV", "VDD_SOC"}
 
 
-class FakeJtopModule:
-    """jetson-stats' `jtop` class as the backend uses it: start, ok (waits for the next update), power, close."""
-
-    def __init__(self, power: dict) -> None:
-        self.power = power
-
-    def jtop(self, interval: float):  # noqa: ANN201
-        module = self
-
-        class Client:
-            def __init__(self) -> None:
-                self.power = module.power
-                self.open = True
-
-            def start(self) -> None:
-                pass
-
-            def ok(self) -> bool:
-                import time
-
-                time.sleep(0.01)
-                return self.open
-
-            def close(self) -> None:
-                self.open = False
-
-        return Client()
-
-
 def test_jtop_backend_integrates_the_rails(monkeypatch):
     import time
 
-    power = json.loads((standins.FIXTURES / "jtop_orin_nano.json").read_text())
-    monkeypatch.setattr(jtop, "BINDING", FakeJtopModule(power))
+    import fake_jtop
+
+    monkeypatch.setenv("FAKE_JTOP_POWER", (standins.FIXTURES / "jtop_orin_nano.json").read_text())
+    monkeypatch.setattr(jtop, "BINDING", fake_jtop)
     found = jtop.discover(explicit=True, interval_s=0.01)
     try:
         assert [s.id for s in found.sensors] == ["VDD_CPU_GPU_CV", "VDD_SOC", "other"]
@@ -313,3 +286,32 @@ def test_a_tool_that_stops_mid_run_is_dropped_with_a_note_and_the_run_goes_on(tm
     dropped = [n for n in prof.notes if n.kind == "sensor-dropped"]
     assert {n["source"] for n in dropped} == {"VDD_CPU_GPU_CV", "VDD_SOC", "other"}
     assert all("tegrastats stopped (exit status 0)" in n.message for n in dropped)
+
+
+def fake_jtop_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    import shutil
+
+    fake = tmp_path / "fake"
+    fake.mkdir()
+    shutil.copy(Path(__file__).parent / "fake_jtop.py", fake / "jtop.py")
+    return {"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+            "FAKE_JTOP_POWER": (standins.FIXTURES / "jtop_orin_nano.json").read_text(), **extra}
+
+
+def test_jtop_end_to_end(tmp_path):
+    """The real CLI with `--sensor jtop` and jetson-stats' module stood in: constant rails, so the
+    sources hold the board's 5.133 W exactly (trapezoids of a constant)."""
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    done = run_cli(["-q", "--sensor", "jtop", "--json", "p.json", "-o", "r.html", "prog.py"], tmp_path,
+                   env=fake_jtop_env(tmp_path))
+    assert done.returncode == 0, done.stderr
+    prof = load(tmp_path / "p.json")
+    assert [s.id for s in prof.sources] == ["VDD_CPU_GPU_CV", "VDD_SOC", "other"]
+    assert mean_power(prof) == pytest.approx(5.133, rel=1e-6)
+
+
+def test_jtop_without_its_service_says_how(tmp_path):
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    done = run_cli(["-q", "--sensor", "jtop", "prog.py"], tmp_path, env=fake_jtop_env(tmp_path, FAKE_JTOP_NO_SERVICE="1"))
+    assert done.returncode == 2 and done.stderr.count("\n") == 1
+    assert "systemctl" in done.stderr and done.stdout == ""
