@@ -315,3 +315,25 @@ def test_jtop_without_its_service_says_how(tmp_path):
     done = run_cli(["-q", "--sensor", "jtop", "prog.py"], tmp_path, env=fake_jtop_env(tmp_path, FAKE_JTOP_NO_SERVICE="1"))
     assert done.returncode == 2 and done.stderr.count("\n") == 1
     assert "systemctl" in done.stderr and done.stdout == ""
+
+
+def test_in_process_the_tool_is_not_one_of_the_programs_children(tmp_path):
+    """The with-block runs the tool from inside the program's process; it is energyprof's, so
+    the profile lists no child process and charges the program no CPU of it."""
+    bin_dir = tmp_path / "bin"
+    standins.install(bin_dir, "tegrastats")
+    code = ("from energyprof import energy_profile\nimport time\n"
+            "with energy_profile(output='w.html', json='w.json', sensor='tegrastats', quiet=True):\n"
+            "    time.sleep(1.2)\n")
+    (tmp_path / "inproc.py").write_text(code)
+    import subprocess
+    import sys
+
+    env = {**os.environ, **standins.env_for(bin_dir, "tegrastats_held-out_agx_xavier.txt", "tegrastats")}
+    done = subprocess.run([sys.executable, "inproc.py"], cwd=tmp_path, capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    prof = load(tmp_path / "w.json")
+    assert {s.sensor for s in prof.sources} == {"tegrastats"}
+    assert not [p for p in prof.processes if "tegrastats" in (p.command or "")]
+    assert "tegrastats" not in json.dumps(prof.extra.get("child_processes", []))
+    assert mean_power(prof) == pytest.approx(6.928, rel=1e-6)

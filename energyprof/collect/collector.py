@@ -329,11 +329,15 @@ class LocalFeed:
         try:
             import psutil
 
+            from .sensors.soc.stream import tool_pids
+
             pids = probes.descendant_pids()
             if pids is None:
                 kids = psutil.Process().children(recursive=True)
             else:
                 kids = [psutil.Process(pid) for pid in pids if pid]
+            tools = tool_pids()  # a sensor's own tool (tegrastats, ...) is energyprof's, not the program's child
+            kids = [k for k in kids if k.pid not in tools]
         except Exception:  # noqa: BLE001 - a child that ended between the listing and now
             return 0
         total = 0

@@ -22,6 +22,11 @@ from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 from ..base import ChannelSensor, Discovery, PowerIntegrator
 
 FIRST_READING_S = 5.0  # how long discovery waits for the tool's first reading
+_RUNNING: set[int] = set()  # the pids of the tools running now (an in-process profile leaves them out of the program's children)
+
+
+def tool_pids() -> set[int]:
+    return set(_RUNNING)
 
 
 class Reading:
@@ -83,6 +88,7 @@ class ToolStream(SharedStream):
         self._parse = parse
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
+        _RUNNING.add(self.proc.pid)
         _thread.start_new_thread(self._pump, ())
         _thread.start_new_thread(self._drain_stderr, ())
 
@@ -132,6 +138,7 @@ class ToolStream(SharedStream):
                 self.proc.wait(timeout=5.0)
             except (OSError, subprocess.TimeoutExpired):
                 pass
+        _RUNNING.discard(self.proc.pid)
         for fh in (self.proc.stdout, self.proc.stderr):
             try:
                 if fh is not None:
