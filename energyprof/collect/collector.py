@@ -219,7 +219,7 @@ class Collector:
             energy.append(v if ok else None)
         shares: dict[str, float] = {}
         for i, s in enumerate(self.sensors):
-            if self.alive[i] and hasattr(s, "process_share"):
+            if self.alive[i] and s.per_process_share:
                 ok, v = self._guarded(i, s.process_share, t, generation)
                 if generation is not None and generation != self._generation:
                     return

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, ClassVar, Mapping
 
 #: How a source's joules come about, best first: a cumulative hardware counter; power samples
 #: integrated over time (trapezoids of instantaneous values, or interval means times their
@@ -32,6 +32,9 @@ class Sensor:
     detail: dict[str, Any] = field(default_factory=dict)
     update_period_s: float | None = None  # how often the hardware refreshes the figure
     tier: str = "counter"  # one of TIERS
+    #: whether the sensor tells this process's share of its source (`process_share()`, a GPU's
+    #: process list); otherwise the ledger's rules share it (CPU time, or all of a GPU)
+    per_process_share: ClassVar[bool] = False
 
     def read(self, t_ns: int) -> float:
         """Cumulative joules at perf_counter_ns `t_ns` (hardware sensors read 'now')."""

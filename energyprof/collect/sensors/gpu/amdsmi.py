@@ -150,6 +150,8 @@ class HipShare(ProcessShare):
 
 
 class AmdSmiSensor(Sensor):
+    per_process_share = True
+
     def __init__(self, source_id: str, gpu: AmdGpu, kind: str, detail: dict[str, Any]) -> None:
         super().__init__(id=source_id, component=source_id, method="measured", sensor="amdsmi", detail=detail,
                          update_period_s=COUNTER_PERIOD_S if kind == "counter" else POWER_PERIOD_S,
