@@ -117,3 +117,20 @@ def test_a_profile_without_tiers_still_loads(tmp_path):
     done = run_cli(["report", "old.json", "-o", "again.html"], tmp_path)
     assert done.returncode == 0, done.stderr
     assert "<td>hardware energy counter</td>" in (tmp_path / "again.html").read_text()
+
+
+def test_the_benchmark_runs_and_reports_every_backend(tmp_path):
+    """A smoke run of benchmarks/sensors.py: it prints a row per backend (figures are not
+    checked here: timings belong to the benchmark, not to tests)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "sensors.py"), "--quick"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    names = [line.split("  ")[0] for line in done.stdout.splitlines()[2:]]
+    for backend in ("rapl", "rapl via `sensors serve`", "amdsmi (injected binding)", "model", "tegrastats",
+                    "tegrastats, parsing", "powermetrics, parsing"):
+        assert backend in names, done.stdout

@@ -162,3 +162,18 @@ def test_serve_refuses_a_path_that_is_not_a_socket(tmp_path):
                    tmp_path)
     assert done.returncode == 2 and "not a socket" in done.stderr
     assert (tmp_path / "file").read_text() == "keep me"
+
+
+def test_serve_for_a_group_and_refuse_an_unknown_group(tmp_path):
+    import grp
+
+    make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
+    group = grp.getgrgid(os.getgid()).gr_name
+    server, zones = served.make_server(str(tmp_path / "g.sock"), str(tmp_path / "pc"), group)
+    try:
+        st = (tmp_path / "g.sock").stat()
+        assert (st.st_mode & 0o777) == 0o660 and st.st_gid == os.getgid() and zones == ["cpu (package-0)"]
+    finally:
+        server.server_close()
+    with pytest.raises(ValueError, match="no group named"):
+        served.make_server(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here")
