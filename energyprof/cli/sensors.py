@@ -31,19 +31,18 @@ def sensors_cmd(argv: Sequence[str]) -> int:
     return list_cmd(argv)
 
 
-def _sensor_flags(p: argparse.ArgumentParser) -> None:
+def _powercap_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--powercap-root", default=None, help="powercap sysfs root (default /sys/class/powercap)")
-    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts for the model")
 
 
 def list_cmd(argv: list[str]) -> int:
     p = Parser(prog=f"{PROG} sensors", description="List the energy sensors this machine offers, how each is read, "
                "and the step that would enable each one missing. Subcommands: record, serve.")
-    _sensor_flags(p)
+    _powercap_flag(p)
     ns = p.parse_args(argv)
     from ..collect import sensors
 
-    found = sensors.survey(ns.powercap_root, ns.cpu_tdp)
+    found = sensors.survey(ns.powercap_root)
     try:
         print(format_listing(found))
     finally:
@@ -77,7 +76,8 @@ def record_cmd(argv: list[str]) -> int:
     p.add_argument("--sensor", action="append", metavar="NAME", help="record only this backend (repeatable): "
                    + ", ".join(s for s in SENSORS if s != "replay"))
     p.add_argument("--no-gpu", dest="gpus", action="store_false", help="do not read GPUs")
-    _sensor_flags(p)
+    p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts for the model")
+    _powercap_flag(p)
     ns = p.parse_args(argv)
     if not 0 < ns.seconds <= 86400:
         raise UsageError(f"--seconds must be > 0 and <= 86400, not {ns.seconds:g}")
@@ -146,7 +146,7 @@ def serve_cmd(argv: list[str]) -> int:
     p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {served.DEFAULT_SOCKET})")
     p.add_argument("--group", default=None, help="the group whose members may read (socket mode 0660); "
                    "without it, every user may (mode 0666)")
-    p.add_argument("--powercap-root", default=None, help="powercap sysfs root (default /sys/class/powercap)")
+    _powercap_flag(p)
     ns = p.parse_args(argv)
     path = served.socket_path(ns.socket)
     try:

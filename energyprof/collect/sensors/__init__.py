@@ -163,10 +163,10 @@ def _soc_backends() -> tuple[str, ...]:
     return ("jtop", "tegrastats") if tegrastats.on_jetson() else ()
 
 
-def survey(powercap_root: str | None = None, cpu_tdp: float | None = None) -> Discovery:
+def survey(powercap_root: str | None = None) -> Discovery:
     """Every backend tried, whatever the platform (for `energyprof sensors`): what each finds,
     and the step that would enable each one that finds nothing."""
-    ctx = {"power_trace": None, "powercap_root": powercap_root, "cpu_tdp": cpu_tdp}
+    ctx = {"power_trace": None, "powercap_root": powercap_root, "cpu_tdp": None}
     found = Discovery()
     for name in SENSORS:
         if name in ("model", "replay"):
