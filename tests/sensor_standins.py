@@ -1,5 +1,8 @@
 """Stand-in executables for the power tools: a script of the tool's name on PATH that prints
-recorded records at the interval it is asked for, until it is killed (as the real tools do)."""
+recorded records at the interval it is asked for, until it is killed (as the real tools do).
+A powermetrics record states the time it covers; the stand-in writes there the time since its
+previous record, as the real tool measures it, so that a loaded machine's late wake-ups are
+said rather than hidden."""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from pathlib import Path
 FIXTURES = Path(__file__).parent / "fixtures" / "sensors"
 
 STANDIN = r'''#!{python}
-import os, sys, time
+import os, re, sys, time
 args = sys.argv[1:]
 fail = os.environ.get("STANDIN_FAIL")
 if fail:
@@ -32,11 +35,20 @@ elif kind == "text":
     records = [head] + [b"*** Sampled" + b for b in blocks]
 else:
     records = [ln + b"\n" for ln in data.splitlines() if ln.strip()]
+def stamp(record, elapsed_s):
+    if kind == "text":
+        return re.sub(rb"\(([\d.]+)ms elapsed\)", b"(%.2fms elapsed)" % (elapsed_s * 1e3), record)
+    if kind == "plist":
+        return re.sub(rb"(<key>elapsed_ns</key>\s*<integer>)\d+", rb"\g<1>%d" % int(elapsed_s * 1e9), record)
+    return record
 out = sys.stdout.buffer
 i = 0
+last = time.perf_counter()
 limit = int(os.environ.get("STANDIN_MAX_RECORDS", "0"))
 while not limit or i < limit:
-    out.write(records[i % len(records)])
+    now = time.perf_counter()
+    out.write(stamp(records[i % len(records)], now - last))
+    last = now
     out.flush()
     i += 1
     time.sleep(interval_ms / 1000)

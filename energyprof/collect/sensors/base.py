@@ -111,8 +111,10 @@ class PowerIntegrator:
     """Cumulative joules per channel from a stream of power readings, safe across threads.
 
     Two kinds of reading: `add_instant` (instantaneous watts at a time: trapezoids between
-    readings) and `add_mean` (the mean watts over the `elapsed_ns` that ended at a time, as
-    powermetrics prints: exact, mean x length). `energy(channel, t_ns)` is the integral up to
+    readings) and `add_mean` (the mean watts over the interval that ended at a time: exact, mean
+    x length). The interval is the tool's own `elapsed_ns` where it states one (powermetrics),
+    since records can reach the reader late and bunched; else the time since the previous
+    reading (macmon). `energy(channel, t_ns)` is the integral up to
     `t_ns`: up to the last reading, then the last power held (the stream lags the tick by up to
     one period; a later reading corrects the estimate, and the figure never steps back). A
     stream that has ended (`end()`) is not extrapolated.
@@ -141,13 +143,14 @@ class PowerIntegrator:
             self.readings += 1
         self.first.set()
 
-    def add_mean(self, t_ns: int, elapsed_ns: int, watts: Mapping[str, float]) -> None:
+    def add_mean(self, t_ns: int, elapsed_ns: int | None, watts: Mapping[str, float]) -> None:
         with self._lock:
             if self._t is not None and t_ns <= self._t:
                 return
-            dt = elapsed_ns / 1e9
-            if self._t is not None:  # the interval is the tool's; a gap between two is not double-counted
-                dt = min(dt, (t_ns - self._t) / 1e9)
+            if elapsed_ns is not None:
+                dt = elapsed_ns / 1e9
+            else:  # since the previous reading; the first one only marks the start
+                dt = (t_ns - self._t) / 1e9 if self._t is not None else 0.0
             for ch, w in watts.items():
                 self._j[ch] = self._j.get(ch, 0.0) + w * dt
             self._t = t_ns

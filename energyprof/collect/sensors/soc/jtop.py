@@ -51,10 +51,10 @@ class JtopStream(SharedStream):
         except Exception as exc:  # noqa: BLE001 - the service went away
             self.failed = f"jtop: {type(exc).__name__}: {exc}"
         finally:
-            self.integrator.end()
-            self.integrator.first.set()
             if not self._stop.is_set() and self.failed is None:
                 self.failed = "jtop: the jtop service stopped answering"
+            self.integrator.end()
+            self.integrator.first.set()
 
     def close(self) -> None:
         if not self._stop.is_set():

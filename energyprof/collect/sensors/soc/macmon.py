@@ -22,32 +22,31 @@ PARTS = {"cpu_power": "cpu", "gpu_power": "gpu:0", "ane_power": "ane", "ram_powe
 INSTALL = "install macmon (`brew install macmon`): it reads Apple silicon's power without sudo"
 
 
-def reading(obj: dict[str, object], interval_ns: int) -> Reading | None:
+def reading(obj: dict[str, object]) -> Reading | None:
+    """One JSON line: the mean power over the interval since macmon's previous line."""
     parts = {sid: float(obj[k]) for k, sid in PARTS.items() if isinstance(obj.get(k), (int, float))}  # type: ignore[arg-type]
     if not parts:
         return None
     sys_w = obj.get("sys_power")
     total = ("sys_power", float(sys_w)) if isinstance(sys_w, (int, float)) and sys_w > 0 else None
-    return Reading(split_total(total, parts), interval_ns)
+    return Reading(split_total(total, parts), mean=True)
 
 
-def parser(interval_ms: int):  # noqa: ANN201 - returns the stream parser for this interval
-    def parse(stream: IO[bytes]) -> Iterator[Reading]:
-        for line in lines(stream):
-            line = line.strip()
-            if not line.startswith("{"):
-                continue
-            r = reading(json.loads(line), interval_ms * 1_000_000)
-            if r is not None:
-                yield r
-    return parse
+def parse(stream: IO[bytes]) -> Iterator[Reading]:
+    for line in lines(stream):
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        r = reading(json.loads(line))
+        if r is not None:
+            yield r
 
 
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
     exe = find_tool("macmon")
     if exe is None:
         return Discovery.absent("macmon", "not found on PATH", INSTALL, explicit)
-    return from_tool("macmon", [exe, "pipe", "-i", str(interval_ms)], parser(interval_ms), interval_ms / 1000.0,
+    return from_tool("macmon", [exe, "pipe", "-i", str(interval_ms)], parse, interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "reading": "mean power per interval (W)"}, component, what="figure")
 
 def applies() -> bool:

@@ -36,7 +36,7 @@ def component(source: str) -> str:
 
 def _reading(parts_mw: dict[str, float], total_mw: float | None, elapsed_ns: int) -> Reading:
     parts = {PARTS[k]: v / 1000.0 for k, v in parts_mw.items()}
-    return Reading(split_total(("", total_mw / 1000.0) if total_mw is not None else None, parts), elapsed_ns)
+    return Reading(split_total(("", total_mw / 1000.0) if total_mw is not None else None, parts), True, elapsed_ns)
 
 
 def parse_text(chunks: Iterator[bytes]) -> Iterator[Reading]:

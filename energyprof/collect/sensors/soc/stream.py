@@ -30,12 +30,14 @@ def tool_pids() -> set[int]:
 
 
 class Reading:
-    """One record of a tool: watts per channel; `elapsed_ns` when they are means over an interval."""
+    """One record of a tool: watts per channel, instantaneous or (`mean`) the mean over the
+    interval that ends now: the tool's `elapsed_ns` when it states one, else since its last record."""
 
-    __slots__ = ("watts", "elapsed_ns")
+    __slots__ = ("watts", "mean", "elapsed_ns")
 
-    def __init__(self, watts: Mapping[str, float], elapsed_ns: int | None = None) -> None:
+    def __init__(self, watts: Mapping[str, float], mean: bool = False, elapsed_ns: int | None = None) -> None:
         self.watts = dict(watts)
+        self.mean = mean
         self.elapsed_ns = elapsed_ns
 
 
@@ -85,6 +87,7 @@ class ToolStream(SharedStream):
         super().__init__(name)
         self.argv = argv
         self.stderr_tail = b""
+        self._stderr_done = threading.Event()
         self._parse = parse
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
@@ -97,34 +100,36 @@ class ToolStream(SharedStream):
         try:
             for reading in self._parse(self.proc.stdout):
                 t = time.perf_counter_ns()
-                if reading.elapsed_ns is None:
-                    self.integrator.add_instant(t, reading.watts)
-                else:
+                if reading.mean:
                     self.integrator.add_mean(t, reading.elapsed_ns, reading.watts)
+                else:
+                    self.integrator.add_instant(t, reading.watts)
         except Exception as exc:  # noqa: BLE001 - a record the parser cannot read ends the stream, said once
             self.failed = f"{self.name}: unreadable output ({type(exc).__name__}: {exc})"
         finally:
-            self.integrator.end()
-            self.integrator.first.set()
-            if not self._closed and self.failed is None:
+            if not self._closed and self.failed is None:  # why, before anyone waiting is told it ended
                 try:
                     code: int | None = self.proc.wait(timeout=2.0)
                 except subprocess.TimeoutExpired:  # its output closed, the process lingers
                     code = None
+                self._stderr_done.wait(1.0)  # its last words, for the note
                 self.failed = f"{self.name} stopped (exit status {code})" + self._stderr_line()
+            self.integrator.end()
+            self.integrator.first.set()
 
     def _drain_stderr(self) -> None:
         assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.stderr_tail = (self.stderr_tail + line)[-400:]
+        try:
+            for line in self.proc.stderr:
+                self.stderr_tail = (self.stderr_tail + line)[-400:]
+        except (OSError, ValueError):  # closed under it at the end of the run
+            pass
+        finally:
+            self._stderr_done.set()
 
     def _stderr_line(self) -> str:
         text = self.stderr_tail.decode("utf-8", "replace").strip().splitlines()
         return f": {text[-1]}" if text else ""
-
-    def wait_first(self, timeout_s: float = FIRST_READING_S) -> str | None:
-        why = super().wait_first(timeout_s)
-        return why + self._stderr_line() if why is not None and self.failed is None else why
 
     def close(self) -> None:
         if self._closed:
