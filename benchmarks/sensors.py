@@ -17,7 +17,6 @@ per reading.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import platform
@@ -37,6 +36,7 @@ from energyprof.collect.sensors import estimate, perf, rapl, served  # noqa: E40
 from energyprof.collect.sensors.gpu import amdsmi  # noqa: E402
 from energyprof.collect.sensors.soc import powermetrics, rails, tegrastats  # noqa: E402
 from monitor import fake_rapl  # noqa: E402  (benchmarks/monitor.py: the same fake powercap tree)
+from sensor_standins import env_for, install, load_module  # noqa: E402  (tests/: the stand-ins the tests use)
 
 FIX = ROOT / "tests" / "fixtures" / "sensors"
 BUDGET_US = 1000.0
@@ -106,9 +106,7 @@ def main() -> int:
         os.environ["FAKE_AMDSMI_GPUS"] = json.dumps([{"bdf": "0000:03:00.0", "name": "fake", "watts": 100.0},
                                                      {"bdf": "0000:04:00.0", "name": "fake", "watts": 100.0,
                                                       "counter": "none"}])
-        spec = importlib.util.spec_from_file_location("fake_amdsmi", ROOT / "tests" / "fake_amdsmi.py")
-        fake = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-        spec.loader.exec_module(fake)  # type: ignore[union-attr]
+        fake = load_module("fake_amdsmi")
         found_amd = amdsmi.discover(fake, env={}, check_s=0.05, explicit=True)
         rows.append(("amdsmi (injected binding)", "read() of one counter GPU and one polled GPU: energyprof's code only",
                      cost_us(reads(found_amd.sensors), n)))
@@ -127,7 +125,6 @@ def main() -> int:
     rows.append(("powermetrics, parsing", "one text sample (reader thread)",
                  cost_us(lambda: list(powermetrics.parse_text(iter([block]))), n)))
 
-    from sensor_standins import env_for, install
 
     with tempfile.TemporaryDirectory() as tmp:
         bin_dir = Path(tmp) / "bin"

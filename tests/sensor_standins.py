@@ -55,6 +55,15 @@ while not limit or i < limit:
 '''
 
 
+def load_module(name: str):  # noqa: ANN201 - a stand-in binding (fake_amdsmi, fake_jtop) as a module
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, FIXTURES / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
 def install(bin_dir: Path, name: str) -> Path:
     bin_dir.mkdir(parents=True, exist_ok=True)
     path = bin_dir / name

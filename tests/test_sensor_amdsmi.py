@@ -1,14 +1,12 @@
-"""AMD GPUs through an injected amdsmi binding (tests/fake_amdsmi.py): the counter where it can
+"""AMD GPUs through an injected amdsmi binding (tests/fixtures/sensors/fake_amdsmi.py): the counter where it can
 be trusted, power polling where it cannot, HIP's numbering, the tie to ranks, and the real CLI."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
 import time
-from pathlib import Path
 
 import pytest
 
@@ -16,19 +14,17 @@ from energyprof.collect.sensors.gpu import amdsmi
 from energyprof.integrations.distributed import gpu_ties
 from energyprof.profile import load
 
+import sensor_standins as standins
 from conftest import run_cli
 
-FAKE = Path(__file__).parent / "fake_amdsmi.py"
+FAKE = standins.FIXTURES / "fake_amdsmi.py"
 TWO = [{"bdf": "0000:c3:00.0", "name": "AMD Instinct MI210", "watts": 180.0, "counter": "ok"},
        {"bdf": "0000:03:00.0", "name": "AMD Instinct MI210", "watts": 90.0, "counter": "none", "power": "average"}]
 
 
 def binding(monkeypatch, gpus: list[dict]):
     monkeypatch.setenv("FAKE_AMDSMI_GPUS", json.dumps(gpus))
-    spec = importlib.util.spec_from_file_location("fake_amdsmi", FAKE)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return standins.load_module("fake_amdsmi")
 
 
 def discover(monkeypatch, gpus, env=None, check_s=0.05):

@@ -161,10 +161,8 @@ def test_jtop_uses_power_not_avg_and_splits_the_input_rail():
 def test_jtop_backend_integrates_the_rails(monkeypatch):
     import time
 
-    import fake_jtop
-
     monkeypatch.setenv("FAKE_JTOP_POWER", (standins.FIXTURES / "jtop_orin_nano.json").read_text())
-    monkeypatch.setattr(jtop, "BINDING", fake_jtop)
+    monkeypatch.setattr(jtop, "BINDING", standins.load_module("fake_jtop"))
     found = jtop.discover(explicit=True, interval_s=0.01)
     try:
         assert [s.id for s in found.sensors] == ["VDD_CPU_GPU_CV", "VDD_SOC", "other"]
@@ -297,7 +295,7 @@ def fake_jtop_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
     fake = tmp_path / "fake"
     fake.mkdir()
-    shutil.copy(Path(__file__).parent / "fake_jtop.py", fake / "jtop.py")
+    shutil.copy(standins.FIXTURES / "fake_jtop.py", fake / "jtop.py")
     return {"PYTHONPATH": f"{fake}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
             "FAKE_JTOP_POWER": (standins.FIXTURES / "jtop_orin_nano.json").read_text(), **extra}
 
