@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from energyprof.collect.sensors import estimate, perf, rapl, served  # noqa: E402
 from energyprof.collect.sensors.gpu import amdsmi  # noqa: E402
-from energyprof.collect.sensors.soc import powermetrics, rails, tegrastats  # noqa: E402
+from energyprof.collect.sensors.soc import macmon, powermetrics, rails, tegrastats  # noqa: E402
 from monitor import fake_rapl  # noqa: E402  (benchmarks/monitor.py: the same fake powercap tree)
 from sensor_standins import env_for, install, load_module  # noqa: E402  (tests/: the stand-ins the tests use)
 
@@ -120,6 +120,8 @@ def main() -> int:
     doc = (FIX / "powermetrics_macos14.plist").read_bytes().split(b"\0")[0]
     rows.append(("powermetrics, parsing", "one plist document (reader thread)",
                  cost_us(lambda: list(powermetrics.parse_plist(iter([doc + b"\0"]))), n)))
+    mac_line = (FIX / "macmon.jsonl").read_text().splitlines()[0]
+    rows.append(("macmon, parsing", "one JSON line (reader thread)", cost_us(lambda: macmon.reading(json.loads(mac_line)), n)))
     text = (FIX / "powermetrics_macos14.txt").read_bytes()
     block = b"*** Sampled" + text.split(b"*** Sampled")[1]
     rows.append(("powermetrics, parsing", "one text sample (reader thread)",
