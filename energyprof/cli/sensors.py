@@ -121,6 +121,8 @@ def record(sensors: list[Any], seconds: float, interval: float) -> list[tuple[fl
         target = min(end, t0 + int(k * interval * 1e9))
         time.sleep(max(0.0, (target - time.perf_counter_ns()) / 1e9))
         t = time.perf_counter_ns()
+        if t <= last_t:  # the replay format needs t_s to increase
+            continue
         energy = [float(s.read(t)) for s in sensors]
         dt = (t - last_t) / 1e9
         rows.append(((last_t - t0) / 1e9, [max(0.0, (e - le) / dt) for e, le in zip(energy, last_e)]))
