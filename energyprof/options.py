@@ -14,6 +14,8 @@ IDLE_POLICIES = ("share", "all")
 SAMPLERS = ("threads", "pyinstrument")
 MEMORY_MODES = ("rss", "exact", "off")
 OUTPUTS = ("json", "output", "speedscope", "folded", "csv", "pprof")  # the JSON first: it is the one to keep
+#: The sensor backends `--sensor` may name (collect/sensors/ implements each one).
+SENSORS = ("rapl", "perf", "nvml", "amdsmi", "tegrastats", "jtop", "powermetrics", "macmon", "model", "replay")
 CARBON_OPTIONS = ("country", "region", "cloud", "carbon_intensity", "pue", "price_per_kwh", "currency")
 
 #: (lowest, highest, unit) per number. Each bound is far beyond any real use and stops values that
@@ -56,6 +58,7 @@ class Options:
     power_trace: str | None = None
     cpu_tdp: float | None = None
     gpus: bool = True
+    sensor: list[str] | None = None  # only these backends (SENSORS), in this order; None: chosen by the machine
     quiet: bool = False
     summary: bool = True
     # memory
@@ -94,6 +97,15 @@ class Options:
             path = getattr(self, name)
             if path is not None and (not isinstance(path, str) or not path.strip()):
                 raise OptionError(f"{flag(name)} needs a file name, not {path!r}")
+        if self.sensor is not None:
+            self.sensor = [self.sensor] if isinstance(self.sensor, str) else list(self.sensor)
+            for name in self.sensor:
+                if name not in SENSORS:
+                    raise OptionError(f"--sensor must be one of {', '.join(SENSORS)}, not {name!r}")
+            if self.power_trace and "replay" not in self.sensor:
+                raise OptionError("--power-trace replays a trace: add --sensor replay, or leave --sensor out")
+            if "replay" in self.sensor and not self.power_trace:
+                raise OptionError("--sensor replay needs --power-trace FILE")
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")

@@ -70,7 +70,13 @@ class Source(_Record):
     sensor: str = ""
     detail: Any = None
     update_period_s: float | None = None
+    tier: str | None = None  # counter | integrated | model (collect/sensors/base.TIERS); None in older files
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def tier_or_guess(self) -> str:
+        """The tier, or for a profile written before sources declared one, what its method implies."""
+        return self.tier or ("model" if self.method == "estimated" else "counter")
 
 
 @dataclass
@@ -214,6 +220,7 @@ def read_source(raw: Any, where: str) -> Source:
                   method=string(raw.get("method", "measured"), f"{where}.method"),
                   sensor=string(raw.get("sensor", ""), f"{where}.sensor"), detail=raw.get("detail"),
                   update_period_s=optional_number(raw, "update_period_s", where),
+                  tier=string(raw["tier"], f"{where}.tier") if raw.get("tier") is not None else None,
                   extra={k: v for k, v in raw.items() if k not in known})
 
 

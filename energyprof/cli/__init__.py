@@ -6,6 +6,7 @@
     energyprof report PROFILE.json                report.py
     energyprof compare A.json B.json              compare.py
     energyprof merge A.json B.json -o JOB.json    merge.py
+    energyprof sensors [record | serve]           sensors.py
 """
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .merge import merge_cmd
 
             return merge_cmd(argv[1:])
+        if argv and argv[0] == "sensors":
+            from .sensors import sensors_cmd
+
+            return sensors_cmd(argv[1:])
         from .run import run
 
         return run(argv)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._version import __version__
-from ..options import MEMORY_MODES, OUTPUTS, SAMPLERS, Options, flag
+from ..options import MEMORY_MODES, OUTPUTS, SAMPLERS, SENSORS, Options, flag
 from .common import (DEFAULT_JOB_JSON, DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags,
                      allowed, build_options)
 
@@ -50,6 +50,9 @@ def build_run_parser() -> Parser:
     p.add_argument("--cpu-tdp", type=float, help="CPU TDP in watts (up to 2000) for the estimate when no counter"
                    " can be read")
     p.add_argument("--no-gpu", dest="gpus", action="store_false", help="do not read NVIDIA GPUs")
+    p.add_argument("--sensor", action="append", metavar="NAME",
+                   help="read only this sensor backend (repeatable), even off its usual platform: "
+                        + ", ".join(SENSORS) + "; `energyprof sensors` lists what this machine has")
     p.add_argument("--memory", default="rss", metavar=allowed(MEMORY_MODES),
                    help="rss (default, cheap), exact (tracemalloc: slow) or off")
     p.add_argument("--memory-children", action="store_true", help="count child processes' memory in RSS")

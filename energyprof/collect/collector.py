@@ -33,13 +33,19 @@ CHILD_POLL_S = 0.5
 def open_sources(options: Any) -> tuple[Any, Ledger]:
     """The run's sensors (with why any is missing) and an empty ledger over them, for the
     supervisor and the in-process Profiler alike. The one note a user can act on at once (RAPL
-    readable by root only, and its fix) goes to stderr unless quiet."""
+    readable by root only, and its fix) goes to stderr unless quiet. Named backends
+    (`--sensor`) that find nothing at all are bad input: OptionError, before the program starts."""
     import sys
 
     from . import sensors
 
+    from ..options import OptionError
+
     o = options
-    found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+    found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus, only=o.sensor)
+    if o.sensor and not found.sensors:
+        why = "; ".join(found.notes) or "nothing found"
+        raise OptionError(f"--sensor {' --sensor '.join(o.sensor)} found no source: {why}")
     if not o.quiet:
         for note in found.notes:
             if note.startswith("RAPL: cannot read"):
@@ -213,7 +219,7 @@ class Collector:
             energy.append(v if ok else None)
         shares: dict[str, float] = {}
         for i, s in enumerate(self.sensors):
-            if self.alive[i] and hasattr(s, "process_share"):
+            if self.alive[i] and s.per_process_share:
                 ok, v = self._guarded(i, s.process_share, t, generation)
                 if generation is not None and generation != self._generation:
                     return
@@ -323,11 +329,15 @@ class LocalFeed:
         try:
             import psutil
 
+            from .sensors.soc.stream import tool_pids
+
             pids = probes.descendant_pids()
             if pids is None:
                 kids = psutil.Process().children(recursive=True)
             else:
                 kids = [psutil.Process(pid) for pid in pids if pid]
+            tools = tool_pids()  # a sensor's own tool (tegrastats, ...) is energyprof's, not the program's child
+            kids = [k for k in kids if k.pid not in tools]
         except Exception:  # noqa: BLE001 - a child that ended between the listing and now
             return 0
         total = 0

@@ -143,7 +143,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
 
 
 def _source_fields(raw: dict[str, Any]) -> dict[str, Any]:
-    known = {"id", "component", "method", "sensor", "detail", "update_period_s"}
+    known = {"id", "component", "method", "sensor", "detail", "update_period_s", "tier"}
     out = {k: v for k, v in raw.items() if k in known}
     out["extra"] = {k: v for k, v in raw.items() if k not in known}
     return out

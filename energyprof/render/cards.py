@@ -7,7 +7,7 @@ from typing import Any
 
 from ..analysis.report import ReportModel
 from .charts import path_shortener
-from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
+from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
 
 IDLE_POLICIES = {
     "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "
@@ -85,7 +85,8 @@ def methodology(model: ReportModel) -> dict[str, Any]:
     """The facts a reader needs to trust (or distrust) the figures, in plain words."""
     meta = model.meta
     command = meta.get("command") or " ".join(str(a) for a in meta.get("argv", []))
-    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail)} for s in model.sources]
+    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail), "tier": s.tier_or_guess,
+                "tier_text": TIER_TEXT.get(s.tier_or_guess, s.tier_or_guess)} for s in model.sources]
     return {
         "sources": sources,
         "sensor_notes": list(meta.get("sensor_notes") or []),

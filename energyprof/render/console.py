@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..analysis.report import ReportModel
 from .charts import path_shortener
-from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds
+from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
 def render_summary(model: ReportModel) -> str:
@@ -14,7 +14,7 @@ def render_summary(model: ReportModel) -> str:
     for src in model.sources:
         total = t.energy_j.get(src.id, 0.0)
         mine = t.attributed_j.get(src.id, 0.0)
-        lines.append(f"  {src.id:<8} {fmt_energy(total):>9}  {src.method:<9} ({src.sensor})"
+        lines.append(f"  {src.id:<8} {fmt_energy(total):>9}  {src.method:<9} ({source_how(src)})"
                      f"  program: {fmt_energy(mine)}")
     total = model.total_energy_j
     lines.append(f"  {'total':<8} {fmt_energy(total):>9} ({total / 3600:.3g} Wh)  {_methods(model)}")

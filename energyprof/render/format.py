@@ -122,3 +122,16 @@ def fmt_money(value: float | None, currency: str | None = "") -> str:
 def format_spec() -> dict[str, Any]:
     """The table the page's script formats with (the same one the functions above use)."""
     return {"digits": DIGITS, "units": {k: [[s, u] for s, u in v] for k, v in UNITS.items()}}
+
+
+#: How a source's joules came about (a source's `tier`), in the reader's words.
+TIER_TEXT = {"counter": "hardware energy counter", "integrated": "power samples integrated over time",
+             "model": "model estimate"}
+
+
+def source_how(source: Any) -> str:
+    """`sensor, tier, every N s`: what read a source, how, and how often the hardware refreshes it."""
+    parts = [source.sensor or "?", TIER_TEXT.get(source.tier_or_guess, source.tier_or_guess)]
+    if source.update_period_s:
+        parts.append(f"every {sig(source.update_period_s)} s")
+    return ", ".join(parts)

@@ -1,10 +1,120 @@
-"""Energy sources: one module per vendor or method, one small interface (base.Sensor)."""
+"""Energy sources: one module per vendor or method, one small interface (base.Sensor).
+
+`discover` chooses what a run reads. Left to itself: a replayed trace alone when given; else a
+system-on-chip's own tool where there is one (jtop or tegrastats on a Jetson, macmon or
+powermetrics on a Mac), which covers the whole module; else RAPL for CPU and DRAM (powercap,
+then the privileged reader, then the `power` perf events) and the model when none can be
+read; and the GPUs (NVML, amdsmi). Named backends (`--sensor`) are used alone, in the order
+given, on any platform. Every backend not found leaves the step that would enable it in
+`Discovery.missing` (what `energyprof sensors` prints).
+"""
 
 from __future__ import annotations
 
+import sys
+from typing import Callable, Sequence
+
+from ...options import SENSORS
 from .base import Discovery, Sensor, SensorError
 
-__all__ = ["Discovery", "Sensor", "SensorError", "discover"]
+__all__ = ["Discovery", "Sensor", "SensorError", "discover", "survey", "SENSORS"]
+
+
+def _rapl(ctx: dict, explicit: bool) -> Discovery:
+    from . import rapl, served
+
+    found = rapl.discover(ctx["powercap_root"])
+    if not found.sensors:
+        why = next((n for n in found.notes if n.startswith("RAPL")), "RAPL: not found").removeprefix("RAPL: ")
+        if "permission denied" not in why:
+            why += ("; on an Intel or AMD machine load the driver (sudo modprobe intel_rapl_msr); "
+                    "most VMs expose no RAPL")
+        found.missing["rapl"] = why
+        found.extend(served.discover(explicit=explicit))
+        if found.sensors:
+            found.missing.pop("rapl", None)
+    return found
+
+
+def _perf(ctx: dict, explicit: bool) -> Discovery:
+    from . import perf
+
+    return perf.discover(explicit=explicit)
+
+
+def _nvml(ctx: dict, explicit: bool) -> Discovery:
+    from .gpu import nvml
+
+    found = nvml.discover()
+    if not found.sensors:
+        found.missing["nvml"] = "; ".join(found.notes) or "NVML found no GPU"
+    return found
+
+
+def _amdsmi(ctx: dict, explicit: bool) -> Discovery:
+    from .gpu import amdsmi
+
+    return amdsmi.discover(explicit=explicit)
+
+
+def _tegrastats(ctx: dict, explicit: bool) -> Discovery:
+    from .soc import tegrastats
+
+    return tegrastats.discover(explicit=explicit)
+
+
+def _jtop(ctx: dict, explicit: bool) -> Discovery:
+    from .soc import jtop
+
+    return jtop.discover(explicit=explicit)
+
+
+def _powermetrics(ctx: dict, explicit: bool) -> Discovery:
+    from .soc import powermetrics
+
+    return powermetrics.discover(explicit=explicit)
+
+
+def _macmon(ctx: dict, explicit: bool) -> Discovery:
+    from .soc import macmon
+
+    return macmon.discover(explicit=explicit)
+
+
+def _model(ctx: dict, explicit: bool) -> Discovery:
+    from . import estimate
+
+    return estimate.discover(ctx["cpu_tdp"], want_ram=not ctx.get("has_dram", False))
+
+
+def _replay(ctx: dict, explicit: bool) -> Discovery:
+    from . import replay
+
+    if not ctx["power_trace"]:
+        found = Discovery()
+        found.notes.append("replay: no --power-trace given")
+        return found
+    return replay.discover(ctx["power_trace"])
+
+
+BACKENDS: dict[str, Callable[[dict, bool], Discovery]] = {
+    "rapl": _rapl, "perf": _perf, "nvml": _nvml, "amdsmi": _amdsmi, "tegrastats": _tegrastats, "jtop": _jtop,
+    "powermetrics": _powermetrics, "macmon": _macmon, "model": _model, "replay": _replay,
+}
+assert tuple(BACKENDS) == SENSORS
+
+
+def _add(found: Discovery, part: Discovery, name: str) -> None:
+    """Add a backend's sources, leaving out any whose id another backend already gave (two
+    sources of one name would be one machine counted twice)."""
+    ids = {s.id for s in found.sensors}
+    for s in part.sensors:
+        if s.id in ids:
+            found.notes.append(f"{name}: {s.id} is already read by {next(o.sensor for o in found.sensors if o.id == s.id)}; "
+                               "not read twice")
+            s.close()
+    part.sensors = [s for s in part.sensors if s.id not in ids]
+    found.extend(part)
 
 
 def discover(
@@ -12,31 +122,57 @@ def discover(
     powercap_root: str | None = None,
     cpu_tdp: float | None = None,
     gpus: bool = True,
+    only: Sequence[str] | None = None,
 ) -> Discovery:
-    """Every source this machine offers, and a line for each one it does not.
-
-    A replayed trace, when given, is the only source. Otherwise RAPL for CPU and DRAM (the
-    model when RAPL cannot be read) and NVML for NVIDIA GPUs.
-    """
+    """Every source this machine offers (or only the named backends), and a line for each one it does not."""
+    ctx = {"power_trace": power_trace, "powercap_root": powercap_root, "cpu_tdp": cpu_tdp}
+    found = Discovery()
+    if only:
+        for name in dict.fromkeys(only):
+            ctx["has_dram"] = any(s.component in ("dram", "ram") for s in found.sensors)
+            _add(found, BACKENDS[name](ctx, True), name)
+        return found
     if power_trace:
-        from . import replay
-
-        return replay.discover(power_trace)
-    from . import estimate, rapl
-
-    found = rapl.discover(powercap_root)
-    if not any(s.component == "cpu" for s in found.sensors):
-        est = estimate.discover(cpu_tdp, want_ram=not any(s.component == "dram" for s in found.sensors))
-        found.sensors.extend(est.sensors)
-        found.notes.extend(est.notes)
-        found.notes.append("model: no readable CPU energy counter, so CPU (and RAM) power are estimates")
+        return _replay(ctx, False)
+    for name in _soc_backends():
+        part = BACKENDS[name](ctx, False)
+        _add(found, part, name)
+        if part.sensors:
+            break
+    if not found.sensors:
+        for name in ("rapl", "perf"):
+            _add(found, BACKENDS[name](ctx, False), name)
+            if any(s.component == "cpu" for s in found.sensors):
+                break
+        if not any(s.component == "cpu" for s in found.sensors):
+            ctx["has_dram"] = any(s.component == "dram" for s in found.sensors)
+            _add(found, _model(ctx, False), "model")
+            found.notes.append("model: no readable CPU energy counter, so CPU (and RAM) power are estimates")
     if gpus:
-        try:
-            from .gpu import nvml
-        except ImportError:
-            pass
-        else:
-            gpu = nvml.discover()
-            found.sensors.extend(gpu.sensors)
-            found.notes.extend(gpu.notes)
+        for name in ("nvml", "amdsmi"):
+            _add(found, BACKENDS[name](ctx, False), name)
+    return found
+
+
+def _soc_backends() -> tuple[str, ...]:
+    """The system-on-chip tools that apply here, best first (a Python API before a child tool)."""
+    if sys.platform == "darwin":
+        return ("macmon", "powermetrics")
+    from .soc import tegrastats
+
+    return ("jtop", "tegrastats") if tegrastats.on_jetson() else ()
+
+
+def survey(powercap_root: str | None = None) -> Discovery:
+    """Every backend tried, whatever the platform (for `energyprof sensors`): what each finds,
+    and the step that would enable each one that finds nothing."""
+    ctx = {"power_trace": None, "powercap_root": powercap_root, "cpu_tdp": None}
+    found = Discovery()
+    for name in SENSORS:
+        if name in ("model", "replay"):
+            continue
+        part = BACKENDS[name](ctx, False)
+        if not part.sensors and name not in part.missing:
+            part.missing[name] = "; ".join(part.notes) or "not found"
+        _add(found, part, name)
     return found

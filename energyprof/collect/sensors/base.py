@@ -1,13 +1,22 @@
 """The one small interface every energy source implements.
 
 A sensor reports *cumulative joules since it started*; it owns its hardware quirks
-(wraparound, units, resets) so the attribution never sees a raw counter.
+(wraparound, units, resets) so the attribution never sees a raw counter. Each one declares
+what it is rather than being probed: its `tier` (a hardware energy counter, power samples
+integrated over time, or a model) and its `update_period_s` (how often the hardware
+refreshes the figure), both written into the profile's sources.
 """
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Mapping
+
+#: How a source's joules come about, best first: a cumulative hardware counter; power samples
+#: integrated over time (trapezoids of instantaneous values, or interval means times their
+#: length); a model of the hardware (an estimate, never a measurement).
+TIERS = ("counter", "integrated", "model")
 
 
 class SensorError(RuntimeError):
@@ -19,9 +28,13 @@ class Sensor:
     id: str  # unique source id: "cpu", "dram", "gpu:0", ...
     component: str  # "cpu", "dram", "ram", "psys", "gpu:N"
     method: str  # "measured" | "estimated"
-    sensor: str  # "rapl" | "model" | "replay" | "nvml"
+    sensor: str  # the backend: "rapl", "perf", "nvml", "amdsmi", "tegrastats", ... (sensors.BACKENDS)
     detail: dict[str, Any] = field(default_factory=dict)
     update_period_s: float | None = None  # how often the hardware refreshes the figure
+    tier: str = "counter"  # one of TIERS
+    #: whether the sensor tells this process's share of its source (`process_share()`, a GPU's
+    #: process list); otherwise the ledger's rules share it (CPU time, or all of a GPU)
+    per_process_share: ClassVar[bool] = False
 
     def read(self, t_ns: int) -> float:
         """Cumulative joules at perf_counter_ns `t_ns` (hardware sensors read 'now')."""
@@ -38,6 +51,7 @@ class Sensor:
                "detail": dict(self.detail)}
         if self.update_period_s is not None:
             out["update_period_s"] = self.update_period_s
+        out["tier"] = self.tier
         return out
 
 
@@ -47,6 +61,23 @@ class Discovery:
 
     sensors: list[Sensor] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)  # one line each, for humans
+    #: backend name -> the exact step that would enable it, for each backend that was looked for
+    #: and not found (what `energyprof sensors` prints under "missing")
+    missing: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def absent(cls, name: str, why: str, step: str, explicit: bool) -> Discovery:
+        """Nothing found: the step that would enable the backend, and a note when it was asked for by name."""
+        found = cls(missing={name: step})
+        if explicit:
+            found.notes.append(f"{name}: {why}; {step}")
+        return found
+
+    def extend(self, other: Discovery) -> None:
+        self.sensors.extend(other.sensors)
+        self.notes.extend(other.notes)
+        for k, v in other.missing.items():
+            self.missing.setdefault(k, v)
 
 
 class WrapCounter:
@@ -74,3 +105,112 @@ class WrapCounter:
             self.resets += 1
         self.last = raw
         return self.total
+
+
+class PowerIntegrator:
+    """Cumulative joules per channel from a stream of power readings, safe across threads.
+
+    Two kinds of reading: `add_instant` (instantaneous watts at a time: trapezoids between
+    readings) and `add_mean` (the mean watts over the interval that ended at a time: exact, mean
+    x length). The interval is the tool's own `elapsed_ns` where it states one (powermetrics),
+    since records can reach the reader late and bunched; else the time since the previous
+    reading (macmon). `energy(channel, t_ns)` is the integral up to
+    `t_ns`: up to the last reading, then the last power held (the stream lags the tick by up to
+    one period; a later reading corrects the estimate, and the figure never steps back). A
+    stream that has ended (`end()`) is not extrapolated.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._t: int | None = None
+        self._w: dict[str, float] = {}
+        self._j: dict[str, float] = {}
+        self._shown: dict[str, float] = {}
+        self.readings = 0
+        self.ended = False
+        self.first = threading.Event()  # set at the first reading (discovery waits for it)
+
+    def add_instant(self, t_ns: int, watts: Mapping[str, float]) -> None:
+        with self._lock:
+            if self._t is not None and t_ns > self._t:
+                dt = (t_ns - self._t) / 1e9
+                for ch, w in watts.items():
+                    self._j[ch] = self._j.get(ch, 0.0) + 0.5 * (self._w.get(ch, w) + w) * dt
+            elif self._t is not None:
+                return  # a reading out of order: the clock is monotonic, so it is a duplicate
+            self._t = t_ns
+            self._w = dict(watts)
+            self.readings += 1
+        self.first.set()
+
+    def add_mean(self, t_ns: int, elapsed_ns: int | None, watts: Mapping[str, float]) -> None:
+        with self._lock:
+            if self._t is not None and t_ns <= self._t:
+                return
+            if elapsed_ns is not None:
+                dt = elapsed_ns / 1e9
+            else:  # since the previous reading; the first one only marks the start
+                dt = (t_ns - self._t) / 1e9 if self._t is not None else 0.0
+            for ch, w in watts.items():
+                self._j[ch] = self._j.get(ch, 0.0) + w * dt
+            self._t = t_ns
+            self._w = dict(watts)
+            self.readings += 1
+        self.first.set()
+
+    def end(self) -> None:
+        with self._lock:
+            self.ended = True
+
+    def channels(self) -> list[str]:
+        with self._lock:
+            return list(self._w)
+
+    def last_watts(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._w)
+
+    def energy(self, channel: str, t_ns: int) -> float:
+        with self._lock:
+            j = self._j.get(channel, 0.0)
+            if self._t is not None and not self.ended and t_ns > self._t:
+                j += self._w.get(channel, 0.0) * (t_ns - self._t) / 1e9
+            shown = max(j, self._shown.get(channel, 0.0))
+            self._shown[channel] = shown
+            return shown
+
+
+class ChannelSensor(Sensor):
+    """One channel (a rail, a component) of a shared power stream; `read` is a lookup, never I/O.
+
+    The stream (a child tool's reader, or a polling thread) feeds one PowerIntegrator; every
+    channel sensor of it holds a reference and the last one closed stops it.
+    """
+
+    def __init__(self, stream: Any, channel: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stream = stream
+        self.channel = channel
+        self._zero = 0.0
+        stream.acquire()
+
+    def start(self, t_ns: int) -> None:
+        self._zero = self.stream.integrator.energy(self.channel, t_ns)
+
+    def read(self, t_ns: int) -> float:
+        if self.stream.failed is not None:
+            raise SensorError(self.stream.failed)
+        return self.stream.integrator.energy(self.channel, t_ns) - self._zero
+
+    def close(self) -> None:
+        self.stream.release()
+
+
+def split_total(total: tuple[str, float] | None, parts: Mapping[str, float], other: str = "other") -> dict[str, float]:
+    """Sources that never overlap: the measured parts, plus `other` = total - sum(parts)
+    (clamped at 0: a part read a moment later than the total may exceed it), so that the
+    sources add up to the total once. Without a total, the parts are the whole."""
+    out = dict(parts)
+    if total is not None:
+        out[other] = max(0.0, total[1] - sum(parts.values()))
+    return out

@@ -68,7 +68,7 @@ def lookup_tdp(model: str) -> tuple[float, str] | None:
 
 class CpuModelSensor(Sensor):
     def __init__(self, tdp_w: float, tdp_source: str, cores: int) -> None:
-        super().__init__(id="cpu", component="cpu", method="estimated", sensor="model",
+        super().__init__(id="cpu", component="cpu", method="estimated", sensor="model", tier="model",
                          detail={"tdp_w": tdp_w, "tdp_source": tdp_source, "idle_fraction": IDLE_FRACTION,
                                  "logical_cpus": cores,
                                  "formula": "TDP x (idle_fraction + (1 - idle_fraction) x machine CPU utilisation)"})
@@ -95,7 +95,7 @@ class RamModelSensor(Sensor):
     def __init__(self, total_bytes: int) -> None:
         gb = total_bytes / 1e9
         self.watts = RAM_W_PER_GB * gb
-        super().__init__(id="ram", component="ram", method="estimated", sensor="model",
+        super().__init__(id="ram", component="ram", method="estimated", sensor="model", tier="model",
                          detail={"installed_gb": round(gb, 2), "w_per_gb": RAM_W_PER_GB, "watts": round(self.watts, 3),
                                  "formula": "0.375 W per GB installed, constant"})
         self._t0 = 0

@@ -89,7 +89,7 @@ class ReplaySensor(Sensor):
         component = column.split(":")[0] if column.split(":")[0] in COMPONENTS | {"gpu"} else column
         if component == "gpu":
             component = column if ":" in column else "gpu:0"
-        super().__init__(id=column, component=component, method="measured", sensor="replay",
+        super().__init__(id=column, component=component, method="measured", sensor="replay", tier="integrated",
                          detail={"trace": str(path), "rows": len(trace.t_s)})
         self.trace = trace
         self.column = column

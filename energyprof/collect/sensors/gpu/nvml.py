@@ -116,10 +116,12 @@ READING_LABELS = {
 class NvmlSensor(Sensor):
     """Cumulative joules of one GPU, and this process's share of it (`process_share`)."""
 
+    per_process_share = True
+
     def __init__(self, source_id: str, session: Session, gpu: GpuInfo, device: NvmlDevice, kind: str,
                  detail: dict[str, Any], update_period_s: float | None) -> None:
         super().__init__(id=source_id, component=source_id, method="measured", sensor="nvml", detail=detail,
-                         update_period_s=update_period_s)
+                         update_period_s=update_period_s, tier="counter" if kind == "counter" else "integrated")
         self.gpu = gpu
         self.device = device
         self.kind = kind

@@ -1,0 +1,50 @@
+"""NVIDIA Jetson power through `tegrastats --interval MS`, one child per run.
+
+Every generation's line is read (rails.py): each rail's instantaneous value integrated by
+trapezoids, the input rail split into its measured parts plus `other`.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import IO, Iterator
+
+from ..base import Discovery
+from . import rails
+from .stream import Reading, find_tool, from_tool, lines
+
+INTERVAL_MS = 100
+ENABLE = ("tegrastats ships with every Jetson's L4T (/usr/bin/tegrastats); on other machines there is no "
+          "Jetson power to read")
+
+
+def parse(stream: IO[bytes]) -> Iterator[Reading]:
+    for line in lines(stream):
+        found = rails.parse_line(line)
+        if found:
+            yield Reading(rails.sources_watts(found))
+
+
+def on_jetson() -> bool:
+    return platform.system() == "Linux" and (os.path.exists("/etc/nv_tegra_release") or
+                                             os.path.exists("/sys/devices/soc0/family") and
+                                             _read("/sys/devices/soc0/family").lower().startswith("tegra"))
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
+    exe = find_tool("tegrastats")
+    if exe is None:
+        return Discovery.absent("tegrastats", "not found on PATH", ENABLE, explicit)
+    return from_tool("tegrastats", [exe, "--interval", str(interval_ms)], parse, interval_ms / 1000.0,
+                     {"interval_ms": interval_ms, "reading": "instantaneous rail power (cur), integrated by trapezoids; "
+                      "the running average is never used"}, rails.component,
+                     step="run `tegrastats` to see why (some releases print the rails only to root: try sudo)")
