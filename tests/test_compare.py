@@ -67,14 +67,14 @@ def test_welch_interval_holds_its_difference_and_turns_with_the_sides(a: list[fl
 
 
 def test_one_run_per_side_is_judged_by_its_sampling_error_only() -> None:
-    # 100 J and 130 J from 100 samples each: +-10 J and +-13 J, combined 16.40 J; at 99% (z = 2.5758) 42.25 J
+    # 100 J and 130 J from 100 samples each: +-10 J and +-13 J, combined 16.40 J; at 95% (z = 1.959964) 32.15 J
     c = _change([100.0], [100], [130.0], [100])
-    assert c.error == pytest.approx(2.5758293 * (10**2 + 13**2) ** 0.5, rel=1e-6)
+    assert c.error == pytest.approx(1.959964 * (10**2 + 13**2) ** 0.5, rel=1e-6)
     assert not c.significant and c.pct == pytest.approx(30.0)
-    assert _change([100.0], [100], [150.0], [100]).significant  # 50 J > 2.5758 x 18.03 J = 46.4 J
+    assert _change([100.0], [100], [150.0], [100]).significant  # 50 J > 1.96 x 18.03 J = 35.3 J
     v = gate([100.0], [130.0], [100], [100], "program energy")
-    assert not v.repeats and v.hidden_pct == pytest.approx(42.25, abs=0.01)
-    assert v.fails(-13.0) and not v.fails(-12.0)  # the lower end is 30 - 42.25 = -12.25%
+    assert not v.repeats and v.hidden_pct == pytest.approx(32.146, abs=0.001)
+    assert v.fails(-2.2) and not v.fails(-2.1)  # the lower end is 30 - 32.146 = -2.146%
 
 
 def test_repeats_gate_on_the_lower_end_of_welchs_interval() -> None:
@@ -82,7 +82,7 @@ def test_repeats_gate_on_the_lower_end_of_welchs_interval() -> None:
     v = gate([100.0, 102.0, 98.0], [120.0, 124.0, 116.0], [10**6] * 3, [10**6] * 3, "program energy")
     assert v.repeats and v.pct == pytest.approx(20.0)
     assert v.interval.df == pytest.approx(20 / 3 * 20 / 3 / ((4 / 3) ** 2 / 2 + (16 / 3) ** 2 / 2))
-    assert v.low_pct == pytest.approx(20.0 - 5.958246 * (20 / 3) ** 0.5, rel=1e-6)  # t(0.995, 2.9412) = 5.958246
+    assert v.low_pct == pytest.approx(20.0 - 3.218759 * (20 / 3) ** 0.5, rel=1e-6)  # t(0.975, 2.9412) = 3.218759
     assert v.fails(v.low_pct - 0.01) and not v.fails(v.low_pct + 0.01)
     assert not gate([120.0, 124.0, 116.0], [100.0, 102.0, 98.0], [10**6] * 3, [10**6] * 3, "").fails(0.0)
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Sequence
 
-CONFIDENCE = 0.99  # two-sided: a CI gate's false alarm costs more than a late catch
+CONFIDENCE = 0.95  # two-sided: the gate fails on its lower end, 97.5% one-sided
 
 
 def _betacf(a: float, b: float, x: float) -> float:

@@ -19,7 +19,7 @@ def build_compare_parser() -> Parser:
     p.add_argument("--markdown", metavar="FILE", help="write a short markdown summary (a pull-request comment)")
     p.add_argument("--label", action="append", help="a name for each run, in order (default: its command line)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 when the head's program energy is more than PCT percent above the base's with 99%%"
+                   help="exit 1 when the head's program energy is more than PCT percent above the base's with 95%%"
                         " confidence (Welch's t over repeats; one run per side: its sampling error only)")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
     add_idle_flag(p, None)

@@ -115,7 +115,7 @@ def _where(f: FunctionChange) -> str:
 
 def _md(text: str) -> str:
     """Program strings in a markdown table: no cell breaks, no markup, no HTML."""
-    return html.escape(text).replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_") \
+    return html.escape(text, quote=False).replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_") \
         .replace("[", "\\[").replace("\n", " ")
 
 
