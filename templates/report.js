@@ -44,8 +44,9 @@
   function fmtJ(j) { return scaled(j, "energy"); }
   function fmtPct(part, whole) {
     if (!whole) return "\u2013";
-    return (Math.floor(part / whole * 1000 + 0.5) / 10).toFixed(1) + "%";
+    return fmtPercent(part / whole * 100);
   }
+  function fmtPercent(p) { return (Math.floor(p * 10 + 0.5) / 10).toFixed(1) + "%"; }
   window.energyprofFormat = { energy: fmtJ, seconds: fmtS, bytes: function (b) { return scaled(b, "bytes"); },
     grams: function (g) { return scaled(g, "grams"); }, power: function (w) { return scaled(w, "power"); },
     percent: fmtPct, sig: sig };
@@ -250,14 +251,16 @@
     { key: "self_e", label: "self energy" + one, value: function (i) { return t.self_e[i]; }, show: fmtJ, bar: true,
       tip: function (i) { return perSource(t.src_self, i); } },
     { key: "self_p", label: "self %", title: "self energy as a share of the program's energy",
-      value: function (i) { return t.self_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
+      value: function (i) { return t.self_p[i]; }, show: fmtPercent },
     { key: "tot_e", label: "total energy" + one, value: function (i) { return t.tot_e[i]; }, show: fmtJ,
       tip: function (i) { return perSource(t.src_tot, i); } },
     { key: "tot_p", label: "total %", title: "total (inclusive) energy as a share of the program's energy",
-      value: function (i) { return t.tot_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
+      value: function (i) { return t.tot_p[i]; }, show: fmtPercent },
     { key: "self_t", label: "self time", value: function (i) { return t.self_t[i]; }, show: fmtS },
-    { key: "t", label: "total time", value: function (i) { return t.t[i]; }, show: fmtS },
-    { key: "cpu", label: "CPU time", value: function (i) { return t.cpu[i]; }, show: fmtS },
+    { key: "t", label: "total time (summed)", value: function (i) { return t.t[i]; }, show: fmtS,
+      title: "inclusive wall time, summed over threads and processes: it can exceed the run's duration" },
+    { key: "cpu", label: "CPU time (summed)", value: function (i) { return t.cpu[i]; }, show: fmtS,
+      title: "inclusive CPU time, summed over threads and processes" },
     { key: "n", label: "samples", value: function (i) { return t.n[i]; }, show: String },
     // the sampling error of the self figure: from the function's own samples
     { key: "err", label: "self \u00b1", title: "sampling error of the self figures: 1/\u221a(self samples)",
@@ -363,7 +366,7 @@
     Plotly.restyle(icicle, { "marker.line.color": [outline()] });
     var sel = document.getElementById("selection");
     if (sel) sel.textContent = selectedRow === null ? "" : "Selected: " + t.fn[selectedRow] +
-      " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPct(t.self_e[selectedRow], PROGRAM) + " of the program's energy)";
+      " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPercent(t.self_p[selectedRow]) + " of the program's energy)";
     if (!tl || !data.timeline) return;
     var shapes = baseShapes.slice();
     if (selectedRow !== null) {

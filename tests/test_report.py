@@ -390,3 +390,39 @@ def test_the_same_figure_in_every_renderer(small: Profile) -> None:
     share = fmt_percent(forward.self_total_energy, model.program_j)
     assert f"{share}" in render_summary(model)
     assert model.program_j == pytest.approx(sum(small.totals.attributed_j.values()))
+
+
+# -- one number in every view -------------------------------------------------------------------------
+def test_the_roots_tooltip_names_the_program_not_the_machine() -> None:
+    from energyprof.render.charts import icicle_trace
+    from energyprof.render.format import fmt_energy
+
+    model = build(small_profile(), RenderOptions())
+    hover = icicle_trace(model, model.chart)["hovertext"][0]
+    # the program: 0.1 + 2.5 + 9 + 0.2 + 0.4 + 1 + 0.3 + 0.2 + 0.4 = 14.1 J; the machine adds 0.05 + 3 J
+    assert model.program_j == pytest.approx(14.1)
+    assert f"the program's energy {fmt_energy(14.1)} (100%)" in hover
+    assert f"the machine measured {fmt_energy(17.15)}" in hover
+
+
+def test_the_exact_peak_is_never_below_a_sampled_one() -> None:
+    """The kernel's mark lags its per-thread counters: 100 KB below the sampled peak reads as the sampled peak."""
+    p = small_profile()
+    sampled = p.totals.peak_rss_bytes
+    lagging = Profile.from_dict({**p.to_dict(), "totals": {**p.to_dict()["totals"], "peak_rss_exact_bytes": sampled - 100_000}})
+    m = build(lagging, RenderOptions()).memory
+    assert m.peak_rss_exact_bytes == sampled and m.peak == sampled
+    above = Profile.from_dict({**p.to_dict(), "totals": {**p.to_dict()["totals"], "peak_rss_exact_bytes": sampled + 4096}})
+    assert build(above, RenderOptions()).memory.peak == sampled + 4096  # a spike sampling missed stays
+
+
+def test_table_percentages_come_from_unrounded_energies() -> None:
+    """Three-digit table energies would make a root of 14.1 J over a program of 14.06 J read 100.3%."""
+    from energyprof.render.charts import function_table
+
+    model = build(small_profile(), RenderOptions())
+    table = function_table(model)
+    for row, self_p, tot_p in zip(model.rows, table["self_p"], table["tot_p"]):
+        assert self_p == pytest.approx(row.self_total_energy / model.program_j * 100, abs=1e-4)
+        assert tot_p == pytest.approx(model.row_energy(row) / model.program_j * 100, abs=1e-4)
+    assert table["tot_p"][0] == 100.0

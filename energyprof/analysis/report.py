@@ -79,6 +79,19 @@ class ReportModel:
         """The program's energy: what every percentage in the report is a share of."""
         return self.attributed_j
 
+    def is_root(self, row: FunctionRow) -> bool:
+        root = self.profile.root
+        return (row.function, row.file, row.line) == (root.function, root.file, root.line)
+
+    def row_energy(self, row: FunctionRow) -> float:
+        """A row's inclusive energy as every view shows it: the root's row is the program as a whole,
+        whose idle part and energyprof's own are rows of their own, so it holds the program's energy."""
+        return self.program_j if self.is_root(row) else row.total_energy
+
+    def share(self, joules: float) -> float | None:
+        """A figure as a share of the program's energy, from unrounded values (None: no program energy)."""
+        return joules / self.program_j if self.program_j else None
+
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools
         (`derived` in the JSON; readers ignore it). carbon_g is the program's, machine_carbon_g the machine's."""
@@ -123,8 +136,11 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]
-    memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None),
-                           t.peak_rss_bytes or (max(rss) if rss else None), t.peak_rss_exact_bytes)
+    sampled = t.peak_rss_bytes or (max(rss) if rss else None)
+    # The kernel's mark reads its per-thread RSS counters, which lag by up to 64 pages a thread,
+    # so it can come out below a sampled value; the exact peak is at least what was seen.
+    exact = max(t.peak_rss_exact_bytes, sampled or 0) if t.peak_rss_exact_bytes is not None else None
+    memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None), sampled, exact)
     return ReportModel(
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),

@@ -52,7 +52,8 @@ def summary_cards(model: ReportModel) -> list[Card]:
                       (f"{total / 3600:.4g} Wh; other processes and idle {fmt_energy(idle)},"
                        f" energyprof {fmt_energy(own)}", "")], "energy"))
     cards.append(Card("Duration", fmt_seconds(duration), [
-        (f"CPU time: {fmt_seconds(t.cpu_time_s)}; energyprof's: {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
+        (f"CPU time, summed over threads and processes: {fmt_seconds(t.cpu_time_s)}; energyprof's:"
+         f" {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
     ], "duration"))
     peak = model.peak_power_w
     cards.append(Card("Average power", fmt_power(attributed / duration) if duration > 0 else "\u2013", [

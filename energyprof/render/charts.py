@@ -99,7 +99,7 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(html.escape(label, quote=False))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        out["hovertext"].append(_hover(n, program, total_t))
+        out["hovertext"].append(_hover(n, program, total_t, model.total_energy_j if parent < 0 else None))
         out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
         out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
@@ -129,7 +129,9 @@ def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, st
     return out + [{"label": label, "title": "", "colour": c} for label, c in fixed]
 
 
-def _hover(n: ChartNode, program: float, total_t: float) -> str:
+def _hover(n: ChartNode, program: float, total_t: float, machine: float | None = None) -> str:
+    """A box's tooltip. The root's box (`machine` given) is as wide as the machine's energy, since the
+    idle node and energyprof's own hang under it, but its tooltip names the program, as every view does."""
     esc = functools.partial(html.escape, quote=False)
     if n.folded:
         head = [f"other: {n.folded} smaller call paths"]
@@ -137,10 +139,13 @@ def _hover(n: ChartNode, program: float, total_t: float) -> str:
         head = [esc(n.function), "click to show its frames" if n.children else ""]
     else:
         head = [esc(n.function)] + ([esc(f"{n.file}:{n.line}")] if n.file else [])
+    energy = (f"the program's energy {fmt_energy(program)} (100%); the machine measured {fmt_energy(machine)}"
+              if machine is not None else
+              f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
+              f" self {fmt_energy(sum(n.self_e.values()))}")
     parts = head + [
-        f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
-        f" self {fmt_energy(sum(n.self_e.values()))}",
-        f"time {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
+        energy,
+        f"time (summed over threads) {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
         + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
     ]
     if len(n.energy) > 1 and n.value_e > 0:
@@ -335,12 +340,11 @@ def function_table(model: ReportModel) -> dict[str, Any]:
     for r in rows:
         files.setdefault(r.file, len(files))
     short = path_shortener(model)
-    root = model.profile.root
-    root_key = (root.function, root.file, root.line)
     special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
 
-    def total(r: Any) -> float:
-        return model.program_j if (r.function, r.file, r.line) == root_key else r.total_energy
+    def pct(joules: float) -> float:
+        share = model.share(joules)
+        return round(share * 100, 4) if share is not None else 0.0
 
     table: dict[str, Any] = {
         "fn": [r.function for r in rows],
@@ -352,7 +356,10 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),
-        "tot_e": scaled_column([total(r) for r in rows]),
+        "tot_e": scaled_column([model.row_energy(r) for r in rows]),
+        # percentages from the unrounded energies (the columns above keep three digits)
+        "self_p": [pct(r.self_total_energy) for r in rows],
+        "tot_p": [pct(model.row_energy(r)) for r in rows],
         "self_t": scaled_column([r.self_time_s for r in rows]),
         "t": scaled_column([r.time_s for r in rows]),
         "cpu": scaled_column([r.cpu_time_s for r in rows]),
