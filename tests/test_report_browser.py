@@ -5,6 +5,7 @@ Skipped only when Chromium is missing outside CI; with CI set, a missing browser
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -201,9 +202,10 @@ def test_clicking_a_function_shades_when_it_ran(browser, tmp_path: Path) -> None
         "def first():\n    end = time.perf_counter() + 0.4\n    while time.perf_counter() < end: pass\n"
         "def second():\n    time.sleep(0.4)\n"
         "first()\nsecond()\n")
-    res = subprocess.run([sys.executable, "-m", "energyprof", "-q", "--power-trace", "t.csv", "-o", "r.html", "w.py"],
-                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([sys.executable, "-m", "energyprof", "-q", "--power-trace", "t.csv", "-o", "r.html",
+                          "--json", "p.json", "w.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+    duration = json.loads((tmp_path / "p.json").read_text())["totals"]["duration_s"]
     page = Page(browser)
     page.open(tmp_path / "r.html")
     p = page.page
@@ -215,7 +217,7 @@ def test_clicking_a_function_shades_when_it_ran(browser, tmp_path: Path) -> None
     added = shapes[before:]
     assert added, "no span was shaded"
     assert min(s["x0"] for s in added) > 0.3  # `second` ran after `first`'s 0.4 s
-    assert max(s["x1"] for s in added) < 1.0
+    assert max(s["x1"] for s in added) <= duration + 1e-3  # within the run, however slow the machine was
     assert "second" in p.text_content("#timeline-selection")
     assert page.errors == []
     page.close()

@@ -208,6 +208,13 @@ def run(argv: list[str]) -> int:
         else:
             assert script is not None
             command, target = [*python, script, *prog_args], script
+    if options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
+        from ..integrations.mlflow import RUN_ENV, StoreError, open_run
+
+        try:
+            os.environ[RUN_ENV] = open_run()
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
     from ..outputs import write_outputs
     from ..supervise import signals
     from ..supervise.supervisor import SpawnError, Supervisor
