@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,25 @@ def test_hostile_names_stay_text_in_the_page(tmp_path: Path, browser) -> None:  
 
 
 from test_report_browser import browser  # noqa: E402, F401 - the shared headless Chromium fixture
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    res = run_cli(["--help"], cwd=tmp_path)
+    assert res.returncode == 0
+    listed = re.findall(r"^  (\w+)\b", res.stdout.split("subcommands:", 1)[1], flags=re.M)
+    assert {"report", "compare", "merge", "sensors"} <= set(listed)
+
+
+def test_increases_are_drawn_red_as_the_caption_says() -> None:
+    """plotly's own "RdBu" runs blue (low) to red (high); the scale is named stops, never reversed."""
+    from energyprof.render.compare import figures
+
+    a = profile({"cpu": 10.0}, 1.0, 2.0, 100)
+    b = profile({"cpu": 20.0}, 1.0, 12.0, 100)
+    marker = figures(compare([a, b]))["icicle"]["data"][0]["marker"]
+    assert not marker.get("reversescale")
+    scale = dict((stop, colour) for stop, colour in marker["colorscale"])
+    red, blue = (int(scale[1.0][i:i + 2], 16) for i in (1, 5)), (int(scale[0.0][i:i + 2], 16) for i in (1, 5))
+    (r_hi, b_hi), (r_lo, b_lo) = red, blue
+    assert r_hi > b_hi and b_lo > r_lo  # the top of the scale (more energy) is red, the bottom blue
+    assert marker["cmax"] > 0 > marker["cmin"] and max(marker["colors"]) > 0

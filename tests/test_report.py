@@ -426,3 +426,22 @@ def test_table_percentages_come_from_unrounded_energies() -> None:
         assert self_p == pytest.approx(row.self_total_energy / model.program_j * 100, abs=1e-4)
         assert tot_p == pytest.approx(model.row_energy(row) / model.program_j * 100, abs=1e-4)
     assert table["tot_p"][0] == 100.0
+
+
+def test_processes_are_named_by_role() -> None:
+    """A launcher with two ranks, a DataLoader worker under rank 1, and a plain child of the launcher."""
+    from energyprof.records import Process
+    from energyprof.render.cards import process_rows
+
+    procs = [Process(pid=10, command="torchrun train.py", role="main"),
+             Process(pid=11, parent_pid=10, command="python train.py", role="rank", rank=0, local_rank=0),
+             Process(pid=12, parent_pid=10, command="python train.py", role="rank", rank=1, local_rank=1),
+             Process(pid=13, parent_pid=12, command="python train.py", role="worker"),
+             Process(pid=14, parent_pid=10, command="nvidia-smi", role="child")]
+    p = small_profile()
+    model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in procs]}), RenderOptions())
+    roles = {r["pid"]: r["role"] for r in process_rows(model)["rows"]}
+    assert roles == {10: "launcher", 11: "rank 0", 12: "rank 1", 13: "DataLoader worker of rank 1", 14: "child"}
+    alone = [Process(pid=20, command="python train.py", role="main"), Process(pid=21, parent_pid=20, role="worker")]
+    model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in alone]}), RenderOptions())
+    assert [r["role"] for r in process_rows(model)["rows"]] == ["the program", "DataLoader worker"]
