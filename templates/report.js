@@ -362,7 +362,13 @@
       if (at >= 0) { state.page = Math.floor(at / PAGE); draw(); }
     }
     var tr = body.querySelector("tr.selected");
-    if (fromChart && tr && tr.scrollIntoView) tr.scrollIntoView({ block: "nearest" });
+    /* Bring the row into the table's own scroll box, never by scrolling the page: the box clicked
+     * in the chart stays where the reader is looking. */
+    var wrap = tr && tr.closest(".fn-wrap");
+    if (fromChart && wrap) {
+      var wr = wrap.getBoundingClientRect(), rr = tr.getBoundingClientRect();
+      if (rr.top < wr.top || rr.bottom > wr.bottom) wrap.scrollTop += rr.top - wr.top - (wr.height - rr.height) / 2;
+    }
     Plotly.restyle(icicle, { "marker.line.color": [outline()] });
     var sel = document.getElementById("selection");
     if (sel) sel.textContent = selectedRow === null ? "" : "Selected: " + t.fn[selectedRow] +

@@ -445,3 +445,44 @@ def test_processes_are_named_by_role() -> None:
     alone = [Process(pid=20, command="python train.py", role="main"), Process(pid=21, parent_pid=20, role="worker")]
     model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in alone]}), RenderOptions())
     assert [r["role"] for r in process_rows(model)["rows"]] == ["the program", "DataLoader worker"]
+
+
+def _importlib_chain(module: tuple) -> tuple:
+    """How CPython runs `import x`: five importlib frames, then the module's body."""
+    boot, ext = "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"
+    chain = module
+    for fn, f in reversed([("_find_and_load", boot), ("_find_and_load_unlocked", boot), ("_load_unlocked", boot),
+                           ("exec_module", ext), ("_call_with_frames_removed", boot)]):
+        chain = (fn, f, {"cpu": 0.001}, 0.0, 1, [chain])
+    return chain
+
+
+def test_an_opened_import_shows_its_heaviest_modules_by_name() -> None:
+    """`import pkg` whose body imports five submodules: the group holds `import pkg` and under it the
+    three heaviest submodules by name and one "other", with no importlib frame left to label."""
+    from conftest_report import build as build_node
+    from conftest_report import profile_from
+
+    site = "/venv/lib/python3.11/site-packages/pkg/"
+    subs = [_importlib_chain(("<module>", f"{site}{name}.py", {"cpu": j}, 0.01, 10, []))
+            for name, j in (("a", 5.0), ("b", 1.0), ("c", 3.0), ("d", 0.5), ("e", 2.0))]
+    spec = ("app.py", "", {"cpu": 0.0}, 0.0, 0, [
+        ("<module>", "app.py", {"cpu": 0.1}, 0.01, 1, [_importlib_chain(("<module>", f"{site}__init__.py",
+                                                                          {"cpu": 0.2}, 0.01, 2, subs))])])
+    model = build(profile_from(build_node(spec), [{"id": "cpu", "component": "cpu", "method": "measured"}]),
+                  RenderOptions())
+    (group,) = [n for n in model.chart.preorder() if n.kind == "group"]
+    assert group.function == "[import]"
+    below = group.preorder()[1:]
+    assert not any(n.file.startswith("<frozen importlib") for n in below)  # no unlabelled machinery
+    (pkg,) = group.children
+    trace = charts.icicle_trace(model, model.chart)
+    names = [label for label in trace["labels"]]
+    assert "import pkg" in names
+    assert [c.file.rsplit("/", 1)[-1] for c in pkg.children if not c.folded] == ["a.py", "c.py", "e.py"]
+    (other,) = [c for c in pkg.children if c.folded]
+    assert other.value_e == pytest.approx(1.0 + 0.5)  # b and d; their importlib frames went to `import pkg`
+    assert sum(pkg.self_e.values()) == pytest.approx(0.2 + 5 * 5 * 0.001)
+    assert {"import pkg.a", "import pkg.c", "import pkg.e"} <= set(names)
+    # nothing is lost: the group holds every joule of the import
+    assert group.value_e == pytest.approx(0.2 + 11.5 + 6 * 5 * 0.001)

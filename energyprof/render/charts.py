@@ -13,7 +13,7 @@ import re
 import zlib
 from typing import Any
 
-from ..analysis.chart import ChartNode
+from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
 from ..analysis.report import ReportModel
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Source
@@ -94,6 +94,8 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         i = index[id(n)] = len(out["parents"])
         out["parents"].append(parent)
         name = n.function
+        if n.kind == "import" and name == "<module>" and n.file:  # a module body run by an import: which one
+            name = f"import {module_name(n.file)}"
         if parent < 0:  # the program as a whole: its script's name, not its full path
             name = (name.replace("\\", "/").rsplit("/", 1)[-1] or "program")
         label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
