@@ -228,6 +228,10 @@
   /* ------------------------------------------------------------ timeline */
   var tl = document.getElementById("timeline-plot");
   if (tl && data.timeline) Plotly.newPlot(tl, data.timeline.data, data.timeline.layout, CONFIG);
+  (data.sweeps || []).forEach(function (s, i) {  /* sweeps inside the run: energy against time, front joined */
+    var div = document.getElementById("sweep-" + i);
+    if (div) Plotly.newPlot(div, s.figure.data, s.figure.layout, CONFIG);
+  });
 
   /* ------------------------------------------------------------ table */
   var t = data.table;

@@ -23,6 +23,7 @@ from typing import Any, Sequence
 from ..profile import Node, Profile, Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
+from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 
@@ -188,6 +189,9 @@ class Comparison:
     functions: list[FunctionChange]
     tree: list[TreeNode] = field(default_factory=list)
     verdict: Verdict | None = None  # program energy, head against base
+    sweep: str | None = None  # --windows NAME: that name's windows as points of energy against time
+    sweep_points: list[WindowPoint] = field(default_factory=list)
+    sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
 
     @property
     def base_runs(self) -> list[Run]:
@@ -212,13 +216,14 @@ class Comparison:
 
 def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
             labels: Sequence[str] | None = None, options: RenderOptions | None = None,
-            base_count: int | None = None) -> Comparison:
+            base_count: int | None = None, windows: str | None = None) -> Comparison:
     """Compare two or more profiles.
 
     `base_count` None: the first is the base and the last the head (a sweep; those between are
     shown only). Otherwise the first `base_count` profiles are the base's repeats and the rest the
     head's. Each run is seen through its report model under `options` (idle None: each run's own
-    policy; carbon None, the default here: no carbon figures)."""
+    policy; carbon None, the default here: no carbon figures). `windows` NAME places every window of
+    that name (`NAME` or `NAME:LABEL`) in every run as a point of energy against time."""
     if len(profiles) < 2:
         raise ValueError("compare needs at least two profiles")
     n = len(profiles)
@@ -241,8 +246,10 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
     base_models, head_models = [models[i] for i in base_ix], [models[i] for i in head_ix]
     verdict = gate([runs[i].program_total for i in base_ix], [runs[i].program_total for i in head_ix],
                    [runs[i].samples for i in base_ix], [runs[i].samples for i in head_ix], "program energy")
+    points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
     return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
-                      _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict)
+                      _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
+                      windows, points, program)
 
 
 def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[int], head_samples: Sequence[int],
@@ -266,11 +273,8 @@ def _mean_error(values: Sequence[float], samples: Sequence[int]) -> float:
 
 def _mark_pareto(runs: list[Run]) -> None:
     """A run is on the front when no other run is at least as fast and as frugal, and better in one."""
-    for r in runs:
-        r.pareto = not any(
-            o is not r and o.duration_s <= r.duration_s and o.program_total <= r.program_total
-            and (o.duration_s < r.duration_s or o.program_total < r.program_total)
-            for o in runs)
+    for r, on in zip(runs, front([(r.duration_s, r.program_total) for r in runs])):
+        r.pareto = on
 
 
 def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:

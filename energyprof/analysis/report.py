@@ -14,6 +14,7 @@ from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
+from .pareto import WindowPoint, sweep_names, window_points
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -65,6 +66,9 @@ class ReportModel:
     chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
+    # whether their energy is the program's
+    sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -147,7 +151,8 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
-        training_ranks=training_by_rank(view))
+        training_ranks=training_by_rank(view),
+        sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
 
 
 def processes_of(profile: Profile) -> list[Process]:

@@ -22,6 +22,8 @@ def build_compare_parser() -> Parser:
                    help="exit 1 when the head's program energy is more than PCT percent above the base's with 95%%"
                         " confidence (Welch's t over repeats; one run per side: its sampling error only)")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
+    p.add_argument("--windows", metavar="NAME", help="place every window named NAME (or NAME:LABEL) of every run as a"
+                   " point of energy against time, labelled by LABEL, with the Pareto front marked")
     add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
@@ -29,6 +31,7 @@ def build_compare_parser() -> Parser:
 
 def compare_cmd(argv: list[str]) -> int:
     from ..analysis.compare import compare, function_gate
+    from ..analysis.pareto import split_name
     from ..analysis.report import RenderOptions
     from ..profile import ProfileFormatError, load
 
@@ -58,7 +61,9 @@ def compare_cmd(argv: list[str]) -> int:
             raise UsageError(f"{path} holds figures for idle policy {p.idle_policy!r} only"
                              f" (written by an older energyprof); --idle {ns.idle} needs a new run")
     view = RenderOptions(idle=ns.idle, carbon=None)  # each run's own policy unless --idle says one
-    cmp = compare(profiles, paths, ns.label, view, base_count)
+    if ns.windows is not None and not any(split_name(w.name)[0] == ns.windows for p in profiles for w in p.windows):
+        raise UsageError(f"no window named {ns.windows!r} (or {ns.windows}:LABEL) in the compared profiles")
+    cmp = compare(profiles, paths, ns.label, view, base_count, ns.windows)
     verdict = cmp.verdict
     if ns.function is not None:
         k = base_count or 1

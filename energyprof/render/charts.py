@@ -53,7 +53,36 @@ def report_data(model: ReportModel) -> dict[str, Any]:
         "table": function_table(model),
         "spans": function_spans(model),
         "resolution_s": model.resolution_s,
+        "sweeps": sweep_figures(model),
     }
+
+
+def pareto_figure(points: list[tuple[str, str, float, float, bool]], y_title: str) -> dict[str, Any]:
+    """Energy against time with the Pareto front joined: points are (text, hover, time, energy, on front).
+    Text and hover are program strings: plotly reads a subset of HTML in them, so they are escaped."""
+    esc = functools.partial(html.escape, quote=False)
+    on = sorted((p for p in points if p[4]), key=lambda p: p[2])
+    return {
+        "data": [
+            {"type": "scatter", "mode": "markers+text", "name": "points", "x": [p[2] for p in points],
+             "y": [p[3] for p in points], "text": [esc(p[0]) for p in points], "textposition": "top center",
+             "hovertext": [esc(p[1]) for p in points], "hoverinfo": "text+x+y",
+             "marker": {"size": 10, "color": "#4e79a7"}},
+            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front", "x": [p[2] for p in on],
+             "y": [p[3] for p in on], "hoverinfo": "skip",
+             "marker": {"size": 14, "symbol": "circle-open", "color": "#e8743b"}, "line": {"dash": "dot"}},
+        ],
+        "layout": {"xaxis": {"title": {"text": "time (s)"}}, "yaxis": {"title": {"text": y_title}},
+                   "margin": {"t": 10}},
+    }
+
+
+def sweep_figures(model: ReportModel) -> list[dict[str, Any]]:
+    """One energy-against-time figure per sweep in the run (windows named NAME:LABEL)."""
+    return [{"name": name, "program": program,
+             "figure": pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in points],
+                                     "program energy (J)" if program else "machine energy (J)")}
+            for name, (points, program) in model.sweeps.items()]
 
 
 def _round(x: float, digits: int = 4) -> float:

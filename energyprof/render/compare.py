@@ -12,6 +12,7 @@ from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
 from ..files import write_text
+from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
 
 MAX_ROWS_TEXT = 15
@@ -86,6 +87,11 @@ def render_text(cmp: Comparison) -> str:
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
                          + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
+    if cmp.sweep:
+        lines += ["", f"Windows {cmp.sweep} as points ({_sweep_axis(cmp)[:-4]} against time; * on the Pareto front):"]
+        for pt in sorted(cmp.sweep_points, key=lambda pt: pt.time_s):
+            lines.append(f"  {pt.label:<28} {fmt_seconds(pt.time_s):>10} {fmt_energy(pt.energy_j):>10}"
+                         f"{'  *' if pt.pareto else ''}")
     changed = [f for f in cmp.functions if f.self_energy.significant or f.energy.significant]
     lines += ["", f"Functions, head against base, the program's own first ({len(changed)} of {len(cmp.functions)}"
               f" changed beyond {_noise(cmp)}, marked *; self energy, then inclusive):"]
@@ -133,6 +139,11 @@ def render_markdown(cmp: Comparison) -> str:
         out.append(f"| {_md(r.label)}{' (front)' if r.pareto and len(cmp.runs) > 2 else ''} | {r.side}"
                    f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)}"
                    f" | {_method(r)} |")
+    if cmp.sweep:
+        on = sorted((pt for pt in cmp.sweep_points if pt.pareto), key=lambda pt: pt.time_s)
+        out += ["", f"Pareto front of windows {_md(cmp.sweep)} ({len(on)} of {len(cmp.sweep_points)}):", "",
+                "| window | time | energy |", "|---|---:|---:|"]
+        out += [f"| {_md(pt.label)} | {fmt_seconds(pt.time_s)} | {fmt_energy(pt.energy_j)} |" for pt in on]
     changed = [f for f in cmp.functions if f.self_energy.significant][:MAX_ROWS_MARKDOWN]
     if changed:
         out += ["", f"Functions whose self energy changed beyond {_noise(cmp)} (the program's own first):", "",
@@ -178,21 +189,16 @@ def figures(cmp: Comparison) -> dict[str, Any]:
                              "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
         "layout": {"margin": {"t": 10, "l": 10, "r": 10, "b": 10}},
     }
-    runs = cmp.runs
-    scatter = {
-        "data": [
-            {"type": "scatter", "mode": "markers+text", "name": "runs", "x": [r.duration_s for r in runs],
-             "y": [r.program_total for r in runs], "text": [str(i) for i in range(len(runs))], "textposition": "top center",
-             "hovertext": [esc(r.label) for r in runs], "hoverinfo": "text+x+y", "marker": {"size": 10, "color": "#4e79a7"}},
-            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
-             "x": [r.duration_s for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
-             "y": [r.program_total for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
-             "marker": {"size": 14, "symbol": "circle-open", "color": "#e8743b"}, "line": {"dash": "dot"}},
-        ],
-        "layout": {"xaxis": {"title": {"text": "duration (s)"}}, "yaxis": {"title": {"text": "program energy (J)"}},
-                   "margin": {"t": 10}},
-    }
-    return {"icicle": icicle, "scatter": scatter}
+    out = {"icicle": icicle, "scatter": pareto_figure(
+        [(str(i), r.label, r.duration_s, r.program_total, r.pareto) for i, r in enumerate(cmp.runs)], "program energy (J)")}
+    if cmp.sweep:
+        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
+                                     _sweep_axis(cmp))
+    return out
+
+
+def _sweep_axis(cmp: Comparison) -> str:
+    return "program energy (J)" if cmp.sweep_program else "machine energy (J)"
 
 
 _SCRIPT = """
@@ -201,6 +207,7 @@ _SCRIPT = """
   var cfg = {displaylogo: false, responsive: true};
   Plotly.newPlot('diff-icicle', figs.icicle.data, figs.icicle.layout, cfg);
   Plotly.newPlot('pareto', figs.scatter.data, figs.scatter.layout, cfg);
+  if (figs.sweep) Plotly.newPlot('sweep', figs.sweep.data, figs.sweep.layout, cfg);
 })();
 """
 
@@ -233,6 +240,10 @@ def render_html(cmp: Comparison) -> str:
     verdict = f"<p class='verdict'>{e(verdict_text(cmp.verdict))}</p>" if cmp.verdict is not None else ""
     sub = (f"base: runs {', '.join(f'[{i}]' for i, r in enumerate(cmp.runs) if r.side == 'base')}; head: runs"
            f" {', '.join(f'[{i}]' for i, r in enumerate(cmp.runs) if r.side == 'head')}")
+    sweep = (f"<section class='panel'><h2>Windows {e(cmp.sweep)}: energy against time</h2><p class='hint'>Each"
+             f" window named {e(cmp.sweep)} (or {e(cmp.sweep)}:LABEL) in every run, its {_sweep_axis(cmp)[:-4]} against"
+             " its time, labelled by its LABEL; the Pareto front is joined.</p><div id='sweep' class='plot'></div></section>"
+             if cmp.sweep else "")
     title = f"energyprof compare: {e(cmp.base.label)} \u2192 {e(cmp.last.label)}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -240,7 +251,7 @@ def render_html(cmp: Comparison) -> str:
 <style>
 {styles}
 td.sig {{ font-weight: 650; background: #fff6d6; }}
-#diff-icicle {{ height: 470px; }} #pareto {{ height: 380px; }}
+#diff-icicle {{ height: 470px; }} #pareto, #sweep {{ height: 380px; }}
 </style></head>
 <body>
 <header class="top"><h1><span class="brand">energyprof</span> compare</h1>
@@ -252,6 +263,7 @@ td.sig {{ font-weight: 650; background: #fff6d6; }}
 <section class="panel"><h2>Energy against time</h2>
 <p class="hint">Each run's program energy against its duration; the Pareto front (no other run both faster and
 cheaper) is joined.</p><div id="pareto" class="plot"></div></section>
+{sweep}
 <section class="panel"><h2>Where the energy changed</h2>
 <p class="hint">Each box is a call path in either run, as wide as its larger run's energy, coloured by the change
 (red: more energy in the last run, blue: less).</p><div id="diff-icicle" class="plot"></div></section>
