@@ -56,8 +56,15 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
             intensity.validate(options)
         except ValueError as exc:
             raise OptionError(str(exc)) from None
-    if options.mlflow and importlib.util.find_spec("mlflow") is None:
-        raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
+    if options.mlflow:
+        if importlib.util.find_spec("mlflow") is None:
+            raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
+        from .integrations.mlflow import StoreError, check_store
+
+        try:
+            check_store()
+        except StoreError as exc:
+            raise OptionError(str(exc)) from None
     if keep_checkpoint and options.checkpoint is not None:
         kept = keep_old_checkpoint(options.checkpoint)
         if kept is not None:

@@ -44,8 +44,9 @@
   function fmtJ(j) { return scaled(j, "energy"); }
   function fmtPct(part, whole) {
     if (!whole) return "\u2013";
-    return (Math.floor(part / whole * 1000 + 0.5) / 10).toFixed(1) + "%";
+    return fmtPercent(part / whole * 100);
   }
+  function fmtPercent(p) { return (Math.floor(p * 10 + 0.5) / 10).toFixed(1) + "%"; }
   window.energyprofFormat = { energy: fmtJ, seconds: fmtS, bytes: function (b) { return scaled(b, "bytes"); },
     grams: function (g) { return scaled(g, "grams"); }, power: function (w) { return scaled(w, "power"); },
     percent: fmtPct, sig: sig };
@@ -227,6 +228,10 @@
   /* ------------------------------------------------------------ timeline */
   var tl = document.getElementById("timeline-plot");
   if (tl && data.timeline) Plotly.newPlot(tl, data.timeline.data, data.timeline.layout, CONFIG);
+  (data.sweeps || []).forEach(function (s, i) {  /* sweeps inside the run: energy against time, front joined */
+    var div = document.getElementById("sweep-" + i);
+    if (div) Plotly.newPlot(div, s.figure.data, s.figure.layout, CONFIG);
+  });
 
   /* ------------------------------------------------------------ table */
   var t = data.table;
@@ -250,14 +255,16 @@
     { key: "self_e", label: "self energy" + one, value: function (i) { return t.self_e[i]; }, show: fmtJ, bar: true,
       tip: function (i) { return perSource(t.src_self, i); } },
     { key: "self_p", label: "self %", title: "self energy as a share of the program's energy",
-      value: function (i) { return t.self_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
+      value: function (i) { return t.self_p[i]; }, show: fmtPercent },
     { key: "tot_e", label: "total energy" + one, value: function (i) { return t.tot_e[i]; }, show: fmtJ,
       tip: function (i) { return perSource(t.src_tot, i); } },
     { key: "tot_p", label: "total %", title: "total (inclusive) energy as a share of the program's energy",
-      value: function (i) { return t.tot_e[i]; }, show: function (v) { return fmtPct(v, PROGRAM); } },
+      value: function (i) { return t.tot_p[i]; }, show: fmtPercent },
     { key: "self_t", label: "self time", value: function (i) { return t.self_t[i]; }, show: fmtS },
-    { key: "t", label: "total time", value: function (i) { return t.t[i]; }, show: fmtS },
-    { key: "cpu", label: "CPU time", value: function (i) { return t.cpu[i]; }, show: fmtS },
+    { key: "t", label: "total time (summed)", value: function (i) { return t.t[i]; }, show: fmtS,
+      title: "inclusive wall time, summed over threads and processes: it can exceed the run's duration" },
+    { key: "cpu", label: "CPU time (summed)", value: function (i) { return t.cpu[i]; }, show: fmtS,
+      title: "inclusive CPU time, summed over threads and processes" },
     { key: "n", label: "samples", value: function (i) { return t.n[i]; }, show: String },
     // the sampling error of the self figure: from the function's own samples
     { key: "err", label: "self \u00b1", title: "sampling error of the self figures: 1/\u221a(self samples)",
@@ -359,11 +366,17 @@
       if (at >= 0) { state.page = Math.floor(at / PAGE); draw(); }
     }
     var tr = body.querySelector("tr.selected");
-    if (fromChart && tr && tr.scrollIntoView) tr.scrollIntoView({ block: "nearest" });
+    /* Bring the row into the table's own scroll box, never by scrolling the page: the box clicked
+     * in the chart stays where the reader is looking. */
+    var wrap = tr && tr.closest(".fn-wrap");
+    if (fromChart && wrap) {
+      var wr = wrap.getBoundingClientRect(), rr = tr.getBoundingClientRect();
+      if (rr.top < wr.top || rr.bottom > wr.bottom) wrap.scrollTop += rr.top - wr.top - (wr.height - rr.height) / 2;
+    }
     Plotly.restyle(icicle, { "marker.line.color": [outline()] });
     var sel = document.getElementById("selection");
     if (sel) sel.textContent = selectedRow === null ? "" : "Selected: " + t.fn[selectedRow] +
-      " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPct(t.self_e[selectedRow], PROGRAM) + " of the program's energy)";
+      " \u00b7 self " + fmtJ(t.self_e[selectedRow]) + " (" + fmtPercent(t.self_p[selectedRow]) + " of the program's energy)";
     if (!tl || !data.timeline) return;
     var shapes = baseShapes.slice();
     if (selectedRow !== null) {

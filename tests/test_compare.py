@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from conftest import run_cli
-from energyprof.analysis.compare import Run, _change, _mark_pareto, compare
+from energyprof.analysis.compare import Run, _change, _mark_pareto, compare, gate
+from energyprof.analysis.stats import t_cdf, t_quantile, welch
 from energyprof.profile import Node, Profile
 
 
@@ -27,12 +29,74 @@ def profile(joules: dict[str, float], duration: float, fn_j: float, fn_samples: 
 
 
 # -- the maths (pure) ------------------------------------------------------------------------------
-def test_a_change_is_significant_only_beyond_the_combined_sampling_error() -> None:
-    # 100 J from 100 samples is +-10 J; 110 J from 100 samples +-11 J: combined +-14.9 J
-    assert not _change(100.0, 100, 110.0, 100).significant
-    c = _change(100.0, 100, 130.0, 100)  # +-10 and +-13: combined 16.4 J < 30 J
-    assert c.error == pytest.approx((10**2 + 13**2) ** 0.5) and c.significant
-    assert c.pct == pytest.approx(30.0)
+@pytest.mark.parametrize("p, df, t", [
+    (0.975, 1, 12.7062), (0.975, 4, 2.7764), (0.995, 4, 4.6041), (0.995, 2, 9.9248), (0.975, 10, 2.2281),
+    (0.95, 30, 1.6973), (0.5, 3, 0.0), (0.025, 4, -2.7764)])
+def test_t_quantiles_match_the_table(p: float, df: float, t: float) -> None:
+    assert t_quantile(p, df) == pytest.approx(t, abs=1e-4)
+
+
+def test_t_cdf_inverts_the_quantile_at_fractional_degrees_of_freedom() -> None:
+    for df in (1.3, 2.5, 7.25):
+        for p in (0.6, 0.9, 0.995):
+            assert t_cdf(t_quantile(p, df), df) == pytest.approx(p, abs=1e-10)
+
+
+def test_welch_known_answer() -> None:
+    # equal spreads: se = sqrt(1/3 + 1/3), df = 4, t(0.975, 4) = 2.776445
+    iv = welch([1.0, 2.0, 3.0], [4.0, 5.0, 6.0], confidence=0.95)
+    assert iv.diff == 3.0 and iv.df == pytest.approx(4.0) and iv.n == (3, 3)
+    assert iv.half_width == pytest.approx(2.776445 * (2 / 3) ** 0.5, rel=1e-5)
+    # unequal: variances 4 and 5/12 over 3 and 4 runs: se^2 = 4/3 + 5/48, df = se^4 / ((4/3)^2/2 + (5/48)^2/3)
+    iv = welch([10.0, 12.0, 14.0], [20.0, 20.5, 21.0, 21.5], confidence=0.99)
+    assert iv.diff == pytest.approx(20.75 - 12.0)
+    assert iv.df == pytest.approx(2.3152, abs=1e-4)
+    assert iv.half_width == pytest.approx(7.93000 * (4 / 3 + 5 / 48) ** 0.5, rel=1e-5)  # t(0.995, 2.3153) = 7.93000
+
+
+def test_identical_figures_differ_by_exactly_nothing() -> None:
+    iv = welch([5.0, 5.0, 5.0], [5.0, 5.0])
+    assert (iv.diff, iv.low, iv.high) == (0.0, 0.0, 0.0)
+
+
+@given(st.lists(st.floats(1, 1000), min_size=2, max_size=6), st.lists(st.floats(1, 1000), min_size=2, max_size=6))
+def test_welch_interval_holds_its_difference_and_turns_with_the_sides(a: list[float], b: list[float]) -> None:
+    iv, back = welch(a, b), welch(b, a)
+    assert iv.low <= iv.diff <= iv.high
+    assert back.diff == pytest.approx(-iv.diff, abs=1e-9) and back.half_width == pytest.approx(iv.half_width, rel=1e-9)
+    assert welch(a, b, confidence=0.9).half_width <= iv.half_width + 1e-9
+
+
+def test_one_run_per_side_is_judged_by_its_sampling_error_only() -> None:
+    # 100 J and 130 J from 100 samples each: +-10 J and +-13 J, combined 16.40 J; at 95% (z = 1.959964) 32.15 J
+    c = _change([100.0], [100], [130.0], [100])
+    assert c.error == pytest.approx(1.959964 * (10**2 + 13**2) ** 0.5, rel=1e-6)
+    assert not c.significant and c.pct == pytest.approx(30.0)
+    assert _change([100.0], [100], [150.0], [100]).significant  # 50 J > 1.96 x 18.03 J = 35.3 J
+    v = gate([100.0], [130.0], [100], [100], "program energy")
+    assert not v.repeats and v.hidden_pct == pytest.approx(32.146, abs=0.001)
+    assert v.fails(-2.2) and not v.fails(-2.1)  # the lower end is 30 - 32.146 = -2.146%
+
+
+def test_repeats_gate_on_the_lower_end_of_welchs_interval() -> None:
+    # base 100, 102, 98 (sd 2), head 120, 124, 116 (sd 4): diff 20, se sqrt(4/3 + 16/3) = 2.582, df 2.94
+    v = gate([100.0, 102.0, 98.0], [120.0, 124.0, 116.0], [10**6] * 3, [10**6] * 3, "program energy")
+    assert v.repeats and v.pct == pytest.approx(20.0)
+    assert v.interval.df == pytest.approx(20 / 3 * 20 / 3 / ((4 / 3) ** 2 / 2 + (16 / 3) ** 2 / 2))
+    assert v.low_pct == pytest.approx(20.0 - 3.218759 * (20 / 3) ** 0.5, rel=1e-6)  # t(0.975, 2.9412) = 3.218759
+    assert v.fails(v.low_pct - 0.01) and not v.fails(v.low_pct + 0.01)
+    assert not gate([120.0, 124.0, 116.0], [100.0, 102.0, 98.0], [10**6] * 3, [10**6] * 3, "").fails(0.0)
+
+
+def test_repeats_never_judge_below_the_sampling_error() -> None:
+    """Three identical figures per side have no spread; their sampling error still counts."""
+    v = gate([100.0] * 3, [104.0] * 3, [100] * 3, [100] * 3, "program energy")
+    assert v.repeats and v.hidden_pct > 4.0 and not v.fails(0.0)
+
+
+def test_a_figure_that_appeared_fails_and_nothing_never_does() -> None:
+    assert gate([0.0], [1.0], [0], [10], "").fails(1000.0)
+    assert not gate([0.0, 0.0], [0.0, 0.0], [0, 0], [0, 0], "").fails(0.0)
 
 
 def test_function_deltas_windows_and_totals_from_two_profiles() -> None:
@@ -211,3 +275,25 @@ def test_hostile_names_stay_text_in_the_page(tmp_path: Path, browser) -> None:  
 
 
 from test_report_browser import browser  # noqa: E402, F401 - the shared headless Chromium fixture
+
+
+def test_help_lists_every_subcommand(tmp_path: Path) -> None:
+    res = run_cli(["--help"], cwd=tmp_path)
+    assert res.returncode == 0
+    listed = re.findall(r"^  (\w+)\b", res.stdout.split("subcommands:", 1)[1], flags=re.M)
+    assert {"report", "compare", "merge", "sensors"} <= set(listed)
+
+
+def test_increases_are_drawn_red_as_the_caption_says() -> None:
+    """plotly's own "RdBu" runs blue (low) to red (high); the scale is named stops, never reversed."""
+    from energyprof.render.compare import figures
+
+    a = profile({"cpu": 10.0}, 1.0, 2.0, 100)
+    b = profile({"cpu": 20.0}, 1.0, 12.0, 100)
+    marker = figures(compare([a, b]))["icicle"]["data"][0]["marker"]
+    assert not marker.get("reversescale")
+    scale = dict((stop, colour) for stop, colour in marker["colorscale"])
+    red, blue = (int(scale[1.0][i:i + 2], 16) for i in (1, 5)), (int(scale[0.0][i:i + 2], 16) for i in (1, 5))
+    (r_hi, b_hi), (r_lo, b_lo) = red, blue
+    assert r_hi > b_hi and b_lo > r_lo  # the top of the scale (more energy) is red, the bottom blue
+    assert marker["cmax"] > 0 > marker["cmin"] and max(marker["colors"]) > 0

@@ -1,4 +1,4 @@
-"""Exports: speedscope, folded stacks and CSV carry the same energy as the profile."""
+"""Exports: speedscope, folded stacks and CSV carry the same energy as the report: the program's."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def small() -> Profile:
 
 
 def _total_uj(profile: Profile) -> int:
-    return round(profile.total_energy_j * 1e6)
+    """The program's energy (the idle node and energyprof's own are not the program's), in uJ."""
+    return round(sum(profile.totals["attributed_j"].values()) * 1e6)
 
 
 def check_speedscope(doc: dict) -> None:
@@ -57,9 +58,9 @@ def test_speedscope_weights_sum_to_total_energy(small: Profile) -> None:
     assert sum(energy["weights"]) == _total_uj(small)
     self_time_us = sum(n.self_time_s for n, _ in small.nodes()) * 1e6
     assert abs(sum(time["weights"]) - self_time_us) <= 1
-    # one more profile per source, each with that source's total
+    # one more profile per source, each with the program's energy of that source
     per_source = {p["name"]: sum(p["weights"]) for p in doc["profiles"][2:]}
-    for sid, j in small.totals["energy_j"].items():
+    for sid, j in small.totals["attributed_j"].items():
         assert per_source[f"energy {sid} (uJ)"] == round(j * 1e6)
 
 
@@ -128,11 +129,23 @@ def test_cli_writes_every_export(tmp_path: Path) -> None:
     profile = load(tmp_path / "p.json")
     doc = json.loads((tmp_path / "s.json").read_text())
     check_speedscope(doc)
-    assert abs(sum(doc["profiles"][0]["weights"]) - profile.total_energy_j * 1e6) <= 1
+    program_j = sum(profile.totals["attributed_j"].values())
+    assert abs(sum(doc["profiles"][0]["weights"]) - program_j * 1e6) <= 1
     folded = (tmp_path / "f.txt").read_text().splitlines()
-    assert abs(sum(int(line.rsplit(" ", 1)[1]) for line in folded) - profile.total_energy_j * 1e6) <= 1
+    assert abs(sum(int(line.rsplit(" ", 1)[1]) for line in folded) - program_j * 1e6) <= 1
     rows = list(csv.DictReader((tmp_path / "c.csv").open()))
+    # the CSV keeps every row (idle and energyprof's own too): its self energies add up to the machine
     assert rows and sum(float(r["self_energy_j"]) for r in rows) == pytest.approx(profile.total_energy_j, rel=1e-9)
+    # ... and its share is the report's: of the program, the root's row being the program itself
+    from energyprof.render.charts import function_table
+
+    model = build(profile, RenderOptions())
+    root = next(r for r in rows if r["function"] == profile.root.function and not r["file"])
+    assert float(root["share"]) == 1.0 and float(root["machine_share"]) == pytest.approx(program_j / profile.total_energy_j)
+    table = function_table(model)
+    for r, tot_p in zip(rows, table["tot_p"]):
+        assert float(r["share"]) * 100 == pytest.approx(tot_p, abs=1e-4)
+    assert table["tot_p"][0] == 100.0  # from unrounded energies: never 100.2%
 
 
 def test_csv_cells_are_never_spreadsheet_formulas():

@@ -199,7 +199,7 @@ def test_dataloader_workers_carry_their_getitem(here):
         assert getitem and getitem[0].energy_j["cpu"] > 0
     # the workers' energy is theirs alone: their nodes hold exactly their rows' energy
     rows = processes(p)
-    assert [r["role"] for r in rows] == ["main", "child", "child"]
+    assert [r["role"] for r in rows] == ["main", "worker", "worker"]  # forked DataLoader workers, by role
     assert all(r["cpu_time_s"] > 0 for r in rows)
     in_nodes = sum(w.energy_j["cpu"] for w in workers)
     assert in_nodes == pytest.approx(sum(r["energy_j"]["cpu"] for r in rows[1:]), rel=1e-9)

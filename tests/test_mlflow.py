@@ -7,6 +7,8 @@ MLFLOW_ALLOW_FILE_STORE, as MLflow 3 asks).
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -228,7 +230,68 @@ def test_supervised_windows_are_logged_live_in_the_programs_run(tmp_path: Path, 
     profile = load(tmp_path / "p.json")
     windows = sorted((w["index"], w) for w in profile.windows if w["name"] == "epoch")
     client = mlflow.MlflowClient()
+    # one program, one run: the program's own, holding its live windows and the supervisor's totals
+    (run,) = client.search_runs([client.search_experiments()[0].experiment_id])
+    assert run.info.run_id == run_id and f"logged to MLflow run {run_id}" in res.stderr
+    assert run.data.metrics["energyprof.program_energy_j"] == pytest.approx(sum(profile.totals["attributed_j"].values()))
     for key in ("energy_j", "program_energy_j"):
         history = _history(client, run_id, f"energyprof.window.epoch.{key}")
         assert [s for s, _ in history] == [0, 1, 2]
         assert [v for _, v in history] == pytest.approx([sum(w[key].values()) for _, w in windows])
+
+
+SUPERVISED_NO_RUN = """\
+import time
+import energyprof.torch
+for epoch in range(2):
+    with energyprof.torch.window("epoch", epoch):
+        time.sleep(0.1)
+print("done")
+"""
+
+
+@pytest.mark.slow
+def test_a_supervised_program_without_a_run_of_its_own_gives_one_run(tmp_path: Path, store: str) -> None:
+    """The windows (logged live in the program's process) and the totals (the supervisor's) share one run."""
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "w.py").write_text(SUPERVISED_NO_RUN)
+    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "w.py"],
+                  cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "done\n"
+    client = mlflow.MlflowClient()
+    (run,) = client.search_runs([client.search_experiments()[0].experiment_id])
+    assert run.info.status == "FINISHED"
+    profile = load(tmp_path / "p.json")
+    assert run.data.metrics["energyprof.energy_j"] == pytest.approx(profile.totals["energy_j"]["cpu"])
+    windows = sorted((w["index"], w) for w in profile.windows if w["name"] == "epoch")
+    history = _history(client, run.info.run_id, "energyprof.window.epoch.energy_j")
+    assert [s for s, _ in history] == [0, 1]  # once each: the supervisor skipped what the program logged
+    assert [v for _, v in history] == pytest.approx([sum(w["energy_j"].values()) for _, w in windows])
+
+
+@pytest.mark.parametrize("uri", ["default", "under a file"])
+def test_a_store_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, uri: str) -> None:
+    """mlflow-skinny's default store (SQLite, whose backend it lacks) or a folder that cannot exist:
+    one line and exit 2, before the program runs."""
+    (tmp_path / "w.py").write_text("open('ran', 'w').close()\n")
+    (tmp_path / "a-file").write_text("")
+    env = {"MLFLOW_ALLOW_FILE_STORE": "true"}
+    if uri == "under a file":
+        env["MLFLOW_TRACKING_URI"] = (tmp_path / "a-file" / "mlruns").as_uri()
+    else:
+        try:
+            import sqlalchemy  # noqa: F401
+        except ImportError:
+            pass
+        else:
+            pytest.skip("with SQLAlchemy installed, MLflow's default SQLite store can be written")
+    import os
+
+    full = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    full.update(env)
+    res = subprocess.run([sys.executable, "-m", "energyprof", "--mlflow", "w.py"], cwd=tmp_path, env=full,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.count("\n") == 1 and "MLflow tracking store" in res.stderr and "cannot be written" in res.stderr
+    assert not (tmp_path / "ran").exists() and res.stdout == ""

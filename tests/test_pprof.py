@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.analysis.report import RenderOptions, ReportModel, build
-from energyprof.profile import Node, Profile, load
+from energyprof.profile import IDLE_NODE, SELF_NODE, Node, Profile, load
 from energyprof.files import write_text
 from energyprof.render.pprof import pprof_bytes, pprof_gzip
 
@@ -107,11 +107,16 @@ def test_a_real_run_decodes_and_sums_to_the_totals(tmp_path: Path, ProfileMessag
     assert units == [("energy_cpu", "microjoules"), ("energy_dram", "microjoules"), ("cpu", "nanoseconds"),
                      ("wall", "nanoseconds")]
     got = sums(msg)
-    nodes = [n for n, _ in profile.nodes()]
+    # the program's nodes: the idle node and energyprof's own are not the program's (no pprof sample)
+    not_program = [n for n in profile.root.children if n.function in (IDLE_NODE, SELF_NODE)]
+    assert not_program and sum(n.total_energy for n in not_program) > 0
+    nodes = [n for n, _ in profile.nodes() if all(n is not x for x in not_program)]  # leaves, both
     for sid in ("cpu", "dram"):
-        # exactly the rounded sum of the tree's self energies, and that is the measured total (conservation)
+        # exactly the rounded sum of the program's self energies, and that is the program's total, as in the
+        # report (conservation: the rest is the idle node's and energyprof's)
         assert got[f"energy_{sid}"] == round(sum(n.self_energy_j.get(sid, 0.0) for n in nodes) * 1e6)
-        assert abs(got[f"energy_{sid}"] - profile.totals["energy_j"][sid] * 1e6) <= 1
+        assert abs(got[f"energy_{sid}"] - profile.totals["attributed_j"][sid] * 1e6) <= 1
+        assert got[f"energy_{sid}"] < profile.totals["energy_j"][sid] * 1e6  # not the machine's
     assert got["wall"] == round(sum(n.self_time_s for n in nodes) * 1e9)
     assert abs(got["wall"] - profile.root.time_s * 1e9) <= 1
     assert got["cpu"] == round(sum(n.self_cpu_time_s for n in nodes) * 1e9)

@@ -390,3 +390,99 @@ def test_the_same_figure_in_every_renderer(small: Profile) -> None:
     share = fmt_percent(forward.self_total_energy, model.program_j)
     assert f"{share}" in render_summary(model)
     assert model.program_j == pytest.approx(sum(small.totals.attributed_j.values()))
+
+
+# -- one number in every view -------------------------------------------------------------------------
+def test_the_roots_tooltip_names_the_program_not_the_machine() -> None:
+    from energyprof.render.charts import icicle_trace
+    from energyprof.render.format import fmt_energy
+
+    model = build(small_profile(), RenderOptions())
+    hover = icicle_trace(model, model.chart)["hovertext"][0]
+    # the program: 0.1 + 2.5 + 9 + 0.2 + 0.4 + 1 + 0.3 + 0.2 + 0.4 = 14.1 J; the machine adds 0.05 + 3 J
+    assert model.program_j == pytest.approx(14.1)
+    assert f"the program's energy {fmt_energy(14.1)} (100%)" in hover
+    assert f"the machine measured {fmt_energy(17.15)}" in hover
+
+
+def test_the_exact_peak_is_never_below_a_sampled_one() -> None:
+    """The kernel's mark lags its per-thread counters: 100 KB below the sampled peak reads as the sampled peak."""
+    p = small_profile()
+    sampled = p.totals.peak_rss_bytes
+    lagging = Profile.from_dict({**p.to_dict(), "totals": {**p.to_dict()["totals"], "peak_rss_exact_bytes": sampled - 100_000}})
+    m = build(lagging, RenderOptions()).memory
+    assert m.peak_rss_exact_bytes == sampled and m.peak == sampled
+    above = Profile.from_dict({**p.to_dict(), "totals": {**p.to_dict()["totals"], "peak_rss_exact_bytes": sampled + 4096}})
+    assert build(above, RenderOptions()).memory.peak == sampled + 4096  # a spike sampling missed stays
+
+
+def test_table_percentages_come_from_unrounded_energies() -> None:
+    """Three-digit table energies would make a root of 14.1 J over a program of 14.06 J read 100.3%."""
+    from energyprof.render.charts import function_table
+
+    model = build(small_profile(), RenderOptions())
+    table = function_table(model)
+    for row, self_p, tot_p in zip(model.rows, table["self_p"], table["tot_p"]):
+        assert self_p == pytest.approx(row.self_total_energy / model.program_j * 100, abs=1e-4)
+        assert tot_p == pytest.approx(model.row_energy(row) / model.program_j * 100, abs=1e-4)
+    assert table["tot_p"][0] == 100.0
+
+
+def test_processes_are_named_by_role() -> None:
+    """A launcher with two ranks, a DataLoader worker under rank 1, and a plain child of the launcher."""
+    from energyprof.records import Process
+    from energyprof.render.cards import process_rows
+
+    procs = [Process(pid=10, command="torchrun train.py", role="main"),
+             Process(pid=11, parent_pid=10, command="python train.py", role="rank", rank=0, local_rank=0),
+             Process(pid=12, parent_pid=10, command="python train.py", role="rank", rank=1, local_rank=1),
+             Process(pid=13, parent_pid=12, command="python train.py", role="worker"),
+             Process(pid=14, parent_pid=10, command="nvidia-smi", role="child")]
+    p = small_profile()
+    model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in procs]}), RenderOptions())
+    roles = {r["pid"]: r["role"] for r in process_rows(model)["rows"]}
+    assert roles == {10: "launcher", 11: "rank 0", 12: "rank 1", 13: "DataLoader worker of rank 1", 14: "child"}
+    alone = [Process(pid=20, command="python train.py", role="main"), Process(pid=21, parent_pid=20, role="worker")]
+    model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in alone]}), RenderOptions())
+    assert [r["role"] for r in process_rows(model)["rows"]] == ["the program", "DataLoader worker"]
+
+
+def _importlib_chain(module: tuple) -> tuple:
+    """How CPython runs `import x`: five importlib frames, then the module's body."""
+    boot, ext = "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"
+    chain = module
+    for fn, f in reversed([("_find_and_load", boot), ("_find_and_load_unlocked", boot), ("_load_unlocked", boot),
+                           ("exec_module", ext), ("_call_with_frames_removed", boot)]):
+        chain = (fn, f, {"cpu": 0.001}, 0.0, 1, [chain])
+    return chain
+
+
+def test_an_opened_import_shows_its_heaviest_modules_by_name() -> None:
+    """`import pkg` whose body imports five submodules: the group holds `import pkg` and under it the
+    three heaviest submodules by name and one "other", with no importlib frame left to label."""
+    from conftest_report import build as build_node
+    from conftest_report import profile_from
+
+    site = "/venv/lib/python3.11/site-packages/pkg/"
+    subs = [_importlib_chain(("<module>", f"{site}{name}.py", {"cpu": j}, 0.01, 10, []))
+            for name, j in (("a", 5.0), ("b", 1.0), ("c", 3.0), ("d", 0.5), ("e", 2.0))]
+    spec = ("app.py", "", {"cpu": 0.0}, 0.0, 0, [
+        ("<module>", "app.py", {"cpu": 0.1}, 0.01, 1, [_importlib_chain(("<module>", f"{site}__init__.py",
+                                                                          {"cpu": 0.2}, 0.01, 2, subs))])])
+    model = build(profile_from(build_node(spec), [{"id": "cpu", "component": "cpu", "method": "measured"}]),
+                  RenderOptions())
+    (group,) = [n for n in model.chart.preorder() if n.kind == "group"]
+    assert group.function == "[import]"
+    below = group.preorder()[1:]
+    assert not any(n.file.startswith("<frozen importlib") for n in below)  # no unlabelled machinery
+    (pkg,) = group.children
+    trace = charts.icicle_trace(model, model.chart)
+    names = [label for label in trace["labels"]]
+    assert "import pkg" in names
+    assert [c.file.rsplit("/", 1)[-1] for c in pkg.children if not c.folded] == ["a.py", "c.py", "e.py"]
+    (other,) = [c for c in pkg.children if c.folded]
+    assert other.value_e == pytest.approx(1.0 + 0.5)  # b and d; their importlib frames went to `import pkg`
+    assert sum(pkg.self_e.values()) == pytest.approx(0.2 + 5 * 5 * 0.001)
+    assert {"import pkg.a", "import pkg.c", "import pkg.e"} <= set(names)
+    # nothing is lost: the group holds every joule of the import
+    assert group.value_e == pytest.approx(0.2 + 11.5 + 6 * 5 * 0.001)

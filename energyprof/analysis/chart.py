@@ -117,8 +117,9 @@ def grouped_tree(profile: Profile) -> ChartNode:
         for child in node.children:
             if child.is_special and child.total_energy <= 0 and child.time_s <= 0:
                 continue
-            kind = frame_kind(child.function, child.file, target.file)
-            parent, group = target, target.group if target.kind in ("library", "import") else None
+            kind = frame_kind(child.function, child.file, node.file)
+            parent, group = target, (target if target.kind == "group" else
+                                     target.group if target.kind in ("library", "import") else None)
             if kind != "user" and group is None:
                 label = group_label(kind, child)
                 key = (label, "", 0)
@@ -128,6 +129,13 @@ def grouped_tree(profile: Profile) -> ChartNode:
                     target.children.append(group)
                 group.samples += child.samples
                 parent = group
+            if kind == "import" and group is not None and group.function.startswith("[import") \
+                    and _IMPORT_FILES.search(child.file):
+                # importlib's own frames (five or six per import) say nothing to a reader: inside an
+                # import group they go, their figures to the box above, their callees up with them
+                _add_self(parent, child)
+                todo.append((child, parent))
+                continue
             p_index = index_of(parent)
             key = (child.function, child.file, child.line)
             existing = p_index.get(key)
@@ -141,7 +149,35 @@ def grouped_tree(profile: Profile) -> ChartNode:
                 existing.samples += child.samples
             todo.append((child, existing))
     _fill_values(root)
+    _keep_heaviest_imports(root)
     return root
+
+
+IMPORT_PATHS = 3  # an opened import group shows its few heaviest imports at each level, the rest as "other"
+
+
+def _keep_heaviest_imports(root: ChartNode) -> None:
+    """Inside import groups, keep each node's IMPORT_PATHS heaviest children (by energy, then time)."""
+    for n in root.preorder():
+        inside = n.function.startswith("[import") if n.kind == "group" else (
+            n.group is not None and n.group.function.startswith("[import"))
+        if inside and len(n.children) > IMPORT_PATHS:
+            ranked = sorted(n.children, key=lambda c: (-c.value_e, -c.value_t))
+            _fold(n, ranked[:IMPORT_PATHS], ranked[IMPORT_PATHS:])
+    _fill_values(root)
+
+
+def module_name(file: str) -> str:
+    """The dotted module a file is: `torch.nn.functional` for .../site-packages/torch/nn/functional.py,
+    `json.decoder` for the standard library's, the file's name for the program's own."""
+    m = _SITE_RE.search(file) or _STDLIB_RE.search(file)
+    rest = next(g for g in m.groups() if g) if m else file.replace("\\", "/").rsplit("/", 1)[-1]
+    rest = rest.replace("\\", "/").removesuffix(".py").removesuffix("/__init__")
+    if rest.startswith(("site-packages/", "dist-packages/")):
+        rest = rest.split("/", 1)[1]
+    if file.startswith("<frozen "):
+        return file[len("<frozen "):].rstrip(">")
+    return rest.replace("/", ".")
 
 
 def _chart_node(node: Node) -> ChartNode:
@@ -187,20 +223,25 @@ def prune(root: ChartNode, limit: int = MAX_CHART_NODES) -> ChartNode:
         n = stack.pop()
         keep = [c for c in n.children if weight(c) > threshold]
         drop = [c for c in n.children if weight(c) <= threshold]
-        if drop:
-            other = ChartNode("other", "", 0, {}, 0.0, sum(c.samples for c in drop),
-                              kind=n.kind if n.kind in ("library", "import") else "user",
-                              group=n.group if n.kind in ("library", "import") else (n if n.kind == "group" else None))
-            other.folded = sum(len(c.preorder()) for c in drop)
-            for c in drop:
-                for k, v in c.energy.items():
-                    other.self_e[k] = other.self_e.get(k, 0.0) + v
-                other.self_t += c.value_t
-            keep.append(other)
-        n.children = keep
-        stack.extend(c for c in keep if not c.folded)
+        _fold(n, keep, drop)
+        stack.extend(c for c in n.children if not c.folded)
     _fill_values(root)
     return root
+
+
+def _fold(n: ChartNode, keep: list[ChartNode], drop: list[ChartNode]) -> None:
+    """`n` keeps `keep`; `drop` becomes one "other" child holding their values (call _fill_values after)."""
+    if drop:
+        other = ChartNode("other", "", 0, {}, 0.0, sum(c.samples for c in drop),
+                          kind=n.kind if n.kind in ("library", "import") else "user",
+                          group=n.group if n.kind in ("library", "import") else (n if n.kind == "group" else None))
+        other.folded = sum(len(c.preorder()) for c in drop)
+        for c in drop:
+            for k, v in c.energy.items():
+                other.self_e[k] = other.self_e.get(k, 0.0) + v
+            other.self_t += c.value_t
+        keep = [*keep, other]
+    n.children = keep
 
 
 def has_library_frames(profile: Profile) -> bool:

@@ -1,12 +1,16 @@
 """Comparing runs: totals per source, windows and functions of several profiles. Pure.
 
-The first run is the baseline and the last is the one compared with it (a pull request's head
-against its base; the last point of a sweep against the first). Every run appears in the
-totals, the windows and the energy-against-time scatter, whose Pareto front is marked.
+Two sides are compared: the base's runs and the head's (a pull request's base and head, each run
+one or more times). Given a plain list, the first run is the base and the last the head (the last
+point of a sweep against the first). Every run appears in the totals, the windows and the
+energy-against-time scatter, whose Pareto front is marked.
 
-A function's change is *significant* only when it exceeds the combined sampling error of the
-two figures: each side's figure built from n samples is uncertain by about figure / sqrt(n),
-and the two errors add in quadrature.
+A change is judged against noise at `stats.CONFIDENCE`:
+- with two or more runs per side, Welch's t interval over the repeats (their own spread);
+- with one run per side, the figures' sampling error (about figure / sqrt(samples) each, added in
+  quadrature), which cannot see run-to-run noise: the text says so.
+A function's change is *significant* when it lies outside that interval's half-width, which is
+never narrower than the sampling error alone.
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ..profile import Node, Profile, Window
+from .chart import frame_kind
 from .functions import FunctionRow, relative_error
+from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
+from .stats import CONFIDENCE, Interval, known_error, welch
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
 
@@ -53,6 +60,8 @@ class Run:
     methods: dict[str, str]
     pareto: bool = False
     carbon_g: float | None = None  # the program's carbon, when the comparison was asked for carbon
+    samples: int = 0  # the program's stack samples: its figure's sampling error is about 1/sqrt(samples)
+    side: str = ""  # "base", "head", or "" for a run shown between them
 
     @property
     def machine_total(self) -> float:
@@ -69,11 +78,12 @@ class Run:
 
 @dataclass
 class Change:
-    """One figure in the baseline and in the compared run, with the sampling error of the change."""
+    """One figure in the base and in the head (means over each side's runs), and the half-width
+    of the change's interval: the larger of the repeats' spread and the sampling error."""
 
     before: float
     after: float
-    error: float  # combined sampling error of after - before (same unit)
+    error: float
 
     @property
     def delta(self) -> float:
@@ -98,6 +108,7 @@ class FunctionChange:
     self_time: Change
     time: Change
     samples: tuple[int, int]
+    user: bool = True  # the program's own code (not a library, an import, or a bracketed node)
 
 
 @dataclass
@@ -125,6 +136,51 @@ class TreeNode:
     energy_j: tuple[float, float]
 
 
+@dataclass(frozen=True)
+class Verdict:
+    """The gate's figure: the head's mean against the base's, with its interval (in the figure's unit).
+
+    `repeats` False: one run per side, so the interval is the sampling error's, and run-to-run
+    noise of any size can hide inside it."""
+
+    what: str
+    base: float
+    head: float
+    interval: Interval
+
+    @property
+    def repeats(self) -> bool:
+        return self.interval.df is not None
+
+    def _pct(self, value: float) -> float | None:
+        return value / self.base * 100 if self.base else None
+
+    @property
+    def pct(self) -> float | None:
+        return self._pct(self.interval.diff)
+
+    @property
+    def low_pct(self) -> float | None:
+        return self._pct(self.interval.low)
+
+    @property
+    def high_pct(self) -> float | None:
+        return self._pct(self.interval.high)
+
+    @property
+    def hidden_pct(self) -> float | None:
+        """The smallest change this noise cannot hide: the interval's half-width, in percent."""
+        return self._pct(self.interval.half_width)
+
+    def fails(self, limit_pct: float) -> bool:
+        """Above the limit with confidence: the interval's lower end is more than `limit_pct` above the
+        base (a figure that appeared from nothing fails; less energy never does)."""
+        if not self.base:
+            return self.head > 0
+        low = self.low_pct
+        return low is not None and low > limit_pct
+
+
 @dataclass
 class Comparison:
     runs: list[Run]
@@ -132,46 +188,93 @@ class Comparison:
     windows: list[WindowRow]
     functions: list[FunctionChange]
     tree: list[TreeNode] = field(default_factory=list)
+    verdict: Verdict | None = None  # program energy, head against base
+    sweep: str | None = None  # --windows NAME: that name's windows as points of energy against time
+    sweep_points: list[WindowPoint] = field(default_factory=list)
+    sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
+
+    @property
+    def base_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.side == "base"]
+
+    @property
+    def head_runs(self) -> list[Run]:
+        return [r for r in self.runs if r.side == "head"]
 
     @property
     def base(self) -> Run:
-        return self.runs[0]
+        return self.base_runs[0]
 
     @property
     def last(self) -> Run:
-        return self.runs[-1]
+        return self.head_runs[-1]
+
+    @property
+    def repeats(self) -> bool:
+        return len(self.base_runs) > 1 and len(self.head_runs) > 1
 
 
 def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
-            labels: Sequence[str] | None = None, options: RenderOptions | None = None) -> Comparison:
-    """Compare two or more profiles; the first is the baseline, the last the compared run.
+            labels: Sequence[str] | None = None, options: RenderOptions | None = None,
+            base_count: int | None = None, windows: str | None = None) -> Comparison:
+    """Compare two or more profiles.
 
-    Each run is seen through its report model under `options` (idle None: each run's own policy;
-    carbon None, the default here: no carbon figures)."""
+    `base_count` None: the first is the base and the last the head (a sweep; those between are
+    shown only). Otherwise the first `base_count` profiles are the base's repeats and the rest the
+    head's. Each run is seen through its report model under `options` (idle None: each run's own
+    policy; carbon None, the default here: no carbon figures). `windows` NAME places every window of
+    that name (`NAME` or `NAME:LABEL`) in every run as a point of energy against time."""
     if len(profiles) < 2:
         raise ValueError("compare needs at least two profiles")
-    paths = list(paths) if paths is not None else [""] * len(profiles)
+    n = len(profiles)
+    if base_count is not None and not 0 < base_count < n:
+        raise ValueError("each side needs at least one profile")
+    base_ix = list(range(base_count)) if base_count is not None else [0]
+    head_ix = list(range(base_count, n)) if base_count is not None else [n - 1]
+    paths = list(paths) if paths is not None else [""] * n
     names = list(labels) if labels else [_label(p) for p in profiles]
     models = [_model(p, options) for p in profiles]
     runs = [Run(names[i], paths[i], m.duration_s, dict(m.totals.energy_j), dict(m.totals.attributed_j), _methods(m),
-                carbon_g=_carbon_g(m)) for i, m in enumerate(models)]
+                carbon_g=_carbon_g(m), samples=m.profile.root.samples,
+                side="base" if i in base_ix else "head" if i in head_ix else "") for i, m in enumerate(models)]
     _mark_pareto(runs)
     sources: list[str] = []
     for r in runs:
         for sid in (*r.machine_j, *r.program_j):
             if sid not in sources:
                 sources.append(sid)
-    return Comparison(runs, sources, _window_rows(models), _function_changes(models[0].rows, models[-1].rows),
-                      _diff_tree(models[0].profile.root, models[-1].profile.root))
+    base_models, head_models = [models[i] for i in base_ix], [models[i] for i in head_ix]
+    verdict = gate([runs[i].program_total for i in base_ix], [runs[i].program_total for i in head_ix],
+                   [runs[i].samples for i in base_ix], [runs[i].samples for i in head_ix], "program energy")
+    points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
+    return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
+                      _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
+                      windows, points, program)
+
+
+def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[int], head_samples: Sequence[int],
+         what: str, confidence: float = CONFIDENCE) -> Verdict:
+    """Head against base for one figure given per run: Welch's interval over repeats when each side has
+    two or more, never narrower than the sampling error of the means; else the sampling error's."""
+    ma, mb = statistics.fmean(base), statistics.fmean(head)
+    sampled = known_error(ma, _mean_error(base, base_samples), mb, _mean_error(head, head_samples), confidence)
+    if len(base) < 2 or len(head) < 2:
+        return Verdict(what, ma, mb, sampled)
+    spread = welch(base, head, confidence)
+    if spread.half_width >= sampled.half_width:
+        return Verdict(what, ma, mb, spread)
+    return Verdict(what, ma, mb, Interval(spread.diff, sampled.low, sampled.high, confidence, spread.df, spread.n))
+
+
+def _mean_error(values: Sequence[float], samples: Sequence[int]) -> float:
+    """The sampling error of the mean of figures each built from its own samples."""
+    return math.sqrt(sum(_error(v, n) ** 2 for v, n in zip(values, samples))) / len(values)
 
 
 def _mark_pareto(runs: list[Run]) -> None:
     """A run is on the front when no other run is at least as fast and as frugal, and better in one."""
-    for r in runs:
-        r.pareto = not any(
-            o is not r and o.duration_s <= r.duration_s and o.program_total <= r.program_total
-            and (o.duration_s < r.duration_s or o.program_total < r.program_total)
-            for o in runs)
+    for r, on in zip(runs, front([(r.duration_s, r.program_total) for r in runs])):
+        r.pareto = on
 
 
 def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:
@@ -199,38 +302,72 @@ def _error(value: float, samples: int) -> float:
     return abs(value) * (relative_error(samples) or 0.0)
 
 
-def _change(a: float, na: int, b: float, nb: int) -> Change:
-    return Change(a, b, math.hypot(_error(a, na), _error(b, nb)))
+def _change(a: Sequence[float], na: Sequence[int], b: Sequence[float], nb: Sequence[int]) -> Change:
+    """One figure per run on each side (sample counts beside them) -> the change of the means."""
+    v = gate(a, b, na, nb, "")
+    return Change(v.base, v.head, v.interval.half_width)
 
 
-def _function_changes(base: list[FunctionRow], last: list[FunctionRow]) -> list[FunctionChange]:
-    """The report model's function rows, matched by name and file (a line number moves with any edit above it)."""
+def user_functions(profile: Profile) -> set[tuple[str, str]]:
+    """(function, file) of the frames that are the program's own code somewhere in its tree."""
+    out: set[tuple[str, str]] = set()
+    files: list[str] = []
+    for node, depth in profile.walk():
+        del files[depth:]
+        parent = files[-1] if files else ""
+        if depth and not node.function.startswith("[") and frame_kind(node.function, node.file, parent) == "user":
+            out.add((node.function, node.file))
+        files.append(node.file)
+    return out
+
+
+def _function_changes(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[FunctionChange]:
+    """The report models' function rows, matched by name and file (a line number moves with any edit
+    above it); the program's own functions first, each group by its largest self-energy change."""
     def index(rows: list[FunctionRow]) -> dict[tuple[str, str], FunctionRow]:
         out: dict[tuple[str, str], FunctionRow] = {}
         for row in rows:
             out.setdefault((row.function, row.file), row)
         return out
 
-    a, b = index(base), index(last)
+    a, b = [index(m.rows) for m in base], [index(m.rows) for m in head]
+    user = set().union(*(user_functions(m.profile) for m in (*base, *head)))
     empty = FunctionRow("", "", 0)
+    keys: dict[tuple[str, str], None] = {}
+    for side in (*a, *b):
+        keys.update(dict.fromkeys(side))
     out = []
-    for key in [*a, *(k for k in b if k not in a)]:
-        ra, rb = a.get(key, empty), b.get(key, empty)
+    for key in keys:
+        ra, rb = [x.get(key, empty) for x in a], [x.get(key, empty) for x in b]
+        line = next((r.line for r in reversed([*ra, *rb]) if r is not empty), 0)
+
+        def change(value: str, count: str) -> Change:
+            return _change([getattr(r, value) for r in ra], [getattr(r, count) for r in ra],
+                           [getattr(r, value) for r in rb], [getattr(r, count) for r in rb])
+
         out.append(FunctionChange(
-            key[0], key[1], (b.get(key) or ra).line,
-            _change(ra.self_total_energy, ra.self_samples, rb.self_total_energy, rb.self_samples),
-            _change(ra.total_energy, ra.samples, rb.total_energy, rb.samples),
-            _change(ra.self_time_s, ra.self_samples, rb.self_time_s, rb.self_samples),
-            _change(ra.time_s, ra.samples, rb.time_s, rb.samples),
-            (ra.samples, rb.samples)))
-    out.sort(key=lambda f: -abs(f.self_energy.delta))
+            key[0], key[1], line,
+            change("self_total_energy", "self_samples"), change("total_energy", "samples"),
+            change("self_time_s", "self_samples"), change("time_s", "samples"),
+            (sum(r.samples for r in ra), sum(r.samples for r in rb)), key in user))
+    out.sort(key=lambda f: (not f.user, -abs(f.self_energy.delta)))
     return out
 
 
-def function_energy(profile: Profile, function: str, options: RenderOptions | None = None) -> float | None:
-    """A function's inclusive energy over all its call paths (recursion counted once); None if absent."""
-    rows = [r for r in _model(profile, options).rows if r.function == function]
-    return sum(r.total_energy for r in rows) if rows else None
+def function_gate(base: Sequence[Profile], head: Sequence[Profile], function: str,
+                  options: RenderOptions | None = None) -> Verdict | None:
+    """The gate on one function's inclusive energy (0 in a run without it); None when no run has it."""
+    rows = [[*_function_rows(p, function, options)] for p in (*base, *head)]
+    if not any(rows):
+        return None
+    energy = [sum(r.total_energy for r in x) for x in rows]
+    samples = [sum(r.samples for r in x) for x in rows]
+    k = len(base)
+    return gate(energy[:k], energy[k:], samples[:k], samples[k:], f"function {function}")
+
+
+def _function_rows(profile: Profile, function: str, options: RenderOptions | None) -> list[FunctionRow]:
+    return [r for r in _model(profile, options).rows if r.function == function]
 
 
 def _diff_tree(root_a: Node, root_b: Node) -> list[TreeNode]:
@@ -254,12 +391,3 @@ def _diff_tree(root_a: Node, root_b: Node) -> list[TreeNode]:
             if size >= 1e-4 * total:  # smaller paths stay in their parent's box
                 queue.append((f"{nid}.{i}", nid, ca, cb))
     return nodes
-
-
-def over_limit(pct: float, base: float | None, last: float | None) -> bool:
-    """True when `last` is more than `pct` percent above `base` (a figure that appeared counts as above)."""
-    if last is None or last <= 0:
-        return False
-    if not base:
-        return True
-    return (last - base) / base * 100 > pct

@@ -14,6 +14,7 @@ from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
+from .pareto import WindowPoint, sweep_names, window_points
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -65,6 +66,9 @@ class ReportModel:
     chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
+    # whether their energy is the program's
+    sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -78,6 +82,19 @@ class ReportModel:
     def program_j(self) -> float:
         """The program's energy: what every percentage in the report is a share of."""
         return self.attributed_j
+
+    def is_root(self, row: FunctionRow) -> bool:
+        root = self.profile.root
+        return (row.function, row.file, row.line) == (root.function, root.file, root.line)
+
+    def row_energy(self, row: FunctionRow) -> float:
+        """A row's inclusive energy as every view shows it: the root's row is the program as a whole,
+        whose idle part and energyprof's own are rows of their own, so it holds the program's energy."""
+        return self.program_j if self.is_root(row) else row.total_energy
+
+    def share(self, joules: float) -> float | None:
+        """A figure as a share of the program's energy, from unrounded values (None: no program energy)."""
+        return joules / self.program_j if self.program_j else None
 
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools
@@ -123,15 +140,19 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]
-    memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None),
-                           t.peak_rss_bytes or (max(rss) if rss else None), t.peak_rss_exact_bytes)
+    sampled = t.peak_rss_bytes or (max(rss) if rss else None)
+    # The kernel's mark reads its per-thread RSS counters, which lag by up to 64 pages a thread,
+    # so it can come out below a sampled value; the exact peak is at least what was seen.
+    exact = max(t.peak_rss_exact_bytes, sampled or 0) if t.peak_rss_exact_bytes is not None else None
+    memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None), sampled, exact)
     return ReportModel(
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
-        training_ranks=training_by_rank(view))
+        training_ranks=training_by_rank(view),
+        sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
 
 
 def processes_of(profile: Profile) -> list[Process]:

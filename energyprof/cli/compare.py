@@ -1,4 +1,4 @@
-"""`energyprof compare A.json B.json`: what changed between saved runs, and a gate for CI."""
+"""`energyprof compare`: what changed between saved runs, and a gate for CI that knows noise."""
 
 from __future__ import annotations
 
@@ -9,55 +9,68 @@ from .common import PROG, Parser, UsageError, add_idle_flag
 
 
 def build_compare_parser() -> Parser:
-    p = Parser(prog=f"{PROG} compare", description="Compare saved profiles: the first is the baseline, the last is"
-                " compared with it.")
-    p.add_argument("profiles", nargs="+", metavar="PROFILE.json", help="two or more profiles saved with --json")
+    p = Parser(prog=f"{PROG} compare",
+               description="Compare saved profiles: --base runs against --head runs (repeats of each side give the"
+                           " gate its noise), or a plain list, whose first is the baseline and last the head.")
+    p.add_argument("profiles", nargs="*", metavar="PROFILE.json", help="two or more profiles saved with --json")
+    p.add_argument("--base", nargs="+", metavar="PROFILE.json", help="the baseline's runs (repeats of one program)")
+    p.add_argument("--head", nargs="+", metavar="PROFILE.json", help="the compared runs (repeats of one program)")
     p.add_argument("-o", "--output", help="write the comparison as one HTML page")
     p.add_argument("--markdown", metavar="FILE", help="write a short markdown summary (a pull-request comment)")
     p.add_argument("--label", action="append", help="a name for each run, in order (default: its command line)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 when the last run's program energy is more than PCT percent above the first's")
+                   help="exit 1 when the head's program energy is more than PCT percent above the base's with 95%%"
+                        " confidence (Welch's t over repeats; one run per side: its sampling error only)")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
+    p.add_argument("--windows", metavar="NAME", help="place every window named NAME (or NAME:LABEL) of every run as a"
+                   " point of energy against time, labelled by LABEL, with the Pareto front marked")
     add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
 
 
 def compare_cmd(argv: list[str]) -> int:
-    from ..analysis.compare import compare, function_energy, over_limit
+    from ..analysis.compare import compare, function_gate
+    from ..analysis.pareto import split_name
     from ..analysis.report import RenderOptions
     from ..profile import ProfileFormatError, load
 
     ns = build_compare_parser().parse_args(argv)
-    if len(ns.profiles) < 2:
+    if (ns.base is None) != (ns.head is None):
+        raise UsageError("--base and --head go together")
+    if ns.base is not None and ns.profiles:
+        raise UsageError("give profiles either with --base/--head or as a list, not both")
+    paths = [*ns.base, *ns.head] if ns.base is not None else ns.profiles
+    base_count = len(ns.base) if ns.base is not None else None
+    if len(paths) < 2:
         raise UsageError("compare needs at least two profiles")
-    if ns.label and len(ns.label) != len(ns.profiles):
-        raise UsageError(f"{len(ns.label)} --label for {len(ns.profiles)} profiles: give one per profile")
+    if ns.label and len(ns.label) != len(paths):
+        raise UsageError(f"{len(ns.label)} --label for {len(paths)} profiles: give one per profile")
     if ns.function is not None and ns.fail_above is None:
         raise UsageError("--function goes with --fail-above")
     if ns.fail_above is not None and not ns.fail_above >= 0:
         raise UsageError(f"--fail-above must be a percentage >= 0, not {ns.fail_above}")
     try:
-        profiles = [load(path) for path in ns.profiles]
+        profiles = [load(path) for path in paths]
     except ProfileFormatError as exc:
         raise UsageError(str(exc)) from None
     if ns.idle is not None and ns.idle not in IDLE_POLICIES:
         raise UsageError(f"--idle must be one of {', '.join(IDLE_POLICIES)}, not {ns.idle!r}")
-    for path, p in zip(ns.profiles, profiles):
+    for path, p in zip(paths, profiles):
         if ns.idle is not None and ns.idle not in p.policies():
             raise UsageError(f"{path} holds figures for idle policy {p.idle_policy!r} only"
                              f" (written by an older energyprof); --idle {ns.idle} needs a new run")
     view = RenderOptions(idle=ns.idle, carbon=None)  # each run's own policy unless --idle says one
-    base = last = None
+    if ns.windows is not None and not any(split_name(w.name)[0] == ns.windows for p in profiles for w in p.windows):
+        raise UsageError(f"no window named {ns.windows!r} (or {ns.windows}:LABEL) in the compared profiles")
+    cmp = compare(profiles, paths, ns.label, view, base_count, ns.windows)
+    verdict = cmp.verdict
     if ns.function is not None:
-        base, last = (function_energy(profiles[0], ns.function, view),
-                      function_energy(profiles[-1], ns.function, view))
-        if base is None and last is None:
-            raise UsageError(f"function {ns.function!r} is in neither {ns.profiles[0]} nor {ns.profiles[-1]}")
-    cmp = compare(profiles, ns.profiles, ns.label, view)
-    if ns.function is None:
-        base, last = cmp.base.program_total, cmp.last.program_total
-    from ..render.compare import render_text, write_html, write_markdown
+        k = base_count or 1
+        verdict = function_gate(profiles[:k], profiles[k:] if base_count else profiles[-1:], ns.function, view)
+        if verdict is None:
+            raise UsageError(f"function {ns.function!r} is in none of the compared profiles")
+    from ..render.compare import render_text, verdict_line, write_html, write_markdown
 
     written = []
     for path, writer in ((ns.output, write_html), (ns.markdown, write_markdown)):
@@ -71,10 +84,8 @@ def compare_cmd(argv: list[str]) -> int:
         sys.stdout.write(render_text(cmp))
         for path in written:
             print(f"energyprof: wrote {path}", file=sys.stderr)
-    if ns.fail_above is None:
+    if ns.fail_above is None or verdict is None:
         return 0
-    what = f"function {ns.function}" if ns.function else "program energy"
-    change = "appeared" if not base else f"{((last or 0.0) - base) / base * 100:+.1f}%"
-    failed = over_limit(ns.fail_above, base, last)
-    print(f"energyprof: {what} {change} (limit +{ns.fail_above:g}%): {'FAIL' if failed else 'ok'}", file=sys.stderr)
+    failed = verdict.fails(ns.fail_above)
+    print(f"energyprof: {verdict_line(verdict, ns.fail_above)}: {'FAIL' if failed else 'ok'}", file=sys.stderr)
     return 1 if failed else 0

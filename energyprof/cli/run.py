@@ -26,14 +26,21 @@ subcommands:
   report PROFILE.json   render a saved profile or a checkpoint again (HTML, JSON, exports), with
                         other render options (--idle, --country, --price-per-kwh, ...);
                         see `energyprof report --help`
+  compare --base A.json... --head B.json...
+                        what changed between runs, with each side's repeats as its noise;
+                        --fail-above PCT gates CI, -o a page, --windows NAME a Pareto front;
+                        see `energyprof compare --help` and docs/experiments.md
   merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
-                        --html job.html); see `energyprof merge --help` and docs/distributed.md"""
+                        --html job.html); see `energyprof merge --help` and docs/distributed.md
+  sensors               what this machine can measure and how to enable what is missing;
+                        `sensors record` saves a power trace; see `energyprof sensors --help`"""
 
 
 def build_run_parser() -> Parser:
     p = Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
                 usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
-                      " | %(prog)s report PROFILE.json [options] | %(prog)s merge PROFILE.json... -o JOB.json",
+                      " | %(prog)s report PROFILE.json [options] | %(prog)s compare --base A.json --head B.json"
+                      " | %(prog)s merge PROFILE.json... -o JOB.json | %(prog)s sensors",
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     add_output_flags(p)
@@ -211,6 +218,13 @@ def run(argv: list[str]) -> int:
         else:
             assert script is not None
             command, target = [*python, script, *prog_args], script
+    if options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
+        from ..integrations.mlflow import RUN_ENV, StoreError, open_run
+
+        try:
+            os.environ[RUN_ENV] = open_run()
+        except StoreError as exc:
+            raise UsageError(str(exc)) from None
     from ..outputs import write_outputs
     from ..supervise import signals
     from ..supervise.supervisor import SpawnError, Supervisor

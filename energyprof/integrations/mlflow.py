@@ -11,11 +11,19 @@ With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged 
 ends (`log_window`), in the process that opened it: the program's active run if it has one, else a
 run this module creates without making it active (the program's own `mlflow.start_run()` still
 works). The end-of-run `log_model` then skips what was already logged to its run.
+
+Under the supervisor the program and the supervisor are two processes, and one program must give
+one run: the supervisor creates the run before the program starts (`open_run`, which also proves
+the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. Windows go to the
+program's active run if it has one (and say so on energyprof's run, tag `energyprof.program_run`),
+else to energyprof's; the supervisor's totals follow the windows, and an energyprof run left
+empty is deleted.
 """
 
 from __future__ import annotations
 
 import atexit
+import os
 import re
 import tempfile
 import time
@@ -28,12 +36,15 @@ if TYPE_CHECKING:
     from ..profile import Profile
 
 PREFIX = "energyprof"
+RUN_ENV = "ENERGYPROF_MLFLOW_RUN"  # the run a supervised job logs to, created by the supervisor
+PROGRAM_RUN_TAG = f"{PREFIX}.program_run"  # on that run: the program's own run, where its windows went
 _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")  # what MLflow accepts in a metric or param name
 
 # This process's live logging: the run it created for windows (None: none yet), and per run the
 # (key, step) already logged there, so the end-of-run log does not log a window twice.
 _live_run: str | None = None
 _logged: dict[str, set[tuple[str, int]]] = {}
+_named: set[str] = set()  # program runs already named on the supervised job's run
 
 
 # -- what this module reads: the report model (program energy under the policy, carbon) ------------
@@ -96,7 +107,9 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
     import mlflow
     from mlflow.entities import Metric, Param
 
-    started = live = False
+    started = live = supervised = False
+    if run is None and os.environ.get(RUN_ENV):
+        run, supervised = _supervised_run(mlflow, os.environ[RUN_ENV]), True
     if run is None:
         active = mlflow.active_run()
         if active is None and _live_run is not None:  # the run this process's windows went to
@@ -110,8 +123,12 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
     client = mlflow.MlflowClient()
     try:
         now = int(time.time() * 1000)
+        todo = metrics(model)
         done = _logged.get(run_id, set())
-        ms = [Metric(k, float(v), now, step) for k, v, step in metrics(model) if (k, step) not in done]
+        if supervised:  # the program's process logged its windows live: read back what is there
+            done = done | {(k, m.step) for k in {k for k, _, _ in todo if k.startswith(f"{PREFIX}.window.")}
+                           for m in client.get_metric_history(run_id, k)}
+        ms = [Metric(k, float(v), now, step) for k, v, step in todo if (k, step) not in done]
         ps = [Param(k, v) for k, v in params(model).items()]
         for i in range(0, max(len(ms), 1), 1000):  # log_batch takes at most 1000 metrics
             client.log_batch(run_id, metrics=ms[i:i + 1000], params=ps if i == 0 else [])
@@ -128,6 +145,51 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
 
 def _run_id(run: Any) -> str:
     return run if isinstance(run, str) else run.info.run_id
+
+
+class StoreError(Exception):
+    """The tracking store cannot be used: one line, said before the program runs."""
+
+
+def _store_error(mlflow: Any, exc: Exception) -> StoreError:
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return StoreError(f"--mlflow: the MLflow tracking store {mlflow.get_tracking_uri()} cannot be written"
+                      f" ({type(exc).__name__}: {first}); set MLFLOW_TRACKING_URI to a server or a writable store")
+
+
+def check_store() -> None:
+    """Raise StoreError when the tracking store cannot even be opened (no backend for its URI, a
+    folder that cannot exist); the supervisor's `open_run` goes further and writes a run."""
+    import mlflow
+
+    try:
+        mlflow.MlflowClient().search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - any failure here is the store's, said in one line
+        raise _store_error(mlflow, exc) from None
+
+
+def open_run() -> str:
+    """Create the one run a supervised job logs to (not made active anywhere); StoreError if the store
+    cannot be written. The program's windows and the supervisor's totals find it in ENERGYPROF_MLFLOW_RUN."""
+    import mlflow
+    from mlflow.tracking.fluent import _get_experiment_id  # the experiment start_run() would use
+
+    try:
+        return mlflow.MlflowClient().create_run(_get_experiment_id()).info.run_id
+    except Exception as exc:  # noqa: BLE001 - any failure here is the store's, said in one line
+        raise _store_error(mlflow, exc) from None
+
+
+def _supervised_run(mlflow: Any, own: str) -> str:
+    """Where a supervised job's totals go: the program's run if its windows went there (energyprof's
+    own run, then empty, is deleted), else energyprof's run, ended here."""
+    client = mlflow.MlflowClient()
+    program = client.get_run(own).data.tags.get(PROGRAM_RUN_TAG)
+    if program and program != own:
+        client.delete_run(own)
+        return program
+    client.set_terminated(own)  # created by the supervisor, never active: end it once its totals are in
+    return own
 
 
 def log_window(m: Measurement, name: str, index: int | None, run: Any = None) -> str | None:
@@ -153,11 +215,19 @@ def log_window(m: Measurement, name: str, index: int | None, run: Any = None) ->
 
 
 def _window_run(mlflow: Any) -> str:
-    """The active run, else this process's own window run, created (not activated) on first use."""
+    """The active run, else the supervised job's run, else this process's own window run, created (not
+    activated) on first use. A supervised program's own run is named on the job's run, so the
+    supervisor's totals go where the windows went."""
     global _live_run
     active = mlflow.active_run()
+    job = os.environ.get(RUN_ENV)
     if active is not None:
+        if job and active.info.run_id != job and active.info.run_id not in _named:
+            mlflow.MlflowClient().set_tag(job, PROGRAM_RUN_TAG, active.info.run_id)
+            _named.add(active.info.run_id)
         return active.info.run_id
+    if job:
+        return job
     if _live_run is None:
         from mlflow.tracking.fluent import _get_experiment_id  # the experiment start_run() would use
 

@@ -52,7 +52,8 @@ def summary_cards(model: ReportModel) -> list[Card]:
                       (f"{total / 3600:.4g} Wh; other processes and idle {fmt_energy(idle)},"
                        f" energyprof {fmt_energy(own)}", "")], "energy"))
     cards.append(Card("Duration", fmt_seconds(duration), [
-        (f"CPU time: {fmt_seconds(t.cpu_time_s)}; energyprof's: {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
+        (f"CPU time, summed over threads and processes: {fmt_seconds(t.cpu_time_s)}; energyprof's:"
+         f" {fmt_seconds(t.energyprof_cpu_time_s)}", ""),
     ], "duration"))
     peak = model.peak_power_w
     cards.append(Card("Average power", fmt_power(attributed / duration) if duration > 0 else "\u2013", [
@@ -118,10 +119,11 @@ def process_rows(model: ReportModel) -> dict[str, Any]:
     slowest = max(ranks, key=lambda p: p.cpu_time_s).pid if len(ranks) > 1 else None
     hungriest = max(ranks, key=lambda p: sum(p.energy_j.values())).pid if len(ranks) > 1 else None
     short = path_shortener(model)
+    by_pid = {p.pid: p for p in procs}
     rows = []
     for p in sorted(procs, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid)):
         energy = sum(p.energy_j.values())
-        role = p.role + (f" {p.rank}" if p.rank is not None else "")
+        role = role_name(p, by_pid, bool(ranks))
         marks = [m for m, hit in (("slowest", p.pid == slowest), ("most energy", p.pid == hungriest)) if hit]
         exit_ = p.exit or {}
         rows.append({
@@ -134,6 +136,22 @@ def process_rows(model: ReportModel) -> dict[str, Any]:
             "marks": ", ".join(marks),
         })
     return {"rows": rows, "ranks": len(ranks) > 1}
+
+
+def role_name(p: Any, by_pid: dict[int, Any], ranked: bool) -> str:
+    """What a process is to a reader: the program, the launcher of ranks, rank R (local L), a
+    DataLoader worker (of rank R), or a child (of rank R)."""
+    parent = by_pid.get(p.parent_pid) if p.parent_pid is not None else None
+    of_rank = f" of rank {parent.rank}" if parent is not None and parent.rank is not None else ""
+    if p.role == "rank" or (p.role == "main" and p.rank is not None):
+        local = f" (local {p.local_rank})" if p.local_rank is not None and p.local_rank != p.rank else ""
+        host = f" on {p.host}" if p.host else ""
+        return f"rank {p.rank}{local}{host}"
+    if p.role == "main":
+        return "launcher" if ranked else "the program"
+    if p.role == "worker":
+        return "DataLoader worker" + of_rank
+    return p.role + of_rank
 
 
 def rank_epoch_rows(by_rank: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:

@@ -13,7 +13,7 @@ import re
 import zlib
 from typing import Any
 
-from ..analysis.chart import ChartNode
+from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
 from ..analysis.report import ReportModel
 from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Source
@@ -53,7 +53,36 @@ def report_data(model: ReportModel) -> dict[str, Any]:
         "table": function_table(model),
         "spans": function_spans(model),
         "resolution_s": model.resolution_s,
+        "sweeps": sweep_figures(model),
     }
+
+
+def pareto_figure(points: list[tuple[str, str, float, float, bool]], y_title: str) -> dict[str, Any]:
+    """Energy against time with the Pareto front joined: points are (text, hover, time, energy, on front).
+    Text and hover are program strings: plotly reads a subset of HTML in them, so they are escaped."""
+    esc = functools.partial(html.escape, quote=False)
+    on = sorted((p for p in points if p[4]), key=lambda p: p[2])
+    return {
+        "data": [
+            {"type": "scatter", "mode": "markers+text", "name": "points", "x": [p[2] for p in points],
+             "y": [p[3] for p in points], "text": [esc(p[0]) for p in points], "textposition": "top center",
+             "hovertext": [esc(p[1]) for p in points], "hoverinfo": "text+x+y",
+             "marker": {"size": 10, "color": "#4e79a7"}},
+            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front", "x": [p[2] for p in on],
+             "y": [p[3] for p in on], "hoverinfo": "skip",
+             "marker": {"size": 14, "symbol": "circle-open", "color": "#e8743b"}, "line": {"dash": "dot"}},
+        ],
+        "layout": {"xaxis": {"title": {"text": "time (s)"}}, "yaxis": {"title": {"text": y_title}},
+                   "margin": {"t": 10}},
+    }
+
+
+def sweep_figures(model: ReportModel) -> list[dict[str, Any]]:
+    """One energy-against-time figure per sweep in the run (windows named NAME:LABEL)."""
+    return [{"name": name, "program": program,
+             "figure": pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in points],
+                                     "program energy (J)" if program else "machine energy (J)")}
+            for name, (points, program) in model.sweeps.items()]
 
 
 def _round(x: float, digits: int = 4) -> float:
@@ -94,12 +123,14 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         i = index[id(n)] = len(out["parents"])
         out["parents"].append(parent)
         name = n.function
+        if n.kind == "import" and name == "<module>" and n.file:  # a module body run by an import: which one
+            name = f"import {module_name(n.file)}"
         if parent < 0:  # the program as a whole: its script's name, not its full path
             name = (name.replace("\\", "/").rsplit("/", 1)[-1] or "program")
         label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(html.escape(label, quote=False))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        out["hovertext"].append(_hover(n, program, total_t))
+        out["hovertext"].append(_hover(n, program, total_t, model.total_energy_j if parent < 0 else None))
         out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
         out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
@@ -129,7 +160,9 @@ def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, st
     return out + [{"label": label, "title": "", "colour": c} for label, c in fixed]
 
 
-def _hover(n: ChartNode, program: float, total_t: float) -> str:
+def _hover(n: ChartNode, program: float, total_t: float, machine: float | None = None) -> str:
+    """A box's tooltip. The root's box (`machine` given) is as wide as the machine's energy, since the
+    idle node and energyprof's own hang under it, but its tooltip names the program, as every view does."""
     esc = functools.partial(html.escape, quote=False)
     if n.folded:
         head = [f"other: {n.folded} smaller call paths"]
@@ -137,10 +170,13 @@ def _hover(n: ChartNode, program: float, total_t: float) -> str:
         head = [esc(n.function), "click to show its frames" if n.children else ""]
     else:
         head = [esc(n.function)] + ([esc(f"{n.file}:{n.line}")] if n.file else [])
+    energy = (f"the program's energy {fmt_energy(program)} (100%); the machine measured {fmt_energy(machine)}"
+              if machine is not None else
+              f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
+              f" self {fmt_energy(sum(n.self_e.values()))}")
     parts = head + [
-        f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
-        f" self {fmt_energy(sum(n.self_e.values()))}",
-        f"time {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
+        energy,
+        f"time (summed over threads) {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
         + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
     ]
     if len(n.energy) > 1 and n.value_e > 0:
@@ -335,12 +371,11 @@ def function_table(model: ReportModel) -> dict[str, Any]:
     for r in rows:
         files.setdefault(r.file, len(files))
     short = path_shortener(model)
-    root = model.profile.root
-    root_key = (root.function, root.file, root.line)
     special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
 
-    def total(r: Any) -> float:
-        return model.program_j if (r.function, r.file, r.line) == root_key else r.total_energy
+    def pct(joules: float) -> float:
+        share = model.share(joules)
+        return round(share * 100, 4) if share is not None else 0.0
 
     table: dict[str, Any] = {
         "fn": [r.function for r in rows],
@@ -352,7 +387,10 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),
-        "tot_e": scaled_column([total(r) for r in rows]),
+        "tot_e": scaled_column([model.row_energy(r) for r in rows]),
+        # percentages from the unrounded energies (the columns above keep three digits)
+        "self_p": [pct(r.self_total_energy) for r in rows],
+        "tot_p": [pct(model.row_energy(r)) for r in rows],
         "self_t": scaled_column([r.self_time_s for r in rows]),
         "t": scaled_column([r.time_s for r in rows]),
         "cpu": scaled_column([r.cpu_time_s for r in rows]),

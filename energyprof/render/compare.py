@@ -10,8 +10,9 @@ from __future__ import annotations
 import html
 from typing import Any
 
-from ..analysis.compare import Change, Comparison, FunctionChange
+from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
 from ..files import write_text
+from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
 
 MAX_ROWS_TEXT = 15
@@ -39,11 +40,37 @@ def _method(run: Any) -> str:
     return "estimated" if run.estimated else "measured"
 
 
+def verdict_text(v: Verdict) -> str:
+    """The gate's figure with its interval, or why one run per side cannot give one."""
+    if v.pct is None:
+        return f"{v.what}: appeared ({fmt_energy(v.base)} -> {fmt_energy(v.head)})"
+    conf = f"{v.interval.confidence * 100:g}%"
+    if v.repeats:
+        n_base, n_head = v.interval.n
+        return (f"{v.what} {v.pct:+.1f}% ({conf} interval {v.low_pct:+.1f}% to {v.high_pct:+.1f}%,"
+                f" Welch's t over {n_base} and {n_head} runs)")
+    return (f"{v.what} {v.pct:+.1f}% (one run per side: the verdict cannot separate run-to-run noise; the sampling"
+            f" error alone hides changes within \u00b1{v.hidden_pct:.1f}% at {conf}; repeat each side with --base/--head)")
+
+
+def verdict_line(v: Verdict, limit_pct: float) -> str:
+    return f"{verdict_text(v)}; limit +{limit_pct:g}%"
+
+
+def _side(cmp: Comparison, i: int) -> str:
+    r = cmp.runs[i]
+    return {"base": "  base", "head": "  head"}.get(r.side, "")
+
+
 def render_text(cmp: Comparison) -> str:
-    lines = ["energyprof compare: the first run is the baseline, the last is compared with it", ""]
+    head = ("the base's runs against the head's" if len(cmp.base_runs) > 1 or len(cmp.head_runs) > 1
+            else "the first run is the baseline, the last is compared with it")
+    lines = [f"energyprof compare: {head}", ""]
     for i, r in enumerate(cmp.runs):
         front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 else ""
-        lines.append(f"  [{i}] {r.label}  {r.path}{front}")
+        lines.append(f"  [{i}] {r.label}  {r.path}{_side(cmp, i)}{front}")
+    if cmp.verdict is not None:
+        lines += ["", verdict_text(cmp.verdict)]
     lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured):"]
     for sid in cmp.sources:
         for kind, attr in (("program", "program_j"), ("machine", "machine_j")):
@@ -60,9 +87,14 @@ def render_text(cmp: Comparison) -> str:
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
                          + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
+    if cmp.sweep:
+        lines += ["", f"Windows {cmp.sweep} as points ({_sweep_axis(cmp)[:-4]} against time; * on the Pareto front):"]
+        for pt in sorted(cmp.sweep_points, key=lambda pt: pt.time_s):
+            lines.append(f"  {pt.label:<28} {fmt_seconds(pt.time_s):>10} {fmt_energy(pt.energy_j):>10}"
+                         f"{'  *' if pt.pareto else ''}")
     changed = [f for f in cmp.functions if f.self_energy.significant or f.energy.significant]
-    lines += ["", f"Functions, last against first ({len(changed)} of {len(cmp.functions)} changed beyond their"
-              " sampling error, marked *; self energy, then inclusive):"]
+    lines += ["", f"Functions, head against base, the program's own first ({len(changed)} of {len(cmp.functions)}"
+              f" changed beyond {_noise(cmp)}, marked *; self energy, then inclusive):"]
     for f in cmp.functions[:MAX_ROWS_TEXT]:
         lines.append(f"  {f.function}  {_where(f)}")
         lines.append(f"      self      {_change_text(f.self_energy)}   time {_change_text(f.self_time, fmt_seconds)}")
@@ -70,6 +102,10 @@ def render_text(cmp: Comparison) -> str:
     if len(cmp.functions) > MAX_ROWS_TEXT:
         lines.append(f"  ... {len(cmp.functions) - MAX_ROWS_TEXT} more (-o compare.html has them all)")
     return "\n".join(lines) + "\n"
+
+
+def _noise(cmp: Comparison) -> str:
+    return "the repeats' spread" if cmp.repeats else "their sampling error"
 
 
 def _delta(vals: list[float | None]) -> str:
@@ -85,31 +121,46 @@ def _where(f: FunctionChange) -> str:
 
 def _md(text: str) -> str:
     """Program strings in a markdown table: no cell breaks, no markup, no HTML."""
-    return html.escape(text).replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_") \
+    return html.escape(text, quote=False).replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_") \
         .replace("[", "\\[").replace("\n", " ")
 
 
+MAX_ROWS_MARKDOWN = 10
+
+
 def render_markdown(cmp: Comparison) -> str:
-    base, last = cmp.base, cmp.last
-    pe = (last.program_total - base.program_total) / base.program_total * 100 if base.program_total else None
-    out = [f"### energyprof: {_pct(pe)} program energy", "",
-           "| run | program energy | machine energy | duration | method |", "|---|---:|---:|---:|---|"]
+    """A pull-request comment: the verdict first, one table of runs, at most ten functions."""
+    v = cmp.verdict
+    out = [f"### energyprof: {_pct(v.pct) if v is not None else ''} program energy", ""]
+    if v is not None:
+        out += [_md(verdict_text(v)), ""]
+    out += ["| run | side | program energy | machine energy | duration | method |", "|---|---|---:|---:|---:|---|"]
     for r in cmp.runs:
-        out.append(f"| {_md(r.label)}{' (front)' if r.pareto and len(cmp.runs) > 2 else ''} | {fmt_energy(r.program_total)}"
-                   f" | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)} | {_method(r)} |")
-    changed = [f for f in cmp.functions if f.self_energy.significant][:10]
+        out.append(f"| {_md(r.label)}{' (front)' if r.pareto and len(cmp.runs) > 2 else ''} | {r.side}"
+                   f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)}"
+                   f" | {_method(r)} |")
+    if cmp.sweep:
+        on = sorted((pt for pt in cmp.sweep_points if pt.pareto), key=lambda pt: pt.time_s)
+        out += ["", f"Pareto front of windows {_md(cmp.sweep)} ({len(on)} of {len(cmp.sweep_points)}):", "",
+                "| window | time | energy |", "|---|---:|---:|"]
+        out += [f"| {_md(pt.label)} | {fmt_seconds(pt.time_s)} | {fmt_energy(pt.energy_j)} |" for pt in on]
+    changed = [f for f in cmp.functions if f.self_energy.significant][:MAX_ROWS_MARKDOWN]
     if changed:
-        out += ["", "Functions whose self energy changed beyond their sampling error:", "",
+        out += ["", f"Functions whose self energy changed beyond {_noise(cmp)} (the program's own first):", "",
                 "| function | before | after | change |", "|---|---:|---:|---:|"]
         for f in changed:
             out.append(f"| {_md(f.function)} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
                        f" | {_pct(f.self_energy.pct)} |")
     else:
-        out += ["", "No function's energy changed beyond its sampling error."]
+        out += ["", f"No function's energy changed beyond {_noise(cmp)}."]
     return "\n".join(out) + "\n"
 
 
 # ---------------------------------------------------------------- HTML
+
+# less energy blue, no change grey, more energy red: named stops, since plotly's own "RdBu" runs
+# blue to red and `reversescale` had turned increases blue
+INCREASE_RED = [[0.0, "#2166ac"], [0.5, "#f0f0f0"], [1.0, "#b2182b"]]
 
 def _plotly_text(text: str) -> str:
     return html.escape(text, quote=False)
@@ -134,25 +185,20 @@ def figures(cmp: Comparison) -> dict[str, Any]:
         "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in cmp.tree],
                   "labels": [esc(n.function) for n in cmp.tree], "values": values, "branchvalues": "remainder",
                   "text": hover, "hoverinfo": "text", "textinfo": "label",
-                  "marker": {"colors": deltas, "colorscale": "RdBu", "reversescale": True, "cmin": -span, "cmax": span,
+                  "marker": {"colors": deltas, "colorscale": INCREASE_RED, "cmin": -span, "cmax": span,
                              "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
         "layout": {"margin": {"t": 10, "l": 10, "r": 10, "b": 10}},
     }
-    runs = cmp.runs
-    scatter = {
-        "data": [
-            {"type": "scatter", "mode": "markers+text", "name": "runs", "x": [r.duration_s for r in runs],
-             "y": [r.program_total for r in runs], "text": [str(i) for i in range(len(runs))], "textposition": "top center",
-             "hovertext": [esc(r.label) for r in runs], "hoverinfo": "text+x+y", "marker": {"size": 10, "color": "#4e79a7"}},
-            {"type": "scatter", "mode": "lines+markers", "name": "Pareto front",
-             "x": [r.duration_s for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
-             "y": [r.program_total for r in sorted((r for r in runs if r.pareto), key=lambda r: r.duration_s)],
-             "marker": {"size": 14, "symbol": "circle-open", "color": "#e8743b"}, "line": {"dash": "dot"}},
-        ],
-        "layout": {"xaxis": {"title": {"text": "duration (s)"}}, "yaxis": {"title": {"text": "program energy (J)"}},
-                   "margin": {"t": 10}},
-    }
-    return {"icicle": icicle, "scatter": scatter}
+    out = {"icicle": icicle, "scatter": pareto_figure(
+        [(str(i), r.label, r.duration_s, r.program_total, r.pareto) for i, r in enumerate(cmp.runs)], "program energy (J)")}
+    if cmp.sweep:
+        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
+                                     _sweep_axis(cmp))
+    return out
+
+
+def _sweep_axis(cmp: Comparison) -> str:
+    return "program energy (J)" if cmp.sweep_program else "machine energy (J)"
 
 
 _SCRIPT = """
@@ -161,6 +207,7 @@ _SCRIPT = """
   var cfg = {displaylogo: false, responsive: true};
   Plotly.newPlot('diff-icicle', figs.icicle.data, figs.icicle.layout, cfg);
   Plotly.newPlot('pareto', figs.scatter.data, figs.scatter.layout, cfg);
+  if (figs.sweep) Plotly.newPlot('sweep', figs.sweep.data, figs.sweep.layout, cfg);
 })();
 """
 
@@ -170,7 +217,7 @@ def render_html(cmp: Comparison) -> str:
 
     e = html.escape
     runs_rows = "".join(
-        f"<tr><td>{i}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto else ''}"
+        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto else ''}"
         f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(
@@ -189,6 +236,14 @@ def render_html(cmp: Comparison) -> str:
                f"{run_heads}<th>change</th></tr></thead><tbody>{win_rows}</tbody></table></div></section>"
                if cmp.windows else "")
     styles = (template_dir() / "report.css").read_text(encoding="utf-8")
+    noise = f"{cmp.verdict.interval.confidence * 100:g}%" if cmp.verdict is not None else ""
+    verdict = f"<p class='verdict'>{e(verdict_text(cmp.verdict))}</p>" if cmp.verdict is not None else ""
+    sub = (f"base: runs {', '.join(f'[{i}]' for i, r in enumerate(cmp.runs) if r.side == 'base')}; head: runs"
+           f" {', '.join(f'[{i}]' for i, r in enumerate(cmp.runs) if r.side == 'head')}")
+    sweep = (f"<section class='panel'><h2>Windows {e(cmp.sweep)}: energy against time</h2><p class='hint'>Each"
+             f" window named {e(cmp.sweep)} (or {e(cmp.sweep)}:LABEL) in every run, its {_sweep_axis(cmp)[:-4]} against"
+             " its time, labelled by its LABEL; the Pareto front is joined.</p><div id='sweep' class='plot'></div></section>"
+             if cmp.sweep else "")
     title = f"energyprof compare: {e(cmp.base.label)} \u2192 {e(cmp.last.label)}"
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width, initial-scale=1">
@@ -196,24 +251,27 @@ def render_html(cmp: Comparison) -> str:
 <style>
 {styles}
 td.sig {{ font-weight: 650; background: #fff6d6; }}
-#diff-icicle {{ height: 470px; }} #pareto {{ height: 380px; }}
+#diff-icicle {{ height: 470px; }} #pareto, #sweep {{ height: 380px; }}
 </style></head>
 <body>
 <header class="top"><h1><span class="brand">energyprof</span> compare</h1>
-<p class="sub">run [0] is the baseline; changes are run [{len(cmp.runs) - 1}] against it</p></header>
+<p class="sub">{e(sub)}</p>{verdict}</header>
 <section class="panel"><h2>Runs</h2><div class="table-wrap"><table class="windows">
-<thead><tr><th>#</th><th>run</th><th>program energy</th><th>machine energy</th><th>duration</th><th>method</th></tr></thead>
+<thead><tr><th>#</th><th>side</th><th>run</th><th>program energy</th>
+<th>machine energy</th><th>duration</th><th>method</th></tr></thead>
 <tbody>{runs_rows}</tbody></table></div></section>
 <section class="panel"><h2>Energy against time</h2>
 <p class="hint">Each run's program energy against its duration; the Pareto front (no other run both faster and
 cheaper) is joined.</p><div id="pareto" class="plot"></div></section>
+{sweep}
 <section class="panel"><h2>Where the energy changed</h2>
 <p class="hint">Each box is a call path in either run, as wide as its larger run's energy, coloured by the change
 (red: more energy in the last run, blue: less).</p><div id="diff-icicle" class="plot"></div></section>
 {windows}
 <section class="panel"><h2>Functions</h2>
-<p class="hint">Before &rarr; after (change). Highlighted: the change exceeds the combined sampling error
-(each side about figure/&radic;samples, added in quadrature).</p>
+<p class="hint">Before &rarr; after (change), the program's own functions first. Highlighted: the change lies
+outside its {e(noise)} interval: {e(_noise(cmp))}, never narrower than the sampling error (each side about
+figure/&radic;samples, added in quadrature).</p>
 <div class="table-wrap"><table class="fn-table"><thead><tr><th class="fn">function</th><th>self energy</th>
 <th>energy</th><th>self time</th><th>time</th><th>samples</th></tr></thead>
 <tbody>{fn_rows}</tbody></table></div></section>

@@ -10,7 +10,7 @@ from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, 
 def render_summary(model: ReportModel) -> str:
     t = model.totals
     lines = ["", f"energyprof: {model.meta.get('target', '<program>')} ran {fmt_seconds(t.duration_s)},"
-             f" CPU {fmt_seconds(t.cpu_time_s)}, idle policy {model.policy}"]
+             f" CPU {fmt_seconds(t.cpu_time_s)} (summed over threads and processes), idle policy {model.policy}"]
     for src in model.sources:
         total = t.energy_j.get(src.id, 0.0)
         mine = t.attributed_j.get(src.id, 0.0)

@@ -14,10 +14,11 @@ from typing import Iterable, Iterator
 
 from ..analysis.functions import FunctionKey, node_key
 from ..analysis.report import ReportModel
-from ..profile import Node
+from ..profile import IDLE_NODE, SELF_NODE, Node
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MICRO = 1_000_000
+NOT_THE_PROGRAM = (IDLE_NODE, SELF_NODE)
 
 def integer_weights(values: Iterable[float], scale: float) -> list[int]:
     """Round a series to integers whose sum is the rounded sum of the series.
@@ -37,9 +38,19 @@ def integer_weights(values: Iterable[float], scale: float) -> list[int]:
 
 
 def _paths(model: ReportModel) -> Iterator[tuple[Node, list[Node]]]:
-    """Every node with its call path (root first), pre-order (the path is shared: copy to keep it)."""
+    """The program's nodes with their call paths (root first), pre-order (the path is shared: copy to
+    keep it). The idle node and energyprof's own are left out, so each export's total is the
+    program's energy, as in every other view."""
     path: list[Node] = []
+    skip: int | None = None
     for node, depth in model.profile.walk():
+        if skip is not None:
+            if depth > skip:
+                continue
+            skip = None
+        if depth and node.function in NOT_THE_PROGRAM:
+            skip = depth
+            continue
         del path[depth:]
         path.append(node)
         yield node, path
@@ -143,8 +154,11 @@ def folded_text(model: ReportModel) -> str:
 def csv_text(model: ReportModel) -> str:
     """One row per function (merged over call paths), per-source columns, the same as the table.
 
-    `self_relative_error` belongs beside self energy (from the function's own samples),
-    `relative_error` beside inclusive energy; carbon and cost columns appear when carbon is on."""
+    `share` is of the program's energy, as in the report (the root's row is the program: 1);
+    `machine_share` of everything measured. Times are summed over threads and processes, so they
+    can exceed the run's wall time. `self_relative_error` belongs beside self energy (from the
+    function's own samples), `relative_error` beside inclusive energy; carbon and cost columns
+    appear when carbon is on."""
     sources = [s.id for s in model.sources]
     total = model.total_energy_j
     c = model.carbon
@@ -153,7 +167,7 @@ def csv_text(model: ReportModel) -> str:
     header = ["function", "file", "line", "self_energy_j", "energy_j"]
     for sid in sources:
         header += [f"self_energy_j[{sid}]", f"energy_j[{sid}]"]
-    header += ["share", "self_time_s", "time_s", "self_cpu_time_s", "cpu_time_s",
+    header += ["share", "machine_share", "self_time_s", "time_summed_s", "self_cpu_time_s", "cpu_time_s",
                "self_samples", "samples", "self_relative_error", "relative_error", "call_paths"]
     if c is not None:
         header += ["carbon_g"] + (["cost"] if c.price_per_kwh is not None else [])
@@ -164,7 +178,9 @@ def csv_text(model: ReportModel) -> str:
         for sid in sources:
             cells += [row.self_energy_j.get(sid, 0.0), row.energy_j.get(sid, 0.0)]
         self_err, err = row.self_relative_error, row.relative_error
-        cells += [row.total_energy / total if total else 0.0, row.self_time_s, row.time_s,
+        energy = model.row_energy(row)
+        share = model.share(energy)
+        cells += ["" if share is None else share, energy / total if total else "", row.self_time_s, row.time_s,
                   row.self_cpu_time_s, row.cpu_time_s, row.self_samples, row.samples,
                   "" if self_err is None else self_err, "" if err is None else err, row.paths]
         if c is not None:

@@ -226,7 +226,7 @@ class JobFeed:
         elif p.rank is not None and (parent is None or parent.rank != p.rank):
             p.role = "rank"
         else:
-            p.role = "child"
+            p.role = "worker" if p.label.startswith("[DataLoader worker") else "child"
         if p.role == "rank" or (p.main and p.rank is not None):
             p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:

@@ -1,0 +1,88 @@
+"""The compare gate on real repeated runs, beside two CPU hogs: identical code passes, a 60% change fails.
+
+Under a constant replayed power trace the program's energy is its CPU share of the machine's
+energy, so the noise between repeats is the machine's: how much of the CPU the hogs (and anything
+else running) left the program in each interval. That is the noise the gate must see through."""
+
+from __future__ import annotations
+
+import itertools
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+
+WORK = """import sys
+def spin(n):
+    x = 0
+    for i in range(n):
+        x += i * i
+    return x
+spin(int(sys.argv[1]))
+"""
+N = 12_000_000  # about a CPU-second and a half on a quiet machine: the work, not the start-up, is the figure
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    """Six runs of N iterations and three of 1.6 x N, interleaved, while two CPU hogs keep both cores busy."""
+    d = tmp_path_factory.mktemp("gate")
+    (d / "work.py").write_text(WORK)
+    (d / "p.csv").write_text("t_s,cpu\n0,50\n")
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        order = [("a", i) for i in range(6)]
+        for i in range(3):
+            order.insert(2 * i + 1, ("b", i))
+        for side, i in order:
+            n = N if side == "a" else int(N * 1.6)
+            res = run_cli(["-q", "--power-trace", "p.csv", "--json", f"{side}{i}.json", "-o", f"{side}{i}.html",
+                           "work.py", str(n)], cwd=d, timeout=300)
+            assert res.returncode == 0, res.stderr
+    finally:
+        for h in hogs:
+            h.kill()
+            h.wait()
+    return d
+
+
+@pytest.mark.slow
+def test_identical_code_passes_ten_of_ten_three_against_three(runs: Path) -> None:
+    # the ten ways to split six identical runs into two sides of three (each split once, not its mirror)
+    splits = [s for s in itertools.combinations(range(6), 3) if 0 in s]
+    assert len(splits) == 10
+    for base in splits:
+        head = [i for i in range(6) if i not in base]
+        res = run_cli(["compare", "--base", *(f"a{i}.json" for i in base), "--head", *(f"a{i}.json" for i in head),
+                       "--fail-above", "5", "-q"], cwd=runs)
+        assert res.returncode == 0, res.stderr
+        assert re.search(r"program energy [+-]\d+\.\d% \(95% interval [+-]\d+\.\d% to [+-]\d+\.\d%, Welch's t over 3"
+                         r" and 3 runs\); limit \+5%: ok", res.stderr), res.stderr
+
+
+@pytest.mark.slow
+def test_sixty_percent_more_work_fails(runs: Path) -> None:
+    res = run_cli(["compare", "--base", "a0.json", "a1.json", "a2.json", "--head", "b0.json", "b1.json", "b2.json",
+                   "--fail-above", "5", "--markdown", "pr.md"], cwd=runs)
+    assert res.returncode == 1, res.stderr + res.stdout
+    low = float(re.search(r"95% interval ([+-]\d+\.\d)%", res.stderr).group(1))
+    assert low > 5 and "FAIL" in res.stderr
+    md = (runs / "pr.md").read_text()
+    assert md.startswith("### energyprof: +") and "Welch's t over 3 and 3 runs" in md
+    # the user's function leads the function table, ahead of the profiler's and the idle node
+    names = re.findall(r"^\| (\S+) \| [\d.]+ \w?J \|", md, flags=re.M)
+    assert names and names[0] == "spin", md
+    assert md.count("\n") < 40  # fits a pull-request comment
+
+
+@pytest.mark.slow
+def test_one_run_per_side_says_it_cannot_separate_noise(runs: Path) -> None:
+    res = run_cli(["compare", "a0.json", "a1.json", "--fail-above", "5", "-q"], cwd=runs)
+    assert "cannot separate run-to-run noise" in res.stderr
+    hidden = float(re.search(r"hides changes within \u00b1(\d+\.\d)%", res.stderr).group(1))
+    pct = float(re.search(r"program energy ([+-]\d+\.\d)%", res.stderr).group(1))
+    assert res.returncode == (1 if pct - hidden > 5 else 0)
