@@ -56,10 +56,13 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
     from .analysis.report import build
     from .files import is_regular_target, remove
 
+    ro = render if render is not None else render_options(options)
+    if ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
+        profile = profile.with_policy(ro.idle)
     failed: list[str] = []
     model = None
     try:  # the analysis, pure; a view's failure is its own, below
-        model = build(profile, render if render is not None else render_options(options))
+        model = build(profile, ro)
     except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
         failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
     written: list[str] = []
