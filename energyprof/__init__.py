@@ -1,14 +1,40 @@
-"""energyprof: which functions spent the energy, and what did it cost in carbon."""
+"""energyprof: which functions spent the energy, and what did it cost in carbon.
 
-from __future__ import annotations
+Importing the package imports nothing: `python -m energyprof` imports it before its
+`__main__` can take the current folder off `sys.path`, and a `json.py` or `typing.py` beside
+the user's script must not stand in for the standard library's. Each name below is imported
+on first use (PEP 562).
+"""
 
-from ._version import __version__
-from .api import energy_profile
-from .measurement import Measurement
-from .monitor import Monitor
-from .options import OptionError, Options
-from .profile import Node, Profile, ProfileFormatError, load
-from .profiler import Profiler
+_NAMES = {
+    "__version__": "._version",
+    "energy_profile": ".api",
+    "Measurement": ".measurement",
+    "Monitor": ".monitor",
+    "Options": ".options",
+    "OptionError": ".options",
+    "Node": ".profile",
+    "Profile": ".profile",
+    "ProfileFormatError": ".profile",
+    "load": ".profile",
+    "Profiler": ".profiler",
+}
+
+__all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
+           "ProfileFormatError", "load", "__version__"]
+
+
+def __getattr__(name: str) -> object:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'energyprof' has no attribute {name!r}")
+    value = getattr(__import__(module.lstrip("."), globals(), None, [name], 1), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_NAMES))
 
 
 def load_ipython_extension(ip: object) -> None:
@@ -16,7 +42,3 @@ def load_ipython_extension(ip: object) -> None:
     from .integrations.jupyter import load_ipython_extension as load
 
     load(ip)
-
-
-__all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
-           "ProfileFormatError", "load", "__version__"]

@@ -96,7 +96,9 @@ class ProfileFactory:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        self._session: _Session | None = None
+        # One entry per `with` still open on this object: re-entering it (nested, or from another
+        # thread) must not forget the session that is running, or it would never be stopped.
+        self._sessions: list[_Session | None] = []
 
     def __call__(self, func: F) -> F:
         return _decorate(func, self.options)
@@ -104,13 +106,13 @@ class ProfileFactory:
     def __enter__(self) -> Profiler | None:
         session = _Session(self.options, "<with block>")
         if not session.start(anchor_depth(sys._getframe(1))):
-            self._session = None
+            self._sessions.append(None)
             return active_profiler()
-        self._session = session
+        self._sessions.append(session)
         return session.profiler
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        session, self._session = self._session, None
+        session = self._sessions.pop() if self._sessions else None
         if session is not None:
             session.finish(exc)
         return None

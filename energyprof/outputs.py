@@ -1,8 +1,8 @@
-"""The one writer: renders the report model for every requested output and writes the files.
+"""The one writer: saves the profile's facts, then renders the report model for every view.
 
-Regular files are replaced atomically (a reader never sees half a report); a device or FIFO
-(`-o /dev/null`, a pipe) is written through, and a symlink is followed to its target, so an
-output never replaces something that is not a regular file.
+The JSON is written first, straight from the Profile; each view (HTML, exports) is then
+rendered and written on its own, so a failing view is one line naming it and loses nothing
+else. files.py says how each kind of path is written (never harming a device, FIFO or descriptor).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from .files import write_text
 from .render.registry import renderers
-from .options import Options
+from .options import OUTPUTS, Options, flag
 
 if TYPE_CHECKING:
     from .analysis.carbon import CarbonSettings
@@ -42,38 +42,72 @@ def render_options(options: Options, idle: str | None = None) -> RenderOptions:
 
 
 def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None,
-                  render: RenderOptions | None = None) -> list[str]:
-    """Build the report model once and write every requested file, each on its own (one failing
-    loses none of the others). Prints the console summary unless quiet.
+                  render: RenderOptions | None = None, checkpoint: str | None = None) -> list[str]:
+    """Save the facts, then write every requested view, each on its own (one failing loses none
+    of the others). Prints the console summary unless quiet.
+
+    Facts first: the profile's JSON is written straight from the Profile before any view is
+    rendered. `checkpoint` (a run's checkpoint file) is removed only once the facts are on disk;
+    with no JSON asked for, the profile itself is saved there first and removed once every view
+    is written, so a failing view never loses the run.
 
     Returns the paths written; raises OSError after trying them all if any failed.
     """
     from .analysis.report import build
-    from .options import OUTPUTS
+    from .files import is_regular_target, remove
 
-    model = build(profile, render if render is not None else render_options(options))
-    written: list[str] = []
+    ro = render if render is not None else render_options(options)
+    if ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
+        profile = profile.with_policy(ro.idle)
     failed: list[str] = []
+    model = None
+    try:  # the analysis, pure; a view's failure is its own, below
+        model = build(profile, ro)
+    except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
+        failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
+    written: list[str] = []
+    facts = options.json
+    if facts:
+        try:
+            write_text(facts, profile.to_json(derived=model.derived() if model is not None else None))
+            written.append(facts)
+        except Exception as exc:  # noqa: BLE001 - report it, keep the profile elsewhere
+            failed.append(f"could not write the JSON profile {facts}: {exc}")
+            facts = None
+    kept = None
+    if checkpoint and facts is None and is_regular_target(checkpoint):
+        try:  # no JSON on disk: the facts go where the checkpoint was, until the views are written
+            write_text(checkpoint, profile.to_json())
+            kept = checkpoint
+        except Exception as exc:  # noqa: BLE001 - the last checkpoint stays, if there was one
+            failed.append(f"could not save the profile in {checkpoint}: {exc}")
+    elif checkpoint and facts is not None:
+        remove(checkpoint)
     table = renderers()
     for name in OUTPUTS:
         path = getattr(options, name)
-        if not path:
+        if not path or name == "json" or model is None:
+            if path and model is None and name != "json":
+                failed.append(f"could not write {flag(name)} {path}: no report model")
             continue
         try:
             write_text(path, table[name](model))
             written.append(path)
         except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
-            failed.append(f"could not write {path}: {exc}")
+            failed.append(f"could not write {flag(name)} {path}: {type(exc).__name__}: {exc}")
     logged = None
-    if options.mlflow:  # after the files, so a tracking server that is down loses none of them
+    if options.mlflow and model is not None:  # after the files, so a tracking server that is down loses none of them
         try:
             from .integrations.mlflow import log_model
 
             logged = log_model(model)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
             failed.append(f"could not log to MLflow: {exc}")
+    if kept is not None and not failed:
+        remove(kept)
+        kept = None
     out = stream or sys.stderr
-    if options.summary and not options.quiet:
+    if options.summary and not options.quiet and model is not None:
         from .render.console import render_summary
 
         out.write(render_summary(model))
@@ -83,6 +117,8 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             out.write(f"energyprof: logged to MLflow run {logged}\n")
     for line in failed:
         out.write(f"energyprof: error: {line}\n")
+    if kept is not None:
+        out.write(f"energyprof: the profile is kept in {kept} (energyprof report {kept} renders it)\n")
     out.flush()
     if failed:
         raise OSError("; ".join(failed))

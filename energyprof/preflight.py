@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
+from .files import TEMP_AFFIXES, descriptor
 from .options import OUTPUTS, Options, OptionError, flag
 
 
@@ -72,6 +73,14 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
                   f" (energyprof report {kept} renders it)", file=stream or sys.stderr)
 
 
+def is_regular_file(path: str) -> bool:
+    """A regular file itself, not a link to one."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
 def _is_sink(real: str) -> bool:
     """A device or FIFO (such as /dev/null) can take several outputs: nothing is replaced."""
     try:
@@ -81,12 +90,37 @@ def _is_sink(real: str) -> bool:
     return stat.S_ISCHR(mode) or stat.S_ISFIFO(mode)
 
 
+def _name_max(folder: str) -> int:
+    try:
+        return os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        return 255
+
+
+def name_fits(path: str) -> bool:
+    """A regular file of this name can be written atomically in its folder (its temporary name,
+    a few bytes longer, fits too)."""
+    real = os.path.realpath(path)
+    folder = os.path.dirname(real) or "."
+    name = os.path.basename(real)
+    return bool(name) and len(os.fsencode(name)) + TEMP_AFFIXES <= _name_max(folder)
+
+
 def check_writable(path: str, what: str) -> None:
     """Fail now, not after a ten-hour run, if an output cannot be written."""
     if not path:
         raise OptionError(f"{what} needs a file name, not ''")
-    p = Path(os.path.realpath(path))  # a symlink is written through to its target
-    if p.is_dir():
+    if "\0" in path:
+        raise OptionError(f"{what}: a file name cannot hold a NUL character")
+    if descriptor(path) is not None:
+        return  # an open descriptor (/dev/stdout) is written through; nothing is created
+    try:
+        p = Path(os.path.realpath(path))  # a symlink is written through to its target
+        if p.is_dir():
+            raise OptionError(f"{what}: {path} is a directory")
+    except OSError as exc:  # a name or path too long for the system, a loop of links
+        raise OptionError(f"{what}: {path[:80]}{'...' if len(path) > 80 else ''}: {exc.strerror or exc}") from None
+    if p.name in ("", ".", ".."):
         raise OptionError(f"{what}: {path} is a directory")
     parent = p.parent
     if not parent.is_dir():
@@ -96,6 +130,11 @@ def check_writable(path: str, what: str) -> None:
             raise OptionError(f"{what}: cannot write to {path} (permission denied)")
         if not p.is_file():
             return  # a device or FIFO is written through; its folder need not be writable
+    limit = _name_max(str(parent))
+    size = len(os.fsencode(p.name))
+    if size + TEMP_AFFIXES > limit:
+        raise OptionError(f"{what}: the file name is too long ({size} bytes; this folder takes names of up to"
+                          f" {limit - TEMP_AFFIXES} for a file written safely)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(f"{what}: cannot write to {path} (permission denied)")
 
@@ -103,7 +142,7 @@ def check_writable(path: str, what: str) -> None:
 def keep_old_checkpoint(path: str) -> str | None:
     """Move a checkpoint left by an earlier run to the first free `NAME.N.json`; None if none was there."""
     p = Path(path)
-    if not p.is_file():
+    if not is_regular_file(path):  # a device, a descriptor (/dev/stdout), a link: never moved
         return None
     stem = p.name[:-len(".json")] if p.name.endswith(".json") else p.name
     for n in range(1, 10_000):

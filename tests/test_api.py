@@ -116,6 +116,22 @@ def test_context_manager_and_windows(tmp_path, trace):
         assert w["energy_j"]["cpu"] == pytest.approx(20.0 * w["time_s"], rel=0.3)
 
 
+def test_re_entering_one_profile_object_stops_the_profile_it_started(tmp_path, trace):
+    """Defect: the inner `with` forgot the outer one's session, so the profile ran on unstopped."""
+    out = tmp_path / "p.json"
+    block = energy_profile(json=str(out), power_trace=trace, quiet=True)
+    with block as outer:
+        with block as inner:
+            spin(0.02)
+        assert inner is outer and active_profiler() is not None  # the inner one is part of the outer profile
+        spin(0.02)
+    assert active_profiler() is None
+    assert load(out).totals["duration_s"] >= 0.04
+    with block:  # the object serves again
+        spin(0.01)
+    assert active_profiler() is None
+
+
 def test_profiler_start_stop(trace):
     prof = Profiler(power_trace=trace, quiet=True)
     prof.start()

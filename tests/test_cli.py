@@ -161,3 +161,113 @@ def test_console_script_is_installed(tmp_path):
     (tmp_path / "s.py").write_text("print('ok')\n")
     res = subprocess.run([exe, "-q", "-o", "r.html", "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert res.returncode == 0 and res.stdout == "ok\n"
+
+
+# -- `python -m energyprof` never imports from the current folder -------------------------------
+SHADOWED = ("json", "argparse", "typing", "subprocess", "signal", "__future__", "dataclasses", "collections",
+            "tempfile", "shutil", "socket", "re", "math", "gzip", "csv", "html", "enum", "functools", "threading",
+            "pathlib", "select", "resource", "platform", "inspect", "textwrap", "copy", "hashlib", "struct",
+            "warnings", "weakref", "contextlib", "string", "datetime", "traceback", "logging", "random", "queue",
+            "base64", "zlib", "ctypes", "psutil", "jinja2", "pyinstrument", "errno", "numbers", "decimal", "fractions",
+            "statistics", "bisect", "heapq", "itertools", "operator", "keyword", "token", "tokenize", "ast", "dis",
+            "opcode", "linecache", "locale", "calendar", "pickle", "copyreg", "glob", "fnmatch", "uuid", "tracemalloc")
+
+
+def test_python_m_energyprof_never_imports_the_folders_modules(tmp_path):
+    """Defect: run from the script's folder, `python -m energyprof` imported 23 of 61 standard
+    library names from that folder, and 21 runs broke."""
+    for name in SHADOWED:
+        (tmp_path / f"{name}.py").write_text(f"raise RuntimeError('the folder\\'s {name}.py was imported')\n")
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,10\n")
+    (tmp_path / "app.py").write_text("import sys\nprint('app ran', sys.argv[1:])\nsys.exit(3)\n")
+    import subprocess
+    import sys
+
+    alone = subprocess.run([sys.executable, "app.py", "x"], cwd=tmp_path, capture_output=True, text=True)
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "app.py", "x"], cwd=tmp_path)
+    assert (res.returncode, res.stdout, res.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    assert alone.returncode == 3 and alone.stdout == "app ran ['x']\n"
+    assert load(tmp_path / "p.json").meta["exit"] == {"status": "exit", "code": 3}
+    report = run_cli(["report", "p.json", "-q", "-o", "again.html"], cwd=tmp_path)
+    assert (report.returncode, report.stderr) == (0, "")
+
+
+def test_importing_the_package_imports_nothing():
+    import subprocess
+    import sys
+
+    code = ("import sys; before = set(sys.modules); import energyprof;"
+            " print(sorted(m for m in set(sys.modules) - before))")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert res.stdout == "['energyprof']\n"
+
+
+FLAGS_SEEN = """
+    import sys, warnings
+    print(sys.flags.optimize, sys.flags.dont_write_bytecode, sys.flags.int_max_str_digits,
+          sys.flags.warn_default_encoding, sys.flags.bytes_warning, sys.flags.dev_mode)
+    print(sorted(sys._xoptions.items()), sys.warnoptions)
+    for i in range(3):
+        print("out", i)
+        print("err", i, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize("flags", [
+    ["-u"],
+    ["-X", "int_max_str_digits=640", "-X", "warn_default_encoding"],
+    ["-O", "-B", "-W", "error::DeprecationWarning", "-b"],
+    ["-uBX", "dev"],
+])
+def test_every_interpreter_flag_reaches_the_program(tmp_path, flags):
+    """Defect: -u, -X int_max_str_digits and -X warn_default_encoding did not reach the program, so
+    under -u its output was ordered differently. Both streams go to one pipe: with -u, the order
+    of the lines is the program's."""
+    import subprocess
+    import sys
+    import textwrap
+
+    (tmp_path / "flags.py").write_text(textwrap.dedent(FLAGS_SEEN))
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,10\n")
+    alone = subprocess.run([sys.executable, *flags, "flags.py"], cwd=tmp_path, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, env={**_clean_env(), "PYTHONUNBUFFERED": ""})
+    res = subprocess.run([sys.executable, *flags, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "-o", "r.html",
+                          "flags.py"], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         env={**_clean_env(), "PYTHONUNBUFFERED": ""})
+    assert (res.returncode, res.stdout) == (alone.returncode, alone.stdout) and alone.returncode == 0
+
+
+def _clean_env() -> dict[str, str]:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
+    return env
+
+
+@pytest.mark.parametrize("how", [["-i"], ["-ui"]])
+def test_inspect_is_refused_with_one_line(tmp_path, how):
+    import subprocess
+    import sys
+
+    (tmp_path / "app.py").write_text("open('ran.txt', 'w').write('yes')\n")
+    res = subprocess.run([sys.executable, *how, "-m", "energyprof", "app.py"], cwd=tmp_path, capture_output=True,
+                         text=True, stdin=subprocess.DEVNULL)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.startswith("energyprof: error: -i") and res.stderr.count("\n") == 1
+    assert not (tmp_path / "ran.txt").exists()
+
+
+@pytest.mark.parametrize("orig, flags", [
+    (["python", "-m", "energyprof", "s.py"], []),
+    (["python", "-u", "-X", "dev", "-W", "error", "-m", "energyprof", "s.py"], ["-u", "-X", "dev", "-W", "error"]),
+    (["python", "-uBXdev", "-Werror", "-mэнергия"], ["-u", "-B", "-X", "dev", "-W", "error"]),
+    (["python", "-I", "-E", "-S", "-m", "energyprof"], ["-s", "-P"]),
+    (["python", "--check-hash-based-pycs", "never", "-OO", "-m", "energyprof"],
+     ["--check-hash-based-pycs", "never", "-O", "-O"]),
+    (["/usr/bin/python3", "/usr/local/bin/energyprof", "-u", "s.py"], []),  # the console script: its flags are energyprof's
+])
+def test_interpreter_options_are_read_as_python_reads_them(orig, flags):
+    from energyprof.cli.run import _interpreter_flags
+
+    assert _interpreter_flags(orig) == flags

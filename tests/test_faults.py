@@ -136,7 +136,7 @@ def test_sigkill_leaves_a_checkpoint_that_becomes_a_report(here):
     time.sleep(1.5)
     proc.kill()
     proc.wait(timeout=10)
-    ckpt = here / "r.energyprof-checkpoint.json"  # default: next to the report
+    ckpt = here / "p.energyprof-checkpoint.json"  # default: next to the JSON
     assert ckpt.exists() and not (here / "p.json").exists()
     res = run_cli(["report", str(ckpt), "-o", "from-ckpt.html", "--json", "from-ckpt.json"], cwd=here)
     assert res.returncode == 0, res.stderr

@@ -116,14 +116,19 @@ def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
     assert len(node) == 1 and [n for n, _ in node[0].walk() if n.function == "burn"]
 
 
-def test_no_follow_measures_children_by_cpu_only(here):
+# "portable": the paths of a system without /proc (macOS), psutil's, taken on Linux
+PATHS = [pytest.param({}, id="proc"), pytest.param({"ENERGYPROF_PORTABLE": "1"}, id="portable")]
+
+
+@pytest.mark.parametrize("env", PATHS)
+def test_no_follow_measures_children_by_cpu_only(here, env):
     script(here, "kid.py", """
         import subprocess, sys
         def wait_for_child():
             subprocess.run([sys.executable, "-c", "sum(i * i for i in range(8_000_000))"], check=True)
         wait_for_child()
     """)
-    res = run_cli(["--no-follow", *profiled("kid.py")], cwd=here)
+    res = run_cli(["--no-follow", *profiled("kid.py")], cwd=here, env=env)
     assert res.returncode == 0, res.stderr
     p = load(here / "p.json")
     kids = process_nodes(p.find("wait_for_child")[0])
@@ -131,7 +136,8 @@ def test_no_follow_measures_children_by_cpu_only(here):
     assert p.totals["cpu_time_s"] > 0.3
 
 
-def test_ranks_and_spawned_multiprocessing_children(here):
+@pytest.mark.parametrize("env", PATHS)
+def test_ranks_and_spawned_multiprocessing_children(here, env):
     script(here, "worker.py", BURN, """
         def rank_work():
             burn(1_500_000)
@@ -155,7 +161,7 @@ def test_ranks_and_spawned_multiprocessing_children(here):
             p.start()
             p.join()
     """)
-    res = run_cli(profiled("launch.py"), cwd=here, timeout=180)
+    res = run_cli(profiled("launch.py"), cwd=here, timeout=180, env=env)
     assert res.returncode == 0, res.stderr
     p = load(here / "p.json")
     ranks = sorted((r["rank"], r["local_rank"], r["role"]) for r in processes(p) if r["role"] == "rank")

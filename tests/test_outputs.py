@@ -158,3 +158,153 @@ def test_right_to_left_characters_in_paths_are_isolated(tmp_path: Path) -> None:
                                           meta={"target": rlo, "command": rlo})))
     assert f"<bdi>{rlo}</bdi>" in page  # the header and the command
     assert f"<title>energyprof: \u2068{rlo}\u2069</title>" in page
+
+
+# -- outputs that never harm ----------------------------------------------------------------------
+LINES = "import sys\nfor i in range(1000):\n    print('line', i)\n"
+
+
+def test_json_to_dev_stdout_keeps_the_programs_output_in_a_redirected_file(here: Path) -> None:
+    """Defect: `--json /dev/stdout` with stdout redirected to a file replaced that file: the
+    program's 1,000 lines were lost. The JSON now follows them, through the same descriptor."""
+    (here / "lines.py").write_text(LINES)
+    import subprocess
+    import sys
+
+    with open(here / "alone.txt", "wb") as fh:
+        subprocess.run([sys.executable, "lines.py"], cwd=here, stdout=fh, check=True)
+    with open(here / "out.txt", "wb") as fh:
+        res = subprocess.run([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--json",
+                              "/dev/stdout", "-o", "r.html", "lines.py"], cwd=here, stdout=fh, stderr=subprocess.PIPE)
+    assert res.returncode == 0 and res.stderr == b""
+    alone, out = (here / "alone.txt").read_bytes(), (here / "out.txt").read_bytes()
+    assert out.startswith(alone) and len(alone) > 8000
+    profile = json.loads(out[len(alone):])
+    assert profile["schema"].startswith("energyprof.profile/") and profile["meta"]["exit"] == {"status": "completed"}
+    assert not list(here.glob("*checkpoint*")) and not list(here.glob(".out.txt*"))
+
+
+def test_a_device_report_writes_no_checkpoint_into_dev(here: Path, tmp_path: Path) -> None:
+    """Defect: `-o /dev/null` put its default checkpoint into /dev."""
+    before = set(os.listdir("/dev"))
+    (tmp_path / "spool").mkdir()
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--checkpoint-interval", "0.05", "-o", "/dev/null", "w.py"],
+                  cwd=here, env={"TMPDIR": str(tmp_path / "spool")})
+    assert (res.returncode, res.stdout, res.stderr) == (0, "hello\n", "")
+    assert {n for n in set(os.listdir("/dev")) - before if "energyprof" in n} == set()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+    assert os.listdir(tmp_path / "spool") == []  # its checkpoint went to the temporary folder and was removed
+
+
+def test_a_fifo_as_checkpoint_is_written_through_and_never_removed(here: Path) -> None:
+    """Defect: `--checkpoint` on a device node unlinked it (/dev/null was removed)."""
+    fifo = here / "ckpt.fifo"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    done = threading.Event()
+
+    def drain() -> None:
+        while not done.is_set():
+            with open(fifo, "rb") as fh:
+                got.append(fh.read())
+
+    reader = threading.Thread(target=drain, daemon=True)
+    reader.start()
+    (here / "slow.py").write_text("import time\ntime.sleep(0.6)\nprint('done')\n")
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--checkpoint", str(fifo), "--checkpoint-interval", "0.1",
+                   "slow.py"], cwd=here)
+    assert (res.returncode, res.stdout, res.stderr) == (0, "done\n", "")
+    done.set()
+    with open(fifo, "wb"):  # the reader's last open returns, and it sees it is done
+        pass
+    reader.join(timeout=60)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    text, checkpoints, decoder = b"".join(got).decode(), [], json.JSONDecoder()
+    while text:  # one read may hold several checkpoints, written back to back
+        doc, end = decoder.raw_decode(text)
+        checkpoints.append(doc)
+        text = text[end:]
+    assert checkpoints and all(c["kind"] == "energyprof.checkpoint/1" for c in checkpoints)
+
+
+@pytest.mark.parametrize("path", ["/", ".", "..", "a" * 300 + ".html", "d/" + "b" * 250 + ".html"])
+def test_bad_report_paths_are_one_line_exit_2(here: Path, path: str) -> None:
+    """Defect: `-o /`, `-o .` and long names gave tracebacks."""
+    (here / "d").mkdir()
+    res = run_cli(["--power-trace", "trace.csv", "-o", path, "w.py"], cwd=here)
+    _one_line_exit_2(res, here, "--output")
+
+
+def test_the_default_checkpoint_goes_beside_the_json_or_to_the_temporary_folder(here: Path, monkeypatch) -> None:
+    import tempfile
+
+    from energyprof.cli.run import default_checkpoint
+
+    spool = here / "spool"
+    spool.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    long = str(here / ("c" * 220 + ".html"))  # fits, but a checkpoint's name beside it would not
+    assert default_checkpoint(str(here / "p.json"), long) == str(here / "p.energyprof-checkpoint.json")
+    assert default_checkpoint(None, str(here / "r.html")) == str(here / "r.energyprof-checkpoint.json")
+    assert os.path.dirname(default_checkpoint(None, long)) == str(spool)
+    assert os.path.dirname(default_checkpoint("/dev/stdout", "/dev/null")) == str(spool)
+
+
+# -- facts first -----------------------------------------------------------------------------------
+VANISHING = """
+import shutil, time
+time.sleep(0.3)
+shutil.rmtree("gone")  # the folder an output was to go to
+print("ran")
+"""
+
+
+def test_a_failing_view_is_one_line_and_loses_nothing_else(here: Path) -> None:
+    (here / "gone").mkdir()
+    (here / "v.py").write_text(VANISHING)
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "--csv", "gone/f.csv",
+                   "--folded", "f.txt", "v.py"], cwd=here)
+    assert (res.returncode, res.stdout) == (0, "ran\n")
+    lines = res.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("energyprof: error: could not write --csv gone/f.csv:"), res.stderr
+    assert json.loads((here / "p.json").read_text())["meta"]["exit"] == {"status": "completed"}
+    assert (here / "r.html").stat().st_size > 1000 and (here / "f.txt").read_text()
+    assert not list(here.glob("*checkpoint*"))  # the facts are on disk: the checkpoint served
+
+
+def test_without_json_a_failing_view_keeps_the_profile_in_the_checkpoint(here: Path) -> None:
+    (here / "gone").mkdir()
+    (here / "v.py").write_text(VANISHING)
+    res = run_cli(["-q", "--power-trace", "trace.csv", "-o", "gone/r.html", "--checkpoint", "keep.json", "v.py"],
+                  cwd=here)
+    assert (res.returncode, res.stdout) == (0, "ran\n")
+    assert res.stderr.splitlines() == [
+        res.stderr.splitlines()[0],
+        "energyprof: the profile is kept in keep.json (energyprof report keep.json renders it)"]
+    assert res.stderr.startswith("energyprof: error: could not write --output gone/r.html:")
+    again = run_cli(["report", "keep.json", "--json", "again.json", "-o", "again.html", "-q"], cwd=here)
+    assert again.returncode == 0, again.stderr
+    assert json.loads((here / "again.json").read_text())["meta"]["exit"] == {"status": "completed"}
+
+
+def test_a_json_that_cannot_be_written_leaves_the_profile_in_the_checkpoint(here: Path) -> None:
+    (here / "gone").mkdir()
+    (here / "v.py").write_text(VANISHING)
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "gone/p.json", "-o", "r.html", "--checkpoint",
+                   "keep.json", "v.py"], cwd=here)
+    assert res.returncode == 0
+    assert res.stderr.splitlines()[0].startswith("energyprof: error: could not write the JSON profile gone/p.json:")
+    assert res.stderr.splitlines()[-1] == "energyprof: the profile is kept in keep.json (energyprof report keep.json renders it)"
+    assert json.loads((here / "keep.json").read_text())["meta"]["exit"] == {"status": "completed"}
+    assert (here / "r.html").stat().st_size > 1000
+
+
+def test_writer_writes_through_an_open_descriptor_at_its_offset(tmp_path: Path) -> None:
+    target = tmp_path / "t.txt"
+    with open(target, "w") as fh:
+        fh.write("kept\n")
+        fh.flush()
+        write_text(f"/proc/self/fd/{fh.fileno()}" if os.path.isdir("/proc/self/fd") else f"/dev/fd/{fh.fileno()}",
+                   "appended\n")
+    assert target.read_text() == "kept\nappended\n"
+    assert sorted(os.listdir(tmp_path)) == ["t.txt"]

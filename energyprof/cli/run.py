@@ -165,15 +165,85 @@ def _check_command(command: str) -> str | None:
     return None
 
 
-def _interpreter_flags() -> list[str]:
-    """The interpreter's own flags (-X dev, -W error, -O, ...) for the program's python, but
-    those that would keep the sampler's bootstrap from starting (-I, -E, -S)."""
-    import subprocess
+_PY_TAKES_VALUE = set("cmWX")  # python's one-letter options that take a value
+_PY_LONG_WITH_VALUE = ("--check-hash-based-pycs",)
 
-    return [f for f in subprocess._args_from_interpreter_flags() if f not in ("-I", "-E", "-S")]
+
+def _interpreter_flags(orig_argv: Sequence[str] | None = None) -> list[str]:
+    """The interpreter options the user gave energyprof's python (`python -u -X dev -W error -m
+    energyprof ...`), as given, for the program's python.
+
+    Read from `sys.orig_argv` (what `subprocess._args_from_interpreter_flags` rebuilds from
+    `sys.flags` misses -u and most -X options), up to `-m energyprof` or the script that is
+    energyprof. -I, -E and -S would keep the sampler's bootstrap from starting: -I becomes -s -P
+    (no user site, no unsafe path), the others are dropped. -i is refused (UsageError).
+    """
+    argv = list(sys.orig_argv if orig_argv is None else orig_argv)[1:]
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        tok = argv[i]
+        if tok == "-" or not tok.startswith("-") or tok == "--":
+            break  # the script that is energyprof (its console script), or stdin
+        if tok.startswith("--"):
+            name = tok.split("=", 1)[0]
+            if name in _PY_LONG_WITH_VALUE:
+                out.append(tok)
+                if "=" not in tok and i + 1 < len(argv):
+                    out.append(argv[i + 1])
+                    i += 1
+            i += 1
+            continue
+        j = 1
+        while j < len(tok):
+            letter = tok[j]
+            if letter in _PY_TAKES_VALUE:
+                value = tok[j + 1:]
+                if not value and i + 1 < len(argv):
+                    i += 1
+                    value = argv[i]
+                if letter in "cm":  # `-m energyprof`: energyprof's own arguments follow
+                    return out
+                out.extend([f"-{letter}", value])
+                break
+            if letter == "i":
+                raise UsageError("-i (inspect after the program) cannot be used with energyprof:"
+                                 " run python -i without it")
+            if letter == "I":
+                out.extend(["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"])
+            elif letter not in "ES":
+                out.append(f"-{letter}")
+            j += 1
+        i += 1
+    return out
+
+
+def default_checkpoint(json_path: str | None, output: str) -> str:
+    """Beside the JSON (or the report when there is none); in the temporary folder when those
+    are devices, descriptors or FIFOs (`-o /dev/null` must not write into /dev), or when a
+    checkpoint's name beside them would be too long."""
+    from ..files import is_regular_target
+    from ..preflight import name_fits
+
+    for base in (json_path, output):
+        if not base or not is_regular_target(base):
+            continue
+        p = Path(base)
+        if p.name in ("", ".", ".."):
+            continue
+        candidate = p.with_name(p.stem + ".energyprof-checkpoint.json")
+        if name_fits(str(candidate)):
+            return str(candidate)
+    import tempfile
+
+    return os.path.join(tempfile.gettempdir(), f"energyprof-{os.getpid()}.checkpoint.json")
 
 
 def run(argv: list[str]) -> int:
+    if sys.flags.inspect:  # -i or PYTHONINSPECT: the supervisor would open a prompt after the program
+        print(f"{PROG}: error: -i or PYTHONINSPECT (inspect after the program) cannot be used with energyprof:"
+              " run python -i without it", file=sys.stderr, flush=True)
+        os._exit(2)  # a SystemExit would print a traceback and open the prompt all the same
     parser = build_run_parser()
     own, script, module, prog_args = split_argv(parser, argv)
     ns = parser.parse_args(own)
@@ -196,7 +266,7 @@ def run(argv: list[str]) -> int:
         if getattr(ns, name, None):
             setattr(ns, name, distributed.expand(getattr(ns, name), values))
     output = ns.output or DEFAULT_OUTPUT
-    checkpoint = ns.checkpoint or str(Path(output).with_name(Path(output).stem + ".energyprof-checkpoint.json"))
+    checkpoint = ns.checkpoint or default_checkpoint(ns.json, output)
     # Relative outputs stay relative to the folder energyprof started in: the program's
     # os.chdir happens in its own process.
     options = build_options(ns, output=output, checkpoint=checkpoint)
@@ -244,9 +314,11 @@ def run(argv: list[str]) -> int:
         if store is not None and rank.rank != 0:  # before the files: rank 0 may be waiting
             distributed.publish(store, rank, profile.to_json())
     try:
-        write_outputs(profile, options)
+        write_outputs(profile, options, checkpoint=options.checkpoint)
     except OSError:  # already reported, one line each; the program's exit status stays its own
         pass
+    finally:
+        sup.finish()
     if reader is not None:
         reader.release()
     if rank is not None and rank.rank == 0 and rank_json is not None:

@@ -1,6 +1,8 @@
 """Cheap clocks the collector reads every tick: machine busy CPU, process CPU, RSS.
 
-Linux paths first (/proc reads cost about a microsecond), psutil elsewhere.
+Linux paths first (/proc reads cost about a microsecond), psutil elsewhere (macOS has no
+/proc). `ENERGYPROF_PORTABLE=1` takes the psutil paths on Linux too: that is how the tests run
+the macOS paths on a Linux machine.
 """
 
 from __future__ import annotations
@@ -11,7 +13,15 @@ import time
 
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-_HAVE_PROC = os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm")
+
+
+def portable() -> bool:
+    """Take the paths of a system without /proc or `sigtimedwait` (macOS), wherever this runs."""
+    return os.environ.get("ENERGYPROF_PORTABLE", "") not in ("", "0")
+
+
+_HAVE_PROC = os.path.exists("/proc/stat") and os.path.exists("/proc/self/statm") and not portable()
+PROC = _HAVE_PROC  # /proc is read (Linux) rather than psutil
 
 
 _busy_cache = [0, 0]  # [perf_counter_ns of the last read, value]
@@ -76,16 +86,21 @@ def rss_bytes() -> int:
     return int(psutil.Process().memory_info().rss)
 
 
-def descendant_pids(root: int | None = None) -> list[int] | None:
+def descendant_pids(root: int | None = None) -> list[int]:
     """The live descendants of `root` (default: this process) from
-    /proc/PID/task/TID/children (Linux >= 3.5).
+    /proc/PID/task/TID/children (Linux >= 3.5), else from psutil.
 
     Reads only that family's files, where psutil's children() scans every process on the
-    machine; None where the kernel does not offer the file (then the caller uses psutil).
+    machine.
     """
     me = os.getpid()
-    if not os.path.exists(f"/proc/{me}/task/{me}/children"):
-        return None
+    if not _HAVE_PROC or not os.path.exists(f"/proc/{me}/task/{me}/children"):
+        import psutil
+
+        try:
+            return [c.pid for c in psutil.Process(root).children(recursive=True)]
+        except psutil.Error:
+            return []
     found: list[int] = []
     todo = [me if root is None else root]
     while todo:

@@ -557,6 +557,6 @@ class Ledger:
         led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
-        led._live_windows = list(led._open_windows)
+        led._live_windows = [w for w in led.windows if not w.get("done")]  # ended, its tail not yet charged: still live
         return led
 

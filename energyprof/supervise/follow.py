@@ -1,11 +1,18 @@
-"""The job's processes as /proc shows them: who descends from the program, their CPU,
-memory, state and exit status, and how each is named in the tree. Linux only; elsewhere
-the run follows Python processes through their samplers alone."""
+"""The job's processes: who descends from the program, their CPU, memory, state and exit
+status, and how each is named in the tree.
+
+Read from /proc on Linux (a read costs about a microsecond); from psutil where there is no
+/proc (macOS), with the same answers but a zombie's exit status, which only /proc shows (the
+supervisor has the program's own from wait4).
+"""
 
 from __future__ import annotations
 
 import os
 import signal
+from typing import Any
+
+from ..collect.probes import PROC
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -19,8 +26,19 @@ class Stat:
         self.state, self.ppid, self.cpu_ns, self.exit = state, ppid, cpu_ns, exit
 
 
+def _psutil(pid: int) -> Any:
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.Error:
+        return None
+
+
 def stat(pid: int) -> Stat | None:
     """State, parent, CPU (user + system) and, for a zombie, its exit status; None: gone."""
+    if not PROC:
+        return _psutil_stat(pid)
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             raw = fh.read()
@@ -35,6 +53,23 @@ def stat(pid: int) -> Stat | None:
             ended = exit_status(int(f[49]))
         return Stat(state, int(f[1]), cpu, ended)
     except (IndexError, ValueError):
+        return None
+
+
+def _psutil_stat(pid: int) -> Stat | None:
+    import psutil
+
+    proc = _psutil(pid)
+    if proc is None:
+        return None
+    try:
+        with proc.oneshot():
+            zombie = proc.status() == psutil.STATUS_ZOMBIE
+            t = proc.cpu_times()
+            return Stat("Z" if zombie else "R", proc.ppid(), int((t.user + t.system) * 1e9), None)
+    except psutil.ZombieProcess:
+        return Stat("Z", 0, 0, None)
+    except psutil.Error:
         return None
 
 
@@ -53,6 +88,12 @@ def signal_name(n: int) -> str:
 
 
 def rss_bytes(pid: int) -> int:
+    if not PROC:
+        proc = _psutil(pid)
+        try:
+            return int(proc.memory_info().rss) if proc is not None else 0
+        except Exception:  # noqa: BLE001 - psutil.Error: gone, or not ours to read
+            return 0
     try:
         with open(f"/proc/{pid}/statm", "rb") as fh:
             return int(fh.read().split()[1]) * PAGE
@@ -61,6 +102,12 @@ def rss_bytes(pid: int) -> int:
 
 
 def command(pid: int) -> str:
+    if not PROC:
+        proc = _psutil(pid)
+        try:
+            return " ".join(proc.cmdline()) if proc is not None else ""
+        except Exception:  # noqa: BLE001 - psutil.Error
+            return ""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as fh:
             return " ".join(a.decode("utf-8", "replace") for a in fh.read().split(b"\0") if a)
@@ -90,6 +137,12 @@ def node_name(pid: int, cmd: str, label: str = "", rank: str | None = None) -> s
 
 def environ_value(pid: int, name: str) -> str | None:
     """One variable of a live process's environment as it started (None: unset or unreadable)."""
+    if not PROC:
+        proc = _psutil(pid)
+        try:
+            return proc.environ().get(name) if proc is not None else None
+        except Exception:  # noqa: BLE001 - psutil.Error
+            return None
     try:
         with open(f"/proc/{pid}/environ", "rb") as fh:
             raw = fh.read()

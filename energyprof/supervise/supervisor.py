@@ -24,6 +24,7 @@ from ..profile import Profile
 from ..profiler import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
+from .launch import Launch
 from ..integrations.distributed import gpu_ties
 from .job import JobFeed
 
@@ -43,61 +44,74 @@ class Supervisor:
         self.pid: int | None = None
         self.status: int | None = None
         self.peak_rss: int | None = None  # the program's exact peak (the kernel's, from wait4)
+        self.launch: Launch | None = None
 
     def run(self) -> tuple[Profile, int]:
-        """Run the program to its end; (the profile, its raw wait status)."""
-        # Before any thread starts (sensor discovery may start some), so every thread has
-        # them blocked and the main thread takes them with sigtimedwait.
-        signals.block()
+        """Run the program to its end; (the profile, its raw wait status). The checkpoint is left
+        in place: the caller removes it once the profile's facts are on disk (outputs.py)."""
+        ignored = signals.inherited_ignored()
+        signals.reset_sigchld()
+        inbox = signals.inbox()
         o = self.options
-        found, ledger = open_sources(o)
-        self.discovery_notes = found.notes
         spool = tempfile.mkdtemp(prefix="energyprof-")
-        feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
-                       rss=o.memory != "off")
-        own = OwnClocks()
-        collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
-                              checkpoint=lambda: self._checkpoint_header(ledger, feed),
-                              checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
+        launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
+                        o.checkpoint)
         try:
+            launch.fork()  # while this process has one thread: sensor discovery may start some
+            found, ledger = open_sources(o)
+            self.discovery_notes = found.notes
+            feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
+                           rss=o.memory != "off")
+            own = OwnClocks()
+            collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
+                                  checkpoint=lambda: self._checkpoint_header(ledger, feed),
+                                  checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
             self.started_wall = time.time()
             collector.start()
+        except BaseException:
+            launch.abort()
+            inbox.close()
+            shutil.rmtree(spool, ignore_errors=True)
+            raise
+        self.launch = launch
+        try:
             try:
-                self.pid = self._spawn(child_env(o, spool))
+                self.pid = launch.start()
             except OSError as exc:
                 collector.stop()
+                launch.abort()
                 raise SpawnError(f"cannot run {self.command[0]}: {exc.strerror or exc}") from None
             feed.main_pid = self.pid
-            self.status = self._wait(self.pid)
+            self.status = self._wait(self.pid, inbox, launch, feed)
             collector.stop()
         finally:
+            inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
-        profile = self._build(ledger, feed, collector)
-        collector.remove_checkpoint()
-        return profile, self.status
+        return self._build(ledger, feed, collector), self.status
 
-    def _spawn(self, env: dict[str, str]) -> int:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        kwargs: dict[str, Any] = {"setsigmask": (), "setsigdef": signals.RESET_IN_CHILD}
-        if self.executable is not None:
-            return os.posix_spawn(self.executable, self.command, env, **kwargs)
-        return os.posix_spawnp(self.command[0], self.command, env, **kwargs)
+    def finish(self) -> None:
+        """The outputs are written: energyprof ends normally, and the job's processes are the
+        program's business again (the watcher leaves them)."""
+        if self.launch is not None:
+            self.launch.finish()
 
-    def _wait(self, pid: int) -> int:
+    def _wait(self, pid: int, inbox: signals.Inbox, launch: Launch, feed: JobFeed) -> int:
         while True:
-            info = signals.wait(0.25)
-            if info is not None and signals.should_forward(info):
-                try:
-                    os.kill(pid, info.si_signo)
-                except ProcessLookupError:
-                    pass
+            for sig in inbox.wait(0.25):
+                if sig.forward:
+                    try:
+                        os.kill(pid, sig.signo)
+                    except ProcessLookupError:
+                        pass
+                if sig.stops:
+                    inbox.stop_self()
+            launch.tell(list(feed.procs))
             try:
                 done, status, usage = os.wait4(pid, os.WNOHANG)
             except ChildProcessError:
                 return 0
             if done == pid:
-                self.peak_rss = usage.ru_maxrss * 1024 if usage.ru_maxrss else None
+                self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) if usage.ru_maxrss else None
                 return status
 
     # -- the profile -------------------------------------------------------------------

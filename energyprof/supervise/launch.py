@@ -1,0 +1,246 @@
+"""Starting the program so that it never outlives energyprof.
+
+`posix_spawn` runs nothing between fork and exec, and `preexec_fn` is unsafe once threads run
+(the collector's). So the supervisor forks twice while it still has one thread:
+
+- a **launcher**, which becomes the program: it asks the kernel for SIGTERM when the
+  supervisor dies (PR_SET_PDEATHSIG, Linux), waits for the go, restores the signal state the
+  program is owed and execs it. The program stays the supervisor's own child: wait4 gives its
+  exact status and rusage.
+- a **watcher**, holding the read end of a pipe whose write end only the supervisor holds. The
+  supervisor tells it the job's processes as they appear and, when it ends normally, that it
+  did. If the pipe ends without that (SIGKILL, the OOM killer), the watcher ends the job's
+  processes (SIGTERM, then SIGKILL after a grace) and says where the checkpoint is. This is the
+  only guard where there is no PR_SET_PDEATHSIG (macOS), and it reaches the program's children,
+  which PR_SET_PDEATHSIG does not.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from typing import Any, Callable
+
+from ..collect.probes import descendant_pids, portable
+
+PR_SET_PDEATHSIG = 1
+GRACE_S = 2.0  # between the watcher's SIGTERM and its SIGKILL
+
+
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, looked up before the fork (the launcher must not import or load anything)."""
+    if not sys.platform.startswith("linux") or portable():
+        return None
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+    except (OSError, AttributeError):
+        return None
+
+
+class Launch:
+    """The program's start, prepared while the supervisor has one thread (`fork`), made later (`start`)."""
+
+    def __init__(self, command: list[str], executable: str | None, env: dict[str, str],
+                 dispositions: dict[int, Any], checkpoint: str | None) -> None:
+        self.command, self.executable, self.env = command, executable, env
+        self.dispositions = dispositions
+        self.checkpoint = checkpoint
+        self.pid = 0
+        self.watcher = 0
+        self._go = self._err = self._watch = -1
+        self._told: set[int] = set()
+
+    def fork(self) -> None:
+        prctl = _prctl()
+        shell = os.getppid()
+        watch_r, self._watch = os.pipe()
+        self.watcher = os.fork()
+        if self.watcher == 0:
+            _watcher(watch_r, self.checkpoint, shell)  # never returns
+        os.close(watch_r)
+        go_r, self._go = os.pipe()
+        self._err, err_w = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:
+            _launcher(go_r, err_w, (self._watch, self._go, self._err), os.getppid(), prctl, self.command,
+                      self.executable, self.env, self.dispositions)  # never returns
+        os.close(go_r)
+        os.close(err_w)
+        self.tell([self.pid])
+
+    def start(self) -> int:
+        """Let the program run; its pid. OSError (from exec) if it could not start."""
+        os.write(self._go, b"g")
+        os.close(self._go)
+        self._go = -1
+        data = b""
+        while chunk := os.read(self._err, 64):  # the pipe closes on exec (close-on-exec)
+            data += chunk
+        os.close(self._err)
+        if data:
+            os.waitpid(self.pid, 0)
+            errno = int(data)
+            raise OSError(errno, os.strerror(errno))
+        return self.pid
+
+    def abort(self) -> None:
+        """The run could not begin: the launcher leaves without running anything."""
+        if self._go >= 0:
+            os.close(self._go)
+            self._go = -1
+            os.close(self._err)
+            os.waitpid(self.pid, 0)
+        self.finish()
+
+    def tell(self, pids: Any) -> None:
+        """The watcher learns the job's processes (only new ones are sent)."""
+        new = [p for p in pids if p not in self._told]
+        if not new or self._watch < 0:
+            return
+        self._told.update(new)
+        self._send("".join(f"p {p}\n" for p in new).encode())
+
+    def finish(self) -> None:
+        """energyprof ends normally: the watcher leaves the job's processes alone (a daemon the
+        program left running lives on, as it would without energyprof)."""
+        if self._watch >= 0:
+            self._send(b"d\n")
+            os.close(self._watch)
+            self._watch = -1
+
+    def _send(self, data: bytes) -> None:
+        try:
+            os.write(self._watch, data)
+        except OSError:
+            pass  # the watcher is gone (killed with its group): nothing to tell
+
+
+def _launcher(go_r: int, err_w: int, theirs: tuple[int, ...], parent: int, prctl: Callable[..., int] | None,
+              command: list[str], executable: str | None, env: dict[str, str], dispositions: dict[int, Any]) -> None:
+    try:
+        # The supervisor's ends: the go pipe must read EOF, and the watcher's pipe end, when
+        # the supervisor dies, whatever this process is doing.
+        for fd in theirs:
+            os.close(fd)
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+        if os.getppid() != parent:  # the supervisor died before the request took effect
+            os._exit(0)
+        if os.read(go_r, 1) != b"g":
+            os._exit(0)
+        for s, h in dispositions.items():
+            try:
+                signal.signal(s, h)
+            except (OSError, ValueError):
+                pass
+        signal.set_wakeup_fd(-1)
+        signal.pthread_sigmask(signal.SIG_SETMASK, ())
+        if executable is not None:
+            os.execve(executable, command, env)
+        else:
+            os.execvpe(command[0], command, env)
+    except OSError as exc:
+        try:
+            os.write(err_w, str(exc.errno or 0).encode())
+        except OSError:
+            pass
+    except BaseException:  # noqa: BLE001 - never return into the supervisor's code
+        pass
+    os._exit(127)
+
+
+def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
+    try:
+        cwd = os.getcwd()
+        signal.set_wakeup_fd(-1)
+        for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTSTP", "SIGPIPE",
+                     "SIGWINCH", "SIGXCPU", "SIGPWR", "SIGINFO"):
+            if hasattr(signal, name):  # the terminal's and the scheduler's signals are the program's
+                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        null = os.open(os.devnull, os.O_RDWR)
+        os.dup2(null, 0)
+        os.dup2(null, 1)  # keeps stderr only: a pipe reading energyprof's stdout ends with energyprof
+        os.closerange(3, watch_r)
+        os.closerange(watch_r + 1, 1 << 16)
+        os.chdir("/")
+        pids: list[int] = []
+        done = False
+        pending = b""
+        while chunk := os.read(watch_r, 4096):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                if line == b"d":
+                    done = True
+                elif line.startswith(b"p "):
+                    pids.append(int(line[2:]))
+        if not done:
+            ended = _end_job(pids, shell)
+            where = ""
+            if checkpoint and os.path.isfile(os.path.join(cwd, checkpoint)):
+                where = f"; the run up to its last checkpoint is in {checkpoint} (energyprof report {checkpoint})"
+            os.write(2, (f"energyprof: energyprof was killed before the program ended; the job's processes still"
+                         f" running were ended ({ended}){where}\n").encode(errors="replace"))
+    except BaseException:  # noqa: BLE001 - never return into the supervisor's code
+        pass
+    os._exit(0)
+
+
+def _end_job(pids: list[int], shell: int) -> int:
+    """SIGTERM to every live process of the job, SIGKILL to those still there after the grace;
+    how many there were.
+
+    The job: the processes the supervisor told of and their descendants, and the orphans they
+    left (the program itself may have died by its PR_SET_PDEATHSIG already): processes of this
+    process group whose parent is gone to init or a subreaper. Only processes that started after
+    this watcher (so never a reused pid, the shell or a pipeline's other commands), and never
+    what `shell` (energyprof's parent) started itself: a script's later commands."""
+    import psutil
+
+    me, group = os.getpid(), os.getpgrp()
+    started = psutil.Process(me).create_time()  # on the same clock as every other process's
+    job: dict[int, Any] = {}
+
+    def qualifies(p: int) -> bool:
+        if p in job or p == me or p == shell:
+            return False
+        try:
+            proc = psutil.Process(p)
+            if proc.create_time() >= started and proc.status() != psutil.STATUS_ZOMBIE:
+                job[p] = proc
+                return True
+        except psutil.Error:
+            pass
+        return False
+
+    def take(pid: int) -> None:
+        if qualifies(pid):  # a descendant of a process of the job is one too
+            for p in descendant_pids(pid):
+                qualifies(p)
+
+    for pid in pids:
+        take(pid)
+    for pid in psutil.pids():
+        try:
+            if pid in job or pid == me or os.getpgid(pid) != group:
+                continue
+            parent = psutil.Process(pid).ppid()
+            if parent in job or parent == 1 or (parent != shell and os.getpgid(parent) != group):
+                take(pid)
+        except (OSError, psutil.Error):
+            continue
+    for proc in job.values():
+        try:
+            proc.send_signal(signal.SIGTERM)
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(list(job.values()), timeout=GRACE_S)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    return len(job)

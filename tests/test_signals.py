@@ -1,0 +1,205 @@
+"""Signals between the user, energyprof and the program: every signal a shell would deliver
+reaches the program, a deadly one ends energyprof the same way, and energyprof killed with
+SIGKILL leaves no process behind. Real processes, compared with plain python; each runs on
+Linux's own paths and on the paths macOS takes (no /proc, no sigtimedwait: ENERGYPROF_PORTABLE)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from energyprof import load
+
+from conftest import profiled, run_cli, script
+
+PATHS = [pytest.param({}, id="linux"), pytest.param({"ENERGYPROF_PORTABLE": "1"}, id="portable")]
+SENT = ("SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT", "SIGWINCH", "SIGINT", "SIGHUP", "SIGTERM")
+
+HANDLERS = """
+    import signal, sys, time
+    def on(signo, frame):
+        print("got", signal.Signals(signo).name, flush=True)
+    for name in sys.argv[1].split(","):
+        signal.signal(getattr(signal, name), on)
+    print("ready", flush=True)
+    for line in sys.stdin:  # the test says when to stop
+        break
+    print("end", flush=True)
+"""
+
+
+def _env(extra: dict[str, str]) -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
+    env.update(extra)
+    return env
+
+
+def _send_each(proc: subprocess.Popen[str], names: tuple[str, ...]) -> list[str]:
+    """Send the signals one at a time (two pending signals of one kind merge), each once the
+    program has said it got the one before; the lines it printed."""
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == "ready\n"
+    lines = []
+    for name in names:
+        proc.send_signal(getattr(signal, name))
+        lines.append(proc.stdout.readline())
+    proc.stdin.write("stop\n")
+    proc.stdin.flush()
+    lines.extend(proc.stdout.readlines())
+    proc.wait(timeout=60)
+    return lines
+
+
+def _start(cmd: list[str], here: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=env)
+
+
+@pytest.mark.parametrize("extra", PATHS)
+def test_every_signal_a_shell_delivers_reaches_the_programs_handler(here, extra):
+    """Defect: SIGUSR1/USR2/ALRM/QUIT killed energyprof with no profile, and the program never
+    got them (a SLURM --signal=USR1@60 checkpoint handler never ran)."""
+    script(here, "h.py", HANDLERS)
+    names = ",".join(SENT)
+    alone = _start([sys.executable, "h.py", names], here, _env(extra))
+    base = _send_each(alone, SENT)
+    proc = _start([sys.executable, "-m", "energyprof", *profiled("h.py", names)], here, _env(extra))
+    lines = _send_each(proc, SENT)
+    assert base == [f"got {n}\n" for n in SENT] + ["end\n"]
+    assert (proc.returncode, lines) == (alone.returncode, base) == (0, base)
+    assert load(here / "p.json").meta["exit"] == {"status": "completed"}
+
+
+@pytest.mark.parametrize("extra", PATHS)
+@pytest.mark.parametrize("name", ["SIGUSR1", "SIGALRM", "SIGQUIT"])
+def test_a_signal_that_kills_the_program_is_recorded_and_ends_energyprof_the_same_way(here, extra, name):
+    script(here, "h.py", HANDLERS)
+    alone = _start([sys.executable, "h.py", "SIGUSR2"], here, _env(extra))
+    proc = _start([sys.executable, "-m", "energyprof", *profiled("h.py", "SIGUSR2")], here, _env(extra))
+    for p in (alone, proc):
+        assert p.stdout is not None and p.stdout.readline() == "ready\n"
+        p.send_signal(getattr(signal, name))
+        p.wait(timeout=60)  # stdin stays open: the program ends by the signal alone
+        out, err = p.communicate(timeout=60)
+        assert (out, err) == ("", "")
+    assert proc.returncode == alone.returncode == -getattr(signal, name)
+    assert load(here / "p.json").meta["exit"] == {"status": "signal", "signal": name}
+
+
+def test_sigchld_inherited_as_ignored_keeps_the_exit_status(here):
+    """Defect: with SIGCHLD ignored the kernel reaped the program and exit 7 read as "completed"."""
+    script(here, "seven.py", """
+        import signal, sys
+        print(signal.getsignal(signal.SIGCHLD) == signal.SIG_IGN)
+        sys.exit(7)
+    """)
+    ignoring = ["-c", "import os, signal, sys; signal.signal(signal.SIGCHLD, signal.SIG_IGN);"
+                " os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"]
+    alone = subprocess.run([sys.executable, *ignoring, "seven.py"], cwd=here, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, *ignoring, "-m", "energyprof", *profiled("seven.py")], cwd=here,
+                         capture_output=True, text=True, env=_env({}))
+    assert (res.returncode, res.stdout, res.stderr) == (alone.returncode, alone.stdout, alone.stderr)
+    assert alone.stdout == "True\n" and alone.returncode == 7
+    assert load(here / "p.json").meta["exit"] == {"status": "exit", "code": 7}
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+@pytest.mark.parametrize("extra", PATHS)
+def test_sigkill_of_energyprof_leaves_no_process_and_a_checkpoint(here, extra):
+    """Defect: kill -9 of energyprof left the program running forever (one burned a core for 15 minutes)."""
+    script(here, "family.py", """
+        import json, subprocess, sys, time
+        kids = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"]),
+                subprocess.Popen(["sleep", "600"])]
+        with open("pids.json", "w") as fh:
+            json.dump([kid.pid for kid in kids], fh)
+        print("ready", flush=True)
+        while True:
+            sum(range(10_000))
+    """)
+    proc = _start([sys.executable, "-m", "energyprof", "--checkpoint-interval", "0.2", *profiled("family.py")],
+                  here, _env(extra))
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    job = [c.pid for c in psutil.Process(proc.pid).children()]
+    kids = json.loads((here / "pids.json").read_text())
+    deadline = time.monotonic() + 60
+    while not (here / "p.energyprof-checkpoint.json").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(0.5)  # the supervisor has seen the children (it tells the watcher every 0.25 s)
+    proc.kill()
+    _, err = proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60
+    while not all(_gone(p) for p in [*job, *kids]) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert [p for p in [*job, *kids] if not _gone(p)] == []
+    ckpt = here / "p.energyprof-checkpoint.json"
+    assert f"energyprof report {ckpt.name}" in err  # the watcher keeps energyprof's stderr until it has said so
+    res = run_cli(["report", str(ckpt), "--json", "again.json", "-o", "again.html"], cwd=here)
+    assert res.returncode == 0, res.stderr
+    again = load(here / "again.json")
+    assert again.meta["exit"]["status"] == "checkpoint" and again.totals["duration_s"] > 0
+
+
+def test_sigkill_of_energyprof_is_said_with_the_checkpoint(here):
+    script(here, "sleeper.py", "import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
+    proc = _start([sys.executable, "-m", "energyprof", "--checkpoint-interval", "0.1", *profiled("sleeper.py")],
+                  here, _env({}))
+    assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+    ckpt = here / "p.energyprof-checkpoint.json"
+    deadline = time.monotonic() + 60
+    while not ckpt.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    program = psutil.Process(proc.pid).children()
+    proc.kill()
+    proc.wait(timeout=30)
+    psutil.wait_procs(program, timeout=60)
+    # the watcher said so on energyprof's stderr, which it keeps open until it has (the program
+    # may have ended already by the kernel's PR_SET_PDEATHSIG, hence 0 or 1 still running)
+    _, err = proc.communicate(timeout=60)
+    assert re.fullmatch(r"energyprof: energyprof was killed before the program ended; the job's processes still running"
+                        r" were ended \([01]\); the run up to its last checkpoint is in p\.energyprof-checkpoint\.json"
+                        r" \(energyprof report p\.energyprof-checkpoint\.json\)\n", err), err
+
+
+@pytest.mark.parametrize("extra", PATHS)
+def test_sigtstp_stops_both_and_sigcont_resumes_both(here, extra):
+    """`kill -TSTP energyprof`: the program stops as it would alone, and so does energyprof, so a
+    shell sees its job stopped; SIGCONT resumes both and the run completes. (Each in a process
+    group of its own within this session, as a shell runs a job: the kernel does not stop an
+    orphaned group.)"""
+    script(here, "h.py", HANDLERS)
+    states = []
+    for cmd in ([sys.executable, "h.py", "SIGUSR1"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGUSR1")]):
+        proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env(extra), process_group=0)
+        assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
+        top = psutil.Process(proc.pid)
+        job = [top, *(c for c in top.children() if c.cmdline()[1:2] == ["h.py"])]  # not the watcher
+        proc.send_signal(signal.SIGTSTP)
+        deadline = time.monotonic() + 60
+        while any(p.status() != psutil.STATUS_STOPPED for p in job) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        states.append([p.status() for p in job])
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("stop\n")
+        proc.stdin.flush()
+        out, err = proc.communicate(timeout=60)
+        assert (proc.returncode, out, err) == (0, "end\n", "")
+    assert states == [[psutil.STATUS_STOPPED], [psutil.STATUS_STOPPED] * 2]
+    assert load(here / "p.json").meta["exit"] == {"status": "completed"}
