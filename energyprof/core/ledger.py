@@ -10,8 +10,10 @@ run of any length costs memory in proportion to its distinct stacks:
   single 10 ms interval would be mostly quantisation noise). energyprof's own threads get
   their share as the node `[energyprof]`; the rest is `[other processes and idle]`.
 * The program's part of an interval is split among the samples overlapping it, in
-  proportion to weight x overlap / duration: CPU time for CPU-class sources, wall time on
-  the main thread for GPUs and for intervals in which the program burnt no CPU.
+  proportion to weight x overlap / duration: CPU time for CPU-class sources (a thread or
+  process that used no CPU in an interval gets none of it), wall time on running main-thread
+  stacks for GPUs and for intervals in which nothing of the program burnt CPU (never to a
+  thread blocked in a wait); with no such stack, the program's root carries it.
 
 Both idle policies are accumulated side by side, so the policy is a rendering choice.
 
@@ -44,6 +46,32 @@ IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 
 def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
+
+
+# Standard-library functions a thread blocks in, by module file: a sample whose innermost
+# Python frame is one of these was waiting (time.sleep and other C waits show their caller,
+# and are told by the thread's CPU clock instead).
+WAIT_FUNCTIONS = {
+    "selectors.py": {"select"},
+    "socket.py": {"accept", "recv", "recv_into"},
+    "threading.py": {"wait", "_wait_for_tstate_lock", "join", "acquire"},
+    "queue.py": {"get", "put"},
+    "connection.py": {"wait", "poll", "_poll", "recv", "recv_bytes", "_recv", "_recv_bytes", "accept"},
+    "queues.py": {"get", "put"},
+    "synchronize.py": {"wait", "acquire", "__enter__"},
+    "subprocess.py": {"wait", "_wait", "_try_wait", "communicate"},
+    "popen_fork.py": {"wait", "poll"},
+    "pool.py": {"wait", "get"},
+    "_base.py": {"wait", "result"},
+}
+
+
+def is_wait(frame: tuple[str, str, int]) -> bool:
+    """A frame (function, file, line) in which a thread blocks waiting for something."""
+    func, file, _ = frame
+    base = file.replace("\\", "/").rsplit("/", 1)[-1]
+    names = WAIT_FUNCTIONS.get(base)
+    return names is not None and func.rsplit(".", 1)[-1] in names
 
 @dataclass(slots=True)
 class _StackStat:
@@ -114,6 +142,7 @@ class Ledger:
         # Processes known to use a GPU: GPU energy goes by wall time to their samples only
         # (not to DataLoader workers, say); empty, to every process's main thread.
         self.gpu_procs: set[int] = set()
+        self._wait_cache: dict[int, bool] = {}
 
     @property
     def first_ns(self) -> int | None:
@@ -333,24 +362,28 @@ class Ledger:
         parts = self._program_parts(a, b, de) if any(de) else None
         self._charge_windows(lo, hi, de, parts)
 
-        cpu_w: dict[int, float] = {}
-        wall_w: dict[int, float] = {}
+        # Weights are kept per (stack, process): a stack may recur in processes that come and go
+        # (each epoch's DataLoader worker N has the same stacks), and each is charged for its own.
+        cpu_w: dict[tuple[int, int], float] = {}
+        wall_w: dict[tuple[int, int], float] = {}
+        gpu_w: dict[tuple[int, int], float] = {}
         any_w: dict[int, float] = {}
         gpu_procs = self.gpu_procs
-        gpu_w: dict[int, float] = {}
         for s in self._pending:
             t0, t1, sid, cpu, main, _, proc = s
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
+            key = (sid, proc)
             if cpu:
-                cpu_w[sid] = cpu_w.get(sid, 0.0) + cpu * ov / (t1 - t0)
-            if main:
-                wall_w[sid] = wall_w.get(sid, 0.0) + ov
+                cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
+            # Wall time counts only for a stack that was running: a main thread with CPU, or
+            # one in a call that is not a known wait. A thread blocked in a wait gets nothing.
+            if main and (cpu or not self._waiting(sid)):
+                wall_w[key] = wall_w.get(key, 0.0) + ov
                 if proc in gpu_procs:
-                    gpu_w[sid] = gpu_w.get(sid, 0.0) + ov
+                    gpu_w[key] = gpu_w.get(key, 0.0) + ov
             any_w[sid] = any_w.get(sid, 0.0) + ov
-        wall = wall_w or any_w
         if any_w:
             self.timeline.note_stacks(lo, any_w)
 
@@ -363,7 +396,9 @@ class Ledger:
             if d == 0.0:
                 continue
             prog_share, own_share, prog_all, cf = parts[i]
-            weights = (gpu_w or wall) if self.gpu[i] else (cpu_w or wall)
+            # CPU-class energy goes by CPU time, to wall time only where nothing of the program
+            # used CPU in the interval; GPU energy by wall time, to the processes using the GPU.
+            weights = (gpu_w or wall_w or cpu_w) if self.gpu[i] else (cpu_w or wall_w)
             self.own_share[i] += own_share
             self.own_all[i] += d - prog_all
             prog_share_sum += prog_share
@@ -377,27 +412,37 @@ class Ledger:
             self._spread(weights, i, prog_share, prog_all, cf)
         self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
 
-    def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
+    def _spread(self, weights: dict[tuple[int, int], float], i: int, e_share: float, e_all: float,
+                child_frac: float) -> None:
         total_w = sum(weights.values())
         stats = self.stats
-        procs, sid_proc = self.procs, self.sid_proc
-        for sid, w in weights.items():
+        procs = self.procs
+        for (sid, proc), w in weights.items():
             f = w / total_w
-            ps = procs[sid_proc[sid]]
+            ps = procs[proc]
             ps.share[i] += e_share * f
             ps.all[i] += e_all * f
+            st = stats[sid]
             if child_frac:
                 own_f = f * (1.0 - child_frac)
-                st = stats[sid]
                 st.share[i] += e_share * own_f
                 st.all[i] += e_all * own_f
                 cst = self._child_stat(sid)
                 cst.share[i] += e_share * (f - own_f)
                 cst.all[i] += e_all * (f - own_f)
             else:
-                st = stats[sid]
                 st.share[i] += e_share * f
                 st.all[i] += e_all * f
+
+    def _waiting(self, sid: int) -> bool:
+        """The stack's innermost frame is a standard-library wait (select, accept, a lock, a
+        queue's get): a thread sampled there was blocked, not running."""
+        w = self._wait_cache.get(sid)
+        if w is None:
+            frames = self.stacks.stacks[sid]
+            w = bool(frames) and is_wait(self.stacks.frames[frames[-1]])
+            self._wait_cache[sid] = w
+        return w
 
     def _child_stat(self, sid: int) -> _StackStat:
         csid = self._child_sid.get(sid)
