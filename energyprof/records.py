@@ -105,6 +105,8 @@ class Window(_Record):
     rank: int | None = None  # that process's rank, in a distributed job
     node: str | None = None  # its host, in a profile joined from several nodes
     program_energy_j: dict[str, float] = field(default_factory=dict)
+    # The program's part under the other idle policy, so a re-render under it needs no new run.
+    other_policy_program_energy_j: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -247,7 +249,9 @@ def read_window(raw: Any) -> Window:
                   pid=integer(raw.get("pid"), f"{w}.pid", optional=True),
                   rank=integer(raw.get("rank"), f"{w}.rank", optional=True),
                   node=None if raw.get("node") is None else string(raw.get("node"), f"{w}.node"),
-                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {})
+                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {},
+                  other_policy_program_energy_j=energy(raw.get("other_policy_program_energy_j", {}),
+                                                       f"{w}.other_policy_program_energy_j") or {})
 
 
 def read_timeline(raw: dict[str, Any]) -> Timeline:

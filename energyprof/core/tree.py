@@ -127,6 +127,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                               start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
                               time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
                               program_energy_j=joules(w.get("program" if share else "program_all") or []),
+                              other_policy_program_energy_j=joules(w.get("program_all" if share else "program") or []),
                               pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
