@@ -275,3 +275,89 @@ def test_merge_subcommand_refuses_bad_input(tmp_path: Path) -> None:
     res = run_cli(["merge", "bad.json"], cwd=tmp_path)
     assert res.returncode == 2
     assert sys.executable
+
+
+# ---------------------------------------------------------------- placeholders everywhere
+
+
+def test_placeholder_values_cannot_leave_the_folder() -> None:
+    hostile = {"RANK": "x/../..", "LOCAL_RANK": "/etc", "GROUP_RANK": ".."}
+    values = placeholder_values(hostile, None, 7)
+    assert values == {"rank": "x_.._..", "local_rank": "_etc", "node": "_", "pid": "7"}
+    path = expand("out/p{rank}-{local_rank}-{node}.json", values)
+    assert path == "out/px_.._..-_etc-_.json" and os.path.dirname(path) == "out"
+    assert expand("{rank}", {"rank": "../../x"}) == ".._.._x"  # even a value given directly
+    assert expand("{rank}/{pid}", {"rank": ".", "pid": ""}) == "_/_"
+
+
+def test_cli_placeholders_from_a_hostile_environment_stay_in_the_folder(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "w.py").write_text("print('ok')\n")
+    res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p{rank}.json", "-o", "r{node}.html", "w.py"],
+                  cwd=tmp_path, env={"RANK": "x/../..", "GROUP_RANK": "../y"})
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "ok\n"
+    assert (tmp_path / "px_.._...json").is_file() and (tmp_path / "r.._y.html").is_file()
+
+
+DECORATED = """
+import os
+import time
+
+import torch.distributed as dist
+
+from energyprof import energy_profile
+
+
+@energy_profile(json="dec.{rank}.json", output="dec.{rank}.{local_rank}.html", power_trace="trace.csv", quiet=True)
+def train():
+    end = time.process_time() + 0.2
+    while time.process_time() < end:
+        pass
+
+
+dist.init_process_group("gloo")
+train()
+dist.barrier()
+dist.destroy_process_group()
+"""
+
+
+@needs_torchrun
+def test_decorator_under_torchrun_writes_one_file_per_rank(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "dec.py").write_text(textwrap.dedent(DECORATED))
+    res = subprocess.run(torchrun("dec.py"), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT, env=env())
+    assert res.returncode == 0, res.stderr
+    assert not (tmp_path / "dec.{rank}.json").exists()
+    for r in (0, 1):
+        p = load(tmp_path / f"dec.{r}.json")
+        d = p.meta["distributed"]
+        assert (d["rank"], d["local_rank"], d["world_size"], d["mode"]) == (r, r, 2, "per-rank")
+        assert (tmp_path / f"dec.{r}.{r}.html").is_file()
+    a, b = (load(tmp_path / f"dec.{r}.json") for r in (0, 1))
+    assert a.meta["distributed"]["job"] == b.meta["distributed"]["job"]
+
+
+def test_with_block_and_profiler_expand_placeholders(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "w.py").write_text(textwrap.dedent("""
+        import os
+        from energyprof import energy_profile
+        from energyprof.profiler import Profiler
+
+        with energy_profile(json="w.{pid}.json", output=None, power_trace="trace.csv", quiet=True):
+            sum(range(10_000))
+        prof = Profiler(json="p{rank}-{node}.json", power_trace="trace.csv", quiet=True).start()
+        sum(range(10_000))
+        from energyprof.outputs import write_outputs
+        write_outputs(prof.stop(), prof.options)
+        print(os.getpid())
+        """))
+    res = subprocess.run([sys.executable, "w.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                         env=env(RANK="3", GROUP_RANK="../1"))
+    assert res.returncode == 0, res.stderr
+    pid = res.stdout.strip()
+    assert (tmp_path / f"w.{pid}.json").is_file()
+    assert (tmp_path / "p3-.._1.json").is_file()
+    assert "distributed" not in load(tmp_path / f"w.{pid}.json").meta  # RANK without WORLD_SIZE: no job
