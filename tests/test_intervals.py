@@ -259,3 +259,29 @@ def test_dataloader_workers_started_each_epoch_get_their_own_cpus_energy(tmp_pat
         assert 0.75 * 50.0 <= joules / r.cpu_time_s <= 1.25 * 100.0, (r.pid, joules, r.cpu_time_s)
     assert sum(sum(r.energy_j.values()) for r in p.processes) == \
         pytest.approx(sum(p.totals.attributed_j.values()), rel=1e-9)
+
+
+def test_a_ranks_window_holds_that_ranks_share_not_the_jobs() -> None:
+    """A launcher (pid 1) and two ranks (2, 3; rank 2 with a DataLoader worker, 4), 100 W, 2 cores
+    always busy: rank 2 and its worker at half a core each, rank 3 at one core. Each rank's
+    epoch window gets what its own process tree was charged; the launcher's window the program's."""
+    led = Ledger(CPU, cpus=2)
+    for pid, parent in ((1, 0), (2, 1), (3, 1), (4, 2)):
+        led.note_process(pid, parent_pid=parent, role="main" if pid == 1 else "child")
+    stacks = {pid: led.stacks.intern([(f"p{pid}", "x.py", pid)]) for pid in (2, 3, 4)}
+    cpu = {2: 5 * MS, 3: 10 * MS, 4: 5 * MS}
+    for pid in (1, 2, 3):
+        led.begin_window(0, "epoch", 0, pid=pid)
+    for t in range(0, 100, 10):
+        for pid, sid in stacks.items():
+            led.add_sample(Sample(t * MS, (t + 10) * MS, sid, cpu[pid], True, 0, pid))
+    for tick in _ticks(100.0, 100, lambda t: 2 * t * MS):
+        led.add_tick(tick)
+    for pid in (1, 2, 3):
+        led.end_window(100 * MS, "epoch", pid=pid)
+    led.finish()
+    p = build_profile(led, "share", {})
+    got = {w.pid: (sum(w.energy_j.values()), sum(w.program_energy_j.values())) for w in p.windows}
+    assert got[1] == (pytest.approx(10.0), pytest.approx(10.0))  # 100 W x 0.1 s, all of it the program's
+    assert got[2] == (pytest.approx(10.0), pytest.approx(5.0))  # rank 2 and its worker: one core of two
+    assert got[3] == (pytest.approx(10.0), pytest.approx(5.0))

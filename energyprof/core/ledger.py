@@ -143,6 +143,7 @@ class Ledger:
         # (not to DataLoader workers, say); empty, to every process's main thread.
         self.gpu_procs: set[int] = set()
         self._wait_cache: dict[int, bool] = {}
+        self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
 
     @property
     def first_ns(self) -> int | None:
@@ -360,7 +361,7 @@ class Ledger:
         for i in range(n):
             self.total[i] += de[i]
         parts = self._program_parts(a, b, de) if any(de) else None
-        self._charge_windows(lo, hi, de, parts)
+        self._iv = {}
 
         # Weights are kept per (stack, process): a stack may recur in processes that come and go
         # (each epoch's DataLoader worker N has the same stacks), and each is charged for its own.
@@ -388,6 +389,7 @@ class Ledger:
             self.timeline.note_stacks(lo, any_w)
 
         if not any(de):
+            self._charge_windows(lo, hi, de, parts)
             return
         assert parts is not None
         prog_share_sum = prog_all_sum = 0.0
@@ -408,9 +410,20 @@ class Ledger:
             if not weights:
                 self.root_share[i] += prog_share
                 self.root_all[i] += prog_all
+                self._note_interval(None, i, prog_share, prog_all)
                 continue
             self._spread(weights, i, prog_share, prog_all, cf)
         self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
+        self._charge_windows(lo, hi, de, parts)
+
+    def _note_interval(self, proc: int | None, i: int, e_share: float, e_all: float) -> None:
+        """What a process (None: no sample carried it) was charged in the interval being charged,
+        for the windows its processes marked."""
+        row = self._iv.get(proc)
+        if row is None:
+            row = self._iv[proc] = ([0.0] * self.n, [0.0] * self.n)
+        row[0][i] += e_share
+        row[1][i] += e_all
 
     def _spread(self, weights: dict[tuple[int, int], float], i: int, e_share: float, e_all: float,
                 child_frac: float) -> None:
@@ -422,6 +435,7 @@ class Ledger:
             ps = procs[proc]
             ps.share[i] += e_share * f
             ps.all[i] += e_all * f
+            self._note_interval(proc, i, e_share * f, e_all * f)
             st = stats[sid]
             if child_frac:
                 own_f = f * (1.0 - child_frac)
@@ -470,7 +484,9 @@ class Ledger:
     def _charge_windows(self, lo: int, hi: int, de: list[float],
                         parts: list[tuple[float, float, float, float]] | None) -> None:
         """Each window open in [lo, hi] gets the part of the interval's energy it overlaps: the
-        machine's, and the program's under both idle policies, spread alike (by overlap)."""
+        machine's, and the program's under both idle policies, spread alike (by overlap). A window
+        marked by one process of several (a rank) gets what that process and the processes it
+        started were charged, never the whole program's."""
         if not self._live_windows:
             return
         dt = hi - lo
@@ -482,15 +498,35 @@ class Ledger:
                 if ov > 0 and parts is not None:
                     e, prog, prog_all = w["energy"], w.setdefault("program", [0.0] * self.n), \
                         w.setdefault("program_all", [0.0] * self.n)
+                    own = self._subtree_part(w.get("pid"))
                     for i, d in enumerate(de):
                         e[i] += d * ov / dt
-                        prog[i] += parts[i][0] * ov / dt
-                        prog_all[i] += parts[i][2] * ov / dt
+                        prog[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
+                        prog_all[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
             if end is None or end > hi:
                 still.append(w)
             else:
                 w["done"] = True
         self._live_windows = still
+
+    def _subtree_part(self, pid: int | None) -> tuple[list[float], list[float]] | None:
+        """What `pid` and its descendants were charged in the interval being charged; None (the
+        whole program's part) for a window with no process, or one marked by the job's top process."""
+        info = self.process_info
+        if pid is None or pid not in info or info[pid].get("parent_pid") not in info:
+            return None
+        share, all_ = [0.0] * self.n, [0.0] * self.n
+        for proc, (s_row, a_row) in self._iv.items():
+            q, hops = proc, 0
+            while q is not None and q != pid and hops < 64:
+                q = info.get(q, {}).get("parent_pid")
+                q = q if q in info else None
+                hops += 1
+            if q == pid:
+                for i in range(self.n):
+                    share[i] += s_row[i]
+                    all_[i] += a_row[i]
+        return share, all_
 
     # -- processes ----------------------------------------------------------------------
     def note_process(self, pid: int, **info: Any) -> None:

@@ -226,6 +226,8 @@ class JobFeed:
             p.role = "rank"
         else:
             p.role = "child"
+        # Known to the ledger from now on: a window a rank marks gets that rank's part, not the job's.
+        self.ledger.note_process(p.pid, parent_pid=p.ppid, role=p.role)
         if p.role == "rank" or (p.main and p.rank is not None):
             p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:
