@@ -221,10 +221,12 @@ class Profiler:
             self._feed.begin_window(name, index)
         return k
 
-    def end_window(self, name: str | None = None) -> None:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None) -> None:
+        """End the last window opened under `name`; `facts`: numbers measured about the span
+        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile."""
         if self._feed is not None:
             self._cuda_sync()
-            self._feed.end_window(name)
+            self._feed.end_window(name, facts)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""

@@ -581,11 +581,13 @@ class Agent:
         self.spool.event(f"W\tb\t{t}\t{_esc(str(name))}\t{'' if index is None else int(index)}\n")
         return t
 
-    def end_window(self, name: str | None = None, reply: bool = False) -> int:
-        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
+    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None) -> int:
+        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`);
+        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it."""
         self._cuda_sync()
         t = time.perf_counter_ns()
-        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t{'r' if reply else ''}\n")
+        more = "\t" + ";".join(f"{_esc(str(k))}={float(v)!r}" for k, v in facts.items()) if facts else ""
+        self.spool.event(f"W\te\t{t}\t{_esc('' if name is None else str(name))}\t{'r' if reply else ''}{more}\n")
         return t
 
     def window(self, name: str, index: int | None = None) -> Any:

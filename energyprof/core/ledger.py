@@ -269,13 +269,17 @@ class Ledger:
         self._open_windows.append(w)
         self._live_windows.append(w)
 
-    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None) -> dict[str, Any] | None:
+    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None,
+                   facts: dict[str, float] | None = None) -> dict[str, Any] | None:
         """End the last window opened under `name` (any, when None) by `pid` (any, when None);
-        returns it (its figures are final once its "done" is set), or None when none is open."""
+        returns it (its figures are final once its "done" is set), or None when none is open.
+        `facts`: numbers the program measured about the span, kept as they are (`loop`)."""
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
             if (name is None or w["name"] == name) and (pid is None or w.get("pid") == pid):
                 w["end_ns"] = t_ns
+                if facts:
+                    w["loop"] = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
                 del self._open_windows[i]
                 return w
         return None

@@ -230,7 +230,8 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
                                           node=host, program_energy_j=dict(w.program_energy_j),
                                           other_policy_program_energy_j={
                                               s: v * scale.get(s, 1.0) if len(group) > 1 else v
-                                              for s, v in w.other_policy_program_energy_j.items()}))
+                                              for s, v in w.other_policy_program_energy_j.items()},
+                                          loop=dict(w.loop)))
                 for proc in p.processes:
                     rank = proc.rank if proc.rank is not None else (m.rank if proc.role == "main" else None)
                     role = "rank" if proc.role == "main" and m.rank is not None else proc.role

@@ -128,6 +128,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                               time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
                               program_energy_j=joules(w.get("program" if share else "program_all") or []),
                               other_policy_program_energy_j=joules(w.get("program_all" if share else "program") or []),
+                              loop=dict(w.get("loop") or {}),
                               pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]

@@ -303,7 +303,8 @@ class JobFeed:
                     if r[1] == "b":
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
-                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
+                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid,
+                                           facts=window_facts(unescape(r[5])) if len(r) > 5 else None)
                         if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
                             self._replies.append((pid, w))
                 elif kind == "A":
@@ -460,6 +461,18 @@ class JobFeed:
     def main_exception(self) -> str | None:
         p = self.procs.get(self.main_pid or -1)
         return p.exception if p is not None else None
+
+
+def window_facts(text: str) -> dict[str, float]:
+    """`k=v;k=v` from a window's end record: the numbers the program measured about the span."""
+    out = {}
+    for part in text.split(";"):
+        k, _, v = part.partition("=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            continue
+    return out
 
 
 def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
