@@ -361,3 +361,26 @@ def test_with_block_and_profiler_expand_placeholders(tmp_path: Path) -> None:
     assert (tmp_path / f"w.{pid}.json").is_file()
     assert (tmp_path / "p3-.._1.json").is_file()
     assert "distributed" not in load(tmp_path / f"w.{pid}.json").meta  # RANK without WORLD_SIZE: no job
+
+
+@needs_torchrun
+def test_rank_files_under_idle_all_add_up_to_the_node(job: Path) -> None:
+    """energyprof in each rank, `--idle all`: each rank's file holds its share of the node (its CPU
+    plus half of what no rank used), not the whole machine, so the two files add up to the node:
+    before, 1,348 J were charged against 696 J measured. The margin: the ranks' readings start and
+    end apart (each its own supervisor), and the peers' CPU is read from /proc every 250 ms."""
+    res = per_rank_run(job, "--idle", "all", "--json", "p.json")
+    assert res.returncode == 0, res.stderr
+    per = [load(job / f"p.rank{r}.json") for r in (0, 1)]
+    node = max(sum(p.totals.energy_j.values()) for p in per)
+    charged = [sum(p.totals.attributed_j.values()) + sum(p.totals.energyprof_j.values()) for p in per]
+    assert all(p.idle_policy == "all" and p.meta["distributed"]["local_world_size"] == 2 for p in per)
+    assert sum(charged) == pytest.approx(node, rel=0.10), (charged, node)
+    for p, c in zip(per, charged):
+        assert 0.2 * node <= c <= 0.8 * node  # a share, never the whole machine
+        conserved(p)
+    joined = load(job / "p.json").with_policy("all")
+    conserved(joined)
+    assert sum(joined.totals.attributed_j.values()) + sum(joined.totals.energyprof_j.values()) == \
+        pytest.approx(sum(joined.totals.energy_j.values()), rel=1e-9)
+    print(f"rank files under all: {charged[0]:.1f} + {charged[1]:.1f} J against the node's {node:.1f} J")

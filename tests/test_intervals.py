@@ -285,3 +285,32 @@ def test_a_ranks_window_holds_that_ranks_share_not_the_jobs() -> None:
     assert got[1] == (pytest.approx(10.0), pytest.approx(10.0))  # 100 W x 0.1 s, all of it the program's
     assert got[2] == (pytest.approx(10.0), pytest.approx(5.0))  # rank 2 and its worker: one core of two
     assert got[3] == (pytest.approx(10.0), pytest.approx(5.0))
+
+
+def test_rank_files_under_all_add_up_to_the_node() -> None:
+    """Two ranks on a 2-core, 100 W node, each with its own ledger (energyprof inside each rank):
+    rank A at half a core, rank B at one core, another process at a quarter. Under `all` each rank
+    pays for its own CPU plus half of what no rank used (the other process and the idle quarter):
+    A (0.5 + 0.25) / 2, B (1 + 0.25) / 2 of the machine; together the node, once."""
+    def rank_ledger(mine: float, peers: float) -> Ledger:
+        led = Ledger(CPU, cpus=2)
+        led.node_ranks = 2
+        sid = led.stacks.intern([("train", "t.py", 1)])
+        for t in range(0, 1000, 10):
+            led.add_sample(Sample(t * MS, (t + 10) * MS, sid, int(mine * 10 * MS), True))
+        for t in range(0, 1001, 10):
+            led.add_tick(Tick(t * MS, (0.1 * t,), int(mine * t * MS), 0, int(1.75 * t * MS), 0, 0, None,
+                              int(peers * t * MS)))
+        led.finish()
+        return led
+
+    a, b = rank_ledger(0.5, 1.0), rank_ledger(1.0, 0.5)
+    pa, pb = (build_profile(x, "all", {}) for x in (a, b))
+    assert sum(pa.totals.energy_j.values()) == pytest.approx(100.0) == sum(pb.totals.energy_j.values())
+    assert pa.totals.attributed_j["cpu"] == pytest.approx(37.5, rel=1e-9)
+    assert pb.totals.attributed_j["cpu"] == pytest.approx(62.5, rel=1e-9)
+    for p in (pa, pb):  # the rest of each file is its peers' part, in the idle node; conservation holds
+        assert p.totals.attributed_j["cpu"] + p.totals.idle_j["cpu"] == pytest.approx(100.0, rel=1e-9)
+        assert math.fsum(n.self_energy_j.get("cpu", 0.0) for n, _ in p.walk()) == pytest.approx(100.0, rel=1e-9)
+    # under `share` nothing changes: each its CPU share of the busy machine
+    assert build_profile(a, "share", {}).totals.attributed_j["cpu"] == pytest.approx(100 * 0.5 / 1.75, rel=1e-9)

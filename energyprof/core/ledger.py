@@ -119,6 +119,7 @@ class Ledger:
         z = [0.0] * self.n
         self.total = list(z)
         self.idle = list(z)  # share policy: not the program's
+        self.idle_all = list(z)  # all policy: nothing, but for one rank of several (its peers' part)
         self.own_share = list(z)
         self.own_all = list(z)
         self.root_share = list(z)  # the program's, with no sample to carry it
@@ -143,6 +144,10 @@ class Ledger:
         # (not to DataLoader workers, say); empty, to every process's main thread.
         self.gpu_procs: set[int] = set()
         self._wait_cache: dict[int, bool] = {}
+        # One rank of several on this node (energyprof inside each rank): under `all` the rank pays
+        # for its own CPU plus an even part of what no rank used (idle, other processes), so the
+        # ranks' files add up to the node. None: the program is the whole job.
+        self.node_ranks: int | None = None
         self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
 
     @property
@@ -353,7 +358,18 @@ class Ledger:
         phi_prog = min(d_prog / denom, 1.0 - phi_own)
         child_frac = d_children / d_prog if d_prog else 0.0
         # Under 'all' the job pays for the whole machine, less energyprof's part.
-        return phi_prog, phi_own, child_frac, 1.0 - phi_own
+        return phi_prog, phi_own, child_frac, self._all_part(phi_own, d_prog, d_own, b, ref, dt, span, capacity)
+
+    def _all_part(self, phi_own: float, d_prog: float, d_own: float, b: Tick, ref: Tick, dt: int, span: int,
+                  capacity: float) -> float:
+        """The program's part of a CPU-class source under `all`: the machine less energyprof's part
+        or, for one rank of R on the node, its own CPU plus 1/R of the CPU no rank used."""
+        ranks = self.node_ranks
+        if not ranks or ranks <= 1 or capacity <= 0:
+            return 1.0 - phi_own
+        d_peers = max(0, b.peers_cpu_ns - ref.peers_cpu_ns) * dt / span if span > 0 else 0.0
+        pool = max(0.0, capacity - d_prog - d_own - d_peers)
+        return min(1.0 - phi_own, (d_prog + pool / ranks) / capacity)
 
     def _charge(self, a: Tick, b: Tick) -> None:
         lo, hi = a.t_ns, b.t_ns
@@ -406,7 +422,8 @@ class Ledger:
             # used CPU in the interval; GPU energy by wall time, to the processes using the GPU.
             weights = (gpu_w or wall_w or cpu_w) if self.gpu[i] else (cpu_w or wall_w)
             self.own_share[i] += own_share
-            self.own_all[i] += d - prog_all
+            self.own_all[i] += own_share  # energyprof's part is the fraction of the machine it used, either way
+            self.idle_all[i] += max(0.0, d - prog_all - own_share)
             prog_share_sum += prog_share
             prog_all_sum += prog_all
             # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
@@ -480,7 +497,8 @@ class Ledger:
         for i, d in enumerate(de):
             if self.gpu[i]:
                 g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
-                out.append((g * d, 0.0, d, 0.0))
+                # one rank of several pays under `all` for the devices it uses, not its peers'
+                out.append((g * d, 0.0, g * d if self.node_ranks and self.node_ranks > 1 else d, 0.0))
             else:
                 out.append((phi_prog * d, phi_own * d, all_prog * d, child_frac))
         return out
@@ -581,13 +599,16 @@ class Ledger:
             "cpus": self.cpus,
             "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all,
                                v.alloc_bytes] for k, v in self.stats.items()},
-            "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
+            "acc": {k: getattr(self, k) for k in ("total", "idle", "idle_all", "own_share", "own_all", "root_share",
+                                                  "root_all")},
             "timeline": {k: getattr(self.timeline, k)
                          for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
             | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
             "windows": self.windows,
-            "ticks": [list(t[:7]) + [t.gpu_share] for t in self._ticks],
-            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share] if self.first_tick else None,
+            "ticks": [list(t[:7]) + [t.gpu_share, t.peers_cpu_ns] for t in self._ticks],
+            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share, self.first_tick.peers_cpu_ns]
+            if self.first_tick else None,
+            "node_ranks": self.node_ranks,
             "anomalies": self.anomalies,
             "child_sid": {str(k): v for k, v in self._child_sid.items()},
             # samples still waiting for their intervals, and the per-process figures
@@ -622,7 +643,8 @@ class Ledger:
         led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
 
         def tick(raw: list[Any]) -> Tick:
-            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7])
+            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7],
+                        int(raw[8]) if len(raw) > 8 else 0)
 
         if state.get("first_tick"):
             led.first_tick = tick(state["first_tick"])
@@ -641,6 +663,7 @@ class Ledger:
             led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
         led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
+        led.node_ranks = state.get("node_ranks")
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
         led._live_windows = list(led._open_windows)
         return led

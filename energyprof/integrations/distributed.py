@@ -37,11 +37,12 @@ class RankInfo:
     node: str  # the node's index in the job (GROUP_RANK, SLURM_NODEID)
     host: str
     job: str  # what all ranks of one job share (torchrun's run id, SLURM's job id, the rendezvous address)
+    local_world_size: int = 1  # the ranks on this node (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE)
 
     def to_meta(self, reader: bool) -> dict[str, Any]:
         return {"mode": "per-rank", "rank": self.rank, "local_rank": self.local_rank,
-                "world_size": self.world_size, "node": self.node, "host": self.host, "job": self.job,
-                "reader": reader}
+                "world_size": self.world_size, "local_world_size": self.local_world_size, "node": self.node,
+                "host": self.host, "job": self.job, "reader": reader}
 
 
 def _int(value: str | None) -> int | None:
@@ -67,8 +68,10 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
         return None
     job = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or \
         f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    local_world = _int(env.get("LOCAL_WORLD_SIZE")) or _int((env.get("SLURM_NTASKS_PER_NODE") or "").split("(")[0]) \
+        or _int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE")) or 1
     return RankInfo(rank=rank, local_rank=local if local is not None else rank, world_size=world,
-                    node=node_index(env), host=hostname(), job=job)
+                    node=node_index(env), host=hostname(), job=job, local_world_size=local_world)
 
 
 def hostname() -> str:

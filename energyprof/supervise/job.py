@@ -87,13 +87,19 @@ class JobFeed:
         self.procs: dict[int, Proc] = {}
         self.readers: dict[str, Proc] = {}
         self.notes: list[dict[str, Any]] = []
-        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int]] = deque()
+        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int,
+                               int]] = deque()
         self._seen: dict[int, int] = {}  # pid -> when /proc first showed it without a stream
         self._last_scan = 0
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
         self._replies: list[tuple[int, dict[str, Any]]] = []  # ended windows whose figures go back (reply_windows)
+        # One rank of several on the node: the other ranks are the other descendants of this pid
+        # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
+        self.peers_root: int | None = None
+        self._peer_cpu: dict[int, int] = {}
+        self._last_peers = 0
 
     # -- the collector's tick ------------------------------------------------------------
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
@@ -105,7 +111,10 @@ class JobFeed:
             self._scan(now)
         self._read_streams(listing=now - self._t_scan >= LIST_NS)
         nonpy, nonpy_rss = self._read_non_python(t)
-        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss))
+        if self.peers_root is not None and now - self._last_peers >= DESCENDANTS_NS:
+            self._last_peers = now
+            self._read_peers(self.peers_root)
+        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
         self._release(self._bound(now))
         if self._replies:
             self._replies = reply_windows(self.spool, self.ledger, self._replies)
@@ -391,6 +400,18 @@ class JobFeed:
             cpu[p.pid] = p.cpu_ns
         return cpu, rss_total
 
+    def _read_peers(self, root: int) -> None:
+        """The CPU of every descendant of `root` outside this supervisor's own family, each process
+        counted at the most it was seen with (one that ends keeps what it spent)."""
+        me = os.getpid()
+        mine = set(probes.descendant_pids(me) or ()) | {me}
+        for pid in probes.descendant_pids(root) or ():
+            if pid in mine:
+                continue
+            st = follow.stat(pid)
+            if st is not None:
+                self._peer_cpu[pid] = max(self._peer_cpu.get(pid, 0), st.cpu_ns)
+
     # -- merging -------------------------------------------------------------------------
     def _bound(self, now: int) -> int:
         """Readings up to this time have all their samples in."""
@@ -406,7 +427,7 @@ class JobFeed:
         raw = self._raw
         led = self.ledger
         while raw and (bound is None or raw[0][0] <= bound):
-            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss = raw.popleft()
+            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, peers = raw.popleft()
             cpu = own = 0
             rss = nonpy_rss
             for p in self.procs.values():
@@ -422,7 +443,7 @@ class JobFeed:
             own += sup_cpu
             if bound is None and not raw and self._final_cpu is not None:
                 cpu = max(cpu, self._final_cpu + sup_cpu)
-            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share))
+            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share, peers))
             for p in self.procs.values():
                 h = p.hist
                 while len(h) >= 2 and h[1][0] <= t:
