@@ -105,29 +105,40 @@ def jobs(draw):
     comps = ["cpu", "dram", "gpu:0"][: draw(st.integers(1, 3))]
     led = Ledger([{"id": c, "component": c, "method": "measured", "sensor": "replay"} for c in comps],
                  cpus=draw(st.integers(1, 4)))
+    led.node_ranks = draw(st.sampled_from([None, 2, 4]))  # one rank of several: `all` takes its share only
     table: StackTable = led.stacks
+    waiting = table.intern([("main", "m.py", 1), WAIT])
     stacks = [table.intern([("main", "m.py", 1)]), table.intern([("main", "m.py", 1), ("f", "m.py", 2)]),
-              table.intern([("main", "m.py", 1), WAIT]), table.intern([("[worker]", "", 0), ("g", "w.py", 1)])]
+              waiting, table.intern([("[worker]", "", 0), ("g", "w.py", 1)])]
     for pid in (1, 2, 3):
-        led.note_process(pid, role="main" if pid == 1 else "child")
+        led.note_process(pid, parent_pid=1 if pid != 1 else 0, role="main" if pid == 1 else "child")
     if draw(st.booleans()):
         led.gpu_procs.add(draw(st.sampled_from([1, 2, 3])))
     events = []
-    t = e = cpu = busy = 0
+    t = e = cpu = busy = peers = 0
     for _ in range(draw(st.integers(0, 20))):
         t += draw(st.integers(1, 30 * MS))
         e += draw(st.floats(0, 20))
         d = draw(st.integers(0, 20 * MS))
         cpu += d
+        peers += draw(st.integers(0, 20 * MS))
         busy += d + draw(st.integers(0, 20 * MS))
-        events.append((t, 1, Tick(t, tuple(e for _ in comps), cpu, 0, busy)))
+        events.append((t, 1, Tick(t, tuple(e for _ in comps), cpu, 0, busy, 0, 0, None, peers)))
     for _ in range(draw(st.integers(0, 40))):
         a = draw(st.integers(0, max(t, 1)))
         b = a + draw(st.integers(1, 40 * MS))
-        events.append((b, 0, Sample(a, b, draw(st.sampled_from(stacks)), draw(st.sampled_from([0, 0, 3 * MS])),
-                                    draw(st.booleans()), 0, draw(st.sampled_from([1, 2, 3])))))
+        sid = draw(st.sampled_from(stacks))
+        cpu_ns = 0 if sid == waiting else draw(st.sampled_from([0, 0, 3 * MS]))  # blocked: its clock stands still
+        events.append((b, 0, Sample(a, b, sid, cpu_ns, draw(st.booleans()), 0, draw(st.sampled_from([1, 2, 3])))))
+    if t and draw(st.booleans()):
+        events.append((draw(st.integers(0, t)), 2, ("epoch", draw(st.sampled_from([1, 2, 3])))))
     for _, kind, ev in sorted(events, key=lambda x: (x[0], x[1])):
-        (led.add_sample if kind == 0 else led.add_tick)(ev)
+        if kind == 0:
+            led.add_sample(ev)
+        elif kind == 1:
+            led.add_tick(ev)
+        else:
+            led.begin_window(_, ev[0], 0, pid=ev[1])
     led.finish()
     return led
 
@@ -141,10 +152,10 @@ def test_every_joule_is_somewhere_and_processes_add_up(led: Ledger, policy: str)
         assert math.isclose(got, total, rel_tol=1e-9, abs_tol=1e-9), (sid, got, total)
         rows = math.fsum(r.energy_j.get(sid, 0.0) for r in p.processes)
         assert math.isclose(rows, p.totals.attributed_j[sid], rel_tol=1e-9, abs_tol=1e-9)
-    waiting = [n for n, _ in p.walk() if n.function == WAIT[0]]
-    for n in waiting:  # blocked, and never with CPU in these samples' intervals unless it had some
-        for sid in ("cpu", "dram"):
-            assert n.self_energy_j.get(sid, 0.0) >= 0.0
+        for w in p.windows:  # a window's program part is within the machine's in its span
+            assert -1e-9 <= w.program_energy_j.get(sid, 0.0) <= w.energy_j.get(sid, 0.0) * (1 + 1e-9) + 1e-9
+    for n in p.find(WAIT[0]):  # a thread blocked in a wait used no CPU: no CPU-class energy, ever
+        assert n.self_energy_j.get("cpu", 0.0) == 0.0 and n.self_energy_j.get("dram", 0.0) == 0.0
 
 
 # -- real runs -----------------------------------------------------------------------------------
