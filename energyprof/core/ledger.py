@@ -398,12 +398,15 @@ class Ledger:
             key = (sid, proc)
             if cpu:
                 cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
-            # Wall time counts only for a stack that was running: a main thread with CPU, or
-            # one in a call that is not a known wait. A thread blocked in a wait gets nothing.
-            if main and (cpu or not self._waiting(sid)):
-                wall_w[key] = wall_w.get(key, 0.0) + ov
+            if main:
+                # A GPU's energy goes by wall time to the main thread of a process using it,
+                # whatever it waits for (the kernels it launched run meanwhile).
                 if proc in gpu_procs:
                     gpu_w[key] = gpu_w.get(key, 0.0) + ov
+                # The fallback counts only a stack that was running: with CPU, or in a call that
+                # is not a known wait. A thread blocked in a wait gets none of it.
+                if cpu or not self._waiting(sid):
+                    wall_w[key] = wall_w.get(key, 0.0) + ov
             any_w[sid] = any_w.get(sid, 0.0) + ov
         if any_w:
             self.timeline.note_stacks(lo, any_w)
