@@ -252,6 +252,8 @@ def test_two_rank_run_is_broken_down_per_rank(tracked_job: Path) -> None:
     assert sum(r.total_j for r in epoch.ranks) <= epoch.total_j * 1.001
     for r in epoch.ranks:
         assert 0 < r.total_j
+    # the program's part of each window survives rank 0's join: below the machine's, never empty
+    assert all(0 < sum(w.program_energy_j.values()) < sum(w.energy_j.values()) for w in epochs)
     # the live run's page and a re-render of its profile are the same page
     assert (tracked_job / "r.html").read_text(encoding="utf-8") == render_html(build(load(tracked_job / "p.json")))
 
