@@ -21,7 +21,7 @@ from typing import Any, Callable, TypeVar
 from .options import Options
 from .outputs import write_outputs
 from .preflight import preflight
-from .profiler import Profiler, active_profiler
+from .profiler import Profiler, expand_output_paths, active_profiler
 from .agent.frames import anchor_depth
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -84,7 +84,7 @@ class _Session:
         if profile is None:  # a forked child: the parent's profile owns the outputs
             return
         try:
-            write_outputs(profile, self.options)
+            write_outputs(profile, prof.options)  # its paths with the placeholders expanded
         except OSError:
             pass  # write_outputs said so, one line per output
         except Exception as err:  # noqa: BLE001
@@ -121,7 +121,7 @@ class ProfileFactory:
 def energy_profile(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     """Profile a function (as a decorator) or a block (as a context manager)."""
     opts = Options.from_kwargs(options)
-    preflight(opts, keep_checkpoint=False)
+    preflight(expand_output_paths(opts), keep_checkpoint=False)
     if func is not None:
         if not callable(func):
             raise TypeError("energy_profile takes a function, or keyword options only")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
@@ -230,7 +231,9 @@ class Profile:
                         t.peak_rss_exact_bytes)
         meta = dict(self.meta)
         meta["idle_policy"] = policy
-        return Profile(meta, list(self.sources), totals, root, list(self.windows), self.timeline, list(self.notes),
+        windows = [dataclasses.replace(w, program_energy_j=dict(w.other_policy_program_energy_j),
+                                       other_policy_program_energy_j=dict(w.program_energy_j)) for w in self.windows]
+        return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
                        list(self.processes), dict(self.extra))
 
     # -- JSON --------------------------------------------------------------------------

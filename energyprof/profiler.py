@@ -51,6 +51,14 @@ def active_profiler() -> Any:
     return agent
 
 
+def expand_output_paths(options: Options) -> Options:
+    """`{rank}`, `{local_rank}`, `{node}` and `{pid}` in every output path, as this process sees them."""
+    from .integrations.distributed import expand_outputs
+    from .options import OUTPUTS
+
+    return expand_outputs(options, os.environ, os.getpid(), (*OUTPUTS, "checkpoint"))
+
+
 def _forget_after_fork() -> None:
     """In a forked child, a profile started by the parent is not this process's to stop."""
     global _active
@@ -107,7 +115,7 @@ class Profiler:
         return self
 
     def _start(self, target: str | None, anchor: int) -> None:
-        o = self.options
+        o = self.options = expand_output_paths(self.options)
         preflight(o)  # the same file-system checks as the command line: outputs writable, trace readable
         found, self._ledger = open_sources(o)
         self._discovery_notes = found.notes
@@ -220,10 +228,12 @@ class Profiler:
             self._feed.begin_window(name, index)
         return k
 
-    def end_window(self, name: str | None = None) -> None:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None) -> None:
+        """End the last window opened under `name`; `facts`: numbers measured about the span
+        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile."""
         if self._feed is not None:
             self._cuda_sync()
-            self._feed.end_window(name)
+            self._feed.end_window(name, facts)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
@@ -317,8 +327,14 @@ class Profiler:
 
     # -- results -----------------------------------------------------------------------
     def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:
-        return run_meta(self.options, self.target or "<program>", self.argv, self._started_wall, os.getpid(),
+        meta = run_meta(self.options, self.target or "<program>", self.argv, self._started_wall, os.getpid(),
                         self._discovery_notes, exit_status or {"status": "completed"})
+        from .integrations.distributed import rank_info
+
+        rank = rank_info(os.environ)
+        if rank is not None:  # one rank of several: its profile says which, so the ranks can be joined
+            meta["distributed"] = rank.to_meta(reader=False)
+        return meta
 
     def _checkpoint_header(self) -> dict[str, Any]:
         assert self._ledger is not None

@@ -111,6 +111,11 @@ class Window(_Record):
     rank: int | None = None  # that process's rank, in a distributed job
     node: str | None = None  # its host, in a profile joined from several nodes
     program_energy_j: dict[str, float] = field(default_factory=dict)
+    # The program's part under the other idle policy, so a re-render under it needs no new run.
+    other_policy_program_energy_j: dict[str, float] = field(default_factory=dict)
+    # What the program measured about the span itself: a tracked loop's fetch window holds the
+    # DataLoader worker's time on that batch (`pipeline_s`), `worker`, `workers` and `startup` (0/1).
+    loop: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -254,7 +259,21 @@ def read_window(raw: Any) -> Window:
                   pid=integer(raw.get("pid"), f"{w}.pid", optional=True),
                   rank=integer(raw.get("rank"), f"{w}.rank", optional=True),
                   node=None if raw.get("node") is None else string(raw.get("node"), f"{w}.node"),
-                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {})
+                  program_energy_j=energy(raw.get("program_energy_j", {}), f"{w}.program_energy_j") or {},
+                  other_policy_program_energy_j=energy(raw.get("other_policy_program_energy_j", {}),
+                                                       f"{w}.other_policy_program_energy_j") or {},
+                  loop=_numbers(raw.get("loop", {}), f"{w}.loop"))
+
+
+def _numbers(raw: Any, where: str) -> dict[str, float]:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(f"{where} must be an object")
+    out = {}
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ProfileFormatError(f"{where}.{k} must be a number")
+        out[str(k)] = float(v)
+    return out
 
 
 def read_timeline(raw: dict[str, Any]) -> Timeline:

@@ -154,3 +154,74 @@ def test_merge_conserves_under_both_policies(ranks) -> None:
     for policy in ("share", "all"):
         q = job.with_policy(policy)
         assert all(v >= -1e-9 for n, _ in q.walk() for v in n.self_energy_j.values())
+
+
+# ---------------------------------------------------------------- runs in time, and windows
+
+
+def _run(host: str, started: str, duration: float, machine: float, prog: float, rank: int | None = None) -> Profile:
+    """One run of `duration` s from `started` on `host`: `machine` J measured, `prog` J the program's
+    (all of it under `all`), with one window over the whole run holding both policies' parts."""
+    from energyprof.profile import Window
+
+    p = _rank_profile(host, rank if rank is not None else 0, machine, prog, 0.0, machine, duration)
+    if rank is None:
+        del p.meta["distributed"]
+        p.meta["host"] = {"name": host}
+    else:
+        p.meta["distributed"]["job"] = f"job@{started}"
+    p.meta["started_at"] = started
+    p.windows = [Window("epoch", 0, 0, 0.0, duration, duration, {"cpu": machine}, pid=1, rank=rank,
+                        program_energy_j={"cpu": prog}, other_policy_program_energy_j={"cpu": machine})]
+    return p
+
+
+def test_runs_that_did_not_overlap_are_added_and_a_note_says_so() -> None:
+    a = _run("h", "2026-01-01T10:00:00+00:00", 10.0, 329.0, 100.0)
+    b = _run("h", "2026-01-01T11:00:00+00:00", 5.0, 164.0, 50.0)
+    job = merge([a, b], ["a.json", "b.json"])
+    assert job.totals.energy_j["cpu"] == pytest.approx(493.0, rel=1e-12)  # not one run's 329 J
+    assert job.totals.attributed_j["cpu"] == pytest.approx(150.0, rel=1e-12)
+    assert [n.kind for n in job.notes] == ["runs-added"] and "did not overlap" in job.notes[0].message
+    conserved(job)
+    # the same two runs, overlapping in time, are one reading of the machine: counted once
+    c = _run("h", "2026-01-01T10:00:04+00:00", 5.0, 164.0, 50.0)
+    once = merge([a, c], ["a.json", "c.json"])
+    assert once.totals.energy_j["cpu"] == pytest.approx(329.0, rel=1e-12)
+    assert not [n for n in once.notes if n.kind == "runs-added"]
+    conserved(once)
+
+
+def test_merged_windows_keep_the_programs_part_under_both_policies() -> None:
+    r0 = _run("h", "2026-01-01T10:00:00+00:00", 10.0, 300.0, 120.0, rank=0)
+    r1 = _run("h", "2026-01-01T10:00:00.5+00:00", 9.0, 270.0, 100.0, rank=1)
+    r1.meta["distributed"]["job"] = r0.meta["distributed"]["job"]
+    job = merge([r0, r1])
+    assert [w.program_energy_j for w in job.windows] == [{"cpu": 120.0}, {"cpu": 100.0}]
+    # under `all` the node (300 J, no energyprof) is split between the ranks as their figures are
+    alls = [w.program_energy_j["cpu"] for w in job.with_policy("all").windows]
+    assert alls == pytest.approx([300.0 * 300 / 570, 270.0 * 300 / 570], rel=1e-12)
+    assert job.totals.energy_j["cpu"] == 300.0  # one node, one run: counted once
+    back = Profile.from_dict(json.loads(job.to_json()))
+    assert back.windows == job.windows
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.floats(1.0, 80.0)), min_size=1, max_size=5))
+def test_a_nodes_runs_add_up_once_each(spans_in) -> None:
+    """Any runs of one node on a 30 W machine, each program a tenth of it: the job's machine energy
+    is, per group of runs that overlapped in time, the longest run's; groups are added."""
+    runs = [(m, d, 30.0 * d) for m, d in spans_in]
+    profiles = [_run("h", f"2026-01-01T10:{m:02d}:00+00:00", d, e, e / 10) for m, d, e in runs]
+    job = merge(profiles)
+    conserved(job)
+    spans = sorted((m * 60.0, m * 60.0 + d, e) for m, d, e in runs)
+    want, end, best = 0.0, None, None
+    for lo, hi, e in spans:
+        if end is not None and lo < end:
+            end, best = max(end, hi), max(best, (hi - lo, e))
+        else:
+            want += best[1] if best else 0.0
+            end, best = hi, (hi - lo, e)
+    want += best[1] if best else 0.0
+    assert job.totals.energy_j["cpu"] == pytest.approx(want, rel=1e-9)

@@ -54,19 +54,43 @@ def _profile(windows: list[dict]):
     return p
 
 
-def test_windows_named_the_same_in_every_rank_are_per_rank_and_summed() -> None:
+def test_windows_named_the_same_in_every_rank_are_per_rank_and_the_machine_once() -> None:
+    """The ranks' windows lie over the same spans; each window's energy_j is what its rank read of
+    the machine (they disagree here, as they would by where edges fall between readings: the
+    group takes their mean over the common span). Rank rows hold the program's share (none was
+    given here: a file from before windows held it, so the machine's figure stands in)."""
     m = build(_profile(_ranked_windows()))
     groups = {g.name: g for g in m.window_groups}
     epoch = groups["epoch"]
-    assert (epoch.count, epoch.total_j) == (2, 24.0)  # the sum over ranks
+    assert (epoch.count, epoch.total_j) == (1, pytest.approx(12.0))  # one epoch; not 10 + 14
     assert [(r.name, r.count, r.total_j, r.mean_j) for r in epoch.ranks] == [("rank 0", 1, 10.0, 10.0),
                                                                             ("rank 1", 1, 14.0, 14.0)]
     compute = groups["step.compute"]
-    assert (compute.count, compute.total_j) == (6, 17.0)
+    assert (compute.count, compute.total_j) == (3, pytest.approx(2.5 + 2.5 + 3.5))
     assert [(r.name, r.count, r.total_j) for r in compute.ranks] == [("rank 0", 3, 7.0), ("rank 1", 3, 10.0)]
     assert [r.mean_time_s for r in compute.ranks] == pytest.approx([0.015, 0.015])
     html = render_html(m)
-    assert html.count('class="rank-row"') == 2 * len(groups) and "summed over 2 ranks" in html
+    assert html.count('class="rank-row"') == 2 * len(groups) and "the machine over 2 ranks" in html
+
+
+def test_summed_row_is_the_machine_over_the_union_span() -> None:
+    """100 W; rank 0's epoch spans 0-1 s, rank 1's 0.2-1.3 s: the machine over the union is 130 J,
+    not 100 + 110 J; each rank's row is its program share."""
+    ws = [Window(name="epoch", index=0, start_s=0.0, end_s=1.0, time_s=1.0, energy_j={"cpu": 90.0, "dram": 10.0},
+                 program_energy_j={"cpu": 40.0}, pid=100, rank=0),
+          Window(name="epoch", index=0, start_s=0.2, end_s=1.3, time_s=1.1, energy_j={"cpu": 110.0},
+                 program_energy_j={"cpu": 45.0}, pid=101, rank=1),
+          Window(name="epoch", index=1, start_s=2.0, end_s=2.5, time_s=0.5, energy_j={"cpu": 50.0},
+                 program_energy_j={"cpu": 20.0}, pid=100, rank=0)]
+    (epoch,) = window_groups([WindowRow(w) for w in ws])
+    assert epoch.total_j == pytest.approx(130.0 + 50.0, rel=1e-12)
+    assert (epoch.count, epoch.min_j, epoch.max_j) == (2, pytest.approx(50.0), pytest.approx(130.0))
+    assert epoch.mean_time_s == pytest.approx((1.3 + 0.5) / 2)
+    assert [(r.name, r.total_j) for r in epoch.ranks] == [("rank 0", 60.0), ("rank 1", 45.0)]
+    # two nodes: each node's machine once, summed over nodes
+    other = [dataclasses.replace(w, node="b", rank=w.rank + 2) for w in ws]
+    (both,) = window_groups([WindowRow(w) for w in ws + other])
+    assert both.total_j == pytest.approx(2 * 180.0, rel=1e-12)
 
 
 def test_training_breakdown_per_rank_from_each_ranks_own_steps() -> None:
@@ -100,7 +124,7 @@ def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
     assert m.training == {"step": breakdown(p, "step")}
     assert [(s["fetch_j"], s["compute_j"]) for s in m.training["step"]["steps"]] == RANKS[0][1]
     html = render_html(m)
-    assert 'class="rank-row"' not in html and "summed over" not in html and "Training loop per rank" not in html
+    assert 'class="rank-row"' not in html and "the machine over" not in html and "Training loop per rank" not in html
     one_rank = build(_profile(_ranked_windows({0: RANKS[0]})))
     assert one_rank.window_groups == m.window_groups and one_rank.training == m.training
     assert one_rank.training_ranks == {}
@@ -111,22 +135,41 @@ def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["epoch 0", "epoch 1", "step"]), st.sampled_from([None, 0, 1, 2]),
-                          st.floats(0, 1e3, allow_nan=False), st.floats(1e-4, 10, allow_nan=False)),
+                          st.floats(0, 1e3, allow_nan=False), st.floats(1e-4, 10, allow_nan=False),
+                          st.floats(0, 10, allow_nan=False), st.floats(0, 1)),
                 min_size=1, max_size=40))
 def test_rank_rows_add_up_to_their_group(ws) -> None:
-    rows = [WindowRow(Window(name=n, rank=r, pid=None if r is not None else 7, start_s=0.0, end_s=t, time_s=t,
-                             energy_j={"cpu": j})) for n, r, j, t in ws]
-    ranks = {r for _, r, _, _ in ws if r is not None}
+    """On a constant-power machine (W watts): the group is W x the union of the spans (never more
+    than the windows' sum, never less than the longest), the rank rows add up the program's parts."""
+    watts = 37.0
+    rows = [WindowRow(Window(name=n, rank=r, pid=None if r is not None else 7, start_s=s0, end_s=s0 + t, time_s=t,
+                             energy_j={"cpu": watts * t}, program_energy_j={"cpu": f * watts * t}))
+            for n, r, _, t, s0, f in ws]
+    ranks = {r for _, r, _, _, _, _ in ws if r is not None}
     for g in window_groups(rows):
+        mine = [x for x in rows if x.window.name == g.name]
         if len(ranks) <= 1:
             assert g.ranks == []
             continue
-        assert sum(r.count for r in g.ranks) == g.count
-        assert sum(r.total_j for r in g.ranks) == pytest.approx(g.total_j, rel=1e-9, abs=1e-9)
+        assert sum(r.count for r in g.ranks) == len(mine)
+        assert sum(r.total_j for r in g.ranks) == pytest.approx(sum(x.program for x in mine), rel=1e-9, abs=1e-9)
+        assert max(x.energy for x in mine) * (1 - 1e-9) <= g.total_j <= sum(x.energy for x in mine) * (1 + 1e-9)
+        union = _union([(x.window.start_s, x.window.end_s) for x in mine])
+        assert g.total_j == pytest.approx(watts * union, rel=1e-9, abs=1e-9)
         labels = [r.name for r in g.ranks]
         assert len(set(labels)) == len(labels)
         assert {int(x.split()[1]) for x in labels if x.startswith("rank ")} == \
-            {r for n, r, _, _ in ws if n == g.name and r is not None}
+            {r for n, r, *_ in ws if n == g.name and r is not None}
+
+
+def _union(spans: list[tuple[float, float]]) -> float:
+    total, end = 0.0, None
+    for a, b in sorted(spans):
+        if end is None or a > end:
+            total, end = total + (b - a), b
+        elif b > end:
+            total, end = total + (b - end), b
+    return total
 
 
 # ---------------------------------------------------------------- a real two-rank run
@@ -200,7 +243,17 @@ def test_two_rank_run_is_broken_down_per_rank(tracked_job: Path) -> None:
         assert all(s["compute_j"] > 0 for s in b["steps"])  # 50 W over every compute span
     epoch = next(g for g in m.window_groups if g.name == "epoch")
     assert [(r.name, r.count) for r in epoch.ranks] == [("rank 0", 2), ("rank 1", 2)]
-    assert sum(r.total_j for r in epoch.ranks) == pytest.approx(epoch.total_j)
+    # 50 W: the summed row is the machine over the union of the ranks' epochs (not twice it); each
+    # rank's row its program share, below the machine
+    epochs = [w for w in p.windows if w.name == "epoch"]
+    union = _union([(w.start_s, w.end_s) for w in epochs])
+    assert epoch.total_j == pytest.approx(50.0 * union, rel=0.03)
+    assert epoch.total_j < 0.8 * sum(sum(w.energy_j.values()) for w in epochs)
+    assert sum(r.total_j for r in epoch.ranks) <= epoch.total_j * 1.001
+    for r in epoch.ranks:
+        assert 0 < r.total_j
+    # the program's part of each window survives rank 0's join: below the machine's, never empty
+    assert all(0 < sum(w.program_energy_j.values()) < sum(w.energy_j.values()) for w in epochs)
     # the live run's page and a re-render of its profile are the same page
     assert (tracked_job / "r.html").read_text(encoding="utf-8") == render_html(build(load(tracked_job / "p.json")))
 

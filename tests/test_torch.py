@@ -433,3 +433,75 @@ def test_resnet_example_report(tmp_path: Path) -> None:
     assert "BasicBlock.forward" in names and "train_step" in names
     assert len(ept.breakdown(profile)["steps"]) == 6
     json.dumps(profile.to_dict())  # the saved profile round-trips as JSON
+
+
+# -- the stall with workers, from the saved profile alone -----------------------------------------
+WORKER_LOOP = """
+import json
+import time
+
+from torch.utils.data import DataLoader
+
+import energyprof.torch as ept
+
+
+class SleepyData:
+    def __len__(self):
+        return 12
+
+    def __getitem__(self, i):
+        time.sleep(0.06)
+        return i
+
+
+loader = DataLoader(SleepyData(), batch_size=1, num_workers=2, collate_fn=list)  # workers anew each epoch
+tracked = ept.track(loader)
+for epoch in range(2):
+    with ept.window("epoch", epoch):
+        for batch in tracked:
+            time.sleep(0.01)
+print(json.dumps(tracked.summary()["epochs"]))
+"""
+
+
+@pytest.mark.torch
+@pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
+def test_the_saved_profile_keeps_the_workers_timings_and_the_stall(tmp_path: Path) -> None:
+    """The report's training table has the stall with DataLoader workers (it showed "-": the profile
+    held no worker timings). The fetch windows keep each batch's worker time; the breakdown from the
+    file alone equals the tracker's own, and `derived.training` holds it for other tools."""
+    import textwrap
+
+    from conftest import run_cli as run_energyprof
+    from energyprof import load
+    from energyprof.analysis.report import build
+    from energyprof.render.html import render_html
+
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "loop.py").write_text(textwrap.dedent(WORKER_LOOP))
+    res = run_energyprof(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "loop.py"], cwd=tmp_path,
+                  timeout=300, env={"OMP_NUM_THREADS": "1"})
+    assert res.returncode == 0, res.stderr
+    tracker = json.loads(res.stdout)
+    p = load(tmp_path / "p.json")
+    fetches = [w for w in p.windows if w.name == "step.fetch" and "pipeline_s" in w.loop]
+    assert len(fetches) == 24 and all(w.loop["pipeline_s"] >= 0.06 and w.loop["workers"] == 2 for w in fetches)
+    assert sum(w.loop["startup"] for w in fetches) == 4  # each epoch's two workers' first batches
+    b = build(p).training["step"]
+    assert [e["workers"] for e in b["epochs"]] == [2, 2]
+    facts = {w.index: w.loop for w in fetches}
+    for mine, theirs in zip(b["epochs"], tracker):
+        # the workers' own times, as the tracker measured them; the stall by the formula over the
+        # steps' compute as the profile's windows hold it (the tracker's clock reads are a few
+        # microseconds off its window marks)
+        steady = [s for s in b["steps"] if s["epoch"] == mine["epoch"] and not facts[s["step"]]["startup"]]
+        assert mine["pipeline_s"] == pytest.approx(theirs["pipeline_s"], rel=1e-9)
+        want = sum(max(facts[s["step"]]["pipeline_s"] / 2 - s["compute_s"] - s["preprocess_s"], 0.0) + s["preprocess_s"]
+                   for s in steady)
+        assert mine["stall_s"] == pytest.approx(want, rel=1e-9, abs=1e-12)
+        assert mine["stall_s"] > 0  # 60 ms / 2 workers outlasts 10 ms of compute
+    assert not [n for n in b["notes"] if "no worker timings" in n]
+    doc = json.loads((tmp_path / "p.json").read_text())
+    assert [e["stall_s"] for e in doc["derived"]["training"]["step"]["epochs"]] == \
+        pytest.approx([e["stall_s"] for e in b["epochs"]])
+    assert (tmp_path / "r.html").read_text(encoding="utf-8") == render_html(build(p))

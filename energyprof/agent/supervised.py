@@ -118,11 +118,12 @@ class Agent:
         self.spool.event(window_begin(t, str(name), index))
         return t
 
-    def end_window(self, name: str | None = None, reply: bool = False) -> int:
-        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`)."""
+    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None) -> int:
+        """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`);
+        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it."""
         self._cuda_sync()
         t = _perf()
-        self.spool.event(window_end(t, None if name is None else str(name), reply))
+        self.spool.event(window_end(t, None if name is None else str(name), reply, facts))
         return t
 
     def window(self, name: str, index: int | None = None) -> Any:

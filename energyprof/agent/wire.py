@@ -102,8 +102,23 @@ def window_begin(t_ns: int, name: str, index: int | None) -> str:
     return f"{WINDOW}\tb\t{t_ns}\t{esc(name)}\t{'' if index is None else int(index)}\n"
 
 
-def window_end(t_ns: int, name: str | None, reply: bool) -> str:
-    return f"{WINDOW}\te\t{t_ns}\t{esc('' if name is None else name)}\t{'r' if reply else ''}\n"
+def window_end(t_ns: int, name: str | None, reply: bool, facts: dict[str, float] | None = None) -> str:
+    """`facts`: numbers the program measured about the span (a tracked loop's pipeline time),
+    as `k=v;k=v` in a last field that older readers ignore."""
+    more = "\t" + ";".join(f"{esc(str(k))}={float(v)!r}" for k, v in facts.items()) if facts else ""
+    return f"{WINDOW}\te\t{t_ns}\t{esc('' if name is None else name)}\t{'r' if reply else ''}{more}\n"
+
+
+def window_facts(text: str) -> dict[str, float]:
+    """The facts of a window's end record (`window_end`); a damaged pair is left out."""
+    out = {}
+    for part in unesc(text).split(";"):
+        k, _, v = part.partition("=")
+        try:
+            out[k] = float(v)
+        except ValueError:
+            continue
+    return out
 
 
 def alloc(function: str, file: str, line: int, size: int) -> str:

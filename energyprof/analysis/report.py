@@ -106,6 +106,11 @@ class ReportModel:
             if c.program_cost is not None:
                 out["totals"].update(cost=c.program_cost, machine_cost=c.machine_cost)
             out["carbon"] = c.to_dict()
+        if self.training:  # the tracked loops' breakdown (wait, pipeline, compute, stall), as the report shows it
+            out["training"] = self.training
+        if self.training_ranks:
+            out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
+                                       for name, ranks in self.training_ranks.items()}
         return out
 
 

@@ -141,10 +141,12 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
     """The split with energy, from a finished (or loaded) profile's windows.
 
     Windows `<name>.fetch` (the wait in next()), `<name>.preprocess` and `<name>.compute`,
-    index = step, grouped by the `epoch_window` window that holds them. The windows hold no
-    worker timings: pass the tracker's records (`tracked.records()`) as `steps` for the stall
-    of a loop with workers. Without them the loop is taken to have none (the pipeline is the
-    wait), unless the profile has DataLoader worker processes, in which case the stall is None.
+    index = step, grouped by the `epoch_window` window that holds them. A tracked loop's fetch
+    windows hold the workers' timings (`loop`: the worker's time on the batch, written by
+    `energyprof.torch.track`), so the stall of a loop with workers comes from the profile
+    alone; `steps` (the tracker's records, `tracked.records()`) take their place when given.
+    With neither, the loop is taken to have no workers (the pipeline is the wait), unless the
+    profile has DataLoader worker processes, in which case the stall is None.
     `rank`: only that rank's windows (a distributed job's ranks count steps each from 0, so their
     windows cannot be paired across ranks).
     """
@@ -189,6 +191,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
                  for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
 
     workers = _worker_nodes(profile, rank)
+    if steps is None:
+        steps = _saved_timings(fetches, rows)
     timing = _timings(rows, steps, has_workers=bool(workers))
     loop = loop_breakdown(timing, warmup) if timing is not None else None
     per_epoch: dict[Any, dict[str, Any]] = {}
@@ -205,7 +209,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
     energies = [r["energy_j"] for r in rows]
     notes = list(loop["notes"]) if loop else []
     if loop is None:
-        notes.append("the loop has DataLoader workers but the profile holds no worker timings:"
+        notes.append("the loop has DataLoader workers but the profile holds no worker timings (a loop not"
+                     " tracked with energyprof.torch.track, or a profile written before they were kept):"
                      " pass the tracker's records for the stall")
     return {
         "name": name,
@@ -225,6 +230,18 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
 
 
 _SUMMED = ("wait_s", "preprocess_s", "compute_s", "time_s", "wait_j", "preprocess_j", "compute_j", "energy_j")
+
+
+def _saved_timings(fetches: list[Window], rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    """The tracker's timings as the profile saved them (the facts on each fetch window), when every
+    step of a loop with workers has them; else None."""
+    facts = {int(f.index): f.loop for f in fetches if f.index is not None and "pipeline_s" in f.loop}
+    if not facts or any(r["step"] not in facts for r in rows):
+        return None
+    return [{"step": r["step"], "epoch": r["epoch"], "wait_s": r["wait_s"], "pipeline_s": facts[r["step"]]["pipeline_s"],
+             "preprocess_s": r["preprocess_s"], "compute_s": r["compute_s"],
+             "workers": int(facts[r["step"]].get("workers", 0)), "worker": int(facts[r["step"]].get("worker", -1)),
+             "startup": bool(facts[r["step"]].get("startup", 0.0))} for r in rows]
 
 
 def _timings(rows: list[dict[str, Any]], steps: Iterable[Mapping[str, Any]] | None,

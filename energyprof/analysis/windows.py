@@ -24,7 +24,14 @@ class WindowRow:
 
     @property
     def energy(self) -> float:
+        """The machine's energy in the span."""
         return sum(self.window.energy_j.values())
+
+    @property
+    def program(self) -> float:
+        """The program's part of it (the machine's in files written before windows held it)."""
+        w = self.window
+        return sum(w.program_energy_j.values()) if w.program_energy_j else self.energy
 
 
 @dataclass
@@ -38,8 +45,10 @@ class WindowGroup:
     max_j: float
     mean_time_s: float
     short: int
-    # In a job whose windows come from several ranks: one group per rank (name "rank R"), and this
-    # group is their sum. Empty otherwise, so a single process's groups are as they always were.
+    # In a job whose windows come from several ranks: one group per rank (name "rank R") holding
+    # that rank's program share, and this group holds the machine over the union of the ranks'
+    # spans on each node (counted once, summed over nodes), per window index. Empty otherwise, so
+    # a single process's groups are as they always were.
     ranks: list[WindowGroup] = field(default_factory=list)
 
 
@@ -55,29 +64,69 @@ def resolution_s(sources: list[Source]) -> float | None:
 
 
 def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
-    """Energy per window name: count, mean and spread (epochs, steps, phases); with windows from
-    several ranks, each group also holds one row per rank and is the sum over them."""
+    """Energy per window name: count, mean and spread (epochs, steps, phases). With windows from
+    several ranks, one row per rank holds that rank's program share, and the group the machine
+    over the ranks' spans, each node counted once: a window of the same name and index in every
+    rank is one instance, its energy the machine's over the union of their spans."""
     groups: dict[str, list[WindowRow]] = {}
     for r in rows:
         groups.setdefault(r.window.name, []).append(r)
     several = len(window_ranks(r.window for r in rows)) > 1
     out = []
     for name, ws in groups.items():
-        group = _group(name, ws)
-        if several:
-            by_rank: dict[tuple[bool, int], list[WindowRow]] = {}
-            for r in ws:
-                by_rank.setdefault(_rank_key(r.window), []).append(r)
-            group.ranks = [_group(_rank_label(key), rs) for key, rs in sorted(by_rank.items())]
+        if not several:
+            out.append(_group(name, ws, [r.energy for r in ws]))
+            continue
+        instances: dict[int | None, list[Window]] = {}
+        for r in ws:
+            instances.setdefault(r.window.index, []).append(r.window)
+        energies = [span_energy(i) for i in instances.values()]
+        times = [span_time(i) for i in instances.values()]
+        group = WindowGroup(name, len(energies), span_energy([r.window for r in ws]), statistics.fmean(energies),
+                            statistics.stdev(energies) if len(energies) > 1 else 0.0, min(energies), max(energies),
+                            statistics.fmean(times), sum(1 for r in ws if r.short_for))
+        by_rank: dict[tuple[bool, int], list[WindowRow]] = {}
+        for r in ws:
+            by_rank.setdefault(_rank_key(r.window), []).append(r)
+        group.ranks = [_group(_rank_label(key), rs, [r.program for r in rs]) for key, rs in sorted(by_rank.items())]
         out.append(group)
     return out
 
 
-def _group(name: str, ws: list[WindowRow]) -> WindowGroup:
-    energies = [r.energy for r in ws]
+def _group(name: str, ws: list[WindowRow], energies: list[float]) -> WindowGroup:
     return WindowGroup(name, len(ws), sum(energies), statistics.fmean(energies),
                        statistics.stdev(energies) if len(ws) > 1 else 0.0, min(energies), max(energies),
                        statistics.fmean(r.window.time_s for r in ws), sum(1 for r in ws if r.short_for))
+
+
+def _segments(windows: Iterable[Window]) -> Iterable[tuple[float, float, float]]:
+    """(start, end, the machine's power) of each stretch of time covered by at least one of the
+    windows, per node: where spans overlap, the mean of the power their windows measured (they
+    read one machine, so they agree but for where their edges fall between sensor readings)."""
+    by_node: dict[str | None, list[Window]] = {}
+    for w in windows:
+        if w.end_s > w.start_s:
+            by_node.setdefault(w.node, []).append(w)
+    for ws in by_node.values():
+        events = sorted([(w.start_s, 1, sum(w.energy_j.values()) / (w.end_s - w.start_s)) for w in ws]
+                        + [(w.end_s, -1, sum(w.energy_j.values()) / (w.end_s - w.start_s)) for w in ws])
+        open_n, power, last = 0, 0.0, None
+        for t, kind, p in events:
+            if open_n and last is not None and t > last:
+                yield last, t, power / open_n
+            open_n += kind
+            power = power + p * kind if open_n else 0.0
+            last = t
+
+
+def span_energy(windows: Iterable[Window]) -> float:
+    """The machine's energy over the union of the windows' spans, each node once, summed over nodes."""
+    return sum(p * (b - a) for a, b, p in _segments(windows))
+
+
+def span_time(windows: Iterable[Window]) -> float:
+    """The length of the union of the windows' spans (per node, summed over nodes)."""
+    return sum(b - a for a, b, _ in _segments(windows))
 
 
 def _rank_key(w: Window) -> tuple[bool, int]:

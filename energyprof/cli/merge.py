@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ..options import CARBON_OPTIONS
 from .common import PROG, Parser, UsageError, build_options
@@ -33,6 +34,10 @@ def merge_cmd(argv: list[str]) -> int:
         joined = merge(profiles, list(ns.profiles), world_size=ns.world_size)
     except (ProfileFormatError, MergeError) as exc:
         raise UsageError(str(exc)) from None
+    if not ns.quiet:
+        for note in joined.notes:
+            if note.kind == "runs-added":  # the figure is not one run's: say so where it is made
+                print(f"energyprof: {note.message}", file=sys.stderr)
     saved = profiles[0].meta.get("carbon_settings")
     saved = {k: v for k, v in saved.items() if k in CARBON_OPTIONS} if isinstance(saved, dict) else {}
     try:

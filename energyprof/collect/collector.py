@@ -306,13 +306,13 @@ class LocalFeed:
             elif ev[0] == "begin":
                 led.begin_window(ev[1], ev[2], ev[3])
             else:
-                led.end_window(ev[1], ev[2])
+                led.end_window(ev[1], ev[2], facts=ev[3])
 
     def begin_window(self, name: str, index: int | None) -> None:
         self.queue.append(("begin", time.perf_counter_ns(), name, index))
 
-    def end_window(self, name: str | None) -> None:
-        self.queue.append(("end", time.perf_counter_ns(), name, None))
+    def end_window(self, name: str | None, facts: dict[str, float] | None = None) -> None:
+        self.queue.append(("end", time.perf_counter_ns(), name, facts))
 
     def _children_cpu_ns(self, t: int) -> int:
         """Reaped children (exact) plus live ones (polled every CHILD_POLL_S)."""

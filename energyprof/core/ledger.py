@@ -10,8 +10,10 @@ run of any length costs memory in proportion to its distinct stacks:
   single 10 ms interval would be mostly quantisation noise). energyprof's own threads get
   their share as the node `[energyprof]`; the rest is `[other processes and idle]`.
 * The program's part of an interval is split among the samples overlapping it, in
-  proportion to weight x overlap / duration: CPU time for CPU-class sources, wall time on
-  the main thread for GPUs and for intervals in which the program burnt no CPU.
+  proportion to weight x overlap / duration: CPU time for CPU-class sources (a thread or
+  process that used no CPU in an interval gets none of it), wall time on running main-thread
+  stacks for GPUs and for intervals in which nothing of the program burnt CPU (never to a
+  thread blocked in a wait); with no such stack, the program's root carries it.
 
 Both idle policies are accumulated side by side, so the policy is a rendering choice.
 
@@ -44,6 +46,32 @@ IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 
 def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
+
+
+# Standard-library functions a thread blocks in, by module file: a sample whose innermost
+# Python frame is one of these was waiting (time.sleep and other C waits show their caller,
+# and are told by the thread's CPU clock instead).
+WAIT_FUNCTIONS = {
+    "selectors.py": {"select"},
+    "socket.py": {"accept", "recv", "recv_into"},
+    "threading.py": {"wait", "_wait_for_tstate_lock", "join", "acquire"},
+    "queue.py": {"get", "put"},
+    "connection.py": {"wait", "poll", "_poll", "recv", "recv_bytes", "_recv", "_recv_bytes", "accept"},
+    "queues.py": {"get", "put"},
+    "synchronize.py": {"wait", "acquire", "__enter__"},
+    "subprocess.py": {"wait", "_wait", "_try_wait", "communicate"},
+    "popen_fork.py": {"wait", "poll"},
+    "pool.py": {"wait", "get"},
+    "_base.py": {"wait", "result"},
+}
+
+
+def is_wait(frame: tuple[str, str, int]) -> bool:
+    """A frame (function, file, line) in which a thread blocks waiting for something."""
+    func, file, _ = frame
+    base = file.replace("\\", "/").rsplit("/", 1)[-1]
+    names = WAIT_FUNCTIONS.get(base)
+    return names is not None and func.rsplit(".", 1)[-1] in names
 
 @dataclass(slots=True)
 class _StackStat:
@@ -91,6 +119,7 @@ class Ledger:
         z = [0.0] * self.n
         self.total = list(z)
         self.idle = list(z)  # share policy: not the program's
+        self.idle_all = list(z)  # all policy: nothing, but for one rank of several (its peers' part)
         self.own_share = list(z)
         self.own_all = list(z)
         self.root_share = list(z)  # the program's, with no sample to carry it
@@ -114,6 +143,12 @@ class Ledger:
         # Processes known to use a GPU: GPU energy goes by wall time to their samples only
         # (not to DataLoader workers, say); empty, to every process's main thread.
         self.gpu_procs: set[int] = set()
+        self._wait_cache: dict[int, bool] = {}
+        # One rank of several on this node (energyprof inside each rank): under `all` the rank pays
+        # for its own CPU plus an even part of what no rank used (idle, other processes), so the
+        # ranks' files add up to the node. None: the program is the whole job.
+        self.node_ranks: int | None = None
+        self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
 
     @property
     def first_ns(self) -> int | None:
@@ -239,13 +274,17 @@ class Ledger:
         self._open_windows.append(w)
         self._live_windows.append(w)
 
-    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None) -> dict[str, Any] | None:
+    def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None,
+                   facts: dict[str, float] | None = None) -> dict[str, Any] | None:
         """End the last window opened under `name` (any, when None) by `pid` (any, when None);
-        returns it (its figures are final once its "done" is set), or None when none is open."""
+        returns it (its figures are final once its "done" is set), or None when none is open.
+        `facts`: numbers the program measured about the span, kept as they are (`loop`)."""
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
             if (name is None or w["name"] == name) and (pid is None or w.get("pid") == pid):
                 w["end_ns"] = t_ns
+                if facts:
+                    w["loop"] = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
                 del self._open_windows[i]
                 return w
         return None
@@ -319,7 +358,18 @@ class Ledger:
         phi_prog = min(d_prog / denom, 1.0 - phi_own)
         child_frac = d_children / d_prog if d_prog else 0.0
         # Under 'all' the job pays for the whole machine, less energyprof's part.
-        return phi_prog, phi_own, child_frac, 1.0 - phi_own
+        return phi_prog, phi_own, child_frac, self._all_part(phi_own, d_prog, d_own, b, ref, dt, span, capacity)
+
+    def _all_part(self, phi_own: float, d_prog: float, d_own: float, b: Tick, ref: Tick, dt: int, span: int,
+                  capacity: float) -> float:
+        """The program's part of a CPU-class source under `all`: the machine less energyprof's part
+        or, for one rank of R on the node, its own CPU plus 1/R of the CPU no rank used."""
+        ranks = self.node_ranks
+        if not ranks or ranks <= 1 or capacity <= 0:
+            return 1.0 - phi_own
+        d_peers = max(0, b.peers_cpu_ns - ref.peers_cpu_ns) * dt / span if span > 0 else 0.0
+        pool = max(0.0, capacity - d_prog - d_own - d_peers)
+        return min(1.0 - phi_own, (d_prog + pool / ranks) / capacity)
 
     def _charge(self, a: Tick, b: Tick) -> None:
         lo, hi = a.t_ns, b.t_ns
@@ -331,30 +381,38 @@ class Ledger:
         for i in range(n):
             self.total[i] += de[i]
         parts = self._program_parts(a, b, de) if any(de) else None
-        self._charge_windows(lo, hi, de, parts)
+        self._iv = {}
 
-        cpu_w: dict[int, float] = {}
-        wall_w: dict[int, float] = {}
+        # Weights are kept per (stack, process): a stack may recur in processes that come and go
+        # (each epoch's DataLoader worker N has the same stacks), and each is charged for its own.
+        cpu_w: dict[tuple[int, int], float] = {}
+        wall_w: dict[tuple[int, int], float] = {}
+        gpu_w: dict[tuple[int, int], float] = {}
         any_w: dict[int, float] = {}
         gpu_procs = self.gpu_procs
-        gpu_w: dict[int, float] = {}
         for s in self._pending:
             t0, t1, sid, cpu, main, _, proc = s
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
+            key = (sid, proc)
             if cpu:
-                cpu_w[sid] = cpu_w.get(sid, 0.0) + cpu * ov / (t1 - t0)
+                cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
             if main:
-                wall_w[sid] = wall_w.get(sid, 0.0) + ov
+                # A GPU's energy goes by wall time to the main thread of a process using it,
+                # whatever it waits for (the kernels it launched run meanwhile).
                 if proc in gpu_procs:
-                    gpu_w[sid] = gpu_w.get(sid, 0.0) + ov
+                    gpu_w[key] = gpu_w.get(key, 0.0) + ov
+                # The fallback counts only a stack that was running: with CPU, or in a call that
+                # is not a known wait. A thread blocked in a wait gets none of it.
+                if cpu or not self._waiting(sid):
+                    wall_w[key] = wall_w.get(key, 0.0) + ov
             any_w[sid] = any_w.get(sid, 0.0) + ov
-        wall = wall_w or any_w
         if any_w:
             self.timeline.note_stacks(lo, any_w)
 
         if not any(de):
+            self._charge_windows(lo, hi, de, parts)
             return
         assert parts is not None
         prog_share_sum = prog_all_sum = 0.0
@@ -363,9 +421,12 @@ class Ledger:
             if d == 0.0:
                 continue
             prog_share, own_share, prog_all, cf = parts[i]
-            weights = (gpu_w or wall) if self.gpu[i] else (cpu_w or wall)
+            # CPU-class energy goes by CPU time, to wall time only where nothing of the program
+            # used CPU in the interval; GPU energy by wall time, to the processes using the GPU.
+            weights = (gpu_w or wall_w or cpu_w) if self.gpu[i] else (cpu_w or wall_w)
             self.own_share[i] += own_share
-            self.own_all[i] += d - prog_all
+            self.own_all[i] += own_share  # energyprof's part is the fraction of the machine it used, either way
+            self.idle_all[i] += max(0.0, d - prog_all - own_share)
             prog_share_sum += prog_share
             prog_all_sum += prog_all
             # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
@@ -373,31 +434,53 @@ class Ledger:
             if not weights:
                 self.root_share[i] += prog_share
                 self.root_all[i] += prog_all
+                self._note_interval(None, i, prog_share, prog_all)
                 continue
             self._spread(weights, i, prog_share, prog_all, cf)
         self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
+        self._charge_windows(lo, hi, de, parts)
 
-    def _spread(self, weights: dict[int, float], i: int, e_share: float, e_all: float, child_frac: float) -> None:
+    def _note_interval(self, proc: int | None, i: int, e_share: float, e_all: float) -> None:
+        """What a process (None: no sample carried it) was charged in the interval being charged,
+        for the windows its processes marked."""
+        row = self._iv.get(proc)
+        if row is None:
+            row = self._iv[proc] = ([0.0] * self.n, [0.0] * self.n)
+        row[0][i] += e_share
+        row[1][i] += e_all
+
+    def _spread(self, weights: dict[tuple[int, int], float], i: int, e_share: float, e_all: float,
+                child_frac: float) -> None:
         total_w = sum(weights.values())
         stats = self.stats
-        procs, sid_proc = self.procs, self.sid_proc
-        for sid, w in weights.items():
+        procs = self.procs
+        for (sid, proc), w in weights.items():
             f = w / total_w
-            ps = procs[sid_proc[sid]]
+            ps = procs[proc]
             ps.share[i] += e_share * f
             ps.all[i] += e_all * f
+            self._note_interval(proc, i, e_share * f, e_all * f)
+            st = stats[sid]
             if child_frac:
                 own_f = f * (1.0 - child_frac)
-                st = stats[sid]
                 st.share[i] += e_share * own_f
                 st.all[i] += e_all * own_f
                 cst = self._child_stat(sid)
                 cst.share[i] += e_share * (f - own_f)
                 cst.all[i] += e_all * (f - own_f)
             else:
-                st = stats[sid]
                 st.share[i] += e_share * f
                 st.all[i] += e_all * f
+
+    def _waiting(self, sid: int) -> bool:
+        """The stack's innermost frame is a standard-library wait (select, accept, a lock, a
+        queue's get): a thread sampled there was blocked, not running."""
+        w = self._wait_cache.get(sid)
+        if w is None:
+            frames = self.stacks.stacks[sid]
+            w = bool(frames) and is_wait(self.stacks.frames[frames[-1]])
+            self._wait_cache[sid] = w
+        return w
 
     def _child_stat(self, sid: int) -> _StackStat:
         csid = self._child_sid.get(sid)
@@ -417,7 +500,8 @@ class Ledger:
         for i, d in enumerate(de):
             if self.gpu[i]:
                 g = min(1.0, max(0.0, gpu_share.get(self.source_ids[i], 1.0)))
-                out.append((g * d, 0.0, d, 0.0))
+                # one rank of several pays under `all` for the devices it uses, not its peers'
+                out.append((g * d, 0.0, g * d if self.node_ranks and self.node_ranks > 1 else d, 0.0))
             else:
                 out.append((phi_prog * d, phi_own * d, all_prog * d, child_frac))
         return out
@@ -425,7 +509,9 @@ class Ledger:
     def _charge_windows(self, lo: int, hi: int, de: list[float],
                         parts: list[tuple[float, float, float, float]] | None) -> None:
         """Each window open in [lo, hi] gets the part of the interval's energy it overlaps: the
-        machine's, and the program's under both idle policies, spread alike (by overlap)."""
+        machine's, and the program's under both idle policies, spread alike (by overlap). A window
+        marked by one process of several (a rank) gets what that process and the processes it
+        started were charged, never the whole program's."""
         if not self._live_windows:
             return
         dt = hi - lo
@@ -437,15 +523,35 @@ class Ledger:
                 if ov > 0 and parts is not None:
                     e, prog, prog_all = w["energy"], w.setdefault("program", [0.0] * self.n), \
                         w.setdefault("program_all", [0.0] * self.n)
+                    own = self._subtree_part(w.get("pid"))
                     for i, d in enumerate(de):
                         e[i] += d * ov / dt
-                        prog[i] += parts[i][0] * ov / dt
-                        prog_all[i] += parts[i][2] * ov / dt
+                        prog[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
+                        prog_all[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
             if end is None or end > hi:
                 still.append(w)
             else:
                 w["done"] = True
         self._live_windows = still
+
+    def _subtree_part(self, pid: int | None) -> tuple[list[float], list[float]] | None:
+        """What `pid` and its descendants were charged in the interval being charged; None (the
+        whole program's part) for a window with no process, or one marked by the job's top process."""
+        info = self.process_info
+        if pid is None or pid not in info or info[pid].get("parent_pid") not in info:
+            return None
+        share, all_ = [0.0] * self.n, [0.0] * self.n
+        for proc, (s_row, a_row) in self._iv.items():
+            q, hops = proc, 0
+            while q is not None and q != pid and hops < 64:
+                q = info.get(q, {}).get("parent_pid")
+                q = q if q in info else None
+                hops += 1
+            if q == pid:
+                for i in range(self.n):
+                    share[i] += s_row[i]
+                    all_[i] += a_row[i]
+        return share, all_
 
     # -- processes ----------------------------------------------------------------------
     def note_process(self, pid: int, **info: Any) -> None:
@@ -496,13 +602,16 @@ class Ledger:
             "cpus": self.cpus,
             "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all,
                                v.alloc_bytes] for k, v in self.stats.items()},
-            "acc": {k: getattr(self, k) for k in ("total", "idle", "own_share", "own_all", "root_share", "root_all")},
+            "acc": {k: getattr(self, k) for k in ("total", "idle", "idle_all", "own_share", "own_all", "root_share",
+                                                  "root_all")},
             "timeline": {k: getattr(self.timeline, k)
                          for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
             | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
             "windows": self.windows,
-            "ticks": [list(t[:7]) + [t.gpu_share] for t in self._ticks],
-            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share] if self.first_tick else None,
+            "ticks": [list(t[:7]) + [t.gpu_share, t.peers_cpu_ns] for t in self._ticks],
+            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share, self.first_tick.peers_cpu_ns]
+            if self.first_tick else None,
+            "node_ranks": self.node_ranks,
             "anomalies": self.anomalies,
             "child_sid": {str(k): v for k, v in self._child_sid.items()},
             # samples still waiting for their intervals, and the per-process figures
@@ -537,7 +646,8 @@ class Ledger:
         led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
 
         def tick(raw: list[Any]) -> Tick:
-            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7])
+            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7],
+                        int(raw[8]) if len(raw) > 8 else 0)
 
         if state.get("first_tick"):
             led.first_tick = tick(state["first_tick"])
@@ -556,6 +666,7 @@ class Ledger:
             led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
         led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
+        led.node_ranks = state.get("node_ranks")
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]
         led._live_windows = [w for w in led.windows if not w.get("done")]  # ended, its tail not yet charged: still live
         return led

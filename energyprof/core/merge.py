@@ -1,8 +1,10 @@
 """Join the profiles of one job (per rank, per node) into one Profile. Pure: Profiles in, a Profile out.
 
-Profiles are grouped by node (the host that measured them). The ranks of a node all read the
-same machine, so a node's machine energy is taken once per source: from the profile whose
-readings span the longest (the rank elected reader on a tie), never summed over its ranks.
+Profiles are grouped by node (the host that measured them), and a node's profiles into runs
+that overlapped in time. The ranks of a run all read the same machine, so its machine energy
+is taken once per source: from the profile whose readings span the longest (the rank elected
+reader on a tie), never summed over its ranks. Runs of one node that did not overlap are
+added (and a note says so). Windows keep the program's part of them under both policies.
 Each rank keeps what it was charged (its CPU share of the machine under `share`), so the
 ranks' figures add up; what none of them was charged is the node's idle. Under `all` the
 node's program energy (the machine less energyprof's part) is split among its ranks in
@@ -150,103 +152,114 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
     timelines: list[tuple[float, Timeline]] = []
     cpu_s = own_cpu_s = 0.0
     peaks: list[int] = []
-    for host, group in nodes.items():
-        group.sort(key=lambda m: (m.rank is None, m.rank if m.rank is not None else 0))
-        # The node's machine: the readings spanning longest (the elected reader on a tie).
-        machine = max(group, key=lambda m: (m.profile.totals.duration_s, m.reader))
-        m_energy = dict(machine.profile.totals.energy_j)
-        n_attr: dict[str, float] = {}
-        n_own: dict[str, float] = {}
-        n_own_o: dict[str, float] = {}
-        n_attr_o: dict[str, float] = {}
-        for m in group:
-            _add(n_attr, m.profile.totals.attributed_j)
-            _add(n_own, m.profile.totals.energyprof_j)
-            _add(n_own_o, m.own_all)
-            _add(n_attr_o, m.attr_all)
-            for s in m.profile.sources:
-                if s.id not in sources or ("rank" in s.extra and "rank" not in sources[s.id].extra):
-                    sources[s.id] = s  # a GPU: the rank that uses it says so
-        for s in set(n_attr) | set(n_own):
-            charged = n_attr.get(s, 0.0) + n_own.get(s, 0.0)
-            if charged > m_energy.get(s, 0.0):
-                m_energy[s] = charged  # shares taken apart can overshoot by rounding: never a negative idle
-        n_idle = {s: max(0.0, e - n_attr.get(s, 0.0) - n_own.get(s, 0.0)) for s, e in m_energy.items()}
-        # Under `all` the ranks share the node's program energy; one profile keeps its own figures.
-        scale: dict[str, float] = {}
-        for s, e in m_energy.items():
-            want = max(0.0, e - n_own_o.get(s, 0.0))
-            have = n_attr_o.get(s, 0.0)
-            scale[s] = 1.0 if len(group) == 1 or have <= 0 else want / have
-        n_idle_o = {s: max(0.0, e - n_own_o.get(s, 0.0) - n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
-                    for s, e in m_energy.items()}
-        if len(group) == 1:  # one profile: its own figures, to the last bit
-            only = group[0].profile
-            n_idle = dict(only.totals.idle_j)
-            n_idle_o = dict(next((c.other_policy_self_energy_j or {} for c in only.root.children
-                                  if c.function == IDLE_NODE), n_idle_o))
+    for host, members_of_host in nodes.items():
+        runs = _runs(members_of_host)
+        if len(runs) > 1:
+            notes.append(Note("runs-added", f"{host}: {len(runs)} runs that did not overlap in time; their machine"
+                              " energies are added, each counted once", {"host": host, "runs": len(runs)}))
         holder_parent = root
         if multi:
             holder_parent = Node(function=f"{NODE_PREFIX}{host}]", other_policy_self_energy_j={})
             root.children.append(holder_parent)
-        for m in group:
-            p = m.profile
-            if m.rank is not None and (len(group) > 1 or multi or len(members) > 1):
-                holder = Node(function=f"{RANK_PREFIX}{m.rank}]", other_policy_self_energy_j={})
-                holder_parent.children.append(holder)
-            else:
-                holder = holder_parent
-            _add(holder.self_energy_j, p.root.self_energy_j)
-            other = holder.other_policy_self_energy_j if holder.other_policy_self_energy_j is not None else {}
-            for s, v in (p.root.other_policy_self_energy_j or {}).items():
-                other[s] = other.get(s, 0.0) + v * scale.get(s, 1.0)
-            holder.other_policy_self_energy_j = other
-            holder.self_time_s += p.root.self_time_s
-            holder.self_cpu_time_s += p.root.self_cpu_time_s
-            holder.self_samples += p.root.self_samples
-            for c in p.root.children:
-                if c.function in (SELF_NODE, IDLE_NODE):
-                    continue
-                k = scale if len(group) > 1 else {}
-                copy = _copy(c, 1.0)
-                if k:
-                    for n, _ in copy.walk():
-                        if n.other_policy_self_energy_j is not None:
-                            n.other_policy_self_energy_j = {s: v * k.get(s, 1.0)
-                                                            for s, v in n.other_policy_self_energy_j.items()}
-                holder.children.append(copy)
-            offset = (m.start - t0) if m.start is not None and t0 is not None else 0.0
-            for w in p.windows:
-                windows.append(Window(w.name, w.index, w.depth, w.start_s + offset, w.end_s + offset, w.time_s,
-                                      dict(w.energy_j), pid=w.pid, rank=w.rank if w.rank is not None else m.rank,
-                                      node=host))
-            for proc in p.processes:
-                rank = proc.rank if proc.rank is not None else (m.rank if proc.role == "main" else None)
-                role = "rank" if proc.role == "main" and m.rank is not None else proc.role
-                processes.append(Process(proc.pid, proc.parent_pid, proc.command, role, rank, proc.local_rank,
-                                         proc.cpu_time_s, dict(proc.energy_j), proc.peak_rss_bytes, proc.exit,
-                                         host=host))
-            who = f"rank {m.rank}" if m.rank is not None else host
-            for n in p.notes:
-                if not any(x.message == n.message for x in notes):
-                    notes.append(Note(n.kind, n.message, {**n.extra, "from": who}))
-            cpu_s += p.totals.cpu_time_s
-            own_cpu_s += p.totals.energyprof_cpu_time_s
-        node_peak = sum(m.profile.totals.peak_rss_bytes or 0 for m in group)
-        if node_peak:
-            peaks.append(node_peak)
-        durations.append(machine.profile.totals.duration_s)
-        offset = (machine.start - t0) if machine.start is not None and t0 is not None else 0.0
-        timelines.append((offset, machine.profile.timeline))
-        _add(total, m_energy)
-        _add(attributed, n_attr)
-        _add(own, n_own)
-        _add(idle, n_idle)
-        _add(own_o, n_own_o)
-        _add(idle_o, n_idle_o)
-        node_rows.append({"host": host, "ranks": [m.rank for m in group if m.rank is not None],
-                          "reader_rank": machine.rank, "duration_s": machine.profile.totals.duration_s,
-                          "energy_j": m_energy, "attributed_j": n_attr, "energyprof_j": n_own, "idle_j": n_idle})
+        host_duration = 0.0
+        for group in runs:
+            group.sort(key=lambda m: (m.rank is None, m.rank if m.rank is not None else 0))
+            # The node's machine: the readings spanning longest (the elected reader on a tie).
+            machine = max(group, key=lambda m: (m.profile.totals.duration_s, m.reader))
+            m_energy = dict(machine.profile.totals.energy_j)
+            n_attr: dict[str, float] = {}
+            n_own: dict[str, float] = {}
+            n_own_o: dict[str, float] = {}
+            n_attr_o: dict[str, float] = {}
+            for m in group:
+                _add(n_attr, m.profile.totals.attributed_j)
+                _add(n_own, m.profile.totals.energyprof_j)
+                _add(n_own_o, m.own_all)
+                _add(n_attr_o, m.attr_all)
+                for s in m.profile.sources:
+                    if s.id not in sources or ("rank" in s.extra and "rank" not in sources[s.id].extra):
+                        sources[s.id] = s  # a GPU: the rank that uses it says so
+            for s in set(n_attr) | set(n_own):
+                charged = n_attr.get(s, 0.0) + n_own.get(s, 0.0)
+                if charged > m_energy.get(s, 0.0):
+                    m_energy[s] = charged  # shares taken apart can overshoot by rounding: never a negative idle
+            n_idle = {s: max(0.0, e - n_attr.get(s, 0.0) - n_own.get(s, 0.0)) for s, e in m_energy.items()}
+            # Under `all` the ranks share the node's program energy; one profile keeps its own figures.
+            scale: dict[str, float] = {}
+            for s, e in m_energy.items():
+                want = max(0.0, e - n_own_o.get(s, 0.0))
+                have = n_attr_o.get(s, 0.0)
+                scale[s] = 1.0 if len(group) == 1 or have <= 0 else want / have
+            n_idle_o = {s: max(0.0, e - n_own_o.get(s, 0.0) - n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
+                        for s, e in m_energy.items()}
+            if len(group) == 1:  # one profile: its own figures, to the last bit
+                only = group[0].profile
+                n_idle = dict(only.totals.idle_j)
+                n_idle_o = dict(next((c.other_policy_self_energy_j or {} for c in only.root.children
+                                      if c.function == IDLE_NODE), n_idle_o))
+            for m in group:
+                p = m.profile
+                if m.rank is not None and (len(group) > 1 or multi or len(members) > 1):
+                    holder = Node(function=f"{RANK_PREFIX}{m.rank}]", other_policy_self_energy_j={})
+                    holder_parent.children.append(holder)
+                else:
+                    holder = holder_parent
+                _add(holder.self_energy_j, p.root.self_energy_j)
+                other = holder.other_policy_self_energy_j if holder.other_policy_self_energy_j is not None else {}
+                for s, v in (p.root.other_policy_self_energy_j or {}).items():
+                    other[s] = other.get(s, 0.0) + v * scale.get(s, 1.0)
+                holder.other_policy_self_energy_j = other
+                holder.self_time_s += p.root.self_time_s
+                holder.self_cpu_time_s += p.root.self_cpu_time_s
+                holder.self_samples += p.root.self_samples
+                for c in p.root.children:
+                    if c.function in (SELF_NODE, IDLE_NODE):
+                        continue
+                    k = scale if len(group) > 1 else {}
+                    copy = _copy(c, 1.0)
+                    if k:
+                        for n, _ in copy.walk():
+                            if n.other_policy_self_energy_j is not None:
+                                n.other_policy_self_energy_j = {s: v * k.get(s, 1.0)
+                                                                for s, v in n.other_policy_self_energy_j.items()}
+                    holder.children.append(copy)
+                offset = (m.start - t0) if m.start is not None and t0 is not None else 0.0
+                for w in p.windows:
+                    windows.append(Window(w.name, w.index, w.depth, w.start_s + offset, w.end_s + offset, w.time_s,
+                                          dict(w.energy_j), pid=w.pid, rank=w.rank if w.rank is not None else m.rank,
+                                          node=host, program_energy_j=dict(w.program_energy_j),
+                                          other_policy_program_energy_j={
+                                              s: v * scale.get(s, 1.0) if len(group) > 1 else v
+                                              for s, v in w.other_policy_program_energy_j.items()},
+                                          loop=dict(w.loop)))
+                for proc in p.processes:
+                    rank = proc.rank if proc.rank is not None else (m.rank if proc.role == "main" else None)
+                    role = "rank" if proc.role == "main" and m.rank is not None else proc.role
+                    processes.append(Process(proc.pid, proc.parent_pid, proc.command, role, rank, proc.local_rank,
+                                             proc.cpu_time_s, dict(proc.energy_j), proc.peak_rss_bytes, proc.exit,
+                                             host=host))
+                who = f"rank {m.rank}" if m.rank is not None else host
+                for n in p.notes:
+                    if not any(x.message == n.message for x in notes):
+                        notes.append(Note(n.kind, n.message, {**n.extra, "from": who}))
+                cpu_s += p.totals.cpu_time_s
+                own_cpu_s += p.totals.energyprof_cpu_time_s
+            node_peak = sum(m.profile.totals.peak_rss_bytes or 0 for m in group)
+            if node_peak:
+                peaks.append(node_peak)
+            host_duration += machine.profile.totals.duration_s
+            offset = (machine.start - t0) if machine.start is not None and t0 is not None else 0.0
+            timelines.append((offset, machine.profile.timeline))
+            _add(total, m_energy)
+            _add(attributed, n_attr)
+            _add(own, n_own)
+            _add(idle, n_idle)
+            _add(own_o, n_own_o)
+            _add(idle_o, n_idle_o)
+            node_rows.append({"host": host, "ranks": [m.rank for m in group if m.rank is not None],
+                              "reader_rank": machine.rank, "duration_s": machine.profile.totals.duration_s,
+                              "energy_j": m_energy, "attributed_j": n_attr, "energyprof_j": n_own, "idle_j": n_idle})
+        durations.append(host_duration)
     root.children.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_o))
     root.children.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_o))
     root.fill_inclusive()
@@ -273,6 +286,30 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
                        timeline=_timeline(timelines), notes=notes, processes=processes)
     except ProfileFormatError as exc:
         raise MergeError(str(exc)) from None
+
+
+def _runs(group: list[_Member]) -> list[list[_Member]]:
+    """A node's profiles in runs that overlapped in time (by wall-clock start and duration): the
+    node's machine is counted once per run, and runs that did not overlap are added."""
+    timed = sorted((m for m in group if m.start is not None), key=lambda m: m.start or 0.0)
+    runs: list[list[_Member]] = []
+    end = 0.0
+    for m in timed:
+        assert m.start is not None
+        stop = m.start + m.profile.totals.duration_s
+        if runs and m.start < end:
+            runs[-1].append(m)
+            end = max(end, stop)
+        else:
+            runs.append([m])
+            end = stop
+    untimed = [m for m in group if m.start is None]  # no start recorded: taken as the first run's
+    if untimed:
+        if runs:
+            runs[0].extend(untimed)
+        else:
+            runs.append(untimed)
+    return runs
 
 
 def _timeline(parts: list[tuple[float, Timeline]]) -> Timeline:

@@ -28,6 +28,7 @@ class Tick(NamedTuple):
     rss_bytes: int = 0  # the job's resident memory (the sum over its processes)
     children_cpu_ns: int = 0  # in-process profiles only: child processes (live and reaped)
     gpu_share: dict[str, float] | None = None  # source id -> the program's share, when shared
+    peers_cpu_ns: int = 0  # one rank of several on the node: the other ranks' CPU (theirs and their energyprof's)
 
 
 class Sample(NamedTuple):

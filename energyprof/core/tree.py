@@ -84,11 +84,11 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
             alloc[id(node)] = alloc.get(id(node), 0) + int(allocated)
 
     own, own_other = both(ledger.own_share, ledger.own_all)
-    idle, idle_other = both(ledger.idle, [0.0] * len(ids))
+    idle, idle_other = both(ledger.idle, ledger.idle_all)
     specials = []
     if any(ledger.own_share) or any(ledger.own_all):
         specials.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_other))
-    # Under `all` the idle node holds nothing, but it keeps the share policy's figure for a re-render.
+    # Under `all` the idle node holds nothing (but a rank's peers' part), and keeps the share policy's figure.
     specials.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_other))
     root.children.extend(specials)
     root.fill_inclusive()
@@ -127,6 +127,8 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                               start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
                               time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
                               program_energy_j=joules(w.get("program" if share else "program_all") or []),
+                              other_policy_program_energy_j=joules(w.get("program_all" if share else "program") or []),
+                              loop=dict(w.get("loop") or {}),
                               pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]

@@ -37,11 +37,12 @@ class RankInfo:
     node: str  # the node's index in the job (GROUP_RANK, SLURM_NODEID)
     host: str
     job: str  # what all ranks of one job share (torchrun's run id, SLURM's job id, the rendezvous address)
+    local_world_size: int = 1  # the ranks on this node (LOCAL_WORLD_SIZE, SLURM_NTASKS_PER_NODE)
 
     def to_meta(self, reader: bool) -> dict[str, Any]:
         return {"mode": "per-rank", "rank": self.rank, "local_rank": self.local_rank,
-                "world_size": self.world_size, "node": self.node, "host": self.host, "job": self.job,
-                "reader": reader}
+                "world_size": self.world_size, "local_world_size": self.local_world_size, "node": self.node,
+                "host": self.host, "job": self.job, "reader": reader}
 
 
 def _int(value: str | None) -> int | None:
@@ -67,8 +68,10 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
         return None
     job = env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID") or \
         f"{env.get('MASTER_ADDR', '')}:{env.get('MASTER_PORT', '')}"
+    local_world = _int(env.get("LOCAL_WORLD_SIZE")) or _int((env.get("SLURM_NTASKS_PER_NODE") or "").split("(")[0]) \
+        or _int(env.get("OMPI_COMM_WORLD_LOCAL_SIZE")) or 1
     return RankInfo(rank=rank, local_rank=local if local is not None else rank, world_size=world,
-                    node=node_index(env), host=hostname(), job=job)
+                    node=node_index(env), host=hostname(), job=job, local_world_size=local_world)
 
 
 def hostname() -> str:
@@ -80,17 +83,38 @@ def node_index(env: Mapping[str, str]) -> str:
 
 
 def placeholder_values(env: Mapping[str, str], info: RankInfo | None, pid: int) -> dict[str, str]:
+    """What each placeholder stands for here, each made safe to put in a file name."""
     if info is not None:
-        return {"rank": str(info.rank), "local_rank": str(info.local_rank), "node": info.node, "pid": str(pid)}
-    return {"rank": env.get("RANK", "0"), "local_rank": env.get("LOCAL_RANK", "0"), "node": node_index(env),
-            "pid": str(pid)}
+        raw = {"rank": str(info.rank), "local_rank": str(info.local_rank), "node": info.node, "pid": str(pid)}
+    else:
+        raw = {"rank": env.get("RANK", "0"), "local_rank": env.get("LOCAL_RANK", "0"), "node": node_index(env),
+               "pid": str(pid)}
+    return {k: safe_part(v) for k, v in raw.items()}
+
+
+def safe_part(value: str) -> str:
+    """A value from the environment as one plain file-name part: it can never name a folder
+    (`x/../..` is `x_.._..`), an absolute path, or `.`/`..`."""
+    out = "".join(c if c.isascii() and (c.isalnum() or c in "_.-") else "_" for c in value)
+    return "_" if out in ("", ".", "..") else out
 
 
 def expand(path: str, values: Mapping[str, str]) -> str:
     """`{rank}`, `{local_rank}`, `{node}` and `{pid}` replaced; any other brace is the user's."""
     for name in PLACEHOLDERS:
-        path = path.replace("{" + name + "}", values.get(name, "0"))
+        path = path.replace("{" + name + "}", safe_part(values.get(name, "0")))
     return path
+
+
+def expand_outputs(options: Any, env: Mapping[str, str], pid: int, names: tuple[str, ...]) -> Any:
+    """The options (a dataclass) with the placeholders of every output path named in `names`
+    expanded, for the in-process profiles (decorator, with-block, Profiler)."""
+    import dataclasses
+
+    values = placeholder_values(env, rank_info(env), pid)
+    changes = {n: expand(getattr(options, n), values) for n in names
+               if isinstance(getattr(options, n, None), str) and "{" in getattr(options, n)}
+    return dataclasses.replace(options, **changes) if changes else options
 
 
 def per_rank(path: str) -> str:

@@ -28,6 +28,7 @@ program sees the batch. The fetch stall is computed from these in `analysis.trai
 from __future__ import annotations
 
 import contextlib
+import inspect
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -118,6 +119,23 @@ class _TimedCollate:
             return batch
         work = (time.perf_counter_ns() - started) / 1e9 if started is not None else None
         return _TimedBatch(batch, work, int(info.id))
+
+
+def _loop_facts(meta: dict[str, Any]) -> dict[str, float] | None:
+    """What the saved profile keeps of a step's batch: the worker's time on it (the pipeline),
+    which worker, of how many, and whether it waited for that worker to start."""
+    if not meta.get("workers") or meta.get("pipeline_s") is None:
+        return None
+    return {"pipeline_s": float(meta["pipeline_s"]), "worker": float(meta.get("worker", -1)),
+            "workers": float(meta["workers"]), "startup": 1.0 if meta.get("startup") else 0.0}
+
+
+def _end_with_facts(prof: Any, name: str, facts: dict[str, float] | None) -> None:
+    """End the window, with the facts where the profiler keeps them (a Monitor does not)."""
+    if facts is not None and "facts" in inspect.signature(prof.end_window).parameters:
+        prof.end_window(name, facts=facts)
+    else:
+        prof.end_window(name)
 
 
 def _workers(loader: Any) -> int:
@@ -259,7 +277,7 @@ class TrackedLoader:
                 self._next_step += 1
                 self._current, self._pre_ns = step, 0
                 if prof is not None:
-                    prof.end_window(fetch_w)
+                    _end_with_facts(prof, fetch_w, _loop_facts(meta))
                     prof.begin_window(compute_w, step)
                 yield batch
         finally:

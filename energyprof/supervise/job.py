@@ -88,13 +88,19 @@ class JobFeed:
         self.procs: dict[int, Proc] = {}
         self.readers: dict[str, Proc] = {}
         self.notes: list[dict[str, Any]] = []
-        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int]] = deque()
+        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int,
+                               int]] = deque()
         self._seen: dict[int, int] = {}  # pid -> when /proc first showed it without a stream
         self._last_scan = 0
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
         self._replies: list[tuple[int, dict[str, Any]]] = []  # ended windows whose figures go back (reply_windows)
+        # One rank of several on the node: the other ranks are the other descendants of this pid
+        # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
+        self.peers_root: int | None = None
+        self._peer_cpu: dict[int, int] = {}
+        self._last_peers = 0
 
     # -- the collector's tick ------------------------------------------------------------
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
@@ -106,7 +112,10 @@ class JobFeed:
             self._scan(now)
         self._read_streams(listing=now - self._t_scan >= LIST_NS)
         nonpy, nonpy_rss = self._read_non_python(t)
-        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss))
+        if self.peers_root is not None and now - self._last_peers >= DESCENDANTS_NS:
+            self._last_peers = now
+            self._read_peers(self.peers_root)
+        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
         self._release(self._bound(now))
         if self._replies:
             self._replies = reply_windows(self.spool, self.ledger, self._replies)
@@ -227,6 +236,8 @@ class JobFeed:
             p.role = "rank"
         else:
             p.role = "worker" if p.label.startswith("[DataLoader worker") else "child"
+        # Known to the ledger from now on: a window a rank marks gets that rank's part, not the job's.
+        self.ledger.note_process(p.pid, parent_pid=p.ppid, role=p.role)
         if p.role == "rank" or (p.main and p.rank is not None):
             p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:
@@ -302,7 +313,8 @@ class JobFeed:
                     if r[1] == "b":
                         led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
                     else:
-                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid)
+                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid,
+                                           facts=wire.window_facts(r[5]) if len(r) > 5 else None)
                         if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
                             self._replies.append((pid, w))
                 elif kind == wire.ALLOC:
@@ -396,6 +408,18 @@ class JobFeed:
             cpu[p.pid] = p.cpu_ns
         return cpu, rss_total
 
+    def _read_peers(self, root: int) -> None:
+        """The CPU of every descendant of `root` outside this supervisor's own family, each process
+        counted at the most it was seen with (one that ends keeps what it spent)."""
+        me = os.getpid()
+        mine = set(probes.descendant_pids(me) or ()) | {me}
+        for pid in probes.descendant_pids(root) or ():
+            if pid in mine:
+                continue
+            st = follow.stat(pid)
+            if st is not None:
+                self._peer_cpu[pid] = max(self._peer_cpu.get(pid, 0), st.cpu_ns)
+
     # -- merging -------------------------------------------------------------------------
     def _bound(self, now: int) -> int:
         """Readings up to this time have all their samples in."""
@@ -411,7 +435,7 @@ class JobFeed:
         raw = self._raw
         led = self.ledger
         while raw and (bound is None or raw[0][0] <= bound):
-            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss = raw.popleft()
+            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, peers = raw.popleft()
             cpu = own = 0
             rss = nonpy_rss
             for p in self.procs.values():
@@ -427,7 +451,7 @@ class JobFeed:
             own += sup_cpu
             if bound is None and not raw and self._final_cpu is not None:
                 cpu = max(cpu, self._final_cpu + sup_cpu)
-            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share))
+            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share, peers))
             for p in self.procs.values():
                 h = p.hist
                 while len(h) >= 2 and h[1][0] <= t:
@@ -473,8 +497,6 @@ def window_reply(ledger: Ledger, w: dict[str, Any]) -> str:
     estimated = any(src.get("method") == "estimated" for src in ledger.sources)
     return wire.reply(w["start_ns"], w["end_ns"], estimated, list(ledger.source_ids), w["energy"],
                       w.get("program") or [], w.get("program_all") or [])
-
-
 def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
     """Hand each charged window's figures back to the process that opened it: one line in
     `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""

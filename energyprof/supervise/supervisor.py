@@ -62,6 +62,9 @@ class Supervisor:
             self.discovery_notes = found.notes
             feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
                            rss=o.memory != "off")
+            rank = self.extra_meta.get("distributed")
+            if isinstance(rank, dict) and rank.get("local_world_size", 1) > 1:  # one rank of several on this node
+                ledger.node_ranks, feed.peers_root = int(rank["local_world_size"]), os.getppid()
             own = OwnClocks()
             collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
                                   checkpoint=lambda: self._checkpoint_header(ledger, feed),
