@@ -262,7 +262,7 @@ def test_dataloader_workers_started_each_epoch_get_their_own_cpus_energy(tmp_pat
                   cwd=tmp_path, timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr
     p = load(tmp_path / "p.json")
-    workers = [r for r in p.processes if "DataLoader worker" in (r.command or "") or r.role == "child"]
+    workers = [r for r in p.processes if "DataLoader worker" in (r.command or "") or r.role in ("worker", "child")]
     assert len(workers) >= 6, [(r.pid, r.role, r.command) for r in p.processes]  # 2 per epoch, 3 epochs
     for r in workers:
         joules = sum(r.energy_j.values())
