@@ -297,3 +297,12 @@ def test_increases_are_drawn_red_as_the_caption_says() -> None:
     (r_hi, b_hi), (r_lo, b_lo) = red, blue
     assert r_hi > b_hi and b_lo > r_lo  # the top of the scale (more energy) is red, the bottom blue
     assert marker["cmax"] > 0 > marker["cmin"] and max(marker["colors"]) > 0
+
+
+def test_a_side_without_repeats_is_judged_by_sampling_error_and_says_so() -> None:
+    from energyprof.render.compare import verdict_text
+
+    v = gate([100.0], [130.0, 128.0, 131.0], [100], [100] * 3, "program energy")
+    assert not v.repeats and v.interval.n == (1, 3)
+    assert "a side with one run: the verdict cannot separate run-to-run noise" in verdict_text(v)
+    assert "one run per side" in verdict_text(gate([100.0], [130.0], [100], [100], "program energy"))
