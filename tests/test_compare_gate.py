@@ -1,4 +1,4 @@
-"""The compare gate on real repeated runs, beside two CPU hogs: identical code passes, a 60% change fails.
+"""The compare gate on real repeated runs, beside two CPU hogs: identical code passes, a ~60% change fails.
 
 Under a constant replayed power trace the program's energy is its CPU share of the machine's
 energy, so the noise between repeats is the machine's: how much of the CPU the hogs (and anything
@@ -29,7 +29,10 @@ N = 12_000_000  # about a CPU-second and a half on a quiet machine: the work, no
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> Path:
-    """Six runs of N iterations and three of 1.6 x N, interleaved, while two CPU hogs keep both cores busy."""
+    """Six runs of N iterations and three of 1.8 x N, interleaved, while two CPU hogs keep both cores busy.
+
+    The program's energy has a fixed part (start-up, about a fifth of it here), so 1.8 x the work is
+    about +60% of the energy (measured: 1.6 x the work gave +42%)."""
     d = tmp_path_factory.mktemp("gate")
     (d / "work.py").write_text(WORK)
     (d / "p.csv").write_text("t_s,cpu\n0,50\n")
@@ -39,7 +42,7 @@ def runs(tmp_path_factory) -> Path:
         for i in range(3):
             order.insert(2 * i + 1, ("b", i))
         for side, i in order:
-            n = N if side == "a" else int(N * 1.6)
+            n = N if side == "a" else int(N * 1.8)
             res = run_cli(["-q", "--power-trace", "p.csv", "--json", f"{side}{i}.json", "-o", f"{side}{i}.html",
                            "work.py", str(n)], cwd=d, timeout=300)
             assert res.returncode == 0, res.stderr
@@ -65,7 +68,7 @@ def test_identical_code_passes_ten_of_ten_three_against_three(runs: Path) -> Non
 
 
 @pytest.mark.slow
-def test_sixty_percent_more_work_fails(runs: Path) -> None:
+def test_sixty_percent_more_energy_fails(runs: Path) -> None:
     res = run_cli(["compare", "--base", "a0.json", "a1.json", "a2.json", "--head", "b0.json", "b1.json", "b2.json",
                    "--fail-above", "5", "--markdown", "pr.md"], cwd=runs)
     assert res.returncode == 1, res.stderr + res.stdout

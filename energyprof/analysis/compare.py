@@ -258,8 +258,9 @@ def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[in
     two or more, never narrower than the sampling error of the means; else the sampling error's."""
     ma, mb = statistics.fmean(base), statistics.fmean(head)
     sampled = known_error(ma, _mean_error(base, base_samples), mb, _mean_error(head, head_samples), confidence)
-    if len(base) < 2 or len(head) < 2:
-        return Verdict(what, ma, mb, sampled)
+    if len(base) < 2 or len(head) < 2:  # a side without repeats has no spread to judge by
+        return Verdict(what, ma, mb, Interval(sampled.diff, sampled.low, sampled.high, confidence, None,
+                                              (len(base), len(head))))
     spread = welch(base, head, confidence)
     if spread.half_width >= sampled.half_width:
         return Verdict(what, ma, mb, spread)

@@ -49,7 +49,8 @@ def verdict_text(v: Verdict) -> str:
         n_base, n_head = v.interval.n
         return (f"{v.what} {v.pct:+.1f}% ({conf} interval {v.low_pct:+.1f}% to {v.high_pct:+.1f}%,"
                 f" Welch's t over {n_base} and {n_head} runs)")
-    return (f"{v.what} {v.pct:+.1f}% (one run per side: the verdict cannot separate run-to-run noise; the sampling"
+    runs = "one run per side" if v.interval.n == (1, 1) else "a side with one run"
+    return (f"{v.what} {v.pct:+.1f}% ({runs}: the verdict cannot separate run-to-run noise; the sampling"
             f" error alone hides changes within \u00b1{v.hidden_pct:.1f}% at {conf}; repeat each side with --base/--head)")
 
 
