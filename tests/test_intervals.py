@@ -253,9 +253,10 @@ for epoch in range(3):
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 def test_dataloader_workers_started_each_epoch_get_their_own_cpus_energy(tmp_path: Path) -> None:
     """100 W on 2 cores, under `share`: a process is charged P x its CPU / the machine's busy CPU in
-    each interval, so between P / 2 (both cores busy) and P (only it) per CPU-second, whichever
-    epoch started it. Before, the first epoch's workers took every epoch's energy (145-164 J per
-    CPU-second) and the later ones none."""
+    each interval, so between P / 2 (both cores busy) and P (only it, at a full core) per
+    CPU-second, whichever epoch started it (measured under load: 47-50 J per CPU-second). Before,
+    the first epoch's workers took every epoch's energy (about 135 J per CPU-second here) and the
+    later ones none."""
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,100\n")
     (tmp_path / "load.py").write_text(textwrap.dedent(WORKERS))
     res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "/dev/null", "load.py"],
@@ -264,10 +265,14 @@ def test_dataloader_workers_started_each_epoch_get_their_own_cpus_energy(tmp_pat
     p = load(tmp_path / "p.json")
     workers = [r for r in p.processes if "DataLoader worker" in (r.command or "") or r.role in ("worker", "child")]
     assert len(workers) >= 6, [(r.pid, r.role, r.command) for r in p.processes]  # 2 per epoch, 3 epochs
+    rates = {r.pid: sum(r.energy_j.values()) / r.cpu_time_s for r in workers if r.cpu_time_s > 0}
+    print("J per CPU-second, per worker:", sorted(round(v, 1) for v in rates.values()))
     for r in workers:
-        joules = sum(r.energy_j.values())
         assert r.cpu_time_s > 0.05, r
-        assert 0.75 * 50.0 <= joules / r.cpu_time_s <= 1.25 * 100.0, (r.pid, joules, r.cpu_time_s)
+        # the margins: the machine's busy time comes from /proc/stat in 10 ms ticks (one tick per core
+        # in the 100 ms share window is up to 20%), and a worker's start-up CPU is in its kernel
+        # figure but in no sample
+        assert 0.6 * 50.0 <= rates[r.pid] <= 1.25 * 100.0, (r.pid, rates[r.pid], r.cpu_time_s, sorted(rates.values()))
     assert sum(sum(r.energy_j.values()) for r in p.processes) == \
         pytest.approx(sum(p.totals.attributed_j.values()), rel=1e-9)
 

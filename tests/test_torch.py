@@ -499,7 +499,6 @@ def test_the_saved_profile_keeps_the_workers_timings_and_the_stall(tmp_path: Pat
         want = sum(max(facts[s["step"]]["pipeline_s"] / 2 - s["compute_s"] - s["preprocess_s"], 0.0) + s["preprocess_s"]
                    for s in steady)
         assert mine["stall_s"] == pytest.approx(want, rel=1e-9, abs=1e-12)
-        assert mine["stall_s"] > 0  # 60 ms / 2 workers outlasts 10 ms of compute
     assert not [n for n in b["notes"] if "no worker timings" in n]
     doc = json.loads((tmp_path / "p.json").read_text())
     assert [e["stall_s"] for e in doc["derived"]["training"]["step"]["epochs"]] == \
