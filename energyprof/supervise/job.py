@@ -182,6 +182,8 @@ class JobFeed:
             p.reader.close()
         if p is None:
             p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
+        elif not p.python:
+            p.pframe = None  # a slow start taken for a non-Python process: its node is named again (a rank, a label)
         p.ppid, p.python, p.forked = ppid, True, h.forked
         p.rank, p.local_rank = h.rank, h.local_rank
         p.label, p.command = h.label, h.command
