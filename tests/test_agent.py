@@ -374,3 +374,4 @@ def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(
     assert [n["message"] for n in feed.notes] == [
         f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"
         " or a write error): its stacks over that span are missing, its energy went to the process as a whole"]
+
