@@ -139,8 +139,62 @@ def test_a_full_disk_keeps_the_stacks_and_says_what_was_lost(tmp_path):
     assert stacks == {"0": "0", "1": "0,1"}  # the stack defined while the disk was full came through whole
     lost = [r for r in recs if r[0] == wire.LOST]
     assert len(lost) == 1 and int(lost[0][2]) >= int(lost[0][1]) and int(lost[0][3]) > 0
-    assert ["s", "1", "9", "1"] in recs  # writing goes on once there is room
-    assert ["s", "1", "7", "1"] not in recs  # a sample dropped is dropped, never half-counted later
+    assert ["s", "1", "9", "1", ""] in recs  # writing goes on once there is room
+    assert ["s", "1", "7", "1", ""] not in recs  # a sample dropped is dropped, never half-counted later
+
+
+CUT_WRITES = """
+import os, random, resource, signal, sys
+from energyprof.agent import wire
+from energyprof.agent.spool import Spool
+from energyprof.supervise.stream import StreamReader
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+rng = random.Random(int(sys.argv[2]))
+for case in range(int(sys.argv[3])):
+    path = os.path.join(sys.argv[1], f"{case}-1.spool")
+    sp = Spool(path)
+    stacks, written, failed = {}, [], False
+    for step in range(rng.randint(1, 25)):
+        for _ in range(rng.randint(0, 4)):
+            sid = len(stacks)
+            stacks[sid] = tuple(rng.randrange(50) for _ in range(rng.randint(1, 5)))
+            sp.stack(sid, stacks[sid])
+        for _ in range(rng.randint(0, 8)):
+            if stacks:
+                s = (rng.randrange(len(stacks)), rng.randrange(10**9), rng.random() < 0.5)
+                written.append(s)
+                sp.sample(*s)
+        if rng.random() < 0.5:  # a disk with a few bytes left: the write is cut anywhere, or refused
+            resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path) + rng.randint(0, 120), hard))
+            failed = True
+        sp.flush()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+    sp.flush()  # room again: whatever was held comes through
+    recs = StreamReader(path).read()
+    got = {}
+    for r in recs:
+        if r[0] == wire.STACK:
+            try:
+                got[int(r[1])] = tuple(int(f) for f in r[2].split(","))
+            except (IndexError, ValueError):
+                pass  # a cut definition: the whole one follows
+    assert got == stacks, (case, got, stacks)
+    read = [(int(r[1]), int(r[2]), r[3] == "1") for r in recs if r[0] == wire.SAMPLE and wire.complete(r)]
+    it = iter(written)
+    assert all(s in it for s in read), case  # whole samples only, in order, none altered
+    assert len(read) == len(written) or failed and any(r[0] == wire.LOST for r in recs), case
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_writes_cut_anywhere_by_a_full_disk_keep_every_stack_and_alter_no_sample(tmp_path, seed):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    res = subprocess.run([sys.executable, "-c", CUT_WRITES, str(tmp_path), str(seed), "40"], capture_output=True,
+                         text=True, timeout=120, env=env)
+    assert (res.returncode, res.stdout) == (0, "ok\n"), res.stderr
 
 
 def test_the_spool_folder_must_be_absolute_private_and_ours(tmp_path):

@@ -273,6 +273,8 @@ class JobFeed:
         t0, t1, rss = p.cur
         for r in records:
             kind = r[0]
+            if not wire.complete(r):
+                continue  # cut short by a failed write: its numbers are not whole
             try:
                 if kind == wire.SAMPLE:
                     sid = p.sids[int(r[1])]
