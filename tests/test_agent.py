@@ -371,14 +371,14 @@ def test_a_relative_tmpdir_still_follows_a_child_in_another_folder(here):
     script(here, "cd.py", """
         import subprocess, sys
         def run_child():
-            subprocess.run([sys.executable, "-c", "def child_work():\\n    sum(range(3_000_000))\\nchild_work()"],
+            subprocess.run([sys.executable, "-c", "import time\\ndef child_work():\\n    time.sleep(0.3)\\nchild_work()"],
                            cwd="sub", check=True)
         run_child()
     """)
     res = run_cli(profiled("cd.py"), cwd=here, timeout=240, env={"TMPDIR": "."})
     assert (res.returncode, res.stderr) == (0, "")  # the child's bootstrap found the spool: no word from it
-    kids = [r for r in load(here / "p.json").processes if r["role"] == "child"]
-    assert len(kids) == 1 and kids[0]["cpu_time_s"] > 0
+    # its own sampler saw it (a sleep lets the sampler run: dozens of samples in 0.3 s)
+    assert load(here / "p.json").find("child_work")
 
 
 def test_the_program_sees_what_plain_python_shows(here):
