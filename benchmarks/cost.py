@@ -37,6 +37,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -100,6 +101,41 @@ def bootstrap_ms(work: Path, env: dict[str, str], runs: int) -> float:
     return statistics.median(diffs) * 1e3
 
 
+def per_sample_us(samples: int = 5000) -> float:
+    """CPU microseconds of one agent sample here: two threads (the main one and one waiting 30
+    frames deep), a spool flush every fourth sample as at the default rate."""
+    import threading
+
+    sys.path.insert(0, str(REPO))
+    from energyprof.agent.sampler import Sampler
+    from energyprof.agent.spool import Spool
+
+    folder = tempfile.mkdtemp(prefix="energyprof-sample-")
+    spool = Spool(os.path.join(folder, "1-1.spool"))
+    sampler = Sampler(spool, 0.005)
+    done = threading.Event()
+
+    def deep(n: int) -> None:
+        if n:
+            return deep(n - 1)
+        done.wait()
+
+    t = threading.Thread(target=deep, args=(30,))
+    t.start()
+    try:
+        sampler._thread_cpu_deltas(sys._current_frames(), first=True)
+        c = time.process_time_ns()
+        for i in range(samples):
+            sampler._one(0, 1, sys._current_frames(), 1000, 1000)
+            if i % 4 == 0:
+                spool.flush()
+        return (time.process_time_ns() - c) / samples / 1e3
+    finally:
+        done.set()
+        t.join()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
@@ -158,6 +194,8 @@ def main() -> None:
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
     print("| in the program: its own process's CPU over plain python's, main process, % | "
           + " | ".join(median_range([(x - b) / b for x, b in zip(own[t], own["plain"])], 100, "{:.1f}") for t in ts) + " |")
+    print(f"| one agent sample in-process, CPU us (two threads, a flush every fourth) | - | {per_sample_us():.1f} |"
+          + (" - |" if "py-spy" in ts else ""))
     print(f"| a Python child's bootstrap, CPU ms (median of {a.boot_runs} pairs a round) | - | "
           + median_range(boot, 1, "{:.1f}") + (" | - |" if "py-spy" in ts else " |"))
 

@@ -39,9 +39,9 @@ def test_frames_round_trip_across_segments(tmp_path_factory, frames, segment, ev
 
 def test_a_line_cut_by_a_kill_is_left_for_later(tmp_path):
     path = tmp_path / "1-1.spool"
-    path.write_bytes(b"T\t1\t2\t3\t4\t5\ns\t0\t1")
+    path.write_bytes(b"T\t1\t2\t3\t4\t5\t\ns\t0\t1")
     reader = StreamReader(str(path))
-    assert reader.read() == [["T", "1", "2", "3", "4", "5"]]
+    assert reader.read() == [["T", "1", "2", "3", "4", "5", ""]]
     with open(path, "ab") as fh:
-        fh.write(b"0\t1\n")
-    assert reader.read() == [["s", "0", "10", "1"]]
+        fh.write(b"0\t1\t\n")
+    assert reader.read() == [["s", "0", "10", "1", ""]]

@@ -58,6 +58,17 @@ def _threading_table() -> dict[int, Any]:
 # each ending thread itself (list.append is atomic), taken by the sampler at its next tick.
 _departures: list[tuple[int, str, int]] = []
 _departures_hooked = False
+_running: list[Sampler] = []  # the samplers of this process that take departures (none: nothing is kept)
+
+
+def _forget_after_fork() -> None:
+    """Threads, samplers included, do not survive a fork: neither do their books."""
+    _running.clear()
+    _departures.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _hook_departures() -> None:
@@ -73,7 +84,7 @@ def _hook_departures() -> None:
 
     def _delete(self: Any) -> None:
         nid = getattr(self, "_native_id", None)
-        if nid is not None:
+        if nid is not None and _running:
             _departures.append((nid, self._name if isinstance(self._name, str) else "", _own_ns()))
         original(self)
 
@@ -270,6 +281,7 @@ class Sampler:
             self.ident = _thread.get_ident()
             self.native_id = _thread.get_native_id()
             self.own_idents.add(self.ident)
+            _running.append(self)
             prev_t, prev_proc = _perf(), _proc_ns()
             self.own_cpu_ns = _own_ns()
             self._thread_cpu_deltas(sys._current_frames(), first=True)
@@ -304,6 +316,10 @@ class Sampler:
         except BaseException as exc:  # noqa: BLE001 - a sampler failure must never reach the program
             self.failed = exc
         finally:
+            if self in _running:
+                _running.remove(self)
+            if not _running:
+                _departures.clear()
             self._done.release()
 
     def _one(self, t0: int, t1: int, frames: dict[int, FrameType], d_proc: int, proc: int) -> None:

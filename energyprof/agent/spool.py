@@ -91,8 +91,8 @@ class Spool:
             buf, self.buf = self.buf, []
         if self._held:
             buf, self._held = self._held + buf, []
-        if not buf:
-            return
+        if not buf and not self._lost:
+            return  # (a loss is said as soon as a write goes through, even with nothing new)
         lines = [lost_line(self._lost_from, self._lost_to, self._lost)] if self._lost else []
         if self._cut:
             lines.insert(0, "\n")  # ends the line a failed write cut (a damaged line: a definition in it comes again)
@@ -128,7 +128,8 @@ class Spool:
         own ids, so the reader's later copy replaces the damaged one."""
         done = data[:self._written]
         self._size += len(done) - len(data)
-        self._cut = bool(done) and not done.endswith(b"\n")
+        if done:  # else the line cut before (if any) is still open
+            self._cut = not done.endswith(b"\n")
         rest = lines[done.count(b"\n"):]
         if not self._lost:
             self._lost_from = self._ok_at

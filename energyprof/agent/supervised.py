@@ -283,7 +283,10 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     if config.get("follow", "1") != "1":
         _unfollow_children()
     view = View() if main else View(pid=os.getpid())
-    agent = Agent(config, view, forked=False)
+    try:
+        agent = Agent(config, view, forked=False)
+    except OSError:
+        return None  # no spool file (a full disk, a folder removed just now): the supervisor measures it from /proc
     if config.get("memory") == "exact":
         import tracemalloc
 

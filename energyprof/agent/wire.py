@@ -8,8 +8,8 @@ they were). Records, first field the kind:
     H version pid ppid t_ns forked rank local_rank label command   header, first line
     F fid function file line                               a new frame (local id)
     K sid fid,fid,...                                      a new stack (local id)
-    T t0 t1 process_cpu_ns own_cpu_ns rss_bytes            one sampler tick ...
-    s sid cpu_ns main                                      ... and one line per thread
+    T t0 t1 process_cpu_ns own_cpu_ns rss_bytes .          one sampler tick ...
+    s sid cpu_ns main .                                    ... and one line per thread
     W b|e t_ns name index|r                                a window begins / ends (r: reply wanted)
     A function file line bytes                             memory=exact: bytes still allocated at the end
     E t_ns text                                            the program's uncaught exception
@@ -21,6 +21,10 @@ they were). Records, first field the kind:
 
 The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
 agent) is one line per charged window: `start end estimated ids energy program program_all`.
+
+Ticks and samples end with an empty field (`.` above): a line a failed write cut short (a
+full disk) lacks it and is dropped, never charged with a truncated number (`complete`). Other
+records that a cut could damage are written again whole, under their own ids.
 
 Times are `time.perf_counter_ns()` (CLOCK_MONOTONIC, one clock for every process).
 Standard library only: this module is loaded inside the profiled program.
@@ -91,11 +95,20 @@ def stack(sid: int, fids: tuple[int, ...]) -> str:
 
 
 def tick(t0: int, t1: int, proc: int, own: int, rss: int) -> str:
-    return f"{TICK}\t{t0}\t{t1}\t{proc}\t{own}\t{rss}\n"
+    return f"{TICK}\t{t0}\t{t1}\t{proc}\t{own}\t{rss}\t\n"
 
 
 def sample(sid: int, cpu: int, main: bool) -> str:
-    return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\n"
+    return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\t\n"
+
+
+_FIELDS = {TICK: 7, SAMPLE: 5}
+
+
+def complete(r: list[str]) -> bool:
+    """A tick or sample line as written whole (other kinds: always)."""
+    n = _FIELDS.get(r[0])
+    return n is None or (len(r) == n and r[-1] == "")
 
 
 def window_begin(t_ns: int, name: str, index: int | None) -> str:

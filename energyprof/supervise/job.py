@@ -191,6 +191,8 @@ class JobFeed:
             p.reader.close()
         if p is None:
             p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
+        elif not p.python:
+            p.pframe = None  # a slow start taken for a non-Python process: its node is named again (a rank, a label)
         p.ppid, p.python, p.forked = ppid, True, h.forked
         p.rank, p.local_rank = h.rank, h.local_rank
         p.label, p.command = h.label, h.command
@@ -282,6 +284,8 @@ class JobFeed:
         t0, t1, rss = p.cur
         for r in records:
             kind = r[0]
+            if not wire.complete(r):
+                continue  # cut short by a failed write: its numbers are not whole
             try:
                 if kind == wire.SAMPLE:
                     sid = p.sids[int(r[1])]
