@@ -41,6 +41,7 @@ GPU_PREFIX = "gpu"
 CHILD_FRAME = (CHILDREN_NODE, "", 0)
 MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
+PEERS_STALE_NS = 500_000_000  # twice the supervisor's /proc walk for the other ranks' CPU
 IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 
 
@@ -130,6 +131,7 @@ class Ledger:
         self._live_windows: list[dict[str, Any]] = []
         self._ticks: deque[Tick] = deque()
         self._share_hist: deque[Tick] = deque()
+        self._peer_points: deque[tuple[int, int]] = deque(maxlen=64)  # (t_ns, peers_cpu_ns) as read
         self._pending: list[Sample] = []
         self._watermark = -1
         self.first_tick: Tick | None = None
@@ -249,6 +251,7 @@ class Ledger:
         self.last_tick = tick
         self._ticks.append(tick)
         self._share_hist.append(tick)
+        self._note_peers(tick)
         if len(self._ticks) > MAX_PENDING_TICKS:
             # No sample has arrived for a long time (one long C call under a call-hook
             # sampler): coarsen the waiting intervals. Cumulative counters make this lossless
@@ -358,16 +361,39 @@ class Ledger:
         phi_prog = min(d_prog / denom, 1.0 - phi_own)
         child_frac = d_children / d_prog if d_prog else 0.0
         # Under 'all' the job pays for the whole machine, less energyprof's part.
-        return phi_prog, phi_own, child_frac, self._all_part(phi_own, d_prog, d_own, b, ref, dt, span, capacity)
+        return phi_prog, phi_own, child_frac, self._all_part(phi_own, d_prog, d_own, b, dt, capacity)
 
-    def _all_part(self, phi_own: float, d_prog: float, d_own: float, b: Tick, ref: Tick, dt: int, span: int,
-                  capacity: float) -> float:
+    def _note_peers(self, tick: Tick) -> None:
+        """Keep the points at which the peers' CPU was read anew. The supervisor walks /proc for
+        them every 250 ms, so between two walks their cumulative figure stands still and then
+        jumps: a delta over the 100 ms share window would be 0 most of the time and 2.5 times
+        the rate the rest, and the clamp of the unused pool at 0 would turn that into ranks that
+        charge more than the node. A figure unchanged for PEERS_STALE_NS counts as read (idle peers)."""
+        if not self.node_ranks or self.node_ranks <= 1:
+            return
+        pts = self._peer_points
+        if not pts or tick.peers_cpu_ns != pts[-1][1] or tick.t_ns - pts[-1][0] >= PEERS_STALE_NS:
+            pts.append((tick.t_ns, tick.peers_cpu_ns))
+
+    def _peers_rate(self, t_ns: int) -> float:
+        """The peers' CPU per nanosecond between the last two readings at or before `t_ns`."""
+        last: list[tuple[int, int]] = []
+        for p in reversed(self._peer_points):
+            if p[0] <= t_ns:
+                last.append(p)
+                if len(last) == 2:
+                    break
+        if len(last) < 2 or last[0][0] <= last[1][0]:
+            return 0.0
+        return max(0, last[0][1] - last[1][1]) / (last[0][0] - last[1][0])
+
+    def _all_part(self, phi_own: float, d_prog: float, d_own: float, b: Tick, dt: int, capacity: float) -> float:
         """The program's part of a CPU-class source under `all`: the machine less energyprof's part
         or, for one rank of R on the node, its own CPU plus 1/R of the CPU no rank used."""
         ranks = self.node_ranks
         if not ranks or ranks <= 1 or capacity <= 0:
             return 1.0 - phi_own
-        d_peers = max(0, b.peers_cpu_ns - ref.peers_cpu_ns) * dt / span if span > 0 else 0.0
+        d_peers = self._peers_rate(b.t_ns) * dt
         pool = max(0.0, capacity - d_prog - d_own - d_peers)
         return min(1.0 - phi_own, (d_prog + pool / ranks) / capacity)
 
