@@ -203,3 +203,34 @@ def test_sigtstp_stops_both_and_sigcont_resumes_both(here, extra):
         assert (proc.returncode, out, err) == (0, "end\n", "")
     assert states == [[psutil.STATUS_STOPPED], [psutil.STATUS_STOPPED] * 2]
     assert load(here / "p.json").meta["exit"] == {"status": "completed"}
+
+
+def test_a_signal_sent_to_the_whole_job_reaches_the_program_once(here):
+    """SLURM's `--signal=USR1@60` (without B:) and `kill -- -PGID` signal every process of the job,
+    the program included: energyprof must not pass it on a second time."""
+    script(here, "slow.py", """
+        import os, signal, sys, time
+        def on(signo, frame):
+            print("got", signal.Signals(signo).name, flush=True)
+            time.sleep(1)  # a second delivery meanwhile would run the handler again
+        signal.signal(signal.SIGUSR1, on)
+        signal.signal(signal.SIGUSR2, on)
+        print("ready", flush=True)
+        while not os.path.exists("stop"):
+            time.sleep(0.01)
+        print("end", flush=True)
+    """)
+    seen = []
+    for cmd in ([sys.executable, "slow.py"], [sys.executable, "-m", "energyprof", *profiled("slow.py")]):
+        (here / "stop").unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_env({}), process_group=0)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, signal.SIGUSR1)
+        assert proc.stdout.readline() == "got SIGUSR1\n"
+        proc.send_signal(signal.SIGUSR2)  # then one to energyprof alone: passed on, once
+        assert proc.stdout.readline() == "got SIGUSR2\n"
+        (here / "stop").touch()
+        out, err = proc.communicate(timeout=60)
+        seen.append((proc.returncode, out, err))
+    assert seen[0] == seen[1] == (0, "end\n", "")

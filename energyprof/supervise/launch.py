@@ -20,12 +20,16 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from typing import Any, Callable
 
-from ..collect.probes import descendant_pids, portable
+from ..collect.probes import PROC, descendant_pids, portable
+from .signals import FORWARDED
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # between the watcher's SIGTERM and its SIGKILL
+SPREAD_S = 0.05  # a sender that signals the job's processes one by one has reached them all by then
+HELD = frozenset(FORWARDED) - {signal.SIGCONT}  # held pending in the watcher
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -103,6 +107,24 @@ class Launch:
         self._told.update(new)
         self._send("".join(f"p {p}\n" for p in new).encode())
 
+    def sent_to_job(self, signo: int) -> bool:
+        """`signo` was sent to the whole job, not to energyprof alone (`kill -- -PGID`, SLURM's
+        `--signal` without `B:`, which signals every process of the step): the watcher has it
+        pending too, so the program has it already and must not get it twice. Needs /proc."""
+        if not PROC or self.watcher <= 0 or self._watch < 0:
+            return False
+        time.sleep(SPREAD_S)
+        try:
+            with open(f"/proc/{self.watcher}/status", "rb") as fh:
+                line = next(ln for ln in fh if ln.startswith(b"ShdPnd:"))
+            pending = int(line.split()[1], 16)
+        except (OSError, StopIteration, ValueError, IndexError):
+            return False
+        if not pending >> (signo - 1) & 1:
+            return False
+        self._send(f"c {signo}\n".encode())
+        return True
+
     def finish(self) -> None:
         """energyprof ends normally: the watcher leaves the job's processes alone (a daemon the
         program left running lives on, as it would without energyprof)."""
@@ -156,10 +178,12 @@ def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
     try:
         cwd = os.getcwd()
         signal.set_wakeup_fd(-1)
-        for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTSTP", "SIGPIPE",
-                     "SIGWINCH", "SIGXCPU", "SIGPWR", "SIGINFO"):
-            if hasattr(signal, name):  # the terminal's and the scheduler's signals are the program's
-                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # The terminal's and the scheduler's signals are the program's: blocked here, never
+        # acted on, but left pending, where the supervisor sees that one went to the whole job.
+        for s in HELD:
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, HELD)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)  # keeps stderr only: a pipe reading energyprof's stdout ends with energyprof
@@ -177,6 +201,8 @@ def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
                     done = True
                 elif line.startswith(b"p "):
                     pids.append(int(line[2:]))
+                elif line.startswith(b"c ") and hasattr(signal, "sigtimedwait"):
+                    signal.sigtimedwait({int(line[2:])}, 0)  # seen: the next one sent to the job shows again
         if not done:
             ended = _end_job(pids, shell)
             where = ""
