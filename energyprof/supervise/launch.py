@@ -122,8 +122,14 @@ class Launch:
             return False
         if not pending >> (signo - 1) & 1:
             return False
-        self._send(f"c {signo}\n".encode())
+        self.forget(signo)
         return True
+
+    def forget(self, signo: int) -> None:
+        """The watcher drops its pending copy of a signal the job got (the terminal's Ctrl-C), so a
+        later one sent to energyprof alone is not taken for the job's."""
+        if PROC and signo in HELD:
+            self._send(f"c {signo}\n".encode())
 
     def finish(self) -> None:
         """energyprof ends normally: the watcher leaves the job's processes alone (a daemon the

@@ -103,6 +103,8 @@ class Supervisor:
                         os.kill(pid, sig.signo)
                     except ProcessLookupError:
                         pass
+                elif sig.from_terminal:
+                    launch.forget(sig.signo)
                 if sig.stops:
                     inbox.stop_self()
             launch.tell(list(feed.procs))
