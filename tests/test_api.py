@@ -368,3 +368,16 @@ def test_a_failed_start_runs_the_function_unprofiled_and_says_so(tmp_path, trace
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "running unprofiled" in err[0] and "no sampler today" in err[0]
     assert active_profiler() is None
+
+
+def test_a_fifo_given_as_checkpoint_to_the_api_is_never_removed(tmp_path, trace):
+    """Defect: a device or FIFO given as the checkpoint was unlinked at the end (/dev/null was removed)."""
+    import os
+    import stat
+
+    fifo = tmp_path / "ckpt.fifo"
+    os.mkfifo(fifo)
+    with energy_profile(json=str(tmp_path / "p.json"), power_trace=trace, quiet=True, checkpoint=str(fifo),
+                        checkpoint_interval=3600):
+        spin(0.01)
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and load(tmp_path / "p.json")

@@ -203,3 +203,93 @@ def test_sigtstp_stops_both_and_sigcont_resumes_both(here, extra):
         assert (proc.returncode, out, err) == (0, "end\n", "")
     assert states == [[psutil.STATUS_STOPPED], [psutil.STATUS_STOPPED] * 2]
     assert load(here / "p.json").meta["exit"] == {"status": "completed"}
+
+
+def test_a_signal_sent_to_the_whole_job_reaches_the_program_once(here):
+    """SLURM's `--signal=USR1@60` (without B:) and `kill -- -PGID` signal every process of the job,
+    the program included: energyprof must not pass it on a second time."""
+    script(here, "slow.py", """
+        import os, signal, sys, time
+        def on(signo, frame):
+            print("got", signal.Signals(signo).name, flush=True)
+            time.sleep(1)  # a second delivery meanwhile would run the handler again
+        signal.signal(signal.SIGUSR1, on)
+        signal.signal(signal.SIGUSR2, on)
+        print("ready", flush=True)
+        while not os.path.exists("stop"):
+            time.sleep(0.01)
+        print("end", flush=True)
+    """)
+    seen = []
+    for cmd in ([sys.executable, "slow.py"], [sys.executable, "-m", "energyprof", *profiled("slow.py")]):
+        (here / "stop").unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_env({}), process_group=0)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, signal.SIGUSR1)
+        assert proc.stdout.readline() == "got SIGUSR1\n"
+        proc.send_signal(signal.SIGUSR2)  # then one to energyprof alone: passed on, once
+        assert proc.stdout.readline() == "got SIGUSR2\n"
+        (here / "stop").touch()
+        out, err = proc.communicate(timeout=60)
+        seen.append((proc.returncode, out, err))
+    assert seen[0] == seen[1] == (0, "end\n", "")
+
+
+TTY_LAUNCH = """
+import fcntl, os, sys, termios
+os.setsid()
+fd = os.open(sys.argv[1], os.O_RDWR)  # the session's controlling terminal: its group is the foreground
+fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
+attrs = termios.tcgetattr(fd)
+attrs[3] &= ~termios.ECHO  # Ctrl-C still signals (ISIG); nothing typed is echoed into the output
+termios.tcsetattr(fd, termios.TCSANOW, attrs)
+for n in (0, 1, 2):
+    os.dup2(fd, n)
+os.execv(sys.executable, [sys.executable, *sys.argv[2:]])
+"""
+
+
+def _read_until(master: int, text: bytes, deadline: float) -> bytes:
+    import select
+
+    got = b""
+    while text not in got and time.monotonic() < deadline:
+        if select.select([master], [], [], 0.1)[0]:
+            try:
+                got += os.read(master, 4096)
+            except OSError:  # EIO: the terminal is not open on the other side (yet)
+                time.sleep(0.05)
+    return got
+
+
+def test_ctrl_c_reaches_the_program_once_and_a_later_kill_is_passed_on(here):
+    """The terminal's Ctrl-C goes to the whole foreground group: the program has it, energyprof does
+    not send it again; a later `kill -INT` to energyprof alone is passed on. (Linux only: without
+    sigtimedwait a signal cannot say who sent it, and while energyprof is in the terminal's
+    foreground group an INT is taken to be the terminal's; docs/processes.md says so.)"""
+    extra: dict[str, str] = {}
+    import pty
+
+    script(here, "tty.py", TTY_LAUNCH)
+    script(here, "h.py", HANDLERS)
+    outputs = []
+    for args in (["h.py", "SIGINT"], ["-m", "energyprof", *profiled("h.py", "SIGINT")]):
+        master, slave = pty.openpty()
+        os.set_blocking(master, False)
+        name = os.ttyname(slave)
+        proc = subprocess.Popen([sys.executable, "tty.py", name, *args], cwd=here, env=_env(extra), pass_fds=())
+        os.close(slave)
+        deadline = time.monotonic() + 60
+        got = _read_until(master, b"ready", deadline)
+        os.write(master, b"\x03")  # Ctrl-C
+        got += _read_until(master, b"got SIGINT", deadline)
+        got += _read_until(master, b"a second delivery, which must not come", time.monotonic() + 0.5)
+        os.kill(proc.pid, signal.SIGINT)
+        got += _read_until(master, b"got SIGINT", deadline)
+        os.write(master, b"stop\n")
+        got += _read_until(master, b"end", deadline)
+        proc.wait(timeout=60)
+        os.close(master)
+        outputs.append(got.decode().splitlines())
+    assert outputs[0] == outputs[1] == ["ready", "got SIGINT", "got SIGINT", "end"]

@@ -23,7 +23,7 @@ from typing import Any, Callable, Protocol
 from . import probes
 from ..core.ledger import Ledger
 from .probes import OwnClocks
-from ..files import write_text
+from ..files import remove, write_text
 from ..core.recording import Sample, Tick
 from .sensors.base import Sensor
 
@@ -254,10 +254,7 @@ class Collector:
 
     def remove_checkpoint(self) -> None:
         if self.checkpoint_path:
-            try:
-                os.unlink(self.checkpoint_path)
-            except OSError:
-                pass
+            remove(self.checkpoint_path)  # a regular file only: a device or FIFO given as checkpoint stays
 
 
 class LocalFeed:

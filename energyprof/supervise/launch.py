@@ -18,14 +18,19 @@
 from __future__ import annotations
 
 import os
+import select
 import signal
 import sys
+import time
 from typing import Any, Callable
 
-from ..collect.probes import descendant_pids, portable
+from ..collect.probes import PROC, descendant_pids, portable
+from .signals import FORWARDED
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # between the watcher's SIGTERM and its SIGKILL
+SPREAD_S = 0.05  # a sender that signals the job's processes one by one has reached them all by then
+HELD = frozenset(FORWARDED) - {signal.SIGCONT}  # held pending in the watcher
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -50,22 +55,26 @@ class Launch:
         self.checkpoint = checkpoint
         self.pid = 0
         self.watcher = 0
-        self._go = self._err = self._watch = -1
+        self._go = self._err = self._watch = self._acks = -1
+        self._unacked = 0  # the watcher's pending copies asked to be dropped, not yet dropped
         self._told: set[int] = set()
 
     def fork(self) -> None:
         prctl = _prctl()
         shell = os.getppid()
         watch_r, self._watch = os.pipe()
+        self._acks, acks_w = os.pipe()
         self.watcher = os.fork()
         if self.watcher == 0:
-            _watcher(watch_r, self.checkpoint, shell)  # never returns
+            os.close(self._acks)
+            _watcher(watch_r, acks_w, self.checkpoint, shell)  # never returns
         os.close(watch_r)
+        os.close(acks_w)
         go_r, self._go = os.pipe()
         self._err, err_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:
-            _launcher(go_r, err_w, (self._watch, self._go, self._err), os.getppid(), prctl, self.command,
+            _launcher(go_r, err_w, (self._watch, self._go, self._err, self._acks), os.getppid(), prctl, self.command,
                       self.executable, self.env, self.dispositions)  # never returns
         os.close(go_r)
         os.close(err_w)
@@ -103,13 +112,46 @@ class Launch:
         self._told.update(new)
         self._send("".join(f"p {p}\n" for p in new).encode())
 
+    def sent_to_job(self, signo: int) -> bool:
+        """`signo` was sent to the whole job, not to energyprof alone (`kill -- -PGID`, SLURM's
+        `--signal` without `B:`, which signals every process of the step): the watcher has it
+        pending too, so the program has it already and must not get it twice. Needs /proc."""
+        if not PROC or self.watcher <= 0 or self._watch < 0:
+            return False
+        time.sleep(SPREAD_S)
+        deadline = time.monotonic() + 2.0
+        while self._unacked > 0 and time.monotonic() < deadline:  # a dropped copy must be gone first
+            if select.select([self._acks], [], [], 0.1)[0]:
+                got = os.read(self._acks, 64)
+                if not got:
+                    break
+                self._unacked -= len(got)
+        try:
+            with open(f"/proc/{self.watcher}/status", "rb") as fh:
+                line = next(ln for ln in fh if ln.startswith(b"ShdPnd:"))
+            pending = int(line.split()[1], 16)
+        except (OSError, StopIteration, ValueError, IndexError):
+            return False
+        if not pending >> (signo - 1) & 1:
+            return False
+        self.forget(signo)
+        return True
+
+    def forget(self, signo: int) -> None:
+        """The watcher drops its pending copy of a signal the job got (the terminal's Ctrl-C), so a
+        later one sent to energyprof alone is not taken for the job's."""
+        if PROC and signo in HELD and self._watch >= 0:
+            self._send(f"c {signo}\n".encode())
+            self._unacked += 1
+
     def finish(self) -> None:
         """energyprof ends normally: the watcher leaves the job's processes alone (a daemon the
         program left running lives on, as it would without energyprof)."""
         if self._watch >= 0:
             self._send(b"d\n")
             os.close(self._watch)
-            self._watch = -1
+            os.close(self._acks)
+            self._watch = self._acks = -1
 
     def _send(self, data: bytes) -> None:
         try:
@@ -152,19 +194,21 @@ def _launcher(go_r: int, err_w: int, theirs: tuple[int, ...], parent: int, prctl
     os._exit(127)
 
 
-def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
+def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> None:
     try:
         cwd = os.getcwd()
         signal.set_wakeup_fd(-1)
-        for name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGTSTP", "SIGPIPE",
-                     "SIGWINCH", "SIGXCPU", "SIGPWR", "SIGINFO"):
-            if hasattr(signal, name):  # the terminal's and the scheduler's signals are the program's
-                signal.signal(getattr(signal, name), signal.SIG_IGN)
+        # The terminal's and the scheduler's signals are the program's: blocked here, never
+        # acted on, but left pending, where the supervisor sees that one went to the whole job.
+        for s in HELD:
+            signal.signal(s, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, HELD)
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)  # keeps stderr only: a pipe reading energyprof's stdout ends with energyprof
-        os.closerange(3, watch_r)
-        os.closerange(watch_r + 1, 1 << 16)
+        for lo, hi in _gaps(3, sorted((watch_r, acks_w)), 1 << 16):
+            os.closerange(lo, hi)
         os.chdir("/")
         pids: list[int] = []
         done = False
@@ -177,6 +221,13 @@ def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
                     done = True
                 elif line.startswith(b"p "):
                     pids.append(int(line[2:]))
+                elif line.startswith(b"c "):
+                    if hasattr(signal, "sigtimedwait"):
+                        signal.sigtimedwait({int(line[2:])}, 0)  # seen: the next one sent to the job shows again
+                    try:
+                        os.write(acks_w, b"k")
+                    except OSError:
+                        pass  # the supervisor is not waiting for it any more
         if not done:
             ended = _end_job(pids, shell)
             where = ""
@@ -187,6 +238,16 @@ def _watcher(watch_r: int, checkpoint: str | None, shell: int) -> None:
     except BaseException:  # noqa: BLE001 - never return into the supervisor's code
         pass
     os._exit(0)
+
+
+def _gaps(lo: int, keep: list[int], hi: int) -> list[tuple[int, int]]:
+    """The ranges of [lo, hi) between the descriptors to keep."""
+    out = []
+    for fd in keep:
+        out.append((lo, fd))
+        lo = fd + 1
+    out.append((lo, hi))
+    return out
 
 
 def _end_job(pids: list[int], shell: int) -> int:

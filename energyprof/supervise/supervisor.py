@@ -101,11 +101,13 @@ class Supervisor:
     def _wait(self, pid: int, inbox: signals.Inbox, launch: Launch, feed: JobFeed) -> int:
         while True:
             for sig in inbox.wait(0.25):
-                if sig.forward:
+                if sig.forward and not launch.sent_to_job(sig.signo):
                     try:
                         os.kill(pid, sig.signo)
                     except ProcessLookupError:
                         pass
+                elif sig.from_terminal:
+                    launch.forget(sig.signo)
                 if sig.stops:
                     inbox.stop_self()
             launch.tell(list(feed.procs))
