@@ -77,14 +77,15 @@ class _Session:
         if prof is None:
             return
         try:
-            profile = prof.stop(_exit_status(exc))
+            profile = prof.stop(_exit_status(exc), keep_checkpoint=True)
         except Exception as err:  # noqa: BLE001 - never replace the program's own outcome
             _warn("could not finish the profile", err)
             return
         if profile is None:  # a forked child: the parent's profile owns the outputs
             return
         try:
-            write_outputs(profile, prof.options)  # its paths with the placeholders expanded
+            # its paths with the placeholders expanded; the checkpoint goes once the facts are saved
+            write_outputs(profile, prof.options, checkpoint=prof.options.checkpoint)
         except OSError:
             pass  # write_outputs said so, one line per output
         except Exception as err:  # noqa: BLE001

@@ -170,8 +170,10 @@ class Profiler:
             except Exception:  # noqa: BLE001
                 pass
 
-    def stop(self, exit_status: dict[str, Any] | None = None) -> Profile | None:
-        """End the profile and build it; None in a forked child (its parent's profile)."""
+    def stop(self, exit_status: dict[str, Any] | None = None, *, keep_checkpoint: bool = False) -> Profile | None:
+        """End the profile and build it; None in a forked child (its parent's profile).
+        `keep_checkpoint`: the caller removes it once the profile's facts are on disk
+        (`outputs.write_outputs(..., checkpoint=)`), so a failing view cannot lose the run."""
         global _active
         if self._collector is None or self._ledger is None:
             raise RuntimeError("Profiler.stop() called before start()")
@@ -206,7 +208,8 @@ class Profiler:
             self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
                                                        for fr, size in allocations])
         self.profile = self._build(exit_status, peak)
-        self._collector.remove_checkpoint()
+        if not keep_checkpoint:
+            self._collector.remove_checkpoint()
         return self.profile
 
     @property

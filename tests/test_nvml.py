@@ -330,9 +330,20 @@ def test_missing_binding_is_a_note(monkeypatch: pytest.MonkeyPatch) -> None:
     import sys
 
     monkeypatch.setattr(nvml_device, "BINDING", None)
+    monkeypatch.setattr(nvml_device, "DRIVER_PATHS", ("/",))  # as if a driver were loaded
     monkeypatch.setitem(sys.modules, "pynvml", None)  # import pynvml -> ImportError
     d = nvml.discover()
     assert d.sensors == [] and "nvidia-ml-py is not installed" in d.notes[0]
+
+
+def test_no_driver_is_a_note_without_importing_the_binding(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    import sys
+
+    monkeypatch.setattr(nvml_device, "BINDING", None)
+    monkeypatch.setattr(nvml_device, "DRIVER_PATHS", (str(tmp_path / "no-driver"),))
+    monkeypatch.setitem(sys.modules, "pynvml", None)  # an import would say "not installed" instead
+    d = nvml.discover()
+    assert d.sensors == [] and "driver is not loaded" in d.notes[0]
 
 
 def test_a_lost_gpu_raises_sensor_error() -> None:
