@@ -281,7 +281,9 @@ def test_ctrl_c_reaches_the_program_once_and_a_later_kill_is_passed_on(here):
         proc = subprocess.Popen([sys.executable, "tty.py", name, *args], cwd=here, env=_env(extra), pass_fds=())
         os.close(slave)
         deadline = time.monotonic() + 60
-        got = _read_until(master, b"ready", deadline)
+        # The whole line, its end included: a Ctrl-C flushes the terminal's output queue, and a line
+        # end still queued there (a loaded machine) would be lost from the transcript.
+        got = _read_until(master, b"ready\r\n", deadline)
         os.write(master, b"\x03")  # Ctrl-C
         got += _read_until(master, b"got SIGINT", deadline)
         got += _read_until(master, b"a second delivery, which must not come", time.monotonic() + 0.5)
