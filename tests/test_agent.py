@@ -280,9 +280,12 @@ def test_short_lived_threads_keep_their_cpu(here):
     # Each thread's CPU is its own: read from its clock while it runs and as it ends (a dead
     # thread's clock cannot be read). Only the few microseconds after that last read escape.
     assert 0.9 * spent <= threads <= 1.1 * spent + 0.05, (threads, spent)
-    # A thread sampled at least once runs burn_in_thread at that sample (the rest of it is a
-    # few lines of threading): charged there. One never sampled at all is its thread's node.
-    assert work >= 0.25 * spent, (work, threads, spent)
+    # ... and none of it is the main thread's: before, it was charged to the main thread's join.
+    # How much lands on burn_in_thread rather than on its thread's node depends on how often a
+    # 10 ms thread is caught running (fewer times beside two CPU hogs): some, not a fixed share.
+    joins = sum(n.cpu_time_s for n in p.find("_wait_for_tstate_lock"))
+    assert joins <= 0.1 * spent, (joins, spent)
+    assert work > 0, (work, threads, spent)
 
 
 def test_a_program_that_closes_every_descriptor_keeps_its_file(here):
