@@ -32,6 +32,7 @@ IDLE_NODE = "[other processes and idle]"
 SELF_NODE = "[energyprof]"
 CHILDREN_NODE = "[child processes]"
 SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE)
+THREAD_PREFIX = "[thread "  # a thread's node, as the agent names it (agent/sampler.py, which imports nothing of ours)
 IDLE_POLICIES = ("share", "all")
 
 # ---------------------------------------------------------------- records

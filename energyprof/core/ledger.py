@@ -32,7 +32,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile import CHILDREN_NODE
+from ..profile import CHILDREN_NODE, THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
 from .timeline import TIMELINE_POINTS, Timeline
 
@@ -151,6 +151,8 @@ class Ledger:
         # ranks' files add up to the node. None: the program is the whole job.
         self.node_ranks: int | None = None
         self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
+        self.wait_cpu_moved_ns = 0  # CPU seen on waits, given to the same threads' running stacks at finish
+        self._d_proc = 0.0  # the program's own CPU ns (children not included) in the interval being charged
 
     @property
     def first_ns(self) -> int | None:
@@ -295,10 +297,52 @@ class Ledger:
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
         self._drain(final=True)
+        self._move_wait_cpu()
         end = self.last_ns or 0
         for w in self._open_windows:
             w["end_ns"] = end
         self._open_windows.clear()
+
+    def _move_wait_cpu(self) -> None:
+        """CPU a thread was seen with while sampled in a wait goes to the stacks it was seen running.
+
+        A sampler knows a thread's stack only at the sample's end, so the CPU a short task burnt
+        before its thread blocked again (a DataLoader worker's fetch, then `select` for the next
+        index) arrives on the wait. A blocked thread burns none: that CPU, and the energy charged
+        by it, belong to the same thread's running stacks, in proportion to the CPU they were
+        seen with. A thread seen only waiting keeps it: there is nowhere better to put it.
+        Idempotent (a wait left with nothing moves nothing), so finishing twice is harmless.
+        """
+        stacks, frames = self.stacks.stacks, self.stacks.frames
+        groups: dict[tuple[int, int], tuple[list[_StackStat], list[_StackStat]]] = {}
+        for sid, st in self.stats.items():
+            fids = stacks[sid]
+            if not fids or st.cpu_ns <= 0 or frames[fids[-1]] == CHILD_FRAME:
+                continue
+            thread = -1  # the stack's innermost thread node; -1: its process's main thread
+            for fid in fids:
+                if frames[fid][0].startswith(THREAD_PREFIX):
+                    thread = fid
+            waiting, running = groups.setdefault((self.sid_proc.get(sid, -1), thread), ([], []))
+            (waiting if self._waiting(sid) else running).append(st)
+        for waiting, running in groups.values():
+            total = sum(r.cpu_ns for r in running)
+            if not waiting or total <= 0:
+                continue
+            fractions = [r.cpu_ns / total for r in running]
+            for w in waiting:
+                moved = 0
+                for k, (r, f) in enumerate(zip(running, fractions)):
+                    for i in range(self.n):
+                        r.share[i] += w.share[i] * f
+                        r.all[i] += w.all[i] * f
+                    part = w.cpu_ns - moved if k == len(running) - 1 else int(w.cpu_ns * f)
+                    r.cpu_ns += part
+                    moved += part
+                self.wait_cpu_moved_ns += w.cpu_ns
+                w.cpu_ns = 0
+                w.share = [0.0] * self.n
+                w.all = [0.0] * self.n
 
     # -- the math -----------------------------------------------------------------------
     def _deltas(self, a: Tick, b: Tick) -> list[float]:
@@ -350,6 +394,7 @@ class Ledger:
         d_children = w_children * dt / span if span > 0 else 0.0
         d_others = w_others * dt / span if span > 0 else 0.0
         d_prog = d_proc + d_children
+        self._d_proc = d_proc
         capacity = dt * self.cpus
         # energyprof pays for the fraction of the machine it occupied, never for idle power.
         phi_own = min(1.0, d_own / capacity) if capacity > 0 else 0.0
@@ -442,6 +487,8 @@ class Ledger:
             return
         assert parts is not None
         prog_share_sum = prog_all_sum = 0.0
+        carried_ns = sum(cpu_w.values())
+        carried = carried_ns / self._d_proc if self._d_proc > carried_ns else 1.0
         for i in range(n):
             d = de[i]
             if d == 0.0:
@@ -457,6 +504,19 @@ class Ledger:
             prog_all_sum += prog_all
             # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
             self.idle[i] += max(0.0, d - prog_share - own_share)
+            if weights is cpu_w and carried < 1.0:
+                # Samples carry less CPU than the program's clocks counted in the interval (work
+                # after the sampler's last tick, a thread it never saw): that part is the
+                # program's with no stack to carry it, never an extra charge on the few samples
+                # that did carry CPU (a departing thread's last breath would take it all).
+                own_part = 1.0 - cf
+                lost_share, lost_all = prog_share * own_part * (1.0 - carried), prog_all * own_part * (1.0 - carried)
+                self.root_share[i] += lost_share
+                self.root_all[i] += lost_all
+                self._note_interval(None, i, lost_share, lost_all)
+                kept_share, kept_all = prog_share - lost_share, prog_all - lost_all
+                cf = prog_share * cf / kept_share if kept_share > 0 else 0.0
+                prog_share, prog_all = kept_share, kept_all
             if not weights:
                 self.root_share[i] += prog_share
                 self.root_all[i] += prog_all

@@ -132,6 +132,12 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                               pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
+    if ledger.wait_cpu_moved_ns:
+        moved = ledger.wait_cpu_moved_ns / 1e9
+        all_notes.append(Note("wait-cpu", f"{moved:.3g} CPU-s that threads were seen with while sampled in a wait "
+                              "(select, a queue, a lock) went, with its energy, to the stacks the same threads "
+                              "were seen running: a sample sees a stack only at its end, and a blocked thread "
+                              "burns no CPU", {"cpu_s": moved}))
     all_notes += [n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),
                                                       {k: v for k, v in n.items() if k not in ("kind", "message")})
                   for n in notes]
