@@ -43,6 +43,7 @@ MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
 PEERS_STALE_NS = 500_000_000  # twice the supervisor's /proc walk for the other ranks' CPU
 IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
+CARRY_LIMIT = 2.0  # an interval's samples are charged at most twice the worth of the CPU they carry
 
 
 def is_gpu(component: str) -> bool:
@@ -487,8 +488,11 @@ class Ledger:
             return
         assert parts is not None
         prog_share_sum = prog_all_sum = 0.0
+        # Samples are prorated over their spans, which straddle the ticks: an interval's samples may
+        # hold from about half to twice its CPU, and the fold scales them to it. Beyond that the CPU
+        # was one no sample saw, and the samples keep no more than CARRY_LIMIT times their worth.
         carried_ns = sum(cpu_w.values())
-        carried = carried_ns / self._d_proc if self._d_proc > carried_ns else 1.0
+        carried = CARRY_LIMIT * carried_ns / self._d_proc if self._d_proc > CARRY_LIMIT * carried_ns else 1.0
         for i in range(n):
             d = de[i]
             if d == 0.0:
@@ -505,15 +509,19 @@ class Ledger:
             # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
             self.idle[i] += max(0.0, d - prog_share - own_share)
             if weights is cpu_w and carried < 1.0:
-                # Samples carry less CPU than the program's clocks counted in the interval (work
-                # after the sampler's last tick, a thread it never saw): that part is the
-                # program's with no stack to carry it, never an extra charge on the few samples
-                # that did carry CPU (a departing thread's last breath would take it all).
-                own_part = 1.0 - cf
-                lost_share, lost_all = prog_share * own_part * (1.0 - carried), prog_all * own_part * (1.0 - carried)
-                self.root_share[i] += lost_share
-                self.root_all[i] += lost_all
-                self._note_interval(None, i, lost_share, lost_all)
+                # Samples carry under 1/CARRY_LIMIT of the CPU the program's clocks counted in the
+                # interval (work before the sampler's first tick or after its last, a thread it never
+                # saw). The rest goes by wall time to the main threads' running stacks, else to the root:
+                # never onto the few samples that carried some (a departing thread's last 0.1 ms
+                # would take a whole interval's share).
+                lost = 1.0 - carried
+                lost_share, lost_all = prog_share * (1.0 - cf) * lost, prog_all * (1.0 - cf) * lost
+                if wall_w:
+                    self._spread(wall_w, i, lost_share, lost_all, 0.0)
+                else:
+                    self.root_share[i] += lost_share
+                    self.root_all[i] += lost_all
+                    self._note_interval(None, i, lost_share, lost_all)
                 kept_share, kept_all = prog_share - lost_share, prog_all - lost_all
                 cf = prog_share * cf / kept_share if kept_share > 0 else 0.0
                 prog_share, prog_all = kept_share, kept_all
