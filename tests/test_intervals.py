@@ -93,26 +93,30 @@ def test_wall_fallback_goes_to_running_stacks_only() -> None:
     assert sum(p.root.self_energy_j.values()) == pytest.approx(10.0, rel=1e-9)
 
 
-def test_cpu_no_sample_carried_goes_to_the_root_not_to_the_one_sample_that_carried_some() -> None:
+@pytest.mark.parametrize("main_waits", [True, False])
+def test_cpu_no_sample_carried_never_lands_on_the_one_sample_that_carried_some(main_waits: bool) -> None:
     """100 W, both cores always busy: the program's CPU is worth 50 J per CPU-second. For 500 ms the
     main thread carries its 10 ms of CPU per 10 ms; for the next 100 ms the program's clock still
-    counts a core, but the only sample with CPU is a departing thread's last 0.1 ms (its stack at
-    its end). It gets what its 0.1 ms is worth, 5 mJ; the root carries the rest of the interval's
-    share, never the thread."""
+    counts a core, but the only sample with CPU is a departing thread's last 0.1 ms. It gets at
+    most CARRY_LIMIT (2) times what its 0.1 ms is worth, 10 mJ. The rest of that 5 J goes by wall
+    time to the main thread's stack if it was running, to the root if it was blocked in a join."""
     led = Ledger(CPU, cpus=2)
     burn = led.stacks.intern([("main", "m.py", 1), ("burn", "m.py", 5)])
     join = led.stacks.intern([("main", "m.py", 1), ("Thread.join", "/usr/lib/python3.12/threading.py", 1100)])
+    tail = led.stacks.intern([("main", "m.py", 1), ("tail", "m.py", 20)])
     last = led.stacks.intern([("[thread sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
     for t in range(0, 600, 10):
-        led.add_sample(Sample(t * MS, (t + 10) * MS, burn if t < 500 else join, 10 * MS if t < 500 else 0, True, 0, 1))
+        later = join if main_waits else tail
+        led.add_sample(Sample(t * MS, (t + 10) * MS, burn if t < 500 else later, 10 * MS if t < 500 else 0, True, 0, 1))
     led.add_sample(Sample(500 * MS, 510 * MS, last, MS // 10, False, 0, 1))
     for tick in _ticks(100.0, 600, lambda t: t * MS):
         led.add_tick(tick)
     led.finish()
     p = build_profile(led, "share", {})
-    assert p.find("sleeper")[0].total_energy == pytest.approx(0.05 * 0.1, rel=1e-9)
+    assert p.find("sleeper")[0].total_energy == pytest.approx(2 * 0.05 * 0.1, rel=1e-9)
     assert p.find("burn")[0].total_energy == pytest.approx(25.0, rel=1e-9)
-    assert sum(p.root.self_energy_j.values()) == pytest.approx(5.0 - 0.005, rel=1e-9)
+    rest = sum(p.root.self_energy_j.values()) if main_waits else p.find("tail")[0].total_energy
+    assert rest == pytest.approx(5.0 - 0.01, rel=1e-9)
     assert sum(p.totals.attributed_j.values()) == pytest.approx(30.0, rel=1e-9)
 
 

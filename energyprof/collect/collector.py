@@ -28,6 +28,7 @@ from ..core.recording import Sample, Tick
 from .sensors.base import Sensor
 
 CHILD_POLL_S = 0.5
+MAX_HOLD_NS = 2_000_000_000  # a tick waits no longer than this for the sampler to read past it
 
 
 def open_sources(options: Any) -> tuple[Any, Ledger]:
@@ -274,9 +275,12 @@ class LocalFeed:
         self._children_polled = 0
         self._children_floor = 0
         self.child_processes: dict[int, dict[str, Any]] = {}
+        self._held: deque[Tick] = deque()
+        self._clock: deque[tuple[int, int, int]] = deque()  # the sampler's (t, process CPU, its own CPU)
 
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
-        tick = Tick(
+        self._drain()
+        self._held.append(Tick(
             t_ns=t,
             energy_j=energy,
             process_cpu_ns=time.process_time_ns(),
@@ -285,13 +289,48 @@ class LocalFeed:
             rss_bytes=(probes.rss_bytes() + self._children_rss) if self.rss else 0,
             children_cpu_ns=self._children_cpu_ns(t) if (self.children or self.rss_children) else 0,
             gpu_share=gpu_share,
-        )
-        self._drain()
-        self.ledger.add_tick(tick)
+        ))
+        self._release(final=False)
 
     def finish(self) -> None:
         self._drain()
+        self._release(final=True)
         self.ledger.finish()
+
+    def _release(self, final: bool) -> None:
+        """Hand the held ticks to the ledger, with the program's CPU as the sampler's clocks read it.
+
+        The samples' CPU comes from the sampler's readings of the process's clock, the tick's from
+        the collector's, taken at other moments. Interpolating the sampler's readings to the
+        tick makes the two agree in every interval (as the supervisor does for each process), and
+        leaves out what ran before the sampler's first reading or after its last: energyprof
+        starting and stopping on the program's thread. A tick waits until the sampler has read
+        past it, or for MAX_HOLD_NS when it cannot (a C call holding the GIL).
+        """
+        held, clock = self._held, self._clock
+        while held:
+            tick = held[0]
+            if clock:
+                if not final and clock[-1][0] < tick.t_ns and held[-1].t_ns - tick.t_ns < MAX_HOLD_NS:
+                    return
+                proc, sampler = self._clock_at(tick.t_ns)
+                tick = tick._replace(process_cpu_ns=proc, own_cpu_ns=tick.own_cpu_ns + sampler)
+            elif not final and held[-1].t_ns - tick.t_ns < MAX_HOLD_NS:
+                return  # the sampler has not read its clocks yet
+            held.popleft()
+            self.ledger.add_tick(tick)
+
+    def _clock_at(self, t: int) -> tuple[int, int]:
+        """(process CPU, sampler CPU) at t, between the sampler's readings; flat outside them."""
+        clock = self._clock
+        while len(clock) >= 2 and clock[1][0] <= t:
+            clock.popleft()
+        a = clock[0]
+        if t <= a[0] or len(clock) == 1:
+            return a[1], a[2]
+        b = clock[1]
+        f = (t - a[0]) / (b[0] - a[0])
+        return int(a[1] + f * (b[1] - a[1])), int(a[2] + f * (b[2] - a[2]))
 
     def _drain(self) -> None:
         q = self.queue
@@ -300,6 +339,8 @@ class LocalFeed:
             ev = q.popleft()
             if type(ev) is Sample:
                 led.add_sample(ev)
+            elif ev[0] == "clock":
+                self._clock.append(ev[1:])
             elif ev[0] == "begin":
                 led.begin_window(ev[1], ev[2], ev[3])
             else:
@@ -381,6 +422,7 @@ class LocalSink:
 
     def tick(self, t0: int, t1: int, proc: int, own: int, rss: int) -> None:
         self._t = (t0, t1, rss)
+        self.feed.queue.append(("clock", t1, proc, own))
 
     def sample(self, sid: int, cpu: int, main: bool) -> None:
         t0, t1, rss = self._t
