@@ -247,6 +247,36 @@ def test_energyprof_in_each_rank_never_overwrites_nor_double_counts(job: Path) -
 
 
 @needs_torchrun
+def test_energyprof_in_each_rank_gives_one_mlflow_run(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One job, one run: each rank's windows (logged live by its program) and totals under its own
+    keys, the joined job's totals under the run's own, and the run ended by rank 0."""
+    mlflow = pytest.importorskip("mlflow", reason="mlflow (energyprof[mlflow]) is not installed")
+    uri = (job / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this test's own client reads the same store
+    res = per_rank_run(job, "--json", "p.json", "--mlflow", MLFLOW_TRACKING_URI=uri, MLFLOW_ALLOW_FILE_STORE="true")
+    assert res.returncode == 0, res.stderr
+    assert sorted(res.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert len(runs) == 1, [(r.info.run_id, r.data.tags) for r in runs]
+    (run,) = runs
+    assert run.info.status == "FINISHED" and run.data.tags["energyprof.job"]
+    joined, per = load(job / "p.json"), {r: load(job / f"p.rank{r}.json") for r in (0, 1)}
+    m = run.data.metrics
+    assert m["energyprof.program_energy_j"] == pytest.approx(sum(joined.totals.attributed_j.values()), rel=1e-6)
+    for r in (0, 1):
+        assert m[f"energyprof.rank{r}.program_energy_j"] == pytest.approx(sum(per[r].totals.attributed_j.values()),
+                                                                          rel=1e-6)
+        history = sorted((x.step, x.value) for x in client.get_metric_history(run.info.run_id,
+                                                                              f"energyprof.rank{r}.window.step.energy_j"))
+        assert [step for step, _ in history] == list(range(6))  # each step once: live, not again at the end
+        windows = sorted((w.index, sum(w.energy_j.values())) for w in per[r].windows if w.name == "step")
+        assert [v for _, v in history] == pytest.approx([v for _, v in windows], rel=1e-6)
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "energyprof")}
+    assert {"energyprof/rank0", "energyprof/rank1", "energyprof/profile.json", "energyprof/report.html"} <= artifacts
+
+
+@needs_torchrun
 def test_a_killed_rank_is_named_in_the_joined_profile(job: Path) -> None:
     (job / "out").mkdir()
     res = per_rank_run(job, "--json", "out/p{rank}.json", "-o", "out/r{rank}.html", KILL_RANK="1",

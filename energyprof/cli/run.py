@@ -289,11 +289,15 @@ def run(argv: list[str]) -> int:
             assert script is not None
             command, target = [*python, script, *prog_args], script
     if options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
-        from ..integrations.mlflow import RUN_ENV, StoreError, open_run
+        from ..integrations import mlflow as ml
 
         try:
-            os.environ[RUN_ENV] = open_run()
-        except StoreError as exc:
+            if rank is not None:  # one rank of several: the job's run, under this rank's keys
+                os.environ[ml.RUN_ENV] = ml.open_job_run(rank.job)
+                os.environ[ml.RANK_ENV] = str(rank.rank)
+            else:
+                os.environ[ml.RUN_ENV] = ml.open_run()
+        except ml.StoreError as exc:
             raise UsageError(str(exc)) from None
     from ..outputs import write_outputs
     from ..supervise import signals
@@ -353,7 +357,11 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
     paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
     job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
-                                      folded=None, csv=None, pprof=None, mlflow=False, checkpoint=None)
+                                      folded=None, csv=None, pprof=None, checkpoint=None)
+    if options.mlflow:  # the joined job's figures go under the run's own keys, and end it
+        from ..integrations.mlflow import RANK_ENV
+
+        os.environ.pop(RANK_ENV, None)
     try:
         write_outputs(joined, job_options)
     except OSError:

@@ -18,6 +18,14 @@ the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. Window
 program's active run if it has one (and say so on energyprof's run, tag `energyprof.program_run`),
 else to energyprof's; the supervisor's totals follow the windows, and an energyprof run left
 empty is deleted.
+
+A job of several ranks with energyprof inside each (`torchrun ... -m energyprof train.py`) is one
+program too, so one run: every rank's supervisor looks for the job's run (tag `energyprof.job`,
+still running, started in the last JOB_RUN_MAX_AGE_S), creates it if there is none, and when two
+were created at once all ranks keep the earliest and the others are deleted. A rank's windows and
+totals are logged under `energyprof.rank<R>.` (its artifacts under `energyprof/rank<R>/`), and
+rank 0 logs the joined job's totals and report unprefixed, then ends the run. In such a job the
+windows always go to the job's run, never to a run a rank's program started itself.
 """
 
 from __future__ import annotations
@@ -38,6 +46,9 @@ if TYPE_CHECKING:
 PREFIX = "energyprof"
 RUN_ENV = "ENERGYPROF_MLFLOW_RUN"  # the run a supervised job logs to, created by the supervisor
 PROGRAM_RUN_TAG = f"{PREFIX}.program_run"  # on that run: the program's own run, where its windows went
+RANK_ENV = "ENERGYPROF_MLFLOW_RANK"  # one rank of a job of several: its figures go under its own keys
+JOB_TAG = f"{PREFIX}.job"  # on a job's run: what the job's ranks share (torchrun's run id, SLURM's job id)
+JOB_RUN_MAX_AGE_S = 6 * 3600  # an older running run of the same job id is another job's (torchrun's default id is "none")
 _KEY = re.compile(r"[^A-Za-z0-9_\-. /]")  # what MLflow accepts in a metric or param name
 
 # This process's live logging: the run it created for windows (None: none yet), and per run the
@@ -58,37 +69,43 @@ def _key(name: str) -> str:
     return _KEY.sub("_", name)
 
 
-def params(model: ReportModel) -> dict[str, str]:
+def scope() -> str:
+    """The keys' prefix in this process: `energyprof`, or `energyprof.rank<R>` for one rank of a job."""
+    rank = os.environ.get(RANK_ENV, "")
+    return f"{PREFIX}.rank{rank}" if rank.isdigit() else PREFIX
+
+
+def params(model: ReportModel, prefix: str = PREFIX) -> dict[str, str]:
     """What the run measured and how: sources with their method, idle policy, carbon intensity."""
-    out = {f"{PREFIX}.source.{_key(s.id)}": f"{s.method} ({s.sensor or s.component})" for s in model.sources}
-    out[f"{PREFIX}.idle_policy"] = model.policy
+    out = {f"{prefix}.source.{_key(s.id)}": f"{s.method} ({s.sensor or s.component})" for s in model.sources}
+    out[f"{prefix}.idle_policy"] = model.policy
     if model.carbon is not None:
-        out[f"{PREFIX}.intensity_g_per_kwh"] = f"{model.carbon.intensity_g_per_kwh:g}"
-        out[f"{PREFIX}.intensity_source"] = model.carbon.source
-    out[f"{PREFIX}.estimated"] = str(any(s.method != "measured" for s in model.sources))
+        out[f"{prefix}.intensity_g_per_kwh"] = f"{model.carbon.intensity_g_per_kwh:g}"
+        out[f"{prefix}.intensity_source"] = model.carbon.source
+    out[f"{prefix}.estimated"] = str(any(s.method != "measured" for s in model.sources))
     return out
 
 
-def metrics(model: ReportModel) -> list[tuple[str, float, int]]:
+def metrics(model: ReportModel, prefix: str = PREFIX) -> list[tuple[str, float, int]]:
     """(key, value, step): the run's totals (step 0), then each window's energy (and carbon) at step = its index.
 
     carbon_g is the program's (the headline), machine_carbon_g everything the sensors measured."""
-    out = [(f"{PREFIX}.energy_j", model.total_energy_j, 0), (f"{PREFIX}.program_energy_j", model.attributed_j, 0),
-           (f"{PREFIX}.duration_s", model.duration_s, 0)]
+    out = [(f"{prefix}.energy_j", model.total_energy_j, 0), (f"{prefix}.program_energy_j", model.attributed_j, 0),
+           (f"{prefix}.duration_s", model.duration_s, 0)]
     if model.carbon is not None:
-        out += [(f"{PREFIX}.carbon_g", model.carbon.program_g, 0),
-                (f"{PREFIX}.machine_carbon_g", model.carbon.machine_g, 0)]
+        out += [(f"{prefix}.carbon_g", model.carbon.program_g, 0),
+                (f"{prefix}.machine_carbon_g", model.carbon.machine_g, 0)]
     seen: dict[str, int] = {}
     for row in sorted(model.windows, key=lambda r: r.window.start_s):
         w = row.window
         name = _key(w.name)
         step = w.index if w.index is not None else seen.get(name, 0)  # unnumbered: in the order they ran
         seen[name] = step + 1
-        out.append((f"{PREFIX}.window.{name}.energy_j", row.energy, step))
+        out.append((f"{prefix}.window.{name}.energy_j", row.energy, step))
         if w.program_energy_j:  # absent from profiles written before windows held the program's share
-            out.append((f"{PREFIX}.window.{name}.program_energy_j", sum(w.program_energy_j.values()), step))
+            out.append((f"{prefix}.window.{name}.program_energy_j", sum(w.program_energy_j.values()), step))
         if row.carbon_g is not None:
-            out.append((f"{PREFIX}.window.{name}.carbon_g", row.carbon_g, step))
+            out.append((f"{prefix}.window.{name}.carbon_g", row.carbon_g, step))
     return out
 
 
@@ -108,8 +125,10 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
     from mlflow.entities import Metric, Param
 
     started = live = supervised = False
+    prefix = scope()
     if run is None and os.environ.get(RUN_ENV):
-        run, supervised = _supervised_run(mlflow, os.environ[RUN_ENV]), True
+        job = os.environ[RUN_ENV]  # one rank's figures go to the job's run, which rank 0 ends
+        run, supervised = (job if prefix != PREFIX else _supervised_run(mlflow, job)), True
     if run is None:
         active = mlflow.active_run()
         if active is None and _live_run is not None:  # the run this process's windows went to
@@ -123,17 +142,17 @@ def log_model(model: ReportModel, run: Any = None, artifacts: bool = True) -> st
     client = mlflow.MlflowClient()
     try:
         now = int(time.time() * 1000)
-        todo = metrics(model)
+        todo = metrics(model, prefix)
         done = _logged.get(run_id, set())
         if supervised:  # the program's process logged its windows live: read back what is there
-            done = done | {(k, m.step) for k in {k for k, _, _ in todo if k.startswith(f"{PREFIX}.window.")}
+            done = done | {(k, m.step) for k in {k for k, _, _ in todo if k.startswith(f"{prefix}.window.")}
                            for m in client.get_metric_history(run_id, k)}
         ms = [Metric(k, float(v), now, step) for k, v, step in todo if (k, step) not in done]
-        ps = [Param(k, v) for k, v in params(model).items()]
+        ps = [Param(k, v) for k, v in params(model, prefix).items()]
         for i in range(0, max(len(ms), 1), 1000):  # log_batch takes at most 1000 metrics
             client.log_batch(run_id, metrics=ms[i:i + 1000], params=ps if i == 0 else [])
         if artifacts:
-            _log_artifacts(client, run_id, model)
+            _log_artifacts(client, run_id, model, prefix.replace(".", "/"))
     finally:
         if started:
             mlflow.end_run()
@@ -180,6 +199,43 @@ def open_run() -> str:
         raise _store_error(mlflow, exc) from None
 
 
+def open_job_run(job: str) -> str:
+    """The one run of a job whose ranks each run energyprof: found by its tag, else created; when
+    ranks created one at the same moment, every rank settles on the earliest and deletes its own.
+    StoreError if the store cannot be written."""
+    import mlflow
+    from mlflow.tracking.fluent import _get_experiment_id
+
+    try:
+        client = mlflow.MlflowClient()
+        experiment = _get_experiment_id()
+        tag = _job_tag(job)
+
+        def runs() -> list[Any]:
+            since = int((time.time() - JOB_RUN_MAX_AGE_S) * 1000)
+            found = client.search_runs([experiment], filter_string=f"tags.`{JOB_TAG}` = '{tag}'",
+                                       order_by=["attributes.start_time ASC"], max_results=50)
+            return sorted((r for r in found if r.info.status == "RUNNING" and r.info.start_time >= since),
+                          key=lambda r: (r.info.start_time, r.info.run_id))
+
+        existing = runs()
+        if existing:
+            return existing[0].info.run_id
+        mine = client.create_run(experiment, tags={JOB_TAG: tag}).info.run_id
+        first = (runs() or [None])[0]
+        if first is not None and first.info.run_id != mine:
+            client.delete_run(mine)
+            return first.info.run_id
+        return mine
+    except Exception as exc:  # noqa: BLE001 - any failure here is the store's, said in one line
+        raise _store_error(mlflow, exc) from None
+
+
+def _job_tag(job: str) -> str:
+    """The job's id as a tag value a search filter can quote whatever the launcher put in it."""
+    return re.sub(r"[^A-Za-z0-9_.:@/-]", "_", job)[:200]
+
+
 def _supervised_run(mlflow: Any, own: str) -> str:
     """Where a supervised job's totals go: the program's run if its windows went there (energyprof's
     own run, then empty, is deleted), else energyprof's run, ended here."""
@@ -206,7 +262,7 @@ def log_window(m: Measurement, name: str, index: int | None, run: Any = None) ->
     from mlflow.entities import Metric
 
     run_id = _run_id(run) if run is not None else _window_run(mlflow)
-    key, step = f"{PREFIX}.window.{_key(str(name))}", 0 if index is None else int(index)
+    key, step = f"{scope()}.window.{_key(str(name))}", 0 if index is None else int(index)
     now = int(time.time() * 1000)
     pairs = [(f"{key}.energy_j", total), (f"{key}.program_energy_j", program)]
     mlflow.MlflowClient().log_batch(run_id, metrics=[Metric(k, float(v), now, step) for k, v in pairs])
@@ -221,6 +277,8 @@ def _window_run(mlflow: Any) -> str:
     global _live_run
     active = mlflow.active_run()
     job = os.environ.get(RUN_ENV)
+    if job and scope() != PREFIX:
+        return job  # one rank of a job: its windows go to the job's run, whatever run the rank started
     if active is not None:
         if job and active.info.run_id != job and active.info.run_id not in _named:
             mlflow.MlflowClient().set_tag(job, PROGRAM_RUN_TAG, active.info.run_id)
@@ -248,7 +306,7 @@ def _end_live_run() -> None:
             pass
 
 
-def _log_artifacts(client: Any, run_id: str, model: ReportModel) -> None:
+def _log_artifacts(client: Any, run_id: str, model: ReportModel, folder: str = PREFIX) -> None:
     from ..files import write_text
     from ..render.registry import renderers
 
@@ -256,4 +314,4 @@ def _log_artifacts(client: Any, run_id: str, model: ReportModel) -> None:
     with tempfile.TemporaryDirectory(prefix="energyprof-mlflow-") as tmp:
         for name, key in (("profile.json", "json"), ("report.html", "output")):
             write_text(str(Path(tmp) / name), table[key](model))
-        client.log_artifacts(run_id, tmp, artifact_path=PREFIX)
+        client.log_artifacts(run_id, tmp, artifact_path=folder)
