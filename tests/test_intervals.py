@@ -97,9 +97,10 @@ def test_wall_fallback_goes_to_running_stacks_only() -> None:
 def test_cpu_no_sample_carried_never_lands_on_the_one_sample_that_carried_some(main_waits: bool) -> None:
     """100 W, both cores always busy: the program's CPU is worth 50 J per CPU-second. For 500 ms the
     main thread carries its 10 ms of CPU per 10 ms; for the next 100 ms the program's clock still
-    counts a core, but the only sample with CPU is a departing thread's last 0.1 ms. It gets at
-    most CARRY_LIMIT (2) times what its 0.1 ms is worth, 10 mJ. The rest of that 5 J goes by wall
-    time to the main thread's stack if it was running, to the root if it was blocked in a join."""
+    counts a core, but the samples carry a departing thread's last 0.1 ms and, when the main thread
+    runs on, its 1 ms per 10 ms. The departing thread gets at most CARRY_LIMIT (2) times what its
+    0.1 ms is worth, 10 mJ. The rest of that 5 J goes to the main thread's stack if it used CPU, to
+    the root if it was blocked in a join (a thread that used no CPU gets none)."""
     led = Ledger(CPU, cpus=2)
     burn = led.stacks.intern([("main", "m.py", 1), ("burn", "m.py", 5)])
     join = led.stacks.intern([("main", "m.py", 1), ("Thread.join", "/usr/lib/python3.12/threading.py", 1100)])
@@ -107,7 +108,8 @@ def test_cpu_no_sample_carried_never_lands_on_the_one_sample_that_carried_some(m
     last = led.stacks.intern([("[thread sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
     for t in range(0, 600, 10):
         later = join if main_waits else tail
-        led.add_sample(Sample(t * MS, (t + 10) * MS, burn if t < 500 else later, 10 * MS if t < 500 else 0, True, 0, 1))
+        after = 0 if main_waits else MS
+        led.add_sample(Sample(t * MS, (t + 10) * MS, burn if t < 500 else later, 10 * MS if t < 500 else after, True, 0, 1))
     led.add_sample(Sample(500 * MS, 510 * MS, last, MS // 10, False, 0, 1))
     for tick in _ticks(100.0, 600, lambda t: t * MS):
         led.add_tick(tick)

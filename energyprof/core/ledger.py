@@ -460,6 +460,7 @@ class Ledger:
         cpu_w: dict[tuple[int, int], float] = {}
         wall_w: dict[tuple[int, int], float] = {}
         gpu_w: dict[tuple[int, int], float] = {}
+        main_w: dict[tuple[int, int], float] = {}  # main threads that used CPU in the interval, by wall time
         any_w: dict[int, float] = {}
         gpu_procs = self.gpu_procs
         for s in self._pending:
@@ -479,6 +480,8 @@ class Ledger:
                 # is not a known wait. A thread blocked in a wait gets none of it.
                 if cpu or not self._waiting(sid):
                     wall_w[key] = wall_w.get(key, 0.0) + ov
+                if cpu:
+                    main_w[key] = main_w.get(key, 0.0) + ov
             any_w[sid] = any_w.get(sid, 0.0) + ov
         if any_w:
             self.timeline.note_stacks(lo, any_w)
@@ -511,13 +514,14 @@ class Ledger:
             if weights is cpu_w and carried < 1.0:
                 # Samples carry under 1/CARRY_LIMIT of the CPU the program's clocks counted in the
                 # interval (work before the sampler's first tick or after its last, a thread it never
-                # saw). The rest goes by wall time to the main threads' running stacks, else to the root:
-                # never onto the few samples that carried some (a departing thread's last 0.1 ms
-                # would take a whole interval's share).
+                # saw). The rest goes by wall time to the main threads that used CPU in the interval,
+                # else to the root: never onto the few samples that carried some (a departing
+                # thread's last 0.1 ms would take a whole interval's share), nor to a thread that
+                # used no CPU.
                 lost = 1.0 - carried
                 lost_share, lost_all = prog_share * (1.0 - cf) * lost, prog_all * (1.0 - cf) * lost
-                if wall_w:
-                    self._spread(wall_w, i, lost_share, lost_all, 0.0)
+                if main_w:
+                    self._spread(main_w, i, lost_share, lost_all, 0.0)
                 else:
                     self.root_share[i] += lost_share
                     self.root_all[i] += lost_all
