@@ -243,6 +243,9 @@ fd = os.open(sys.argv[1], os.O_RDWR)  # the session's controlling terminal: its 
 fcntl.ioctl(fd, termios.TIOCSCTTY, 0)
 attrs = termios.tcgetattr(fd)
 attrs[3] &= ~termios.ECHO  # Ctrl-C still signals (ISIG); nothing typed is echoed into the output
+# A Ctrl-C signals the foreground group and then flushes the terminal's output queue: a handler's
+# line written in between (another core, a loaded machine) would be lost, with plain python too.
+attrs[3] |= termios.NOFLSH
 termios.tcsetattr(fd, termios.TCSANOW, attrs)
 for n in (0, 1, 2):
     os.dup2(fd, n)
