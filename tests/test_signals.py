@@ -19,7 +19,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import profiled, run_cli, script
+from conftest import plain, profiled, run_cli, script
 
 PATHS = [pytest.param({}, id="linux"), pytest.param({"ENERGYPROF_PORTABLE": "1"}, id="portable")]
 SENT = ("SIGUSR1", "SIGUSR2", "SIGALRM", "SIGQUIT", "SIGWINCH", "SIGINT", "SIGHUP", "SIGTERM")
@@ -298,3 +298,44 @@ def test_ctrl_c_reaches_the_program_once_and_a_later_kill_is_passed_on(here):
         os.close(master)
         outputs.append(got.decode().splitlines())
     assert outputs[0] == outputs[1] == ["ready", "got SIGINT", "got SIGINT", "end"]
+
+
+TAKERS = """
+    import os, sys, time
+
+    def takers():
+        '''This process's threads that do not block SIGUSR1: those a signal sent to it may land on.'''
+        n = 0
+        for tid in os.listdir("/proc/self/task"):
+            try:
+                with open(f"/proc/self/task/{tid}/status") as fh:
+                    blocked = next(int(line.split()[1], 16) for line in fh if line.startswith("SigBlk:"))
+            except (OSError, StopIteration):
+                continue  # a thread that ended meanwhile
+            n += not blocked & (1 << (10 - 1))  # SIGUSR1 is 10 on Linux
+        return n
+
+    def report():
+        end = time.monotonic() + 2.0  # energyprof's threads mask themselves as they start
+        while takers() > 1 and time.monotonic() < end:
+            time.sleep(0.01)
+        print("threads a signal can land on:", takers())
+    """
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/task")
+def test_a_signal_to_the_program_can_land_only_on_its_own_threads(here):
+    """A process-directed signal goes to any thread not blocking it. Plain python has one; energyprof's
+    sampler (and an in-process collector) block every signal but faults, so a handler runs on the
+    program's thread at once and interrupts its blocking read, as under plain python."""
+    script(here, "t.py", TAKERS, "report()\n")
+    script(here, "d.py", TAKERS, """
+        from energyprof import energy_profile
+        energy_profile(json="d.json", power_trace="trace.csv", quiet=True, output=None)(report)()
+        """)
+    want = plain(here, "t.py")
+    assert want.stdout == "threads a signal can land on: 1\n"
+    res = run_cli(profiled("t.py"), cwd=here)
+    assert (res.returncode, res.stdout) == (0, want.stdout), res.stderr
+    res = subprocess.run([sys.executable, "d.py"], cwd=here, capture_output=True, text=True, timeout=120)
+    assert (res.returncode, res.stdout) == (0, want.stdout), res.stderr

@@ -91,6 +91,27 @@ def _hook_departures() -> None:
     thread_cls._delete = _delete  # type: ignore[union-attr]
 
 
+# Raised by the thread's own fault, they cannot wait in a mask (blocked, the kernel kills the process).
+_FAULTS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT")
+
+
+def leave_signals_to_the_program() -> None:
+    """Block every signal but faults in the calling (energyprof's) thread.
+
+    A signal sent to the process goes to any of its threads that does not block it. Plain python
+    has only the program's: a handler runs, and a blocking read on the main thread is interrupted.
+    Delivered to an energyprof thread instead, the handler would wait until the main thread next
+    ran Python code (after its read returned). `_signal`, not `signal`: no enum import in the program.
+    """
+    try:
+        import _signal
+
+        faults = {getattr(_signal, n) for n in _FAULTS if hasattr(_signal, n)}
+        _signal.pthread_sigmask(_signal.SIG_BLOCK, set(_signal.valid_signals()) - faults)
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass  # no pthread_sigmask (Windows): nothing to steer
+
+
 def _identity(fd: int) -> tuple[int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
@@ -277,6 +298,7 @@ class Sampler:
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
+        leave_signals_to_the_program()
         try:
             self.ident = _thread.get_ident()
             self.native_id = _thread.get_native_id()

@@ -21,6 +21,7 @@ from collections import deque
 from typing import Any, Callable, Protocol
 
 from . import probes
+from ..agent.sampler import leave_signals_to_the_program
 from ..core.ledger import Ledger
 from .probes import OwnClocks
 from ..files import remove, write_text
@@ -71,6 +72,7 @@ class _Thread:
         _thread.start_new_thread(self._run, ())
 
     def _run(self) -> None:
+        leave_signals_to_the_program()
         try:
             self._target(*self._args)
         finally:
