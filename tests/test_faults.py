@@ -260,7 +260,7 @@ def test_sensor_returning_garbage_is_dropped_and_the_run_goes_on(here):
         pkg = {str(root / 'intel-rapl:0' / 'energy_uj')!r}
         time.sleep(0.4)
         open(pkg, "w").write("garbage\\n")
-        time.sleep(0.4)
+        time.sleep(0.6)
         print("still running")
     """)
     res = run_cli(["--powercap-root", str(root), "--json", "p.json", "-o", "r.html", "s.py"], cwd=here)
@@ -268,10 +268,12 @@ def test_sensor_returning_garbage_is_dropped_and_the_run_goes_on(here):
     p = load(here / "p.json")
     drops = [n for n in p.notes if n["kind"] == "sensor-dropped"]
     assert [d["source"] for d in drops] == ["cpu"]
-    assert 0.3 < drops[0]["at_s"] < 0.8
+    # Dropped after the program's first 0.4 s and well before its last 0.6 s: the first read after the
+    # garbage (the program's start-up under load comes before both, so the times are held to the run's own)
+    assert 0.4 <= drops[0]["at_s"] <= p.totals["duration_s"] - 0.3
     assert "sensor cpu (rapl) dropped" in res.stderr
-    assert p.totals["duration_s"] > 0.75  # the other sensor (dram) went on to the end
-    assert p.timeline["t_s"][-1] > 0.7
+    assert p.totals["duration_s"] > 1.0  # the other sensor (dram) went on to the end
+    assert p.timeline["t_s"][-1] > drops[0]["at_s"] + 0.3
 
 
 # -- bad input ----------------------------------------------------------------------------------
