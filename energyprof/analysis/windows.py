@@ -3,7 +3,6 @@ for a sensor's updates. Pure."""
 
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -68,6 +67,8 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
     several ranks, one row per rank holds that rank's program share, and the group the machine
     over the ranks' spans, each node counted once: a window of the same name and index in every
     rank is one instance, its energy the machine's over the union of their spans."""
+    import statistics  # here: with its fractions and decimal, 3 ms of every run that has no windows
+
     groups: dict[str, list[WindowRow]] = {}
     for r in rows:
         groups.setdefault(r.window.name, []).append(r)
@@ -94,6 +95,8 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
 
 
 def _group(name: str, ws: list[WindowRow], energies: list[float]) -> WindowGroup:
+    import statistics
+
     return WindowGroup(name, len(ws), sum(energies), statistics.fmean(energies),
                        statistics.stdev(energies) if len(ws) > 1 else 0.0, min(energies), max(energies),
                        statistics.fmean(r.window.time_s for r in ws), sum(1 for r in ws if r.short_for))

@@ -158,9 +158,9 @@ def _soc_backends() -> tuple[str, ...]:
     """The system-on-chip tools that apply here, best first (a Python API before a child tool)."""
     if sys.platform == "darwin":
         return ("macmon", "powermetrics")
-    from .soc import tegrastats
+    from .soc import on_jetson  # not the tools' modules, which import subprocess and ctypes
 
-    return ("jtop", "tegrastats") if tegrastats.on_jetson() else ()
+    return ("jtop", "tegrastats") if on_jetson() else ()
 
 
 def survey(powercap_root: str | None = None) -> Discovery:

@@ -108,11 +108,11 @@ class RamModelSensor(Sensor):
 
 
 def _cached_lookup(model: str) -> tuple[float, str] | None:
-    """`lookup_tdp`, remembered per CPU model and table version in the user's cache: reading
-    and matching the 5,000-row table took about 0.18 s of every run's start."""
+    """`lookup_tdp`, remembered per CPU model and table file in the user's cache: reading and
+    matching the 5,000-row table took about 0.18 s of every run's start."""
     from ...cache import load, store
 
-    key = f"{carbon_data.active().label}\x1f{model}"
+    key = f"{carbon_data.cpu_table_key()}\x1f{model}"
     known = load("tdp.json")
     if key in known:
         hit = known[key]
