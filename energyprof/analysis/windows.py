@@ -67,8 +67,6 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
     several ranks, one row per rank holds that rank's program share, and the group the machine
     over the ranks' spans, each node counted once: a window of the same name and index in every
     rank is one instance, its energy the machine's over the union of their spans."""
-    import statistics  # here: with its fractions and decimal, 3 ms of every run that has no windows
-
     groups: dict[str, list[WindowRow]] = {}
     for r in rows:
         groups.setdefault(r.window.name, []).append(r)
@@ -81,6 +79,8 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
         instances: dict[int | None, list[Window]] = {}
         for r in ws:
             instances.setdefault(r.window.index, []).append(r.window)
+        import statistics  # here: with fractions and decimal, 3 ms of every report, most without windows
+
         energies = [span_energy(i) for i in instances.values()]
         times = [span_time(i) for i in instances.values()]
         group = WindowGroup(name, len(energies), span_energy([r.window for r in ws]), statistics.fmean(energies),
