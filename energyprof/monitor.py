@@ -41,11 +41,10 @@ except ImportError:  # no resource module: the portable clock
     _children_ns = probes.reaped_children_cpu_ns
 
 
-class _Reading:
-    __slots__ = ("t_ns", "energy", "proc_ns", "busy_ns")
-
-    def __init__(self, t_ns: int, energy: list[float], proc_ns: int, busy_ns: int) -> None:
-        self.t_ns, self.energy, self.proc_ns, self.busy_ns = t_ns, energy, proc_ns, busy_ns
+#: One edge's reading: (perf_counter_ns, cumulative joules per sensor, this process's CPU ns with
+#: its reaped children's less the poller's, the machine's busy CPU ns). A plain tuple: a class
+#: instance cost a window 0.4 us more.
+_Reading = tuple[int, list[float], int, int]
 
 
 class Monitor:
@@ -120,7 +119,7 @@ class Monitor:
                     energy.append(float(s.read(t)))
                 own = self._own_ns
             proc = _proc_ns() + _children_ns() - own  # the poller is energyprof's, not the program's
-        return _Reading(t, energy, proc, _busy_ns() if self._share else 0)
+        return t, energy, proc, _busy_ns() if self._share else 0
 
     # -- windows -----------------------------------------------------------------------
     def begin_window(self, name: str, index: int | None = None) -> None:
@@ -161,12 +160,19 @@ class Monitor:
     # -- the arithmetic ----------------------------------------------------------------
     def _measure(self, name: str, index: int | None, a: _Reading, b: _Reading,
                  into: Measurement | None = None) -> Measurement:
-        dt = b.t_ns - a.t_ns
+        t0, energy0, proc0, busy0 = a
+        t1, energy1, proc1, busy1 = b
+        dt = t1 - t0
         share = self._share
-        phi = cpu_share(b.proc_ns - a.proc_ns, b.busy_ns - a.busy_ns, dt * self._cpus) if share else 1.0
+        if share:  # cpu_share(), inline: a function call is a tenth of this arithmetic's cost
+            proc = proc1 - proc0 if proc1 > proc0 else 0
+            denom = max(proc, busy1 - busy0, IDLE_FLOOR * dt * self._cpus)
+            phi = min(1.0, proc / denom) if denom > 0 else 0.0
+        else:
+            phi = 1.0
         energy: dict[str, float] = {}
         program: dict[str, float] = {}
-        for s, e0, e1, gpu in zip(self.sensors, a.energy, b.energy, self._gpu):
+        for s, e0, e1, gpu in zip(self.sensors, energy0, energy1, self._gpu):
             d = e1 - e0 if e1 > e0 else 0.0
             energy[s.id] = d
             if not share:

@@ -146,3 +146,17 @@ def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
     assert m.energy_j[b] == pytest.approx(150.0 * m.time_s, rel=1e-6)
     assert m.program_energy_j[b] == pytest.approx(m.energy_j[b], rel=1e-9)
     assert m.estimated is True  # the CPU is the model here
+
+
+@pytest.mark.parametrize(("proc", "busy_ns"), [(1_000_000, 2_000_000), (3_000_000, 2_000_000), (10, 20), (0, 0),
+                                              (-5, 1_000_000)])
+def test_a_windows_program_share_is_cpu_share(trace40, proc, busy_ns):
+    """The window's arithmetic keeps the rule inline (for its cost); it must stay cpu_share()."""
+    with Monitor(power_trace=trace40) as mon:
+        dt = 10_000_000
+        a = (0, [0.0], 5_000_000, 7_000_000)
+        b = (dt, [0.4], 5_000_000 + proc, 7_000_000 + busy_ns)
+        m = mon._measure("w", None, a, b)
+        expected = cpu_share(proc, busy_ns, dt * mon._cpus)
+    assert m.energy_j["cpu"] == 0.4
+    assert m.program_energy_j["cpu"] == pytest.approx(expected * 0.4, rel=1e-15, abs=0.0)
