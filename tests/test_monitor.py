@@ -160,3 +160,32 @@ def test_a_windows_program_share_is_cpu_share(trace40, proc, busy_ns):
         expected = cpu_share(proc, busy_ns, dt * mon._cpus)
     assert m.energy_j["cpu"] == 0.4
     assert m.program_energy_j["cpu"] == pytest.approx(expected * 0.4, rel=1e-15, abs=0.0)
+
+
+def test_a_program_that_closes_the_monitors_descriptors_keeps_its_own_files(tmp_path):
+    """The /proc/stat descriptor a window reads lives in the program, which may close it
+    (os.closerange) and get its number for a file of its own: the next window opens /proc/stat
+    again and neither reads nor closes the program's file."""
+    import os
+
+    from energyprof.collect import probes
+
+    with Monitor(powercap_root=str(tmp_path / "none"), gpus=False) as mon:
+        with mon.window("before"):
+            busy(0.005)
+        if probes._STAT.fd is None:
+            pytest.skip("no /proc here (psutil path)")
+        number = probes._STAT.fd
+        os.close(number)
+        mine = tmp_path / "the program's"
+        mine.write_text("cpu  not a number\n")
+        fd = os.open(mine, os.O_RDONLY)
+        try:
+            assert fd == number
+            time.sleep(0.002)  # past the 1 ms a /proc/stat reading is reused
+            with mon.window("after") as m:
+                busy(0.005)
+            assert 0.0 <= m.program_energy_j["cpu"] <= m.energy_j["cpu"]
+            assert os.pread(fd, 64, 0) == b"cpu  not a number\n"  # still open, still the program's
+        finally:
+            os.close(fd)
