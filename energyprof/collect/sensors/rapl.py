@@ -71,6 +71,7 @@ class RaplSensor(Sensor):
                 self._close_if_ours()
                 return float(os.pread(self._open(), 64, 0))
         except (OSError, ValueError) as exc:
+            self._close_if_ours()  # a sensor that fails is dropped: its file is not kept open for nobody
             raise SensorError(f"cannot read {self.path}: {exc}") from None
 
     def _close_if_ours(self) -> None:
