@@ -176,10 +176,11 @@ def test_a_program_that_closes_the_monitors_descriptors_keeps_its_own_files(tmp_
         if probes._STAT.fd is None:
             pytest.skip("no /proc here (psutil path)")
         number = probes._STAT.fd
-        os.close(number)
         mine = tmp_path / "the program's"
         mine.write_text("cpu  not a number\n")
-        fd = os.open(mine, os.O_RDONLY)
+        opened = os.open(mine, os.O_RDONLY)
+        fd = os.dup2(opened, number)  # the program closed it and its own file got the number
+        os.close(opened)
         try:
             assert fd == number
             time.sleep(0.002)  # past the 1 ms a /proc/stat reading is reused

@@ -201,12 +201,13 @@ def test_a_rapl_zone_keeps_its_file_open_but_never_reads_or_closes_a_reused_desc
     assert sensor.read(1) == pytest.approx(2.0)
     fd = sensor._fd
     assert fd >= 0
-    os.close(fd)  # what a program's closerange() does to it
     mine = tmp_path / "the program's file"
     mine.write_text("999999999999\n")
-    reused = os.open(mine, os.O_RDWR)
+    opened = os.open(mine, os.O_RDWR)
+    reused = os.dup2(opened, fd)  # the program closed the sensor's descriptor and its file got the number
+    os.close(opened)
     try:
-        assert reused == fd  # the lowest free number: the program's file now has the sensor's old number
+        assert reused == fd
         (zone / "energy_uj").write_text("4000000\n")
         assert sensor.read(2) == pytest.approx(3.0)  # the counter's file, opened again
         assert sensor._fd != reused
