@@ -2,6 +2,7 @@
 
     python benchmarks/cost.py                 # 7 rounds of every figure (~3 min)
     python benchmarks/cost.py --rounds 3 --fib 27
+    python benchmarks/cost.py --base ../old   # also another checkout of energyprof, in the same rounds
 
 CPU seconds are the children's rusage (user + system) of one run: the supervisor, the
 program, every process it started and waited for, and py-spy's sampler. Each round runs
@@ -24,6 +25,9 @@ PYTHONDONTWRITEBYTECODE would compile all of them in every process and measure t
 
 py-spy (`pip install py-spy`) samples from outside at the same rate (200 Hz, `--subprocesses`
 for the child); its column is left out when it is not installed.
+
+`--base DIR` adds a column for the energyprof of another checkout (its modules compiled too), run
+in the same rounds as this one, so a change is measured against its parent under the same load.
 """
 
 from __future__ import annotations
@@ -64,11 +68,11 @@ def cpu_of(cmd: list[str], cwd: Path, env: dict[str, str], check: bool = True) -
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def tools(work: Path) -> dict[str, list[str]]:
-    out = {
-        "plain": [sys.executable],
-        "energyprof": [sys.executable, "-m", "energyprof", "-q", "-o", str(work / "r.html"), "--json", str(work / "p.json")],
-    }
+def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
+    ep = [sys.executable, "-m", "energyprof", "-q", "-o", str(work / "r.html"), "--json", str(work / "p.json")]
+    out = {"plain": [sys.executable], "energyprof": ep}
+    if base is not None:
+        out["energyprof (base)"] = ep
     spy = shutil.which("py-spy")
     if spy:
         out["py-spy"] = [spy, "record", "-r", "200", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
@@ -141,19 +145,23 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--fib", type=int, default=30, help="fib(N) for the proportional cost (30: ~0.3-0.5 s of CPU)")
     ap.add_argument("--boot-runs", type=int, default=40)
+    ap.add_argument("--base", type=Path, help="another checkout of energyprof, measured in the same rounds")
     a = ap.parse_args()
     # What pip does at install: every module compiled once (with PYTHONDONTWRITEBYTECODE set,
     # a source checkout would otherwise compile all of energyprof in every run and process).
-    subprocess.run([sys.executable, "-m", "compileall", "-q", str(REPO / "energyprof")], check=True,
-                   stdout=subprocess.DEVNULL)
+    for tree in (REPO, *([a.base.resolve()] if a.base else [])):
+        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "energyprof")], check=True,
+                       stdout=subprocess.DEVNULL)
     work = Path(tempfile.mkdtemp(prefix="energyprof-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
     env.pop("ENERGYPROF_AGENT", None)
     env["BENCH_OWN"] = str(work / "own.txt")
+    envs = {"energyprof (base)": dict(env, PYTHONPATH=str(a.base.resolve()) + env["PYTHONPATH"][len(str(REPO)):])} \
+        if a.base else {}
     (work / "empty.py").write_text("")
     (work / "fib.py").write_text(FIB.format(n=a.fib))
     (work / "parent.py").write_text(PARENT)
-    ts = tools(work)
+    ts = tools(work, a.base)
     cpu: dict[tuple[str, str], list[float]] = {}
     boot: list[float] = []
     own: dict[str, list[float]] = {}
@@ -164,7 +172,8 @@ def main() -> None:
             for script in ("empty.py", "fib.py", "parent.py"):
                 for name in names:
                     # py-spy exits 1 when the program ends before it attached (an empty script): its CPU counts all the same
-                    cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, env, name != "py-spy"))
+                    cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, envs.get(name, env),
+                                                                      name != "py-spy"))
                     if script == "fib.py":
                         own.setdefault(name, []).append(float((work / "own.txt").read_text().split()[-1]))
             boot.append(bootstrap_ms(work, env, a.boot_runs))
@@ -194,10 +203,10 @@ def main() -> None:
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
     print("| in the program: its own process's CPU over plain python's, main process, % | "
           + " | ".join(median_range([(x - b) / b for x, b in zip(own[t], own["plain"])], 100, "{:.1f}") for t in ts) + " |")
-    print(f"| one agent sample in-process, CPU us (two threads, a flush every fourth) | - | {per_sample_us():.1f} |"
-          + (" - |" if "py-spy" in ts else ""))
+    rest = " - |" * (len(ts) - 2)  # this checkout's figures only
+    print(f"| one agent sample in-process, CPU us (two threads, a flush every fourth) | - | {per_sample_us():.1f} |" + rest)
     print(f"| a Python child's bootstrap, CPU ms (median of {a.boot_runs} pairs a round) | - | "
-          + median_range(boot, 1, "{:.1f}") + (" | - |" if "py-spy" in ts else " |"))
+          + median_range(boot, 1, "{:.1f}") + " |" + rest)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ The report's template compiled to Python, and the CPU table's answer for this ma
 cost most of a short run's start-up and report (measured: about 0.19 s and 0.18 s of CPU of an
 empty script's 0.55 s over plain python). Each is keyed by what it was computed from, so a
 stale entry is never used: the template by its source's checksum (jinja2's own bytecode cache),
-the TDP by the CPU model and the table's version.
+the TDP by the CPU model and the table's file (its path, size and modification time).
 
 `$ENERGYPROF_CACHE_DIR`, else `$XDG_CACHE_HOME/energyprof`, else `~/.cache/energyprof`; an
 empty `ENERGYPROF_CACHE_DIR` turns the cache off. A folder that cannot be made or written

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import csv
 import functools
-import importlib.metadata
 import importlib.util
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,8 @@ def codecarbon() -> CarbonData | None:
     folder = codecarbon_folder()
     if folder is None:
         return None
+    import importlib.metadata  # here, not above: its import and a version lookup were ~15 ms of every run's start
+
     try:
         version = importlib.metadata.version("codecarbon")
     except importlib.metadata.PackageNotFoundError:
@@ -123,6 +125,20 @@ def snapshot() -> CarbonData:
 def active() -> CarbonData:
     """codecarbon's files when it is installed (they may be newer), else the snapshot."""
     return codecarbon() or snapshot()
+
+
+def cpu_table_key() -> str:
+    """What names the CPU table that `active()` reads, found without reading it: the file's path,
+    size and modification time (codecarbon's hardware/cpu_power.csv, else the snapshot). A cache
+    keyed by it is stale as soon as either file changes, and start-up need not ask for codecarbon's
+    version or parse the snapshot."""
+    folder = codecarbon_folder()
+    path = folder / CPUS if folder is not None else SNAPSHOT
+    try:
+        st = os.stat(path)
+    except OSError:
+        return str(path)
+    return f"{path}:{st.st_size}:{st.st_mtime_ns}"
 
 
 def build_snapshot(source: CarbonData, date: str) -> dict[str, Any]:

@@ -352,6 +352,18 @@ class Profiler:
                              peak_rss_exact_bytes=peak, child_processes=children)
 
 
+def _platform() -> str:
+    """`platform.platform(terse=True)`, but on Linux without the `uname -p` child process Python
+    starts for it (subprocess's import and a fork and exec on every run: 5 ms): the processor field
+    is what the string leaves out where it is the machine or "unknown", which is what Linux says."""
+    join = getattr(platform, "_platform", None)  # the module's own formatting (its clean-up of odd characters)
+    if sys.platform.startswith("linux") and join is not None:
+        u = platform.uname()  # its processor field is worked out only when read
+        libc, version = platform.libc_ver()
+        return join(u.system, u.release, u.machine, "with", libc + version)
+    return platform.platform(terse=True)
+
+
 def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
              sensor_notes: list[str], exit_status: dict[str, Any]) -> dict[str, Any]:
     """The profile's `meta`, for an in-process profile and a supervised run alike."""
@@ -366,7 +378,7 @@ def run_meta(options: Options, target: str, argv: list[str], started_wall: float
         "energyprof_version": __version__,
         "python": platform.python_version(),
         "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
-                 "platform": platform.platform(terse=True), "memory_bytes": probes.total_memory_bytes()},
+                 "platform": _platform(), "memory_bytes": probes.total_memory_bytes()},
         "pid": pid,
         "sensor_notes": list(sensor_notes),
         "exit": exit_status,

@@ -42,7 +42,26 @@ def test_the_tdp_is_remembered_per_model_and_table(cache_dir: Path, monkeypatch)
     assert estimate._cached_lookup("an unknown CPU") is None and estimate._cached_lookup("an unknown CPU") is None
     assert len(calls) == 2  # "not in the table" is remembered too
     table = json.loads((cache_dir / "tdp.json").read_text())
-    assert all(key.split("\x1f")[0] == estimate.carbon_data.active().label for key in table)
+    assert all(key.split("\x1f")[0] == estimate.carbon_data.cpu_table_key() for key in table)
+
+
+def test_the_tdp_key_names_the_table_file_that_is_read(tmp_path: Path, monkeypatch) -> None:
+    """The key changes with the table's file (codecarbon's when installed, else the snapshot), so an
+    upgraded codecarbon or energyprof never reads an answer from the old table."""
+    from energyprof import carbon_data
+
+    folder = carbon_data.codecarbon_folder()
+    expected = folder / carbon_data.CPUS if folder is not None else carbon_data.SNAPSHOT
+    assert carbon_data.cpu_table_key().startswith(f"{expected}:")
+    table = tmp_path / "hardware" / "cpu_power.csv"
+    table.parent.mkdir()
+    table.write_text("Name,TDP\nXeon Gold 6248,150\n")
+    monkeypatch.setattr(carbon_data, "codecarbon_folder", lambda: tmp_path)
+    before = carbon_data.cpu_table_key()
+    assert before.startswith(f"{table}:")
+    table.write_text("Name,TDP\nXeon Gold 6248,151\n")
+    os.utime(table, ns=(1, 1))
+    assert carbon_data.cpu_table_key() != before
 
 
 def test_a_damaged_cache_is_ignored_and_replaced(cache_dir: Path) -> None:

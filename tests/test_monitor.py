@@ -119,7 +119,7 @@ def test_the_overhead_benchmark_runs_and_prints_its_table():
                        text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| Monitor")]
-    assert len(rows) == 6 and all(float(line.split("|")[2]) > 0 for line in rows)
+    assert len(rows) == 9 and all(float(line.split("|")[2]) > 0 for line in rows)
 
 
 def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
@@ -146,3 +146,47 @@ def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
     assert m.energy_j[b] == pytest.approx(150.0 * m.time_s, rel=1e-6)
     assert m.program_energy_j[b] == pytest.approx(m.energy_j[b], rel=1e-9)
     assert m.estimated is True  # the CPU is the model here
+
+
+@pytest.mark.parametrize(("proc", "busy_ns"), [(1_000_000, 2_000_000), (3_000_000, 2_000_000), (10, 20), (0, 0),
+                                              (-5, 1_000_000)])
+def test_a_windows_program_share_is_cpu_share(trace40, proc, busy_ns):
+    """The window's arithmetic keeps the rule inline (for its cost); it must stay cpu_share()."""
+    with Monitor(power_trace=trace40) as mon:
+        dt = 10_000_000
+        a = (0, [0.0], 5_000_000, 7_000_000)
+        b = (dt, [0.4], 5_000_000 + proc, 7_000_000 + busy_ns)
+        m = mon._measure("w", None, a, b)
+        expected = cpu_share(proc, busy_ns, dt * mon._cpus)
+    assert m.energy_j["cpu"] == 0.4
+    assert m.program_energy_j["cpu"] == pytest.approx(expected * 0.4, rel=1e-15, abs=0.0)
+
+
+def test_a_program_that_closes_the_monitors_descriptors_keeps_its_own_files(tmp_path):
+    """The /proc/stat descriptor a window reads lives in the program, which may close it
+    (os.closerange) and get its number for a file of its own: the next window opens /proc/stat
+    again and neither reads nor closes the program's file."""
+    import os
+
+    from energyprof.collect import probes
+
+    with Monitor(powercap_root=str(tmp_path / "none"), gpus=False) as mon:
+        with mon.window("before"):
+            busy(0.005)
+        if probes._STAT.fd is None:
+            pytest.skip("no /proc here (psutil path)")
+        number = probes._STAT.fd
+        mine = tmp_path / "the program's"
+        mine.write_text("cpu  not a number\n")
+        opened = os.open(mine, os.O_RDONLY)
+        fd = os.dup2(opened, number)  # the program closed it and its own file got the number
+        os.close(opened)
+        try:
+            assert fd == number
+            time.sleep(0.002)  # past the 1 ms a /proc/stat reading is reused
+            with mon.window("after") as m:
+                busy(0.005)
+            assert 0.0 <= m.program_energy_j["cpu"] <= m.energy_j["cpu"]
+            assert os.pread(fd, 64, 0) == b"cpu  not a number\n"  # still open, still the program's
+        finally:
+            os.close(fd)

@@ -188,3 +188,35 @@ def test_model_is_labelled_estimated_and_cpu_tdp_is_used(tmp_path):
     found = discover(powercap_root=str(tmp_path / "none"), cpu_tdp=42.0, gpus=False)
     cpu = [s for s in found.sensors if s.component == "cpu"][0]
     assert cpu.method == "estimated" and cpu.detail["tdp_w"] == 42.0 and cpu.detail["tdp_source"] == "--cpu-tdp"
+
+
+def test_a_rapl_zone_keeps_its_file_open_but_never_reads_or_closes_a_reused_descriptor(tmp_path):
+    """The counter's descriptor stays open between reads (a Monitor window reads every zone at both
+    edges), checked before each read: a program that closes it and gets the same number for a file
+    of its own keeps that file untouched, and a counter file replaced under its name is read anew."""
+    zone = make_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=1_000_000)
+    (sensor,) = rapl.discover(str(tmp_path)).sensors
+    sensor.start(0)
+    (zone / "energy_uj").write_text("3000000\n")  # written in place: the same file
+    assert sensor.read(1) == pytest.approx(2.0)
+    fd = sensor._fd
+    assert fd >= 0
+    mine = tmp_path / "the program's file"
+    mine.write_text("999999999999\n")
+    opened = os.open(mine, os.O_RDWR)
+    reused = os.dup2(opened, fd)  # the program closed the sensor's descriptor and its file got the number
+    os.close(opened)
+    try:
+        assert reused == fd
+        (zone / "energy_uj").write_text("4000000\n")
+        assert sensor.read(2) == pytest.approx(3.0)  # the counter's file, opened again
+        assert sensor._fd != reused
+        tmp = zone / "energy_uj.tmp"  # replaced under its name, as an atomic writer does
+        tmp.write_text("5000000\n")
+        tmp.replace(zone / "energy_uj")
+        assert sensor.read(3) == pytest.approx(4.0)
+        sensor.close()
+        os.fstat(reused)  # still open: never closed by the sensor
+        assert os.pread(reused, 64, 0) == b"999999999999\n"
+    finally:
+        os.close(reused)

@@ -19,7 +19,6 @@ The predicted wait is shown beside the observed one; when they disagree by more 
 from __future__ import annotations
 
 import re
-import statistics
 from typing import Any, Iterable, Mapping
 
 from ..profile import Node, Profile, Window
@@ -76,6 +75,8 @@ def loop_breakdown(steps: Iterable[Mapping[str, Any]], warmup: int = 0) -> dict[
     its first: its wait is start-up, counted in its own row, not in the wait or the stall). The first `warmup`
     epochs are left out of the means, and the result says which.
     """
+    import statistics  # here, not at the top: 3 ms of every run's report, most without a loop
+
     by_epoch: dict[Any, list[Mapping[str, Any]]] = {}
     for s in steps:
         by_epoch.setdefault(s["epoch"], []).append(s)
@@ -206,6 +207,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         for k in ("stall_s", "predicted_wait_s", "pipeline_s", "startup_s", "workers", "agrees"):
             e[k] = t[k] if t else None
         e["fetch_s"], e["fetch_j"] = e["wait_s"], e["wait_j"]  # the names the report's template reads
+    import statistics
+
     energies = [r["energy_j"] for r in rows]
     notes = list(loop["notes"]) if loop else []
     if loop is None:

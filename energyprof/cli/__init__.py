@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Sequence
 
@@ -20,6 +21,8 @@ from .common import PROG, UsageError
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("report", "compare", "merge", "sensors"):
+        gc.enable()  # __main__ turned it off for start-up; only `run` keeps it off until the program starts
     try:
         if argv and argv[0] == "report":
             from .report import report

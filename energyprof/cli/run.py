@@ -8,6 +8,7 @@ and exit code pass through untouched.
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from pathlib import Path
@@ -308,6 +309,9 @@ def run(argv: list[str]) -> int:
     reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
     meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
     sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
+    if not gc.isenabled():  # off since __main__: what start-up made stays, so no collection need walk it again
+        gc.freeze()
+        gc.enable()
     try:
         profile, status = sup.run()
     except SpawnError as exc:

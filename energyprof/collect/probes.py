@@ -44,18 +44,39 @@ def machine_busy_ns() -> int:
 
 class _ProcFile:
     """A /proc file kept open and re-read with one pread: a tick costs one syscall (and one
-    GIL hand-off in a program that holds the GIL), not the three of open/read/close."""
+    GIL hand-off in a program that holds the GIL), not the three of open/read/close.
+
+    In-process (a Monitor, the decorator) the descriptor lives inside the program, which may
+    close it (os.closerange) and get the same number for a file of its own: before each read an
+    fstat must show the same file (device and inode), or the path is opened again and the number,
+    no longer ours, is left alone. After a fork the child opens its own (/proc/self is another
+    process there) and closes the copy it inherited."""
 
     def __init__(self, path: str) -> None:
         self.path = path
         self.fd: int | None = None
         self.pid = 0
+        self.ident = (0, 0)  # (st_dev, st_ino) of the file self.fd was opened on
+
+    def _still_ours(self) -> bool:
+        try:
+            st = os.fstat(self.fd)  # type: ignore[arg-type]
+        except OSError:
+            return False
+        return st.st_ino == self.ident[1] and st.st_dev == self.ident[0]
 
     def read(self, size: int = 1024) -> bytes:
-        if self.fd is None or self.pid != os.getpid():  # reopen after a fork
-            self.fd = os.open(self.path, os.O_RDONLY)
-            self.pid = os.getpid()
-        return os.pread(self.fd, size, 0)
+        fd = self.fd
+        if fd is not None:
+            ours = self._still_ours()
+            if ours and self.pid == os.getpid():
+                return os.pread(fd, size, 0)
+            if ours:  # inherited across a fork: our copy, closed
+                os.close(fd)
+        fd = os.open(self.path, os.O_RDONLY)
+        st = os.fstat(fd)
+        self.fd, self.pid, self.ident = fd, os.getpid(), (st.st_dev, st.st_ino)
+        return os.pread(fd, size, 0)
 
 
 _STAT = _ProcFile("/proc/stat")

@@ -12,7 +12,6 @@ def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
     """The JSON is the facts plus a derived block; the others read only the model."""
     from . import exports
     from .html import render_html
-    from .pprof import pprof_gzip
 
     return {
         "json": lambda m: m.profile.to_json(derived=m.derived()),
@@ -20,5 +19,11 @@ def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
         "speedscope": exports.speedscope_text,
         "folded": exports.folded_text,
         "csv": exports.csv_text,
-        "pprof": pprof_gzip,
+        "pprof": _pprof,
     }
+
+
+def _pprof(model: ReportModel) -> bytes:
+    from .pprof import pprof_gzip  # with gzip, only for runs that ask for it
+
+    return pprof_gzip(model)

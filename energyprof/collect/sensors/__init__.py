@@ -43,15 +43,30 @@ def _perf(ctx: dict, explicit: bool) -> Discovery:
 
 
 def _nvml(ctx: dict, explicit: bool) -> Discovery:
-    from .gpu import nvml
+    from .gpu import nvml_device
 
-    found = nvml.discover()
+    nv, why = nvml_device.load_binding()
+    if nv is None:  # no driver or no binding: nvml.py, its numbering and its sharing are not imported (2 ms)
+        found = Discovery()
+        found.notes.append(why or "NVML: unavailable")
+    else:
+        from .gpu import nvml
+
+        found = nvml.discover()
     if not found.sensors:
         found.missing["nvml"] = "; ".join(found.notes) or "NVML found no GPU"
     return found
 
 
 def _amdsmi(ctx: dict, explicit: bool) -> Discovery:
+    import importlib.util
+
+    if f"{__name__}.gpu.amdsmi" not in sys.modules and importlib.util.find_spec("amdsmi") is None:
+        # No binding, and no fake one injected into amdsmi.py: that module, which imports NVML's
+        # numbering and sharing, need not be imported to say so (1.5 ms of every run's discovery).
+        from .gpu import AMDSMI_INSTALL
+
+        return Discovery.absent("amdsmi", "the binding is not installed", AMDSMI_INSTALL, explicit)
     from .gpu import amdsmi
 
     return amdsmi.discover(explicit=explicit)
@@ -158,9 +173,9 @@ def _soc_backends() -> tuple[str, ...]:
     """The system-on-chip tools that apply here, best first (a Python API before a child tool)."""
     if sys.platform == "darwin":
         return ("macmon", "powermetrics")
-    from .soc import tegrastats
+    from .soc import on_jetson  # not the tools' modules, which import subprocess and ctypes
 
-    return ("jtop", "tegrastats") if tegrastats.on_jetson() else ()
+    return ("jtop", "tegrastats") if on_jetson() else ()
 
 
 def survey(powercap_root: str | None = None) -> Discovery:

@@ -17,6 +17,7 @@ from .. import probes
 from .base import Discovery, Sensor
 
 IDLE_FRACTION = 0.1
+_busy_ns = probes.machine_busy_ns
 DEFAULT_TDP_W = 65.0
 RAM_W_PER_GB = 0.375
 
@@ -82,10 +83,12 @@ class CpuModelSensor(Sensor):
         self._t, self._busy, self._joules = t_ns, probes.machine_busy_ns(), 0.0
 
     def read(self, t_ns: int) -> float:
-        busy = probes.machine_busy_ns()
+        # A Monitor window reads this at both edges: comparisons rather than min()/max() calls.
         dt = t_ns - self._t
         if dt > 0:
-            u = min(1.0, max(0.0, (busy - self._busy) / (dt * self.cores)))
+            busy = _busy_ns()
+            u = (busy - self._busy) / (dt * self.cores)
+            u = 0.0 if u < 0.0 else 1.0 if u > 1.0 else u
             self._joules += self.tdp_w * (IDLE_FRACTION + (1 - IDLE_FRACTION) * u) * dt / 1e9
             self._t, self._busy = t_ns, busy
         return self._joules
@@ -108,11 +111,11 @@ class RamModelSensor(Sensor):
 
 
 def _cached_lookup(model: str) -> tuple[float, str] | None:
-    """`lookup_tdp`, remembered per CPU model and table version in the user's cache: reading
-    and matching the 5,000-row table took about 0.18 s of every run's start."""
+    """`lookup_tdp`, remembered per CPU model and table file in the user's cache: reading and
+    matching the 5,000-row table took about 0.18 s of every run's start."""
     from ...cache import load, store
 
-    key = f"{carbon_data.active().label}\x1f{model}"
+    key = f"{carbon_data.cpu_table_key()}\x1f{model}"
     known = load("tdp.json")
     if key in known:
         hit = known[key]

@@ -28,6 +28,13 @@ def powercap_root(explicit: str | None = None) -> Path:
 
 
 class RaplSensor(Sensor):
+    """One zone's counter. Its file stays open between reads (a read is one `fstat` and one `pread`,
+    not open, read and close: a Monitor window reads every zone at both edges), but the descriptor
+    is never trusted blindly: the program may close it, and the number then names another file.
+    Before each read, `fstat` must show the same file (device and inode) still linked (a file
+    replaced under its name, as a fake tree may be, has no links left); otherwise the name is opened
+    again, and the old number, no longer ours, is left alone."""
+
     def __init__(self, source_id: str, component: str, zone: Path, name: str) -> None:
         super().__init__(id=source_id, component=component, method="measured", sensor="rapl",
                          detail={"zone": zone.name, "domain": name}, update_period_s=0.001)
@@ -36,21 +43,63 @@ class RaplSensor(Sensor):
         self.detail["max_energy_range_uj"] = max_range
         self._counter: WrapCounter | None = None
         self._max_range = max_range
+        self._fd = -1
+        self._file = (0, 0)  # (st_dev, st_ino) of the file self._fd was opened on
+
+    def _open(self) -> int:
+        fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        self._fd, self._file = fd, (st.st_dev, st.st_ino)
+        return fd
 
     def _raw(self) -> float:
+        fd = self._fd
         try:
-            return read_counter(self.path)
+            if fd >= 0:  # one fstat, inline: this is a Monitor window's hot path
+                try:
+                    st = os.fstat(fd)
+                    if st.st_ino != self._file[1] or st.st_dev != self._file[0] or not st.st_nlink:
+                        fd = -1
+                except OSError:
+                    fd = -1
+            if fd < 0:
+                self._close_if_ours()  # replaced under its name: ours, closed; reused by the program: left
+                fd = self._open()
+            try:
+                return float(os.pread(fd, 64, 0))
+            except OSError:  # the zone went away and came back (a driver reload): its new file, once
+                self._close_if_ours()
+                return float(os.pread(self._open(), 64, 0))
         except (OSError, ValueError) as exc:
+            self._close_if_ours()  # a sensor that fails is dropped: its file is not kept open for nobody
             raise SensorError(f"cannot read {self.path}: {exc}") from None
+
+    def _close_if_ours(self) -> None:
+        """Close the descriptor only while it still is ours: a number the program reused is its own."""
+        fd = self._fd
+        self._fd = -1
+        if fd < 0:
+            return
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            return
+        if (st.st_dev, st.st_ino) == self._file:
+            os.close(fd)
 
     def start(self, t_ns: int) -> None:
         self._counter = WrapCounter(self._raw(), self._max_range)
 
     def read(self, t_ns: int) -> float:
-        if self._counter is None:
+        counter = self._counter
+        if counter is None:
             self.start(t_ns)
-        assert self._counter is not None
-        return self._counter.update(self._raw()) / 1e6
+            counter = self._counter
+            assert counter is not None
+        return counter.update(self._raw()) / 1e6
+
+    def close(self) -> None:
+        self._close_if_ours()
 
 
 def read_counter(path: Path) -> float:

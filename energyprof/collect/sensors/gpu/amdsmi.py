@@ -19,6 +19,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from ..base import Discovery, Sensor, SensorError, WrapCounter
+from . import AMDSMI_INSTALL
 from .numbering import GpuInfo, parse_bus_id, text, visible_order
 from .nvml import _optional
 from .nvml_device import GpuError, NotSupported
@@ -29,7 +30,7 @@ CHECK_S = 0.5  # how long the counter is watched against power at start (Zeus us
 POWER_PERIOD_S = 0.001 * 50  # AMD SMU refreshes socket power about every 50 ms (estimated, not measured here)
 COUNTER_PERIOD_S = 0.001  # the energy accumulator is updated every ~1 ms (amdsmi docs: "over 1ns" resolution)
 UNDER_REPORT = 0.25  # a counter below a quarter of what power says over the check is not trusted
-INSTALL = "install ROCm's Python binding (pip install amdsmi, matching the installed ROCm) on a machine with an AMD GPU"
+INSTALL = AMDSMI_INSTALL
 VISIBLE_ENV = ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 

@@ -13,7 +13,6 @@ Numbering is numbering.py's, NVML calls nvml_device.py's, the process share shar
 
 from __future__ import annotations
 
-import statistics
 import time
 from typing import Any, Callable
 
@@ -102,7 +101,7 @@ def detect_update_periods(readers: list[Callable[[], float]], budget_s: float = 
     out: list[float | None] = []
     for ch in changes:
         gaps = [b - a for a, b in zip(ch, ch[1:])]
-        out.append(statistics.median(gaps) if gaps else None)
+        out.append(_median(gaps) if gaps else None)
     return out
 
 
@@ -277,3 +276,10 @@ def _optional(fn: Callable[[], Any], default: Any) -> Any:
         return fn()
     except Exception:  # noqa: BLE001 - optional metadata: a missing field is not an error
         return default
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median without importing statistics (fractions, decimal) at every run's discovery."""
+    v = sorted(values)
+    mid = len(v) // 2
+    return v[mid] if len(v) % 2 else (v[mid - 1] + v[mid]) / 2

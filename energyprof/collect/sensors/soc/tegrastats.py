@@ -6,12 +6,10 @@ trapezoids, the input rail split into its measured parts plus `other`.
 
 from __future__ import annotations
 
-import os
-import platform
 from typing import IO, Iterator
 
 from ..base import Discovery
-from . import rails
+from . import on_jetson, rails  # noqa: F401 - on_jetson is also this backend's
 from .stream import Reading, find_tool, from_tool, lines
 
 INTERVAL_MS = 100
@@ -24,20 +22,6 @@ def parse(stream: IO[bytes]) -> Iterator[Reading]:
         found = rails.parse_line(line)
         if found:
             yield Reading(rails.sources_watts(found))
-
-
-def on_jetson() -> bool:
-    return platform.system() == "Linux" and (os.path.exists("/etc/nv_tegra_release") or
-                                             os.path.exists("/sys/devices/soc0/family") and
-                                             _read("/sys/devices/soc0/family").lower().startswith("tegra"))
-
-
-def _read(path: str) -> str:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read().strip()
-    except OSError:
-        return ""
 
 
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
