@@ -51,7 +51,7 @@ class Options:
     pprof: str | None = None
     mlflow: bool = False
     interval: float = 0.005
-    sensor_interval: float = 0.01
+    sensor_interval: float = 0.05
     idle: str = "share"
     sampler: str = "threads"
     powercap_root: str | None = None
