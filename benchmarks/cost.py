@@ -28,7 +28,7 @@ PYTHONDONTWRITEBYTECODE would compile all of them in every process and measure t
 
 `--energyprof-args "--interval 0.005"` gives every energyprof run those flags.
 
-py-spy (`pip install py-spy`) samples from outside at the same rate (200 Hz, `--subprocesses`
+py-spy (`pip install py-spy`) samples from outside at the same rate (100 Hz, `--subprocesses`
 for the child); its column is left out when it is not installed.
 """
 
@@ -77,7 +77,7 @@ def tools(work: Path) -> dict[str, list[str]]:
     }
     spy = shutil.which("py-spy")
     if spy:
-        out["py-spy"] = [spy, "record", "-r", "200", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
+        out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
     return out
 
