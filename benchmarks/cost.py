@@ -19,11 +19,17 @@ compares runs taken seconds apart; the table gives the median over the rounds wi
 * bootstrap: what the agent adds to a Python child's start (`python -c pass` with the
   supervisor's environment, against plain; 40 runs a round).
 * window: `benchmarks/monitor.py` measures one Monitor window (run it for that figure).
+* `--breakdown S`: where a run's cost per second goes instead. A program that sleeps S seconds
+  and one that computes, each under energyprof, against an empty script: the whole tree's
+  CPU per second of the run, the program's own process (its sampler), and the rest (the
+  supervisor's ticks).
 
 energyprof's modules are compiled first, as `pip install` does: a checkout run with
 PYTHONDONTWRITEBYTECODE would compile all of them in every process and measure that instead.
 
-py-spy (`pip install py-spy`) samples from outside at the same rate (200 Hz, `--subprocesses`
+`--energyprof-args "--interval 0.005"` gives every energyprof run those flags.
+
+py-spy (`pip install py-spy`) samples from outside at the same rate (100 Hz, `--subprocesses`
 for the child); its column is left out when it is not installed.
 
 `--base DIR` adds a column for the energyprof of another checkout (its modules compiled too), run
@@ -75,7 +81,7 @@ def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
         out["energyprof (base)"] = ep
     spy = shutil.which("py-spy")
     if spy:
-        out["py-spy"] = [spy, "record", "-r", "200", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
+        out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
     return out
 
@@ -140,12 +146,54 @@ def per_sample_us(samples: int = 5000) -> float:
         shutil.rmtree(folder, ignore_errors=True)
 
 
+SLEEPER = """
+import os, time
+time.sleep({s})
+with open(os.environ["BENCH_OWN"], "a") as fh:
+    fh.write(repr(time.process_time()) + "\\n")
+"""
+
+
+def breakdown(work: Path, env: dict[str, str], rounds: int, seconds: float, fib: int, extra: list[str]) -> None:
+    """CPU per second of run: energyprof's whole tree over plain python's, split into the
+    program's own process (its sampler thread: the agent) and the rest (supervisor, report)."""
+    (work / "sleep.py").write_text(SLEEPER.format(s=seconds))
+    (work / "nothing.py").write_text(SLEEPER.format(s=0))
+    ep = [*tools(work)["energyprof"], *extra]
+    rows: dict[tuple[str, str], list[tuple[float, float, float]]] = {}
+    for r in range(rounds):
+        for script in ("nothing.py", "sleep.py", "fib.py"):
+            for name, cmd in (("plain", [sys.executable]), ("energyprof", ep))[::1 if r % 2 else -1]:
+                t = time.perf_counter()
+                total = cpu_of([*cmd, script], work, env)
+                wall = time.perf_counter() - t
+                own = float((work / "own.txt").read_text().split()[-1])
+                rows.setdefault((name, script), []).append((total, own, wall))
+        print(f"round {r + 1}/{rounds}", file=sys.stderr)
+    med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}")
+    print(f"rounds: {rounds}; energyprof {' '.join(extra) or '(defaults)'}; medians; ms of CPU per second of the run")
+    print()
+    print("| program | whole tree over plain | its own process over plain (the agent) | the rest (the supervisor) |")
+    print("|---|---|---|---|")
+    nothing = med[("energyprof", "nothing.py")]
+    for script, label in (("sleep.py", f"sleeps {seconds:g} s"), ("fib.py", f"fib({fib})")):
+        e, p = med[("energyprof", script)], med[("plain", script)]
+        secs = p[2]
+        whole = (e[0] - nothing[0]) - (p[0] - med[("plain", "nothing.py")][0])
+        agent = e[1] - p[1]
+        print(f"| {label} | {1e3 * whole / secs:.1f} | {1e3 * agent / secs:.1f} | {1e3 * (whole - agent) / secs:.1f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--fib", type=int, default=30, help="fib(N) for the proportional cost (30: ~0.3-0.5 s of CPU)")
     ap.add_argument("--boot-runs", type=int, default=40)
     ap.add_argument("--base", type=Path, help="another checkout of energyprof, measured in the same rounds")
+    ap.add_argument("--breakdown", type=float, metavar="S", help="CPU per second of a run, by process (see above)")
+    ap.add_argument("--energyprof-args", default="", help="flags for every energyprof run, one string (e.g. other intervals)")
     a = ap.parse_args()
     # What pip does at install: every module compiled once (with PYTHONDONTWRITEBYTECODE set,
     # a source checkout would otherwise compile all of energyprof in every run and process).
@@ -162,6 +210,16 @@ def main() -> None:
     (work / "fib.py").write_text(FIB.format(n=a.fib))
     (work / "parent.py").write_text(PARENT)
     ts = tools(work, a.base)
+    extra = a.energyprof_args.split()
+    for name in ts:
+        if name.startswith("energyprof"):
+            ts[name] = [*ts[name], *extra]
+    if a.breakdown is not None:
+        try:
+            breakdown(work, env, a.rounds, a.breakdown, a.fib, extra)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     cpu: dict[tuple[str, str], list[float]] = {}
     boot: list[float] = []
     own: dict[str, list[float]] = {}

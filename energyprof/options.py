@@ -50,8 +50,8 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
-    interval: float = 0.005
-    sensor_interval: float = 0.01
+    interval: float = 0.01
+    sensor_interval: float = 0.05
     idle: str = "share"
     sampler: str = "threads"
     powercap_root: str | None = None

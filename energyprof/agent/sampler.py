@@ -36,6 +36,12 @@ THREAD_FRAME_PREFIX = "[thread "
 # the supervisor puts the node, and for a spawned child the stack that started it, there.
 PROCESS_MARKER = "[process]"
 FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (one write each)
+# A process whose main thread is blocked waiting for its child (subprocess's wait, a
+# multiprocessing join) and that used no CPU meanwhile runs nothing to sample: it is sampled
+# at this period until it moves (each wake costs tens of microseconds of CPU; a parent
+# waiting for a followed child would otherwise cost ~1 % of that child's core).
+CHILD_WAIT_S = 0.05
+_CHILD_WAITS = {("subprocess.py", "_try_wait"), ("popen_fork.py", "poll")}
 
 Frame = tuple[str, str, int]
 
@@ -242,6 +248,8 @@ class Sampler:
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
         self._stop = False
         self._done = _thread.allocate_lock()
+        self._wake = _thread.allocate_lock()  # released by stop(): ends a CHILD_WAIT_S wait at once
+        self._wake.acquire()
         self._statm: int | None = None
         self._statm_id: tuple[int, int] | None = None
         self.own_cpu_ns = 0
@@ -262,6 +270,10 @@ class Sampler:
     def stop(self, timeout: float = 5.0) -> None:
         """Stop after one last sample and a flush; wait at most `timeout` seconds."""
         self._stop = True
+        try:
+            self._wake.release()
+        except RuntimeError:  # released already
+            pass
         if self._done.acquire(timeout=timeout):
             self._done.release()
             self._close_statm()
@@ -313,17 +325,25 @@ class Sampler:
             # off to once a second: a trainer that starts CUDA at once is known at once.
             period = 50_000_000
             interval = self.interval_s
+            waiting = False
             while True:
                 stopping = self._stop
                 if not stopping:
-                    _sleep(interval)
+                    if waiting:
+                        self._wake.acquire(timeout=CHILD_WAIT_S)
+                    else:
+                        _sleep(interval)
                 now = _perf()
                 frames = sys._current_frames()
                 proc = _proc_ns()
                 own, before = _own_ns(), self.own_cpu_ns
                 self.own_cpu_ns = own
-                self._one(prev_t, now, frames, proc - prev_proc - (own - before), proc)
-                del frames
+                busy = proc - prev_proc - (own - before)
+                self._one(prev_t, now, frames, busy, proc)
+                main = frames.get(self.main_ident)
+                waiting = (interval < CHILD_WAIT_S and 100 * busy < now - prev_t and main is not None
+                           and (os.path.basename(main.f_code.co_filename), main.f_code.co_name) in _CHILD_WAITS)
+                del frames, main
                 prev_t, prev_proc = now, proc
                 if stopping or self._stop:
                     break

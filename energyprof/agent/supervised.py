@@ -47,7 +47,7 @@ class Agent:
         name = f"{self.pid}-{_perf()}{SPOOL_SUFFIX}"
         self.spool = Spool(os.path.join(config["spool"], name))
         kind = HookSampler if config.get("sampler") == "pyinstrument" and not forked else Sampler
-        self.sampler = kind(self.spool, float(config.get("interval", "0.005")), view,
+        self.sampler = kind(self.spool, float(config.get("interval", "0.01")), view,
                             rss=config.get("memory", "rss") != "off", alloc=config.get("memory") == "exact",
                             main_ident=_thread.get_ident() if forked else None, every_second=self._check_gpu)
         self._gpu = False

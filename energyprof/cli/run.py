@@ -45,10 +45,10 @@ def build_run_parser() -> Parser:
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     add_output_flags(p)
-    p.add_argument("--interval", type=float, default=0.005,
-                   help="stack sampling interval in seconds, 0.0005 to 60 (default 0.005)")
-    p.add_argument("--sensor-interval", type=float, default=0.01,
-                   help="sensor reading interval in seconds, up to 60 (default 0.01)")
+    p.add_argument("--interval", type=float, default=Options.interval,
+                   help=f"stack sampling interval in seconds, 0.0005 to 60 (default {Options.interval:g})")
+    p.add_argument("--sensor-interval", type=float, default=Options.sensor_interval,
+                   help=f"sensor reading interval in seconds, up to 60 (default {Options.sensor_interval:g})")
     add_idle_flag(p, "share")
     p.add_argument("--sampler", default="threads", metavar=allowed(SAMPLERS),
                    help="threads (default, every thread, low overhead) or pyinstrument")

@@ -99,6 +99,11 @@ class Collector:
         self.sensor_timeout_ns = int(sensor_timeout_s * 1e9)
         self.notes: list[dict[str, Any]] = []
         self._stop = threading.Event()
+        # Released once, at stop: the tick thread waits on it (one futex wait a tick, where
+        # Event.wait builds and takes a fresh lock under a Condition each time).
+        self._halt = _thread.allocate_lock()
+        self._halt.acquire()
+        self._halt_open = False
         self._thread: _Thread | None = None
         self._checkpoint_state = checkpoint
         self.checkpoint_path = checkpoint_path
@@ -137,6 +142,9 @@ class Collector:
     def stop(self) -> None:
         """Stop the threads, take the last reading and close the sensors; never raises."""
         self._stop.set()
+        if not self._halt_open:
+            self._halt_open = True
+            self._halt.release()
         if self._thread is not None:
             self._thread.join(timeout=2 * self.sensor_timeout_ns / 1e9 + 1.0)
             if self._thread.is_alive():
@@ -155,7 +163,7 @@ class Collector:
 
     def _run(self, generation: int) -> None:
         self.own.register_current()
-        while not self._stop.wait(self.interval_s):
+        while not self._halted(self.interval_s):
             if generation != self._generation:
                 return
             try:
@@ -166,6 +174,13 @@ class Collector:
                                        f" {type(exc).__name__}: {exc}"})
             if self.checkpoint_path and time.perf_counter_ns() - self._last_checkpoint >= self.checkpoint_interval_ns:
                 self.write_checkpoint()
+
+    def _halted(self, timeout: float) -> bool:
+        """Wait `timeout` seconds; True at once when the collector stops."""
+        if self._halt.acquire(timeout=timeout):
+            self._halt.release()  # every waiter (a respawned tick thread) sees it too
+            return True
+        return False
 
     def _watch(self) -> None:
         self.own.register_current()
