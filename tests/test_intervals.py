@@ -127,7 +127,8 @@ def test_cpu_seen_on_a_wait_goes_to_the_threads_running_stacks() -> None:
     with the CPU of a task it ran between samples. 100 W, 2 busy cores: 50 J per CPU-second. The
     worker's 48 ms of CPU (2.4 J) all land on its tasks, split between their two stacks by the CPU
     they were seen with (2 ms : 4 ms); its wait keeps its time and gets no energy. The main thread
-    is untouched (the program uses one core of the two throughout), and a thread seen only waiting keeps its CPU: there is nowhere better for it."""
+    is untouched (the program uses one core of the two throughout), and a thread seen only waiting
+    keeps its CPU: there is nowhere better for it."""
     led = Ledger(CPU, cpus=2)
     main = led.stacks.intern([("main", "m.py", 1)])
     get = ("Queue.get", "/usr/lib/python3.12/queue.py", 154)
