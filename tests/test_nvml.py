@@ -458,7 +458,9 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
         armed_at: int | None = None
 
         def counter_mj(self) -> float:
-            if self.armed_at is not None and self.reads > self.armed_at + 20:
+            # a few reads into the run (3 ticks: 0.15 s at the default 50 ms, however the
+            # machine's load stretches them, still well inside the 1.5 s the run spins)
+            if self.armed_at is not None and self.reads > self.armed_at + 3:
                 release.wait()  # blocks until the test ends
             return super().counter_mj()
 
@@ -467,7 +469,7 @@ def test_a_hung_gpu_read_is_dropped_by_the_watchdog_and_the_run_goes_on():
         prof = Profiler(sensor_timeout=0.3, quiet=True, powercap_root=None)
         t0 = time.perf_counter()
         prof.start()
-        gpu.armed_at = gpu.reads  # hang some 20 reads into the run, not during discovery
+        gpu.armed_at = gpu.reads  # hang some reads into the run, not during discovery
         _spin(1.5)
         profile = prof.stop()
         took = time.perf_counter() - t0
