@@ -27,18 +27,7 @@ from .options import Options
 
 POLL_S = {"nvml-power": 0.1, "counter": 1.0}
 _perf, _proc_ns = time.perf_counter_ns, time.process_time_ns
-_busy_ns = probes.machine_busy_ns
-try:
-    import resource
-
-    _rusage, _CHILDREN = resource.getrusage, resource.RUSAGE_CHILDREN
-
-    def _children_ns() -> int:
-        """Reaped children's CPU, to the microsecond (os.times() counts 10 ms ticks), in one call."""
-        r = _rusage(_CHILDREN)
-        return int((r.ru_utime + r.ru_stime) * 1e9)
-except ImportError:  # no resource module: the portable clock
-    _children_ns = probes.reaped_children_cpu_ns
+_children_ns, _busy_ns = probes.reaped_children_cpu_ns, probes.machine_busy_ns
 
 
 #: One edge's reading: (perf_counter_ns, cumulative joules per sensor, this process's CPU ns with

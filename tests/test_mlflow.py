@@ -89,13 +89,19 @@ def test_logs_into_the_active_run_and_leaves_it_active(store: str) -> None:
     assert run.data.params["batch_size"] == "32" and run.data.metrics["energyprof.energy_j"] == 33.0
 
 
-@pytest.mark.slow
-def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
+def _supervised(tmp_path: Path, store: str, program: str, *flags: str):
+    """`python -m energyprof --mlflow` on `program` against a constant 40 W trace, into `store`."""
     (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
-    (tmp_path / "w.py").write_text("import time\ntime.sleep(0.3)\nprint('done')\n")
-    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "-o", "r.html", "w.py"],
+    (tmp_path / "w.py").write_text(program)
+    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", *flags, "w.py"],
                   cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
     assert res.returncode == 0, res.stderr
+    return res
+
+
+@pytest.mark.slow
+def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
+    res = _supervised(tmp_path, store, "import time\ntime.sleep(0.3)\nprint('done')\n", "-o", "r.html")
     assert res.stdout == "done\n"  # the program's output is its own
     assert "logged to MLflow run" in res.stderr
     profile = load(tmp_path / "p.json")
@@ -220,11 +226,7 @@ with mlflow.start_run() as run:
 
 @pytest.mark.slow
 def test_supervised_windows_are_logged_live_in_the_programs_run(tmp_path: Path, store: str) -> None:
-    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
-    (tmp_path / "w.py").write_text(LIVE_SCRIPT)
-    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "w.py"],
-                  cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
-    assert res.returncode == 0, res.stderr
+    res = _supervised(tmp_path, store, LIVE_SCRIPT)
     *lines, run_id = res.stdout.split("\n")[:-1]
     assert lines == ["0 1 True", "1 2 True", "2 3 True"]  # the program saw each epoch logged as it ended
     profile = load(tmp_path / "p.json")
@@ -253,11 +255,7 @@ print("done")
 @pytest.mark.slow
 def test_a_supervised_program_without_a_run_of_its_own_gives_one_run(tmp_path: Path, store: str) -> None:
     """The windows (logged live in the program's process) and the totals (the supervisor's) share one run."""
-    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
-    (tmp_path / "w.py").write_text(SUPERVISED_NO_RUN)
-    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--mlflow", "--json", "p.json", "w.py"],
-                  cwd=tmp_path, env={"MLFLOW_TRACKING_URI": store, "MLFLOW_ALLOW_FILE_STORE": "true"})
-    assert res.returncode == 0, res.stderr
+    res = _supervised(tmp_path, store, SUPERVISED_NO_RUN)
     assert res.stdout == "done\n"
     client = mlflow.MlflowClient()
     (run,) = client.search_runs([client.search_experiments()[0].experiment_id])

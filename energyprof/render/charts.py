@@ -38,10 +38,10 @@ PROGRAM_LINE = "#111111"
 KIND_CODES = {"user": 0, "library": 1, "import": 2, "group": 3}
 
 
-
 def _escape(text: str) -> str:
     """html.escape(text, quote=False), without importing html (and its entity table) at every report."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
 
 def report_data(model: ReportModel) -> dict[str, Any]:
     """Everything the page's scripts read: the charts and the function table."""
@@ -64,13 +64,12 @@ def report_data(model: ReportModel) -> dict[str, Any]:
 def pareto_figure(points: list[tuple[str, str, float, float, bool]], y_title: str) -> dict[str, Any]:
     """Energy against time with the Pareto front joined: points are (text, hover, time, energy, on front).
     Text and hover are program strings: plotly reads a subset of HTML in them, so they are escaped."""
-    esc = _escape
     on = sorted((p for p in points if p[4]), key=lambda p: p[2])
     return {
         "data": [
             {"type": "scatter", "mode": "markers+text", "name": "points", "x": [p[2] for p in points],
-             "y": [p[3] for p in points], "text": [esc(p[0]) for p in points], "textposition": "top center",
-             "hovertext": [esc(p[1]) for p in points], "hoverinfo": "text+x+y",
+             "y": [p[3] for p in points], "text": [_escape(p[0]) for p in points], "textposition": "top center",
+             "hovertext": [_escape(p[1]) for p in points], "hoverinfo": "text+x+y",
              "marker": {"size": 10, "color": "#4e79a7"}},
             {"type": "scatter", "mode": "lines+markers", "name": "Pareto front", "x": [p[2] for p in on],
              "y": [p[3] for p in on], "hoverinfo": "skip",
@@ -167,13 +166,12 @@ def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, st
 def _hover(n: ChartNode, program: float, total_t: float, machine: float | None = None) -> str:
     """A box's tooltip. The root's box (`machine` given) is as wide as the machine's energy, since the
     idle node and energyprof's own hang under it, but its tooltip names the program, as every view does."""
-    esc = _escape
     if n.folded:
         head = [f"other: {n.folded} smaller call paths"]
     elif n.kind == "group":
-        head = [esc(n.function), "click to show its frames" if n.children else ""]
+        head = [_escape(n.function), "click to show its frames" if n.children else ""]
     else:
-        head = [esc(n.function)] + ([esc(f"{n.file}:{n.line}")] if n.file else [])
+        head = [_escape(n.function)] + ([_escape(f"{n.file}:{n.line}")] if n.file else [])
     energy = (f"the program's energy {fmt_energy(program)} (100%); the machine measured {fmt_energy(machine)}"
               if machine is not None else
               f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
@@ -184,7 +182,7 @@ def _hover(n: ChartNode, program: float, total_t: float, machine: float | None =
         + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
     ]
     if len(n.energy) > 1 and n.value_e > 0:
-        parts.append(", ".join(f"{esc(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
+        parts.append(", ".join(f"{_escape(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
     return "<br>".join(p for p in parts if p)
 
 
