@@ -198,7 +198,8 @@ def test_a_rapl_zone_keeps_its_file_open_but_never_reads_or_closes_a_reused_desc
     (sensor,) = rapl.discover(str(tmp_path)).sensors
     sensor.start(0)
     (zone / "energy_uj").write_text("3000000\n")  # written in place: the same file
-    assert sensor.read(1) == pytest.approx(2.0)
+    ms = 1_000_000  # reads a millisecond apart: each one reads the file (see the next test)
+    assert sensor.read(1 * ms) == pytest.approx(2.0)
     fd = sensor._fd
     assert fd >= 0
     mine = tmp_path / "the program's file"
@@ -209,14 +210,30 @@ def test_a_rapl_zone_keeps_its_file_open_but_never_reads_or_closes_a_reused_desc
     try:
         assert reused == fd
         (zone / "energy_uj").write_text("4000000\n")
-        assert sensor.read(2) == pytest.approx(3.0)  # the counter's file, opened again
+        assert sensor.read(2 * ms) == pytest.approx(3.0)  # the counter's file, opened again
         assert sensor._fd != reused
         tmp = zone / "energy_uj.tmp"  # replaced under its name, as an atomic writer does
         tmp.write_text("5000000\n")
         tmp.replace(zone / "energy_uj")
-        assert sensor.read(3) == pytest.approx(4.0)
+        assert sensor.read(3 * ms) == pytest.approx(4.0)
         sensor.close()
         os.fstat(reused)  # still open: never closed by the sensor
         assert os.pread(reused, 64, 0) == b"999999999999\n"
     finally:
         os.close(reused)
+
+
+def test_a_rapl_reading_is_shared_within_half_the_counters_update_period(tmp_path):
+    """The hardware adds to energy_uj about once a millisecond: reads less than 0.5 ms after the
+    last one (a Monitor's windows back to back) give that reading, and one at 0.5 ms reads anew."""
+    zone = make_zone(tmp_path, "intel-rapl:0", "package-0", energy_uj=1_000_000)
+    (sensor,) = rapl.discover(str(tmp_path)).sensors
+    sensor.start(10_000_000)
+    (zone / "energy_uj").write_text("3000000\n")
+    assert sensor.read(10_000_000 + rapl.REUSE_NS - 1) == 0.0  # within half a period of the start
+    assert sensor.read(10_000_000 + rapl.REUSE_NS) == pytest.approx(2.0)
+    (zone / "energy_uj").write_text("7000000\n")
+    assert sensor.read(10_000_000 + 2 * rapl.REUSE_NS - 1) == pytest.approx(2.0)
+    assert sensor.read(10_000_000 + 2 * rapl.REUSE_NS) == pytest.approx(6.0)
+    assert sensor.update_period_s * 1e9 == 2 * rapl.REUSE_NS
+    sensor.close()
