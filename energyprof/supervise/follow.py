@@ -12,7 +12,7 @@ import os
 import signal
 from typing import Any
 
-from ..collect.probes import PROC
+from ..collect.probes import PROC, read_proc
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -40,8 +40,7 @@ def stat(pid: int) -> Stat | None:
     if not PROC:
         return _psutil_stat(pid)
     try:
-        with open(f"/proc/{pid}/stat", "rb") as fh:
-            raw = fh.read()
+        raw = read_proc(f"/proc/{pid}/stat")
     except OSError:
         return None
     f = raw[raw.rfind(b")") + 2:].split()
@@ -95,8 +94,7 @@ def rss_bytes(pid: int) -> int:
         except Exception:  # noqa: BLE001 - psutil.Error: gone, or not ours to read
             return 0
     try:
-        with open(f"/proc/{pid}/statm", "rb") as fh:
-            return int(fh.read().split()[1]) * PAGE
+        return int(read_proc(f"/proc/{pid}/statm").split()[1]) * PAGE
     except (OSError, ValueError, IndexError):
         return 0
 
