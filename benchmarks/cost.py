@@ -1,6 +1,6 @@
 """energyprof's own CPU, whole process tree, beside py-spy's and plain python's.
 
-    python benchmarks/cost.py                 # 7 rounds of every figure (~3 min)
+    python benchmarks/cost.py                 # 7 rounds of every figure (~4 min)
     python benchmarks/cost.py --rounds 3 --fib 27
     python benchmarks/cost.py --base ../old   # also another checkout of energyprof, in the same rounds
 
@@ -11,11 +11,14 @@ compares runs taken seconds apart; the table gives the median over the rounds wi
 
 * fixed: an empty script, CPU of the tool's run minus plain python's: start-up plus report.
 * proportional: `fib(N)` in the main process, and the same in a followed Python child, CPU
-  over plain python's after the fixed cost is taken off, as a share of the program's CPU.
-  The program also writes its own process's CPU (`os.times()`, its sampler thread included):
-  "in the program" is that figure over plain python's, the agent's part alone; the rest of
-  the whole-tree figure is the supervisor's (reading sensors and spools, and a report that
-  grows with the program's call tree).
+  over plain python's after the cost of the same run doing nothing is taken off (the empty
+  script; for the child, a parent whose child runs fib(0), so what following a child costs
+  once is its own row), as a share of the program's CPU. The program also writes its own
+  process's CPU (`os.times()`, its sampler thread included): "in the program" is that figure
+  over plain python's, the agent's part alone; the rest of the whole-tree figure is the
+  supervisor's (reading sensors and spools). What a run costs once for having a call tree
+  at all (~17 ms of the supervisor's here) shows as a share on short programs: fib(36) runs
+  ~2.3 s.
 * bootstrap: what the agent adds to a Python child's start (`python -c pass` with the
   supervisor's environment, against plain; 40 runs a round).
 * window: `benchmarks/monitor.py` measures one Monitor window (run it for that figure).
@@ -52,17 +55,17 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIB = """
-import os
+import os, resource
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 fib({n})
-t = os.times()  # this process's own CPU (its sampler thread included), without the supervisor's
+t = resource.getrusage(resource.RUSAGE_SELF)  # this process's own CPU (its sampler thread included)
 with open(os.environ["BENCH_OWN"], "a") as fh:
-    fh.write(repr(t.user + t.system) + "\\n")
+    fh.write(repr(t.ru_utime + t.ru_stime) + "\\n")
 """
 PARENT = """
 import subprocess, sys
-subprocess.run([sys.executable, "fib.py"], check=True)
+subprocess.run([sys.executable, "{script}"], check=True)
 """
 
 
@@ -84,6 +87,11 @@ def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
         out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
     return out
+
+
+def share(part: float, whole: float) -> float:
+    """part / whole, 0 where a program too small for the clocks measured no CPU at all."""
+    return part / whole if whole > 0 else 0.0
 
 
 def median_range(values: list[float], scale: float = 1.0, fmt: str = "{:.3f}") -> str:
@@ -189,7 +197,9 @@ def breakdown(work: Path, env: dict[str, str], rounds: int, seconds: float, fib:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--fib", type=int, default=30, help="fib(N) for the proportional cost (30: ~0.3-0.5 s of CPU)")
+    ap.add_argument("--fib", type=int, default=36,
+                    help="fib(N) for the proportional cost (36: ~2.3 s of CPU here; below ~1 s, what a run costs once"
+                         " for having a call tree at all, ~17 ms of the supervisor's, shows as a share)")
     ap.add_argument("--boot-runs", type=int, default=40)
     ap.add_argument("--base", type=Path, help="another checkout of energyprof, measured in the same rounds")
     ap.add_argument("--breakdown", type=float, metavar="S", help="CPU per second of a run, by process (see above)")
@@ -206,9 +216,14 @@ def main() -> None:
     env["BENCH_OWN"] = str(work / "own.txt")
     envs = {"energyprof (base)": dict(env, PYTHONPATH=str(a.base.resolve()) + env["PYTHONPATH"][len(str(REPO)):])} \
         if a.base else {}
-    (work / "empty.py").write_text("")
+    # The empty script writes its own CPU too (fib(0)): "in the program" is then what the agent adds
+    # while the program works, its start and end (the same for any script) taken off.
+    (work / "empty.py").write_text(FIB.format(n=0))
     (work / "fib.py").write_text(FIB.format(n=a.fib))
-    (work / "parent.py").write_text(PARENT)
+    (work / "parent.py").write_text(PARENT.format(script="fib.py"))
+    # A child that does nothing: what following a child costs once (its bootstrap, its agent's start
+    # and end, its stream and its rows in the report) is not a share of the program's CPU.
+    (work / "parent0.py").write_text(PARENT.format(script="empty.py"))
     ts = tools(work, a.base)
     extra = a.energyprof_args.split()
     for name in ts:
@@ -227,13 +242,13 @@ def main() -> None:
         for r in range(a.rounds):
             names = list(ts)
             names = names[r % len(names):] + names[:r % len(names)]  # rotate the order each round
-            for script in ("empty.py", "fib.py", "parent.py"):
+            for script in ("empty.py", "fib.py", "parent0.py", "parent.py"):
                 for name in names:
                     # py-spy exits 1 when the program ends before it attached (an empty script): its CPU counts all the same
                     cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, envs.get(name, env),
                                                                       name != "py-spy"))
-                    if script == "fib.py":
-                        own.setdefault(name, []).append(float((work / "own.txt").read_text().split()[-1]))
+                    if script in ("empty.py", "fib.py"):
+                        own.setdefault((name, script), []).append(float((work / "own.txt").read_text().split()[-1]))
             boot.append(bootstrap_ms(work, env, a.boot_runs))
             print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{t} {s} {v[-1]:.3f}" for (t, s), v in cpu.items())
                   + f", bootstrap {boot[-1]:.1f} ms", file=sys.stderr)
@@ -253,14 +268,21 @@ def main() -> None:
     plain_empty = cpu[("plain", "empty.py")]
     print("| fixed cost (empty script) over plain, CPU s | " + " | ".join(
         median_range([x - y for x, y in zip(cpu[(t, "empty.py")], plain_empty)]) for t in ts) + " |")
-    for script, label in (("fib.py", "main process"), ("parent.py", "followed child")):
-        base = cpu[("plain", script)]
-        shares = {t: [((x - e) - (b - pe)) / (b - pe) for x, e, b, pe in
-                      zip(cpu[(t, script)], cpu[(t, "empty.py")], base, plain_empty)] for t in ts}
+    print("| a followed child's start and end (it runs fib(0)) over plain, CPU ms | " + " | ".join(
+        median_range([(c0 - e) - (pc0 - pe) for c0, e, pc0, pe in zip(
+            cpu[(t, "parent0.py")], cpu[(t, "empty.py")], cpu[("plain", "parent0.py")], plain_empty)], 1e3, "{:.1f}")
+        for t in ts) + " |")
+    for script, empty, label in (("fib.py", "empty.py", "main process"), ("parent.py", "parent0.py", "followed child")):
+        base, plain0 = cpu[("plain", script)], cpu[("plain", empty)]
+        shares = {t: [share((x - e) - (b - pe), b - pe) for x, e, b, pe in
+                      zip(cpu[(t, script)], cpu[(t, empty)], base, plain0)] for t in ts}
         print(f"| proportional cost, {label}, % of the program's CPU | "
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
-    print("| in the program: its own process's CPU over plain python's, main process, % | "
-          + " | ".join(median_range([(x - b) / b for x, b in zip(own[t], own["plain"])], 100, "{:.1f}") for t in ts) + " |")
+    plain_own = [f - e for f, e in zip(own[("plain", "fib.py")], own[("plain", "empty.py")])]
+    print("| in the program: its own process's CPU over plain python's (empty script's taken off), main process, % | "
+          + " | ".join(median_range([share((f - e) - b, b) for f, e, b in zip(own[(t, "fib.py")], own[(t, "empty.py")],
+                                                                           plain_own)], 100, "{:.1f}")
+                       for t in ts) + " |")
     rest = " - |" * (len(ts) - 2)  # this checkout's figures only
     print(f"| one agent sample in-process, CPU us (two threads, a flush every fourth) | - | {per_sample_us():.1f} |" + rest)
     print(f"| a Python child's bootstrap, CPU ms (median of {a.boot_runs} pairs a round) | - | "

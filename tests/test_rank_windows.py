@@ -93,10 +93,11 @@ def test_summed_row_is_the_machine_over_the_union_span() -> None:
     assert both.total_j == pytest.approx(2 * 180.0, rel=1e-12)
 
 
-def test_summed_row_is_never_below_what_its_ranks_were_charged() -> None:
+def test_ranks_charged_more_than_the_machine_are_scaled_to_fit_it() -> None:
     """Two ranks that used nearly the whole machine, their shares taken apart by their own
-    supervisors: 70 + 65 J charged against 130 J over the union. The instance is the 135 J
-    charged (5 J over), as the join takes a node's totals; a second node is held on its own."""
+    supervisors: 70 + 65 J charged against the 130 J the machine measured over the union. The
+    summed row stays the measurement; both ranks' shares of that epoch are scaled by 130/135, the
+    next epoch's (20 J of 50) are left alone, and another node is held on its own."""
     ws = [Window(name="epoch", index=0, start_s=0.0, end_s=1.0, time_s=1.0, energy_j={"cpu": 100.0},
                  program_energy_j={"cpu": 70.0}, pid=100, rank=0),
           Window(name="epoch", index=0, start_s=0.2, end_s=1.3, time_s=1.1, energy_j={"cpu": 110.0},
@@ -104,14 +105,18 @@ def test_summed_row_is_never_below_what_its_ranks_were_charged() -> None:
           Window(name="epoch", index=1, start_s=2.0, end_s=2.5, time_s=0.5, energy_j={"cpu": 50.0},
                  program_energy_j={"cpu": 20.0}, pid=100, rank=0)]
     (epoch,) = window_groups([WindowRow(w) for w in ws])
-    assert (epoch.total_j, epoch.max_j, epoch.min_j) == (pytest.approx(135.0 + 50.0, rel=1e-12),
-                                                         pytest.approx(135.0), pytest.approx(50.0))
-    charged = sum(r.total_j for r in epoch.ranks)
-    assert charged == pytest.approx(155.0) and charged <= epoch.total_j
-    # on another node the same epoch's shares fit its machine: nothing added there
+    assert (epoch.total_j, epoch.max_j, epoch.min_j) == (pytest.approx(180.0, rel=1e-12), pytest.approx(130.0),
+                                                         pytest.approx(50.0))
+    k = 130.0 / 135.0
+    assert [(r.name, r.total_j) for r in epoch.ranks] == [("rank 0", pytest.approx(70.0 * k + 20.0, rel=1e-12)),
+                                                          ("rank 1", pytest.approx(65.0 * k, rel=1e-12))]
+    assert epoch.ranks[0].max_j == pytest.approx(70.0 * k) and epoch.ranks[0].min_j == pytest.approx(20.0)
+    # on another node the same epoch's shares fit its machine: left as they were
     other = [dataclasses.replace(w, node="b", rank=w.rank + 2, program_energy_j={"cpu": 30.0}) for w in ws]
     (both,) = window_groups([WindowRow(w) for w in [dataclasses.replace(w, node="a") for w in ws] + other])
-    assert both.total_j == pytest.approx(185.0 + 180.0, rel=1e-12)
+    assert both.total_j == pytest.approx(2 * 180.0, rel=1e-12)
+    assert [r.total_j for r in both.ranks] == [pytest.approx(70.0 * k + 20.0), pytest.approx(65.0 * k),
+                                               pytest.approx(60.0), pytest.approx(30.0)]
 
 
 def test_training_breakdown_per_rank_from_each_ranks_own_steps() -> None:
@@ -160,9 +165,9 @@ def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
                           st.floats(0, 10, allow_nan=False), st.floats(0, 1)),
                 min_size=1, max_size=40))
 def test_rank_rows_add_up_to_their_group(ws) -> None:
-    """On a constant-power machine (W watts): the group is W x the union of the spans, raised per
-    window index to what the ranks were charged in it (never more than the windows' sum, never less
-    than the longest), the rank rows add up the program's parts."""
+    """On a constant-power machine (W watts): the group is W x the union of the spans (never more
+    than the windows' sum, never less than the longest); the rank rows add up the program's parts,
+    each window index's scaled down to W x the union of its spans where they would exceed it."""
     watts = 37.0
     rows = [WindowRow(Window(name=n, rank=r, pid=None if r is not None else 7, start_s=s0, end_s=s0 + t, time_s=t,
                              energy_j={"cpu": watts * t}, program_energy_j={"cpu": f * watts * t}))
@@ -174,16 +179,17 @@ def test_rank_rows_add_up_to_their_group(ws) -> None:
             assert g.ranks == []
             continue
         assert sum(r.count for r in g.ranks) == len(mine)
-        assert sum(r.total_j for r in g.ranks) == pytest.approx(sum(x.program for x in mine), rel=1e-9, abs=1e-9)
-        assert max(x.energy for x in mine) * (1 - 1e-9) <= g.total_j <= sum(x.energy for x in mine) * (1 + 1e-9)
-        union = _union([(x.window.start_s, x.window.end_s) for x in mine])
-        over = 0.0
+        fitted = 0.0
         for index in {x.window.index for x in mine}:
             inst = [x for x in mine if x.window.index == index]
-            over += max(0.0, sum(x.program for x in inst)
-                        - watts * _union([(x.window.start_s, x.window.end_s) for x in inst]))
-        assert g.total_j == pytest.approx(watts * union + over, rel=1e-9, abs=1e-9)
-        if len({x.window.index for x in mine}) == 1:  # one instance: the sum never below its rows
+            fitted += min(sum(x.program for x in inst), watts * _union([(x.window.start_s, x.window.end_s)
+                                                                         for x in inst]))
+        assert sum(r.total_j for r in g.ranks) == pytest.approx(fitted, rel=1e-9, abs=1e-9)
+        assert sum(r.total_j for r in g.ranks) <= sum(x.program for x in mine) * (1 + 1e-9) + 1e-9
+        assert max(x.energy for x in mine) * (1 - 1e-9) <= g.total_j <= sum(x.energy for x in mine) * (1 + 1e-9)
+        union = _union([(x.window.start_s, x.window.end_s) for x in mine])
+        assert g.total_j == pytest.approx(watts * union, rel=1e-9, abs=1e-9)
+        if len({x.window.index for x in mine}) == 1:  # one instance: never more than the machine
             assert sum(r.total_j for r in g.ranks) <= g.total_j * (1 + 1e-9) + 1e-9
         labels = [r.name for r in g.ranks]
         assert len(set(labels)) == len(labels)
@@ -272,8 +278,8 @@ def test_two_rank_run_is_broken_down_per_rank(tracked_job: Path) -> None:
         assert all(s["compute_j"] > 0 for s in b["steps"])  # 50 W over every compute span
     epoch = next(g for g in m.window_groups if g.name == "epoch")
     assert [(r.name, r.count) for r in epoch.ranks] == [("rank 0", 2), ("rank 1", 2)]
-    # 50 W: the summed row is the machine over the union of the ranks' epochs (not twice it; never
-    # below what the ranks were charged); each rank's row its program share
+    # 50 W: the summed row is the machine over the union of the ranks' epochs (not twice it); each
+    # rank's row its program share, the ranks' together within the machine
     epochs = [w for w in p.windows if w.name == "epoch"]
     union = _union([(w.start_s, w.end_s) for w in epochs])
     assert epoch.total_j == pytest.approx(50.0 * union, rel=0.03)

@@ -66,8 +66,8 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
     """Energy per window name: count, mean and spread (epochs, steps, phases). With windows from
     several ranks, one row per rank holds that rank's program share, and the group the machine
     over the ranks' spans, each node counted once: a window of the same name and index in every
-    rank is one instance, its energy the machine's over the union of their spans, and never less
-    than what its ranks were charged (`_overshoot`)."""
+    rank is one instance, its energy the machine's over the union of their spans; the ranks' shares
+    of an instance never add up to more than that (`_fit`)."""
     groups: dict[str, list[WindowRow]] = {}
     for r in rows:
         groups.setdefault(r.window.name, []).append(r)
@@ -82,17 +82,18 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
             instances.setdefault(r.window.index, []).append(r.window)
         import statistics  # here: with fractions and decimal, 3 ms of every report, most without windows
 
-        overshoot = [_overshoot(i) for i in instances.values()]
-        energies = [span_energy(i) + o for i, o in zip(instances.values(), overshoot)]
+        energies = [span_energy(i) for i in instances.values()]
         times = [span_time(i) for i in instances.values()]
-        total = span_energy([r.window for r in ws]) + sum(overshoot)
-        group = WindowGroup(name, len(energies), total, statistics.fmean(energies),
+        fit = {k: f for i in instances.values() for k, f in _fit(i).items()}
+        group = WindowGroup(name, len(energies), span_energy([r.window for r in ws]), statistics.fmean(energies),
                             statistics.stdev(energies) if len(energies) > 1 else 0.0, min(energies), max(energies),
                             statistics.fmean(times), sum(1 for r in ws if r.short_for))
         by_rank: dict[tuple[bool, int], list[WindowRow]] = {}
         for r in ws:
             by_rank.setdefault(_rank_key(r.window), []).append(r)
-        group.ranks = [_group(_rank_label(key), rs, [r.program for r in rs]) for key, rs in sorted(by_rank.items())]
+        group.ranks = [_group(_rank_label(key), rs, [r.program * fit.get((r.window.index, r.window.node), 1.0)
+                                                      for r in rs])
+                       for key, rs in sorted(by_rank.items())]
         out.append(group)
     return out
 
@@ -125,19 +126,21 @@ def _segments(windows: Iterable[Window]) -> Iterable[tuple[float, float, float]]
             last = t
 
 
-def _overshoot(instance: list[Window]) -> float:
-    """How far the ranks' program shares of one window exceed the machine over its span, per node.
-    Each rank's supervisor took its share of the machine apart from the others, by counters that
-    move in steps; where the ranks used nearly all of the machine their shares can add up to a
-    little more than it. As the join does for a node's totals, the machine is then taken to be
-    what its ranks were charged, so the summed row is never below the rows it sums."""
+def _fit(instance: list[Window]) -> dict[tuple[int | None, str | None], float]:
+    """The factor, per (index, node), that brings the ranks' program shares of one window within the
+    machine's energy over its span. Each rank's supervisor takes its share apart from the others',
+    by CPU counters that move in steps, so ranks that kept the whole machine busy can be charged a
+    little more than it between them (1 % was seen). The machine's figure is the measurement: the
+    shares, the estimate, are scaled down to fit it, and are left alone wherever they fit."""
     by_node: dict[str | None, list[Window]] = {}
     for w in instance:
         by_node.setdefault(w.node, []).append(w)
-    out = 0.0
-    for ws in by_node.values():
+    out = {}
+    for node, ws in by_node.items():
         charged = sum(sum(w.program_energy_j.values()) for w in ws if w.program_energy_j)
-        out += max(0.0, charged - span_energy(ws))
+        machine = span_energy(ws)
+        if charged > machine:
+            out[(ws[0].index, node)] = machine / charged
     return out
 
 
