@@ -73,15 +73,21 @@ def test_windows_named_the_same_in_every_rank_are_per_rank_and_the_machine_once(
     assert html.count('class="rank-row"') == 2 * len(groups) and "the machine over 2 ranks" in html
 
 
+def _two_rank_epochs(rank0_j: float, rank1_j: float, first: dict[str, float] | None = None) -> list[Window]:
+    """100 W: epoch 0 in rank 0 over 0-1 s and in rank 1 over 0.2-1.3 s, charged rank0_j and rank1_j
+    of it; epoch 1 in rank 0 alone over 2-2.5 s, charged 20 J."""
+    return [Window(name="epoch", index=0, start_s=0.0, end_s=1.0, time_s=1.0, energy_j=first or {"cpu": 100.0},
+                   program_energy_j={"cpu": rank0_j}, pid=100, rank=0),
+            Window(name="epoch", index=0, start_s=0.2, end_s=1.3, time_s=1.1, energy_j={"cpu": 110.0},
+                   program_energy_j={"cpu": rank1_j}, pid=101, rank=1),
+            Window(name="epoch", index=1, start_s=2.0, end_s=2.5, time_s=0.5, energy_j={"cpu": 50.0},
+                   program_energy_j={"cpu": 20.0}, pid=100, rank=0)]
+
+
 def test_summed_row_is_the_machine_over_the_union_span() -> None:
     """100 W; rank 0's epoch spans 0-1 s, rank 1's 0.2-1.3 s: the machine over the union is 130 J,
     not 100 + 110 J; each rank's row is its program share."""
-    ws = [Window(name="epoch", index=0, start_s=0.0, end_s=1.0, time_s=1.0, energy_j={"cpu": 90.0, "dram": 10.0},
-                 program_energy_j={"cpu": 40.0}, pid=100, rank=0),
-          Window(name="epoch", index=0, start_s=0.2, end_s=1.3, time_s=1.1, energy_j={"cpu": 110.0},
-                 program_energy_j={"cpu": 45.0}, pid=101, rank=1),
-          Window(name="epoch", index=1, start_s=2.0, end_s=2.5, time_s=0.5, energy_j={"cpu": 50.0},
-                 program_energy_j={"cpu": 20.0}, pid=100, rank=0)]
+    ws = _two_rank_epochs(40.0, 45.0, first={"cpu": 90.0, "dram": 10.0})
     (epoch,) = window_groups([WindowRow(w) for w in ws])
     assert epoch.total_j == pytest.approx(130.0 + 50.0, rel=1e-12)
     assert (epoch.count, epoch.min_j, epoch.max_j) == (2, pytest.approx(50.0), pytest.approx(130.0))
@@ -98,12 +104,7 @@ def test_ranks_charged_more_than_the_machine_are_scaled_to_fit_it() -> None:
     supervisors: 70 + 65 J charged against the 130 J the machine measured over the union. The
     summed row stays the measurement; both ranks' shares of that epoch are scaled by 130/135, the
     next epoch's (20 J of 50) are left alone, and another node is held on its own."""
-    ws = [Window(name="epoch", index=0, start_s=0.0, end_s=1.0, time_s=1.0, energy_j={"cpu": 100.0},
-                 program_energy_j={"cpu": 70.0}, pid=100, rank=0),
-          Window(name="epoch", index=0, start_s=0.2, end_s=1.3, time_s=1.1, energy_j={"cpu": 110.0},
-                 program_energy_j={"cpu": 65.0}, pid=101, rank=1),
-          Window(name="epoch", index=1, start_s=2.0, end_s=2.5, time_s=0.5, energy_j={"cpu": 50.0},
-                 program_energy_j={"cpu": 20.0}, pid=100, rank=0)]
+    ws = _two_rank_epochs(70.0, 65.0)
     (epoch,) = window_groups([WindowRow(w) for w in ws])
     assert (epoch.total_j, epoch.max_j, epoch.min_j) == (pytest.approx(180.0, rel=1e-12), pytest.approx(130.0),
                                                          pytest.approx(50.0))
