@@ -14,7 +14,7 @@ compares runs taken seconds apart; the table gives the median over the rounds wi
   over plain python's after the cost of the same run doing nothing is taken off (the empty
   script; for the child, a parent whose child runs fib(0), so what following a child costs
   once is its own row), as a share of the program's CPU. The program also writes its own
-  process's CPU (`os.times()`, its sampler thread included): "in the program" is that figure
+  process's CPU (`getrusage`, its sampler thread included): "in the program" is that figure
   over plain python's, the agent's part alone; the rest of the whole-tree figure is the
   supervisor's (reading sensors and spools). What a run costs once for having a call tree
   at all (~17 ms of the supervisor's here) shows as a share on short programs: fib(36) runs
