@@ -9,8 +9,9 @@ microseconds, measured with perf_counter_ns around begin + end of an empty windo
 whatever else the machine is doing: medians, not extremes.
 
 Back to back, the windows share their reads of /proc/stat (the machine's busy CPU, which moves in
-10 ms ticks: a read less than 1 ms old is reused); the "2 ms apart" rows pay that read at each edge,
-as the steps of a training loop do.
+10 ms ticks: a read less than 1 ms old is reused) and of each RAPL zone (a reading less than 0.5 ms
+old, half the counter's update); the "2 ms apart" rows pay those reads at each edge, as the steps
+of a training loop do.
 """
 
 from __future__ import annotations
