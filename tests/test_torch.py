@@ -398,11 +398,12 @@ def test_training_loop_profile_has_forward_backward_step_and_epoch_windows() -> 
 
 
 # -- the examples, through the real command line -----------------------------------------------
-def run_cli(tmp_path: Path, script: str, *args: str) -> tuple[energyprof.Profile, Path]:
+def run_cli(tmp_path: Path, script: str, *args: str, interval: float | None = None) -> tuple[energyprof.Profile, Path]:
     html, js = tmp_path / f"{script}.html", tmp_path / f"{script}.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    rate = [] if interval is None else ["--interval", str(interval)]
     t = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "energyprof", "-q", "-o", str(html), "--json", str(js),
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "-q", *rate, "-o", str(html), "--json", str(js),
                            str(EXAMPLES / f"{script}.py"), *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -434,11 +435,14 @@ def test_lenet_example_report(tmp_path: Path) -> None:
 @pytest.mark.torch
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 def test_resnet_example_report(tmp_path: Path) -> None:
+    # Six steps took 0.09 s, which the 100 Hz default sampled ~9 times and missed BasicBlock.forward
+    # in two runs of three; twenty steps sampled every millisecond put ~65 samples in it.
     profile, _ = run_cli(tmp_path, "resnet_training", "--device", "cpu", "--image-size", "32", "--width", "0.125",
-                         "--batches", "3", "--batch-size", "4", "--epochs", "2", "--classes", "10", "--threads", "1")
+                         "--batches", "10", "--batch-size", "4", "--epochs", "2", "--classes", "10", "--threads", "1",
+                         interval=0.001)
     names = {n.function for n, _ in profile.nodes()}
     assert "BasicBlock.forward" in names and "train_step" in names
-    assert len(ept.breakdown(profile)["steps"]) == 6
+    assert len(ept.breakdown(profile)["steps"]) == 20
     json.dumps(profile.to_dict())  # the saved profile round-trips as JSON
 
 
