@@ -44,6 +44,14 @@ DEFAULT_SHARE_WINDOW_NS = 100_000_000
 PEERS_STALE_NS = 500_000_000  # twice the supervisor's /proc walk for the other ranks' CPU
 IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 CARRY_LIMIT = 2.0  # an interval's samples are charged at most twice the worth of the CPU they carry
+ROUNDING = 1e-12  # a remainder below this fraction of an interval's energy is float dust, not energy
+
+
+def remainder(d: float, taken: float) -> float:
+    """What is left of an interval's `d` joules once `taken` is charged: 0 for rounding dust, which
+    would otherwise show as femtojoules of idle under `all` and as a change in a comparison."""
+    rest = d - taken
+    return rest if rest > ROUNDING * d else 0.0
 
 
 def is_gpu(component: str) -> bool:
@@ -506,11 +514,10 @@ class Ledger:
             weights = (gpu_w or wall_w or cpu_w) if self.gpu[i] else (cpu_w or wall_w)
             self.own_share[i] += own_share
             self.own_all[i] += own_share  # energyprof's part is the fraction of the machine it used, either way
-            self.idle_all[i] += max(0.0, d - prog_all - own_share)
+            self.idle_all[i] += remainder(d, prog_all + own_share)
             prog_share_sum += prog_share
             prog_all_sum += prog_all
-            # phi_prog <= 1 - phi_own, so this is >= 0 but for rounding (~1e-17 of d)
-            self.idle[i] += max(0.0, d - prog_share - own_share)
+            self.idle[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
             if weights is cpu_w and carried < 1.0:
                 # Samples carry under 1/CARRY_LIMIT of the CPU the program's clocks counted in the
                 # interval (work before the sampler's first tick or after its last, a thread it never
