@@ -133,7 +133,7 @@ def test_re_entering_one_profile_object_stops_the_profile_it_started(tmp_path, t
 
 
 def test_profiler_start_stop(trace):
-    prof = Profiler(power_trace=trace, quiet=True)
+    prof = Profiler(power_trace=trace, quiet=True, interval=0.002)  # spin is 25 samples, not 5
     prof.start()
     spin(0.05)
     p = prof.stop()
@@ -218,7 +218,7 @@ def test_bad_options_are_refused_with_one_line(kwargs):
 def test_pyinstrument_sampler(tmp_path, trace):
     out = tmp_path / "p.json"
 
-    @energy_profile(json=str(out), power_trace=trace, sampler="pyinstrument", quiet=True)
+    @energy_profile(json=str(out), power_trace=trace, sampler="pyinstrument", quiet=True, interval=0.002)
     def work():
         spin(0.1)
 

@@ -184,7 +184,7 @@ def test_dataloader_workers_carry_their_getitem(here):
                 return 16
 
             def __getitem__(self, i):
-                burn(150_000)
+                burn(600_000)  # 8 items a worker: ~24 samples each at the default rate
                 return torch.tensor([i])
 
         def train():

@@ -208,7 +208,7 @@ def test_relative_outputs_land_where_energyprof_started(here):
 
 
 def test_a_command_after_double_dash(here):
-    script(here, "child.py", BURN, "burn(800_000)\nprint('python child')\n")
+    script(here, "child.py", BURN, "burn(3_000_000)\nprint('python child')\n")  # ~15 samples
     cmd = f"echo from bash && {sys.executable} child.py && exit 3"
     res = run_cli([*profiled(), "--", "bash", "-c", cmd], cwd=here)
     assert (res.returncode, res.stdout, res.stderr) == (3, "from bash\npython child\n", "")
