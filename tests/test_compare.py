@@ -74,6 +74,11 @@ def test_one_run_per_side_is_judged_by_its_sampling_error_only() -> None:
     assert c.error == pytest.approx(1.959964 * (10**2 + 13**2) ** 0.5, rel=1e-6)
     assert not c.significant and c.pct == pytest.approx(30.0)
     assert _change([100.0], [100], [150.0], [100]).significant  # 50 J > 1.96 x 18.03 J = 35.3 J
+    # a figure no sample carried has no sampling error to judge by: one run per side cannot call it a change
+    assert not _change([0.4], [0], [0.8], [0]).significant
+    assert not _change([100.0], [100], [150.0], [0]).significant
+    # repeats judge it by their own spread: 0.40-0.42 J against 0.80-0.82 J is a change
+    assert _change([0.40, 0.42, 0.41], [0, 0, 0], [0.80, 0.82, 0.81], [0, 0, 0]).significant
     v = gate([100.0], [130.0], [100], [100], "program energy")
     assert not v.repeats and v.hidden_pct == pytest.approx(32.146, abs=0.001)
     assert v.fails(-2.2) and not v.fails(-2.1)  # the lower end is 30 - 32.146 = -2.146%
