@@ -402,12 +402,10 @@ def run_cli(tmp_path: Path, script: str, *args: str, interval: float | None = No
     html, js = tmp_path / f"{script}.html", tmp_path / f"{script}.json"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     rate = [] if interval is None else ["--interval", str(interval)]
-    t = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "energyprof", "-q", *rate, "-o", str(html), "--json", str(js),
                            str(EXAMPLES / f"{script}.py"), *args],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert time.perf_counter() - t < 60
     assert html.stat().st_size > 10_000
     return energyprof.load(js), html
 
