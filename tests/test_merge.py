@@ -154,6 +154,8 @@ def test_merge_conserves_under_both_policies(ranks) -> None:
     for policy in ("share", "all"):
         q = job.with_policy(policy)
         assert all(v >= -1e-9 for n, _ in q.walk() for v in n.self_energy_j.values())
+    # under `all` every rank left nothing idle, so the job leaves nothing: zero, not float dust
+    assert job.with_policy("all").find(IDLE_NODE)[0].self_energy_j["cpu"] == 0.0
 
 
 # ---------------------------------------------------------------- runs in time, and windows

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
+from .ledger import remainder
 
 NODE_PREFIX = "[node "
 RANK_PREFIX = "[rank "
@@ -183,14 +184,14 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
                 charged = n_attr.get(s, 0.0) + n_own.get(s, 0.0)
                 if charged > m_energy.get(s, 0.0):
                     m_energy[s] = charged  # shares taken apart can overshoot by rounding: never a negative idle
-            n_idle = {s: max(0.0, e - n_attr.get(s, 0.0) - n_own.get(s, 0.0)) for s, e in m_energy.items()}
+            n_idle = {s: remainder(e, n_attr.get(s, 0.0) + n_own.get(s, 0.0)) for s, e in m_energy.items()}
             # Under `all` the ranks share the node's program energy; one profile keeps its own figures.
             scale: dict[str, float] = {}
             for s, e in m_energy.items():
                 want = max(0.0, e - n_own_o.get(s, 0.0))
                 have = n_attr_o.get(s, 0.0)
                 scale[s] = 1.0 if len(group) == 1 or have <= 0 else want / have
-            n_idle_o = {s: max(0.0, e - n_own_o.get(s, 0.0) - n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
+            n_idle_o = {s: remainder(e, n_own_o.get(s, 0.0) + n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
                         for s, e in m_energy.items()}
             if len(group) == 1:  # one profile: its own figures, to the last bit
                 only = group[0].profile
