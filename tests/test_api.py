@@ -381,3 +381,17 @@ def test_a_fifo_given_as_checkpoint_to_the_api_is_never_removed(tmp_path, trace)
                         checkpoint_interval=3600):
         spin(0.01)
     assert stat.S_ISFIFO(os.lstat(fifo).st_mode) and load(tmp_path / "p.json")
+
+
+@pytest.mark.parametrize("interval, sensor_interval, cell", [(0.01, 0.05, 0.01), (0.02, 0.004, 0.004)])
+def test_timeline_cells_are_as_fine_as_the_finer_rate(trace, interval, sensor_interval, cell):
+    """A cell finer than both the stack samples and the sensor reads holds nothing more, and every
+    tick pays for each cell it spans: the grid starts at the finer of the two rates (0.3 s of run
+    fits 1,000 cells, so no regrid widens it)."""
+    prof = Profiler(power_trace=trace, quiet=True, interval=interval, sensor_interval=sensor_interval)
+    prof.start()
+    spin(0.3)
+    p = prof.stop()
+    starts = p.timeline.start_s
+    assert len(starts) >= 10
+    assert {round((b - a) / cell, 6) for a, b in zip(starts, starts[1:])} == {1.0}

@@ -52,7 +52,9 @@ def open_sources(options: Any) -> tuple[Any, Ledger]:
         for note in found.notes:
             if note.startswith("RAPL: cannot read"):
                 print(f"energyprof: {note}", file=sys.stderr)
-    return found, Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus())
+    # the chart's finest cell: the finer of the two rates that put anything into it
+    width_ns = int(min(o.interval, o.sensor_interval) * 1e9)
+    return found, Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus(), timeline_width_ns=width_ns)
 
 
 class Feed(Protocol):

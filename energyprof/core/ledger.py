@@ -34,7 +34,7 @@ from typing import Any
 
 from ..profile import CHILDREN_NODE, THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
-from .timeline import TIMELINE_POINTS, Timeline
+from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 POLICIES = ("share", "all")
 GPU_PREFIX = "gpu"
@@ -117,6 +117,7 @@ class Ledger:
         share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
         timeline_points: int = TIMELINE_POINTS,
         cpus: int = 1,
+        timeline_width_ns: int = MIN_WIDTH_NS,
     ) -> None:
         self.sources = sources
         self.source_ids = [s["id"] for s in sources]
@@ -134,7 +135,7 @@ class Ledger:
         self.own_all = list(z)
         self.root_share = list(z)  # the program's, with no sample to carry it
         self.root_all = list(z)
-        self.timeline = Timeline(self.n, timeline_points)
+        self.timeline = Timeline(self.n, timeline_points, timeline_width_ns)
         self.windows: list[dict[str, Any]] = []
         self._open_windows: list[dict[str, Any]] = []
         self._live_windows: list[dict[str, Any]] = []
