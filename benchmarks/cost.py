@@ -19,6 +19,13 @@ compares runs taken seconds apart; the table gives the median over the rounds wi
   supervisor's (reading sensors and spools). What a run costs once for having a call tree
   at all (~17 ms of the supervisor's here) shows as a share on short programs: fib(36) runs
   ~2.3 s.
+* proportional, measured inside each run: the program also writes its main thread's CPU
+  (`time.thread_time()`), so each run splits into the program's own work and everything else
+  (supervisor, agent threads, report). The whole-tree figures above are differences of two runs,
+  and the program's own run-to-run swing on this guest (a few % of its CPU) is as big as the
+  budget; this one is a difference within each run, so the swing cancels. With it: the
+  program's main thread against plain python's, which is what the agent's sampling costs the
+  program's own work (GIL hand-overs, caches).
 * bootstrap: what the agent adds to a Python child's start (`python -c pass` with the
   supervisor's environment, against plain; 40 runs a round).
 * window: `benchmarks/monitor.py` measures one Monitor window (run it for that figure).
@@ -55,13 +62,14 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 FIB = """
-import os, resource
+import os, resource, time
 def fib(n):
     return n if n < 2 else fib(n - 1) + fib(n - 2)
 fib({n})
 t = resource.getrusage(resource.RUSAGE_SELF)  # this process's own CPU (its sampler thread included)
+main = time.thread_time()  # the main thread's alone: the program's own work
 with open(os.environ["BENCH_OWN"], "a") as fh:
-    fh.write(repr(t.ru_utime + t.ru_stime) + "\\n")
+    fh.write(repr(t.ru_utime + t.ru_stime) + " " + repr(main) + "\\n")
 """
 PARENT = """
 import subprocess, sys
@@ -87,6 +95,13 @@ def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
         out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
     return out
+
+
+def last_own(work: Path) -> tuple[float, float]:
+    """(the process's own CPU, its main thread's) as the program last wrote them; a script that
+    writes one figure gives it for both."""
+    figures = [float(x) for x in (work / "own.txt").read_text().splitlines()[-1].split()]
+    return figures[0], figures[-1]
 
 
 def share(part: float, whole: float) -> float:
@@ -175,7 +190,7 @@ def breakdown(work: Path, env: dict[str, str], rounds: int, seconds: float, fib:
                 t = time.perf_counter()
                 total = cpu_of([*cmd, script], work, env)
                 wall = time.perf_counter() - t
-                own = float((work / "own.txt").read_text().split()[-1])
+                own = last_own(work)[0]
                 rows.setdefault((name, script), []).append((total, own, wall))
         print(f"round {r + 1}/{rounds}", file=sys.stderr)
     med = {k: [statistics.median(x[i] for x in v) for i in range(3)] for k, v in rows.items()}
@@ -237,7 +252,8 @@ def main() -> None:
         return
     cpu: dict[tuple[str, str], list[float]] = {}
     boot: list[float] = []
-    own: dict[str, list[float]] = {}
+    own: dict[tuple[str, str], list[float]] = {}
+    main_cpu: dict[tuple[str, str], list[float]] = {}  # the program's main thread (the child's, for a parent)
     try:
         for r in range(a.rounds):
             names = list(ts)
@@ -247,8 +263,10 @@ def main() -> None:
                     # py-spy exits 1 when the program ends before it attached (an empty script): its CPU counts all the same
                     cpu.setdefault((name, script), []).append(cpu_of([*ts[name], script], work, envs.get(name, env),
                                                                       name != "py-spy"))
+                    process, main = last_own(work)
                     if script in ("empty.py", "fib.py"):
-                        own.setdefault((name, script), []).append(float((work / "own.txt").read_text().split()[-1]))
+                        own.setdefault((name, script), []).append(process)
+                    main_cpu.setdefault((name, script), []).append(main)
             boot.append(bootstrap_ms(work, env, a.boot_runs))
             print(f"round {r + 1}/{a.rounds}: " + ", ".join(f"{t} {s} {v[-1]:.3f}" for (t, s), v in cpu.items())
                   + f", bootstrap {boot[-1]:.1f} ms", file=sys.stderr)
@@ -278,6 +296,22 @@ def main() -> None:
                       zip(cpu[(t, script)], cpu[(t, empty)], base, plain0)] for t in ts}
         print(f"| proportional cost, {label}, % of the program's CPU | "
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
+    for script, empty, label in (("fib.py", "empty.py", "main process"), ("parent.py", "parent0.py", "followed child")):
+        # Everything but the program's main thread, from the same run: the supervisor, the agent's
+        # threads, the report. Measured inside each run, so the program's own run-to-run swing
+        # (a few % of its CPU on this guest, as big as the budget) cancels instead of landing in it.
+        def outside(t: str, s: str) -> list[float]:
+            return [c - m for c, m in zip(cpu[(t, s)], main_cpu[(t, s)])]
+        plain_work = [m - m0 for m, m0 in zip(main_cpu[("plain", script)], main_cpu[("plain", empty)])]
+        print(f"| proportional cost, {label}, measured inside each run: CPU outside the program's main thread,"
+              " over the same for the do-nothing run and over plain python's, % of the program's CPU | "
+              + " | ".join(median_range([share((o - o0) - (p - p0), w) for o, o0, p, p0, w in zip(
+                  outside(t, script), outside(t, empty), outside("plain", script), outside("plain", empty), plain_work)],
+                  100, "{:.1f}") for t in ts) + " |")
+    print("| the program's main thread: its CPU over plain python's (the do-nothing run's taken off), main process, % | "
+          + " | ".join(median_range([share((m - m0) - (p - p0), p - p0) for m, m0, p, p0 in zip(
+              main_cpu[(t, "fib.py")], main_cpu[(t, "empty.py")], main_cpu[("plain", "fib.py")],
+              main_cpu[("plain", "empty.py")])], 100, "{:.1f}") for t in ts) + " |")
     plain_own = [f - e for f, e in zip(own[("plain", "fib.py")], own[("plain", "empty.py")])]
     print("| in the program: its own process's CPU over plain python's (empty script's taken off), main process, % | "
           + " | ".join(median_range([share((f - e) - b, b) for f, e, b in zip(own[(t, "fib.py")], own[(t, "empty.py")],

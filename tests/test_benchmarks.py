@@ -57,6 +57,7 @@ def test_cost_tiny_prints_every_figure_beside_plain_python() -> None:
     assert [label.split(",")[0].split(" (")[0] for label in labels] == [
         "empty script", "fib(12) in the main process", "fib(12) in a followed child", "fixed cost",
         "a followed child's start and end", "proportional cost", "proportional cost",
+        "proportional cost", "proportional cost", "the program's main thread: its CPU over plain python's",
         "in the program: its own process's CPU over plain python's",
         "one agent sample in-process", "a Python child's bootstrap"]
     for r in rows[1:]:
