@@ -71,6 +71,8 @@ main = time.thread_time()  # the main thread's alone: the program's own work
 with open(os.environ["BENCH_OWN"], "a") as fh:
     fh.write(repr(t.ru_utime + t.ru_stime) + " " + repr(main) + "\\n")
 """
+#: (the program, the same run doing nothing, its label): each figure is the first over the second
+WORK_AND_NOTHING = (("fib.py", "empty.py", "main process"), ("parent.py", "parent0.py", "followed child"))
 PARENT = """
 import subprocess, sys
 subprocess.run([sys.executable, "{script}"], check=True)
@@ -290,13 +292,13 @@ def main() -> None:
         median_range([(c0 - e) - (pc0 - pe) for c0, e, pc0, pe in zip(
             cpu[(t, "parent0.py")], cpu[(t, "empty.py")], cpu[("plain", "parent0.py")], plain_empty)], 1e3, "{:.1f}")
         for t in ts) + " |")
-    for script, empty, label in (("fib.py", "empty.py", "main process"), ("parent.py", "parent0.py", "followed child")):
+    for script, empty, label in WORK_AND_NOTHING:
         base, plain0 = cpu[("plain", script)], cpu[("plain", empty)]
         shares = {t: [share((x - e) - (b - pe), b - pe) for x, e, b, pe in
                       zip(cpu[(t, script)], cpu[(t, empty)], base, plain0)] for t in ts}
         print(f"| proportional cost, {label}, % of the program's CPU | "
               + " | ".join(median_range(shares[t], 100, "{:.1f}") for t in ts) + " |")
-    for script, empty, label in (("fib.py", "empty.py", "main process"), ("parent.py", "parent0.py", "followed child")):
+    for script, empty, label in WORK_AND_NOTHING:
         # Everything but the program's main thread, from the same run: the supervisor, the agent's
         # threads, the report. Measured inside each run, so the program's own run-to-run swing
         # (a few % of its CPU on this guest, as big as the budget) cancels instead of landing in it.

@@ -741,7 +741,7 @@ class Ledger:
         for k, v in state["acc"].items():
             setattr(led, k, [float(x) for x in v])
         tl = state["timeline"]
-        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"] or 1_000_000, tl["t0"], tl["t1"]
+        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"] or MIN_WIDTH_NS, tl["t0"], tl["t1"]
         led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
         led.timeline.origin_ns = tl.get("origin_ns", tl["t0"][0] if tl["t0"] else None)
         led.timeline.program = tl.get("program") or [[0.0, 0.0] for _ in led.timeline.t0]
