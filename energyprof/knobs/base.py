@@ -1,0 +1,65 @@
+"""The one small interface every knob stands on: read, range, set, restore.
+
+A knob is named `KIND:INDEX` (`gpu_power_limit:0`, `cpu_power_limit:0`, `cpu_max_freq:all`,
+`jetson_power_mode:0`). Values are floats in the knob's unit (W, kHz, or a mode number). The first
+`set()` remembers the value found, so `restore()` puts back what was there before energyprof
+touched it, however many times it was set in between.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+
+class KnobError(Exception):
+    """A knob that cannot be read or set: the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class KnobRange:
+    low: float
+    high: float
+    step: float | None = None  # None: any value in [low, high]
+    choices: tuple[float, ...] = ()  # discrete knobs (a Jetson's power modes): the only values
+
+    def allows(self, value: float) -> bool:
+        if self.choices:
+            return value in self.choices
+        return self.low <= value <= self.high
+
+
+class Knob(ABC):
+    kind: str = ""
+    unit: str = ""
+
+    def __init__(self, index: str) -> None:
+        self.index = index
+        self.original: float | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.kind}:{self.index}"
+
+    @abstractmethod
+    def read(self) -> float: ...
+
+    @abstractmethod
+    def range(self) -> KnobRange: ...
+
+    @abstractmethod
+    def _write(self, value: float) -> None: ...
+
+    def set(self, value: float) -> None:
+        rng = self.range()
+        if not rng.allows(value):
+            raise KnobError(f"{self.name}: {value:g} {self.unit} is outside its range "
+                            f"{rng.low:g}-{rng.high:g} {self.unit}")
+        if self.original is None:
+            self.original = self.read()
+        self._write(value)
+
+    def restore(self) -> None:
+        if self.original is not None:
+            self._write(self.original)
+            self.original = None
