@@ -204,8 +204,10 @@ class _Nesting:
         k = bisect.bisect_right(self.starts, t0) - 1
         if k < 0:
             return []
-        # Spans that ended before the call closes are not on its stack (a sibling finished earlier).
-        return [(cat, name) for end, cat, name in self.chains[k] if end >= t1]
+        # A span that ended before the call began is a finished sibling, not on its stack. Only the
+        # call's start is tested: runtime calls are stamped by CUPTI/roctracer, operators by the
+        # profiler, and a call can overrun its operator's recorded end by a few microseconds.
+        return [(cat, name) for end, cat, name in self.chains[k] if end > t0 or end >= t1]
 
 
 def _num(v: Any) -> bool:

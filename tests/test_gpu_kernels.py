@@ -1,0 +1,268 @@
+"""GPU energy on the kernels that drew it: the Kineto reader, the busy-time split and its error bars.
+
+Traces: two real ones (an MI250 training step under ROCm 6.2, a CUDA autograd-thread fragment) and
+one synthetic CUDA trace written by hand in Kineto's format (tests/fixtures/kineto/README.md).
+Power is replayed; nothing else is faked. The PyTorch profiler runs for real on the CPU.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from energyprof.collect.kernels import kineto
+from energyprof.core.gpu_tree import GPU_FIELD, build_gpu_profile, inclusive_kernels
+from energyprof.core.kernels import GPU_IDLE_NODE, attribute, error_j, split_energy
+
+KINETO = Path(__file__).parent / "fixtures" / "kineto"
+MI250 = KINETO / "hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+BACKWARD = KINETO / "hta__call_stack__backward_thread.json"
+SYNTHETIC = KINETO / "synthetic_cuda_with_stack.json"
+MS = 1_000_000
+
+
+# ---------------------------------------------------------------- the split, known answers
+
+def test_a_kernel_alone_for_10_ms_at_300_w_gets_3_j():
+    s = split_energy([(0, 20 * MS, 300 * 0.020)], [(5 * MS, 15 * MS)])
+    assert s.joules == [pytest.approx(3.0, rel=1e-12)]
+    assert s.idle_j == pytest.approx(3.0, rel=1e-12)
+    assert s.busy_union_ns == 10 * MS
+
+
+def test_overlapping_kernels_share_each_instant():
+    # [0,6) and [4,10) ms at 100 W: 4 ms alone each, 2 ms shared -> each 5 ms of busy time, 0.5 J.
+    s = split_energy([(0, 10 * MS, 1.0)], [(0, 6 * MS), (4 * MS, 10 * MS)])
+    assert s.joules == [pytest.approx(0.5), pytest.approx(0.5)]
+    assert s.busy_ns == [pytest.approx(5 * MS), pytest.approx(5 * MS)]
+    assert s.idle_j == pytest.approx(0.0, abs=1e-15)
+    # three deep: the middle 1 ms is shared three ways
+    s = split_energy([(0, 3 * MS, 3.0)], [(0, 2 * MS), (1 * MS, 3 * MS), (1 * MS, 2 * MS)])
+    assert s.joules == [pytest.approx(1.0 + 1 / 3), pytest.approx(1.0 + 1 / 3), pytest.approx(1 / 3)]
+
+
+def test_power_changes_inside_a_kernel_follow_each_interval():
+    # 100 W for 5 ms then 400 W for 5 ms; the kernel spans [2, 8) ms: 3 ms x 100 W + 3 ms x 400 W = 1.5 J
+    s = split_energy([(0, 5 * MS, 0.5), (5 * MS, 10 * MS, 2.0)], [(2 * MS, 8 * MS)])
+    assert s.joules[0] == pytest.approx(1.5, rel=1e-12)
+    assert s.idle_j == pytest.approx(1.0, rel=1e-12)
+
+
+def test_busy_time_outside_the_power_log_holds_no_joules():
+    s = split_energy([(0, 10 * MS, 1.0)], [(8 * MS, 14 * MS)])
+    assert s.joules[0] == pytest.approx(0.2)
+    assert s.unmeasured_busy_ns == 4 * MS
+    assert s.joules[0] + s.idle_j == pytest.approx(s.total_j, rel=1e-12)
+
+
+def test_overlapping_power_intervals_are_refused():
+    with pytest.raises(ValueError):
+        split_energy([(0, 10, 1.0), (5, 15, 1.0)], [])
+
+
+intervals = st.lists(st.tuples(st.integers(1, 50_000), st.floats(0, 500, allow_nan=False)), min_size=1, max_size=12)
+spans = st.lists(st.tuples(st.integers(-5_000, 400_000), st.integers(0, 60_000)), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(intervals, spans, st.integers(0, 10_000))
+def test_conservation_property(widths, raw_spans, gap):
+    ivs, t = [], 0
+    for k, (w, watts) in enumerate(widths):
+        ivs.append((t, t + w, watts * w / 1e9))
+        t += w + (gap if k % 3 == 2 else 0)  # some gaps between intervals: unread time
+    sp = [(s, s + d) for s, d in raw_spans]
+    res = split_energy(ivs, sp)
+    total = sum(j for _, _, j in ivs)
+    assert sum(res.joules) + res.idle_j == pytest.approx(total, rel=1e-9, abs=1e-12)
+    assert all(j >= 0 for j in res.joules) and res.idle_j >= -1e-12
+    # a span's busy time never exceeds its duration, and shared busy time sums to the union of busy time
+    assert all(b <= (e - s) + 1e-6 for b, (s, e) in zip(res.busy_ns, sp))
+    assert sum(res.busy_ns) == pytest.approx(res.busy_union_ns, abs=1e-6 * max(1, len(sp)))
+
+
+def test_error_bar_follows_the_update_period():
+    assert error_j(1.0, 1 * MS, 100 * MS) == pytest.approx(100 / 101)  # far shorter than the period: ~all of it
+    assert error_j(1.0, 10_000 * MS, 100 * MS) == pytest.approx(100 / 10_100)  # spans 100 periods: 1%
+    assert error_j(1.0, 5 * MS, 0) == 0.0
+    att = attribute([("a", 0, "short", 0, 1 * MS), ("b", 0, "long", 10 * MS, 210 * MS)],
+                    {0: [(0, 300 * MS, 90.0)]}, {0: 50 * MS})
+    dev = att.devices[0]
+    assert dev.short_j == pytest.approx(0.3)  # the 1 ms kernel: 300 W x 1 ms
+    assert dev.short_share == pytest.approx(0.3 / 90.0)
+    assert att.stacks["a"][0].error_j == pytest.approx(0.3 * 50 / 51)
+    assert att.stacks["b"][0].error_j == pytest.approx(60.0 * 50 / 250)
+
+
+# ---------------------------------------------------------------- the reader on real traces
+
+def test_mi250_trace_reads_every_device_record_with_its_launch():
+    t = kineto.load(MI250)  # gzipped
+    assert len(t.kernels) == 16 and t.unmatched == 0 and not t.has_python
+    assert {k.device for k in t.kernels} == {2}
+    assert sum(k.kind == "memcpy" for k in t.kernels) == 2
+    by_corr = {k.correlation: k for k in t.kernels}
+    # the backward GEMM, launched by hipExtModuleLaunchKernel inside aten::mm on the autograd thread
+    mm = by_corr[132]
+    assert mm.runtime == "hipExtModuleLaunchKernel"
+    assert mm.operators[-1] == "aten::mm" and mm.operators[0].startswith("autograd::engine::evaluate_function")
+    assert mm.stack[0] == (kineto.OPERATOR_NODE, "", 0)
+    assert by_corr[117].operators == ("aten::to", "aten::_to_copy", "aten::copy_")
+    # times are the trace's ns: ts (us) x 1000; Unix time needs the trace's base
+    assert t.unix_base_ns == 1735632360000000000
+    assert by_corr[132].duration_ns == 12640
+
+
+def test_cuda_fragment_matches_by_correlation_not_external_id():
+    t = kineto.load(BACKWARD)
+    (k,) = t.kernels
+    assert k.correlation == 2131433 and k.runtime == "cudaLaunchKernel"
+    assert k.operators[-1] == "aten::mm" and k.stream == 7 and k.device == 0
+    assert t.unix_base_ns == 0  # an older trace: ts is Unix microseconds
+
+
+def test_synthetic_cuda_trace_puts_each_kernel_on_its_python_line():
+    t = kineto.load(SYNTHETIC)
+    assert t.has_python and t.unmatched == 1
+    stacks = {k.name.split()[0]: k.stack for k in t.kernels}
+    assert stacks["ampere_sgemm_128x64_nn"] == (("<module>", "train.py", 1), ("train_step", "train.py", 10),
+                                                ("forward", "model.py", 20), ("aten::linear", "", 0),
+                                                ("aten::addmm", "", 0))
+    assert stacks["sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize32x32x8_stage3_warpsize1x2x1_ffma_aligna4_alignc4"
+                  "_execute_kernel_trt"][2] == ("backward", "train.py", 30)
+    assert stacks["Memcpy"][-1] == ("aten::_local_scalar_dense", "", 0)
+    assert stacks["nccl_orphan_kernel"] == ((kineto.UNLAUNCHED_NODE, "", 0),)
+    assert t.start_ns == 0 and t.end_ns == 100 * MS  # the profiler's own span is not the program's
+
+
+def test_bad_traces_are_one_line_errors(tmp_path):
+    (tmp_path / "x.json").write_text("{not json")
+    (tmp_path / "y.json").write_text(json.dumps({"foo": 1}))
+    (tmp_path / "z.json.gz").write_bytes(b"\x1f\x8b\x08\x00garbage")
+    for name in ("x.json", "y.json", "z.json.gz", "missing.json"):
+        with pytest.raises(kineto.TraceFormatError) as exc:
+            kineto.load(tmp_path / name)
+        assert "\n" not in str(exc.value)
+
+
+def test_python_function_names():
+    assert kineto.parse_python_name("/a/b(c)/m.py(12): forward") == ("forward", "/a/b(c)/m.py", 12)
+    assert kineto.parse_python_name("torch/nn/modules/module.py(1527): _call_impl") == \
+        ("_call_impl", "torch/nn/modules/module.py", 1527)
+    assert kineto.parse_python_name("<built-in method relu>") == ("<built-in method relu>", "", 0)
+
+
+# ---------------------------------------------------------------- the real MI250 trace with replayed power
+
+def _step_power(t0: int, t1: int, step_ns: int) -> list[tuple[int, int, float, float]]:
+    """Power that changes every `step_ns`: (a, b, joules, watts), watts a known sequence."""
+    out, a, k = [], t0, 0
+    while a < t1:
+        b = min(t1, a + step_ns)
+        w = 120.0 + 37.0 * (k % 5)
+        out.append((a, b, w * (b - a) / 1e9, w))
+        a, k = b, k + 1
+    return out
+
+
+def test_mi250_kernels_get_power_times_busy_time_and_sum_to_the_gpu():
+    t = kineto.load(MI250)
+    steps = _step_power(t.start_ns, t.end_ns, 700_000)  # 0.7 ms: kernels straddle power changes
+    power = {2: [(a, b, j) for a, b, j, _ in steps]}
+    prof = build_gpu_profile(t.kernels, power, {2: 700_000}, start_ns=t.start_ns, end_ns=t.end_ns, meta={"target": "mi250"})
+    gpu = prof.extra[GPU_FIELD]
+    total = sum(j for _, _, j, _ in steps)
+    # per-function GPU joules (the tree's leaves' self figures, [GPU idle] included) sum to the GPU's energy
+    leaves = sum(n.self_energy_j.get("gpu:2", 0.0) for n, _ in prof.walk())
+    assert abs(leaves - total) <= 1e-9 * total
+    assert prof.root.energy_j["gpu:2"] == pytest.approx(total, rel=1e-12)
+    assert prof.totals.energy_j["gpu:2"] == pytest.approx(total, rel=1e-12)
+    # each record: power x busy time, checked on an independent 100 ns grid (one stream: no overlap here)
+    order = sorted(t.kernels, key=lambda k: k.start_ns)
+    assert all(a.end_ns <= b.start_ns for a, b in zip(order, order[1:]))
+    att = attribute(((k.correlation, k.device, k.name, k.start_ns, k.end_ns) for k in t.kernels), power, {2: 700_000})
+    for k in t.kernels:
+        expect = sum(w * max(0, min(b, g + 100, k.end_ns) - max(a, g)) / 1e9
+                     for g in range(k.start_ns, k.end_ns, 100) for a, b, _, w in steps if a < g + 100 and b > g)
+        got = att.stacks[k.correlation][2].joules
+        assert got == pytest.approx(expect, rel=0.01)
+    # the backward GEMM sits on aten::mm under its autograd operator chain, in the labelled node
+    mm = [n for n in prof.find("aten::mm")]
+    assert len(mm) == 1 and mm[0].self_energy_j["gpu:2"] > 0
+    labelled = prof.find(kineto.OPERATOR_NODE)
+    assert len(labelled) == 1 and labelled[0].energy_j["gpu:2"] == pytest.approx(total - gpu["devices"]["2"]["idle_j"])
+    idle = prof.find(GPU_IDLE_NODE)[0].self_energy_j["gpu:2"]
+    busy = gpu["devices"]["2"]["busy_s"]
+    assert busy == pytest.approx(sum(k.duration_ns for k in t.kernels) / 1e9)
+    assert 0 < idle < total
+
+
+# ---------------------------------------------------------------- the PyTorch profiler, for real, on the CPU
+
+def test_cpu_torch_profiler_stacks_reach_the_launch_chain(tmp_path):
+    """Real torch.profiler output with with_stack=True: the Python frames and operators holding an
+    `aten::addmm` are the ones the reader gives a device record launched inside it. On the CPU there
+    is no device record, so one runtime call and one kernel are added inside the real operator's span:
+    the rest (frames, nesting, names, clocks) is the profiler's own."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    lin = torch.nn.Linear(8, 8)
+
+    def forward(x):
+        return lin(x).relu()
+
+    def step(x):
+        return forward(x).sum()
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        for _ in range(2):
+            step(torch.randn(4, 8))
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    events = doc["traceEvents"]
+    addmm = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::addmm"]
+    assert len(addmm) == 2
+    op = addmm[1]
+    mid = op["ts"] + op["dur"] / 2
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": op["pid"], "tid": op["tid"],
+                   "ts": mid, "dur": 0.001, "args": {"correlation": 777}})
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": mid + 5, "dur": 10,
+                   "args": {"device": 0, "stream": 7, "correlation": 777}})
+    trace = kineto.parse(doc)
+    assert trace.has_python
+    (k,) = trace.kernels
+    # every operator on that thread whose span holds the call, outermost first, found by brute force
+    held = sorted((e for e in events if e.get("cat") == "cpu_op" and e["tid"] == op["tid"]
+                   and e["ts"] <= mid < e["ts"] + e["dur"]), key=lambda e: (e["ts"], -e["dur"]))
+    assert k.operators == tuple(e["name"] for e in held)
+    assert k.operators.index("aten::linear") < k.operators.index("aten::addmm")
+    names = [(f[0], Path(f[1]).name, f[2]) for f in k.python]
+    here = Path(__file__).name
+    code_f, code_s = forward.__code__, step.__code__
+    # the profiler names a frame by its function's first line, as energyprof's own frames do
+    assert (code_s.co_name, here, code_s.co_firstlineno) in names
+    assert (code_f.co_name, here, code_f.co_firstlineno) in names
+    assert names.index((code_s.co_name, here, code_s.co_firstlineno)) < names.index((code_f.co_name, here,
+                                                                                       code_f.co_firstlineno))
+    # Unix time of the trace, from its base: within this test's run
+    import time
+    unix_s = (trace.unix_base_ns + trace.start_ns) / 1e9
+    assert abs(unix_s - time.time()) < 3600
+
+
+def test_clock_offset_bracket():
+    ticks = iter(range(0, 10_000, 10))
+    off, err = kineto.clock_offset(rounds=3, clock=lambda: 1_000_000 + next(ticks), reference=lambda: next(ticks))
+    # reference a, clock 1e6 + a + 10, reference a + 20: clock = reference-midpoint + 1e6, within +-10 ns
+    assert off == 1_000_000 and err == 10
+    off, err = kineto.clock_offset()
+    import time
+    assert err >= 0 and math.isfinite(off)
+    assert abs(time.time_ns() - (time.perf_counter_ns() + off)) < 50_000_000  # hang-free sanity: same clocks
