@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energyprof.collect.kernels import kineto
-from energyprof.core.gpu_tree import GPU_FIELD, build_gpu_profile, inclusive_kernels
+from energyprof.core.gpu_tree import GPU_FIELD, build_gpu_profile
 from energyprof.core.kernels import GPU_IDLE_NODE, attribute, error_j, split_energy
 
 KINETO = Path(__file__).parent / "fixtures" / "kineto"

@@ -56,6 +56,12 @@ def test_synthetic_cuda_trace_known_answers(tmp_path):
     (row,) = [s for s in gpu["stacks"] if s["path"][-1][0] == "aten::addmm"]
     assert row["kernels"] == [{"name": "ampere_sgemm_128x64_nn", "count": 1, "time_s": pytest.approx(0.010),
                                "joules": pytest.approx(3.0)}]
+    # the report's GPU panel lists forward with its GEMM and its joules
+    html = tmp_path / "g.html"
+    assert run_cli(["report", str(out), "-o", str(html), "-q"], tmp_path).returncode == 0
+    page = html.read_text()
+    i = page.index('id="gpu"')
+    assert "ampere_sgemm_128x64_nn" in page[i:] and "model.py:20" in page[i:]
     # a one-row log has no spacing to read an update period from: no error bar, nothing "short"
     assert gpu["devices"]["0"]["short_j"] == 0.0
 
@@ -92,7 +98,9 @@ def test_report_and_compare_read_the_gpu_profile(tmp_path):
     again = tmp_path / "again.html"
     r = run_cli(["report", str(out), "-o", str(again), "-q"], tmp_path)
     assert r.returncode == 0, r.stderr
-    assert again.stat().st_size > 0
+    page = again.read_text()
+    assert 'id="gpu"' in page and "GPU kernels" in page and "Cijk_Ailk_Bjlk" in page  # the backward GEMM's kernel
+    assert "split among the GPU&#39;s kernels by busy time" in page or "split among the GPU's kernels by busy time" in page
     r = run_cli(["compare", str(out), str(out)], tmp_path)
     assert r.returncode in (0, 1), r.stderr  # readable; the verdict is compare's own business
     assert "Traceback" not in r.stderr

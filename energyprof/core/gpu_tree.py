@@ -99,22 +99,3 @@ def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> 
             index[path] = node
     return index[stack]
 
-
-def inclusive_kernels(gpu: dict[str, Any], path: Sequence[Sequence[Any]]) -> dict[str, Any]:
-    """A function's GPU figures over its subtree: joules, error bar (summed: a worst case), and its
-    top kernels merged by name. `gpu` is a profile's `gpu_kernels` field."""
-    want = [list(f) for f in path]
-    joules = err = 0.0
-    names: dict[str, dict[str, Any]] = {}
-    for row in gpu.get("stacks", []):
-        p = row.get("path", [])
-        if [list(f) for f in p[:len(want)]] != want:
-            continue
-        joules += float(row.get("joules", 0.0))
-        err += float(row.get("error_j", 0.0))
-        for k in row.get("kernels", []):
-            m = names.setdefault(str(k["name"]), {"name": str(k["name"]), "count": 0, "time_s": 0.0, "joules": 0.0})
-            m["count"] += int(k["count"])
-            m["time_s"] += float(k["time_s"])
-            m["joules"] += float(k["joules"])
-    return {"joules": joules, "error_j": err, "kernels": sorted(names.values(), key=lambda k: -k["joules"])[:TOP_KERNELS]}
