@@ -266,3 +266,67 @@ def test_clock_offset_bracket():
     import time
     assert err >= 0 and math.isfinite(off)
     assert abs(time.time_ns() - (time.perf_counter_ns() + off)) < 50_000_000  # hang-free sanity: same clocks
+
+
+# ---------------------------------------------------------------- a live run's tree: kernels replace the wall-time rule
+
+def _sampled_profile():
+    """A sampled run's tree as the wall-time rule leaves it: the GPU's joules on the sync point."""
+    from energyprof.profile import IDLE_NODE, Node, Profile, Source, Totals
+
+    def node(fn, file, line, cpu, gpu, kids=()):
+        return Node(function=fn, file=file, line=line, self_energy_j={"cpu": cpu, "gpu:0": gpu},
+                    other_policy_self_energy_j={"cpu": cpu * 2, "gpu:0": gpu * 2}, children=list(kids))
+
+    forward = node("forward", "/p/model.py", 20, 3.0, 1.0)
+    item = node("item_wait", "/p/train.py", 30, 0.5, 9.0)
+    train = node("train", "/p/train.py", 5, 0.2, 0.0, [forward, item])
+    module = node("<module>", "/p/train.py", 1, 0.1, 0.0, [train])
+    idle = node(IDLE_NODE, "", 0, 4.0, 5.0)
+    root = node("train.py", "", 0, 0.0, 0.0, [module, idle])
+    root.fill_inclusive()
+    totals = Totals(energy_j={"cpu": 7.8, "gpu:0": 15.0}, attributed_j={"cpu": 3.8, "gpu:0": 10.0},
+                    idle_j={"cpu": 4.0, "gpu:0": 5.0})
+    return Profile(meta={"target": "train.py"}, sources=[Source(id="cpu"), Source(id="gpu:0", component="gpu:0")],
+                   totals=totals, root=root)
+
+
+def _kernel(name, start_ms, dur_ms, python, ops=("aten::mm",), device=0):
+    return kineto.Kernel(device=device, stream=7, name=name, kind="kernel", start_ns=int(start_ms * MS),
+                         end_ns=int((start_ms + dur_ms) * MS), correlation=1, runtime="cudaLaunchKernel",
+                         python=tuple(python), operators=tuple(ops))
+
+
+def test_regraft_moves_the_gpu_joules_from_the_sync_point_to_the_launching_line():
+    from energyprof.core.gpu_tree import regraft
+
+    prof = _sampled_profile()
+    fwd_path = [("<module>", "/p/train.py", 42), ("train", "/p/train.py", 5), ("forward", "/p/model.py", 20)]
+    kernels = [_kernel("gemm", 10, 30, fwd_path), _kernel("gemm", 50, 10, fwd_path),
+               _kernel("copy", 90, 10, fwd_path[:2] + [("item_wait", "/p/train.py", 30)], ops=("aten::item",))]
+    # 100 ms at a flat 100 W: 10 J measured; the tree held 10 J of it for the program (5 J more is idle's)
+    regraft(prof, kernels, {0: [(0, 100 * MS, 10.0)]}, period_ns=20 * MS)
+    prof.root.fill_inclusive()
+    fwd = prof.find("forward")
+    assert len(fwd) == 1  # the kernel met the sampled frame, <module>'s line notwithstanding
+    assert fwd[0].energy_j["gpu:0"] == pytest.approx(4.0)  # 40 ms busy of 100 ms of the program's 10 J
+    assert fwd[0].energy_j["cpu"] == pytest.approx(3.0)  # CPU joules untouched
+    (item,) = prof.find("item_wait")
+    assert item.energy_j["gpu:0"] == pytest.approx(1.0)  # only its own copy, not 9 J of waiting
+    assert prof.find(GPU_IDLE_NODE)[0].self_energy_j["gpu:0"] == pytest.approx(5.0)
+    from energyprof.profile import IDLE_NODE
+    assert prof.find(IDLE_NODE)[0].self_energy_j["gpu:0"] == pytest.approx(5.0)  # other processes' part stays
+    assert prof.root.energy_j["gpu:0"] == pytest.approx(15.0, rel=1e-12)  # conservation, both policies
+    other = sum((n.other_policy_self_energy_j or {}).get("gpu:0", 0.0) for n, _ in prof.walk())
+    assert other == pytest.approx(30.0, rel=1e-12)
+    gpu = prof.extra[GPU_FIELD]
+    assert gpu["devices"]["0"]["busy_s"] == pytest.approx(0.05)
+
+
+def test_regraft_without_a_matching_gpu_source_keeps_the_wall_time_rule():
+    from energyprof.core.gpu_tree import regraft
+
+    prof = _sampled_profile()
+    regraft(prof, [_kernel("gemm", 10, 30, [("f", "x.py", 1)], device=3)], {3: [(0, 100 * MS, 10.0)]}, period_ns=0)
+    assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
+    assert any(n.kind == "gpu-wall-time" for n in prof.notes)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from ..profile import Node, Note, Profile, Source, Totals
+from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Profile, Source, Totals
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, attribute
 
 if TYPE_CHECKING:  # the reader does I/O; only its record type is named here
@@ -99,3 +99,120 @@ def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> 
             index[path] = node
     return index[stack]
 
+
+
+# ---------------------------------------------------------------- a live run: kernels into the sampled tree
+
+WALL_TIME_NOTE = ("GPU energy is charged by wall time on the sampled stacks (no kernel trace: run with --gpu-kernels"
+                  " under PyTorch to put it on the lines that launched the kernels)")
+_SKIP_FILES = ("runpy", "<frozen runpy>")
+
+
+def python_path(kernel: "Kernel", package_dir: str = "") -> tuple[Frame, ...]:
+    """A kernel's tree path for a live run: its stack less the frames the sampler cuts (runpy's,
+    energyprof's own), so that it meets the sampled tree's frames."""
+    out = []
+    for f in kernel.stack:
+        file = f[1]
+        if file in _SKIP_FILES or file.endswith("/runpy.py") or (package_dir and file.startswith(package_dir)):
+            continue
+        out.append(f)
+    return tuple(out)
+
+
+def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequence[Interval]], period_ns: float,
+            *, package_dir: str = "", clock_error_ns: int = 0) -> Profile:
+    """The profile with each GPU source's program joules moved from the wall-time rule onto the
+    kernels' launch stacks (in place; returns it).
+
+    What the tree held for `gpu:N` (the program's share of the GPU, under each idle policy) is
+    kept as the total: it is split in proportion to the energy the kernel split gives each stack
+    and `[GPU idle]` from the device's power intervals (the timeline's, on the run's clock). The
+    program's share of the GPU is so taken as even over the run. Kernel frames meet the sampled
+    tree's by (function, file, line); a module's frame by (function, file), since the profiler
+    names it by its current line."""
+    root = profile.root
+    ids = {s.id for s in profile.sources}
+    devices = {d: f"gpu:{d}" for d in power if f"gpu:{d}" in ids}
+    if not devices:
+        profile.notes.append(Note("gpu-wall-time", WALL_TIME_NOTE + "; no GPU source matched the trace's devices"))
+        return profile
+    att = attribute(((python_path(k, package_dir), k.device, k.name, k.start_ns, k.end_ns) for k in kernels
+                     if k.device in devices), {d: power[d] for d in devices}, {d: period_ns for d in devices})
+    # What the tree holds per source and policy, then emptied from the program's nodes.
+    special = {IDLE_NODE, SELF_NODE}  # not the program's: their GPU joules stay ([child processes] is the program's)
+    held: dict[str, list[float]] = {sid: [0.0, 0.0] for sid in devices.values()}
+    program_nodes = []
+    stack = [(root, False)]
+    while stack:
+        node, out = stack.pop()
+        out = out or (node is not root and node.function in special)
+        if not out:
+            program_nodes.append(node)
+        stack.extend((c, out) for c in node.children)
+    for node in program_nodes:
+        for sid in held:
+            held[sid][0] += node.self_energy_j.pop(sid, 0.0)
+            if node.other_policy_self_energy_j is not None:
+                held[sid][1] += node.other_policy_self_energy_j.pop(sid, 0.0)
+    index: dict[tuple[Frame, ...], Node] = {}
+    stacks_out = []
+    for d, sid in devices.items():
+        dev = att.devices[d]
+        scale = [held[sid][0] / dev.total_j if dev.total_j > 0 else 0.0, held[sid][1] / dev.total_j if dev.total_j > 0 else 0.0]
+        for path in sorted(att.stacks, key=lambda s: tuple(map(str, s))):
+            fig = att.stacks[path].get(d)
+            if fig is None:
+                continue
+            node = _meet(root, index, path)
+            _add(node, sid, fig.joules * scale[0], fig.joules * scale[1])
+            top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
+            stacks_out.append({"path": [list(f) for f in path], "device": d, "joules": fig.joules * scale[0],
+                               "error_j": fig.error_j * scale[0], "busy_s": fig.time_s, "kernel_names": len(top),
+                               "kernels": [{"name": k.name, "count": k.count, "time_s": k.time_s, "joules": k.joules * scale[0]}
+                                           for k in top[:TOP_KERNELS]]})
+        idle = _meet(root, index, ((GPU_IDLE_NODE, "", 0),))
+        _add(idle, sid, dev.idle_j * scale[0], dev.idle_j * scale[1])
+        if dev.total_j <= 0 and (held[sid][0] or held[sid][1]):
+            _add(idle, sid, held[sid][0], held[sid][1])  # no power seen in the intervals: nothing to split by
+    root.fill_inclusive()
+    devices_out = {str(d): {"source": sid, "energy_j": held[sid][0], "idle_j": att.devices[d].idle_j * (
+        held[sid][0] / att.devices[d].total_j if att.devices[d].total_j > 0 else 1.0), "busy_s": att.devices[d].busy_s,
+        "update_period_s": att.devices[d].period_s, "short_j": att.devices[d].short_j, "short_share": att.devices[d].short_share,
+        "unmeasured_busy_s": att.devices[d].unmeasured_busy_s} for d, sid in devices.items()}
+    profile.extra[GPU_FIELD] = {"method": "the program's GPU energy split among its kernels by busy time, from the "
+                                "PyTorch profiler's trace; time with none busy is [GPU idle]", "records": len(kernels),
+                                "clock_error_ns": clock_error_ns, "devices": devices_out, "stacks": stacks_out}
+    return profile
+
+
+def _add(node: Node, sid: str, mine: float, other: float) -> None:
+    node.self_energy_j[sid] = node.self_energy_j.get(sid, 0.0) + mine
+    if node.other_policy_self_energy_j is None:
+        node.other_policy_self_energy_j = {}
+    node.other_policy_self_energy_j[sid] = node.other_policy_self_energy_j.get(sid, 0.0) + other
+
+
+def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, ...]) -> Node:
+    """The node at `path` under the root, an existing child where one matches, else a new one."""
+    node = root
+    for depth in range(1, len(path) + 1):
+        key = path[:depth]
+        found = index.get(key)
+        if found is None:
+            fn, file, line = path[depth - 1]
+            for c in node.children:
+                if c.function == fn and c.file == file and (c.line == line or fn == "<module>"):
+                    found = c
+                    break
+            if found is None:
+                found = Node(function=fn, file=file, line=line, other_policy_self_energy_j={})
+                node.children.insert(len([c for c in node.children if not c.is_special]), found)
+            index[key] = found
+        node = found
+    return node
+
+
+def timeline_intervals(t0: Sequence[int], t1: Sequence[int], energy: Sequence[Sequence[float]], column: int) -> list[Interval]:
+    """One source's (t0, t1, joules) from a ledger timeline's buckets (core/timeline.py)."""
+    return [(int(a), int(b), float(row[column])) for a, b, row in zip(t0, t1, energy) if b > a]
