@@ -330,3 +330,90 @@ def test_regraft_without_a_matching_gpu_source_keeps_the_wall_time_rule():
     regraft(prof, [_kernel("gemm", 10, 30, [("f", "x.py", 1)], device=3)], {3: [(0, 100 * MS, 10.0)]}, period_ns=0)
     assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
     assert any(n.kind == "gpu-wall-time" for n in prof.notes)
+
+
+# ---------------------------------------------------------------- --gpu-kernels: the in-process capture, on the CPU
+
+def test_capture_writes_a_trace_whose_clock_meets_perf_counter(tmp_path):
+    """The capture the agent starts, run here with the CPU activity only (no GPU on this machine):
+    its trace and clock pair put a record_function's span inside the perf_counter bracket taken
+    around it. The margin (1 ms) is far above the clocks' measured agreement (a few us) and far
+    below any offset error (the clocks differ by decades)."""
+    pytest.importorskip("torch")
+    import time
+
+    from torch.profiler import ProfilerActivity, record_function
+
+    from energyprof.integrations.gpu_kernels import CLOCK_SUFFIX, KernelCapture, read_traces
+
+    cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU])
+    cap.start()
+    brackets = []
+    for i in range(3):
+        a = time.perf_counter_ns()
+        with record_function(f"mark{i}"):
+            sum(range(20_000))
+        brackets.append((a, time.perf_counter_ns()))
+    path = cap.stop()
+    assert cap.stop() is None  # once (atexit calls it again)
+    assert path and Path(path).exists() and Path(path[: -len(".kineto.json")] + CLOCK_SUFFIX).exists()
+    kernels, notes, err, read = read_traces(str(tmp_path))
+    assert kernels == [] and notes == [] and read == 1 and 0 <= err < 1_000_000  # a CPU run has no device record
+    doc = json.loads(Path(path).read_text())
+    clock = json.loads(Path(path[: -len(".kineto.json")] + CLOCK_SUFFIX).read_text())
+    shift = int(doc.get("baseTimeNanoseconds", 0)) - clock["unix_minus_perf_ns"]
+    marks = {e["name"]: e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("mark")}
+    for i, (a, b) in enumerate(brackets):
+        e = marks[f"mark{i}"]
+        s = round(e["ts"] * 1000) + shift
+        t = s + round(e["dur"] * 1000)
+        assert a - MS <= s <= t <= b + MS
+
+
+def test_gpu_kernels_without_a_gpu_is_one_line_and_exit_2_before_the_program(tmp_path):
+    from conftest import run_cli
+
+    script = tmp_path / "prog.py"
+    marker = tmp_path / "ran"
+    script.write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    r = run_cli(["--gpu-kernels", "-q", "--json", str(tmp_path / "o.json"), str(script)], tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "--gpu-kernels" in lines[0]
+    assert not marker.exists()
+
+
+def test_attach_without_kernels_keeps_the_wall_time_rule_and_says_so():
+    from energyprof.supervise.gpu import attach_kernels
+
+    prof = _sampled_profile()
+    attach_kernels(prof, ledger=None, traces=([], [], 0, 0), collector=None)
+    assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
+    (note,) = [n for n in prof.notes if n.kind == "gpu-wall-time"]
+    assert "wall time" in note.message
+
+
+def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
+    """The whole in-process path on this GPU-less machine: a fake device node lets the flag through;
+    the agent starts the real profiler in the program (CUDA activity asked, torch CPU disables it),
+    the trace reaches the supervisor through the spool, and with no kernel in it the wall-time rule
+    stays, said in a note. The program's own output is unchanged."""
+    pytest.importorskip("torch")
+    from conftest import run_cli
+    from energyprof.profile import load
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import torch\nx = torch.randn(64, 64)\nfor _ in range(50):\n    x = (x @ x).tanh()\n"
+                      "print('done', x.shape[0])\n")
+    r = run_cli(["--gpu-kernels", "--power-trace", str(tmp_path / "p.csv"), "-q", "--json", str(tmp_path / "o.json"),
+                 "-o", str(tmp_path / "o.html"), str(script)], tmp_path, env={"ENERGYPROF_DEV_ROOT": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "done 64"
+    p = load(tmp_path / "o.json")
+    notes = [n for n in p.notes if n.kind == "gpu-wall-time"]
+    assert len(notes) == 1 and "found no kernel" in notes[0].message and notes[0].extra["traces"] == 1
+    assert p.totals.energy_j["gpu:0"] > 0
+    assert "gpu_kernels" not in p.extra

@@ -78,6 +78,9 @@ def build_run_parser() -> Parser:
                    help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
     p.add_argument("--sync", default=None, metavar="{cuda}",
                    help="'cuda': synchronise CUDA at window and function boundaries")
+    p.add_argument("--gpu-kernels", action="store_true",
+                   help="run the PyTorch profiler in the program and put each GPU kernel's energy on the line that"
+                        " launched it (needs torch and a GPU; docs/gpu.md)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 
@@ -266,6 +269,12 @@ def run(argv: list[str]) -> int:
     for name in ("output", *OUTPUTS, "checkpoint"):
         if getattr(ns, name, None):
             setattr(ns, name, distributed.expand(getattr(ns, name), values))
+    if ns.gpu_kernels:
+        from ..integrations.gpu_kernels import unavailable
+
+        why = unavailable()
+        if why:
+            raise UsageError(why)
     output = ns.output or DEFAULT_OUTPUT
     checkpoint = ns.checkpoint or default_checkpoint(ns.json, output)
     # Relative outputs stay relative to the folder energyprof started in: the program's
