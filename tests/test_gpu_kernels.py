@@ -384,7 +384,7 @@ def test_gpu_kernels_without_a_gpu_is_one_line_and_exit_2_before_the_program(tmp
 
 
 def test_attach_without_kernels_keeps_the_wall_time_rule_and_says_so():
-    from energyprof.supervise.gpu import attach_kernels
+    from energyprof.integrations.gpu_kernels import attach_kernels
 
     prof = _sampled_profile()
     attach_kernels(prof, ledger=None, traces=([], [], 0, 0), collector=None)
@@ -393,6 +393,7 @@ def test_attach_without_kernels_keeps_the_wall_time_rule_and_says_so():
     assert "wall time" in note.message
 
 
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
     """The whole in-process path on this GPU-less machine: a fake device node lets the flag through;
     the agent starts the real profiler in the program (CUDA activity asked, torch CPU disables it),
@@ -417,3 +418,56 @@ def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
     assert len(notes) == 1 and "found no kernel" in notes[0].message and notes[0].extra["traces"] == 1
     assert p.totals.energy_j["gpu:0"] > 0
     assert "gpu_kernels" not in p.extra
+
+
+def test_regraft_meets_a_region_profile_whose_outer_frames_were_cut():
+    from energyprof.core.gpu_tree import regraft
+
+    prof = _sampled_profile()
+    module = prof.root.children[0]
+    prof.root.children[0:1] = module.children  # a region's profile: `train` is the top frame
+    prof.root.fill_inclusive()
+    outer = [("<module>", "/p/run.py", 3), ("main", "/p/run.py", 10), ("train", "/p/train.py", 5),
+             ("forward", "/p/model.py", 20)]
+    regraft(prof, [_kernel("gemm", 0, 50, outer)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0)
+    assert [n.function for n in prof.root.children if not n.is_special][:1] == ["train"]
+    assert not prof.find("main")
+    (fwd,) = prof.find("forward")
+    assert fwd.self_energy_j["gpu:0"] == 0.0 and fwd.energy_j["gpu:0"] == pytest.approx(5.0)  # on its aten::mm
+
+
+def test_api_gpu_kernels_without_a_gpu_raises_before_profiling():
+    import energyprof
+    from energyprof.options import OptionError
+
+    with pytest.raises(OptionError, match="--gpu-kernels"):
+        energyprof.energy_profile(gpu_kernels=True)
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_api_gpu_kernels_runs_the_profiler_in_process(tmp_path, monkeypatch):
+    """gpu_kernels=True in the API, on this GPU-less machine behind a fake device node: the real
+    profiler runs around the block, its trace is read, and with no kernel the wall-time rule stays."""
+    torch = pytest.importorskip("torch")
+    from energyprof import energy_profile
+    from energyprof.profile import load
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "kfd").write_text("")
+    monkeypatch.setenv("ENERGYPROF_DEV_ROOT", str(tmp_path))
+    power = tmp_path / "p.csv"
+    power.write_text("t_s,gpu:0,cpu\n0,100,20\n")
+    out = tmp_path / "o.json"
+
+    @energy_profile(json=str(out), power_trace=str(power), gpu_kernels=True, quiet=True)
+    def work():
+        x = torch.randn(32, 32)
+        for _ in range(20):
+            x = (x @ x).tanh()
+        return float(x.sum())
+
+    assert isinstance(work(), float)
+    p = load(out)
+    (note,) = [n for n in p.notes if n.kind == "gpu-wall-time"]
+    assert note.extra["traces"] == 1
+    assert p.totals.energy_j["gpu:0"] > 0

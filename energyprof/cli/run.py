@@ -269,12 +269,6 @@ def run(argv: list[str]) -> int:
     for name in ("output", *OUTPUTS, "checkpoint"):
         if getattr(ns, name, None):
             setattr(ns, name, distributed.expand(getattr(ns, name), values))
-    if ns.gpu_kernels:
-        from ..integrations.gpu_kernels import unavailable
-
-        why = unavailable()
-        if why:
-            raise UsageError(why)
     output = ns.output or DEFAULT_OUTPUT
     checkpoint = ns.checkpoint or default_checkpoint(ns.json, output)
     # Relative outputs stay relative to the folder energyprof started in: the program's

@@ -150,11 +150,15 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
         if not out:
             program_nodes.append(node)
         stack.extend((c, out) for c in node.children)
-    for node in program_nodes:
+    for node in program_nodes:  # emptied, not removed: a node keeps the sources it had
         for sid in held:
-            held[sid][0] += node.self_energy_j.pop(sid, 0.0)
-            if node.other_policy_self_energy_j is not None:
-                held[sid][1] += node.other_policy_self_energy_j.pop(sid, 0.0)
+            if sid in node.self_energy_j:
+                held[sid][0] += node.self_energy_j[sid]
+                node.self_energy_j[sid] = 0.0
+            other = node.other_policy_self_energy_j
+            if other is not None and sid in other:
+                held[sid][1] += other[sid]
+                other[sid] = 0.0
     index: dict[tuple[Frame, ...], Node] = {}
     stacks_out = []
     for d, sid in devices.items():
@@ -164,7 +168,7 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
             fig = att.stacks[path].get(d)
             if fig is None:
                 continue
-            node = _meet(root, index, path)
+            node = _meet(root, index, _anchored(root, path))
             _add(node, sid, fig.joules * scale[0], fig.joules * scale[1])
             top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
             stacks_out.append({"path": [list(f) for f in path], "device": d, "joules": fig.joules * scale[0],
@@ -191,6 +195,16 @@ def _add(node: Node, sid: str, mine: float, other: float) -> None:
     if node.other_policy_self_energy_j is None:
         node.other_policy_self_energy_j = {}
     node.other_policy_self_energy_j[sid] = node.other_policy_self_energy_j.get(sid, 0.0) + other
+
+
+def _anchored(root: Node, path: tuple[Frame, ...]) -> tuple[Frame, ...]:
+    """The path from its first frame that is one of the root's children: a profile of a region
+    (a `with` block, a decorated function) has its outer frames cut, the profiler's stacks do not."""
+    tops = [(c.function, c.file, c.line) for c in root.children if not c.is_special]
+    for i, (fn, file, line) in enumerate(path):
+        if any(fn == f and file == fl and (line == ln or fn == "<module>") for f, fl, ln in tops):
+            return path[i:]
+    return path
 
 
 def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, ...]) -> Node:

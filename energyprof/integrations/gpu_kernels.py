@@ -23,6 +23,8 @@ from typing import Any
 
 from ..collect.kernels import kineto
 
+PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
 TRACE_SUFFIX = ".kineto.json"
 CLOCK_SUFFIX = ".kineto-clock.json"
 DEVICE_NODES = ("dev/nvidiactl", "dev/kfd", "dev/dxg")  # NVIDIA, AMD (ROCm), WSL; under $ENERGYPROF_DEV_ROOT (default /)
@@ -118,3 +120,36 @@ def to_clock(kernels: list[kineto.Kernel], shift_ns: int) -> list[kineto.Kernel]
     import dataclasses
 
     return [dataclasses.replace(k, start_ns=k.start_ns + shift_ns, end_ns=k.end_ns + shift_ns) for k in kernels]
+
+
+def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> None:
+    """Move the GPU sources' joules onto the kernels' launch stacks; where there is no trace or no
+    kernel (torch never used the GPU, a CUDA program that is not PyTorch), say that the wall-time
+    rule stayed."""
+    from ..core.gpu_tree import WALL_TIME_NOTE, regraft, timeline_intervals
+    from ..profile import Note
+
+    kernels, notes, clock_error, read = traces if traces else ([], [], 0, 0)
+    profile.notes.extend(Note("gpu-kernels", n) for n in notes)
+    if not kernels:
+        why = (f"--gpu-kernels found no kernel in the program's trace ({read} read: not PyTorch on the GPU, or no GPU"
+               " work)") if read else "--gpu-kernels got no trace from the program (its profiler did not start or stop)"
+        profile.notes.append(Note("gpu-wall-time", f"{WALL_TIME_NOTE}; {why}", {"traces": read}))
+        return
+    ids = list(ledger.source_ids)
+    tl = ledger.timeline
+    power = {}
+    period = 0.0
+    for k, sid in enumerate(ids):
+        head, _, tail = sid.partition(":")
+        if head == "gpu" and tail.isdigit():
+            power[int(tail)] = timeline_intervals(tl.t0, tl.t1, tl.energy, k)
+            src = next((s for s in profile.sources if s.id == sid), None)
+            if src is not None and src.update_period_s:
+                period = max(period, float(src.update_period_s) * 1e9)
+    if not power:
+        profile.notes.append(Note("gpu-wall-time", WALL_TIME_NOTE + "; no GPU energy source was read"))
+        return
+    # no declared update period: the sensor interval is the finest the energy was seen at
+    period = period or float(getattr(collector, "interval_s", 0.0)) * 1e9
+    regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error)

@@ -161,7 +161,7 @@ class Supervisor:
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
         if self.options.gpu_kernels:
-            from .gpu import attach_kernels
+            from ..integrations.gpu_kernels import attach_kernels
 
             attach_kernels(profile, ledger, getattr(self, "kernel_traces", None), collector)
         return profile
