@@ -238,6 +238,9 @@ def test_cpu_torch_profiler_stacks_reach_the_launch_chain(tmp_path):
     trace = kineto.parse(doc)
     assert trace.has_python
     (k,) = trace.kernels
+    # C calls (named with an object's address) and module marks are not frames
+    assert not [f for f in k.python if f[0].startswith(("<built-in", "nn.Module"))]
+    assert any(e.get("cat") == "python_function" and e["name"].startswith("<built-in") for e in events)
     # every operator on that thread whose span holds the call, outermost first, found by brute force
     held = sorted((e for e in events if e.get("cat") == "cpu_op" and e["tid"] == op["tid"]
                    and e["ts"] <= mid < e["ts"] + e["dur"]), key=lambda e: (e["ts"], -e["dur"]))
@@ -278,7 +281,7 @@ def _sampled_profile():
         return Node(function=fn, file=file, line=line, self_energy_j={"cpu": cpu, "gpu:0": gpu},
                     other_policy_self_energy_j={"cpu": cpu * 2, "gpu:0": gpu * 2}, children=list(kids))
 
-    forward = node("forward", "/p/model.py", 20, 3.0, 1.0)
+    forward = node("Net.forward", "/p/model.py", 20, 3.0, 1.0)  # the sampler's qualified name and full path
     item = node("item_wait", "/p/train.py", 30, 0.5, 9.0)
     train = node("train", "/p/train.py", 5, 0.2, 0.0, [forward, item])
     module = node("<module>", "/p/train.py", 1, 0.1, 0.0, [train])
@@ -301,14 +304,15 @@ def test_regraft_moves_the_gpu_joules_from_the_sync_point_to_the_launching_line(
     from energyprof.core.gpu_tree import regraft
 
     prof = _sampled_profile()
-    fwd_path = [("<module>", "/p/train.py", 42), ("train", "/p/train.py", 5), ("forward", "/p/model.py", 20)]
+    # the profiler's names: code name, path less its sys.path entry, a module frame's current line
+    fwd_path = [("<module>", "train.py", 42), ("train", "train.py", 5), ("forward", "model.py", 20)]
     kernels = [_kernel("gemm", 10, 30, fwd_path), _kernel("gemm", 50, 10, fwd_path),
-               _kernel("copy", 90, 10, fwd_path[:2] + [("item_wait", "/p/train.py", 30)], ops=("aten::item",))]
+               _kernel("copy", 90, 10, fwd_path[:2] + [("item_wait", "train.py", 30)], ops=("aten::item",))]
     # 100 ms at a flat 100 W: 10 J measured; the tree held 10 J of it for the program (5 J more is idle's)
     regraft(prof, kernels, {0: [(0, 100 * MS, 10.0)]}, period_ns=20 * MS)
     prof.root.fill_inclusive()
-    fwd = prof.find("forward")
-    assert len(fwd) == 1  # the kernel met the sampled frame, <module>'s line notwithstanding
+    fwd = prof.find("Net.forward")
+    assert len(fwd) == 1 and not prof.find("forward")  # the kernel met the sampled frame
     assert fwd[0].energy_j["gpu:0"] == pytest.approx(4.0)  # 40 ms busy of 100 ms of the program's 10 J
     assert fwd[0].energy_j["cpu"] == pytest.approx(3.0)  # CPU joules untouched
     (item,) = prof.find("item_wait")
@@ -427,12 +431,11 @@ def test_regraft_meets_a_region_profile_whose_outer_frames_were_cut():
     module = prof.root.children[0]
     prof.root.children[0:1] = module.children  # a region's profile: `train` is the top frame
     prof.root.fill_inclusive()
-    outer = [("<module>", "/p/run.py", 3), ("main", "/p/run.py", 10), ("train", "/p/train.py", 5),
-             ("forward", "/p/model.py", 20)]
+    outer = [("<module>", "run.py", 3), ("main", "run.py", 10), ("train", "train.py", 5), ("forward", "model.py", 20)]
     regraft(prof, [_kernel("gemm", 0, 50, outer)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0)
     assert [n.function for n in prof.root.children if not n.is_special][:1] == ["train"]
     assert not prof.find("main")
-    (fwd,) = prof.find("forward")
+    (fwd,) = prof.find("Net.forward")
     assert fwd.self_energy_j["gpu:0"] == 0.0 and fwd.energy_j["gpu:0"] == pytest.approx(5.0)  # on its aten::mm
 
 

@@ -200,11 +200,23 @@ def _add(node: Node, sid: str, mine: float, other: float) -> None:
 def _anchored(root: Node, path: tuple[Frame, ...]) -> tuple[Frame, ...]:
     """The path from its first frame that is one of the root's children: a profile of a region
     (a `with` block, a decorated function) has its outer frames cut, the profiler's stacks do not."""
-    tops = [(c.function, c.file, c.line) for c in root.children if not c.is_special]
-    for i, (fn, file, line) in enumerate(path):
-        if any(fn == f and file == fl and (line == ln or fn == "<module>") for f, fl, ln in tops):
+    tops = [c for c in root.children if not c.is_special]
+    for i, frame in enumerate(path):
+        if any(same_frame(c, frame) for c in tops):
             return path[i:]
     return path
+
+
+def same_frame(node: Node, frame: Frame) -> bool:
+    """Whether a sampled node and a profiler frame are one frame. The sampler names a frame by its
+    qualified name and full path; the profiler by its code name and the path less its sys.path
+    entry; both by its first line, but a module frame by its current line in the profiler."""
+    fn, file, line = frame
+    if node.function != fn and not node.function.endswith("." + fn):
+        return False
+    if node.file != file and not (file and node.file.endswith(("/" + file, "\\" + file))):
+        return False
+    return node.line == line or fn == "<module>"
 
 
 def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, ...]) -> Node:
@@ -216,7 +228,7 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
         if found is None:
             fn, file, line = path[depth - 1]
             for c in node.children:
-                if c.function == fn and c.file == file and (c.line == line or fn == "<module>"):
+                if same_frame(c, (fn, file, line)):
                     found = c
                     break
             if found is None:

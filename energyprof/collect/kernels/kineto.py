@@ -30,6 +30,9 @@ DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
 OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
 UNLAUNCHED_NODE = "[launch not in trace]"  # a device record whose runtime call the trace does not hold
+# python_function events that are not Python frames: C calls (named with an object's address, so
+# one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
+NOT_FRAMES = ("<built-in ", "nn.Module: ")
 
 
 class TraceFormatError(ValueError):
@@ -82,7 +85,10 @@ class KernelTrace:
 
 
 def parse_python_name(name: str) -> Frame:
-    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole."""
+    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole.
+
+    The profiler names a frame by its code's name (not its qualified name), its first line, and
+    its file less the sys.path entry that holds it (`torch/nn/modules/module.py`)."""
     head, sep, func = name.partition("): ")
     if sep:
         file, paren, line = head.rpartition("(")
@@ -171,7 +177,8 @@ def parse(doc: Any, where: str = "trace") -> KernelTrace:
             holder = nesting.get((pid, tid))
             for cat, name in (holder.holding(r0, r1) if holder else ()):
                 if cat == "python_function":
-                    python.append(parse_python_name(name))
+                    if not name.startswith(NOT_FRAMES):
+                        python.append(parse_python_name(name))
                 else:
                     ops.append(name)
         kernels.append(Kernel(device=dev, stream=stream, name=d["name"], kind=d["kind"], start_ns=d["t0"], end_ns=d["t1"],
