@@ -474,3 +474,20 @@ def test_api_gpu_kernels_runs_the_profiler_in_process(tmp_path, monkeypatch):
     (note,) = [n for n in p.notes if n.kind == "gpu-wall-time"]
     assert note.extra["traces"] == 1
     assert p.totals.energy_j["gpu:0"] > 0
+
+
+def test_regraft_on_a_decorated_function_profile_lands_on_the_root():
+    from energyprof.core.gpu_tree import regraft
+    from energyprof.profile import Node, Profile, Source, Totals
+
+    root = Node(function="train_step", file="/p/train.py", line=7, self_energy_j={"gpu:0": 2.0})
+    root.children.append(Node(function="helper", file="/p/train.py", line=20, self_energy_j={"gpu:0": 1.0}))
+    root.fill_inclusive()
+    prof = Profile(meta={}, sources=[Source(id="gpu:0", component="gpu:0")], totals=Totals(energy_j={"gpu:0": 3.0}),
+                   root=root)
+    path = [("<module>", "run.py", 1), ("wrapper", "energyprof/api.py", 150), ("train_step", "train.py", 7)]
+    regraft(prof, [_kernel("gemm", 0, 100, path)], {0: [(0, 100 * MS, 5.0)]}, period_ns=0)
+    kids = {c.function: c for c in prof.root.children}
+    assert set(kids) == {"helper", "aten::mm", GPU_IDLE_NODE}  # the launch sat in train_step's own body
+    assert kids["aten::mm"].energy_j["gpu:0"] == pytest.approx(3.0)  # all busy: the whole 3 J the tree held
+    assert kids["helper"].energy_j["gpu:0"] == 0.0 and prof.root.energy_j["gpu:0"] == pytest.approx(3.0)

@@ -110,11 +110,12 @@ _SKIP_FILES = ("runpy", "<frozen runpy>")
 
 def python_path(kernel: "Kernel", package_dir: str = "") -> tuple[Frame, ...]:
     """A kernel's tree path for a live run: its stack less the frames the sampler cuts (runpy's,
-    energyprof's own), so that it meets the sampled tree's frames."""
+    energyprof's own, by full path or as the profiler trims it), so that it meets the sampled tree's frames."""
     out = []
     for f in kernel.stack:
         file = f[1]
-        if file in _SKIP_FILES or file.endswith("/runpy.py") or (package_dir and file.startswith(package_dir)):
+        if (file in _SKIP_FILES or file.endswith("/runpy.py") or file.startswith("energyprof/")
+                or (package_dir and file.startswith(package_dir))):
             continue
         out.append(f)
     return tuple(out)
@@ -202,6 +203,8 @@ def _anchored(root: Node, path: tuple[Frame, ...]) -> tuple[Frame, ...]:
     (a `with` block, a decorated function) has its outer frames cut, the profiler's stacks do not."""
     tops = [c for c in root.children if not c.is_special]
     for i, frame in enumerate(path):
+        if same_frame(root, frame):  # a decorated function's profile: the function is the root
+            return path[i + 1:]
         if any(same_frame(c, frame) for c in tops):
             return path[i:]
     return path
