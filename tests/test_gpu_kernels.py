@@ -491,3 +491,50 @@ def test_regraft_on_a_decorated_function_profile_lands_on_the_root():
     assert set(kids) == {"helper", "aten::mm", GPU_IDLE_NODE}  # the launch sat in train_step's own body
     assert kids["aten::mm"].energy_j["gpu:0"] == pytest.approx(3.0)  # all busy: the whole 3 J the tree held
     assert kids["helper"].energy_j["gpu:0"] == 0.0 and prof.root.energy_j["gpu:0"] == pytest.approx(3.0)
+
+
+def test_attach_kernels_to_a_folded_run_uses_the_timeline_power(tmp_path):
+    """The supervisor's step on a real fold (Ledger, timeline, build_profile) of a replayed run: the
+    main thread sat in `sync` the whole second, so the wall-time rule gave it all the GPU's energy;
+    the kernels, launched from `forward` and `backward`, take it by their busy time at the power of
+    their own half-second."""
+    from energyprof.collect.sensors.replay import load_trace
+    from energyprof.core.ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
+    from energyprof.core.recording import Recording, Sample, Tick
+    from energyprof.core.tree import build_profile
+    from energyprof.integrations.gpu_kernels import attach_kernels
+
+    S = 1_000_000_000
+    (tmp_path / "t.csv").write_text("t_s,cpu,gpu:0\n0,10,100\n0.5,10,300\n")
+    tr = load_trace(tmp_path / "t.csv")
+    src = [{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"},
+           {"id": "gpu:0", "component": "gpu:0", "method": "measured", "sensor": "replay", "update_period_s": 0.1}]
+    rec = Recording(sources=src)
+    module, step = ("<module>", "/p/train.py", 1), ("step", "/p/train.py", 10)
+    sync = rec.stacks.intern([module, step, ("sync", "/p/train.py", 30)])
+    rec.stacks.intern([module, step, ("forward", "/p/train.py", 20)])
+    times = [k / 10 for k in range(11)]
+    rec.ticks = [Tick(int(round(t * S)), tuple(tr.energy_at(c, t) for c in ("cpu", "gpu:0")), int(round(t * S)), 0,
+                      int(round(t * S))) for t in times]
+    rec.samples = [Sample(k * S // 10, (k + 1) * S // 10, sync, S // 10) for k in range(10)]
+    ledger = Ledger(rec.sources, rec.stacks, DEFAULT_SHARE_WINDOW_NS, cpus=1)
+    events = sorted([(t.t_ns, 1, t) for t in rec.ticks] + [(s.t1_ns, 0, s) for s in rec.samples], key=lambda e: e[:2])
+    for _, kind, ev in events:
+        (ledger.add_sample if kind == 0 else ledger.add_tick)(ev)
+    ledger.finish()
+    prof = build_profile(ledger, "all", {"target": "train.py"})
+    total = prof.root.energy_j["gpu:0"]
+    assert total == pytest.approx(200.0)  # 0.5 s at 100 W + 0.5 s at 300 W
+    assert prof.find("sync")[0].energy_j["gpu:0"] == pytest.approx(200.0)  # before: all on the wait
+    py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
+    kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)]),
+               _kernel("bwd_gemm", 600, 300, py + [("backward", "train.py", 40)])]
+    attach_kernels(prof, ledger, (kernels, [], 250, 1), collector=None)
+    assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)  # 0.2 s x 100 W
+    assert prof.find("backward")[0].energy_j["gpu:0"] == pytest.approx(90.0, rel=1e-9)  # 0.3 s x 300 W
+    assert prof.find("sync")[0].energy_j["gpu:0"] == pytest.approx(0.0, abs=1e-12)
+    assert prof.find(GPU_IDLE_NODE)[0].energy_j["gpu:0"] == pytest.approx(90.0, rel=1e-9)
+    assert prof.root.energy_j["gpu:0"] == pytest.approx(total, rel=1e-12)
+    assert prof.find("sync")[0].energy_j["cpu"] == pytest.approx(10.0)  # CPU untouched
+    gpu = prof.extra[GPU_FIELD]
+    assert gpu["clock_error_ns"] == 250 and gpu["devices"]["0"]["update_period_s"] == pytest.approx(0.1)
