@@ -21,7 +21,7 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable
 
 Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.py
 
@@ -256,9 +256,3 @@ def clock_offset(rounds: int = 64, clock: Callable[[], int] = time.time_ns,
     assert best is not None
     return best
 
-
-def iter_device_counts(kernels: Iterable[Kernel]) -> dict[int, int]:
-    out: dict[int, int] = {}
-    for k in kernels:
-        out[k.device] = out.get(k.device, 0) + 1
-    return out
