@@ -82,6 +82,7 @@ class Options:
     sensor_timeout: float = 2.0
     # GPUs
     sync: str | None = None
+    gpu_kernels: bool = False  # the PyTorch profiler in the program: GPU joules on the launching lines
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in BOUNDS.items():

@@ -26,6 +26,12 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
     them is refused. With `keep_checkpoint`, an earlier run's checkpoint at the checkpoint path
     (a run that was killed) is moved to a free name and said so on `stream`, never overwritten.
     """
+    if options.gpu_kernels:
+        from .integrations.gpu_kernels import unavailable
+
+        why = unavailable()
+        if why:
+            raise OptionError(why)
     seen: dict[str, str] = {os.path.realpath(p): "the input" for p in inputs}
     for name in OUTPUTS + ("checkpoint",):
         path = getattr(options, name)

@@ -20,7 +20,7 @@ from .collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from .collect.probes import OwnClocks
 from .options import Options
-from .profile import Profile
+from .profile import Note, Profile
 from .agent.frames import anchor_depth
 from .agent.sampler import HookSampler, Sampler, View
 
@@ -85,6 +85,7 @@ class Profiler:
         self._feed: LocalFeed | None = None
         self._sampler: Any = None
         self._ledger: Ledger | None = None
+        self._kernels: Any = None  # gpu_kernels=True: the PyTorch profiler's capture
         self._discovery_notes: list[str] = []
         self._notes: list[dict[str, Any]] = []
         self._started_wall = 0.0
@@ -131,6 +132,8 @@ class Profiler:
             checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
         )
         self._started_wall = time.time()
+        if o.gpu_kernels:
+            self._start_kernels()
         self._cuda_sync()
         self._peak_reset = bool(o.peak_reset and o.memory != "off" and probes.reset_peak())
         alloc = False
@@ -148,6 +151,32 @@ class Profiler:
         self._sampler = kind(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
                              alloc=alloc, own_idents=own.idents)
         self._sampler.start()
+
+    def _start_kernels(self) -> None:
+        """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
+        import tempfile
+
+        from .integrations.gpu_kernels import KernelCapture
+
+        self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"))
+        self._kernels.start()
+
+    def _attach_kernels(self, profile: Profile) -> None:
+        import shutil
+
+        from .integrations.gpu_kernels import attach_kernels, read_traces
+
+        cap, self._kernels = self._kernels, None
+        assert cap is not None
+        try:
+            cap.stop()
+            traces = read_traces(cap.folder)
+        except Exception as exc:  # noqa: BLE001 - the profile stands without the kernels
+            traces = None
+            profile.notes.append(Note("gpu-kernels", f"the PyTorch profiler's trace could not be read: {exc}"))
+        finally:
+            shutil.rmtree(cap.folder, ignore_errors=True)
+        attach_kernels(profile, self._ledger, traces, self._collector)
 
     def _teardown(self) -> None:
         """Stop whatever was started; each step on its own, so one failing stops the rest."""
@@ -208,6 +237,8 @@ class Profiler:
             self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
                                                        for fr, size in allocations])
         self.profile = self._build(exit_status, peak)
+        if self._kernels is not None:
+            self._attach_kernels(self.profile)
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile

@@ -294,11 +294,25 @@ def start_agent(config: dict[str, str]) -> Agent | None:
             tracemalloc.start(1)
     _agent = agent
     agent.start()
+    if main and config.get("gpu_kernels") == "1":
+        _start_kernel_capture(agent, config)
     import atexit
 
     atexit.register(_at_exit)
     install_hooks(_before_exit, _after_fork_child if config.get("follow", "1") == "1" else None)
     return agent
+
+
+def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
+    """--gpu-kernels: the PyTorch profiler in the program's main process. The only place the agent
+    reaches outside agent/, and only with the flag: that module imports torch."""
+    try:
+        import importlib
+
+        importlib.import_module("energyprof.integrations.gpu_kernels").start_capture(config["spool"])
+    except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
+        agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "
+                   "GPU energy stays charged by wall time")
 
 
 def _unfollow_children() -> None:

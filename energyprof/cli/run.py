@@ -34,14 +34,18 @@ subcommands:
   merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
                         --html job.html); see `energyprof merge --help` and docs/distributed.md
   sensors               what this machine can measure and how to enable what is missing;
-                        `sensors record` saves a power trace; see `energyprof sensors --help`"""
+                        `sensors record` saves a power trace; see `energyprof sensors --help`
+  gpu-trace TRACE.json[.gz] --power-trace POWER.csv
+                        a saved PyTorch profiler trace's GPU energy on the lines that launched
+                        its kernels (--json, -o); see `energyprof gpu-trace --help` and docs/gpu.md"""
 
 
 def build_run_parser() -> Parser:
     p = Parser(prog=PROG, description="Profile which functions of a Python program spend the energy.",
                 usage="%(prog)s [options] script.py [args...] | %(prog)s [options] -m module [args...]"
                       " | %(prog)s report PROFILE.json [options] | %(prog)s compare --base A.json --head B.json"
-                      " | %(prog)s merge PROFILE.json... -o JOB.json | %(prog)s sensors",
+                      " | %(prog)s merge PROFILE.json... -o JOB.json | %(prog)s sensors"
+                      " | %(prog)s gpu-trace TRACE.json --power-trace POWER.csv",
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     add_output_flags(p)
@@ -78,6 +82,9 @@ def build_run_parser() -> Parser:
                    help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
     p.add_argument("--sync", default=None, metavar="{cuda}",
                    help="'cuda': synchronise CUDA at window and function boundaries")
+    p.add_argument("--gpu-kernels", action="store_true",
+                   help="run the PyTorch profiler in the program and put each GPU kernel's energy on the line that"
+                        " launched it (needs torch and a GPU; docs/gpu.md)")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 

@@ -77,6 +77,8 @@ def _render(model: ReportModel) -> str:
     env.filters["bytes"] = fmt_bytes
     env.filters["grams"] = fmt_grams
     env.filters["money"] = fmt_money
+    from .gpu import gpu_panel
+
     data = report_data(model)
     page = env.get_template("report.html.j2").render(
         m=model,
@@ -87,6 +89,7 @@ def _render(model: ReportModel) -> str:
         procs=process_rows(model),
         rank_epoch_rows=rank_epoch_rows,
         method=methodology(model),
+        gpu=gpu_panel(model),
         has_timeline=data["timeline"] is not None,
         window_rows=sorted(model.windows, key=lambda r: r.window.start_s)[:MAX_WINDOW_ROWS],
         report_json=json_for_script(data),

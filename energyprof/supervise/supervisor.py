@@ -87,6 +87,10 @@ class Supervisor:
             feed.main_pid = self.pid
             self.status = self._wait(self.pid, inbox, launch, feed)
             collector.stop()
+            if o.gpu_kernels:  # the program's traces, read before the spool folder goes
+                from ..integrations.gpu_kernels import read_traces
+
+                self.kernel_traces = read_traces(spool)
         finally:
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
@@ -156,6 +160,10 @@ class Supervisor:
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
+        if self.options.gpu_kernels:
+            from ..integrations.gpu_kernels import attach_kernels
+
+            attach_kernels(profile, ledger, getattr(self, "kernel_traces", None), collector)
         return profile
 
     def _tie_gpus(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> None:

@@ -1,0 +1,110 @@
+"""`energyprof gpu-trace TRACE.json[.gz] --power-trace POWER.csv`: the GPU energy of a saved profiler trace.
+
+The power log is the replay CSV (collect/sensors/replay.py): `t_s` then one column per source in
+watts; its `gpu:N` columns are device N. `t_s` = 0 is the trace's earliest event, or
+`--power-offset S` seconds after it (negative: before it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from typing import Any
+
+from .common import PROG, Parser, UsageError, build_options
+
+
+def build_gpu_trace_parser() -> Parser:
+    p = Parser(prog=f"{PROG} gpu-trace", description="Attribute a saved PyTorch profiler (Kineto) trace's GPU energy, "
+               "read from a power log, to the Python lines (or operators) that launched its kernels.")
+    p.add_argument("trace", metavar="TRACE.json[.gz]", help="a Kineto trace, as torch.profiler or TensorBoard saved it")
+    p.add_argument("--power-trace", required=True, metavar="POWER.csv",
+                   help="CSV t_s,gpu:0,...: each device's watts, each row holding until the next")
+    p.add_argument("--power-offset", type=float, default=0.0, metavar="S",
+                   help="the trace time (s after its earliest event) of the power log's t_s = 0 (default 0)")
+    p.add_argument("--update-period", type=float, metavar="S",
+                   help="the power sensor's update period, for error bars (default: the log's median row spacing)")
+    p.add_argument("-o", "--output", help="HTML report path")
+    p.add_argument("--json", help="save the profile as JSON (energyprof report and compare read it)")
+    p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
+    return p
+
+
+def gpu_trace_cmd(argv: list[str]) -> int:
+    from ..collect.kernels import kineto
+    from ..collect.sensors.replay import TraceError, load_trace
+    from ..core.gpu_tree import build_gpu_profile
+    from ..outputs import write_outputs
+    from ..profile import Note, Source
+
+    ns = build_gpu_trace_parser().parse_args(argv)
+    if ns.output is None and ns.json is None:
+        raise UsageError("gpu-trace needs --json OUT and/or -o OUT.html")
+    if ns.update_period is not None and not ns.update_period > 0:
+        raise UsageError(f"--update-period must be a positive number of seconds, not {ns.update_period}")
+    try:
+        trace = kineto.load(ns.trace)
+        power = load_trace(ns.power_trace)
+    except (kineto.TraceFormatError, TraceError) as exc:
+        raise UsageError(str(exc)) from None
+    columns = {c: _device(c) for c in power.columns}
+    gpus = {d: c for c, d in columns.items() if d is not None}
+    if not gpus:
+        raise UsageError(f"power trace {ns.power_trace} has no gpu:N column (found {', '.join(power.columns)})")
+    if ns.update_period is not None:
+        period_s = ns.update_period
+    else:
+        steps = [b - a for a, b in zip(power.t_s, power.t_s[1:])]
+        period_s = statistics.median(steps) if steps else 0.0
+    intervals = {d: _intervals(power, c, trace.start_ns, trace.end_ns, ns.power_offset) for d, c in gpus.items()}
+    notes = []
+    span_s = (trace.end_ns - trace.start_ns) / 1e9
+    if power.t_s[0] + ns.power_offset > 0 or power.t_s[-1] + ns.power_offset < span_s:
+        notes.append(Note("gpu-power-span", f"the power log covers {power.t_s[0] + ns.power_offset:.6g} to "
+                          f"{power.t_s[-1] + ns.power_offset:.6g} s of a {span_s:.6g} s trace; before its first row the "
+                          "power is taken as zero, after its last row as that row's"))
+    if trace.unmatched:
+        notes.append(Note("gpu-launch", f"{trace.unmatched} device record(s) have no runtime call of the same correlation "
+                          "in the trace: their joules sit on [launch not in trace]"))
+    if not trace.has_python:
+        notes.append(Note("gpu-no-stacks", "the trace has no Python stacks (profiled without with_stack=True): kernels "
+                          "sit on their launching operators under [GPU kernels by operator]"))
+    sources = [Source(id=f"gpu:{d}", component=f"gpu:{d}", method="measured", sensor="replay", tier="integrated",
+                      update_period_s=period_s or None, detail={"power_trace": str(ns.power_trace)})
+               for d in sorted(gpus)]
+    meta: dict[str, Any] = {"target": str(ns.trace), "command": ["gpu-trace", str(ns.trace)], "kind": "gpu-trace",
+                            "trace": {**trace.meta, "unix_start_ns": trace.unix_base_ns + trace.start_ns},
+                            "power_offset_s": ns.power_offset, "time_is": "GPU busy time"}
+    profile = build_gpu_profile(trace.kernels, intervals, {d: period_s * 1e9 for d in gpus}, start_ns=trace.start_ns,
+                                end_ns=trace.end_ns, meta=meta, sources=sources, notes=notes)
+    try:
+        options = build_options(argparse.Namespace(), inputs=(ns.trace, ns.power_trace), keep_checkpoint=False,
+                                json=ns.json, output=ns.output, quiet=ns.quiet)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        write_outputs(profile, options)
+    except OSError:
+        return 1
+    return 0
+
+
+def _device(column: str) -> int | None:
+    head, sep, tail = column.partition(":")
+    if head == "gpu":
+        if not sep:
+            return 0
+        if tail.isdigit():
+            return int(tail)
+    return None
+
+
+def _intervals(power: Any, column: str, start_ns: int, end_ns: int, offset_s: float) -> list[tuple[int, int, float]]:
+    """The power log over the trace's span as (t0_ns, t1_ns, joules) on the trace's clock, cut at each row."""
+    lo, hi = offset_s, (end_ns - start_ns) / 1e9
+    cuts = sorted({0.0, hi, *(t + offset_s for t in power.t_s if 0.0 < t + offset_s < hi)})
+    out = []
+    for a, b in zip(cuts, cuts[1:]):
+        j = power.energy_at(column, b - lo) - power.energy_at(column, a - lo)
+        out.append((start_ns + int(round(a * 1e9)), start_ns + int(round(b * 1e9)), j))
+    return out

@@ -1,0 +1,132 @@
+"""`energyprof gpu-trace` end to end, as a subprocess: a saved Kineto trace plus a replayed power log
+becomes a profile that `report` and `compare` read. The CUDA trace here is synthetic (hand-written in
+Kineto's format, tests/fixtures/kineto/README.md); the parser was developed on the real ROCm trace."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from energyprof.profile import load
+
+KINETO = Path(__file__).parent / "fixtures" / "kineto"
+SYNTHETIC = KINETO / "synthetic_cuda_with_stack.json"
+MI250 = KINETO / "hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
+
+
+def _node(profile, *path):
+    node = profile.root
+    for fn in path:
+        (node,) = [c for c in node.children if c.function == fn]
+    return node
+
+
+def _gpu(profile, *path) -> float:
+    return _node(profile, *path).energy_j.get("gpu:0", 0.0)
+
+
+def test_synthetic_cuda_trace_known_answers(tmp_path):
+    power = tmp_path / "power.csv"
+    power.write_text("t_s,gpu:0\n0,300\n")  # 300 W over the whole 100 ms trace: 30 J
+    out = tmp_path / "gpu.json"
+    r = run_cli(["gpu-trace", str(SYNTHETIC), "--power-trace", str(power), "--json", str(out), "-q"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    p = load(out)
+    assert p.totals.energy_j == {"gpu:0": pytest.approx(30.0)}
+    step = ("<module>", "train_step")
+    # the GEMM ran alone for 10 ms at 300 W: 3 J, on forward -> aten::linear -> aten::addmm
+    assert _gpu(p, *step, "forward", "aten::linear", "aten::addmm") == pytest.approx(3.0, rel=1e-9)
+    # relu (stream 7) and the backward GEMM (stream 13) overlap for 2 ms: 2 ms alone + 2 ms / 2 each = 0.9 J
+    assert _gpu(p, *step, "forward", "aten::relu") == pytest.approx(0.9, rel=1e-9)
+    assert _gpu(p, *step, "backward", "aten::mm") == pytest.approx(0.9, rel=1e-9)
+    # the sync point holds only its own copy (1 ms), not the forward's and backward's kernels
+    assert _gpu(p, *step, "sync_point") == pytest.approx(0.3, rel=1e-9)
+    assert _gpu(p, "[launch not in trace]") == pytest.approx(0.3, rel=1e-9)
+    idle = _gpu(p, "[GPU idle]")
+    assert idle == pytest.approx(30.0 - 5.4, rel=1e-9)  # 18 ms busy of 100 ms
+    leaves = sum(n.self_energy_j.get("gpu:0", 0.0) for n, _ in p.walk())
+    assert abs(leaves - 30.0) <= 1e-9 * 30.0
+    forward = _node(p, *step, "forward")
+    assert forward.file == "model.py" and forward.line == 20
+    gpu = p.extra["gpu_kernels"]
+    assert gpu["devices"]["0"]["busy_s"] == pytest.approx(0.018)  # the union: 10 + [20, 26) + 1 + 1 ms
+    (row,) = [s for s in gpu["stacks"] if s["path"][-1][0] == "aten::addmm"]
+    assert row["kernels"] == [{"name": "ampere_sgemm_128x64_nn", "count": 1, "time_s": pytest.approx(0.010),
+                               "joules": pytest.approx(3.0)}]
+    # the report's GPU panel lists forward with its GEMM and its joules
+    html = tmp_path / "g.html"
+    assert run_cli(["report", str(out), "-o", str(html), "-q"], tmp_path).returncode == 0
+    page = html.read_text()
+    i = page.index('id="gpu"')
+    assert "ampere_sgemm_128x64_nn" in page[i:] and "model.py:20" in page[i:]
+    # a one-row log has no spacing to read an update period from: no error bar, nothing "short"
+    assert gpu["devices"]["0"]["short_j"] == 0.0
+
+
+def test_power_offset_moves_the_log_against_the_trace(tmp_path):
+    power = tmp_path / "power.csv"
+    power.write_text("t_s,gpu:0\n0,300\n0.010,50\n")
+    figures = {}
+    for offset in ("0", "0.001"):
+        out = tmp_path / f"o{offset}.json"
+        r = run_cli(["gpu-trace", str(SYNTHETIC), "--power-trace", str(power), "--power-offset", offset,
+                     "--json", str(out), "-q"], tmp_path)
+        assert r.returncode == 0, r.stderr
+        figures[offset] = _gpu(load(out), "<module>", "train_step", "forward", "aten::linear", "aten::addmm")
+    # the GEMM runs over [1, 11) ms of the trace
+    assert figures["0"] == pytest.approx(9e-3 * 300 + 1e-3 * 50, rel=1e-9)  # the log's 50 W row starts at 10 ms
+    assert figures["0.001"] == pytest.approx(3.0, rel=1e-9)  # shifted 1 ms: 300 W over all of it
+
+
+def test_report_and_compare_read_the_gpu_profile(tmp_path):
+    power = tmp_path / "power.csv"
+    power.write_text("t_s,gpu:2\n0,100\n0.002,300\n0.004,150\n0.006,250\n0.008,200\n")
+    out, html = tmp_path / "mi.json", tmp_path / "mi.html"
+    r = run_cli(["gpu-trace", str(MI250), "--power-trace", str(power), "--json", str(out), "-o", str(html)], tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "[GPU idle]" in r.stderr and "no Python stacks" in r.stderr  # the console summary
+    assert html.stat().st_size > 0
+    p = load(out)
+    assert "aten::mm" in {n.function for n, _ in p.walk()}
+    # the resolution note: every kernel here is far shorter than the log's 2 ms rows
+    dev = p.extra["gpu_kernels"]["devices"]["2"]
+    assert dev["update_period_s"] == pytest.approx(0.002)
+    assert dev["short_j"] == pytest.approx(dev["energy_j"] - dev["idle_j"], rel=1e-9)
+    again = tmp_path / "again.html"
+    r = run_cli(["report", str(out), "-o", str(again), "-q"], tmp_path)
+    assert r.returncode == 0, r.stderr
+    page = again.read_text()
+    assert 'id="gpu"' in page and "GPU kernels" in page and "Cijk_Ailk_Bjlk" in page  # the backward GEMM's kernel
+    assert "split among the GPU&#39;s kernels by busy time" in page or "split among the GPU's kernels by busy time" in page
+    r = run_cli(["compare", str(out), str(out)], tmp_path)
+    assert r.returncode in (0, 1), r.stderr  # readable; the verdict is compare's own business
+    assert "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--power-trace", "{power_cpu}"], "no gpu:N column"),
+    (["--power-trace", "{missing}"], "cannot read power trace"),
+    (["--power-trace", "{power}", "--update-period", "0"], "--update-period"),
+    (["--power-trace", "{power}"], "needs --json"),
+])
+def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
+    (tmp_path / "cpu.csv").write_text("t_s,cpu\n0,10\n")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,10\n")
+    subst = {"power_cpu": tmp_path / "cpu.csv", "missing": tmp_path / "nope.csv", "power": tmp_path / "p.csv"}
+    full = [a.format(**subst) for a in args] + ([] if words == "needs --json" else ["--json", str(tmp_path / "o.json")])
+    r = run_cli(["gpu-trace", str(SYNTHETIC), *full], tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and words in lines[0]
+
+
+def test_a_file_that_is_not_a_trace_is_refused(tmp_path):
+    bad = tmp_path / "t.json"
+    bad.write_text(json.dumps({"schema": "something else"}))
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,10\n")
+    r = run_cli(["gpu-trace", str(bad), "--power-trace", str(tmp_path / "p.csv"), "--json", str(tmp_path / "o.json")],
+                tmp_path)
+    assert r.returncode == 2 and "traceEvents" in r.stderr and len(r.stderr.strip().splitlines()) == 1
