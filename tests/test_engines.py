@@ -214,3 +214,23 @@ def test_engine_roles_from_command_lines() -> None:
     assert engine_role(f"{SP}/ray/core/src/ray/gcs/gcs_server --log_dir=x") == "ray daemon gcs_server"
     assert engine_role("/usr/bin/python train.py") is None
     assert engine_role("/opt/raylet") is None  # a binary of that name outside Ray's package
+
+
+EXEC_NATIVE = textwrap.dedent("""
+    import json, resource, subprocess, sys
+    # A preexec_fn makes subprocess fork through Python's at-fork hooks (Ray starts its raylet so):
+    # the child's agent says hello under this command line, then the exec replaces it.
+    subprocess.run(["sh", "-c", "i=0; while [ $i -lt 1500000 ]; do i=$((i+1)); done"], preexec_fn=lambda: None, check=True)
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    json.dump({"sh": ru.ru_utime + ru.ru_stime}, open(sys.argv[1], "w"))
+""")
+
+
+def test_a_fork_that_execs_a_native_program_is_read_from_proc_under_its_own_name(tmp_path: Path) -> None:
+    profile, cpu = run_job(tmp_path, EXEC_NATIVE, [])
+    check_machine_once(profile)
+    nodes = [n for n, _ in profile.walk() if n.function.startswith("[process ")]  # type: ignore[attr-defined]
+    sh = [n for n in nodes if ": sh -c" in n.function]
+    assert sh, [n.function for n in nodes]
+    # Its CPU from /proc from where its agent's last tick left it: all of it, give or take a tick.
+    assert sum(n.cpu_time_s for n in sh) == pytest.approx(cpu["sh"], rel=0.1, abs=0.05)
