@@ -234,3 +234,62 @@ def test_a_fork_that_execs_a_native_program_is_read_from_proc_under_its_own_name
     assert sh, [n.function for n in nodes]
     # Its CPU from /proc from where its agent's last tick left it: all of it, give or take a tick.
     assert sum(n.cpu_time_s for n in sh) == pytest.approx(cpu["sh"], rel=0.1, abs=0.05)
+
+
+DRIVER = BURN + textwrap.dedent("""
+    import ray
+
+    @ray.remote
+    def alpha(n): return burn(n)
+    @ray.remote
+    def beta(n): return burn(n)
+
+    if __name__ == "__main__":
+        ray.init(address="auto", log_to_driver=False)
+        cpu = dict(zip(["alpha", "beta"], ray.get([alpha.remote(int(sys.argv[1])), beta.remote(int(sys.argv[1]))])))
+        ray.shutdown()
+        json.dump(cpu, open(sys.argv[2], "w"))
+""")
+
+
+def test_a_running_ray_cluster_started_under_energyprof_and_joined_by_merge(tmp_path: Path) -> None:
+    """docs/distributed.md's recipe for a cluster started elsewhere: each machine's `ray start`
+    runs under energyprof (one reader of that machine's sensors, every worker its raylet starts
+    followed), a driver connects from outside, and `energyprof merge` joins the pieces, each
+    machine once."""
+    import signal
+    import subprocess
+    import sys
+
+    pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    ray_bin = Path(sys.executable).parent / "ray"
+    trace = write_trace(tmp_path)
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    seen: list[str] = []
+    head = subprocess.Popen([sys.executable, "-m", "energyprof", "--power-trace", str(trace), "--json", "head.json",
+                             "-o", "/dev/null", "-q", "--", str(ray_bin), "start", "--head", "--block", "--num-cpus", "1",
+                             "--port", "0", "--include-dashboard", "false", "--disable-usage-stats"],
+                            cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        (tmp_path / "driver.py").write_text(DRIVER)
+        for line in head.stdout:  # type: ignore[union-attr]
+            seen.append(line)
+            if "will now block" in line:  # `ray start` has started every process and waits
+                break
+        assert any("will now block" in line for line in seen), "".join(seen)[-3000:]
+        driver = subprocess.run([sys.executable, "driver.py", "3000000", "cpu.json"], cwd=tmp_path, env=env,
+                                capture_output=True, text=True, timeout=120)
+        assert driver.returncode == 0, driver.stderr[-2000:]
+    finally:
+        head.send_signal(signal.SIGTERM)  # energyprof forwards it; `ray start --block` stops its processes
+        out = "".join(seen) + head.communicate(timeout=120)[0]
+    assert (tmp_path / "head.json").exists(), out[-3000:]
+    merged = run_cli(["merge", "head.json", "-o", "job.json", "-q"], cwd=tmp_path)
+    assert merged.returncode == 0, merged.stderr
+    job = load(tmp_path / "job.json")
+    found = unit_nodes(job)
+    cpu = json.loads((tmp_path / "cpu.json").read_text())
+    for name in ("alpha", "beta"):
+        assert f"[ray task {name}]" in found, sorted(found)
+        check_unit(found[f"[ray task {name}]"], cpu[name], load(tmp_path / "head.json").meta["interval_s"])
+    check_machine_once(job)
