@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -264,7 +266,10 @@ def test_a_running_ray_cluster_started_under_energyprof_and_joined_by_merge(tmp_
     pytest.importorskip("ray", reason="the [ray] extra is not installed")
     ray_bin = Path(sys.executable).parent / "ray"
     trace = write_trace(tmp_path)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray's own folder for this cluster (its sockets, its `ray_current_cluster` that `ray.init()`
+    # connects to): a short path of the test's, so no later ray.init() on this machine finds it.
+    ray_tmp = tempfile.mkdtemp(prefix="ep-ray-", dir="/tmp")
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_TMPDIR": ray_tmp}
     seen: list[str] = []
     head = subprocess.Popen([sys.executable, "-m", "energyprof", "--power-trace", str(trace), "--json", "head.json",
                              "-o", "/dev/null", "-q", "--", str(ray_bin), "start", "--head", "--block", "--num-cpus", "1",
@@ -283,6 +288,7 @@ def test_a_running_ray_cluster_started_under_energyprof_and_joined_by_merge(tmp_
     finally:
         head.send_signal(signal.SIGTERM)  # energyprof forwards it; `ray start --block` stops its processes
         out = "".join(seen) + head.communicate(timeout=120)[0]
+        shutil.rmtree(ray_tmp, ignore_errors=True)
     assert (tmp_path / "head.json").exists(), out[-3000:]
     merged = run_cli(["merge", "head.json", "-o", "job.json", "-q"], cwd=tmp_path)
     assert merged.returncode == 0, merged.stderr
