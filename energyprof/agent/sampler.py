@@ -21,6 +21,8 @@ import sys
 import time
 from types import CodeType, FrameType
 
+from .units import units
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -166,7 +168,7 @@ def filtered(codes: list[CodeType]) -> list[Frame]:
         if kind == SKIP:
             continue
         out.append((getattr(c, "co_qualname", c.co_name), c.co_filename, c.co_firstlineno))
-    return out
+    return units(out)
 
 
 def codes_of(frame: FrameType | None) -> list[CodeType]:

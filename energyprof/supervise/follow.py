@@ -13,6 +13,7 @@ import signal
 from typing import Any
 
 from ..collect.probes import PROC, read_proc
+from ..engines import roles as engines
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -130,7 +131,7 @@ def node_name(pid: int, cmd: str, label: str = "", rank: str | None = None) -> s
         return label
     if rank is not None:
         return f"[rank {rank}]"
-    return f"[process {pid}: {short_command(cmd)}]"
+    return engines.node_name(pid, cmd) or f"[process {pid}: {short_command(cmd)}]"
 
 
 def environ_value(pid: int, name: str) -> str | None:

@@ -30,6 +30,9 @@ SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liven
 LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
 DESCENDANTS_NS = 250_000_000  # how often /proc is walked for processes without a stream (a walk opens a file per thread)
 NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is not Python (or not followed)
+# A forked child's stream silent this long has its command line compared with its hello's (an exec?):
+# a few of its sampler's ticks, so the check costs a /proc read only where a stream went quiet.
+EXEC_SILENCE_NS = 50_000_000
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
 
 
@@ -193,6 +196,8 @@ class JobFeed:
             p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
         elif not p.python:
             p.pframe = None  # a slow start taken for a non-Python process: its node is named again (a rank, a label)
+        if p.command and p.command != h.command:
+            p.pframe = None  # a fork that exec'd another program: named for what it runs now, not its parent
         p.ppid, p.python, p.forked = ppid, True, h.forked
         p.rank, p.local_rank = h.rank, h.local_rank
         p.label, p.command = h.label, h.command
@@ -358,6 +363,8 @@ class JobFeed:
             st = follow.stat(p.pid) if not (p.main and final) else None
             if st is not None:
                 p.kernel_cpu_ns = max(p.kernel_cpu_ns, st.cpu_ns)
+            if st is not None and p.python and p.forked and not p.dying and now - p.last_data >= EXEC_SILENCE_NS:
+                self._check_exec(p, st, now)
             if st is None or st.state in ("Z", "X"):
                 if st is not None and st.exit is not None and p.exit is None:
                     p.exit = st.exit
@@ -383,6 +390,27 @@ class JobFeed:
                 p.last_data = p.t_start = p.synthetic_t = now
                 p.cpu_ns = p.sampled_ns = st.cpu_ns
                 self._seen.pop(pid, None)
+
+    def _check_exec(self, p: Proc, st: Any, now: int) -> None:
+        """A forked Python child that went silent because it exec'd a program that is not Python.
+
+        subprocess with a `preexec_fn` (Ray starts its raylet and GCS server so) forks through
+        Python's at-fork hooks, so the child's agent said hello under its parent's command line
+        before the exec replaced it. A Python program exec'd would have said hello again; a silent
+        stream under a new command line is a native program: from now on it is read from /proc,
+        under its own name, or its CPU (the raylet's, all run long) would be no one's."""
+        cmd = follow.command(p.pid)
+        if not cmd or cmd == p.command:
+            return  # still the forked image: a long call that holds the GIL
+        if p.reader is not None:  # its path stays in `readers`, so the stream is not opened again
+            p.reader.close()
+            p.reader = None
+        p.python, p.command, p.label = False, cmd, ""
+        p.pframe, p.placed, p.synthetic_sid = None, False, -1
+        # From where its agent's last tick left it: the CPU the new program spent while it was
+        # silent is its own, not lost.
+        p.synthetic_t, p.sampled_ns = (p.hist[-1][0], p.hist[-1][1]) if p.hist else (p.t_start, 0)
+        p.cpu_ns = st.cpu_ns
 
     def _read_non_python(self, t: int) -> tuple[dict[int, int], int]:
         """CPU of each process followed through /proc, and a sample for its node."""

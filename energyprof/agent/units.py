@@ -1,0 +1,85 @@
+"""Units of work of the engines that reuse one worker process for many tasks (Ray, Dask).
+
+A Ray worker runs task after task from `Worker.main_loop`, an actor's methods from its method
+executor; a Dask worker runs each task from `_run_task` on a thread of its pool. The worker's
+life is not the unit a user asks about: each task is. A sampled stack that runs inside such an
+executor is therefore rooted at a node for its task, named for the function the engine called:
+
+    [ray task NAME]      a Ray remote function
+    [ray actor CLS.m]    a Ray actor's method
+    [dask task NAME]     a Dask task (NAME is the called function: the key's prefix for
+                         `submit`, `map` and `delayed`, which name keys after it)
+
+with the task's own functions beneath. The engine's dispatch frames above the task (the worker's
+loop, its executor, the pool thread's bootstrap) are dropped: they are the same for every task,
+and a worker waiting for its next task keeps them, so its idle time stays apart from its tasks.
+Detection reads file names and function names only (the agent is stdlib only, and a stack is
+walked once, when it is first seen), so nothing of Ray or Dask is imported.
+"""
+
+from __future__ import annotations
+
+import os
+
+Frame = tuple[str, str, int]
+
+_SEP = os.sep
+# An installed package's files: a user's own folder may be called ray (Ray's images run as
+# user `ray`, in /home/ray), but only an installed engine sits under site- or dist-packages.
+_RAY = (f"-packages{_SEP}ray{_SEP}",)
+_DASK = (f"-packages{_SEP}distributed{_SEP}", f"-packages{_SEP}dask{_SEP}")
+# (engine, kind, file part, executor function) -> the frames after it, down to the first
+# frame that is not the engine's, are the engine's dispatch of one unit.
+_EXECUTORS: tuple[tuple[str, str, str, str], ...] = (
+    ("ray", "actor", f"{_SEP}ray{_SEP}_private{_SEP}function_manager.py", "actor_method_executor"),
+    ("ray", "task", f"{_SEP}ray{_SEP}_private{_SEP}worker.py", "Worker.main_loop"),
+    ("dask", "task", f"{_SEP}distributed{_SEP}worker.py", "_run_task"),
+    ("dask", "task", f"{_SEP}distributed{_SEP}worker.py", "_run_task_simple"),
+    ("dask", "task", f"{_SEP}distributed{_SEP}worker.py", "apply_function"),
+)
+UNIT_PREFIXES = ("[ray task ", "[ray actor ", "[dask task ")
+
+
+def _engine_file(engine: str, filename: str) -> bool:
+    return any(part in filename for part in (_RAY if engine == "ray" else _DASK))
+
+
+def _executor(frame: Frame) -> tuple[str, str] | None:
+    name, filename, _ = frame
+    for engine, kind, part, func in _EXECUTORS:
+        if filename.endswith(part) and (name == func or name.endswith("." + func)):
+            return engine, kind
+    return None
+
+
+def _loading(frame: Frame) -> bool:
+    """A module body or a module's lazy `__getattr__`: the engine importing what a task needs
+    (Ray unpickles a task's function, and its imports, from inside its loop), not a task."""
+    name, filename, _ = frame
+    return name in ("<module>", "__getattr__") or filename.startswith("<frozen")
+
+
+def unit_name(engine: str, kind: str, function: str) -> str:
+    return f"[{engine} {kind} {function}]"
+
+
+def units(frames: list[Frame]) -> list[Frame]:
+    """The stack rooted at its unit of work, or unchanged when it runs no engine's task.
+
+    The innermost executor wins: an actor's method executor sits below the worker's loop, and
+    a task that itself runs an engine's task locally is named for the inner one.
+    """
+    found = None
+    for i, frame in enumerate(frames):
+        hit = _executor(frame)
+        if hit is not None:
+            found = (i, *hit)
+    if found is None:
+        return frames
+    i, engine, kind = found
+    j = i + 1
+    while j < len(frames) and _engine_file(engine, frames[j][1]):
+        j += 1
+    if j >= len(frames) or _loading(frames[j]):
+        return frames  # the executor itself is running (between tasks, or loading a task's code): no unit
+    return [(unit_name(engine, kind, frames[j][0]), "", 0), *frames[j:]]
