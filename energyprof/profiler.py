@@ -409,7 +409,7 @@ def run_meta(options: Options, target: str, argv: list[str], started_wall: float
         "energyprof_version": __version__,
         "python": platform.python_version(),
         "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
-                 "platform": _platform(), "memory_bytes": probes.total_memory_bytes()},
+                 "platform": _platform(), "memory_bytes": probes.total_memory_bytes(), "boot_id": probes.boot_id()},
         "pid": pid,
         "sensor_notes": list(sensor_notes),
         "exit": exit_status,

@@ -51,6 +51,7 @@ def two_nodes(tmp_path_factory: pytest.TempPathFactory) -> Path:
         assert res.returncode == 0, res.stderr
         doc = json.loads((d / f"{name}.json").read_text())
         doc["meta"]["host"]["name"] = f"node-{name}"
+        doc["meta"]["host"]["boot_id"] = f"boot-{name}"  # two machines: two kernels
         (d / f"{name}.json").write_text(json.dumps(doc))
     res = run_cli(["merge", "a.json", "b.json", "-o", "job.json", "--html", "job.html", "-q"], cwd=d, timeout=300)
     assert res.returncode == 0, res.stderr
@@ -77,6 +78,20 @@ def test_merge_of_two_nodes_sums_each_source_exactly(two_nodes: Path) -> None:
     res = run_cli(["report", "job.json", "-o", "again.html", "-q", "--idle", "all"], cwd=two_nodes)
     assert res.returncode == 0, res.stderr
     assert (two_nodes / "again.html").stat().st_size > 10_000
+
+
+def test_a_machine_is_known_by_its_boot_id_not_its_host_name(two_nodes: Path) -> None:
+    """Two containers on one machine (or two of an engine's nodes) have their own host names and
+    share the kernel: one machine, its runs each counted once, never two machines' idle."""
+    a, b = (load(two_nodes / f"{n}.json") for n in ("a", "b"))
+    for p in (a, b):
+        p.meta["host"]["boot_id"] = "one-kernel"
+    job = merge([a, b], ["a", "b"])
+    holders = [n.function for n in job.root.children if n.function.startswith("[node ")]
+    assert holders == []  # one machine: no node holders
+    assert any(n.kind == "runs-added" for n in job.notes)  # the two runs did not overlap: each once
+    assert job.totals.energy_j == {s: a.totals.energy_j[s] + b.totals.energy_j[s] for s in a.totals.energy_j}
+    conserved(job)
 
 
 def test_merge_twice_the_same_rank_is_refused(two_nodes: Path) -> None:

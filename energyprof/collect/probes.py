@@ -115,6 +115,17 @@ def logical_cpus() -> int:
     return os.cpu_count() or 1
 
 
+def boot_id() -> str | None:
+    """This machine's kernel boot id: what `energyprof merge` knows a machine by. Host names repeat
+    (containers, `localhost`) and an engine's node ids are its own (Ray runs two nodes on one
+    machine); every container and node on one running kernel shares its boot id."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 def rss_bytes() -> int:
     if _HAVE_PROC:
         return int(_STATM.read(256).split()[1]) * _PAGE

@@ -1,6 +1,6 @@
 """Join the profiles of one job (per rank, per node) into one Profile. Pure: Profiles in, a Profile out.
 
-Profiles are grouped by node (the host that measured them), and a node's profiles into runs
+Profiles are grouped by machine (the kernel boot id that measured them, else the host name), and a node's profiles into runs
 that overlapped in time. The ranks of a run all read the same machine, so its machine energy
 is taken once per source: from the profile whose readings span the longest (the rank elected
 reader on a tie), never summed over its ranks. Runs of one node that did not overlap are
@@ -47,6 +47,15 @@ class _Member:
 def _dist(p: Profile) -> dict[str, Any]:
     d = p.meta.get("distributed")
     return d if isinstance(d, dict) else {}
+
+
+def machine_of(p: Profile) -> str:
+    """The machine a profile's energy was read on: its kernel's boot id where the profile has one
+    (ranks, containers and an engine's nodes on one machine share it), else its host (`host_of`)."""
+    host = p.meta.get("host")
+    if isinstance(host, dict) and host.get("boot_id"):
+        return f"boot:{host['boot_id']}"
+    return host_of(p)
 
 
 def host_of(p: Profile) -> str:
@@ -128,13 +137,13 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
     seen_ranks: dict[tuple[str, int], str] = {}
     nodes: dict[str, list[_Member]] = {}
     for m in members:
-        host = host_of(m.profile)
+        machine = machine_of(m.profile)
         if m.rank is not None:
             key = (str(_dist(m.profile).get("job", "")), m.rank)
             if key in seen_ranks:
                 raise MergeError(f"{m.label} and {seen_ranks[key]} are both rank {m.rank} of the same job")
             seen_ranks[key] = m.label
-        nodes.setdefault(host, []).append(m)
+        nodes.setdefault(machine, []).append(m)
     t0 = min((m.start for m in members if m.start is not None), default=None)
     multi = len(nodes) > 1
     root = Node(function=str(profiles[0].meta.get("target") or "<job>"), other_policy_self_energy_j={})
@@ -153,7 +162,8 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
     timelines: list[tuple[float, Timeline]] = []
     cpu_s = own_cpu_s = 0.0
     peaks: list[int] = []
-    for host, members_of_host in nodes.items():
+    for members_of_host in nodes.values():
+        host = host_of(members_of_host[0].profile)
         runs = _runs(members_of_host)
         if len(runs) > 1:
             notes.append(Note("runs-added", f"{host}: {len(runs)} runs that did not overlap in time; their machine"
