@@ -111,8 +111,11 @@ def reader(tmp_path):
     zone = make_zone(root, "intel-rapl:0", "package-0", energy_uj=1000)
     make_zone(root, "intel-rapl:0:0", "dram", energy_uj=0)
     sock = tmp_path / "rapl.sock"
+    import grp
+
+    group = grp.getgrgid(os.getgid()).gr_name  # this user's own group: it is served
     proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sensors", "serve", "--socket", str(sock),
-                             "--powercap-root", str(root)], stderr=subprocess.PIPE, text=True)
+                             "--powercap-root", str(root), "--group", group], stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
         assert "serving cpu (package-0), dram (dram)" in line, line
@@ -129,7 +132,7 @@ def test_served_counters_and_their_wrap(reader):
     try:
         by_id = {s.id: s for s in found.sensors}
         assert set(by_id) == {"cpu", "dram"} and by_id["cpu"].sensor == "rapl"
-        assert (sock.stat().st_mode & 0o777) == 0o666
+        assert (sock.stat().st_mode & 0o777) == 0o660
         by_id["cpu"].start(1)
         (zone / "energy_uj").write_text("3501000\n")
         assert by_id["cpu"].read(2) == pytest.approx(3.5)
@@ -156,24 +159,20 @@ def test_a_run_uses_the_reader_when_rapl_cannot_be_read(reader, tmp_path):
 
 
 def test_serve_refuses_a_path_that_is_not_a_socket(tmp_path):
+    import grp
+
     make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
     (tmp_path / "file").write_text("keep me")
-    done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "file"), "--powercap-root", str(tmp_path / "pc")],
-                   tmp_path)
+    done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "file"), "--powercap-root", str(tmp_path / "pc"),
+                    "--group", grp.getgrgid(os.getgid()).gr_name], tmp_path)
     assert done.returncode == 2 and "not a socket" in done.stderr
     assert (tmp_path / "file").read_text() == "keep me"
 
 
-def test_serve_for_a_group_and_refuse_an_unknown_group(tmp_path):
-    import grp
-
+def test_serve_needs_a_group_and_refuses_an_unknown_one(tmp_path):
     make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
-    group = grp.getgrgid(os.getgid()).gr_name
-    server, zones = served.make_server(str(tmp_path / "g.sock"), str(tmp_path / "pc"), group)
-    try:
-        st = (tmp_path / "g.sock").stat()
-        assert (st.st_mode & 0o777) == 0o660 and st.st_gid == os.getgid() and zones == ["cpu (package-0)"]
-    finally:
-        server.server_close()
-    with pytest.raises(ValueError, match="no group named"):
-        served.make_server(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here")
+    for extra, said in (([], "name the group"), (["--group", "no-such-group-here"], "no group named")):
+        done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "s.sock"), "--powercap-root",
+                        str(tmp_path / "pc"), *extra], tmp_path)
+        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert not (tmp_path / "s.sock").exists()

@@ -4,7 +4,8 @@
                                                     the step that enables each one missing
     energyprof sensors record -o rec.csv --seconds N   record the run's sensors as a power trace
                                                     that `--power-trace` replays
-    energyprof sensors serve [--socket P] [--group G]  (as root) hand RAPL counters to a group
+    energyprof sensors serve --group G [--socket P] [--check] [--print-unit]
+                                                    (as root) hand RAPL counters and power knobs to a group
 """
 
 from __future__ import annotations
@@ -141,35 +142,110 @@ def trace_csv(columns: list[str], rows: list[tuple[float, list[float]]]) -> str:
 
 
 def serve_cmd(argv: list[str]) -> int:
-    from ..collect.sensors import served
+    from ..collect.sensors import rapl, served
+    from ..serve import server as srv
 
-    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters over a Unix socket to "
-               "members of a group, so that they get measured figures without root (docs/sensors.md).")
-    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {served.DEFAULT_SOCKET})")
-    p.add_argument("--group", default=None, help="the group whose members may read (socket mode 0660); "
-                   "without it, every user may (mode 0666)")
+    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters, and the power knobs found "
+               "here, over a Unix socket to the members of one group, so that they get measured figures and can set "
+               "knobs within range without root. The recommended way to run it is the systemd units that --print-unit "
+               "shows (docs/sensors.md).")
+    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or "
+                   f"{served.DEFAULT_SOCKET}); its folder must be root's, or is created 0750 root:GROUP")
+    p.add_argument("--group", default=None, help="the group whose members may read and set knobs (required)")
+    p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")
+    p.add_argument("--print-unit", action="store_true", help="print the systemd socket and service units and exit")
     _powercap_flag(p)
     ns = p.parse_args(argv)
-    path = served.socket_path(ns.socket)
+    if ns.print_unit:
+        for name in UNIT_FILES:
+            print(f"# ---- {name}\n{_unit_text(name)}")
+        return 0
+    if not ns.group:
+        raise OptionError("name the group whose members may read: --group energyprof (RAPL's counters are root-only "
+                          "since CVE-2020-8694: the reader never serves them to every user)")
     try:
-        server, zones = served.make_server(path, ns.powercap_root, ns.group)
-    except (ValueError, OSError) as exc:
+        gid = srv.group_id(ns.group)
+    except srv.ServeError as exc:
         raise OptionError(str(exc)) from None
+    found = rapl.discover(ns.powercap_root)
+    knobs = _served_knobs()
+    path = served.socket_path(ns.socket)
+    if ns.check:
+        return _serve_check(path, ns.group, gid, found, knobs)
+    if not found.sensors:
+        raise OptionError("no readable RAPL counter to serve: " + "; ".join(found.notes or ["none found"]))
+    inherited = srv.inherited_socket()
+    try:
+        listener = inherited or srv.bind(path, gid)
+    except (srv.ServeError, OSError) as exc:
+        raise OptionError(str(exc)) from None
+    reader = srv.Reader(listener, gid, lambda: served.snapshot(found.sensors), knobs)
 
     def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        reader.stopping = True
 
     signal.signal(signal.SIGTERM, stop)
-    print(f"{PROG}: serving {', '.join(zones)} on {path}" + (f" to group {ns.group}" if ns.group else ""),
+    signal.signal(signal.SIGINT, stop)
+    zones = ", ".join(f"{s.id} ({s.detail.get('domain')})" for s in found.sensors)
+    print(f"{PROG}: serving {zones}" + (f" and knobs {', '.join(k.name for k in knobs)}" if knobs else "")
+          + f" on {'the socket systemd handed over' if inherited else path} to group {ns.group}",
           file=sys.stderr, flush=True)
     try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
+        reader.serve()
     finally:
-        server.server_close()
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if inherited is None:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
     return 0
+
+
+UNIT_FILES = ("energyprof-sensors.socket", "energyprof-sensors.service")
+
+
+def _unit_text(name: str) -> str:
+    from importlib.resources import files
+
+    return (files("energyprof.serve") / "units" / name).read_text()
+
+
+def _served_knobs() -> list[Any]:
+    """The knobs this machine has (root discovers them; a client only ever names one)."""
+    try:
+        from ..knobs.registry import discover
+    except ImportError:
+        return []
+    try:
+        return list(discover())
+    except Exception as exc:  # noqa: BLE001 - a knob backend that fails is left out, and said
+        print(f"{PROG}: no knobs served: {exc}", file=sys.stderr)
+        return []
+
+
+def _serve_check(path: str, group: str, gid: int, found: Any, knobs: list[Any]) -> int:
+    """`serve --check`: what would be served, where and to whom. Reads only."""
+    import grp
+    import pwd
+
+    from ..serve import server as srv
+
+    folder = os.path.dirname(os.path.abspath(path))
+    problem = srv.check_folder(folder)
+    members = set(grp.getgrgid(gid).gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid}
+    lines = [f"{PROG} sensors serve --check (nothing changed):"]
+    zones = ", ".join(f"{s.id} ({s.detail.get('domain')})" for s in found.sensors)
+    lines.append(f"  counters: {zones or 'none readable (' + '; '.join(found.notes or ['none found']) + ')'}")
+    lines.append(f"  knobs:    {', '.join(k.name for k in knobs) or 'none found'}")
+    lines.append(f"  socket:   {path}, mode 0660 root:{group}")
+    if problem:
+        lines.append(f"  folder:   REFUSED: {problem}")
+    elif os.path.isdir(folder):
+        st = os.stat(folder)
+        lines.append(f"  folder:   {folder} exists, root's, mode {st.st_mode & 0o777:o}: used as it is")
+    else:
+        lines.append(f"  folder:   {folder} would be created, mode 0750 root:{group}")
+    lines.append(f"  serves:   root and the members of {group} (gid {gid}): {', '.join(sorted(members)) or 'no members yet'}")
+    lines.append(f"  runs as:  {'root' if os.geteuid() == 0 else f'uid {os.geteuid()} (run it as root: RAPL is root-only)'}")
+    print("\n".join(lines))
+    return 2 if problem or not found.sensors else 0

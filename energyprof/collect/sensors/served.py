@@ -1,23 +1,22 @@
-"""RAPL handed over by a small privileged reader (`energyprof sensors serve`), for users without root.
+"""RAPL handed over by the privileged reader (`energyprof sensors serve`, energyprof/serve/), for users
+without root: the client side, and the snapshot the reader answers with.
 
-The reader runs as root, reads powercap's counters (rapl.py's discovery) and answers anyone
-who can open its Unix socket: the socket is mode 0660 and owned by a group (as Zeus's daemon
-does), so membership of that group is the permission. Protocol: the client writes a line, the
-reader answers one JSON line {"zones": [{"id", "component", "domain", "energy_uj",
-"max_energy_range_uj"}]}. The client turns each zone into a sensor with its own wraparound
-handling; one request per tick serves every zone.
+The reader runs as root, reads powercap's counters (rapl.py's discovery) and answers members of its
+group (serve/server.py). The request grammar is serve/protocol.py's; `read` is answered with one
+JSON line {"zones": [{"id", "component", "domain", "energy_uj", "max_energy_range_uj"}]}. The client
+turns each zone into a sensor with its own wraparound handling; one request per tick serves every
+zone. `ServedClient.knobs/set_knob/restore_knob` ask the reader to set a power knob within its range.
 """
 
 from __future__ import annotations
 
-import grp
 import json
 import os
 import socket
 import threading
-from pathlib import Path
 from typing import Any
 
+from ...serve import protocol
 from . import rapl
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
@@ -31,10 +30,8 @@ def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("ENERGYPROF_SENSOR_SOCKET") or DEFAULT_SOCKET
 
 
-# ---------------------------------------------------------------- the reader (server)
-
-
 def snapshot(zones: list[rapl.RaplSensor]) -> dict[str, Any]:
+    """What the reader answers to `read`: each counter it found at start-up, read now."""
     out = []
     for z in zones:
         try:
@@ -44,48 +41,6 @@ def snapshot(zones: list[rapl.RaplSensor]) -> dict[str, Any]:
         out.append({"id": z.id, "component": z.component, "domain": z.detail.get("domain"), "energy_uj": uj,
                     "max_energy_range_uj": z.detail.get("max_energy_range_uj")})
     return {"zones": out}
-
-
-def _server_classes() -> tuple[type, type]:
-    """(the server, its handler), made when a reader is served: socketserver is the reader's
-    alone, and importing it cost every run's sensor discovery 2.4 ms."""
-    import socketserver
-
-    class _Handler(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            zones = self.server.zones  # type: ignore[attr-defined]
-            for _ in self.rfile:
-                self.wfile.write(json.dumps(snapshot(zones)).encode() + b"\n")
-                self.wfile.flush()
-
-    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-        daemon_threads = True
-
-    return Server, _Handler
-
-
-def make_server(path: str, powercap_root: str | None = None, group: str | None = None) -> tuple[Any, list[str]]:
-    """The bound reader and what it serves; raises ValueError with a line for the user."""
-    found = rapl.discover(powercap_root)
-    if not found.sensors:
-        raise ValueError("no readable RAPL counter to serve: " + "; ".join(found.notes or ["none found"]))
-    sock = Path(path)
-    sock.parent.mkdir(parents=True, exist_ok=True)
-    if sock.exists() or sock.is_symlink():
-        if not sock.is_socket():
-            raise ValueError(f"{path} exists and is not a socket; not replaced")
-        sock.unlink()
-    server_class, handler = _server_classes()
-    server = server_class(path, handler)
-    server.zones = found.sensors  # type: ignore[attr-defined]
-    os.chmod(path, 0o660 if group else 0o666)
-    if group:
-        try:
-            os.chown(path, -1, grp.getgrnam(group).gr_gid)
-        except KeyError:
-            server.server_close()
-            raise ValueError(f"no group named {group!r} (create it: sudo groupadd {group})") from None
-    return server, [f"{s.id} ({s.detail.get('domain')})" for s in found.sensors]
 
 
 # ---------------------------------------------------------------- the client (sensors)
@@ -110,16 +65,37 @@ class ServedClient:
             if t_ns is not None and t_ns == self._at:
                 return self._last
             try:
-                self.file.write(b"read\n")
-                self.file.flush()
-                line = self.file.readline()
+                answer = self._ask(protocol.request("read"))
             except OSError as exc:
                 raise SensorError(f"the energyprof sensor reader at {self.path} stopped answering ({exc})") from None
-            if not line:
-                raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
-            self._last = {z["id"]: z for z in json.loads(line)["zones"]}
+            self._last = {z["id"]: z for z in answer["zones"]}
             self._at = t_ns
             return self._last
+
+    def _ask(self, line: bytes) -> dict[str, Any]:
+        self.file.write(line)
+        self.file.flush()
+        answer = self.file.readline()
+        if not answer:
+            raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
+        return json.loads(answer)
+
+    def knobs(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return self._ask(protocol.request("knobs"))["knobs"]
+
+    def set_knob(self, name: str, value: float) -> None:
+        """Set a knob through the reader; it is restored when this connection closes."""
+        with self._lock:
+            answer = self._ask(protocol.request("set", name, value))
+        if "error" in answer:
+            raise SensorError(f"the sensor reader refused to set {name}: {answer['error']}")
+
+    def restore_knob(self, name: str) -> None:
+        with self._lock:
+            answer = self._ask(protocol.request("restore", name))
+        if "error" in answer:
+            raise SensorError(f"the sensor reader refused to restore {name}: {answer['error']}")
 
     def release(self) -> None:
         self.users -= 1
