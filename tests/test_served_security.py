@@ -10,7 +10,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import stat
 import subprocess
 import sys
