@@ -24,7 +24,7 @@ from ..profile import Profile
 from ..profiler import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
-from .launch import Launch
+from .launch import Launch, NoRoom, no_room
 from ..integrations.distributed import gpu_ties
 from .job import JobFeed
 
@@ -71,10 +71,13 @@ class Supervisor:
                                   checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
             self.started_wall = time.time()
             collector.start()
-        except BaseException:
+        except BaseException as exc:
             launch.abort()
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
+            room = exc if isinstance(exc, NoRoom) else no_room(exc)
+            if room is not None:  # one line and exit 2: the program has not started
+                raise SpawnError(f"{room}; the program was not started") from None
             raise
         self.launch = launch
         try:
@@ -99,6 +102,9 @@ class Supervisor:
             self.launch.finish()
 
     def _wait(self, pid: int, inbox: signals.Inbox, launch: Launch, feed: JobFeed) -> int:
+        """The program's wait status once it has ended. energyprof stops when the program stops
+        (Ctrl-Z, SIGTSTP at its default, SIGTTIN) and not before, so a shell sees the job as it
+        would see the program: a program that handles SIGTSTP and goes on keeps energyprof going."""
         while True:
             for sig in inbox.wait(0.25):
                 if sig.forward and not launch.sent_to_job(sig.signo):
@@ -108,13 +114,16 @@ class Supervisor:
                         pass
                 elif sig.from_terminal:
                     launch.forget(sig.signo)
-                if sig.stops:
-                    inbox.stop_self()
             launch.tell(list(feed.procs))
             try:
-                done, status, usage = os.wait4(pid, os.WNOHANG)
+                done, status, usage = os.wait4(pid, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 return 0
+            if done == pid and os.WIFSTOPPED(status):
+                # SIGCONT (the shell's `fg` or `bg` to the job, or sent to energyprof and passed
+                # on) resumes both; in an orphaned process group the kernel stops neither.
+                inbox.stop_self()
+                continue
             if done == pid:
                 self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) if usage.ru_maxrss else None
                 return status
