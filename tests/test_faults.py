@@ -353,14 +353,14 @@ def _read(path: Path) -> str:
         return ""
 
 
-def _compare_limited(here: Path, preexec, extra: list[str]) -> tuple[tuple, tuple]:
+def _compare_limited(here: Path, preexec, extra: dict[str, str]) -> tuple[tuple, tuple]:
     """(plain python's (status, stdout), energyprof's (status, stdout, stderr)) for one program under
     one limit; the timeouts are hang guards only."""
     script(here, "hello.py", HELLO)
-    env = {k: v for k, v in os.environ.items() if k != "ENERGYPROF_POWERCAP_ROOT"}
+    env = {**{k: v for k, v in os.environ.items() if k != "ENERGYPROF_POWERCAP_ROOT"}, **extra}
     alone = subprocess.run([sys.executable, "hello.py"], cwd=here, capture_output=True, text=True, timeout=120,
                            preexec_fn=preexec, env=env)
-    prof = subprocess.run([sys.executable, "-m", "energyprof", "-q", *extra, *profiled(["hello.py"])], cwd=here,
+    prof = subprocess.run([sys.executable, "-m", "energyprof", "-q", *profiled(["hello.py"])], cwd=here,
                           capture_output=True, text=True, timeout=120, preexec_fn=preexec, env=env)
     return (alone.returncode, alone.stdout), (prof.returncode, prof.stdout, prof.stderr)
 
@@ -397,7 +397,7 @@ def test_a_process_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, room)
             fh.write(str(os.getpid()))
 
     try:
-        alone, prof = _compare_limited(here, enter, [])
+        alone, prof = _compare_limited(here, enter, {})
         left = _read(group / "cgroup.procs").split()  # the watcher too has gone
     finally:
         for pid in _read(group / "cgroup.procs").split():
@@ -418,8 +418,9 @@ def test_a_process_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, room)
         assert prof[0] == 2
 
 
+@pytest.mark.parametrize("extra", [pytest.param({}, id="linux"), pytest.param({"ENERGYPROF_PORTABLE": "1"}, id="portable")])
 @pytest.mark.parametrize("files", [8, 6, 5])
-def test_an_open_file_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, files):
+def test_an_open_file_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, files, extra):
     """Defect: under `ulimit -n 8` energyprof printed two chained tracebacks (Launch.abort closed
     descriptor -1) and exited 1, and its watcher then said energyprof had been killed."""
     import resource
@@ -427,10 +428,10 @@ def test_an_open_file_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, fi
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
 
-    alone, prof = _compare_limited(here, limit, [])
+    alone, prof = _compare_limited(here, limit, extra)
     assert alone == (0, "hello\n")
     _same_or_one_line(alone, prof, "open-file limit")
-    if files == 8:  # as python does: the launcher's go and exec's answer share one socket
+    if files == 8:  # as python does: the watcher and the launcher each talk over one socket, not two pipes
         assert prof[0] == 0 and load(here / "p.json").meta["exit"] == {"status": "completed"}
 
 

@@ -7,9 +7,9 @@
   supervisor dies (PR_SET_PDEATHSIG, Linux), waits for the go, restores the signal state the
   program is owed and execs it. The program stays the supervisor's own child: wait4 gives its
   exact status and rusage.
-- a **watcher**, holding the read end of a pipe whose write end only the supervisor holds. The
+- a **watcher**, holding one end of a socket whose other end only the supervisor holds. The
   supervisor tells it the job's processes as they appear and, when it ends normally, that it
-  did. If the pipe ends without that (SIGKILL, the OOM killer), the watcher ends the job's
+  did. If the socket ends without that (SIGKILL, the OOM killer), the watcher ends the job's
   processes (SIGTERM, then SIGKILL after a grace) and says where the checkpoint is. This is the
   only guard where there is no PR_SET_PDEATHSIG (macOS), and it reaches the program's children,
   which PR_SET_PDEATHSIG does not.
@@ -82,7 +82,7 @@ class Launch:
         self.pid = 0
         self.watcher = 0
         self._go: socket.socket | int = -1
-        self._watch = self._acks = -1
+        self._watch = -1  # the supervisor's end of the watcher's socket
         self._unacked = 0  # the watcher's pending copies asked to be dropped, not yet dropped
         self._told: set[int] = set()
 
@@ -95,7 +95,7 @@ class Launch:
             self.abort()
             if self.watcher > 0:
                 try:
-                    os.waitpid(self.watcher, 0)  # it leaves at once: the pipe said "done", then ended
+                    os.waitpid(self.watcher, 0)  # it leaves at once: the socket said "done", then ended
                 except ChildProcessError:
                     pass
             room = no_room(exc)
@@ -106,25 +106,21 @@ class Launch:
     def _fork(self) -> None:
         prctl = _prctl()
         shell = os.getppid()
-        watch_r, self._watch = os.pipe()
-        try:
-            self._acks, acks_w = os.pipe()
-        except BaseException:
-            os.close(watch_r)
-            raise
+        # One socket both ways (the job's pids and the run's end out, acknowledgements back) where
+        # two pipes would take two more descriptors. It ends (EOF) when the supervisor dies.
+        ours, theirs = (s.detach() for s in socket.socketpair())
+        self._watch = ours
         try:
             self.watcher = os.fork()
         except BaseException:
-            os.close(watch_r)
-            os.close(acks_w)
+            os.close(theirs)
             raise
         if self.watcher == 0:
-            os.close(self._acks)
-            _watcher(watch_r, acks_w, self.checkpoint, shell)  # never returns
-        os.close(watch_r)
-        os.close(acks_w)
-        # One socket both ways (the go, then exec's errno back) where two pipes would take two
-        # more descriptors: energyprof starts the program under `ulimit -n 8` as python does.
+            os.close(self._watch)
+            _watcher(theirs, self.checkpoint, shell)  # never returns
+        os.close(theirs)
+        # The same for the launcher: the go, then exec's errno back. So energyprof starts the
+        # program under `ulimit -n 8`, as python does.
         self._go, ours = socket.socketpair()
         self._go.set_inheritable(False)
         try:
@@ -133,7 +129,7 @@ class Launch:
             ours.close()
             raise
         if self.pid == 0:
-            _launcher(ours.fileno(), (self._watch, self._go.fileno(), self._acks), os.getppid(), prctl, self.command,
+            _launcher(ours.fileno(), (self._watch, self._go.fileno()), os.getppid(), prctl, self.command,
                       self.executable, self.env, self.dispositions)  # never returns
         ours.close()
         self.tell([self.pid])
@@ -184,8 +180,8 @@ class Launch:
         time.sleep(SPREAD_S)
         deadline = time.monotonic() + 2.0
         while self._unacked > 0 and time.monotonic() < deadline:  # a dropped copy must be gone first
-            if select.select([self._acks], [], [], 0.1)[0]:
-                got = os.read(self._acks, 64)
+            if select.select([self._watch], [], [], 0.1)[0]:
+                got = os.read(self._watch, 64)
                 if not got:
                     break
                 self._unacked -= len(got)
@@ -213,9 +209,7 @@ class Launch:
         if self._watch >= 0:
             self._send(b"d\n")
             os.close(self._watch)
-        if self._acks >= 0:
-            os.close(self._acks)
-        self._watch = self._acks = -1
+            self._watch = -1
 
     def _send(self, data: bytes) -> None:
         try:
@@ -227,7 +221,7 @@ class Launch:
 def _launcher(go: int, theirs: tuple[int, ...], parent: int, prctl: Callable[..., int] | None,
               command: list[str], executable: str | None, env: dict[str, str], dispositions: dict[int, Any]) -> None:
     try:
-        # The supervisor's ends: the go socket must read EOF, and the watcher's pipe end, when
+        # The supervisor's ends: the go socket must read EOF, and the watcher's socket end, when
         # the supervisor dies, whatever this process is doing.
         for fd in theirs:
             if fd >= 0:
@@ -259,7 +253,7 @@ def _launcher(go: int, theirs: tuple[int, ...], parent: int, prctl: Callable[...
     os._exit(127)
 
 
-def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> None:
+def _watcher(sock: int, checkpoint: str | None, shell: int) -> None:
     try:
         cwd = os.getcwd()
         signal.set_wakeup_fd(-1)
@@ -272,13 +266,13 @@ def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> N
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)  # keeps stderr only: a pipe reading energyprof's stdout ends with energyprof
-        for lo, hi in _gaps(3, sorted((watch_r, acks_w)), 1 << 16):
+        for lo, hi in _gaps(3, [sock], 1 << 16):
             os.closerange(lo, hi)
         os.chdir("/")
         pids: list[int] = []
         done = False
         pending = b""
-        while chunk := os.read(watch_r, 4096):
+        while chunk := os.read(sock, 4096):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
@@ -290,7 +284,7 @@ def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> N
                     if hasattr(signal, "sigtimedwait"):
                         signal.sigtimedwait({int(line[2:])}, 0)  # seen: the next one sent to the job shows again
                     try:
-                        os.write(acks_w, b"k")
+                        os.write(sock, b"k")
                     except OSError:
                         pass  # the supervisor is not waiting for it any more
         if not done:

@@ -51,11 +51,19 @@ class Supervisor:
         in place: the caller removes it once the profile's facts are on disk (outputs.py)."""
         ignored = signals.inherited_ignored()
         signals.reset_sigchld()
-        inbox = signals.inbox()
         o = self.options
-        spool = tempfile.mkdtemp(prefix="energyprof-")
-        launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
-                        o.checkpoint)
+        spool = tempfile.mkdtemp(prefix="energyprof-")  # first: finding the temporary folder opens a file
+        inbox: signals.Inbox | None = None
+        try:
+            inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
+            launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
+                            o.checkpoint)
+        except OSError as exc:
+            if inbox is not None:
+                inbox.close()
+            shutil.rmtree(spool, ignore_errors=True)
+            _say_no_room(exc)
+            raise
         try:
             launch.fork()  # while this process has one thread: sensor discovery may start some
             found, ledger = open_sources(o)
@@ -75,9 +83,7 @@ class Supervisor:
             launch.abort()
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
-            room = exc if isinstance(exc, NoRoom) else no_room(exc)
-            if room is not None:  # one line and exit 2: the program has not started
-                raise SpawnError(f"{room}; the program was not started") from None
+            _say_no_room(exc)
             raise
         self.launch = launch
         try:
@@ -181,3 +187,10 @@ class Supervisor:
 
 class SpawnError(Exception):
     """The program could not be started (one line for the user)."""
+
+
+def _say_no_room(exc: BaseException) -> None:
+    """A limit that left no room before the program started is one line and exit 2, not a traceback."""
+    room = exc if isinstance(exc, NoRoom) else no_room(exc)
+    if room is not None:
+        raise SpawnError(f"{room}; the program was not started") from None
