@@ -331,3 +331,125 @@ def test_truncated_real_profile_is_refused(here):
     res = run_cli(["report", "cut.json"], cwd=here)
     assert res.returncode == 2 and "truncated" in res.stderr and len(res.stderr.strip().splitlines()) == 1
     json.loads(text)  # the original stays valid
+
+
+# -- limits: energyprof runs where plain python does, or says in one line why not ------------------
+HELLO = "import sys\nwith open(sys.argv[0]) as fh:\n    fh.read()\nprint('hello', flush=True)\n"
+
+
+def _pids_cgroup() -> Path | None:
+    """A pids cgroup this test may make (v1's own hierarchy, or v2 where the pids controller is on)."""
+    for root in (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup")):
+        if (root / "cgroup.procs").exists() and (root == Path("/sys/fs/cgroup/pids")
+                                                  or "pids" in _read(root / "cgroup.subtree_control").split()):
+            return root
+    return None
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _compare_limited(here: Path, preexec, extra: dict[str, str]) -> tuple[tuple, tuple]:
+    """(plain python's (status, stdout), energyprof's (status, stdout, stderr)) for one program under
+    one limit; the timeouts are hang guards only."""
+    script(here, "hello.py", HELLO)
+    env = {**{k: v for k, v in os.environ.items() if k != "ENERGYPROF_POWERCAP_ROOT"}, **extra}
+    alone = subprocess.run([sys.executable, "hello.py"], cwd=here, capture_output=True, text=True, timeout=120,
+                           preexec_fn=preexec, env=env)
+    prof = subprocess.run([sys.executable, "-m", "energyprof", "-q", *profiled(["hello.py"])], cwd=here,
+                          capture_output=True, text=True, timeout=120, preexec_fn=preexec, env=env)
+    return (alone.returncode, alone.stdout), (prof.returncode, prof.stdout, prof.stderr)
+
+
+def _same_or_one_line(alone: tuple, prof: tuple, needle: str) -> None:
+    if prof[0] == 2:  # it said so before the program started
+        assert prof[1] == "" and prof[2].count("\n") == 1 and needle in prof[2], prof
+    else:
+        assert (prof[0], prof[1]) == alone and prof[2] == "", prof
+    assert "Traceback" not in prof[2] and "was killed" not in prof[2]
+
+
+@pytest.mark.parametrize("room", [1, 2, 3, 5])
+def test_a_process_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, room):
+    """Defect: with room for one more process (RLIMIT_NPROC, a pids cgroup near its max) energyprof
+    forked its watcher, could not fork the launcher, and waited forever for the watcher. Root
+    ignores RLIMIT_NPROC, so the limit here is a pids cgroup's pids.max, which counts the same
+    tasks (processes and threads): the program's interpreter and `room` more."""
+    if os.geteuid() != 0:
+        pytest.skip("making a pids cgroup needs root (and root ignores RLIMIT_NPROC)")
+    root = _pids_cgroup()
+    if root is None:
+        pytest.skip("no pids cgroup controller to limit the test's processes with")
+    group = root / f"energyprof-test-{os.getpid()}-{room}"
+    try:
+        group.mkdir()
+        (group / "pids.max").write_text(str(1 + room))
+    except OSError as exc:
+        pytest.skip(f"cannot make a pids cgroup here: {exc}")
+    procs = str(group / "cgroup.procs")
+
+    def enter() -> None:
+        with open(procs, "w") as fh:
+            fh.write(str(os.getpid()))
+
+    try:
+        alone, prof = _compare_limited(here, enter, {})
+        left = _read(group / "cgroup.procs").split()  # the watcher too has gone
+    finally:
+        for pid in _read(group / "cgroup.procs").split():
+            os.kill(int(pid), signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                group.rmdir()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+    assert alone == (0, "hello\n")
+    _same_or_one_line(alone, prof, "process limit")
+    assert left == []
+    if room == 1:  # energyprof needs threads and its watcher: there is no room for them
+        assert prof[0] == 2
+
+
+@pytest.mark.parametrize("extra", [pytest.param({}, id="linux"), pytest.param({"ENERGYPROF_PORTABLE": "1"}, id="portable")])
+@pytest.mark.parametrize("files", [8, 6, 5])
+def test_an_open_file_limit_leaves_the_run_alone_or_one_line_and_exit_2(here, files, extra):
+    """Defect: under `ulimit -n 8` energyprof printed two chained tracebacks (Launch.abort closed
+    descriptor -1) and exited 1, and its watcher then said energyprof had been killed."""
+    import resource
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (files, files))
+
+    alone, prof = _compare_limited(here, limit, extra)
+    assert alone == (0, "hello\n")
+    _same_or_one_line(alone, prof, "open-file limit")
+    if files == 8:  # as python does: the watcher and the launcher each talk over one socket, not two pipes
+        assert prof[0] == 0 and load(here / "p.json").meta["exit"] == {"status": "completed"}
+
+
+def test_the_first_checkpoint_comes_soon_so_an_early_kill_9_leaves_one(here):
+    """Defect: the first checkpoint waited a whole interval (30 s by default), so kill -9 (the OOM
+    killer, a scheduler's hard kill) in the first interval left nothing of the run. With an
+    interval of an hour, a checkpoint seen at all is the early first one."""
+    script(here, "sleeper.py", "import time\nprint('ready', flush=True)\ntime.sleep(600)\n")
+    proc = start(here, ["-q", "--checkpoint-interval", "3600", *profiled(["sleeper.py"])])  # it said "ready"
+    ckpt = here / "p.energyprof-checkpoint.json"
+    deadline = time.monotonic() + 120  # a hang guard: the interval is 30 times as long
+    while not ckpt.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ckpt.exists()
+    proc.kill()
+    _, err = proc.communicate(timeout=120)
+    assert f"the run up to its last checkpoint is in {ckpt.name} (energyprof report {ckpt.name})" in err, err
+    res = run_cli(["report", ckpt.name, "--json", "again.json", "-o", "again.html"], cwd=here)
+    assert res.returncode == 0, res.stderr
+    again = load(here / "again.json")
+    assert again.meta["exit"]["status"] == "checkpoint" and again.totals["duration_s"] > 0

@@ -339,3 +339,118 @@ def test_a_signal_to_the_program_can_land_only_on_its_own_threads(here):
     assert (res.returncode, res.stdout) == (0, want.stdout), res.stderr
     res = subprocess.run([sys.executable, "d.py"], cwd=here, capture_output=True, text=True, timeout=120)
     assert (res.returncode, res.stdout) == (0, want.stdout), res.stderr
+
+
+def _dfl() -> None:
+    """The child starts with the job-control signals at their default, as a shell's foreground job
+    does (a non-interactive shell starts background commands with SIGINT and SIGQUIT ignored)."""
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTSTP, signal.SIGCONT, signal.SIGTTIN, signal.SIGTTOU):
+        signal.signal(s, signal.SIG_DFL)
+
+
+def test_sigcont_to_the_whole_job_reaches_the_program_once(here):
+    """Defect: `fg` and `bg` send SIGCONT to the job's process group; the program's handler ran
+    twice, once from the group's copy and once from the copy energyprof passed on."""
+    script(here, "cont.py", """
+        import os, signal, time
+        def on(signo, frame):
+            print("got", signal.Signals(signo).name, flush=True)
+            time.sleep(1)  # a second delivery meanwhile would run the handler again
+        signal.signal(signal.SIGCONT, on)
+        print("ready", flush=True)
+        while not os.path.exists("stop"):
+            time.sleep(0.01)
+        print("end", flush=True)
+    """)
+    seen = []
+    for cmd in ([sys.executable, "cont.py"], [sys.executable, "-m", "energyprof", *profiled("cont.py")]):
+        (here / "stop").unlink(missing_ok=True)
+        proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=_env({}), process_group=0, preexec_fn=_dfl)
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        os.killpg(proc.pid, signal.SIGCONT)
+        assert proc.stdout.readline() == "got SIGCONT\n"
+        proc.send_signal(signal.SIGCONT)  # then one to energyprof alone: passed on, once
+        assert proc.stdout.readline() == "got SIGCONT\n"
+        (here / "stop").touch()
+        out, err = proc.communicate(timeout=60)
+        seen.append((proc.returncode, out, err))
+    assert seen[0] == seen[1] == (0, "end\n", "")
+
+
+def _events(pid: int, deadline: float) -> list[str]:
+    """What a shell's waitpid(WUNTRACED) sees of the job until it exits: each stop (answered with
+    SIGCONT, as `fg` would), then its exit. The deadline is a hang guard only."""
+    seen = []
+    while time.monotonic() < deadline:
+        done, status = os.waitpid(pid, os.WNOHANG | os.WUNTRACED)
+        if done != pid:
+            time.sleep(0.02)
+        elif os.WIFSTOPPED(status):
+            seen.append(f"stopped by {signal.Signals(os.WSTOPSIG(status)).name}")
+            os.kill(pid, signal.SIGCONT)
+        else:
+            seen.append(f"exit {os.waitstatus_to_exitcode(status)}")
+            return seen
+    seen.append("still running")
+    os.kill(pid, signal.SIGKILL)
+    return seen
+
+
+@pytest.mark.parametrize("extra", PATHS)
+def test_sigtstp_that_the_program_handles_stops_nothing(here, extra):
+    """Defect: energyprof passed SIGTSTP on and then stopped itself; the program handled it and
+    finished, and energyprof stayed stopped: no outputs, and the job never ended without a SIGCONT."""
+    script(here, "h.py", HANDLERS)
+    runs = []
+    for cmd in ([sys.executable, "h.py", "SIGTSTP"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGTSTP")]):
+        proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env(extra), process_group=0, preexec_fn=_dfl)
+        assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTSTP)
+        lines = [proc.stdout.readline()]
+        proc.stdin.write("stop\n")
+        proc.stdin.close()
+        events = _events(proc.pid, time.monotonic() + 120)
+        lines += proc.stdout.readlines()
+        runs.append((events, lines))
+        proc.returncode = 0  # reaped above
+        proc.stdout.close()
+        assert proc.stderr is not None and proc.stderr.read() == ""
+        proc.stderr.close()
+    assert runs[0] == runs[1] == (["exit 0"], ["got SIGTSTP\n", "end\n"])
+    assert load(here / "p.json").meta["exit"] == {"status": "completed"}
+
+
+@pytest.mark.parametrize("extra", PATHS)
+def test_sigtstp_at_its_default_stops_energyprof_with_the_program_and_sigcont_resumes_both(here, extra):
+    """The program stopped by SIGTSTP's default: energyprof stops too, once the program has, as
+    the shell expects of its job; SIGCONT to energyprof resumes it and it resumes the program."""
+    script(here, "h.py", HANDLERS)
+    runs = []
+    for cmd in ([sys.executable, "h.py", "SIGUSR1"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGUSR1")]):
+        proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env=_env(extra), process_group=0, preexec_fn=_dfl)
+        assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
+        program = [c for c in psutil.Process(proc.pid).children() if c.cmdline()[1:2] == ["h.py"]]
+        proc.send_signal(signal.SIGTSTP)
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # hang guard only
+            done, status = os.waitpid(proc.pid, os.WNOHANG | os.WUNTRACED)
+            if done == proc.pid:
+                break
+            time.sleep(0.02)
+        assert done == proc.pid and os.WIFSTOPPED(status) and os.WSTOPSIG(status) == signal.SIGTSTP
+        assert [p.status() for p in program] == [psutil.STATUS_STOPPED] * len(program)  # the program first
+        proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("stop\n")
+        proc.stdin.close()
+        events = _events(proc.pid, time.monotonic() + 120)
+        lines = proc.stdout.readlines()
+        proc.returncode = 0  # reaped above
+        proc.stdout.close()
+        assert proc.stderr is not None and proc.stderr.read() == ""
+        proc.stderr.close()
+        runs.append((len(program), events, lines))
+    assert runs == [(0, ["exit 0"], ["end\n"]), (1, ["exit 0"], ["end\n"])]
+    assert load(here / "p.json").meta["exit"] == {"status": "completed"}

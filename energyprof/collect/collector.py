@@ -88,6 +88,9 @@ class _Thread:
         return self._done.locked()
 
 
+FIRST_CHECKPOINT_NS = 1_000_000_000  # the first checkpoint, at most this long after the start
+
+
 class Collector:
     def __init__(self, sensors: list[Sensor], feed: Feed, interval_s: float, own: OwnClocks,
                  sensor_timeout_s: float = 2.0, checkpoint: Callable[[], dict[str, Any]] | None = None,
@@ -111,7 +114,7 @@ class Collector:
         self.checkpoint_path = checkpoint_path
         self.checkpoint_interval_ns = int(checkpoint_interval_s * 1e9)
         self.t0_ns = 0
-        self._last_checkpoint = 0
+        self._next_checkpoint = 0  # perf_counter_ns of the next one
         self.ticks = 0
         # Watchdog state: a read that never returns (a wedged driver) must not stop the run.
         # The stuck thread is abandoned (it exits when its read returns, touching nothing)
@@ -129,7 +132,9 @@ class Collector:
                 s.start(self.t0_ns)
             except Exception as exc:  # noqa: BLE001 - any failure just drops this sensor
                 self._drop(i, f"failed to start: {exc}", self.t0_ns)
-        self._last_checkpoint = self.t0_ns
+        # The first soon after the start, then on the interval: a kill -9 in the first interval
+        # (the OOM killer, a scheduler's hard kill) still leaves the run up to it.
+        self._next_checkpoint = self.t0_ns + min(FIRST_CHECKPOINT_NS, self.checkpoint_interval_ns)
         self.tick(self.t0_ns)
         try:
             self._spawn()
@@ -174,7 +179,7 @@ class Collector:
                 if not any(n["kind"] == "collector-error" for n in self.notes):
                     self.notes.append({"kind": "collector-error", "message": f"a collector tick failed:"
                                        f" {type(exc).__name__}: {exc}"})
-            if self.checkpoint_path and time.perf_counter_ns() - self._last_checkpoint >= self.checkpoint_interval_ns:
+            if self.checkpoint_path and time.perf_counter_ns() >= self._next_checkpoint:
                 self.write_checkpoint()
 
     def _halted(self, timeout: float) -> bool:
@@ -260,7 +265,7 @@ class Collector:
 
     # -- checkpoints -------------------------------------------------------------------
     def write_checkpoint(self) -> None:
-        self._last_checkpoint = time.perf_counter_ns()
+        self._next_checkpoint = time.perf_counter_ns() + self.checkpoint_interval_ns
         if not self.checkpoint_path or self._checkpoint_state is None:
             return
         try:

@@ -7,9 +7,9 @@
   supervisor dies (PR_SET_PDEATHSIG, Linux), waits for the go, restores the signal state the
   program is owed and execs it. The program stays the supervisor's own child: wait4 gives its
   exact status and rusage.
-- a **watcher**, holding the read end of a pipe whose write end only the supervisor holds. The
+- a **watcher**, holding one end of a socket whose other end only the supervisor holds. The
   supervisor tells it the job's processes as they appear and, when it ends normally, that it
-  did. If the pipe ends without that (SIGKILL, the OOM killer), the watcher ends the job's
+  did. If the socket ends without that (SIGKILL, the OOM killer), the watcher ends the job's
   processes (SIGTERM, then SIGKILL after a grace) and says where the checkpoint is. This is the
   only guard where there is no PR_SET_PDEATHSIG (macOS), and it reaches the program's children,
   which PR_SET_PDEATHSIG does not.
@@ -17,8 +17,11 @@
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import select
+import socket
 import signal
 import sys
 import time
@@ -30,7 +33,30 @@ from .signals import FORWARDED
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # between the watcher's SIGTERM and its SIGKILL
 SPREAD_S = 0.05  # a sender that signals the job's processes one by one has reached them all by then
-HELD = frozenset(FORWARDED) - {signal.SIGCONT}  # held pending in the watcher
+HELD = frozenset(FORWARDED)  # held pending in the watcher (SIGCONT too: `fg` and `bg` signal the whole job)
+# fork's and pipe's errors when a limit leaves no room (RLIMIT_NPROC or a pids cgroup; RLIMIT_NOFILE)
+NO_ROOM = {errno.EAGAIN: "the process limit (ulimit -u, or the pids cgroup's pids.max) leaves no room for energyprof's"
+                         " own process and threads beside the program",
+           errno.ENOMEM: "the memory or process limit leaves no room for energyprof's own process beside the program",
+           errno.EMFILE: "the open-file limit (ulimit -n %d) leaves energyprof no room for the few descriptors it"
+                         " needs beside the program's",
+           errno.ENFILE: "the system's open-file table is full"}
+
+
+class NoRoom(Exception):
+    """A limit leaves energyprof no room to start the program (one line for the user)."""
+
+
+def no_room(exc: BaseException) -> NoRoom | None:
+    """The one line for a fork, pipe or thread start that a limit refused; None: another error."""
+    if isinstance(exc, RuntimeError) and "can't start new thread" in str(exc):
+        return NoRoom(NO_ROOM[errno.EAGAIN])
+    if isinstance(exc, OSError) and exc.errno in NO_ROOM:
+        text = NO_ROOM[exc.errno]
+        if exc.errno == errno.EMFILE:
+            text %= resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        return NoRoom(text)
+    return None
 
 
 def _prctl() -> Callable[..., int] | None:
@@ -55,53 +81,86 @@ class Launch:
         self.checkpoint = checkpoint
         self.pid = 0
         self.watcher = 0
-        self._go = self._err = self._watch = self._acks = -1
+        self._go: socket.socket | int = -1
+        self._watch = -1  # the supervisor's end of the watcher's socket
         self._unacked = 0  # the watcher's pending copies asked to be dropped, not yet dropped
         self._told: set[int] = set()
 
     def fork(self) -> None:
+        """The watcher, then the launcher. A limit that refuses either leaves nothing behind: the
+        watcher is told the run is over and reaped, every descriptor is closed, and NoRoom says why."""
+        try:
+            self._fork()
+        except BaseException as exc:
+            self.abort()
+            if self.watcher > 0:
+                try:
+                    os.waitpid(self.watcher, 0)  # it leaves at once: the socket said "done", then ended
+                except ChildProcessError:
+                    pass
+            room = no_room(exc)
+            if room is not None:
+                raise room from None
+            raise
+
+    def _fork(self) -> None:
         prctl = _prctl()
         shell = os.getppid()
-        watch_r, self._watch = os.pipe()
-        self._acks, acks_w = os.pipe()
-        self.watcher = os.fork()
+        # One socket both ways (the job's pids and the run's end out, acknowledgements back) where
+        # two pipes would take two more descriptors. It ends (EOF) when the supervisor dies.
+        ours, theirs = (s.detach() for s in socket.socketpair())
+        self._watch = ours
+        try:
+            self.watcher = os.fork()
+        except BaseException:
+            os.close(theirs)
+            raise
         if self.watcher == 0:
-            os.close(self._acks)
-            _watcher(watch_r, acks_w, self.checkpoint, shell)  # never returns
-        os.close(watch_r)
-        os.close(acks_w)
-        go_r, self._go = os.pipe()
-        self._err, err_w = os.pipe()
-        self.pid = os.fork()
+            os.close(self._watch)
+            _watcher(theirs, self.checkpoint, shell)  # never returns
+        os.close(theirs)
+        # The same for the launcher: the go, then exec's errno back. So energyprof starts the
+        # program under `ulimit -n 8`, as python does.
+        self._go, ours = socket.socketpair()
+        self._go.set_inheritable(False)
+        try:
+            self.pid = os.fork()
+        except BaseException:
+            ours.close()
+            raise
         if self.pid == 0:
-            _launcher(go_r, err_w, (self._watch, self._go, self._err, self._acks), os.getppid(), prctl, self.command,
+            _launcher(ours.fileno(), (self._watch, self._go.fileno()), os.getppid(), prctl, self.command,
                       self.executable, self.env, self.dispositions)  # never returns
-        os.close(go_r)
-        os.close(err_w)
+        ours.close()
         self.tell([self.pid])
 
     def start(self) -> int:
         """Let the program run; its pid. OSError (from exec) if it could not start."""
-        os.write(self._go, b"g")
-        os.close(self._go)
-        self._go = -1
+        assert isinstance(self._go, socket.socket)
+        go, self._go = self._go, -1
         data = b""
-        while chunk := os.read(self._err, 64):  # the pipe closes on exec (close-on-exec)
-            data += chunk
-        os.close(self._err)
+        try:
+            go.sendall(b"g")
+            while chunk := go.recv(64):  # the launcher's end closes on exec (close-on-exec)
+                data += chunk
+        finally:
+            go.close()
         if data:
             os.waitpid(self.pid, 0)
-            errno = int(data)
-            raise OSError(errno, os.strerror(errno))
+            errno_ = int(data)
+            raise OSError(errno_, os.strerror(errno_))
         return self.pid
 
     def abort(self) -> None:
-        """The run could not begin: the launcher leaves without running anything."""
-        if self._go >= 0:
-            os.close(self._go)
+        """The run could not begin: the launcher (if there is one) leaves without running anything."""
+        if isinstance(self._go, socket.socket):
+            self._go.close()  # the launcher reads the end of the socket and leaves
             self._go = -1
-            os.close(self._err)
-            os.waitpid(self.pid, 0)
+        if self.pid > 0:
+            try:
+                os.waitpid(self.pid, 0)
+            except ChildProcessError:
+                pass
         self.finish()
 
     def tell(self, pids: Any) -> None:
@@ -121,8 +180,8 @@ class Launch:
         time.sleep(SPREAD_S)
         deadline = time.monotonic() + 2.0
         while self._unacked > 0 and time.monotonic() < deadline:  # a dropped copy must be gone first
-            if select.select([self._acks], [], [], 0.1)[0]:
-                got = os.read(self._acks, 64)
+            if select.select([self._watch], [], [], 0.1)[0]:
+                got = os.read(self._watch, 64)
                 if not got:
                     break
                 self._unacked -= len(got)
@@ -150,8 +209,7 @@ class Launch:
         if self._watch >= 0:
             self._send(b"d\n")
             os.close(self._watch)
-            os.close(self._acks)
-            self._watch = self._acks = -1
+            self._watch = -1
 
     def _send(self, data: bytes) -> None:
         try:
@@ -160,18 +218,19 @@ class Launch:
             pass  # the watcher is gone (killed with its group): nothing to tell
 
 
-def _launcher(go_r: int, err_w: int, theirs: tuple[int, ...], parent: int, prctl: Callable[..., int] | None,
+def _launcher(go: int, theirs: tuple[int, ...], parent: int, prctl: Callable[..., int] | None,
               command: list[str], executable: str | None, env: dict[str, str], dispositions: dict[int, Any]) -> None:
     try:
-        # The supervisor's ends: the go pipe must read EOF, and the watcher's pipe end, when
+        # The supervisor's ends: the go socket must read EOF, and the watcher's socket end, when
         # the supervisor dies, whatever this process is doing.
         for fd in theirs:
-            os.close(fd)
+            if fd >= 0:
+                os.close(fd)
         if prctl is not None:
             prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
         if os.getppid() != parent:  # the supervisor died before the request took effect
             os._exit(0)
-        if os.read(go_r, 1) != b"g":
+        if os.read(go, 1) != b"g":
             os._exit(0)
         for s, h in dispositions.items():
             try:
@@ -186,7 +245,7 @@ def _launcher(go_r: int, err_w: int, theirs: tuple[int, ...], parent: int, prctl
             os.execvpe(command[0], command, env)
     except OSError as exc:
         try:
-            os.write(err_w, str(exc.errno or 0).encode())
+            os.write(go, str(exc.errno or 0).encode())
         except OSError:
             pass
     except BaseException:  # noqa: BLE001 - never return into the supervisor's code
@@ -194,7 +253,7 @@ def _launcher(go_r: int, err_w: int, theirs: tuple[int, ...], parent: int, prctl
     os._exit(127)
 
 
-def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> None:
+def _watcher(sock: int, checkpoint: str | None, shell: int) -> None:
     try:
         cwd = os.getcwd()
         signal.set_wakeup_fd(-1)
@@ -207,13 +266,13 @@ def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> N
         null = os.open(os.devnull, os.O_RDWR)
         os.dup2(null, 0)
         os.dup2(null, 1)  # keeps stderr only: a pipe reading energyprof's stdout ends with energyprof
-        for lo, hi in _gaps(3, sorted((watch_r, acks_w)), 1 << 16):
+        for lo, hi in _gaps(3, [sock], 1 << 16):
             os.closerange(lo, hi)
         os.chdir("/")
         pids: list[int] = []
         done = False
         pending = b""
-        while chunk := os.read(watch_r, 4096):
+        while chunk := os.read(sock, 4096):
             pending += chunk
             *lines, pending = pending.split(b"\n")
             for line in lines:
@@ -225,7 +284,7 @@ def _watcher(watch_r: int, acks_w: int, checkpoint: str | None, shell: int) -> N
                     if hasattr(signal, "sigtimedwait"):
                         signal.sigtimedwait({int(line[2:])}, 0)  # seen: the next one sent to the job shows again
                     try:
-                        os.write(acks_w, b"k")
+                        os.write(sock, b"k")
                     except OSError:
                         pass  # the supervisor is not waiting for it any more
         if not done:

@@ -46,11 +46,6 @@ class Signal:
         """Pass it on: the program has not had it (the terminal's signals it has)."""
         return self.signo in FORWARDED and not self.from_terminal
 
-    @property
-    def stops(self) -> bool:
-        """Ctrl-Z or `kill -TSTP`: energyprof stops too, so the shell sees its job stopped."""
-        return self.signo == getattr(signal, "SIGTSTP", -1)
-
 
 class Inbox:
     """Where the supervisor's main thread takes the signals sent to energyprof."""

@@ -24,7 +24,7 @@ from ..profile import Profile
 from ..profiler import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
-from .launch import Launch
+from .launch import Launch, NoRoom, no_room
 from ..integrations.distributed import gpu_ties
 from .job import JobFeed
 
@@ -51,11 +51,19 @@ class Supervisor:
         in place: the caller removes it once the profile's facts are on disk (outputs.py)."""
         ignored = signals.inherited_ignored()
         signals.reset_sigchld()
-        inbox = signals.inbox()
         o = self.options
-        spool = tempfile.mkdtemp(prefix="energyprof-")
-        launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
-                        o.checkpoint)
+        spool = tempfile.mkdtemp(prefix="energyprof-")  # first: finding the temporary folder opens a file
+        inbox: signals.Inbox | None = None
+        try:
+            inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
+            launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
+                            o.checkpoint)
+        except OSError as exc:
+            if inbox is not None:
+                inbox.close()
+            shutil.rmtree(spool, ignore_errors=True)
+            _say_no_room(exc)
+            raise
         try:
             launch.fork()  # while this process has one thread: sensor discovery may start some
             found, ledger = open_sources(o)
@@ -71,10 +79,11 @@ class Supervisor:
                                   checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
             self.started_wall = time.time()
             collector.start()
-        except BaseException:
+        except BaseException as exc:
             launch.abort()
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
+            _say_no_room(exc)
             raise
         self.launch = launch
         try:
@@ -103,6 +112,9 @@ class Supervisor:
             self.launch.finish()
 
     def _wait(self, pid: int, inbox: signals.Inbox, launch: Launch, feed: JobFeed) -> int:
+        """The program's wait status once it has ended. energyprof stops when the program stops
+        (Ctrl-Z, SIGTSTP at its default, SIGTTIN) and not before, so a shell sees the job as it
+        would see the program: a program that handles SIGTSTP and goes on keeps energyprof going."""
         while True:
             for sig in inbox.wait(0.25):
                 if sig.forward and not launch.sent_to_job(sig.signo):
@@ -112,13 +124,16 @@ class Supervisor:
                         pass
                 elif sig.from_terminal:
                     launch.forget(sig.signo)
-                if sig.stops:
-                    inbox.stop_self()
             launch.tell(list(feed.procs))
             try:
-                done, status, usage = os.wait4(pid, os.WNOHANG)
+                done, status, usage = os.wait4(pid, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 return 0
+            if done == pid and os.WIFSTOPPED(status):
+                # SIGCONT (the shell's `fg` or `bg` to the job, or sent to energyprof and passed
+                # on) resumes both; in an orphaned process group the kernel stops neither.
+                inbox.stop_self()
+                continue
             if done == pid:
                 self.peak_rss = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024) if usage.ru_maxrss else None
                 return status
@@ -180,3 +195,10 @@ class Supervisor:
 
 class SpawnError(Exception):
     """The program could not be started (one line for the user)."""
+
+
+def _say_no_room(exc: BaseException) -> None:
+    """A limit that left no room before the program started is one line and exit 2, not a traceback."""
+    room = exc if isinstance(exc, NoRoom) else no_room(exc)
+    if room is not None:
+        raise SpawnError(f"{room}; the program was not started") from None
