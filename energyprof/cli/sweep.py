@@ -72,7 +72,7 @@ def _grid(specs: list[str]) -> list[tuple[str, list[str]]]:
 
 def _knobs(specs: list[str], powercap_root: str | None) -> list[tuple[str, list[str]]]:
     """Every knob spec checked against the machine's knobs and ranges now, before the first run."""
-    from ..knobs.base import KnobError
+    from ..knobs.base import KnobError, num
     from ..knobs.registry import discover, parse_spec, resolve
 
     if not specs:
@@ -85,7 +85,7 @@ def _knobs(specs: list[str], powercap_root: str | None) -> list[tuple[str, list[
     names = [s.name for s in parsed]
     if len(set(names)) != len(names):
         raise UsageError("--knob: the same knob given twice")
-    return [(s.name, [f"{v:g}" for v in s.values]) for s in parsed]
+    return [(s.name, [num(v) for v in s.values]) for s in parsed]
 
 
 def _fill(command: list[str], values: dict[str, str]) -> list[str]:

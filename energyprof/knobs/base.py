@@ -13,6 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 
+def num(value: float) -> str:
+    """A knob's value as a person writes it: 3600000, not 3.6e+06; 12.5 as it is."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
+
+
 class KnobError(Exception):
     """A knob that cannot be read or set: the message is one line for the user."""
 
@@ -55,8 +60,8 @@ class Knob(ABC):
         """Raise KnobError, one line, when `value` is not one this knob takes."""
         rng = self.range()
         if not rng.allows(value):
-            allowed = ", ".join(f"{c:g}" for c in rng.choices) if rng.choices else f"{rng.low:g}-{rng.high:g}"
-            raise KnobError(f"{self.name}: {value:g} {self.unit} is outside its range {allowed} {self.unit}")
+            allowed = ", ".join(num(c) for c in rng.choices) if rng.choices else f"{num(rng.low)}-{num(rng.high)}"
+            raise KnobError(f"{self.name}: {num(value)} {self.unit} is outside its range {allowed} {self.unit}")
 
     def remember(self) -> None:
         """Keep the value found before the first change (what restore() puts back)."""
