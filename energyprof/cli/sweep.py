@@ -16,7 +16,6 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import os
 import re
 import subprocess
 import sys
@@ -27,6 +26,7 @@ from .common import PROG, Parser, UsageError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_RUNS = 10_000
+_COLUMNS = ("config", "runs", "time_s_mean", "time_s_std", "energy_j_mean", "energy_j_std", "pareto", "score", "best")
 
 
 def build_sweep_parser() -> Parser:
@@ -40,6 +40,8 @@ def build_sweep_parser() -> Parser:
     p.add_argument("--repeats", type=int, default=1, help="runs of each configuration (interleaved), default 1")
     p.add_argument("--window", metavar="NAME", help="measure each run inside the windows named NAME (or NAME:LABEL),"
                    " summed, instead of the whole run")
+    p.add_argument("--energy", choices=("program", "machine"), default="program",
+                   help="the program's share of the energy (default) or the whole machine's")
     p.add_argument("--objective", default="energy", help="energy, time, edp, slowdown:FACTOR or cost:ETA"
                    " (default energy)")
     p.add_argument("--out", default="sweep", help="folder for the runs' profiles, sweep.csv, sweep.json and"
@@ -64,6 +66,8 @@ def _grid(specs: list[str]) -> list[tuple[str, list[str]]]:
         items = [v.strip() for v in values.split(",")]
         if not values or any(not v for v in items):
             raise UsageError(f"--grid {text!r}: an empty value")
+        if name in _COLUMNS:
+            raise UsageError(f"--grid {name}: the name is one of sweep.csv's own columns; call it something else")
         if name in (n for n, _ in axes):
             raise UsageError(f"--grid {name} given twice")
         axes.append((name, items))
@@ -107,20 +111,20 @@ def _forwarded(ns: Any) -> list[str]:
     return out
 
 
-def _measure(profile: Any, window: str | None) -> tuple[float, float]:
-    """(time s, energy J) of a run: the program's energy over the whole run, or summed over the windows named `window`
-    (the program's part where the file has it, else the machine's)."""
+def _measure(profile: Any, window: str | None, machine: bool) -> tuple[float, float]:
+    """(time s, energy J) of a run: over the whole run, or summed over the windows named `window`; the program's
+    energy (where a window's file has it) or the machine's."""
     if window is None:
         from ..analysis.report import RenderOptions, build
 
         m = build(profile, RenderOptions(carbon=None))
-        return m.duration_s, sum(m.totals.attributed_j.values())
+        return m.duration_s, sum((m.totals.energy_j if machine else m.totals.attributed_j).values())
     from ..analysis.pareto import program_energy, split_name
 
     chosen = [w for w in profile.windows if split_name(w.name)[0] == window]
     if not chosen:
         raise LookupError(f"no window named {window!r}")
-    energies = [program_energy(w) for w in chosen]
+    energies = [None if machine else program_energy(w) for w in chosen]
     if any(e is None for e in energies):
         energies = [sum(w.energy_j.values()) for w in chosen]
     return sum(w.time_s for w in chosen), sum(e for e in energies if e is not None)
@@ -179,7 +183,7 @@ def sweep_cmd(argv: list[str]) -> int:
             if not why:
                 try:
                     profile = load(f"{stem}.json")
-                    t, e = _measure(profile, ns.window)
+                    t, e = _measure(profile, ns.window, ns.energy == "machine")
                 except (OSError, ProfileFormatError, LookupError) as exc:
                     why = str(exc)
             if why:
@@ -193,20 +197,19 @@ def sweep_cmd(argv: list[str]) -> int:
     best = score(summaries, objective, max(limits) if limits else None)
     table = {"objective": str(objective), "window": ns.window, "repeats": ns.repeats, "command": command,
              "axes": {n: vs for n, vs in axes}, "knobs": sorted(knob_names), "failed_runs": failed,
-             "energy": "measured" if ns.power_trace is None else "replayed power trace",
+             "energy": ns.energy, "power": "measured" if ns.power_trace is None else "replayed power trace",
              "best": best.to_json() if best is not None else None,
              "configurations": [s.to_json() for s in summaries]}
     (out / "sweep.json").write_text(json.dumps(table, indent=1) + "\n")
     with open(out / "sweep.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["config", *[n for n, _ in axes], "n", "time_s_mean", "time_s_std", "energy_j_mean", "energy_j_std",
-                    "pareto", "score", "best"])
+        w.writerow([_COLUMNS[0], *[n for n, _ in axes], *_COLUMNS[1:]])
         for s in summaries:
             w.writerow([s.index, *[s.values[n] for n, _ in axes], s.n, f"{s.time_s:.6g}", f"{s.time_std:.6g}",
                         f"{s.energy_j:.6g}", f"{s.energy_std:.6g}", int(s.pareto),
                         "" if s.score is None else f"{s.score:.6g}", int(best is not None and s.index == best.index)])
     if len(profiles) >= 2:
-        _write_page(profiles, summaries, ns.window, str(out / "sweep.html"))
+        _write_page(profiles, summaries, ns.window, ns.energy == "machine", str(out / "sweep.html"))
     if best is not None:
         print(f"energyprof sweep: best under {objective}: {best.label} ({best.energy_j:.4g} J, {best.time_s:.4g} s,"
               f" n={best.n}); table in {out / 'sweep.csv'}", file=sys.stderr)
@@ -215,7 +218,8 @@ def sweep_cmd(argv: list[str]) -> int:
     return 1 if failed or best is None else 0
 
 
-def _write_page(profiles: list[tuple[str, str, Any]], summaries: list[Any], window: str | None, path: str) -> None:
+def _write_page(profiles: list[tuple[str, str, Any]], summaries: list[Any], window: str | None, machine: bool,
+                path: str) -> None:
     """compare's page over every run, its sweep figure holding one point per configuration (the mean of its
     repeats, their spread in the label)."""
     from ..analysis.compare import compare
@@ -224,6 +228,7 @@ def _write_page(profiles: list[tuple[str, str, Any]], summaries: list[Any], wind
 
     cmp = compare([p for _, _, p in profiles], [p for p, _, _ in profiles], [lb for _, lb, _ in profiles])
     cmp.sweep = window or "configuration"
+    cmp.sweep_program = not machine
     cmp.sweep_points = [WindowPoint(s.index, f"{s.label} (n={s.n}, \u00b1{s.energy_std:.3g} J, \u00b1{s.time_std:.3g} s)",
                                     s.time_s, s.energy_j, s.pareto) for s in summaries]
     try:
