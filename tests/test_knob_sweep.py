@@ -178,3 +178,34 @@ def test_sweep_bad_input_is_one_line(setup, args, why):
     res = energyprof(["sweep", *args], d, env)
     assert res.returncode == 2 and res.stderr.count("\n") == 1 and why in res.stderr, res.stderr
     assert not (d / "sweep").exists() and not (d / "seen.log").exists()
+
+
+def test_kill_9_of_the_whole_sweep_restores(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sweep", "--knob", "cpu_max_freq=1000000", "--out", "o",
+                             "--power-trace", "trace.csv", "--", sys.executable, "prog.py", "1", "hang"], cwd=d, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert trees.max_freqs(d / "cpu") == [1_000_000, 1_000_000]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep, its energyprof and the program, all at once
+        proc.wait(timeout=60)
+    assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+
+
+def test_sigterm_to_energyprof_restores(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--knob",
+                             "cpu_max_freq=1000000", "-o", "p.html", "prog.py", "1", "hang"], cwd=d, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.terminate()
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
