@@ -33,6 +33,10 @@ subcommands:
                         see `energyprof compare --help` and docs/experiments.md
   merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
                         --html job.html); see `energyprof merge --help` and docs/distributed.md
+  sweep --grid N=A,B --knob KIND=LOW:HIGH:STEP -- COMMAND {N}
+                        run a program over a grid of arguments x power knobs, repeated; each
+                        configuration's energy and time, the best one and the Pareto front;
+                        see `energyprof sweep --help` and docs/knobs.md
   sensors               what this machine can measure and how to enable what is missing;
                         `sensors record` saves a power trace; see `energyprof sensors --help`"""
 
