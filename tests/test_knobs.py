@@ -230,9 +230,13 @@ if how == "close":
 @pytest.mark.parametrize("how", ["normal", "close", "raise", "sigterm", "kill"])
 def test_every_exit_restores(tmp_path, how):
     trees.cpufreq_tree(tmp_path / "cpu")
-    (tmp_path / "setter.py").write_text(SETTER)
-    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
-    proc = subprocess.Popen([sys.executable, str(tmp_path / "setter.py"), how], env=env, stdout=subprocess.PIPE,
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/setter.py").write_text(SETTER)
+    (tmp_path / "json.py").write_text("raise SystemExit('a json.py of the folder was imported')\n")
+    # a relative root: the keeper, elsewhere, must still find the files; and the folder's json.py must not reach it
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT="cpu", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "bin/setter.py"), how], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE,
                             stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     assert proc.stdout is not None and proc.stdin is not None
     assert proc.stdout.readline() == "set\n"

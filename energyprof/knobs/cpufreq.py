@@ -55,7 +55,7 @@ class MaxFreq(Knob):
         super().remember()
 
     def restore_record(self) -> dict[str, Any]:
-        return {"name": self.name, "files": [[str(d / "scaling_max_freq"), str(int(v))]
+        return {"name": self.name, "files": [[os.path.abspath(d / "scaling_max_freq"), str(int(v))]
                                              for d, v in zip(self.dirs, self._originals or [])]}
 
     def restore(self) -> None:

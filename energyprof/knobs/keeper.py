@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -31,9 +30,11 @@ class Keeper:
 
     def _send(self, record: dict[str, Any]) -> None:
         if self._proc is None:
-            # its own session: a Ctrl-C or a SIGTERM to energyprof's group must not reach it
-            self._proc = subprocess.Popen([sys.executable, "-m", "energyprof.knobs.keeper"], stdin=subprocess.PIPE,
-                                          start_new_session=True, close_fds=True)
+            # its own session: a Ctrl-C or a SIGTERM to energyprof's group must not reach it; started in / with
+            # -P so that the program's folder (a json.py of its own) is not on its import path
+            safe = ["-P"] if sys.version_info >= (3, 11) else []
+            self._proc = subprocess.Popen([sys.executable, *safe, "-m", "energyprof.knobs.keeper"], stdin=subprocess.PIPE,
+                                          start_new_session=True, close_fds=True, cwd="/")
         assert self._proc.stdin is not None
         try:
             self._proc.stdin.write((json.dumps(record) + "\n").encode())
@@ -117,7 +118,6 @@ def keep(stream: IO[bytes]) -> int:
 def main() -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)  # only the pipe's end says when to restore
-    os.chdir("/")
     return keep(sys.stdin.buffer)
 
 

@@ -53,7 +53,8 @@ class RaplLimit(Knob):
 
     def restore_record(self) -> dict[str, Any]:
         assert self.original is not None
-        return {"name": self.name, "files": [[str(self._file("power_limit_uw")), str(int(round(self.original * 1e6)))]]}
+        path = os.path.abspath(self._file("power_limit_uw"))  # the keeper runs in another folder
+        return {"name": self.name, "files": [[path, str(int(round(self.original * 1e6)))]]}
 
     def _write(self, value: float) -> None:
         path = self._file("power_limit_uw")
