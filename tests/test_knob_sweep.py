@@ -209,3 +209,22 @@ def test_sigterm_to_energyprof_restores(setup):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_ctrl_c_keeps_the_runs_that_finished(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sweep", "--grid", "mode=x,hang", "--knob",
+                             "cpu_max_freq=1000000", "--out", "o", "--power-trace", "trace.csv", "--window", "train",
+                             "--", sys.executable, "prog.py", "1", "{mode}"], cwd=d, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # the second configuration hangs
+        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole foreground group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "interrupted" in err
+    table = json.loads((d / "o/sweep.json").read_text())
+    assert [c["values"]["mode"] for c in table["configurations"]] == ["x"] and table["best"]["values"]["mode"] == "x"
+    assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])

@@ -170,28 +170,34 @@ def sweep_cmd(argv: list[str]) -> int:
     failed = 0
     from ..profile import ProfileFormatError, load
 
-    for repeat in range(ns.repeats):  # interleaved: every configuration once per round
-        for ci, values in enumerate(configs):
-            stem = out / f"run-c{ci:02d}-r{repeat}"
-            knob_args = [a for n in values if n in knob_names for a in ("--knob", f"{n}={values[n]}")]
-            run_argv = [sys.executable, "-m", "energyprof", "-q", *forwarded, *knob_args, "--json", f"{stem}.json",
-                        "-o", f"{stem}.html", "--", *_fill(command, values)]
-            if not ns.quiet:
-                print(f"energyprof sweep: [{repeat + 1}/{ns.repeats}] {label(values)}", file=sys.stderr, flush=True)
+    stopped = False
+    plan = [(repeat, ci, values) for repeat in range(ns.repeats) for ci, values in enumerate(configs)]
+    for repeat, ci, values in plan:  # interleaved: every configuration once per round
+        stem = out / f"run-c{ci:02d}-r{repeat}"
+        knob_args = [a for n in values if n in knob_names for a in ("--knob", f"{n}={values[n]}")]
+        run_argv = [sys.executable, "-m", "energyprof", "-q", *forwarded, *knob_args, "--json", f"{stem}.json",
+                    "-o", f"{stem}.html", "--", *_fill(command, values)]
+        if not ns.quiet:
+            print(f"energyprof sweep: [{repeat + 1}/{ns.repeats}] {label(values)}", file=sys.stderr, flush=True)
+        try:
             status = subprocess.run(run_argv).returncode
-            why = f"exit status {status}" if status != 0 else ""
-            if not why:
-                try:
-                    profile = load(f"{stem}.json")
-                    t, e = _measure(profile, ns.window, ns.energy == "machine")
-                except (OSError, ProfileFormatError, LookupError) as exc:
-                    why = str(exc)
-            if why:
-                failed += 1
-                print(f"energyprof sweep: {label(values)} repeat {repeat + 1}: {why}; left out", file=sys.stderr)
-                continue
-            results.append(RunResult(ci, repeat, t, e))
-            profiles.append((f"{stem}.json", f"{label(values)} #{repeat + 1}", profile))
+        except KeyboardInterrupt:  # Ctrl-C reached the run too (it restores its own knobs): keep what ran
+            print("energyprof sweep: interrupted; the table holds the runs that finished", file=sys.stderr)
+            stopped = True
+            break
+        why = f"exit status {status}" if status != 0 else ""
+        if not why:
+            try:
+                profile = load(f"{stem}.json")
+                t, e = _measure(profile, ns.window, ns.energy == "machine")
+            except (OSError, ProfileFormatError, LookupError) as exc:
+                why = str(exc)
+        if why:
+            failed += 1
+            print(f"energyprof sweep: {label(values)} repeat {repeat + 1}: {why}; left out", file=sys.stderr)
+            continue
+        results.append(RunResult(ci, repeat, t, e))
+        profiles.append((f"{stem}.json", f"{label(values)} #{repeat + 1}", profile))
     summaries = summarize(configs, results)
     limits = [float(v) for n, vs in knobs if n.split(":")[0].endswith("power_limit") for v in vs]
     best = score(summaries, objective, max(limits) if limits else None)
@@ -215,7 +221,7 @@ def sweep_cmd(argv: list[str]) -> int:
               f" n={best.n}); table in {out / 'sweep.csv'}", file=sys.stderr)
     else:
         print("energyprof sweep: no configuration measured", file=sys.stderr)
-    return 1 if failed or best is None else 0
+    return 130 if stopped else 1 if failed or best is None else 0
 
 
 def _write_page(profiles: list[tuple[str, str, Any]], summaries: list[Any], window: str | None, machine: bool,
