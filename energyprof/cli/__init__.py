@@ -8,6 +8,7 @@
     energyprof merge A.json B.json -o JOB.json    merge.py
     energyprof sensors [record | serve]           sensors.py
     energyprof gpu-trace TRACE --power-trace CSV  gpu_trace.py
+    energyprof sweep --grid ... --knob ... -- CMD sweep.py
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from .common import PROG, UsageError
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace"):
+    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace", "sweep"):
         gc.enable()  # __main__ turned it off for start-up; only `run` keeps it off until the program starts
     try:
         if argv and argv[0] == "report":
@@ -45,6 +46,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .gpu_trace import gpu_trace_cmd
 
             return gpu_trace_cmd(argv[1:])
+        if argv and argv[0] == "sweep":
+            from .sweep import sweep_cmd
+
+            return sweep_cmd(argv[1:])
         from .run import run
 
         return run(argv)

@@ -33,6 +33,10 @@ subcommands:
                         see `energyprof compare --help` and docs/experiments.md
   merge PROFILE.json... join the profiles of one job's nodes or ranks into one (-o job.json,
                         --html job.html); see `energyprof merge --help` and docs/distributed.md
+  sweep --grid N=A,B --knob KIND=LOW:HIGH:STEP -- COMMAND {N}
+                        run a program over a grid of arguments x power knobs, repeated; each
+                        configuration's energy and time, the best one and the Pareto front;
+                        see `energyprof sweep --help` and docs/knobs.md
   sensors               what this machine can measure and how to enable what is missing;
                         `sensors record` saves a power trace; see `energyprof sensors --help`
   gpu-trace TRACE.json[.gz] --power-trace POWER.csv
@@ -85,6 +89,9 @@ def build_run_parser() -> Parser:
     p.add_argument("--gpu-kernels", action="store_true",
                    help="run the PyTorch profiler in the program and put each GPU kernel's energy on the line that"
                         " launched it (needs torch and a GPU; docs/gpu.md)")
+    p.add_argument("--knob", action="append", metavar="KIND[:INDEX]=VALUE",
+                   help="set a power knob for this run and put it back after (gpu_power_limit=W, cpu_power_limit=W,"
+                        " cpu_max_freq=kHz, jetson_power_mode=N); repeatable; see docs/knobs.md")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 
@@ -278,6 +285,7 @@ def run(argv: list[str]) -> int:
     # Relative outputs stay relative to the folder energyprof started in: the program's
     # os.chdir happens in its own process.
     options = build_options(ns, output=output, checkpoint=checkpoint)
+    knob_plan = plan_knobs(ns.knob or [], options.powercap_root)
     if rank is not None and rank.rank == 0:
         from ..preflight import check_writable
 
@@ -315,14 +323,22 @@ def run(argv: list[str]) -> int:
     shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
     reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
     meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
-    sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
-    if not gc.isenabled():  # off since __main__: what start-up made stays, so no collection need walk it again
-        gc.freeze()
-        gc.enable()
+    keeper = None
+    if knob_plan:
+        keeper, knob_meta = set_knobs(knob_plan)
+        meta = {**(meta or {}), "knobs": knob_meta}
     try:
-        profile, status = sup.run()
-    except SpawnError as exc:
-        raise UsageError(str(exc)) from None
+        sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
+        if not gc.isenabled():  # off since __main__: what start-up made stays, so no collection need walk it again
+            gc.freeze()
+            gc.enable()
+        try:
+            profile, status = sup.run()
+        except SpawnError as exc:
+            raise UsageError(str(exc)) from None
+    finally:
+        if keeper is not None:  # the program has ended: its knobs go back before anything else
+            keeper.close()
     store = None
     if rank is not None and rank_json is not None:
         store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
@@ -341,6 +357,42 @@ def run(argv: list[str]) -> int:
     if os.WIFSIGNALED(status):
         signals.die_by(os.WTERMSIG(status))
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
+
+
+def plan_knobs(specs: list[str], powercap_root: str | None) -> list[tuple[Any, float]]:
+    """`--knob` checked before the program starts: each names knobs that exist and one value in their range."""
+    if not specs:
+        return []
+    from ..knobs.base import KnobError
+    from ..knobs.registry import discover, parse_spec, resolve
+
+    try:
+        parsed = [parse_spec(text) for text in specs]
+        for spec in parsed:
+            if len(spec.values) != 1:
+                raise KnobError(f"--knob {spec.name}: one value per run (a sweep takes several: energyprof sweep)")
+        kinds = tuple({spec.kind for spec in parsed})
+        resolved = resolve(parsed, discover(powercap_root=powercap_root, kinds=kinds))
+    except KnobError as exc:
+        raise UsageError(f"--knob: {exc}") from None
+    return [(knob, spec.values[0]) for spec, knobs in resolved for knob in knobs]
+
+
+def set_knobs(plan: list[tuple[Any, float]]) -> tuple[Any, dict[str, Any]]:
+    """Set each knob through a keeper (which puts it back even after kill -9); the profile's record of them."""
+    from ..knobs.base import KnobError
+    from ..knobs.keeper import Keeper
+
+    keeper = Keeper()
+    record: dict[str, Any] = {}
+    try:
+        for knob, value in plan:
+            keeper.set(knob, value)
+            record[knob.name] = {"value": value, "original": knob.original, "unit": knob.unit}
+    except KnobError as exc:
+        keeper.close()
+        raise UsageError(f"--knob: {exc}") from None
+    return keeper, record
 
 
 # ---------------------------------------------------------------- compare

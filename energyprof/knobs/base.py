@@ -10,6 +10,12 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import Any
+
+
+def num(value: float) -> str:
+    """A knob's value as a person writes it: 3600000, not 3.6e+06; 12.5 as it is."""
+    return str(int(value)) if float(value).is_integer() else f"{value:.6g}"
 
 
 class KnobError(Exception):
@@ -50,13 +56,26 @@ class Knob(ABC):
     @abstractmethod
     def _write(self, value: float) -> None: ...
 
-    def set(self, value: float) -> None:
+    def check(self, value: float) -> None:
+        """Raise KnobError, one line, when `value` is not one this knob takes."""
         rng = self.range()
         if not rng.allows(value):
-            raise KnobError(f"{self.name}: {value:g} {self.unit} is outside its range "
-                            f"{rng.low:g}-{rng.high:g} {self.unit}")
+            allowed = ", ".join(num(c) for c in rng.choices) if rng.choices else f"{num(rng.low)}-{num(rng.high)}"
+            raise KnobError(f"{self.name}: {num(value)} {self.unit} is outside its range {allowed} {self.unit}")
+
+    def remember(self) -> None:
+        """Keep the value found before the first change (what restore() puts back)."""
         if self.original is None:
             self.original = self.read()
+
+    def restore_record(self) -> dict[str, Any]:
+        """How another process puts the original back once this one is gone (the keeper): by default it
+        finds the knob again by name; knobs that are files or commands say so directly."""
+        return {"name": self.name, "kind": self.kind, "index": self.index, "value": self.original}
+
+    def set(self, value: float) -> None:
+        self.check(value)
+        self.remember()
         self._write(value)
 
     def restore(self) -> None:

@@ -1,0 +1,85 @@
+"""CPU maximum frequency through cpufreq: `scaling_max_freq`, in kHz, within cpuinfo_min/max_freq.
+
+`cpu_max_freq:all` sets every CPU (what a sweep means by "the CPU's frequency"); `cpu_max_freq:N`
+one CPU. The range of `all` is what every CPU allows.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from .base import Knob, KnobError, KnobRange
+
+ROOT_ENV = "ENERGYPROF_CPUFREQ_ROOT"
+DEFAULT_ROOT = "/sys/devices/system/cpu"
+
+
+def root(given: str | None = None) -> Path:
+    return Path(given or os.environ.get(ROOT_ENV) or DEFAULT_ROOT)
+
+
+def _read_khz(path: Path) -> float:
+    try:
+        return float(int(path.read_text().strip()))
+    except (OSError, ValueError) as exc:
+        raise KnobError(f"cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def _cpus(base: Path) -> list[Path]:
+    found = [d / "cpufreq" for d in base.glob("cpu[0-9]*") if (d / "cpufreq" / "scaling_max_freq").exists()]
+    return sorted(found, key=lambda p: int(p.parent.name[3:]))
+
+
+class MaxFreq(Knob):
+    kind = "cpu_max_freq"
+    unit = "kHz"
+
+    def __init__(self, dirs: list[Path], index: str) -> None:
+        super().__init__(index)
+        self.dirs = dirs
+        self._originals: list[float] | None = None  # one per CPU: they need not agree
+
+    def read(self) -> float:
+        return max(_read_khz(d / "scaling_max_freq") for d in self.dirs)
+
+    def range(self) -> KnobRange:
+        low = max(_read_khz(d / "cpuinfo_min_freq") for d in self.dirs)
+        high = min(_read_khz(d / "cpuinfo_max_freq") for d in self.dirs)
+        return KnobRange(low, high)
+
+    def remember(self) -> None:
+        if self._originals is None:
+            self._originals = [_read_khz(d / "scaling_max_freq") for d in self.dirs]
+        super().remember()
+
+    def restore_record(self) -> dict[str, Any]:
+        return {"name": self.name, "files": [[os.path.abspath(d / "scaling_max_freq"), str(int(v))]
+                                             for d, v in zip(self.dirs, self._originals or [])]}
+
+    def restore(self) -> None:
+        if self._originals is not None:
+            for d, v in zip(self.dirs, self._originals):
+                self._write_one(d, v)
+            self._originals = None
+            self.original = None
+
+    def _write_one(self, d: Path, value: float) -> None:
+        path = d / "scaling_max_freq"
+        try:
+            path.write_text(str(int(value)))
+        except OSError as exc:
+            raise KnobError(f"{self.name}: cannot write {path}: {exc.strerror or exc} (root, or energyprof sensors"
+                            " serve, can)") from None
+
+    def _write(self, value: float) -> None:
+        for d in self.dirs:
+            self._write_one(d, value)
+
+
+def discover(given_root: str | None = None) -> list[Knob]:
+    dirs = _cpus(root(given_root))
+    if not dirs:
+        return []
+    return [MaxFreq(dirs, "all"), *(MaxFreq([d], d.parent.name[3:]) for d in dirs)]

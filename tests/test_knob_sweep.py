@@ -1,0 +1,230 @@
+"""`--knob` on a run and `energyprof sweep`, end to end: real runs of energyprof over a tiny program, a replayed
+power trace (so a window's machine energy is exactly 50 W x its time) and a fake cpufreq tree as the knob."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from energyprof.profile import load
+
+import knob_trees as trees
+
+ROOT = Path(__file__).resolve().parent.parent
+WATTS = 50.0
+
+# The program reports the knob it runs under (the fake tree's file) and works in one window named train.
+PROGRAM = """
+import os, sys, time
+from energyprof.torch import window
+n = int(sys.argv[1])
+seen = open(os.path.join(os.environ["ENERGYPROF_CPUFREQ_ROOT"], "cpu0/cpufreq/scaling_max_freq")).read().strip()
+with open("seen.log", "a") as f:
+    f.write(f"{n} {seen}\\n")
+if len(sys.argv) > 2 and sys.argv[2] == "hang":
+    print("ready", flush=True)
+    time.sleep(120)
+if len(sys.argv) > 2 and sys.argv[2] == "kill-self":
+    os.kill(os.getpid(), 9)
+
+def burn(t):
+    end = time.perf_counter() + t
+    while time.perf_counter() < end:
+        pass
+
+burn(0.02)
+with window("train"):
+    burn(0.02 * n)
+"""
+
+
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[Path, dict[str, str]]:
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=2)
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    (tmp_path / "trace.csv").write_text(f"t_s,cpu\n0,{WATTS:g}\n")
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
+    return tmp_path, env
+
+
+def energyprof(args: list[str], cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "energyprof", *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_run_sets_records_and_restores_the_knob(setup):
+    d, env = setup
+    res = energyprof(["-q", "--power-trace", "trace.csv", "--knob", "cpu_max_freq=1200000", "--json", "p.json",
+                      "-o", "p.html", "prog.py", "1"], d, env)
+    assert res.returncode == 0, res.stderr
+    assert (d / "seen.log").read_text() == "1 1200000\n"  # in effect while the program ran
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]  # and put back
+    assert load(str(d / "p.json")).meta["knobs"] == {
+        "cpu_max_freq:all": {"value": 1_200_000, "original": 3_000_000, "unit": "kHz"}}
+
+
+@pytest.mark.parametrize("knob, why", [("gpu_power=100", "unknown knob 'gpu_power'"),
+                                       ("cpu_max_freq=9000000", "outside its range 800000-3600000 kHz"),
+                                       ("cpu_max_freq=1000000,2000000", "one value per run"),
+                                       ("cpu_max_freq:9=1000000", "no knob cpu_max_freq:9"),
+                                       ("cpu_power_limit=20", "no knob cpu_power_limit")])
+def test_bad_knob_is_one_line_before_the_program(setup, knob, why):
+    d, env = setup
+    res = energyprof(["-q", "--knob", knob, "prog.py", "1"], d, env)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and why in res.stderr, res.stderr
+    assert not (d / "seen.log").exists()
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]
+
+
+def test_kill_9_of_the_program_restores(setup):
+    d, env = setup
+    res = energyprof(["-q", "--power-trace", "trace.csv", "--knob", "cpu_max_freq=1000000", "-o", "p.html",
+                      "prog.py", "1", "kill-self"], d, env)
+    assert res.returncode != 0 and (d / "seen.log").read_text() == "1 1000000\n"
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]
+
+
+def test_kill_9_of_energyprof_restores(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--knob",
+                             "cpu_max_freq=1000000", "-o", "p.html", "prog.py", "1", "hang"], cwd=d, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert trees.max_freqs(d / "cpu") == [1_000_000, 1_000_000]
+        proc.kill()  # energyprof itself, not its program
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the orphaned program, in energyprof's session
+        except ProcessLookupError:
+            pass
+
+
+def test_sweep_grid_by_knob_interleaved_with_exact_energies(setup):
+    d, env = setup
+    res = energyprof(["sweep", "--grid", "n=1,3", "--knob", "cpu_max_freq=1000000,2000000", "--repeats", "2",
+                      "--window", "train", "--energy", "machine", "--objective", "edp", "--out", "out",
+                      "--power-trace", "trace.csv", "--", sys.executable, "prog.py", "{n}"], d, env)
+    assert res.returncode == 0, res.stderr
+    # interleaved: each repeat goes through all four configurations, in the grid's order, each under its knob value
+    order = ["1 1000000", "1 2000000", "3 1000000", "3 2000000"]
+    assert (d / "seen.log").read_text().splitlines() == order * 2
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]
+    table = json.loads((d / "out/sweep.json").read_text())
+    configs = table["configurations"]
+    assert [c["values"] for c in configs] == [{"n": n, "cpu_max_freq": f} for n in ("1", "3")
+                                             for f in ("1000000", "2000000")]
+    for c in configs:
+        runs = c["runs"]
+        assert c["n"] == 2 and [r["repeat"] for r in runs] == [0, 1]
+        for r in runs:  # a replayed 50 W: the window's machine energy is exactly 50 W x its time
+            assert r["energy_j"] == pytest.approx(WATTS * r["time_s"], rel=1e-9)
+            assert r["time_s"] >= 0.02 * int(c["values"]["n"])  # the window holds at least its busy loop
+        ts = [r["time_s"] for r in runs]
+        assert c["time_s"]["mean"] == pytest.approx(sum(ts) / 2)
+        assert c["time_s"]["std"] == pytest.approx(abs(ts[0] - ts[1]) / 2 ** 0.5)
+        assert c["energy_j"]["mean"] == pytest.approx(WATTS * c["time_s"]["mean"])
+    edp = [c["energy_j"]["mean"] * c["time_s"]["mean"] for c in configs]
+    assert table["best"]["config"] == edp.index(min(edp)) and table["best"]["score"] == pytest.approx(min(edp))
+    # energy proportional to time: the front is the fastest configuration alone
+    fastest = min(range(4), key=lambda i: configs[i]["time_s"]["mean"])
+    assert [c["pareto"] for c in configs] == [i == fastest for i in range(4)]
+    rows = list(csv.DictReader((d / "out/sweep.csv").open()))
+    assert [r["n"] for r in rows] == ["1", "1", "3", "3"] and sum(int(r["best"]) for r in rows) == 1
+    assert float(rows[2]["energy_j_mean"]) == pytest.approx(configs[2]["energy_j"]["mean"], rel=1e-5)
+    profiles = sorted(p.name for p in (d / "out").glob("run-*.json"))
+    assert len(profiles) == 8
+    assert load(str(d / "out/run-c01-r1.json")).meta["knobs"]["cpu_max_freq:all"]["value"] == 2_000_000
+    page = (d / "out/sweep.html").read_text()
+    assert "id='sweep'" in page and "n=1,cpu_max_freq=1000000 (n=2" in page
+
+
+def test_sweep_program_energy_is_within_the_machines(setup):
+    d, env = setup
+    res = energyprof(["sweep", "--grid", "n=1,2", "--out", "o", "--power-trace", "trace.csv", "--objective",
+                      "slowdown:1.5", "--", sys.executable, "prog.py", "{n}"], d, env)
+    assert res.returncode == 0, res.stderr
+    table = json.loads((d / "o/sweep.json").read_text())
+    assert table["energy"] == "program" and table["power"] == "replayed power trace"
+    for c in table["configurations"]:
+        p = load(str(d / f"o/run-c{c['config']:02d}-r0.json"))
+        assert 0 < c["energy_j"]["mean"] <= WATTS * p.meta["duration_s"] * (1 + 1e-9)
+        assert c["time_s"]["std"] == 0.0 and c["n"] == 1
+    fastest = min(c["time_s"]["mean"] for c in table["configurations"])
+    eligible = [c for c in table["configurations"] if c["time_s"]["mean"] <= 1.5 * fastest]
+    assert table["best"]["config"] == min(eligible, key=lambda c: c["energy_j"]["mean"])["config"]
+    assert "best under slowdown:1.5" in res.stderr
+
+
+@pytest.mark.parametrize("args, why", [
+    (["--grid", "n=1,2", "--", "python", "prog.py"], "the command has no {n}"),
+    (["--grid", "n=1", "--"], "needs the program after --"),
+    (["--grid", "n=1", "--objective", "slowdown:0.5", "--", "x", "{n}"], "slowdown factor must be >= 1"),
+    (["--grid", "n=1", "--objective", "fast", "--", "x", "{n}"], "one of energy, time, edp"),
+    (["--knob", "cpu_max_freq=1:5:1", "--", "x"], "outside its range"),
+    (["--", "x"], "nothing to sweep"),
+    (["--grid", "n=1", "--repeats", "0", "--", "x", "{n}"], "--repeats must be at least 1")])
+def test_sweep_bad_input_is_one_line(setup, args, why):
+    d, env = setup
+    res = energyprof(["sweep", *args], d, env)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and why in res.stderr, res.stderr
+    assert not (d / "sweep").exists() and not (d / "seen.log").exists()
+
+
+def test_kill_9_of_the_whole_sweep_restores(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sweep", "--knob", "cpu_max_freq=1000000", "--out", "o",
+                             "--power-trace", "trace.csv", "--", sys.executable, "prog.py", "1", "hang"], cwd=d, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert trees.max_freqs(d / "cpu") == [1_000_000, 1_000_000]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)  # the sweep, its energyprof and the program, all at once
+        proc.wait(timeout=60)
+    assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+
+
+def test_sigterm_to_energyprof_restores(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--knob",
+                             "cpu_max_freq=1000000", "-o", "p.html", "prog.py", "1", "hang"], cwd=d, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        proc.terminate()
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_ctrl_c_keeps_the_runs_that_finished(setup):
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sweep", "--grid", "mode=x,hang", "--knob",
+                             "cpu_max_freq=1000000", "--out", "o", "--power-trace", "trace.csv", "--window", "train",
+                             "--", sys.executable, "prog.py", "1", "{mode}"], cwd=d, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"  # the second configuration hangs
+        os.killpg(proc.pid, signal.SIGINT)  # as Ctrl-C does: the whole foreground group
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130 and "interrupted" in err
+    table = json.loads((d / "o/sweep.json").read_text())
+    assert [c["values"]["mode"] for c in table["configurations"]] == ["x"] and table["best"]["values"]["mode"] == "x"
+    assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])

@@ -1,0 +1,273 @@
+"""Knobs on fake hardware (cpufreq and powercap trees, an injected amdsmi binding, a stand-in nvpmodel), the
+registry's specs, and the keeper: every way the setter can end leaves the knob at its original value."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from energyprof.knobs import amdsmi, cpufreq, nvpmodel, rapl, registry
+from energyprof.knobs.base import KnobError
+from energyprof.knobs.keeper import Keeper
+
+import knob_trees as trees
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- cpufreq
+
+
+def test_cpufreq_all_and_one(tmp_path):
+    trees.cpufreq_tree(tmp_path, cpus=3)
+    knobs = {k.name: k for k in cpufreq.discover(str(tmp_path))}
+    assert sorted(knobs) == ["cpu_max_freq:0", "cpu_max_freq:1", "cpu_max_freq:2", "cpu_max_freq:all"]
+    all_ = knobs["cpu_max_freq:all"]
+    assert (all_.range().low, all_.range().high) == (800_000, 3_600_000)
+    all_.set(1_200_000)
+    assert trees.max_freqs(tmp_path) == [1_200_000] * 3
+    all_.set(2_000_000)  # a second change keeps the first original
+    all_.restore()
+    assert trees.max_freqs(tmp_path) == [3_000_000] * 3
+    one = knobs["cpu_max_freq:1"]
+    one.set(900_000)
+    assert trees.max_freqs(tmp_path) == [3_000_000, 900_000, 3_000_000]
+    one.restore()
+    assert trees.max_freqs(tmp_path) == [3_000_000] * 3
+
+
+def test_cpufreq_restores_each_cpus_own_value(tmp_path):
+    trees.cpufreq_tree(tmp_path, cpus=2)
+    (tmp_path / "cpu1/cpufreq/scaling_max_freq").write_text("2500000\n")
+    k = next(k for k in cpufreq.discover(str(tmp_path)) if k.index == "all")
+    k.set(1_000_000)
+    k.restore()
+    assert trees.max_freqs(tmp_path) == [3_000_000, 2_500_000]
+
+
+def test_cpufreq_out_of_range_is_one_line_and_writes_nothing(tmp_path):
+    trees.cpufreq_tree(tmp_path)
+    k = cpufreq.discover(str(tmp_path))[0]
+    with pytest.raises(KnobError) as err:
+        k.set(5_000_000)
+    assert "\n" not in str(err.value) and "800000-3600000 kHz" in str(err.value)
+    assert trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
+
+
+def test_cpufreq_root_from_env(tmp_path, monkeypatch):
+    trees.cpufreq_tree(tmp_path)
+    monkeypatch.setenv(cpufreq.ROOT_ENV, str(tmp_path))
+    assert [k.name for k in cpufreq.discover()][0] == "cpu_max_freq:all"
+
+
+# ---------------------------------------------------------------- RAPL
+
+
+def test_rapl_long_term_constraint_within_max(tmp_path):
+    trees.powercap_tree(tmp_path)
+    (k,) = rapl.discover(str(tmp_path))  # the sub-zone is no package limit
+    assert k.name == "cpu_power_limit:0" and k.read() == 65.0
+    assert k.range().high == 125.0
+    k.set(40.5)
+    assert (tmp_path / "intel-rapl:0/constraint_0_power_limit_uw").read_text() == "40500000"
+    assert (tmp_path / "intel-rapl:0/constraint_1_power_limit_uw").read_text().strip() == "150000000"
+    with pytest.raises(KnobError, match="outside its range 1-125 W"):
+        k.set(130)
+    k.restore()
+    assert k.read() == 65.0
+
+
+def test_rapl_picks_long_term_by_name(tmp_path):
+    trees.powercap_tree(tmp_path)
+    z = tmp_path / "intel-rapl:0"
+    for what in ("name", "power_limit_uw", "max_power_uw"):  # swap the constraints' order
+        a, b = z / f"constraint_0_{what}", z / f"constraint_1_{what}"
+        ta, tb = a.read_text() if a.exists() else None, b.read_text() if b.exists() else None
+        for path, text in ((a, tb), (b, ta)):
+            path.unlink(missing_ok=True)
+            if text is not None:
+                path.write_text(text)
+    (k,) = rapl.discover(str(tmp_path))
+    assert k.constraint == 1 and k.read() == 65.0
+
+
+# ---------------------------------------------------------------- AMD through an injected binding
+
+
+class FakeAmdSmi:
+    """The amdsmi calls the knob uses, in microwatts as the library gives them; one MI210-like GPU per cap."""
+
+    def __init__(self, caps_uw: list[int], lo=100_000_000, hi=300_000_000, refuse: bool = False) -> None:
+        self.caps, self.lo, self.hi, self.refuse = list(caps_uw), lo, hi, refuse
+        self.calls: list[tuple] = []
+
+    def amdsmi_init(self):
+        pass
+
+    def amdsmi_get_processor_handles(self):
+        return [f"h{i}" for i in range(len(self.caps))]
+
+    def amdsmi_get_power_cap_info(self, h):
+        return {"power_cap": self.caps[int(h[1:])], "default_power_cap": self.hi, "dpm_cap": 0,
+                "min_power_cap": self.lo, "max_power_cap": self.hi}
+
+    def amdsmi_set_power_cap(self, h, sensor, cap):
+        self.calls.append((h, sensor, cap))
+        if self.refuse:
+            raise RuntimeError("AMDSMI_STATUS_NO_PERM")
+        self.caps[int(h[1:])] = cap
+
+
+def test_amdsmi_cap_in_watts():
+    lib = FakeAmdSmi([250_000_000, 200_000_000])
+    knobs = amdsmi.discover(lib)
+    assert [k.name for k in knobs] == ["gpu_power_limit:0", "gpu_power_limit:1"]
+    assert knobs[1].read() == 200.0 and (knobs[1].range().low, knobs[1].range().high) == (100.0, 300.0)
+    knobs[1].set(150)
+    assert lib.caps == [250_000_000, 150_000_000] and lib.calls == [("h1", 0, 150_000_000)]
+    knobs[1].restore()
+    assert lib.caps == [250_000_000, 200_000_000]
+
+
+def test_amdsmi_refusal_is_one_line():
+    (k,) = amdsmi.discover(FakeAmdSmi([250_000_000], refuse=True))
+    with pytest.raises(KnobError) as err:
+        k.set(150)
+    assert "NO_PERM" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_amdsmi_absent():
+    class NoGpu(FakeAmdSmi):
+        def amdsmi_init(self):
+            raise RuntimeError("AMDSMI_STATUS_INIT_ERROR")
+    assert amdsmi.discover(NoGpu([])) == []
+
+
+# ---------------------------------------------------------------- Jetson through a stand-in nvpmodel
+
+
+def test_nvpmodel_modes_and_set(tmp_path, monkeypatch):
+    state = tmp_path / "mode"
+    trees.nvpmodel(tmp_path / "bin", state, mode=0)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    (k,) = nvpmodel.discover()
+    assert k.modes == {0: "15W", 1: "7W", 2: "MAXN_SUPER"} and k.read() == 0
+    k.set(2)
+    assert state.read_text() == "2"
+    with pytest.raises(KnobError, match="outside its range 0, 1, 2"):
+        k.set(3)
+    k.restore()
+    assert state.read_text() == "0"
+
+
+def test_nvpmodel_modes_from_conf():
+    conf = "< POWER_MODEL ID=0 NAME=MAXN >\nCPU_ONLINE CORE_0 1\n< POWER_MODEL ID=1 NAME=MODE_15W >\n"
+    assert nvpmodel.parse_modes(conf) == {0: "MAXN", 1: "MODE_15W"}
+    assert nvpmodel.parse_current("NV Power Mode: MODE_15W\n1\n") == 1
+
+
+# ---------------------------------------------------------------- specs
+
+
+def test_parse_spec_range_and_list():
+    s = registry.parse_spec("gpu_power_limit=100:250:25")
+    assert (s.kind, s.index, s.values) == ("gpu_power_limit", None, [100, 125, 150, 175, 200, 225, 250])
+    assert registry.parse_spec("cpu_max_freq:3=1200000,2400000").values == [1_200_000, 2_400_000]
+    assert registry.parse_spec("cpu_power_limit=10:25:10").values == [10, 20]  # 30 would pass the top
+
+
+@pytest.mark.parametrize("bad, why", [("gpu_power=100", "unknown knob"), ("gpu_power_limit", "KIND=VALUES"),
+                                      ("gpu_power_limit=", "no values"), ("gpu_power_limit=a,b", "not a number"),
+                                      ("gpu_power_limit=250:100:25", "LOW <= HIGH"),
+                                      ("gpu_power_limit=1:100000:1", "more than"), ("gpu_power_limit=1:2", "LOW:HIGH")])
+def test_parse_spec_errors(bad, why):
+    with pytest.raises(KnobError, match=why) as err:
+        registry.parse_spec(bad)
+    assert "\n" not in str(err.value)
+
+
+def test_resolve_checks_every_value_first(tmp_path):
+    trees.cpufreq_tree(tmp_path)
+    knobs = registry.discover(cpufreq_root=str(tmp_path), kinds=("cpu_max_freq",))
+    ((spec, chosen),) = registry.resolve([registry.parse_spec("cpu_max_freq=1000000,2000000")], knobs)
+    assert [k.name for k in chosen] == ["cpu_max_freq:all"]
+    with pytest.raises(KnobError, match="outside its range"):
+        registry.resolve([registry.parse_spec("cpu_max_freq=1000000,9000000")], knobs)
+    with pytest.raises(KnobError, match=r"no knob cpu_max_freq:7 \(there are: cpu_max_freq:all"):
+        registry.resolve([registry.parse_spec("cpu_max_freq:7=1000000")], knobs)
+    with pytest.raises(KnobError, match="none on this machine"):
+        registry.resolve([registry.parse_spec("cpu_power_limit=50")], knobs)
+    assert trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
+
+
+# ---------------------------------------------------------------- the keeper: every exit path restores
+
+
+SETTER = """
+import os, signal, sys, time
+from energyprof.knobs import cpufreq
+from energyprof.knobs.keeper import Keeper
+how = sys.argv[1]
+keeper = Keeper()
+knob = next(k for k in cpufreq.discover() if k.index == "all")
+keeper.set(knob, 1000000)
+print("set", flush=True)
+sys.stdin.readline()  # the test has seen the change
+if how == "raise":
+    raise RuntimeError("the program failed")
+if how in ("sigterm", "kill"):
+    time.sleep(120)
+if how == "close":
+    keeper.close()
+"""
+
+
+@pytest.mark.parametrize("how", ["normal", "close", "raise", "sigterm", "kill"])
+def test_every_exit_restores(tmp_path, how):
+    trees.cpufreq_tree(tmp_path / "cpu")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin/setter.py").write_text(SETTER)
+    (tmp_path / "json.py").write_text("raise SystemExit('a json.py of the folder was imported')\n")
+    # a relative root: the keeper, elsewhere, must still find the files; and the folder's json.py must not reach it
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT="cpu", PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(tmp_path / "bin/setter.py"), how], env=env, cwd=tmp_path,
+                            stdout=subprocess.PIPE,
+                            stdin=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == "set\n"
+    assert trees.max_freqs(tmp_path / "cpu") == [1_000_000, 1_000_000]  # it did change
+    proc.stdin.write("\n")
+    proc.stdin.flush()
+    if how == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    elif how == "kill":
+        proc.kill()
+    proc.wait(timeout=60)
+    assert trees.wait_for(lambda: trees.max_freqs(tmp_path / "cpu") == [3_000_000, 3_000_000])
+
+
+def test_keeper_restores_only_what_is_still_changed(tmp_path, monkeypatch):
+    trees.cpufreq_tree(tmp_path)
+    monkeypatch.setenv(cpufreq.ROOT_ENV, str(tmp_path))
+    monkeypatch.setenv("PYTHONPATH", str(ROOT))
+    k = next(k for k in cpufreq.discover() if k.index == "all")
+    keeper = Keeper()
+    keeper.set(k, 1_500_000)
+    keeper.restore()
+    (tmp_path / "cpu0/cpufreq/scaling_max_freq").write_text("2000000\n")  # someone else's change afterwards
+    keeper.close()
+    assert trees.max_freqs(tmp_path) == [2_000_000, 3_000_000]
+
+
+def test_keeper_refuses_out_of_range_before_starting(tmp_path):
+    trees.cpufreq_tree(tmp_path)
+    k = cpufreq.discover(str(tmp_path))[0]
+    keeper = Keeper()
+    with pytest.raises(KnobError):
+        keeper.set(k, 1)
+    assert keeper._proc is None and trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
