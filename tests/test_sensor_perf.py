@@ -176,3 +176,24 @@ def test_serve_needs_a_group_and_refuses_an_unknown_one(tmp_path):
                         str(tmp_path / "pc"), *extra], tmp_path)
         assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert not (tmp_path / "s.sock").exists()
+
+
+def test_serve_check_says_what_it_would_serve_and_changes_nothing(tmp_path):
+    import grp
+
+    from knob_trees import cpufreq_tree
+
+    make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
+    cpufreq_tree(tmp_path / "cf")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    group = grp.getgrgid(os.getgid()).gr_name
+    done = run_cli(["sensors", "serve", "--check", "--group", group, "--powercap-root", str(tmp_path / "pc"),
+                    "--socket", str(tmp_path / "run" / "r.sock")], tmp_path,
+                   env={"ENERGYPROF_CPUFREQ_ROOT": str(tmp_path / "cf")})
+    assert done.returncode == 0, done.stderr
+    assert "counters: cpu (package-0)" in done.stdout and "cpu_max_freq:all" in done.stdout
+    assert f"would be created, mode 0750 root:{group}" in done.stdout
+    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no socket
+    units = run_cli(["sensors", "serve", "--print-unit"], tmp_path)
+    assert units.returncode == 0 and "ListenStream=/run/energyprof/rapl.sock" in units.stdout
+    assert "ProtectSystem=strict" in units.stdout and "NoNewPrivileges=yes" in units.stdout

@@ -168,7 +168,7 @@ def serve_cmd(argv: list[str]) -> int:
     except srv.ServeError as exc:
         raise OptionError(str(exc)) from None
     found = rapl.discover(ns.powercap_root)
-    knobs = _served_knobs()
+    knobs = _served_knobs(ns.powercap_root)
     path = served.socket_path(ns.socket)
     if ns.check:
         return _serve_check(path, ns.group, gid, found, knobs)
@@ -210,14 +210,14 @@ def _unit_text(name: str) -> str:
     return (files("energyprof.serve") / "units" / name).read_text()
 
 
-def _served_knobs() -> list[Any]:
+def _served_knobs(powercap_root: str | None) -> list[Any]:
     """The knobs this machine has (root discovers them; a client only ever names one)."""
     try:
         from ..knobs.registry import discover
     except ImportError:
         return []
     try:
-        return list(discover())
+        return list(discover(powercap_root=powercap_root))
     except Exception as exc:  # noqa: BLE001 - a knob backend that fails is left out, and said
         print(f"{PROG}: no knobs served: {exc}", file=sys.stderr)
         return []
