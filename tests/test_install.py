@@ -86,3 +86,6 @@ def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snaps
     assert "energyprof's snapshot of codecarbon 3.3." in page  # the methodology names the data
     assert "56.04" in page or "56.039" in page
     assert "plotly.js v" in page and len(page.encode()) < 8e6
+    units = subprocess.run([str(py), "-m", "energyprof", "sensors", "serve", "--print-unit"], capture_output=True,
+                           text=True, cwd=work, env=clean_env(), timeout=60, check=False)
+    assert units.returncode == 0 and "[Socket]" in units.stdout and "[Service]" in units.stdout  # shipped in the wheel
