@@ -77,7 +77,7 @@ def scope() -> str:
 
 def params(model: ReportModel, prefix: str = PREFIX) -> dict[str, str]:
     """What the run measured and how: sources with their method, idle policy, carbon intensity."""
-    out = {f"{prefix}.source.{_key(s.id)}": f"{s.method} ({s.sensor or s.component})" for s in model.sources}
+    out = {f"{prefix}.source.{_key(s.id)}": f"{s.method} ({s.sensor_text if s.sensor else s.component})" for s in model.sources}
     out[f"{prefix}.idle_policy"] = model.policy
     if model.carbon is not None:
         out[f"{prefix}.intensity_g_per_kwh"] = f"{model.carbon.intensity_g_per_kwh:g}"

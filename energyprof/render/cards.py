@@ -47,7 +47,7 @@ def summary_cards(model: ReportModel) -> list[Card]:
         (f"idle policy: {model.policy}", ""),
     ], "attributed")]
     cards.append(Card("Machine's energy", fmt_energy(total),
-                      [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor or '?'})", s.method)
+                      [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor_text})", s.method)
                        for s in model.sources] + [
                       (f"{total / 3600:.4g} Wh; other processes and idle {fmt_energy(idle)},"
                        f" energyprof {fmt_energy(own)}", "")], "energy"))
@@ -86,7 +86,7 @@ def methodology(model: ReportModel) -> dict[str, Any]:
     """The facts a reader needs to trust (or distrust) the figures, in plain words."""
     meta = model.meta
     command = meta.get("command") or " ".join(str(a) for a in meta.get("argv", []))
-    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail), "tier": s.tier_or_guess,
+    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail), "tier": s.tier_or_guess, "sensor_text": s.sensor_text,
                 "tier_text": TIER_TEXT.get(s.tier_or_guess, s.tier_or_guess)} for s in model.sources]
     return {
         "sources": sources,
