@@ -48,8 +48,13 @@ def verdict_text(v: Verdict) -> str:
     if v.repeats:
         n_base, n_head = v.interval.n
         return (f"{v.what} {v.pct:+.1f}% ({conf} interval {v.low_pct:+.1f}% to {v.high_pct:+.1f}%,"
-                f" Welch's t over {n_base} and {n_head} runs)")
+                f" Welch's t over {n_base} and {n_head} runs; the smallest change these repeats can detect:"
+                f" \u00b1{v.hidden_pct:.1f}%)")
     runs = "one run per side" if v.interval.n == (1, 1) else "a side with one run"
+    if not v.sampled:
+        return (f"{v.what} {v.pct:+.1f}% ({runs}: the verdict cannot separate run-to-run noise, so it takes the"
+                f" change as measured; the smallest change it can detect is unknown; repeat each side, interleaved,"
+                f" with --base/--head)")
     return (f"{v.what} {v.pct:+.1f}% ({runs}: the verdict cannot separate run-to-run noise; the sampling"
             f" error alone hides changes within \u00b1{v.hidden_pct:.1f}% at {conf}; repeat each side with --base/--head)")
 
