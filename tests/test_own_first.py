@@ -1,0 +1,101 @@
+"""The user's code first: the summary lists the program's own functions by total energy and folds
+everything else into the library or import it ran in (analysis/own.py), through the real CLI too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from energyprof.analysis.own import module_name, own_first
+from energyprof.analysis.report import build
+from energyprof.profile import Node, Profile
+from energyprof.render.console import render_summary
+
+from conftest import run_cli
+
+SITE = "/venv/lib/python3.11/site-packages"
+BOOT = "<frozen importlib._bootstrap>"
+
+
+def n(function: str, file: str, joules: float = 0.0, children: list[Node] | None = None, samples: int = 0) -> Node:
+    return Node(function, file, 1, self_energy_j={"cpu": joules} if joules else {}, self_samples=samples,
+                self_time_s=joules / 10, children=children or [])
+
+
+def lenet_like() -> Profile:
+    """A training script's shape: `import torch` at the top, a lazy import of torch._dynamo inside
+    torch's SGD.__init__, the user's forward called back from torch's Module.__call__."""
+    torch_import = n("_find_and_load", BOOT, 0.5, [n("<module>", f"{SITE}/torch/__init__.py", 30.0, [
+        n("_find_and_load", BOOT, 0.0, [n("<module>", f"{SITE}/torch/nn/__init__.py", 5.0)])])])
+    sgd = n("SGD.__init__", f"{SITE}/torch/optim/sgd.py", 1.0, [
+        n("_find_and_load", BOOT, 0.0, [n("<module>", f"{SITE}/torch/_dynamo/__init__.py", 20.0)])])
+    step = n("train_step", "/proj/train.py", 2.0, [
+        n("Module._call_impl", f"{SITE}/torch/nn/modules/module.py", 4.0, [n("forward", "/proj/model.py", 6.0, [
+            n("conv2d", f"{SITE}/torch/nn/functional.py", 12.0)])]),
+        n("backward", f"{SITE}/torch/_tensor.py", 10.0)])
+    main = n("main", "/proj/train.py", 0.5, [sgd, step, step_copy(step)])
+    root = Node("/proj/train.py", children=[n("<module>", "/proj/train.py", 0.0, [torch_import, main]),
+                                            n("<module>", "<string>", 0.5)])
+    root.fill_inclusive()
+    total = sum(node.self_total_energy for node, _ in root.walk())
+    return Profile(meta={"idle_policy": "share", "target": "/proj/train.py"},
+                   sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "rapl"}],
+                   totals={"energy_j": {"cpu": total}, "attributed_j": {"cpu": total}, "duration_s": 10.0}, root=root)
+
+
+def step_copy(step: Node) -> Node:
+    """A second call path of train_step (another loop): a row merges both."""
+    import copy
+
+    return copy.deepcopy(step)
+
+
+def test_the_users_functions_come_first_by_total_energy_and_the_rest_folds_into_groups() -> None:
+    model = build(lenet_like())
+    names = [r.function for r in model.top]
+    assert names == ["<module>", "main", "train_step", "forward"]
+    assert [r.total_energy for r in model.top] == pytest.approx([125.0, 89.5, 2 * 34.0, 2 * 18.0])  # inclusive: main holds SGD and two steps
+    groups = {g.label: g.total for g in model.groups}
+    # the lazy import inside SGD.__init__ is an import, named by the module it imported
+    assert groups["[import: torch._dynamo]"] == pytest.approx(20.0)
+    assert groups["[import: torch]"] == pytest.approx(35.0)  # torch and torch.nn, imported by the script
+    assert groups["[library: torch]"] == pytest.approx(1.0 + 2 * (4.0 + 12.0 + 10.0))  # conv2d under forward too
+    assert groups["[import]"] == pytest.approx(0.5)  # importlib's own frames, before torch's module body
+    # every joule is either the user's own or in one group, once
+    own_self = sum(r.self_total_energy for r in model.top)
+    assert own_self + sum(groups.values()) == pytest.approx(sum(model.totals.attributed_j.values()))
+    assert "[other code: <string>]" in groups  # exec'd code is not the program's folder
+
+
+def test_the_console_opens_on_the_users_functions() -> None:
+    text = render_summary(build(lenet_like()))
+    head = text[text.index("your functions by total energy"):]
+    rows = [line.split()[-2] for line in head.splitlines()[1:5]]
+    assert rows == ["<module>", "main", "train_step", "forward"]
+    assert "outside your code" in head and "[import: torch._dynamo]" in head and "[library: torch]" in head
+
+
+def test_module_names() -> None:
+    assert module_name(f"{SITE}/torch/_dynamo/__init__.py") == "torch._dynamo"
+    assert module_name(f"{SITE}/torch/nn/functional.py") == "torch.nn.functional"
+    assert module_name("/usr/lib/python3.11/json/decoder.py") == "json.decoder"
+
+
+def test_a_profile_without_a_script_path_keeps_every_non_library_frame_as_the_users() -> None:
+    prof = lenet_like()
+    prof.meta["target"] = "<cell>"
+    mine, _ = own_first(prof, build(prof).rows)
+    assert {r.function for r in mine} >= {"main", "train_step", "forward"}
+
+
+def test_a_real_run_lists_the_scripts_functions_not_the_imports(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("def work(n):\n    return sum(i * i for i in range(n))\n")
+    (tmp_path / "prog.py").write_text("import json, decimal\nfrom helper import work\n"
+                                      "def outer():\n    return work(3_000_000)\nouter()\n")
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    res = run_cli(["--power-trace", "t.csv", "--interval", "0.002", "-o", "/dev/null", "prog.py"], tmp_path)
+    assert res.returncode == 0, res.stderr
+    head = res.stderr[res.stderr.index("your functions by total energy"):].splitlines()[1:]
+    funcs = [line.split()[-2] for line in head if line.startswith("    ") and "[" not in line]
+    assert {"outer", "work"} <= set(funcs[:4]), res.stderr
