@@ -273,7 +273,8 @@
       flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
   ];
 
-  var state = { key: "self_e", desc: true, filter: "", page: 0, order: [] };
+  /* It opens on the user's own functions by total energy; a click on a column sorts every row. */
+  var state = { key: "tot_e", desc: true, filter: "", page: 0, order: [], ownFirst: !!t.own };
   var head = document.getElementById("fn-head");
   var body = document.getElementById("fn-body");
   var info = document.getElementById("page-info");
@@ -294,6 +295,7 @@
   });
 
   function sortBy(key) {
+    state.ownFirst = false;
     if (state.key === key) state.desc = !state.desc;
     else { state.key = key; state.desc = key !== "fn"; }
     state.page = 0;
@@ -322,6 +324,7 @@
     order.sort(function (a, b) {
       var sa = t.special[a] ? 1 : 0, sb = t.special[b] ? 1 : 0;
       if (sa !== sb) return sa - sb;
+      if (state.ownFirst && t.own[a] !== t.own[b]) return t.own[b] - t.own[a];
       var x = vals[a], y = vals[b];
       if (x < y) return -sign;
       if (x > y) return sign;

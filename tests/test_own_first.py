@@ -13,6 +13,7 @@ from energyprof.profile import Node, Profile
 from energyprof.render.console import render_summary
 
 from conftest import run_cli
+from test_report_browser import Page, browser  # noqa: F401 - the fixture
 
 SITE = "/venv/lib/python3.11/site-packages"
 BOOT = "<frozen importlib._bootstrap>"
@@ -99,3 +100,22 @@ def test_a_real_run_lists_the_scripts_functions_not_the_imports(tmp_path: Path) 
     head = res.stderr[res.stderr.index("your functions by total energy"):].splitlines()[1:]
     funcs = [line.split()[-2] for line in head if line.startswith("    ") and "[" not in line]
     assert {"outer", "work"} <= set(funcs[:4]), res.stderr
+
+
+@pytest.mark.browser
+def test_the_table_opens_on_the_users_functions_by_total_energy(tmp_path: Path, browser) -> None:
+    from energyprof.render.html import render_html
+
+    path = tmp_path / "r.html"
+    path.write_text(render_html(build(lenet_like())), encoding="utf-8")
+    page = Page(browser)
+    page.open(path)
+    assert page.first_column()[:4] == ["<module>", "main", "train_step", "forward"]
+    assert page.page.get_attribute("#fn-head th[data-key=tot_e]", "aria-sort") == "descending"
+    page.page.click("#fn-head th[data-key=self_e]")  # a click sorts every row: torch's module body leads
+    page.page.wait_for_function("() => document.querySelector('#fn-head th[data-key=self_e]')"
+                                ".getAttribute('aria-sort') === 'descending'")
+    assert page.first_column()[0] == "<module>" and "torch" in page.page.eval_on_selector(
+        "#fn-body tr td.fn .where", "e => e.title")
+    assert page.errors == []
+    page.close()

@@ -67,6 +67,7 @@ class ReportModel:
     chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # every other frame's self energy, by the library or import it ran in (largest first)
     groups: list[Group] = field(default_factory=list)
+    own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
@@ -156,7 +157,7 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
-        groups=groups, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
+        groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
