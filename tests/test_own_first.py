@@ -119,3 +119,18 @@ def test_the_table_opens_on_the_users_functions_by_total_energy(tmp_path: Path, 
         "#fn-body tr td.fn .where", "e => e.title")
     assert page.errors == []
     page.close()
+
+
+def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
+    from energyprof.profile import Note
+    from energyprof.render.html import render_html
+
+    prof = lenet_like()
+    prof.notes = [Note("wait-cpu", "0.642 CPU-s that threads were seen with while sampled in a wait went elsewhere"),
+                  Note("checkpoint", "rebuilt from a checkpoint: the run ended without writing its profile")]
+    page = render_html(build(prof))
+    chart = page.index('<section id="chart"')
+    method = page.index('<section id="methodology"')
+    wait, checkpoint = page.index("0.642 CPU-s"), page.index("rebuilt from a checkpoint")
+    assert wait > method  # jargon: in Methodology
+    assert checkpoint < chart  # a warning that figures may be off stays above the chart

@@ -82,6 +82,10 @@ def summary_cards(model: ReportModel) -> list[Card]:
     return cards
 
 
+#: notes that say how a figure was made, not that it may be wrong: they belong in Methodology
+METHOD_NOTES = frozenset({"wait-cpu", "carbon"})
+
+
 def methodology(model: ReportModel) -> dict[str, Any]:
     """The facts a reader needs to trust (or distrust) the figures, in plain words."""
     meta = model.meta
@@ -97,7 +101,9 @@ def methodology(model: ReportModel) -> dict[str, Any]:
         "has_gpu": any(s.component.startswith("gpu") for s in model.sources),
         "command": command,
         "processes": model.processes,
-        "notes": [n.message for n in model.notes],
+        # above the chart only what warns that figures may be off; how a figure was made goes to Methodology
+        "notes": [n.message for n in model.notes if n.kind not in METHOD_NOTES],
+        "method_notes": [n.message for n in model.notes if n.kind in METHOD_NOTES],
         "host": meta.get("host") or {},
         "exit": meta.get("exit") or {},
     }
