@@ -134,3 +134,24 @@ def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
     wait, checkpoint = page.index("0.642 CPU-s"), page.index("rebuilt from a checkpoint")
     assert wait > method  # jargon: in Methodology
     assert checkpoint < chart  # a warning that figures may be off stays above the chart
+
+
+@pytest.mark.browser
+def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_percent(tmp_path: Path, browser) -> None:
+    from energyprof.profile import IDLE_NODE
+    from energyprof.render.html import render_html
+
+    prof = lenet_like()
+    program = sum(prof.totals.attributed_j.values())
+    prof.root.children.append(Node(IDLE_NODE, self_energy_j={"cpu": 1.53 * program}))
+    prof.root.fill_inclusive()
+    prof.totals.energy_j = {"cpu": 2.53 * program}
+    path = tmp_path / "r.html"
+    path.write_text(render_html(build(prof)), encoding="utf-8")
+    page = Page(browser)
+    page.open(path)
+    cells = page.page.eval_on_selector_all("#fn-body tr", "rs => rs.map(r => [...r.children].map(c => c.textContent))")
+    idle = next(c for c in cells if IDLE_NODE in c[0])
+    assert "1.5\u00d7 the program" in idle
+    assert not any(c.endswith("%") and float(c.rstrip("%")) > 100 for row in cells for c in row[1:] if c[:1].isdigit())
+    page.close()
