@@ -155,3 +155,21 @@ def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_perc
     assert "1.5\u00d7 the program" in idle
     assert not any(c.endswith("%") and float(c.rstrip("%")) > 100 for row in cells for c in row[1:] if c[:1].isdigit())
     page.close()
+
+
+def test_nothing_is_rendered_for_dev_null_so_jinja2_is_not_imported(tmp_path: Path) -> None:
+    """`-o /dev/null` asks for no page: a run with jinja2 unimportable still succeeds, and the page
+    asked for by name is the only thing that needs it."""
+    import os
+
+    hide = tmp_path / "hide"
+    hide.mkdir()
+    (hide / "sitecustomize.py").write_text("import sys\nsys.modules['jinja2'] = None  # as if not installed\n")
+    (tmp_path / "prog.py").write_text("pass\n")
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])}
+    res = run_cli(["--power-trace", "t.csv", "-o", os.devnull, "--json", "p.json", "prog.py"], tmp_path, env=env)
+    assert res.returncode == 0, res.stderr
+    assert (tmp_path / "p.json").is_file() and "error" not in res.stderr
+    res = run_cli(["-q", "--power-trace", "t.csv", "-o", "r.html", "prog.py"], tmp_path, env=env)
+    assert "could not write" in res.stderr and "r.html" in res.stderr  # the page itself does need jinja2
