@@ -3,6 +3,7 @@ everything else into the library or import it ran in (analysis/own.py), through 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -173,3 +174,26 @@ def test_nothing_is_rendered_for_dev_null_so_jinja2_is_not_imported(tmp_path: Pa
     assert (tmp_path / "p.json").is_file() and "error" not in res.stderr
     res = run_cli(["-q", "--power-trace", "t.csv", "-o", "r.html", "prog.py"], tmp_path, env=env)
     assert "could not write" in res.stderr and "r.html" in res.stderr  # the page itself does need jinja2
+
+
+def test_compare_labels_per_side_and_command_lines_relative_to_here(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "prog.py").write_text("pass\n")
+    (work / "t.csv").write_text("t_s,cpu\n0,40\n")
+    for i in range(4):  # absolute paths on the command line, as a script or CI would give them
+        res = run_cli(["-q", "--power-trace", str(work / "t.csv"), "-o", "/dev/null", "--json", f"r{i}.json",
+                       str(work / "prog.py")], work)
+        assert res.returncode == 0, res.stderr
+    res = run_cli(["compare", "--base", "r0.json", "r1.json", "--head", "r2.json", "r3.json",
+                   "--label", "main", "--label", "feature"], work)
+    assert res.returncode == 0, res.stderr
+    runs = [line.strip().split("  ")[0] for line in res.stdout.splitlines() if re.match(r"  \[\d+\] ", line)]
+    assert runs == ["[0] main #1", "[1] main #2", "[2] feature #1", "[3] feature #2"]
+    res = run_cli(["compare", "r0.json", "r1.json"], work)
+    labels = [line for line in res.stdout.splitlines() if re.match(r"  \[\d+\] ", line)]
+    assert labels and not any(str(tmp_path) in line for line in labels)  # the default labels carry no absolute path
+    assert "--power-trace t.csv -o /dev/null --json r0.json prog.py" in res.stdout
+    res = run_cli(["compare", "--base", "r0.json", "--head", "r1.json", "r2.json", "--label", "a", "--label", "b",
+                   "--label", "c", "--label", "d"], work)
+    assert res.returncode == 2 and "one per side" in res.stderr and res.stderr.count("\n") == 1
