@@ -64,7 +64,8 @@ def test_identical_code_passes_ten_of_ten_three_against_three(runs: Path) -> Non
                        "--fail-above", "5", "-q"], cwd=runs)
         assert res.returncode == 0, res.stderr
         assert re.search(r"program energy [+-]\d+\.\d% \(95% interval [+-]\d+\.\d% to [+-]\d+\.\d%, Welch's t over 3"
-                         r" and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); limit \+5%: ok", res.stderr), res.stderr
+                         r" and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); limit \+5%: ok",
+                         res.stderr), res.stderr
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ from energyprof.profile import Node, Profile
 from energyprof.render.console import render_summary
 
 from conftest import run_cli
-from test_report_browser import Page, browser  # noqa: F401 - the fixture
+from test_report_browser import Page, browser  # noqa: F401 - the fixture, asked for by name below
 
 SITE = "/venv/lib/python3.11/site-packages"
 BOOT = "<frozen importlib._bootstrap>"
@@ -57,7 +57,8 @@ def test_the_users_functions_come_first_by_total_energy_and_the_rest_folds_into_
     model = build(lenet_like())
     names = [r.function for r in model.top]
     assert names == ["<module>", "main", "train_step", "forward"]
-    assert [r.total_energy for r in model.top] == pytest.approx([125.0, 89.5, 2 * 34.0, 2 * 18.0])  # inclusive: main holds SGD and two steps
+    # inclusive: main holds SGD and two steps
+    assert [r.total_energy for r in model.top] == pytest.approx([125.0, 89.5, 2 * 34.0, 2 * 18.0])
     groups = {g.label: g.total for g in model.groups}
     # the lazy import inside SGD.__init__ is an import, named by the module it imported
     assert groups["[import: torch._dynamo]"] == pytest.approx(20.0)
@@ -104,12 +105,13 @@ def test_a_real_run_lists_the_scripts_functions_not_the_imports(tmp_path: Path) 
 
 
 @pytest.mark.browser
-def test_the_table_opens_on_the_users_functions_by_total_energy(tmp_path: Path, browser) -> None:
+def test_the_table_opens_on_the_users_functions_by_total_energy(tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    chromium = request.getfixturevalue("browser")
     from energyprof.render.html import render_html
 
     path = tmp_path / "r.html"
     path.write_text(render_html(build(lenet_like())), encoding="utf-8")
-    page = Page(browser)
+    page = Page(chromium)
     page.open(path)
     assert page.first_column()[:4] == ["<module>", "main", "train_step", "forward"]
     assert page.page.get_attribute("#fn-head th[data-key=tot_e]", "aria-sort") == "descending"
@@ -138,7 +140,9 @@ def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
 
 
 @pytest.mark.browser
-def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_percent(tmp_path: Path, browser) -> None:
+def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_percent(tmp_path: Path,
+                                                                                      request: pytest.FixtureRequest) -> None:
+    chromium = request.getfixturevalue("browser")
     from energyprof.profile import IDLE_NODE
     from energyprof.render.html import render_html
 
@@ -149,7 +153,7 @@ def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_perc
     prof.totals.energy_j = {"cpu": 2.53 * program}
     path = tmp_path / "r.html"
     path.write_text(render_html(build(prof)), encoding="utf-8")
-    page = Page(browser)
+    page = Page(chromium)
     page.open(path)
     cells = page.page.eval_on_selector_all("#fn-body tr", "rs => rs.map(r => [...r.children].map(c => c.textContent))")
     idle = next(c for c in cells if IDLE_NODE in c[0])

@@ -5,9 +5,10 @@ prints the summary, shows the report inline in a sandboxed iframe (its scripts r
 of their own, so the notebook's page is never touched), and keeps the Profile as `_energyprof`
 in the notebook's namespace.
 
-plotly.js (1.2 MB) is sent once per session, in `%load_ext energyprof`'s output: a small script
-there keeps it and hands it to each report's frame on request (postMessage, so the frames stay
-sandboxed). A report cell's output is then its figures alone (tens of KB, not 1.5 MB a cell). Options are the command line's (`--power-trace`, `--idle`,
+plotly.js (1.2 MB) is sent once per session, in `%load_ext energyprof`'s output: a small
+script there keeps it and hands it to each report's frame on request (postMessage, so the
+frames stay sandboxed). A report cell's output is then its figures alone (tens of KB, not
+1.5 MB a cell). Options are the command line's (`--power-trace`, `--idle`,
 `--country`, `-o report.html`, `--json p.json`, ...); no file is written unless asked.
 """
 
