@@ -201,3 +201,23 @@ def test_compare_labels_per_side_and_command_lines_relative_to_here(tmp_path: Pa
     res = run_cli(["compare", "--base", "r0.json", "--head", "r1.json", "r2.json", "--label", "a", "--label", "b",
                    "--label", "c", "--label", "d"], work)
     assert res.returncode == 2 and "one per side" in res.stderr and res.stderr.count("\n") == 1
+
+
+def test_the_differential_icicle_leaves_idle_and_energyprof_out_until_asked() -> None:
+    from energyprof.analysis.compare import compare
+    from energyprof.profile import IDLE_NODE, SELF_NODE
+    from energyprof.render.compare import figures, render_html
+
+    runs = []
+    for scale in (1.0, 1.3):
+        prof = lenet_like()
+        prof.root.children += [Node(IDLE_NODE, self_energy_j={"cpu": 500.0 * scale}),
+                               Node(SELF_NODE, self_energy_j={"cpu": 5.0}, children=[Node("tick", "ep.py", 1, self_energy_j={"cpu": 1.0})])]
+        prof.root.fill_inclusive()
+        runs.append(prof)
+    figs = figures(compare(runs))
+    shown = figs["icicle"]["data"][0]["labels"]
+    everything = figs["icicle_all"]["data"][0]["labels"]
+    assert IDLE_NODE not in shown and SELF_NODE not in shown and "tick" not in shown and "train_step" in shown
+    assert {IDLE_NODE, SELF_NODE, "tick"} <= set(everything)
+    assert 'id="diff-outside"' in render_html(compare(runs))  # the toggle that shows them

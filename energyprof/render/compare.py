@@ -12,6 +12,7 @@ from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
 from ..files import write_text
+from ..profile import SPECIAL_NODES
 from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
 
@@ -173,34 +174,45 @@ def _plotly_text(text: str) -> str:
 
 
 def figures(cmp: Comparison) -> dict[str, Any]:
-    """The page's two charts as plotly figure dicts: the differential icicle and the scatter."""
-    ids = [n.id for n in cmp.tree]
+    """The page's two charts as plotly figure dicts: the differential icicle and the scatter.
+
+    The icicle leaves other processes, idle and energyprof out (`icicle`): they are not the
+    program's, and idle alone can be as wide as the program; `icicle_all` has them (a toggle)."""
+    outside: set[str] = set()
+    for n in cmp.tree:  # parents come before their children
+        if n.function in SPECIAL_NODES or n.parent in outside:
+            outside.add(n.id)
+    out = {"icicle": _icicle([n for n in cmp.tree if n.id not in outside]), "icicle_all": _icicle(cmp.tree),
+           "scatter": pareto_figure([(str(i), r.label, r.duration_s, r.program_total, r.pareto)
+                                     for i, r in enumerate(cmp.runs)], "program energy (J)")}
+    if cmp.sweep:
+        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
+                                     _sweep_axis(cmp))
+    return out
+
+
+def _icicle(tree: list[Any]) -> dict[str, Any]:
+    ids = [n.id for n in tree]
     kids: dict[str, float] = {}
-    for n in cmp.tree:
+    for n in tree:
         if n.parent:
             kids[n.parent] = kids.get(n.parent, 0.0) + max(n.energy_j)
     # "remainder": each box is its own value plus its children's, so give each path its larger
     # run's inclusive energy less what its drawn children hold (never below zero)
-    values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in cmp.tree]
-    deltas = [n.energy_j[1] - n.energy_j[0] for n in cmp.tree]
+    values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in tree]
+    deltas = [n.energy_j[1] - n.energy_j[0] for n in tree]
     span = max((abs(d) for d in deltas), default=0.0) or 1.0
     esc = _plotly_text  # plotly reads a subset of HTML in labels and hover texts
     hover = [f"{esc(n.function)}<br>{fmt_energy(n.energy_j[0])} -> {fmt_energy(n.energy_j[1])}"
-             f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(cmp.tree, deltas)]
-    icicle = {
-        "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in cmp.tree],
-                  "labels": [esc(n.function) for n in cmp.tree], "values": values, "branchvalues": "remainder",
+             f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(tree, deltas)]
+    return {
+        "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in tree],
+                  "labels": [esc(n.function) for n in tree], "values": values, "branchvalues": "remainder",
                   "text": hover, "hoverinfo": "text", "textinfo": "label",
                   "marker": {"colors": deltas, "colorscale": INCREASE_RED, "cmin": -span, "cmax": span,
                              "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
         "layout": {"margin": {"t": 10, "l": 10, "r": 10, "b": 10}},
     }
-    out = {"icicle": icicle, "scatter": pareto_figure(
-        [(str(i), r.label, r.duration_s, r.program_total, r.pareto) for i, r in enumerate(cmp.runs)], "program energy (J)")}
-    if cmp.sweep:
-        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
-                                     _sweep_axis(cmp))
-    return out
 
 
 def _sweep_axis(cmp: Comparison) -> str:
@@ -212,6 +224,11 @@ _SCRIPT = """
   var figs = JSON.parse(document.getElementById('compare-data').textContent);
   var cfg = {displaylogo: false, responsive: true};
   Plotly.newPlot('diff-icicle', figs.icicle.data, figs.icicle.layout, cfg);
+  var all = document.getElementById('diff-outside');
+  if (all) all.addEventListener('change', function () {
+    var f = all.checked ? figs.icicle_all : figs.icicle;
+    Plotly.react('diff-icicle', f.data, f.layout, cfg);
+  });
   Plotly.newPlot('pareto', figs.scatter.data, figs.scatter.layout, cfg);
   if (figs.sweep) Plotly.newPlot('sweep', figs.sweep.data, figs.sweep.layout, cfg);
 })();
@@ -272,7 +289,9 @@ cheaper) is joined.</p><div id="pareto" class="plot"></div></section>
 {sweep}
 <section class="panel"><h2>Where the energy changed</h2>
 <p class="hint">Each box is a call path in either run, as wide as its larger run's energy, coloured by the change
-(red: more energy in the last run, blue: less).</p><div id="diff-icicle" class="plot"></div></section>
+(red: more energy in the last run, blue: less). Other processes, idle and energyprof are left out: they are not
+the program's. <label><input type="checkbox" id="diff-outside"> show them</label></p>
+<div id="diff-icicle" class="plot"></div></section>
 {windows}
 <section class="panel"><h2>Functions</h2>
 <p class="hint">Before &rarr; after (change), the program's own functions first. Highlighted: the change lies
