@@ -212,7 +212,8 @@ def test_the_differential_icicle_leaves_idle_and_energyprof_out_until_asked() ->
     for scale in (1.0, 1.3):
         prof = lenet_like()
         prof.root.children += [Node(IDLE_NODE, self_energy_j={"cpu": 500.0 * scale}),
-                               Node(SELF_NODE, self_energy_j={"cpu": 5.0}, children=[Node("tick", "ep.py", 1, self_energy_j={"cpu": 1.0})])]
+                               Node(SELF_NODE, self_energy_j={"cpu": 5.0},
+                                    children=[Node("tick", "ep.py", 1, self_energy_j={"cpu": 1.0})])]
         prof.root.fill_inclusive()
         runs.append(prof)
     figs = figures(compare(runs))
