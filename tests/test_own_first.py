@@ -10,7 +10,7 @@ import pytest
 
 from energyprof.analysis.own import module_name, own_first
 from energyprof.analysis.report import build
-from energyprof.profile import Node, Profile
+from energyprof.profile import Node, Profile, Window
 from energyprof.render.console import render_summary
 
 from conftest import run_cli
@@ -222,3 +222,20 @@ def test_the_differential_icicle_leaves_idle_and_energyprof_out_until_asked() ->
     assert IDLE_NODE not in shown and SELF_NODE not in shown and "tick" not in shown and "train_step" in shown
     assert {IDLE_NODE, SELF_NODE, "tick"} <= set(everything)
     assert 'id="diff-outside"' in render_html(compare(runs))  # the toggle that shows them
+
+
+def test_compares_window_table_and_plot_show_the_same_number_the_programs() -> None:
+    from energyprof.analysis.compare import compare
+    from energyprof.render.compare import render_text
+
+    runs = []
+    for machine, program in ((39.6, 27.0), (44.0, 30.0)):
+        prof = lenet_like()
+        prof.windows = [Window(name="epoch:bs32", index=0, start_s=0.0, end_s=1.0, time_s=1.0,
+                               energy_j={"cpu": machine}, program_energy_j={"cpu": program})]
+        runs.append(prof)
+    cmp = compare(runs, windows="epoch")
+    (row,) = cmp.windows
+    assert row.program and row.mean_j == pytest.approx([27.0, 30.0])  # not the machine's 39.6 J
+    assert sorted(p.energy_j for p in cmp.sweep_points) == pytest.approx([27.0, 30.0])
+    assert "mean program energy per window" in render_text(cmp)

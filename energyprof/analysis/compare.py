@@ -28,7 +28,7 @@ from typing import Any, Sequence
 from ..profile import Node, Profile, Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
-from .pareto import WindowPoint, front, window_points
+from .pareto import WindowPoint, front, program_energy, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 
@@ -122,6 +122,9 @@ class WindowRow:
     count: list[int]
     mean_j: list[float | None]  # per run (None: the run has no such window)
     mean_time_s: list[float | None]
+    # the energy is the program's part of each window, as the sweep plot shows it; False: the machine's,
+    # for files written before windows held the program's part
+    program: bool = True
 
     @property
     def pct(self) -> float | None:
@@ -309,10 +312,15 @@ def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:
     rows = []
     for name in names:
         ws = [g.get(name, []) for g in per_run]
+        program = all(program_energy(w) is not None for x in ws for w in x)
+
+        def energy(w: Window) -> float:
+            return (program_energy(w) or 0.0) if program else sum(w.energy_j.values())
+
         rows.append(WindowRow(
             name, [len(x) for x in ws],
-            [statistics.fmean(sum(w.energy_j.values()) for w in x) if x else None for x in ws],
-            [statistics.fmean(w.time_s for w in x) if x else None for x in ws]))
+            [statistics.fmean(energy(w) for w in x) if x else None for x in ws],
+            [statistics.fmean(w.time_s for w in x) if x else None for x in ws], program))
     return rows
 
 

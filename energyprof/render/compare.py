@@ -90,7 +90,7 @@ def render_text(cmp: Comparison) -> str:
     lines.append(f"  {'duration':<17} " + "  ".join(f"{fmt_seconds(r.duration_s):>10}" for r in cmp.runs))
     lines.append(f"  {'method':<17} " + "  ".join(f"{_method(r):>10}" for r in cmp.runs))
     if cmp.windows:
-        lines += ["", "Windows (mean energy per window, all sources):"]
+        lines += ["", f"Windows (mean {_window_whose(cmp)} energy per window, all sources):"]
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
                          + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
@@ -215,6 +215,11 @@ def _icicle(tree: list[Any]) -> dict[str, Any]:
     }
 
 
+def _window_whose(cmp: Comparison) -> str:
+    """Whose energy the windows table holds: the program's, as the plots, unless a file predates it."""
+    return "program" if all(w.program for w in cmp.windows) else "machine"
+
+
 def _sweep_axis(cmp: Comparison) -> str:
     return "program energy (J)" if cmp.sweep_program else "machine energy (J)"
 
@@ -254,7 +259,8 @@ def render_html(cmp: Comparison) -> str:
                                  (f.self_time, fmt_seconds), (f.time, fmt_seconds)))
         + f"<td>{f.samples[0]} / {f.samples[1]}</td></tr>" for f in cmp.functions[:MAX_ROWS_HTML])
     run_heads = "".join(f"<th>[{i}]</th>" for i in range(len(cmp.runs)))
-    windows = ("<section class='panel'><h2>Windows</h2><p class='hint'>Mean energy per window, all sources.</p>"
+    windows = (f"<section class='panel'><h2>Windows</h2><p class='hint'>Mean {_window_whose(cmp)} energy per window,"
+               " all sources.</p>"
                "<div class='table-wrap'><table class='windows'><thead><tr><th>window</th>"
                f"{run_heads}<th>change</th></tr></thead><tbody>{win_rows}</tbody></table></div></section>"
                if cmp.windows else "")
