@@ -239,3 +239,24 @@ def test_compares_window_table_and_plot_show_the_same_number_the_programs() -> N
     assert row.program and row.mean_j == pytest.approx([27.0, 30.0])  # not the machine's 39.6 J
     assert sorted(p.energy_j for p in cmp.sweep_points) == pytest.approx([27.0, 30.0])
     assert "mean program energy per window" in render_text(cmp)
+
+
+def test_repeats_of_one_side_are_one_point_with_their_spread_and_no_front_tags() -> None:
+    import statistics
+
+    from energyprof.analysis.compare import compare
+    from energyprof.render.compare import figures, render_html, render_text
+
+    runs = []
+    for scale in (1.0, 1.1, 0.9, 1.5, 1.6, 1.4):
+        prof = lenet_like()
+        prof.totals.attributed_j = {"cpu": 100.0 * scale}
+        prof.totals.duration_s = 10.0 * scale
+        runs.append(prof)
+    cmp = compare(runs, base_count=3)
+    pts = figures(cmp)["scatter"]["data"][0]
+    assert pts["x"] == pytest.approx([10.0, 15.0]) and pts["y"] == pytest.approx([100.0, 150.0])
+    assert pts["error_y"]["array"] == pytest.approx([statistics.stdev([100.0, 110.0, 90.0]),
+                                                     statistics.stdev([150.0, 160.0, 140.0])])
+    assert pts["text"] == ["base (3 runs)", "head (3 runs)"]
+    assert "Pareto front" not in render_text(cmp) and "tag measured\">Pareto front" not in render_html(cmp)

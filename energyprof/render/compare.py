@@ -8,9 +8,11 @@ function called `</script>` stays text.
 from __future__ import annotations
 
 import html
+import statistics
 from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
+from ..analysis.pareto import front as pareto_front
 from ..files import write_text
 from ..profile import SPECIAL_NODES
 from .charts import pareto_figure
@@ -74,7 +76,7 @@ def render_text(cmp: Comparison) -> str:
             else "the first run is the baseline, the last is compared with it")
     lines = [f"energyprof compare: {head}", ""]
     for i, r in enumerate(cmp.runs):
-        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 else ""
+        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 and not _repeated(cmp) else ""
         lines.append(f"  [{i}] {r.label}  {r.path}{_side(cmp, i)}{front}")
     if cmp.verdict is not None:
         lines += ["", verdict_text(cmp.verdict)]
@@ -183,12 +185,35 @@ def figures(cmp: Comparison) -> dict[str, Any]:
         if n.function in SPECIAL_NODES or n.parent in outside:
             outside.add(n.id)
     out = {"icicle": _icicle([n for n in cmp.tree if n.id not in outside]), "icicle_all": _icicle(cmp.tree),
-           "scatter": pareto_figure([(str(i), r.label, r.duration_s, r.program_total, r.pareto)
-                                     for i, r in enumerate(cmp.runs)], "program energy (J)")}
+           "scatter": _scatter(cmp)}
     if cmp.sweep:
         out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
                                      _sweep_axis(cmp))
     return out
+
+
+def _repeated(cmp: Comparison) -> bool:
+    """A side with repeats: its runs are one configuration, drawn as one point with its spread."""
+    return len(cmp.base_runs) > 1 or len(cmp.head_runs) > 1
+
+
+def _scatter(cmp: Comparison) -> dict[str, Any]:
+    if not _repeated(cmp):
+        return pareto_figure([(str(i), r.label, r.duration_s, r.program_total, r.pareto)
+                              for i, r in enumerate(cmp.runs)], "program energy (J)")
+    sides = [(name, runs) for name, runs in (("base", cmp.base_runs), ("head", cmp.head_runs)) if runs]
+    means = [(statistics.fmean(r.duration_s for r in runs), statistics.fmean(r.program_total for r in runs))
+             for _, runs in sides]
+    on = pareto_front(means)
+    fig = pareto_figure([(f"{name} ({len(runs)} runs)", f"{name}: mean of {len(runs)} runs, \u00b1 their standard deviation",
+                          t, e, p) for (name, runs), (t, e), p in zip(sides, means, on)], "program energy (J)")
+
+    def sd(values: list[float]) -> float:
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+    fig["data"][0]["error_x"] = {"type": "data", "array": [sd([r.duration_s for r in runs]) for _, runs in sides]}
+    fig["data"][0]["error_y"] = {"type": "data", "array": [sd([r.program_total for r in runs]) for _, runs in sides]}
+    return fig
 
 
 def _icicle(tree: list[Any]) -> dict[str, Any]:
@@ -245,7 +270,7 @@ def render_html(cmp: Comparison) -> str:
 
     e = html.escape
     runs_rows = "".join(
-        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto else ''}"
+        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto and not _repeated(cmp) else ''}"
         f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(
