@@ -28,6 +28,7 @@ from typing import Any, Sequence
 from ..profile import Node, Profile, Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
+from .own import program_folder
 from .pareto import WindowPoint, front, program_energy, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
@@ -203,6 +204,7 @@ class Comparison:
     sweep: str | None = None  # --windows NAME: that name's windows as points of energy against time
     sweep_points: list[WindowPoint] = field(default_factory=list)
     sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
+    folder: str | None = None  # the base's program folder: files are shown relative to it
 
     @property
     def base_runs(self) -> list[Run]:
@@ -259,7 +261,7 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
     points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
     return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
                       _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
-                      windows, points, program)
+                      windows, points, program, program_folder(profiles[base_ix[0]]))
 
 
 def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[int], head_samples: Sequence[int],

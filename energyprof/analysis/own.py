@@ -48,6 +48,18 @@ def is_own(function: str, file: str, parent_file: str, folder: str | None) -> bo
     return bool(file) and os.path.normpath(file).startswith(os.path.normpath(folder) + os.sep)
 
 
+def short_path(file: str, folder: str | None) -> str:
+    """A file as a reader names it: relative to the program's folder, `package/module.py` for
+    installed code and the standard library, else as given."""
+    if folder and os.path.normpath(file).startswith(os.path.normpath(folder) + os.sep):
+        return os.path.relpath(file, folder)
+    m = _SITE_RE.search(file) or _STDLIB_RE.search(file)
+    if m:
+        rest = next(g for g in m.groups() if g).replace("\\", "/")
+        return rest.split("/", 1)[1] if rest.startswith(("site-packages/", "dist-packages/")) else rest
+    return file
+
+
 def module_name(file: str) -> str:
     """`torch._dynamo` for .../site-packages/torch/_dynamo/__init__.py; the file's stem elsewhere."""
     m = _SITE_RE.search(file) or _STDLIB_RE.search(file)

@@ -12,6 +12,7 @@ import statistics
 from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
+from ..analysis.own import short_path
 from ..analysis.pareto import front as pareto_front
 from ..files import write_text
 from ..profile import SPECIAL_NODES
@@ -105,7 +106,7 @@ def render_text(cmp: Comparison) -> str:
     lines += ["", f"Functions, head against base, the program's own first ({len(changed)} of {len(cmp.functions)}"
               f" changed beyond {_noise(cmp)}, marked *; self energy, then inclusive):"]
     for f in cmp.functions[:MAX_ROWS_TEXT]:
-        lines.append(f"  {f.function}  {_where(f)}")
+        lines.append(f"  {_name(f, cmp.folder)}  {_where(f, cmp.folder)}")
         lines.append(f"      self      {_change_text(f.self_energy)}   time {_change_text(f.self_time, fmt_seconds)}")
         lines.append(f"      inclusive {_change_text(f.energy)}   time {_change_text(f.time, fmt_seconds)}")
     if len(cmp.functions) > MAX_ROWS_TEXT:
@@ -124,8 +125,13 @@ def _delta(vals: list[float | None]) -> str:
     return _pct((b - a) / a * 100 if a else None) if (a or b) else "+0.0%"
 
 
-def _where(f: FunctionChange) -> str:
-    return f"({f.file}:{f.line})" if f.file else ""
+def _where(f: FunctionChange, folder: str | None = None) -> str:
+    return f"({short_path(f.file, folder)}:{f.line})" if f.file else ""
+
+
+def _name(f: FunctionChange, folder: str | None) -> str:
+    """A function's name; the program's own row is named by its script's path, shown relative too."""
+    return short_path(f.function, folder) if f.function.startswith("/") else f.function
 
 
 def _md(text: str) -> str:
@@ -158,7 +164,7 @@ def render_markdown(cmp: Comparison) -> str:
         out += ["", f"Functions whose self energy changed beyond {_noise(cmp)} (the program's own first):", "",
                 "| function | before | after | change |", "|---|---:|---:|---:|"]
         for f in changed:
-            out.append(f"| {_md(f.function)} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
+            out.append(f"| {_md(_name(f, cmp.folder))} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
                        f" | {_pct(f.self_energy.pct)} |")
     else:
         out += ["", f"No function's energy changed beyond {_noise(cmp)}."]
@@ -278,7 +284,8 @@ def render_html(cmp: Comparison) -> str:
         + f"<td>{_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}</td></tr>"
         for w in cmp.windows)
     fn_rows = "".join(
-        f"<tr><td class='fn'><span class='name'>{e(f.function)}</span><span class='where'>{e(_where(f))}</span></td>"
+        f"<tr><td class='fn'><span class='name'>{e(_name(f, cmp.folder))}</span>"
+        f"<span class='where'>{e(_where(f, cmp.folder))}</span></td>"
         + "".join(f"<td{_SIG if c.significant else ''}>{e(_cell(c, fmt))}</td>"
                   for c, fmt in ((f.self_energy, fmt_energy), (f.energy, fmt_energy),
                                  (f.self_time, fmt_seconds), (f.time, fmt_seconds)))
