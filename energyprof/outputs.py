@@ -7,6 +7,7 @@ else. files.py says how each kind of path is written (never harming a device, FI
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
@@ -90,6 +91,8 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             if path and model is None and name != "json":
                 failed.append(f"could not write {flag(name)} {path}: no report model")
             continue
+        if os.path.realpath(path) == os.devnull:  # `-o /dev/null`: nothing reads it, so nothing is rendered
+            continue  # (the HTML page alone imported jinja2 and built 1.4 MB for it)
         try:
             write_text(path, table[name](model))
             written.append(path)

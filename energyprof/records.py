@@ -78,6 +78,14 @@ class Source(_Record):
         """The tier, or for a profile written before sources declared one, what its method implies."""
         return self.tier or ("model" if self.method == "estimated" else "counter")
 
+    @property
+    def sensor_text(self) -> str:
+        """What read the source, in the reader's words: a replay names what recorded it."""
+        if self.sensor == "replay":
+            recorded = self.detail.get("recorded_with") if isinstance(self.detail, dict) else None
+            return f"replayed ({recorded or 'external meter'})"
+        return self.sensor or "?"
+
 
 @dataclass
 class Totals(_Record):

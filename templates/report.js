@@ -255,11 +255,11 @@
     { key: "self_e", label: "self energy" + one, value: function (i) { return t.self_e[i]; }, show: fmtJ, bar: true,
       tip: function (i) { return perSource(t.src_self, i); } },
     { key: "self_p", label: "self %", title: "self energy as a share of the program's energy",
-      value: function (i) { return t.self_p[i]; }, show: fmtPercent },
+      value: function (i) { return t.self_p[i]; }, show: sharePercent },
     { key: "tot_e", label: "total energy" + one, value: function (i) { return t.tot_e[i]; }, show: fmtJ,
       tip: function (i) { return perSource(t.src_tot, i); } },
     { key: "tot_p", label: "total %", title: "total (inclusive) energy as a share of the program's energy",
-      value: function (i) { return t.tot_p[i]; }, show: fmtPercent },
+      value: function (i) { return t.tot_p[i]; }, show: sharePercent },
     { key: "self_t", label: "self time", value: function (i) { return t.self_t[i]; }, show: fmtS },
     { key: "t", label: "total time (summed)", value: function (i) { return t.t[i]; }, show: fmtS,
       title: "inclusive wall time, summed over threads and processes: it can exceed the run's duration" },
@@ -273,7 +273,14 @@
       flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
   ];
 
-  var state = { key: "self_e", desc: true, filter: "", page: 0, order: [] };
+  /* It opens on the user's own functions by total energy; a click on a column sorts every row. */
+  /* Idle is not part of the program: more than all of it reads as a multiple, never "153%". */
+  function sharePercent(p, i) {
+    if (t.special[i] && p > 100) return (Math.floor(p / 10 + 0.5) / 10).toFixed(1) + "\u00d7 the program";
+    return fmtPercent(p);
+  }
+
+  var state = { key: "tot_e", desc: true, filter: "", page: 0, order: [], ownFirst: !!t.own };
   var head = document.getElementById("fn-head");
   var body = document.getElementById("fn-body");
   var info = document.getElementById("page-info");
@@ -294,6 +301,7 @@
   });
 
   function sortBy(key) {
+    state.ownFirst = false;
     if (state.key === key) state.desc = !state.desc;
     else { state.key = key; state.desc = key !== "fn"; }
     state.page = 0;
@@ -322,6 +330,7 @@
     order.sort(function (a, b) {
       var sa = t.special[a] ? 1 : 0, sb = t.special[b] ? 1 : 0;
       if (sa !== sb) return sa - sb;
+      if (state.ownFirst && t.own[a] !== t.own[b]) return t.own[b] - t.own[a];
       var x = vals[a], y = vals[b];
       if (x < y) return -sign;
       if (x > y) return sign;
@@ -416,7 +425,7 @@
         bar.style.width = Math.max(1, Math.round(40 * v / maxSelf)) + "px";
         cell.appendChild(bar);
       }
-      cell.appendChild(document.createTextNode(c.show(v)));
+      cell.appendChild(document.createTextNode(c.show(v, i)));
       var tip = c.tip && c.tip(i);
       if (tip) cell.title = tip;
       if (c.flag && c.flag(i)) {

@@ -105,7 +105,7 @@ def test_program_runs_as_its_own_main_with_its_argv(runs):
     _, res = runs["all"]
     assert f"done ['{N_BURN}', '1.0'] __main__" in res.stdout
     assert "energyprof:" not in res.stdout  # our messages go to stderr
-    assert "top functions" in res.stderr and "measured" in res.stderr
+    assert "your functions by total energy" in res.stderr and "measured" in res.stderr
     burn_line = [ln for ln in res.stderr.splitlines() if " burn " in ln][0]
     assert "±" in burn_line  # every energy in the summary carries its sampling error
 

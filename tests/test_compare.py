@@ -182,14 +182,18 @@ def two_runs(tmp_path_factory) -> Path:
 def _verdict(stderr: str, what: str = "program energy") -> tuple[float, float]:
     """The change and the change its sampling error hides, as the gate printed them."""
     m = re.search(what + r" ([+-]\d+\.\d)% \(one run per side: .* within \u00b1(\d+\.\d)%", stderr)
-    assert m, stderr
+    if m is None:  # the program's total is not sampled: with one run per side nothing hides a change
+        m = re.search(what + r" ([+-]\d+\.\d)% \(one run per side: .*smallest change it can detect is unknown", stderr)
+        assert m, stderr
+        return float(m.group(1)), 0.0
     return float(m.group(1)), float(m.group(2))
 
 
 @pytest.mark.slow
 def test_fail_above_gates_on_program_energy(two_runs: Path) -> None:
-    """One run per side: the gate fails only beyond the change its sampling error could hide. The limits
-    are put on either side of what the files hold, not of a figure the machine decides."""
+    """One run per side: the program's total fails beyond the limit as measured (it is not a sampled figure);
+    a function fails only beyond the change its sampling error could hide. The limits are put on either
+    side of what the files hold, not of a figure the machine decides."""
     res = run_cli(["compare", "a.json", "b.json", "--fail-above", "0"], cwd=two_runs)
     assert "Totals per source" in res.stdout
     pct, hidden = _verdict(res.stderr)
@@ -325,3 +329,18 @@ def test_a_side_without_repeats_is_judged_by_sampling_error_and_says_so() -> Non
     assert not v.repeats and v.interval.n == (1, 3)
     assert "a side with one run: the verdict cannot separate run-to-run noise" in verdict_text(v)
     assert "one run per side" in verdict_text(gate([100.0], [130.0], [100], [100], "program energy"))
+
+
+def test_the_programs_total_is_judged_by_repeats_never_by_sampling_error() -> None:
+    from energyprof.analysis.compare import program_gate
+    from energyprof.render.compare import verdict_text
+
+    # one run per side: no spread, so the change is taken as measured (a sampled figure's +-44% is gone)
+    v = program_gate([40.0], [59.92])
+    assert not v.repeats and not v.sampled and v.low_pct == pytest.approx(49.8) and v.fails(10.0)
+    assert "smallest change it can detect is unknown" in verdict_text(v) and "sampling error" not in verdict_text(v)
+    # repeats: Welch's interval alone, narrower than the sampling error of three 100-sample runs (+-11%)
+    v = program_gate([100.0, 100.5, 99.5], [104.0, 104.5, 103.5])
+    assert v.repeats and v.low_pct == pytest.approx(4.0 - 2.776445 * (1 / 6) ** 0.5, rel=1e-5)  # t(0.975, 4)
+    assert v.fails(2.0) and not gate([100.0, 100.5, 99.5], [104.0, 104.5, 103.5], [100] * 3, [100] * 3, "").fails(2.0)
+    assert "the smallest change these repeats can detect: \u00b11.1%" in verdict_text(v)

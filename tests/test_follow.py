@@ -107,7 +107,7 @@ def test_a_forked_child_returning_normally_writes_and_prints_nothing(here):
     res = run_cli(["--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "forker.py"], cwd=here)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "child\nparent\n"
-    assert res.stderr.count("top functions") == 1 and res.stderr.count("wrote p.json") == 1
+    assert res.stderr.count("your functions by total energy") == 1 and res.stderr.count("wrote p.json") == 1
     p = load(here / "p.json")
     assert p.meta["exit"] == {"status": "completed"}
     rows = processes(p)

@@ -1,7 +1,8 @@
 """MLflow logging against a real local tracking store, read back with MlflowClient.
 
-mlflow-skinny has no SQL store, so the store is MLflow's file store in tmp_path (opted in with
-MLFLOW_ALLOW_FILE_STORE, as MLflow 3 asks).
+Most tests use MLflow's file store in tmp_path (opted in with MLFLOW_ALLOW_FILE_STORE, as MLflow 3
+asks): it is created in milliseconds. One test runs with nothing set, against MLflow 3's default
+SQLite store, which the extra's SQLAlchemy and Alembic open.
 """
 
 from __future__ import annotations
@@ -268,28 +269,69 @@ def test_a_supervised_program_without_a_run_of_its_own_gives_one_run(tmp_path: P
     assert [v for _, v in history] == pytest.approx([sum(w["energy_j"].values()) for _, w in windows])
 
 
-@pytest.mark.parametrize("uri", ["default", "under a file"])
-def test_a_store_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, uri: str) -> None:
-    """mlflow-skinny's default store (SQLite, whose backend it lacks) or a folder that cannot exist:
-    one line and exit 2, before the program runs."""
-    (tmp_path / "w.py").write_text("open('ran', 'w').close()\n")
-    (tmp_path / "a-file").write_text("")
-    env = {"MLFLOW_ALLOW_FILE_STORE": "true"}
-    if uri == "under a file":
-        env["MLFLOW_TRACKING_URI"] = (tmp_path / "a-file" / "mlruns").as_uri()
-    else:
-        try:
-            import sqlalchemy  # noqa: F401
-        except ImportError:
-            pass
-        else:
-            pytest.skip("with SQLAlchemy installed, MLflow's default SQLite store can be written")
+def _bare_env(tmp_path: Path, **env: str) -> dict[str, str]:
+    """The environment of a user who set nothing for MLflow: its own defaults decide the store."""
     import os
 
-    full = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    full = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "MLFLOW_ALLOW_FILE_STORE")}
     full.update(env)
-    res = subprocess.run([sys.executable, "-m", "energyprof", "--mlflow", "w.py"], cwd=tmp_path, env=full,
-                         capture_output=True, text=True, timeout=120)
+    return full
+
+
+@pytest.mark.slow
+def test_mlflows_default_store_logs_one_run_with_nothing_set(tmp_path: Path) -> None:
+    """`pip install 'energyprof[mlflow]'` and `--mlflow`, nothing else: MLflow 3's default store is
+    SQLite in the working folder, which the extra's SQLAlchemy and Alembic open."""
+    pytest.importorskip("sqlalchemy", reason="energyprof[mlflow] brings SQLAlchemy")
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    (tmp_path / "w.py").write_text("import time\ntime.sleep(0.2)\n")
+    res = subprocess.run([sys.executable, "-m", "energyprof", "--mlflow", "--power-trace", "t.csv", "--json", "p.json",
+                          "-o", "r.html", "w.py"], cwd=tmp_path, env=_bare_env(tmp_path), capture_output=True, text=True,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr
+    uri = subprocess.run([sys.executable, "-c", "import mlflow; print(mlflow.get_tracking_uri())"], cwd=tmp_path,
+                         env=_bare_env(tmp_path), capture_output=True, text=True, timeout=120).stdout.strip()
+    if int(mlflow.__version__.split(".")[0]) >= 3:
+        assert uri.startswith("sqlite:") and (tmp_path / "mlflow.db").is_file()
+    client = mlflow.MlflowClient(tracking_uri=uri if uri.startswith("sqlite:") else (tmp_path / "mlruns").as_uri())
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    assert len(runs) == 1  # one program, one run
+    profile = load(tmp_path / "p.json")
+    assert runs[0].data.metrics["energyprof.program_energy_j"] == pytest.approx(sum(profile.totals["attributed_j"].values()))
+
+
+@pytest.mark.parametrize("uri", ["default without its SQL backend", "a folder, not allowed", "under a file"])
+def test_a_store_that_cannot_be_written_is_one_line_and_exit_2(tmp_path: Path, uri: str) -> None:
+    """mlflow-skinny alone under MLflow's default store (SQLite, whose backend it lacks), a folder store
+    MLflow 3 refuses, or a folder that cannot exist: one whole line that names the one setting that
+    fixes it, and exit 2, before the program runs."""
+    import os
+
+    (tmp_path / "w.py").write_text("open('ran', 'w').close()\n")
+    (tmp_path / "a-file").write_text("")
+    env: dict[str, str] = {}
+    fix = "set MLFLOW_TRACKING_URI to a server or a writable store"
+    if uri == "under a file":
+        env = {"MLFLOW_TRACKING_URI": (tmp_path / "a-file" / "mlruns").as_uri(), "MLFLOW_ALLOW_FILE_STORE": "true"}
+    elif uri == "a folder, not allowed":
+        if int(mlflow.__version__.split(".")[0]) < 3:
+            pytest.skip("MLflow 2 opens a folder store without being asked")
+        env = {"MLFLOW_TRACKING_URI": (tmp_path / "mlruns").as_uri()}
+        fix = "MLflow 3 opens a folder store only with MLFLOW_ALLOW_FILE_STORE=true"
+    else:
+        if int(mlflow.__version__.split(".")[0]) < 3:
+            pytest.skip("MLflow 2's default store is a folder")
+        hide = tmp_path / "hide"
+        hide.mkdir()
+        (hide / "sitecustomize.py").write_text("import sys\nsys.modules['sqlalchemy'] = None  # mlflow-skinny alone\n")
+        env = {"PYTHONPATH": os.pathsep.join([str(hide), os.environ.get("PYTHONPATH", "")])}
+        fix = "pip install 'energyprof[mlflow]' brings them"
+    res = subprocess.run([sys.executable, "-m", "energyprof", "--mlflow", "w.py"], cwd=tmp_path,
+                         env=_bare_env(tmp_path, **env), capture_output=True, text=True, timeout=120)
     assert res.returncode == 2, res.stderr
     assert res.stderr.count("\n") == 1 and "MLflow tracking store" in res.stderr and "cannot be written" in res.stderr
+    assert fix in res.stderr
+    # MLflow's own words are whole: the parenthesis closes on the end of its last sentence, not mid-word
+    said = res.stderr[res.stderr.index("(") + 1:res.stderr.rindex(");")]
+    assert said.rstrip().endswith((".", ")", "'", '"')) or len(said) < 200, said
     assert not (tmp_path / "ran").exists() and res.stdout == ""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -76,6 +77,56 @@ def test_record_writes_a_trace_that_replays_the_same_power(tmp_path):
     prof = load(tmp_path / "p.json")
     assert sum(prof.totals.energy_j.values()) == pytest.approx(6.928 * prof.totals.duration_s, rel=1e-6)
     assert {s.sensor for s in prof.sources} == {"replay"}
+    # the recorder's comments keep each column measured, by the sensor that read it
+    assert {(s.method, s.sensor_text) for s in prof.sources} == {("measured", "replayed (tegrastats)")}
+
+
+def test_a_recorded_estimate_replays_as_an_estimate_in_console_report_and_json(tmp_path):
+    """The model's figures recorded to a trace are still the model's when replayed: never "measured"."""
+    done = run_cli(["sensors", "record", "-o", "rec.csv", "--seconds", "0.2", "--interval", "0.05",
+                    "--sensor", "model", "--cpu-tdp", "40", "--no-gpu"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = (tmp_path / "rec.csv").read_text()
+    assert "# column cpu: method=estimated sensor=model tier=model" in text
+    assert load_trace(tmp_path / "rec.csv").origin["cpu"] == {"method": "estimated", "sensor": "model", "tier": "model"}
+    (tmp_path / "prog.py").write_text("import time\ntime.sleep(0.1)\n")
+    done = run_cli(["--power-trace", "rec.csv", "--json", "p.json", "-o", "r.html", "prog.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "measured" not in done.stderr
+    cpu_line = next(line for line in done.stderr.splitlines() if line.lstrip().startswith("cpu "))
+    assert "estimated (replayed model estimate)" in cpu_line
+    assert any(line.lstrip().startswith("total") and line.rstrip().endswith("estimated") for line in done.stderr.splitlines())
+    raw = json.loads((tmp_path / "p.json").read_text())
+    assert {(s["method"], s["sensor"], s["tier"], s["detail"]["recorded_with"]) for s in raw["sources"]} == \
+        {("estimated", "replay", "model", "model")}
+    html = (tmp_path / "r.html").read_text()
+    assert "<td>replayed (model)</td><td>model estimate</td>" in html
+    assert re.search(r'cpu: [^<]* \(replayed \(model\)\) <span class="tag estimated">estimated</span>', html)
+    assert re.search(r"of the machine&#39;s <span class=\"tag estimated\">estimated</span>", html)  # the program's card
+
+
+def test_a_trace_without_the_recorders_comments_is_an_external_meters_measurement(tmp_path):
+    (tmp_path / "meter.csv").write_text("# a meter's own comment\nt_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text("pass\n")
+    done = run_cli(["--power-trace", "meter.csv", "--json", "p.json", "-o", "r.html", "prog.py"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "measured  (replayed (external meter), power samples integrated over time)" in done.stderr
+    src = load(tmp_path / "p.json").sources[0]
+    assert (src.method, src.tier, src.sensor_text) == ("measured", "integrated", "replayed (external meter)")
+    assert "<td>replayed (external meter)</td>" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("comment,message", [
+    ("# column gpu:0: method=measured sensor=nvml", "names column gpu:0, which the header lacks"),
+    ("# column cpu: method=guessed sensor=model", "must be measured or estimated, not 'guessed'"),
+    ("# column cpu: sensor=model", "must be measured or estimated, not None"),
+])
+def test_a_trace_whose_comments_contradict_it_is_refused_before_the_program(tmp_path, comment, message):
+    (tmp_path / "rec.csv").write_text(f"{comment}\nt_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text("open('ran', 'w').close()\n")
+    done = run_cli(["--power-trace", "rec.csv", "prog.py"], tmp_path)
+    assert done.returncode == 2 and message in done.stderr and done.stderr.count("\n") == 1
+    assert not (tmp_path / "ran").exists()
 
 
 def test_record_refuses_bad_input(tmp_path):
@@ -98,7 +149,7 @@ def test_tier_and_period_in_the_profile_the_console_and_the_methodology(tmp_path
     assert tiers["GPU"] == "integrated" and tiers["cpu"] == "model"
     assert "ram" not in tiers  # VDDRQ already measures the memory: the model adds no RAM estimate
     assert "(tegrastats, power samples integrated over time, every 0.1 s)" in done.stderr
-    assert "(model, model estimate)" in done.stderr
+    assert "estimated (model estimate)" in done.stderr  # each word once, not "(model, model estimate)"
     html = (tmp_path / "r.html").read_text()
     assert "<td>power samples integrated over time</td>" in html and "<td>model estimate</td>" in html
 
@@ -134,3 +185,15 @@ def test_the_benchmark_runs_and_reports_every_backend(tmp_path):
     for backend in ("rapl", "rapl via `sensors serve`", "amdsmi (injected binding)", "model", "tegrastats",
                     "tegrastats, parsing", "powermetrics, parsing"):
         assert backend in names, done.stdout
+
+
+def test_the_recorders_comments_round_trip_for_every_source_name(tmp_path):
+    from energyprof.cli.sensors import trace_csv
+
+    sources = [{"id": "cpu", "method": "measured", "sensor": "rapl", "tier": "counter"},
+               {"id": "gpu:0", "method": "measured", "sensor": "nvml", "tier": "integrated"},
+               {"id": "ram", "method": "estimated", "sensor": "model", "tier": "model"}]
+    (tmp_path / "rec.csv").write_text(trace_csv([s["id"] for s in sources], [(0.0, [10.0, 20.0, 3.0])], sources))
+    trace = load_trace(tmp_path / "rec.csv")
+    assert trace.columns == ["cpu", "gpu:0", "ram"]
+    assert trace.origin == {s["id"]: {k: s[k] for k in ("method", "sensor", "tier")} for s in sources}

@@ -7,10 +7,15 @@ energy-against-time scatter, whose Pareto front is marked.
 
 A change is judged against noise at `stats.CONFIDENCE`:
 - with two or more runs per side, Welch's t interval over the repeats (their own spread);
-- with one run per side, the figures' sampling error (about figure / sqrt(samples) each, added in
-  quadrature), which cannot see run-to-run noise: the text says so.
+- with one run per side, a sampled figure's sampling error (about figure / sqrt(samples) each, added
+  in quadrature), which cannot see run-to-run noise: the text says so.
 A function's change is *significant* when it lies outside that interval's half-width, which is
 never narrower than the sampling error alone.
+
+The program's total is not a sampled figure: it is the machine's energy shared by the program's CPU
+clocks, which stack sampling does not touch (sampling only splits it among functions). Its interval
+therefore comes from the repeats' spread alone; with one run per side there is no spread, and the
+gate takes the change as measured, saying that run-to-run noise is unseen.
 """
 
 from __future__ import annotations
@@ -23,7 +28,8 @@ from typing import Any, Sequence
 from ..profile import Node, Profile, Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
-from .pareto import WindowPoint, front, window_points
+from .own import program_folder
+from .pareto import WindowPoint, front, program_energy, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 
@@ -117,6 +123,9 @@ class WindowRow:
     count: list[int]
     mean_j: list[float | None]  # per run (None: the run has no such window)
     mean_time_s: list[float | None]
+    # the energy is the program's part of each window, as the sweep plot shows it; False: the machine's,
+    # for files written before windows held the program's part
+    program: bool = True
 
     @property
     def pct(self) -> float | None:
@@ -140,13 +149,15 @@ class TreeNode:
 class Verdict:
     """The gate's figure: the head's mean against the base's, with its interval (in the figure's unit).
 
-    `repeats` False: one run per side, so the interval is the sampling error's, and run-to-run
-    noise of any size can hide inside it."""
+    `repeats` False: one run per side, so the interval is the sampling error's (a sampled figure) or
+    the point itself (`sampled` False: the program's total), and run-to-run noise of any size can hide
+    inside it."""
 
     what: str
     base: float
     head: float
     interval: Interval
+    sampled: bool = True  # the figure is built from stack samples (a function's), not the program's total
 
     @property
     def repeats(self) -> bool:
@@ -169,7 +180,8 @@ class Verdict:
 
     @property
     def hidden_pct(self) -> float | None:
-        """The smallest change this noise cannot hide: the interval's half-width, in percent."""
+        """The smallest change this noise cannot hide: the interval's half-width, in percent (with repeats,
+        the smallest change they can detect)."""
         return self._pct(self.interval.half_width)
 
     def fails(self, limit_pct: float) -> bool:
@@ -192,6 +204,7 @@ class Comparison:
     sweep: str | None = None  # --windows NAME: that name's windows as points of energy against time
     sweep_points: list[WindowPoint] = field(default_factory=list)
     sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
+    folder: str | None = None  # the base's program folder: files are shown relative to it
 
     @property
     def base_runs(self) -> list[Run]:
@@ -244,12 +257,11 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
             if sid not in sources:
                 sources.append(sid)
     base_models, head_models = [models[i] for i in base_ix], [models[i] for i in head_ix]
-    verdict = gate([runs[i].program_total for i in base_ix], [runs[i].program_total for i in head_ix],
-                   [runs[i].samples for i in base_ix], [runs[i].samples for i in head_ix], "program energy")
+    verdict = program_gate([runs[i].program_total for i in base_ix], [runs[i].program_total for i in head_ix])
     points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
     return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
                       _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
-                      windows, points, program)
+                      windows, points, program, program_folder(profiles[base_ix[0]]))
 
 
 def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[int], head_samples: Sequence[int],
@@ -265,6 +277,17 @@ def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[in
     if spread.half_width >= sampled.half_width:
         return Verdict(what, ma, mb, spread)
     return Verdict(what, ma, mb, Interval(spread.diff, sampled.low, sampled.high, confidence, spread.df, spread.n))
+
+
+def program_gate(base: Sequence[float], head: Sequence[float], confidence: float = CONFIDENCE) -> Verdict:
+    """The gate on the program's total: its noise is run to run, never sampling (module docstring), so
+    the interval is Welch's over the repeats, or with a side of one run the change itself."""
+    ma, mb = statistics.fmean(base), statistics.fmean(head)
+    if len(base) < 2 or len(head) < 2:
+        diff = mb - ma
+        return Verdict("program energy", ma, mb, Interval(diff, diff, diff, confidence, None, (len(base), len(head))),
+                       sampled=False)
+    return Verdict("program energy", ma, mb, welch(base, head, confidence), sampled=False)
 
 
 def _mean_error(values: Sequence[float], samples: Sequence[int]) -> float:
@@ -291,10 +314,15 @@ def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:
     rows = []
     for name in names:
         ws = [g.get(name, []) for g in per_run]
+        program = all(program_energy(w) is not None for x in ws for w in x)
+
+        def energy(w: Window) -> float:
+            return (program_energy(w) or 0.0) if program else sum(w.energy_j.values())
+
         rows.append(WindowRow(
             name, [len(x) for x in ws],
-            [statistics.fmean(sum(w.energy_j.values()) for w in x) if x else None for x in ws],
-            [statistics.fmean(w.time_s for w in x) if x else None for x in ws]))
+            [statistics.fmean(energy(w) for w in x) if x else None for x in ws],
+            [statistics.fmean(w.time_s for w in x) if x else None for x in ws], program))
     return rows
 
 

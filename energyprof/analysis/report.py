@@ -14,6 +14,7 @@ from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
+from .own import Group, own_first
 from .pareto import WindowPoint, sweep_names, window_points
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
@@ -50,7 +51,7 @@ class ReportModel:
     sources: list[Source]
     totals: Totals
     rows: list[FunctionRow]
-    top: list[FunctionRow]
+    top: list[FunctionRow]  # the user's own functions (the program's folder) by total energy (analysis/own.py)
     chart: ChartNode  # the grouped tree: library and import frames under [library: x] / [import] boxes
     windows: list[WindowRow]
     window_groups: list[WindowGroup]
@@ -64,6 +65,9 @@ class ReportModel:
     duration_s: float
     meta: dict[str, Any]
     chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
+    # every other frame's self energy, by the library or import it ran in (largest first)
+    groups: list[Group] = field(default_factory=list)
+    own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
     # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
@@ -133,9 +137,8 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
             if not (r.function in SPECIAL_NODES and r.total_energy <= 0 and r.time_s <= 0)]
     root_key = (view.root.function, view.root.file, view.root.line)
     # The root's row is the program as a whole (no file), not one of its functions.
-    top = sorted((r for r in rows if (r.function, r.file, r.line) != root_key
-                  and r.function not in SPECIAL_NODES and r.self_total_energy > 0),
-                 key=lambda r: -r.self_total_energy)[:options.top_functions]
+    mine, groups = own_first(view, [r for r in rows if (r.function, r.file, r.line) != root_key])
+    top = [r for r in mine if r.total_energy > 0][:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
     window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows]
     if figures is not None and options.carbon is not None:
@@ -154,7 +157,7 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
-        memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
+        groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})

@@ -17,7 +17,8 @@ def build_compare_parser() -> Parser:
     p.add_argument("--head", nargs="+", metavar="PROFILE.json", help="the compared runs (repeats of one program)")
     p.add_argument("-o", "--output", help="write the comparison as one HTML page")
     p.add_argument("--markdown", metavar="FILE", help="write a short markdown summary (a pull-request comment)")
-    p.add_argument("--label", action="append", help="a name for each run, in order (default: its command line)")
+    p.add_argument("--label", action="append", help="a name for each run, in order, or with --base/--head one per"
+                   " side (default: its command line, paths relative to here)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
                    help="exit 1 when the head's program energy is more than PCT percent above the base's with 95%%"
                         " confidence (Welch's t over repeats; one run per side: its sampling error only)")
@@ -27,6 +28,29 @@ def build_compare_parser() -> Parser:
     add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors")
     return p
+
+
+def side_labels(label: str, runs: int) -> list[str]:
+    """One side's label on each of its runs: `fast #1`, `fast #2`, ... (`fast` alone for one run)."""
+    return [label] if runs == 1 else [f"{label} #{i + 1}" for i in range(runs)]
+
+
+def relative_command(meta: dict) -> str:
+    """A run's command line with its absolute paths relative to here (or their file name, when
+    elsewhere): a label, not a path to copy, and the same on every machine that compares the files."""
+    import os
+
+    argv = meta.get("argv") or []
+    if not argv:
+        return os.path.basename(str(meta.get("target") or "<program>"))
+    here = os.getcwd()
+    out = []
+    for a in (str(x) for x in argv):
+        if os.path.isabs(a) and a != os.devnull:
+            rel = os.path.relpath(a, here)
+            a = rel if not rel.startswith("..") else os.path.basename(a)
+        out.append(a)
+    return " ".join(out)
 
 
 def compare_cmd(argv: list[str]) -> int:
@@ -44,8 +68,12 @@ def compare_cmd(argv: list[str]) -> int:
     base_count = len(ns.base) if ns.base is not None else None
     if len(paths) < 2:
         raise UsageError("compare needs at least two profiles")
-    if ns.label and len(ns.label) != len(paths):
-        raise UsageError(f"{len(ns.label)} --label for {len(paths)} profiles: give one per profile")
+    labels = ns.label
+    if labels and base_count is not None and len(labels) == 2 and len(paths) != 2:
+        labels = side_labels(labels[0], base_count) + side_labels(labels[1], len(paths) - base_count)
+    if labels and len(labels) != len(paths):
+        raise UsageError(f"{len(labels)} --label for {len(paths)} profiles: give one per profile"
+                         + (", or one per side" if base_count is not None else ""))
     if ns.function is not None and ns.fail_above is None:
         raise UsageError("--function goes with --fail-above")
     if ns.fail_above is not None and not ns.fail_above >= 0:
@@ -63,7 +91,7 @@ def compare_cmd(argv: list[str]) -> int:
     view = RenderOptions(idle=ns.idle, carbon=None)  # each run's own policy unless --idle says one
     if ns.windows is not None and not any(split_name(w.name)[0] == ns.windows for p in profiles for w in p.windows):
         raise UsageError(f"no window named {ns.windows!r} (or {ns.windows}:LABEL) in the compared profiles")
-    cmp = compare(profiles, paths, ns.label, view, base_count, ns.windows)
+    cmp = compare(profiles, paths, labels or [relative_command(p.meta) for p in profiles], view, base_count, ns.windows)
     verdict = cmp.verdict
     if ns.function is not None:
         k = base_count or 1

@@ -70,7 +70,8 @@ def format_listing(found: Any) -> str:
 
 def record_cmd(argv: list[str]) -> int:
     p = Parser(prog=f"{PROG} sensors record", description="Record every sensor a run would read, as a power "
-               "trace CSV (t_s,<source>... in watts) that `energyprof --power-trace FILE` replays.")
+               "trace CSV (t_s,<source>... in watts) that `energyprof --power-trace FILE` replays; a comment line per "
+               "source keeps whether it was measured or estimated, and by which sensor.")
     p.add_argument("-o", "--output", required=True, help="the CSV to write")
     p.add_argument("--seconds", type=float, required=True, help="how long to record (up to 86400)")
     p.add_argument("--interval", type=float, default=0.1, help="seconds between rows, 0.001 to 60 (default 0.1)")
@@ -101,7 +102,7 @@ def record_cmd(argv: list[str]) -> int:
             s.close()
     from ..files import write_text
 
-    write_text(ns.output, trace_csv([s.id for s in found.sensors], rows))
+    write_text(ns.output, trace_csv([s.id for s in found.sensors], rows, [s.describe() for s in found.sensors]))
     print(f"{PROG}: recorded {len(rows)} rows of {', '.join(s.id for s in found.sensors)} to {ns.output}",
           file=sys.stderr)
     return 0
@@ -131,9 +132,15 @@ def record(sensors: list[Any], seconds: float, interval: float) -> list[tuple[fl
     return rows
 
 
-def trace_csv(columns: list[str], rows: list[tuple[float, list[float]]]) -> str:
-    """The replay format (collect/sensors/replay.py): a `t_s` column, then watts per source."""
+def trace_csv(columns: list[str], rows: list[tuple[float, list[float]]],
+              sources: list[dict[str, Any]] | None = None) -> str:
+    """The replay format (collect/sensors/replay.py): a `t_s` column, then watts per source,
+    after one comment per source that says how it was read, so that a replay labels it the same."""
+    from ..collect.sensors.replay import trace_header
+
     out = io.StringIO()
+    for line in trace_header(sources) if sources else []:
+        out.write(line + "\n")
     w = csv.writer(out, lineterminator="\n")
     w.writerow(["t_s", *columns])
     for t_s, watts in rows:

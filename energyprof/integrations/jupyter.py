@@ -3,7 +3,12 @@
 Each profiles the cell (or statement) in the kernel's own process with the in-process profiler,
 prints the summary, shows the report inline in a sandboxed iframe (its scripts run in a frame
 of their own, so the notebook's page is never touched), and keeps the Profile as `_energyprof`
-in the notebook's namespace. Options are the command line's (`--power-trace`, `--idle`,
+in the notebook's namespace.
+
+plotly.js (1.2 MB) is sent once per session, in `%load_ext energyprof`'s output: a small
+script there keeps it and hands it to each report's frame on request (postMessage, so the
+frames stay sandboxed). A report cell's output is then its figures alone (tens of KB, not
+1.5 MB a cell). Options are the command line's (`--power-trace`, `--idle`,
 `--country`, `-o report.html`, `--json p.json`, ...); no file is written unless asked.
 """
 
@@ -22,9 +27,60 @@ NAME = "_energyprof"
 
 
 def load_ipython_extension(ip: Any) -> None:
-    """Register `%energyprof` and `%%energyprof` (IPython calls this on `%load_ext energyprof`)."""
+    """Register `%energyprof` and `%%energyprof` (IPython calls this on `%load_ext energyprof`), and
+    put plotly.js in the notebook's page once, for every report of the session."""
     ip.register_magic_function(lambda line, cell=None: energyprof_magic(ip, line, cell),
                                magic_kind="line_cell", magic_name="energyprof")
+    from IPython.display import display
+
+    display({"text/html": plotly_host()}, raw=True)
+
+
+#: what a report's frame posts to its parent to ask for plotly.js, and the key of the answer
+ASK = "energyprof:plotly?"
+ANSWER = "energyprofPlotly"
+
+
+def plotly_host() -> str:
+    """The notebook-side script: keeps plotly.js's source and answers each report frame that asks."""
+    from ..render.html import _plotly_js, json_for_script
+
+    return ("<script>(function () {\n"
+            f"  window.__energyprofPlotly = {json_for_script(_plotly_js())};\n"
+            "  if (window.__energyprofListening) return;\n"
+            "  window.__energyprofListening = true;\n"
+            "  window.addEventListener('message', function (e) {\n"
+            f"    if (e.data === {json_for_script(ASK)} && e.source)\n"
+            f"      e.source.postMessage({{{ANSWER}: window.__energyprofPlotly}}, '*');\n"
+            "  });\n"
+            "})();</script><div style='font-size:12px;color:#666'>energyprof: loaded (plotly.js for this"
+            " session's reports, sent once)</div>")
+
+
+def frame_page(page: str) -> str:
+    """The report page without plotly.js: it asks the notebook's page for it, runs it, then its own script."""
+    from ..render.html import _inline_script, _plotly_js, json_for_script, template_dir
+
+    bundle = f"<script>{_plotly_js()}</script>"
+    app = f"<script>{_inline_script((template_dir() / 'report.js').read_text(encoding='utf-8'))}</script>"
+    at_bundle, at_app = page.rfind(bundle), page.rfind(app)
+    if at_bundle < 0 or at_app < at_bundle:
+        return page  # not the page this expects: keep it whole
+    loader = ("<script>(function () {\n"
+              "  function run(code) { var s = document.createElement('script'); s.text = code;"
+              " document.body.appendChild(s); }\n"
+              "  var done = false;\n"
+              "  window.addEventListener('message', function (e) {\n"
+              f"    if (done || !e.data || typeof e.data.{ANSWER} !== 'string') return;\n"
+              f"    done = true; run(e.data.{ANSWER});"
+              " run(document.getElementById('energyprof-app').textContent);\n"
+              "  });\n"
+              f"  parent.postMessage({json_for_script(ASK)}, '*');\n"
+              "  setTimeout(function () { if (!done) document.body.insertAdjacentHTML('afterbegin',"
+              " '<p>plotly.js is not in this notebook page: run %load_ext energyprof again.</p>'); }, 5000);\n"
+              "})();</script>")
+    kept = app.replace("<script>", '<script type="text/plain" id="energyprof-app">', 1)
+    return page[:at_bundle] + page[at_bundle + len(bundle):at_app] + kept + loader + page[at_app + len(app):]
 
 
 def _options(tokens: list[str]) -> Any:
@@ -102,8 +158,9 @@ def iframe(page: str, height_px: int = IFRAME_HEIGHT_PX) -> str:
 
 
 def _show(model: ReportModel) -> None:
-    from IPython.display import HTML, display
+    from IPython.display import display
 
     from ..render.html import render_html
 
-    display(HTML(iframe(render_html(model))))
+    # raw: IPython's HTML() warns about an <iframe> (a UserWarning in every cell's output)
+    display({"text/html": iframe(frame_page(render_html(model)))}, raw=True)

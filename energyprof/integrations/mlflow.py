@@ -77,7 +77,7 @@ def scope() -> str:
 
 def params(model: ReportModel, prefix: str = PREFIX) -> dict[str, str]:
     """What the run measured and how: sources with their method, idle policy, carbon intensity."""
-    out = {f"{prefix}.source.{_key(s.id)}": f"{s.method} ({s.sensor or s.component})" for s in model.sources}
+    out = {f"{prefix}.source.{_key(s.id)}": f"{s.method} ({s.sensor_text if s.sensor else s.component})" for s in model.sources}
     out[f"{prefix}.idle_policy"] = model.policy
     if model.carbon is not None:
         out[f"{prefix}.intensity_g_per_kwh"] = f"{model.carbon.intensity_g_per_kwh:g}"
@@ -171,9 +171,26 @@ class StoreError(Exception):
 
 
 def _store_error(mlflow: Any, exc: Exception) -> StoreError:
-    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-    return StoreError(f"--mlflow: the MLflow tracking store {mlflow.get_tracking_uri()} cannot be written"
-                      f" ({type(exc).__name__}: {first}); set MLFLOW_TRACKING_URI to a server or a writable store")
+    """One line, never cut: MLflow's own words (its messages run over several lines: joined) and the
+    one setting that fixes the store, in full."""
+    uri = mlflow.get_tracking_uri()
+    said = " ".join(line.strip() for line in str(exc).strip().splitlines() if line.strip()) or type(exc).__name__
+    scheme = uri.split(":", 1)[0] if ":" in uri else "file"
+    if scheme in ("sqlite", "postgresql", "mysql", "mssql") and not _has_sql_backend():
+        fix = ("mlflow-skinny lacks the SQL backend this store needs (SQLAlchemy and Alembic): "
+               "pip install 'energyprof[mlflow]' brings them, or set MLFLOW_TRACKING_URI to a tracking server")
+    elif scheme == "file" and "MLFLOW_ALLOW_FILE_STORE" in said:
+        fix = ("MLflow 3 opens a folder store only with MLFLOW_ALLOW_FILE_STORE=true; or leave MLFLOW_TRACKING_URI"
+               " unset for MLflow's default SQLite store (pip install 'energyprof[mlflow]')")
+    else:
+        fix = "set MLFLOW_TRACKING_URI to a server or a writable store"
+    return StoreError(f"--mlflow: the MLflow tracking store {uri} cannot be written ({type(exc).__name__}: {said}); {fix}")
+
+
+def _has_sql_backend() -> bool:
+    import importlib.util
+
+    return all(importlib.util.find_spec(m) is not None for m in ("sqlalchemy", "alembic"))
 
 
 def check_store() -> None:

@@ -47,7 +47,7 @@ def summary_cards(model: ReportModel) -> list[Card]:
         (f"idle policy: {model.policy}", ""),
     ], "attributed")]
     cards.append(Card("Machine's energy", fmt_energy(total),
-                      [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor or '?'})", s.method)
+                      [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor_text})", s.method)
                        for s in model.sources] + [
                       (f"{total / 3600:.4g} Wh; other processes and idle {fmt_energy(idle)},"
                        f" energyprof {fmt_energy(own)}", "")], "energy"))
@@ -82,11 +82,15 @@ def summary_cards(model: ReportModel) -> list[Card]:
     return cards
 
 
+#: notes that say how a figure was made, not that it may be wrong: they belong in Methodology
+METHOD_NOTES = frozenset({"wait-cpu", "carbon"})
+
+
 def methodology(model: ReportModel) -> dict[str, Any]:
     """The facts a reader needs to trust (or distrust) the figures, in plain words."""
     meta = model.meta
     command = meta.get("command") or " ".join(str(a) for a in meta.get("argv", []))
-    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail), "tier": s.tier_or_guess,
+    sources = [{**s.to_dict(), "detail_text": _detail_text(s.detail), "tier": s.tier_or_guess, "sensor_text": s.sensor_text,
                 "tier_text": TIER_TEXT.get(s.tier_or_guess, s.tier_or_guess)} for s in model.sources]
     return {
         "sources": sources,
@@ -97,7 +101,9 @@ def methodology(model: ReportModel) -> dict[str, Any]:
         "has_gpu": any(s.component.startswith("gpu") for s in model.sources),
         "command": command,
         "processes": model.processes,
-        "notes": [n.message for n in model.notes],
+        # above the chart only what warns that figures may be off; how a figure was made goes to Methodology
+        "notes": [n.message for n in model.notes if n.kind not in METHOD_NOTES],
+        "method_notes": [n.message for n in model.notes if n.kind in METHOD_NOTES],
         "host": meta.get("host") or {},
         "exit": meta.get("exit") or {},
     }

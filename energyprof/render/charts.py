@@ -374,6 +374,7 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         files.setdefault(r.file, len(files))
     short = path_shortener(model)
     special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
+    own = {id(r) for r in model.own}
 
     def pct(joules: float) -> float:
         share = model.share(joules)
@@ -386,6 +387,7 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         "files": list(files),
         "short": [short(f) if f else "" for f in files],
         "special": [special.get(r.function, 0) for r in rows],
+        "own": [1 if id(r) in own else 0 for r in rows],  # the user's functions, which the table opens on
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),

@@ -8,10 +8,14 @@ function called `</script>` stays text.
 from __future__ import annotations
 
 import html
+import statistics
 from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
+from ..analysis.own import short_path
+from ..analysis.pareto import front as pareto_front
 from ..files import write_text
+from ..profile import SPECIAL_NODES
 from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
 
@@ -48,8 +52,13 @@ def verdict_text(v: Verdict) -> str:
     if v.repeats:
         n_base, n_head = v.interval.n
         return (f"{v.what} {v.pct:+.1f}% ({conf} interval {v.low_pct:+.1f}% to {v.high_pct:+.1f}%,"
-                f" Welch's t over {n_base} and {n_head} runs)")
+                f" Welch's t over {n_base} and {n_head} runs; the smallest change these repeats can detect:"
+                f" \u00b1{v.hidden_pct:.1f}%)")
     runs = "one run per side" if v.interval.n == (1, 1) else "a side with one run"
+    if not v.sampled:
+        return (f"{v.what} {v.pct:+.1f}% ({runs}: the verdict cannot separate run-to-run noise, so it takes the"
+                f" change as measured; the smallest change it can detect is unknown; repeat each side, interleaved,"
+                f" with --base/--head)")
     return (f"{v.what} {v.pct:+.1f}% ({runs}: the verdict cannot separate run-to-run noise; the sampling"
             f" error alone hides changes within \u00b1{v.hidden_pct:.1f}% at {conf}; repeat each side with --base/--head)")
 
@@ -68,7 +77,7 @@ def render_text(cmp: Comparison) -> str:
             else "the first run is the baseline, the last is compared with it")
     lines = [f"energyprof compare: {head}", ""]
     for i, r in enumerate(cmp.runs):
-        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 else ""
+        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 and not _repeated(cmp) else ""
         lines.append(f"  [{i}] {r.label}  {r.path}{_side(cmp, i)}{front}")
     if cmp.verdict is not None:
         lines += ["", verdict_text(cmp.verdict)]
@@ -84,7 +93,7 @@ def render_text(cmp: Comparison) -> str:
     lines.append(f"  {'duration':<17} " + "  ".join(f"{fmt_seconds(r.duration_s):>10}" for r in cmp.runs))
     lines.append(f"  {'method':<17} " + "  ".join(f"{_method(r):>10}" for r in cmp.runs))
     if cmp.windows:
-        lines += ["", "Windows (mean energy per window, all sources):"]
+        lines += ["", f"Windows (mean {_window_whose(cmp)} energy per window, all sources):"]
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
                          + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
@@ -97,7 +106,7 @@ def render_text(cmp: Comparison) -> str:
     lines += ["", f"Functions, head against base, the program's own first ({len(changed)} of {len(cmp.functions)}"
               f" changed beyond {_noise(cmp)}, marked *; self energy, then inclusive):"]
     for f in cmp.functions[:MAX_ROWS_TEXT]:
-        lines.append(f"  {f.function}  {_where(f)}")
+        lines.append(f"  {_name(f, cmp.folder)}  {_where(f, cmp.folder)}")
         lines.append(f"      self      {_change_text(f.self_energy)}   time {_change_text(f.self_time, fmt_seconds)}")
         lines.append(f"      inclusive {_change_text(f.energy)}   time {_change_text(f.time, fmt_seconds)}")
     if len(cmp.functions) > MAX_ROWS_TEXT:
@@ -116,8 +125,13 @@ def _delta(vals: list[float | None]) -> str:
     return _pct((b - a) / a * 100 if a else None) if (a or b) else "+0.0%"
 
 
-def _where(f: FunctionChange) -> str:
-    return f"({f.file}:{f.line})" if f.file else ""
+def _where(f: FunctionChange, folder: str | None = None) -> str:
+    return f"({short_path(f.file, folder)}:{f.line})" if f.file else ""
+
+
+def _name(f: FunctionChange, folder: str | None) -> str:
+    """A function's name; the program's own row is named by its script's path, shown relative too."""
+    return short_path(f.function, folder) if f.function.startswith("/") else f.function
 
 
 def _md(text: str) -> str:
@@ -150,7 +164,7 @@ def render_markdown(cmp: Comparison) -> str:
         out += ["", f"Functions whose self energy changed beyond {_noise(cmp)} (the program's own first):", "",
                 "| function | before | after | change |", "|---|---:|---:|---:|"]
         for f in changed:
-            out.append(f"| {_md(f.function)} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
+            out.append(f"| {_md(_name(f, cmp.folder))} | {fmt_energy(f.self_energy.before)} | {fmt_energy(f.self_energy.after)}"
                        f" | {_pct(f.self_energy.pct)} |")
     else:
         out += ["", f"No function's energy changed beyond {_noise(cmp)}."]
@@ -168,34 +182,73 @@ def _plotly_text(text: str) -> str:
 
 
 def figures(cmp: Comparison) -> dict[str, Any]:
-    """The page's two charts as plotly figure dicts: the differential icicle and the scatter."""
-    ids = [n.id for n in cmp.tree]
+    """The page's two charts as plotly figure dicts: the differential icicle and the scatter.
+
+    The icicle leaves other processes, idle and energyprof out (`icicle`): they are not the
+    program's, and idle alone can be as wide as the program; `icicle_all` has them (a toggle)."""
+    outside: set[str] = set()
+    for n in cmp.tree:  # parents come before their children
+        if n.function in SPECIAL_NODES or n.parent in outside:
+            outside.add(n.id)
+    out = {"icicle": _icicle([n for n in cmp.tree if n.id not in outside]), "icicle_all": _icicle(cmp.tree),
+           "scatter": _scatter(cmp)}
+    if cmp.sweep:
+        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
+                                     _sweep_axis(cmp))
+    return out
+
+
+def _repeated(cmp: Comparison) -> bool:
+    """A side with repeats: its runs are one configuration, drawn as one point with its spread."""
+    return len(cmp.base_runs) > 1 or len(cmp.head_runs) > 1
+
+
+def _scatter(cmp: Comparison) -> dict[str, Any]:
+    if not _repeated(cmp):
+        return pareto_figure([(str(i), r.label, r.duration_s, r.program_total, r.pareto)
+                              for i, r in enumerate(cmp.runs)], "program energy (J)")
+    sides = [(name, runs) for name, runs in (("base", cmp.base_runs), ("head", cmp.head_runs)) if runs]
+    means = [(statistics.fmean(r.duration_s for r in runs), statistics.fmean(r.program_total for r in runs))
+             for _, runs in sides]
+    on = pareto_front(means)
+    fig = pareto_figure([(f"{name} ({len(runs)} runs)", f"{name}: mean of {len(runs)} runs, \u00b1 their standard deviation",
+                          t, e, p) for (name, runs), (t, e), p in zip(sides, means, on)], "program energy (J)")
+
+    def sd(values: list[float]) -> float:
+        return statistics.stdev(values) if len(values) > 1 else 0.0
+
+    fig["data"][0]["error_x"] = {"type": "data", "array": [sd([r.duration_s for r in runs]) for _, runs in sides]}
+    fig["data"][0]["error_y"] = {"type": "data", "array": [sd([r.program_total for r in runs]) for _, runs in sides]}
+    return fig
+
+
+def _icicle(tree: list[Any]) -> dict[str, Any]:
+    ids = [n.id for n in tree]
     kids: dict[str, float] = {}
-    for n in cmp.tree:
+    for n in tree:
         if n.parent:
             kids[n.parent] = kids.get(n.parent, 0.0) + max(n.energy_j)
     # "remainder": each box is its own value plus its children's, so give each path its larger
     # run's inclusive energy less what its drawn children hold (never below zero)
-    values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in cmp.tree]
-    deltas = [n.energy_j[1] - n.energy_j[0] for n in cmp.tree]
+    values = [max(max(n.energy_j) - kids.get(n.id, 0.0), 0.0) for n in tree]
+    deltas = [n.energy_j[1] - n.energy_j[0] for n in tree]
     span = max((abs(d) for d in deltas), default=0.0) or 1.0
     esc = _plotly_text  # plotly reads a subset of HTML in labels and hover texts
     hover = [f"{esc(n.function)}<br>{fmt_energy(n.energy_j[0])} -> {fmt_energy(n.energy_j[1])}"
-             f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(cmp.tree, deltas)]
-    icicle = {
-        "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in cmp.tree],
-                  "labels": [esc(n.function) for n in cmp.tree], "values": values, "branchvalues": "remainder",
+             f" ({'+' if d >= 0 else '-'}{fmt_energy(abs(d))})" for n, d in zip(tree, deltas)]
+    return {
+        "data": [{"type": "icicle", "ids": ids, "parents": [n.parent for n in tree],
+                  "labels": [esc(n.function) for n in tree], "values": values, "branchvalues": "remainder",
                   "text": hover, "hoverinfo": "text", "textinfo": "label",
                   "marker": {"colors": deltas, "colorscale": INCREASE_RED, "cmin": -span, "cmax": span,
                              "showscale": True, "colorbar": {"title": {"text": "change (J)"}}}}],
         "layout": {"margin": {"t": 10, "l": 10, "r": 10, "b": 10}},
     }
-    out = {"icicle": icicle, "scatter": pareto_figure(
-        [(str(i), r.label, r.duration_s, r.program_total, r.pareto) for i, r in enumerate(cmp.runs)], "program energy (J)")}
-    if cmp.sweep:
-        out["sweep"] = pareto_figure([(p.label, p.label, p.time_s, p.energy_j, p.pareto) for p in cmp.sweep_points],
-                                     _sweep_axis(cmp))
-    return out
+
+
+def _window_whose(cmp: Comparison) -> str:
+    """Whose energy the windows table holds: the program's, as the plots, unless a file predates it."""
+    return "program" if all(w.program for w in cmp.windows) else "machine"
 
 
 def _sweep_axis(cmp: Comparison) -> str:
@@ -207,6 +260,11 @@ _SCRIPT = """
   var figs = JSON.parse(document.getElementById('compare-data').textContent);
   var cfg = {displaylogo: false, responsive: true};
   Plotly.newPlot('diff-icicle', figs.icicle.data, figs.icicle.layout, cfg);
+  var all = document.getElementById('diff-outside');
+  if (all) all.addEventListener('change', function () {
+    var f = all.checked ? figs.icicle_all : figs.icicle;
+    Plotly.react('diff-icicle', f.data, f.layout, cfg);
+  });
   Plotly.newPlot('pareto', figs.scatter.data, figs.scatter.layout, cfg);
   if (figs.sweep) Plotly.newPlot('sweep', figs.sweep.data, figs.sweep.layout, cfg);
 })();
@@ -218,7 +276,7 @@ def render_html(cmp: Comparison) -> str:
 
     e = html.escape
     runs_rows = "".join(
-        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto else ''}"
+        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto and not _repeated(cmp) else ''}"
         f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(
@@ -226,13 +284,15 @@ def render_html(cmp: Comparison) -> str:
         + f"<td>{_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}</td></tr>"
         for w in cmp.windows)
     fn_rows = "".join(
-        f"<tr><td class='fn'><span class='name'>{e(f.function)}</span><span class='where'>{e(_where(f))}</span></td>"
+        f"<tr><td class='fn'><span class='name'>{e(_name(f, cmp.folder))}</span>"
+        f"<span class='where'>{e(_where(f, cmp.folder))}</span></td>"
         + "".join(f"<td{_SIG if c.significant else ''}>{e(_cell(c, fmt))}</td>"
                   for c, fmt in ((f.self_energy, fmt_energy), (f.energy, fmt_energy),
                                  (f.self_time, fmt_seconds), (f.time, fmt_seconds)))
         + f"<td>{f.samples[0]} / {f.samples[1]}</td></tr>" for f in cmp.functions[:MAX_ROWS_HTML])
     run_heads = "".join(f"<th>[{i}]</th>" for i in range(len(cmp.runs)))
-    windows = ("<section class='panel'><h2>Windows</h2><p class='hint'>Mean energy per window, all sources.</p>"
+    windows = (f"<section class='panel'><h2>Windows</h2><p class='hint'>Mean {_window_whose(cmp)} energy per window,"
+               " all sources.</p>"
                "<div class='table-wrap'><table class='windows'><thead><tr><th>window</th>"
                f"{run_heads}<th>change</th></tr></thead><tbody>{win_rows}</tbody></table></div></section>"
                if cmp.windows else "")
@@ -267,7 +327,9 @@ cheaper) is joined.</p><div id="pareto" class="plot"></div></section>
 {sweep}
 <section class="panel"><h2>Where the energy changed</h2>
 <p class="hint">Each box is a call path in either run, as wide as its larger run's energy, coloured by the change
-(red: more energy in the last run, blue: less).</p><div id="diff-icicle" class="plot"></div></section>
+(red: more energy in the last run, blue: less). Other processes, idle and energyprof are left out: they are not
+the program's. <label><input type="checkbox" id="diff-outside"> show them</label></p>
+<div id="diff-icicle" class="plot"></div></section>
 {windows}
 <section class="panel"><h2>Functions</h2>
 <p class="hint">Before &rarr; after (change), the program's own functions first. Highlighted: the change lies

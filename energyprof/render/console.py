@@ -7,6 +7,9 @@ from .charts import path_shortener
 from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
+GROUPS_SHOWN = 4  # the libraries and imports after the user's functions: a summary, not the table
+
+
 def render_summary(model: ReportModel) -> str:
     t = model.totals
     lines = ["", f"energyprof: {model.meta.get('target', '<program>')} ran {fmt_seconds(t.duration_s)},"
@@ -30,15 +33,19 @@ def render_summary(model: ReportModel) -> str:
             lines.append(f"  cost     program {fmt_money(c.program_cost, c.currency)}"
                          f" (machine {fmt_money(c.machine_cost, c.currency)})")
     if model.top:
-        lines.append("  top functions by self energy (all sources; \u00b1 = sampling error of the self figure,"
-                     " 1/sqrt(self samples)):")
+        lines.append("  your functions by total energy (all sources; \u00b1 = sampling error, 1/sqrt(samples)):")
         short = path_shortener(model)
         for row in model.top:
-            e = row.self_total_energy
-            err = row.self_relative_error
+            e = row.total_energy
+            err = row.relative_error
             where = f"{short(row.file)}:{row.line}" if row.file else ""
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6} {'' if err is None else f'±{err * 100:.0f}%':>5}"
                          f"  {row.function}  {where}")
+    groups = model.groups[:GROUPS_SHOWN]
+    if groups:
+        lines.append("  outside your code (each library's and import's own energy):")
+        for g in groups:
+            lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6}        {g.label}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"

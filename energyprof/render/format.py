@@ -130,8 +130,16 @@ TIER_TEXT = {"counter": "hardware energy counter", "integrated": "power samples 
 
 
 def source_how(source: Any) -> str:
-    """`sensor, tier, every N s`: what read a source, how, and how often the hardware refreshes it."""
-    parts = [source.sensor or "?", TIER_TEXT.get(source.tier_or_guess, source.tier_or_guess)]
+    """`sensor, tier, every N s`: what read a source, how, and how often the hardware refreshes it;
+    each word once ("model estimate", not "model, model estimate")."""
+    how = TIER_TEXT.get(source.tier_or_guess, source.tier_or_guess)
+    replayed = source.sensor == "replay"
+    origin = (source.detail or {}).get("recorded_with", "") if replayed and isinstance(source.detail, dict) \
+        else source.sensor
+    if origin and origin in how.split():
+        parts = [("replayed " if replayed else "") + how]
+    else:
+        parts = [source.sensor_text, how]
     if source.update_period_s:
         parts.append(f"every {sig(source.update_period_s)} s")
     return ", ".join(parts)

@@ -3,6 +3,11 @@
 CSV: header `t_s,<source>,<source>...`, watts, `t_s` in seconds from the start of profiling.
 Each row's power holds until the next row; the last row holds until the end; before the
 first row the power is zero.
+
+Lines starting with `#` are comments. `energyprof sensors record` writes one per column,
+`# column cpu: method=estimated sensor=model tier=model`, so that a recorded estimate replays
+as an estimate: a figure never becomes "measured" by passing through a file. A column no such
+line names is an external meter's, measured.
 """
 
 from __future__ import annotations
@@ -10,12 +15,16 @@ from __future__ import annotations
 import bisect
 import csv
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .base import Discovery, Sensor
 
 COMPONENTS = {"cpu", "dram", "ram", "psys"}
+#: the comment that names how a column was recorded (written by `trace_header`)
+_ORIGIN = re.compile(r"#\s*column\s+(?P<column>\S+?):(?:\s+(?P<pairs>.*))?$")
+METHODS = ("measured", "estimated")
 
 
 class TraceError(ValueError):
@@ -28,6 +37,9 @@ class PowerTrace:
     t_s: list[float]
     watts: dict[str, list[float]]
     cumulative: dict[str, list[float]]  # joules at each t_s
+    #: column -> how it was recorded ({"method", "sensor", "tier"}), from the trace's comments;
+    #: absent for a column an external meter wrote
+    origin: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def energy_at(self, column: str, t_s: float) -> float:
         """Joules from time 0 to t_s: exact for piecewise-constant power."""
@@ -46,7 +58,8 @@ def load_trace(path: str | Path) -> PowerTrace:
         raise TraceError(f"cannot read power trace {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:
         raise TraceError(f"power trace {path} is not a text CSV file") from None
-    rows = [r for r in rows if r and any(c.strip() for c in r)]
+    comments = [",".join(r).strip() for r in rows if r and r[0].lstrip().startswith("#")]
+    rows = [r for r in rows if r and any(c.strip() for c in r) and not r[0].lstrip().startswith("#")]
     if not rows:
         raise TraceError(f"power trace {path} is empty")
     header = [h.strip() for h in rows[0]]
@@ -81,7 +94,33 @@ def load_trace(path: str | Path) -> PowerTrace:
                 acc += watts[c][k - 1] * (t - t_s[k - 1])
             out.append(acc)
         cumulative[c] = out
-    return PowerTrace(columns, t_s, watts, cumulative)
+    return PowerTrace(columns, t_s, watts, cumulative, _origins(path, comments, columns))
+
+
+def trace_header(sources: list[dict[str, str]]) -> list[str]:
+    """The comment lines that keep each recorded column's method, sensor and tier with its watts."""
+    lines = ["# energyprof power trace: each column's method and sensor when it was recorded"]
+    for s in sources:
+        pairs = " ".join(f"{k}={s[k]}" for k in ("method", "sensor", "tier") if s.get(k))
+        lines.append(f"# column {s['id']}: {pairs}")
+    return lines
+
+
+def _origins(path: str | Path, comments: list[str], columns: list[str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {}
+    for line in comments:
+        m = _ORIGIN.match(line)
+        if not m:
+            continue
+        column = m["column"]
+        if column not in columns:
+            raise TraceError(f"power trace {path}: a comment names column {column}, which the header lacks")
+        pairs = dict(p.split("=", 1) for p in (m["pairs"] or "").split() if "=" in p)
+        if pairs.get("method") not in METHODS:
+            raise TraceError(f"power trace {path}: column {column}'s method must be measured or estimated, "
+                             f"not {pairs.get('method')!r}")
+        out[column] = {k: pairs[k] for k in ("method", "sensor", "tier") if pairs.get(k)}
+    return out
 
 
 class ReplaySensor(Sensor):
@@ -89,8 +128,13 @@ class ReplaySensor(Sensor):
         component = column.split(":")[0] if column.split(":")[0] in COMPONENTS | {"gpu"} else column
         if component == "gpu":
             component = column if ":" in column else "gpu:0"
-        super().__init__(id=column, component=component, method="measured", sensor="replay", tier="integrated",
-                         detail={"trace": str(path), "rows": len(trace.t_s)})
+        origin = trace.origin.get(column, {})
+        # A recorded model stays a model; anything else replays as interval means held constant.
+        tier = "model" if origin.get("tier") == "model" else "integrated"
+        detail: dict[str, object] = {"trace": str(path), "rows": len(trace.t_s),
+                                     "recorded_with": origin.get("sensor", "external meter")}
+        super().__init__(id=column, component=component, method=origin.get("method", "measured"), sensor="replay",
+                         tier=tier, detail=detail)
         self.trace = trace
         self.column = column
         self._t0 = 0
@@ -106,4 +150,7 @@ def discover(path: str) -> Discovery:
     trace = load_trace(path)
     found = Discovery([ReplaySensor(trace, c, path) for c in trace.columns])
     found.notes.append(f"replay: power from {path} ({len(trace.t_s)} rows); other sensors are not read")
+    estimated = [c for c in trace.columns if trace.origin.get(c, {}).get("method") == "estimated"]
+    if estimated:
+        found.notes.append(f"replay: {', '.join(estimated)} were estimated when recorded, and stay estimated")
     return found
