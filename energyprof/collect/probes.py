@@ -120,7 +120,7 @@ def boot_id() -> str | None:
     (containers, `localhost`) and an engine's node ids are its own (Ray runs two nodes on one
     machine); every container and node on one running kernel shares its boot id."""
     try:
-        with open("/proc/sys/kernel/random/boot_id") as fh:
+        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
             return fh.read().strip() or None
     except OSError:
         return None
