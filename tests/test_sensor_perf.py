@@ -129,7 +129,7 @@ def test_served_counters_and_their_wrap(reader):
     try:
         by_id = {s.id: s for s in found.sensors}
         assert set(by_id) == {"cpu", "dram"} and by_id["cpu"].sensor == "rapl"
-        assert (sock.stat().st_mode & 0o777) == 0o666
+        assert (sock.stat().st_mode & 0o777) == 0o600  # no --group: root alone
         by_id["cpu"].start(1)
         (zone / "energy_uj").write_text("3501000\n")
         assert by_id["cpu"].read(2) == pytest.approx(3.5)
@@ -167,13 +167,18 @@ def test_serve_refuses_a_path_that_is_not_a_socket(tmp_path):
 def test_serve_for_a_group_and_refuse_an_unknown_group(tmp_path):
     import grp
 
+    from energyprof.serve import server
+
     make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
     group = grp.getgrgid(os.getgid()).gr_name
-    server, zones = served.make_server(str(tmp_path / "g.sock"), str(tmp_path / "pc"), group)
+    reader = server.Reader(str(tmp_path / "g" / "g.sock"), str(tmp_path / "pc"), group, [])
     try:
-        st = (tmp_path / "g.sock").stat()
-        assert (st.st_mode & 0o777) == 0o660 and st.st_gid == os.getgid() and zones == ["cpu (package-0)"]
+        st = (tmp_path / "g" / "g.sock").stat()
+        assert (st.st_mode & 0o777) == 0o660 and st.st_gid == os.getgid() and reader.zones == ["cpu (package-0)"]
+        folder = (tmp_path / "g").stat()
+        assert (folder.st_mode & 0o777) == 0o750 and folder.st_gid == os.getgid()
     finally:
-        server.server_close()
+        reader.close()
+    assert not (tmp_path / "g" / "g.sock").exists()
     with pytest.raises(ValueError, match="no group named"):
-        served.make_server(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here")
+        server.Reader(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here", [])

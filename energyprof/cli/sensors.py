@@ -4,7 +4,8 @@
                                                     the step that enables each one missing
     energyprof sensors record -o rec.csv --seconds N   record the run's sensors as a power trace
                                                     that `--power-trace` replays
-    energyprof sensors serve [--socket P] [--group G]  (as root) hand RAPL counters to a group
+    energyprof sensors serve [--socket P] [--group G] [--check]  (as root) hand RAPL counters and knobs to a group
+    energyprof sensors unit                         print the reader's systemd units (the recommended way)
 """
 
 from __future__ import annotations
@@ -28,6 +29,8 @@ def sensors_cmd(argv: Sequence[str]) -> int:
         return record_cmd(argv[1:])
     if argv and argv[0] == "serve":
         return serve_cmd(argv[1:])
+    if argv and argv[0] == "unit":
+        return unit_cmd(argv[1:])
     return list_cmd(argv)
 
 
@@ -37,7 +40,7 @@ def _powercap_flag(p: argparse.ArgumentParser) -> None:
 
 def list_cmd(argv: list[str]) -> int:
     p = Parser(prog=f"{PROG} sensors", description="List the energy sensors this machine offers, how each is read, "
-               "and the step that would enable each one missing. Subcommands: record, serve.")
+               "and the step that would enable each one missing. Subcommands: record, serve, unit.")
     _powercap_flag(p)
     ns = p.parse_args(argv)
     from ..collect import sensors
@@ -140,36 +143,110 @@ def trace_csv(columns: list[str], rows: list[tuple[float, list[float]]]) -> str:
     return out.getvalue()
 
 
-def serve_cmd(argv: list[str]) -> int:
-    from ..collect.sensors import served
+def _discover_knobs() -> list[Any]:
+    """The knobs root may hand out: the knob registry's discovery, where this build has one."""
+    try:
+        from ..knobs import registry  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    found = getattr(registry, "discover_knobs", None)
+    return list(found()) if found else []
 
-    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters over a Unix socket to "
-               "members of a group, so that they get measured figures without root (docs/sensors.md).")
-    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {served.DEFAULT_SOCKET})")
-    p.add_argument("--group", default=None, help="the group whose members may read (socket mode 0660); "
-                   "without it, every user may (mode 0666)")
+
+def serve_cmd(argv: list[str]) -> int:
+    from ..serve import protocol, server
+
+    default = os.environ.get("ENERGYPROF_SENSOR_SOCKET") or protocol.DEFAULT_SOCKET
+    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters (and power knobs within "
+               "range) over a Unix socket to root and the members of a group (docs/sensors.md). The recommended "
+               "deployment is the systemd socket unit: see --print-unit.")
+    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {protocol.DEFAULT_SOCKET})")
+    p.add_argument("--group", default=None, help="the group whose members may connect (socket 0660 root:GROUP, folder "
+                   "0750 root:GROUP); without it, only root may (socket 0600)")
+    p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")
+    p.add_argument("--print-unit", action="store_true", help="print the systemd socket and service units")
+    p.add_argument("--idle-timeout", type=float, default=server.IDLE_TIMEOUT_S, help=argparse.SUPPRESS)
     _powercap_flag(p)
     ns = p.parse_args(argv)
-    path = served.socket_path(ns.socket)
+    if ns.print_unit:
+        return unit_cmd([])
+    path = ns.socket or default
+    knobs = _discover_knobs()
+    if ns.check:
+        return _check(path, ns.group, ns.powercap_root, knobs)
     try:
-        server, zones = served.make_server(path, ns.powercap_root, ns.group)
+        reader = server.Reader(path, ns.powercap_root, ns.group, knobs, idle_timeout_s=ns.idle_timeout)
     except (ValueError, OSError) as exc:
         raise OptionError(str(exc)) from None
 
     def stop(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+        reader.server.stop()
 
     signal.signal(signal.SIGTERM, stop)
-    print(f"{PROG}: serving {', '.join(zones)} on {path}" + (f" to group {ns.group}" if ns.group else ""),
-          file=sys.stderr, flush=True)
+    signal.signal(signal.SIGINT, stop)
+    what = ", ".join(reader.zones + [k.name for k in knobs])
+    print(f"{PROG}: serving {what} on {path}" + (" (socket from systemd)" if reader.activated else "")
+          + (f" to group {ns.group}" if ns.group else " to root only"), file=sys.stderr, flush=True)
+    reader.serve_forever()  # restores every knob a client set and removes its socket when stopped
+    return 0
+
+
+def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[Any]) -> int:
+    import grp
+    import pwd
+
+    from ..serve import server
+
+    problems = []
+    _, zones = server.rapl_reader(powercap_root)
+    print(f"zones: {', '.join(zones) or 'none readable'}")
+    print(f"knobs: {', '.join(k.name for k in knobs) or 'none'}")
+    print(f"socket: {path} (mode {'0660' if group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
+          + (f", group {group})" if group else ")"))
+    folder = os.path.dirname(os.path.abspath(path))
     try:
-        server.serve_forever(poll_interval=0.2)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+        st = os.lstat(folder)
         try:
-            os.unlink(path)
-        except OSError:
-            pass
+            server.check_folder(st, folder)
+            print(f"folder: {folder} exists, owner {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o}; kept as is")
+        except server.ServeError as exc:
+            problems.append(str(exc))
+    except FileNotFoundError:
+        print(f"folder: {folder} would be created, mode {'0750' if group else '0700'}, owner "
+              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {group}" if group else ""))
+    if group:
+        try:
+            g = grp.getgrnam(group)
+            members = set(g.gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == g.gr_gid}
+            print(f"group: {group} (gid {g.gr_gid}), members: {', '.join(sorted(members)) or 'none yet'}")
+        except KeyError:
+            problems.append(f"no group named {group!r} (create it: sudo groupadd --system {group})")
+    else:
+        print("group: none; only root may connect")
+    if not zones and not knobs:
+        problems.append("nothing to serve: no readable RAPL counter and no knob")
+    if os.geteuid() != 0:
+        problems.append("not root: the reader must run as root (or from its systemd unit)")
+    if problems:
+        print(f"{PROG} sensors serve: {problems[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def unit_cmd(argv: list[str]) -> int:
+    from importlib import resources
+
+    p = Parser(prog=f"{PROG} sensors unit", description="Print the privileged reader's systemd units (the recommended "
+               "deployment, docs/sensors.md), or write them into a folder.")
+    p.add_argument("--install-to", default=None, help="write both unit files into this folder (e.g. /etc/systemd/system)")
+    ns = p.parse_args(argv)
+    units = resources.files("energyprof.serve") / "units"
+    for name in ("energyprof-sensors.socket", "energyprof-sensors.service"):
+        text = (units / name).read_text()
+        if ns.install_to:
+            with open(os.path.join(ns.install_to, name), "x") as f:
+                f.write(text)
+            print(f"wrote {os.path.join(ns.install_to, name)}")
+        else:
+            print(f"# ---- {name}\n{text}")
     return 0

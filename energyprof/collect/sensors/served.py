@@ -1,91 +1,29 @@
-"""RAPL handed over by a small privileged reader (`energyprof sensors serve`), for users without root.
+"""RAPL handed over by the privileged reader (`energyprof sensors serve`, energyprof/serve/), for users
+without root: the client side.
 
-The reader runs as root, reads powercap's counters (rapl.py's discovery) and answers anyone
-who can open its Unix socket: the socket is mode 0660 and owned by a group (as Zeus's daemon
-does), so membership of that group is the permission. Protocol: the client writes a line, the
-reader answers one JSON line {"zones": [{"id", "component", "domain", "energy_uj",
-"max_energy_range_uj"}]}. The client turns each zone into a sensor with its own wraparound
-handling; one request per tick serves every zone.
+The reader runs as root and answers root and the members of one group over a Unix socket (the
+grammar is energyprof/serve/protocol.py). The client turns each zone of a `read` reply into a sensor
+with its own wraparound handling; one request per tick serves every zone.
 """
 
 from __future__ import annotations
 
-import grp
-import json
 import os
 import socket
 import threading
-from pathlib import Path
 from typing import Any
 
-from . import rapl
+from ...serve import protocol
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
-DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
-ENABLE = ("start the privileged reader as root: sudo energyprof sensors serve --group energyprof "
-          "(then add users to that group), or see docs/sensors.md for the udev rule")
+DEFAULT_SOCKET = protocol.DEFAULT_SOCKET
+ENABLE = ("start the privileged reader: its systemd socket unit (energyprof sensors unit; docs/sensors.md), "
+          "or sudo energyprof sensors serve --group energyprof, then add users to that group")
 TIMEOUT_S = 1.0
 
 
 def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("ENERGYPROF_SENSOR_SOCKET") or DEFAULT_SOCKET
-
-
-# ---------------------------------------------------------------- the reader (server)
-
-
-def snapshot(zones: list[rapl.RaplSensor]) -> dict[str, Any]:
-    out = []
-    for z in zones:
-        try:
-            uj = rapl.read_counter(z.path)
-        except (OSError, ValueError):
-            continue
-        out.append({"id": z.id, "component": z.component, "domain": z.detail.get("domain"), "energy_uj": uj,
-                    "max_energy_range_uj": z.detail.get("max_energy_range_uj")})
-    return {"zones": out}
-
-
-def _server_classes() -> tuple[type, type]:
-    """(the server, its handler), made when a reader is served: socketserver is the reader's
-    alone, and importing it cost every run's sensor discovery 2.4 ms."""
-    import socketserver
-
-    class _Handler(socketserver.StreamRequestHandler):
-        def handle(self) -> None:
-            zones = self.server.zones  # type: ignore[attr-defined]
-            for _ in self.rfile:
-                self.wfile.write(json.dumps(snapshot(zones)).encode() + b"\n")
-                self.wfile.flush()
-
-    class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-        daemon_threads = True
-
-    return Server, _Handler
-
-
-def make_server(path: str, powercap_root: str | None = None, group: str | None = None) -> tuple[Any, list[str]]:
-    """The bound reader and what it serves; raises ValueError with a line for the user."""
-    found = rapl.discover(powercap_root)
-    if not found.sensors:
-        raise ValueError("no readable RAPL counter to serve: " + "; ".join(found.notes or ["none found"]))
-    sock = Path(path)
-    sock.parent.mkdir(parents=True, exist_ok=True)
-    if sock.exists() or sock.is_symlink():
-        if not sock.is_socket():
-            raise ValueError(f"{path} exists and is not a socket; not replaced")
-        sock.unlink()
-    server_class, handler = _server_classes()
-    server = server_class(path, handler)
-    server.zones = found.sensors  # type: ignore[attr-defined]
-    os.chmod(path, 0o660 if group else 0o666)
-    if group:
-        try:
-            os.chown(path, -1, grp.getgrnam(group).gr_gid)
-        except KeyError:
-            server.server_close()
-            raise ValueError(f"no group named {group!r} (create it: sudo groupadd {group})") from None
-    return server, [f"{s.id} ({s.detail.get('domain')})" for s in found.sensors]
 
 
 # ---------------------------------------------------------------- the client (sensors)
@@ -110,14 +48,14 @@ class ServedClient:
             if t_ns is not None and t_ns == self._at:
                 return self._last
             try:
-                self.file.write(b"read\n")
+                self.file.write(protocol.encode(protocol.Request("read")))
                 self.file.flush()
                 line = self.file.readline()
             except OSError as exc:
                 raise SensorError(f"the energyprof sensor reader at {self.path} stopped answering ({exc})") from None
             if not line:
                 raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
-            self._last = {z["id"]: z for z in json.loads(line)["zones"]}
+            self._last = {z["id"]: z for z in protocol.decode(line)["zones"]}
             self._at = t_ns
             return self._last
 

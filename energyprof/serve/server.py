@@ -1,0 +1,496 @@
+"""The reader: one thread, one selector, bounded in every dimension a client controls.
+
+Why no path can be raced: the socket's folder is opened once with O_NOFOLLOW|O_DIRECTORY and must be
+owned by this process's user (root) and writable by no one else, so no other user can create, rename
+or replace any entry in it; stale sockets are removed through that descriptor only. The socket's mode
+and group are fixed at bind() itself (umask 0117 and the effective group switched to the served group
+for the bind), so the inode is born 0660 root:GROUP and nothing is chmod-ed or chown-ed by path
+afterwards. A folder the reader creates itself is made 0750 root:GROUP through its descriptor.
+"""
+
+from __future__ import annotations
+
+import errno
+import grp
+import os
+import pwd
+import selectors
+import socket
+import stat
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..knobs.base import Knob, KnobError
+from . import protocol
+
+MAX_CONNECTIONS = 32
+MAX_PER_UID = 8
+IDLE_TIMEOUT_S = 10.0
+MAX_PENDING_REPLY = 64 * 1024  # a client that does not read its replies is closed past this
+LOG_LINES_PER_S = 20
+
+
+class ServeError(ValueError):
+    """A reason not to serve, one line for the user."""
+
+
+class Log:
+    """stderr (the journal under systemd), at most LOG_LINES_PER_S lines a second: a flood of refused
+    connections must not become a flood of lines, nor block the reader on a full pipe for long."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.window = 0.0
+        self.lines = 0
+        self.dropped = 0
+
+    def __call__(self, msg: str) -> None:
+        now = time.monotonic()
+        if now - self.window >= 1.0:
+            if self.dropped:
+                self._write(f"energyprof reader: {self.dropped} more lines suppressed")
+            self.window, self.lines, self.dropped = now, 0, 0
+        if self.lines >= LOG_LINES_PER_S:
+            self.dropped += 1
+            return
+        self.lines += 1
+        self._write(f"energyprof reader: {msg}")
+
+    def _write(self, line: str) -> None:
+        try:
+            print(line, file=self.stream, flush=True)
+        except (OSError, ValueError):
+            pass
+
+
+# ---------------------------------------------------------------- the folder and the socket
+
+
+def group_gid(group: str | None) -> int | None:
+    if group is None:
+        return None
+    try:
+        return grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise ServeError(f"no group named {group!r} (create it: sudo groupadd --system {group})") from None
+
+
+def check_folder(st: os.stat_result, folder: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ServeError(f"{folder} is a symlink; refused (the socket folder must be a real folder owned by root)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ServeError(f"{folder} is not a folder; refused")
+    if st.st_uid != os.geteuid():
+        owner = _user(st.st_uid)
+        raise ServeError(f"{folder} is owned by {owner}, not {_user(os.geteuid())}; refused (remove it or choose another --socket)")
+    if st.st_mode & 0o022:
+        raise ServeError(f"{folder} is writable by others (mode {st.st_mode & 0o7777:04o}); refused")
+
+
+def open_folder(folder: str, gid: int | None, create: bool = True) -> int:
+    """The socket folder as a descriptor, checked; created 0750 owner:GROUP when missing."""
+    try:
+        st = os.lstat(folder)
+    except FileNotFoundError:
+        if not create:
+            raise ServeError(f"{folder} does not exist") from None
+        old = os.umask(0o077)
+        try:
+            os.mkdir(folder, 0o700)  # born private: no window where others could enter it
+        except FileExistsError:
+            pass  # someone made it in between: the checks below decide
+        finally:
+            os.umask(old)
+        st = os.lstat(folder)
+        check_folder(st, folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, 0o750 if gid is not None else 0o700)
+        return _same(fd, st, folder)
+    check_folder(st, folder)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ServeError(f"cannot open {folder} ({exc.strerror})") from None
+    return _same(fd, st, folder)
+
+
+def _same(fd: int, st: os.stat_result, folder: str) -> int:
+    # The folder opened is the folder checked (not swapped between lstat and open).
+    fst = os.fstat(fd)
+    if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise ServeError(f"{folder} changed while being checked; refused")
+    return fd
+
+
+def remove_stale(dir_fd: int, name: str, path: str) -> None:
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ServeError(f"{path} exists and is not a socket; not replaced")
+    os.unlink(name, dir_fd=dir_fd)  # unlink never follows a link, and only we can write this folder
+
+
+def bind(path: str, gid: int | None) -> tuple[socket.socket, int]:
+    """The listening socket at `path`, born 0660 owner:GROUP (0600 without a group), and the folder's fd."""
+    folder, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_folder(folder, gid)
+    try:
+        remove_stale(dir_fd, name, path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o117 if gid is not None else 0o177)
+        old_egid = os.getegid()
+        try:
+            if gid is not None and gid != old_egid:
+                os.setegid(gid)  # the inode's group is the creator's effective group: set at birth, no chown
+            sock.bind(path)
+        finally:
+            if os.getegid() != old_egid:
+                os.setegid(old_egid)
+            os.umask(old_umask)
+        sock.listen(64)
+        sock.setblocking(False)
+        return sock, dir_fd
+    except Exception:
+        os.close(dir_fd)
+        raise
+
+
+def inherited_socket() -> socket.socket | None:
+    """The listening socket systemd passed (sd_listen_fds: LISTEN_PID is us, LISTEN_FDS >= 1, fd 3)."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
+        return None
+    try:
+        count = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return None
+    for var in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(var, None)  # not handed down to anything we start
+    if count < 1:
+        return None
+    sock = socket.socket(fileno=3)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        raise ServeError("the inherited socket is not a Unix stream socket")
+    sock.setblocking(False)
+    return sock
+
+
+# ---------------------------------------------------------------- who may ask
+
+
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
+
+
+def peer_groups(pid: int, uid: int, gid: int) -> set[int]:
+    """The peer's primary and supplementary groups: /proc/PID/status, else the group database."""
+    groups = {gid}
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("Groups:"):
+                groups.update(int(g) for g in line.split()[1:])
+                return groups
+    except (OSError, ValueError):
+        pass
+    try:
+        name = pwd.getpwuid(uid).pw_name
+        groups.update(os.getgrouplist(name, gid))
+    except (KeyError, OSError):
+        pass
+    return groups
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
+# ---------------------------------------------------------------- the service
+
+
+@dataclass
+class Conn:
+    sock: socket.socket
+    pid: int
+    uid: int
+    last: float
+    inbuf: bytearray = field(default_factory=bytearray)
+    outbuf: bytearray = field(default_factory=bytearray)
+    knobs: set[str] = field(default_factory=set)
+
+
+class Server:
+    def __init__(self, listener: socket.socket, read_zones: Callable[[], dict[str, Any]], knobs: list[Knob],
+                 gid: int | None, *, max_connections: int = MAX_CONNECTIONS, max_per_uid: int = MAX_PER_UID,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, log: Log | None = None) -> None:
+        self.listener = listener
+        self.read_zones = read_zones
+        self.knobs = {k.name: k for k in knobs}
+        self.gid = gid
+        self.max_connections = max_connections
+        self.max_per_uid = max_per_uid
+        self.idle_timeout_s = idle_timeout_s
+        self.log = log or Log()
+        self.sel = selectors.DefaultSelector()
+        self.sel.register(listener, selectors.EVENT_READ, None)
+        self.conns: dict[int, Conn] = {}
+        self.per_uid: dict[int, int] = {}
+        self.holder: dict[str, int] = {}  # knob name -> fd of the connection that set it
+        self.stopping = False
+        self.closed = False
+
+    def allowed(self, pid: int, uid: int, gid: int) -> bool:
+        if uid == 0 or uid == os.geteuid():
+            return True
+        return self.gid is not None and self.gid in peer_groups(pid, uid, gid)
+
+    def serve_forever(self, poll_s: float = 0.2) -> None:
+        try:
+            while not self.stopping:
+                for key, events in self.sel.select(timeout=poll_s):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._service(key.data, events)
+                self._expire()
+        finally:
+            self.close()
+
+    def _accept(self) -> None:
+        # Drain the backlog each time: connections over a cap are accepted and closed at once, so a
+        # flood cannot leave the listener readable forever (the old reader's 100% CPU accept loop).
+        for _ in range(64):
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    self.log(f"accept failed ({exc.strerror}); the connection cap is above this process's limits")
+                    return
+                raise
+            try:
+                pid, uid, gid = peer_credentials(conn)
+            except OSError:
+                conn.close()
+                continue
+            if not self.allowed(pid, uid, gid):
+                self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group")
+                conn.close()  # nothing said: the refusal is the closed connection
+                continue
+            if len(self.conns) >= self.max_connections or self.per_uid.get(uid, 0) >= self.max_per_uid:
+                self.log(f"refused {_user(uid)} (pid {pid}): connection limit "
+                         f"({len(self.conns)}/{self.max_connections} in all, {self.per_uid.get(uid, 0)}/{self.max_per_uid} for this user)")
+                conn.close()
+                continue
+            conn.setblocking(False)
+            c = Conn(conn, pid, uid, time.monotonic())
+            self.conns[conn.fileno()] = c
+            self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+            self.sel.register(conn, selectors.EVENT_READ, c)
+
+    def _service(self, c: Conn, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush(c)
+            if c.sock.fileno() < 0:
+                return
+        if not events & selectors.EVENT_READ:
+            return
+        try:
+            data = c.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(c)
+            return
+        c.last = time.monotonic()
+        c.inbuf += data
+        while b"\n" in c.inbuf:
+            line, _, rest = bytes(c.inbuf).partition(b"\n")
+            c.inbuf = bytearray(rest)
+            try:
+                req = protocol.parse(line + b"\n")
+            except protocol.BadRequest as exc:
+                self.log(f"closed {_user(c.uid)} (pid {c.pid}): {exc}")
+                self._drop(c)
+                return
+            c.outbuf += protocol.reply(self._answer(c, req))
+        if len(c.inbuf) >= protocol.MAX_LINE:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): request longer than {protocol.MAX_LINE} bytes")
+            self._drop(c)
+            return
+        if len(c.outbuf) > MAX_PENDING_REPLY:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): does not read its replies")
+            self._drop(c)
+            return
+        self._flush(c)
+
+    def _flush(self, c: Conn) -> None:
+        if c.outbuf:
+            try:
+                sent = c.sock.send(c.outbuf)
+                del c.outbuf[:sent]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._drop(c)
+                return
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.outbuf else 0)
+        self.sel.modify(c.sock, want, c)
+
+    def _answer(self, c: Conn, req: protocol.Request) -> dict[str, Any]:
+        if req.verb == "read":
+            return self.read_zones()
+        if req.verb == "knobs":
+            return {"knobs": [self._describe(k) for k in self.knobs.values()]}
+        knob = self.knobs.get(req.name or "")
+        if knob is None:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {req.verb} of unknown knob {req.name}")
+            return {"error": f"no knob named {req.name}"}
+        holder = self.holder.get(knob.name)
+        if holder is not None and holder != c.sock.fileno():
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {knob.name} is held by another client")
+            return {"error": f"{knob.name} is set by another client until it disconnects"}
+        try:
+            if req.verb == "set":
+                assert req.value is not None
+                knob.set(req.value)
+                self.holder[knob.name] = c.sock.fileno()
+                c.knobs.add(knob.name)
+                self.log(f"{_user(c.uid)} (pid {c.pid}) set {knob.name} to {req.value:g} {knob.unit}")
+            else:
+                self._restore(knob)
+                c.knobs.discard(knob.name)
+            return {"ok": knob.name, "value": knob.read()}
+        except KnobError as exc:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {exc}")
+            return {"error": str(exc)}
+
+    @staticmethod
+    def _describe(k: Knob) -> dict[str, Any]:
+        try:
+            rng = k.range()
+            value: float | None = k.read()
+        except KnobError as exc:
+            return {"name": k.name, "unit": k.unit, "error": str(exc)}
+        return {"name": k.name, "value": value, "low": rng.low, "high": rng.high, "step": rng.step,
+                "choices": list(rng.choices), "unit": k.unit}
+
+    def _restore(self, knob: Knob) -> None:
+        try:
+            knob.restore()
+        except KnobError as exc:
+            self.log(f"could not restore {knob.name}: {exc}")
+        self.holder.pop(knob.name, None)
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self.idle_timeout_s
+        for c in [c for c in self.conns.values() if c.last < cutoff]:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): idle for {self.idle_timeout_s:g} s")
+            self._drop(c)
+
+    def _drop(self, c: Conn) -> None:
+        fd = c.sock.fileno()
+        if fd < 0 or self.conns.get(fd) is not c:
+            return
+        for name in sorted(c.knobs):  # a client that disconnects or dies gives its knobs back
+            self._restore(self.knobs[name])
+        c.knobs.clear()
+        self.sel.unregister(c.sock)
+        del self.conns[fd]
+        self.per_uid[c.uid] -= 1
+        if not self.per_uid[c.uid]:
+            del self.per_uid[c.uid]
+        c.sock.close()
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for c in list(self.conns.values()):
+            self._drop(c)
+        for name in list(self.holder):
+            self._restore(self.knobs[name])
+        for k in self.knobs.values():  # also knobs set by a client whose drop was cut short
+            self._restore(k)
+        try:
+            self.sel.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
+        self.sel.close()
+        self.listener.close()
+
+
+# ---------------------------------------------------------------- put together
+
+
+def rapl_reader(powercap_root: str | None) -> tuple[Callable[[], dict[str, Any]], list[str]]:
+    """The `read` answer (powercap's counters, discovered by root now) and the zones' names."""
+    from ..collect.sensors import rapl
+
+    zones = rapl.discover(powercap_root).sensors
+
+    def read() -> dict[str, Any]:
+        out = []
+        for z in zones:
+            try:
+                uj = rapl.read_counter(z.path)
+            except (OSError, ValueError):
+                continue
+            out.append({"id": z.id, "component": z.component, "domain": z.detail.get("domain"), "energy_uj": uj,
+                        "max_energy_range_uj": z.detail.get("max_energy_range_uj")})
+        return {"zones": out}
+
+    return read, [f"{z.id} ({z.detail.get('domain')})" for z in zones]
+
+
+class Reader:
+    """The bound (or inherited) reader; close() restores the knobs and removes a socket it made."""
+
+    def __init__(self, path: str, powercap_root: str | None, group: str | None, knobs: list[Knob], **limits: Any) -> None:
+        gid = group_gid(group)
+        read, self.zones = rapl_reader(powercap_root)
+        if not self.zones and not knobs:
+            raise ServeError("nothing to serve: no readable RAPL counter and no knob")
+        self.path = path
+        self._dir_fd: int | None = None
+        listener = inherited_socket()
+        self.activated = listener is not None
+        if listener is None:
+            listener, self._dir_fd = bind(path, gid)
+        self.server = Server(listener, read, knobs, gid, **limits)
+
+    def serve_forever(self) -> None:
+        try:
+            self.server.serve_forever()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.server.close()
+        if self._dir_fd is not None:
+            try:
+                name = os.path.basename(self.path)
+                if stat.S_ISSOCK(os.lstat(name, dir_fd=self._dir_fd).st_mode):
+                    os.unlink(name, dir_fd=self._dir_fd)
+            except OSError:
+                pass
+            os.close(self._dir_fd)
+            self._dir_fd = None
