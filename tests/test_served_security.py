@@ -250,19 +250,29 @@ def test_the_socket_folder_race_changes_no_file(accounts, base):
     before = os.stat(target)
     folder = base / "energyprof"
     race = textwrap.dedent(f"""
-        import os, time
+        import os, stat, time
         folder, target = {str(folder)!r}, {str(target)!r}
+        sock = folder + "/rapl.sock"
         end = time.monotonic() + 30
+        swaps = 0
+        print("ready", flush=True)
         while time.monotonic() < end and not os.path.exists(folder + ".stop"):
             for step in (lambda: os.mkdir(folder, 0o777), lambda: os.symlink(target, folder + "/l"),
-                         lambda: os.rename(folder + "/l", folder + "/rapl.sock"), lambda: os.unlink(folder + "/rapl.sock"),
-                         lambda: os.symlink(target, folder + "/rapl.sock")):
+                         lambda: os.unlink(sock), lambda: os.symlink(target, sock)):
                 try:
                     step()
                 except OSError:
                     pass
+            try:  # the old reader's hole: a link renamed over the fresh socket between bind() and chown()
+                if stat.S_ISSOCK(os.lstat(sock).st_mode):
+                    os.rename(folder + "/l", sock)
+                    swaps += 1
+            except OSError:
+                pass
+        print(swaps, flush=True)
     """)
-    racer = _popen_as(accounts["outsider"], [accounts["python"], "-c", race], stderr=subprocess.PIPE)
+    racer = _popen_as(accounts["outsider"], [accounts["python"], "-c", race], stdout=subprocess.PIPE, text=True)
+    assert racer.stdout.readline().strip() == "ready"  # the race is on before the first start
     outcomes = {"served": 0, "refused": 0}
     try:
         for _ in range(100):
@@ -283,12 +293,13 @@ def test_the_socket_folder_race_changes_no_file(accounts, base):
             shutil.rmtree(folder, ignore_errors=True)
     finally:
         (base / "energyprof.stop").touch()
+        swaps = racer.stdout.readline().strip()
         racer.wait(timeout=60)
     after = os.stat(target)
     assert (after.st_mode, after.st_uid, after.st_gid) == (before.st_mode, before.st_uid, before.st_gid)
     assert target.read_text() == "root:x:0\n"
     assert outcomes["served"] + outcomes["refused"] == 100
-    print(f"race: {outcomes}")
+    print(f"race: {outcomes}, sockets swapped for a link by the racer: {swaps}")
 
 
 def test_check_changes_nothing(accounts, base):
