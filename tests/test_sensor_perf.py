@@ -182,3 +182,44 @@ def test_serve_for_a_group_and_refuse_an_unknown_group(tmp_path):
     assert not (tmp_path / "g" / "g.sock").exists()
     with pytest.raises(ValueError, match="no group named"):
         server.Reader(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here", [])
+
+
+def test_serve_takes_its_socket_from_systemd(tmp_path):
+    """Socket activation: the listening socket arrives as fd 3 with LISTEN_PID/LISTEN_FDS (sd_listen_fds)."""
+    import socket as so
+
+    make_zone(tmp_path / "pc", "intel-rapl:0", "package-0", energy_uj=4242)
+    path = tmp_path / "act.sock"
+    listener = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    fd = listener.fileno()
+    # What systemd does: the socket at fd 3, LISTEN_PID naming the process that execs the reader.
+    launch = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
+              "os.execv(sys.executable, [sys.executable, '-m', 'energyprof', 'sensors', 'serve', '--powercap-root', sys.argv[2]])")
+    proc = subprocess.Popen([sys.executable, "-c", launch, str(fd), str(tmp_path / "pc")], pass_fds=(fd,),
+                            stderr=subprocess.PIPE, text=True)
+    listener.close()
+    try:
+        line = proc.stderr.readline()
+        assert "socket from systemd" in line, line
+        found = served.discover(str(path), explicit=True)
+        try:
+            assert [(s.id, s.client.fetch()["cpu"]["energy_uj"]) for s in found.sensors] == [("cpu", 4242)]
+        finally:
+            for s in found.sensors:
+                s.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert path.exists()  # systemd's socket: removed by systemd, not by the reader
+
+
+def test_sensors_unit_prints_the_shipped_units(tmp_path):
+    done = run_cli(["sensors", "unit"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "SocketMode=0660" in done.stdout and "SocketGroup=energyprof" in done.stdout
+    assert "ProtectSystem=strict" in done.stdout and "NoNewPrivileges=yes" in done.stdout
+    assert "RestrictAddressFamilies=AF_UNIX" in done.stdout and "CapabilityBoundingSet=CAP_SYS_ADMIN" in done.stdout
+    done = run_cli(["sensors", "unit", "--install-to", str(tmp_path)], tmp_path)
+    assert done.returncode == 0 and (tmp_path / "energyprof-sensors.socket").read_text().startswith("# The privileged")
