@@ -192,19 +192,29 @@ def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
     return pid, uid, gid
 
 
-def peer_groups(pid: int, uid: int, gid: int) -> set[int]:
-    """The peer's primary and supplementary groups: /proc/PID/status, else the group database."""
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+: the groups the peer had at connect()
+
+
+def peer_groups(conn: socket.socket, pid: int, uid: int, gid: int) -> set[int]:
+    """The peer's primary and supplementary groups, from the kernel's record of the connection
+    (SO_PEERGROUPS); on older kernels /proc/PID/status, trusted only while its uid is still the peer's
+    (a pid reused by another process must not lend its groups), else the group database."""
     groups = {gid}
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("Groups:"):
-                groups.update(int(g) for g in line.split()[1:])
-                return groups
-    except (OSError, ValueError):
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * 256)
+        groups.update(struct.unpack(f"{len(raw) // 4}I", raw))
+        return groups
+    except OSError:
         pass
     try:
-        name = pwd.getpwuid(uid).pw_name
-        groups.update(os.getgrouplist(name, gid))
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) == uid:
+            groups.update(int(g) for g in fields.get("Groups", "").split())
+            return groups
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        groups.update(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
     except (KeyError, OSError):
         pass
     return groups
@@ -251,10 +261,10 @@ class Server:
         self.stopping = False
         self.closed = False
 
-    def allowed(self, pid: int, uid: int, gid: int) -> bool:
+    def allowed(self, conn: socket.socket, pid: int, uid: int, gid: int) -> bool:
         if uid == 0 or uid == os.geteuid():
             return True
-        return self.gid is not None and self.gid in peer_groups(pid, uid, gid)
+        return self.gid is not None and self.gid in peer_groups(conn, pid, uid, gid)
 
     def serve_forever(self, poll_s: float = 0.2) -> None:
         try:
@@ -286,7 +296,7 @@ class Server:
             except OSError:
                 conn.close()
                 continue
-            if not self.allowed(pid, uid, gid):
+            if not self.allowed(conn, pid, uid, gid):
                 self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group")
                 conn.close()  # nothing said: the refusal is the closed connection
                 continue
