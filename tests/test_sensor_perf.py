@@ -195,8 +195,10 @@ def test_serve_takes_its_socket_from_systemd(tmp_path):
     listener.listen(8)
     fd = listener.fileno()
     # What systemd does: the socket at fd 3, LISTEN_PID naming the process that execs the reader.
-    launch = ("import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
-              "os.execv(sys.executable, [sys.executable, '-m', 'energyprof', 'sensors', 'serve', '--powercap-root', sys.argv[2]])")
+    launch = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
+              "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
+              "os.execv(sys.executable, [sys.executable, '-m', 'energyprof', 'sensors', 'serve', "
+              "'--powercap-root', sys.argv[2]])")
     proc = subprocess.Popen([sys.executable, "-c", launch, str(fd), str(tmp_path / "pc")], pass_fds=(fd,),
                             stderr=subprocess.PIPE, text=True)
     listener.close()

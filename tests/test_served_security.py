@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import textwrap
-import threading
 import time
 import uuid
 from pathlib import Path

@@ -39,25 +39,26 @@ class ServeError(ValueError):
 
 
 class Log:
-    """stderr (the journal under systemd), at most LOG_LINES_PER_S lines a second: a flood of refused
-    connections must not become a flood of lines, nor block the reader on a full pipe for long."""
+    """stderr (the journal under systemd), at most LOG_LINES_PER_S lines a second for each kind of event:
+    a flood of refused connections must not become a flood of lines (nor block the reader on a full
+    pipe for long), nor drown the other kinds of event."""
 
     def __init__(self, stream: Any = None) -> None:
         self.stream = stream or sys.stderr
-        self.window = 0.0
-        self.lines = 0
-        self.dropped = 0
+        self.window: dict[str, float] = {}
+        self.lines: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
 
-    def __call__(self, msg: str) -> None:
+    def __call__(self, msg: str, kind: str = "other") -> None:
         now = time.monotonic()
-        if now - self.window >= 1.0:
-            if self.dropped:
-                self._write(f"energyprof reader: {self.dropped} more lines suppressed")
-            self.window, self.lines, self.dropped = now, 0, 0
-        if self.lines >= LOG_LINES_PER_S:
-            self.dropped += 1
+        if now - self.window.get(kind, 0.0) >= 1.0:
+            if self.dropped.get(kind):
+                self._write(f"energyprof reader: {self.dropped[kind]} more lines like the last suppressed")
+            self.window[kind], self.lines[kind], self.dropped[kind] = now, 0, 0
+        if self.lines[kind] >= LOG_LINES_PER_S:
+            self.dropped[kind] += 1
             return
-        self.lines += 1
+        self.lines[kind] += 1
         self._write(f"energyprof reader: {msg}")
 
     def _write(self, line: str) -> None:
@@ -86,7 +87,8 @@ def check_folder(st: os.stat_result, folder: str) -> None:
         raise ServeError(f"{folder} is not a folder; refused")
     if st.st_uid != os.geteuid():
         owner = _user(st.st_uid)
-        raise ServeError(f"{folder} is owned by {owner}, not {_user(os.geteuid())}; refused (remove it or choose another --socket)")
+        raise ServeError(f"{folder} is owned by {owner}, not {_user(os.geteuid())}; refused "
+                         "(remove it or choose another --socket)")
     if st.st_mode & 0o022:
         raise ServeError(f"{folder} is writable by others (mode {st.st_mode & 0o7777:04o}); refused")
 
@@ -297,12 +299,13 @@ class Server:
                 conn.close()
                 continue
             if not self.allowed(conn, pid, uid, gid):
-                self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group")
+                self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group", "peer")
                 conn.close()  # nothing said: the refusal is the closed connection
                 continue
             if len(self.conns) >= self.max_connections or self.per_uid.get(uid, 0) >= self.max_per_uid:
                 self.log(f"refused {_user(uid)} (pid {pid}): connection limit "
-                         f"({len(self.conns)}/{self.max_connections} in all, {self.per_uid.get(uid, 0)}/{self.max_per_uid} for this user)")
+                         f"({len(self.conns)}/{self.max_connections} in all, "
+                         f"{self.per_uid.get(uid, 0)}/{self.max_per_uid} for this user)", "limit")
                 conn.close()
                 continue
             conn.setblocking(False)
@@ -335,12 +338,12 @@ class Server:
             try:
                 req = protocol.parse(line + b"\n")
             except protocol.BadRequest as exc:
-                self.log(f"closed {_user(c.uid)} (pid {c.pid}): {exc}")
+                self.log(f"closed {_user(c.uid)} (pid {c.pid}): {exc}", "grammar")
                 self._drop(c)
                 return
             c.outbuf += protocol.reply(self._answer(c, req))
         if len(c.inbuf) >= protocol.MAX_LINE:
-            self.log(f"closed {_user(c.uid)} (pid {c.pid}): request longer than {protocol.MAX_LINE} bytes")
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): request longer than {protocol.MAX_LINE} bytes", "grammar")
             self._drop(c)
             return
         if len(c.outbuf) > MAX_PENDING_REPLY:
@@ -410,7 +413,7 @@ class Server:
     def _expire(self) -> None:
         cutoff = time.monotonic() - self.idle_timeout_s
         for c in [c for c in self.conns.values() if c.last < cutoff]:
-            self.log(f"closed {_user(c.uid)} (pid {c.pid}): idle for {self.idle_timeout_s:g} s")
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): idle for {self.idle_timeout_s:g} s", "idle")
             self._drop(c)
 
     def _drop(self, c: Conn) -> None:
