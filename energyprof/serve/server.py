@@ -158,6 +158,11 @@ def bind(path: str, gid: int | None) -> tuple[socket.socket, int]:
             if os.getegid() != old_egid:
                 os.setegid(old_egid)
             os.umask(old_umask)
+        # The path bound is the entry in the folder checked (the folder was not renamed away in between).
+        by_path, by_fd = os.lstat(path), os.lstat(name, dir_fd=dir_fd)
+        if (by_path.st_dev, by_path.st_ino) != (by_fd.st_dev, by_fd.st_ino) or not stat.S_ISSOCK(by_fd.st_mode):
+            sock.close()
+            raise ServeError(f"{folder} changed while the socket was made; refused")
         sock.listen(64)
         sock.setblocking(False)
         return sock, dir_fd
@@ -288,11 +293,11 @@ class Server:
                 conn, _ = self.listener.accept()
             except (BlockingIOError, InterruptedError):
                 return
-            except OSError as exc:
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self.log(f"accept failed ({exc.strerror}); the connection cap is above this process's limits")
-                    return
-                raise
+            except OSError as exc:  # EMFILE and the like: never the end of the service
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                self.log(f"accept failed ({exc.strerror})", "accept")
+                return
             try:
                 pid, uid, gid = peer_credentials(conn)
             except OSError:
@@ -389,16 +394,16 @@ class Server:
                 self._restore(knob)
                 c.knobs.discard(knob.name)
             return {"ok": knob.name, "value": knob.read()}
-        except KnobError as exc:
+        except (KnobError, OSError) as exc:
             self.log(f"refused {_user(c.uid)} (pid {c.pid}): {exc}")
-            return {"error": str(exc)}
+            return {"error": str(exc) if isinstance(exc, KnobError) else f"{knob.name} could not be changed"}
 
     @staticmethod
     def _describe(k: Knob) -> dict[str, Any]:
         try:
             rng = k.range()
             value: float | None = k.read()
-        except KnobError as exc:
+        except (KnobError, OSError) as exc:
             return {"name": k.name, "unit": k.unit, "error": str(exc)}
         return {"name": k.name, "value": value, "low": rng.low, "high": rng.high, "step": rng.step,
                 "choices": list(rng.choices), "unit": k.unit}
@@ -406,7 +411,7 @@ class Server:
     def _restore(self, knob: Knob) -> None:
         try:
             knob.restore()
-        except KnobError as exc:
+        except (KnobError, OSError) as exc:
             self.log(f"could not restore {knob.name}: {exc}")
         self.holder.pop(knob.name, None)
 
