@@ -111,11 +111,8 @@ def reader(tmp_path):
     zone = make_zone(root, "intel-rapl:0", "package-0", energy_uj=1000)
     make_zone(root, "intel-rapl:0:0", "dram", energy_uj=0)
     sock = tmp_path / "rapl.sock"
-    import grp
-
-    group = grp.getgrgid(os.getgid()).gr_name  # this user's own group: it is served
     proc = subprocess.Popen([sys.executable, "-m", "energyprof", "sensors", "serve", "--socket", str(sock),
-                             "--powercap-root", str(root), "--group", group], stderr=subprocess.PIPE, text=True)
+                             "--powercap-root", str(root)], stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stderr.readline()
         assert "serving cpu (package-0), dram (dram)" in line, line
@@ -132,7 +129,7 @@ def test_served_counters_and_their_wrap(reader):
     try:
         by_id = {s.id: s for s in found.sensors}
         assert set(by_id) == {"cpu", "dram"} and by_id["cpu"].sensor == "rapl"
-        assert (sock.stat().st_mode & 0o777) == 0o660
+        assert (sock.stat().st_mode & 0o777) == 0o600  # no --group: root alone
         by_id["cpu"].start(1)
         (zone / "energy_uj").write_text("3501000\n")
         assert by_id["cpu"].read(2) == pytest.approx(3.5)
@@ -159,41 +156,72 @@ def test_a_run_uses_the_reader_when_rapl_cannot_be_read(reader, tmp_path):
 
 
 def test_serve_refuses_a_path_that_is_not_a_socket(tmp_path):
-    import grp
-
     make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
     (tmp_path / "file").write_text("keep me")
-    done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "file"), "--powercap-root", str(tmp_path / "pc"),
-                    "--group", grp.getgrgid(os.getgid()).gr_name], tmp_path)
+    done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "file"), "--powercap-root", str(tmp_path / "pc")],
+                   tmp_path)
     assert done.returncode == 2 and "not a socket" in done.stderr
     assert (tmp_path / "file").read_text() == "keep me"
 
 
-def test_serve_needs_a_group_and_refuses_an_unknown_one(tmp_path):
-    make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
-    for extra, said in (([], "name the group"), (["--group", "no-such-group-here"], "no group named")):
-        done = run_cli(["sensors", "serve", "--socket", str(tmp_path / "s.sock"), "--powercap-root",
-                        str(tmp_path / "pc"), *extra], tmp_path)
-        assert done.returncode == 2 and said in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
-        assert not (tmp_path / "s.sock").exists()
-
-
-def test_serve_check_says_what_it_would_serve_and_changes_nothing(tmp_path):
+def test_serve_for_a_group_and_refuse_an_unknown_group(tmp_path):
     import grp
 
-    from knob_trees import cpufreq_tree
+    from energyprof.serve import server
 
     make_zone(tmp_path / "pc", "intel-rapl:0", "package-0")
-    cpufreq_tree(tmp_path / "cf")
-    before = sorted(p.name for p in tmp_path.iterdir())
     group = grp.getgrgid(os.getgid()).gr_name
-    done = run_cli(["sensors", "serve", "--check", "--group", group, "--powercap-root", str(tmp_path / "pc"),
-                    "--socket", str(tmp_path / "run" / "r.sock")], tmp_path,
-                   env={"ENERGYPROF_CPUFREQ_ROOT": str(tmp_path / "cf")})
+    reader = server.Reader(str(tmp_path / "g" / "g.sock"), str(tmp_path / "pc"), group, [])
+    try:
+        st = (tmp_path / "g" / "g.sock").stat()
+        assert (st.st_mode & 0o777) == 0o660 and st.st_gid == os.getgid() and reader.zones == ["cpu (package-0)"]
+        folder = (tmp_path / "g").stat()
+        assert (folder.st_mode & 0o777) == 0o750 and folder.st_gid == os.getgid()
+    finally:
+        reader.close()
+    assert not (tmp_path / "g" / "g.sock").exists()
+    with pytest.raises(ValueError, match="no group named"):
+        server.Reader(str(tmp_path / "h.sock"), str(tmp_path / "pc"), "no-such-group-here", [])
+
+
+def test_serve_takes_its_socket_from_systemd(tmp_path):
+    """Socket activation: the listening socket arrives as fd 3 with LISTEN_PID/LISTEN_FDS (sd_listen_fds)."""
+    import socket as so
+
+    make_zone(tmp_path / "pc", "intel-rapl:0", "package-0", energy_uj=4242)
+    path = tmp_path / "act.sock"
+    listener = so.socket(so.AF_UNIX, so.SOCK_STREAM)
+    listener.bind(str(path))
+    listener.listen(8)
+    fd = listener.fileno()
+    # What systemd does: the socket at fd 3, LISTEN_PID naming the process that execs the reader.
+    launch = ("import os, sys; os.dup2(int(sys.argv[1]), 3); "
+              "os.environ.update(LISTEN_PID=str(os.getpid()), LISTEN_FDS='1'); "
+              "os.execv(sys.executable, [sys.executable, '-m', 'energyprof', 'sensors', 'serve', "
+              "'--powercap-root', sys.argv[2]])")
+    proc = subprocess.Popen([sys.executable, "-c", launch, str(fd), str(tmp_path / "pc")], pass_fds=(fd,),
+                            stderr=subprocess.PIPE, text=True)
+    listener.close()
+    try:
+        line = proc.stderr.readline()
+        assert "socket from systemd" in line, line
+        found = served.discover(str(path), explicit=True)
+        try:
+            assert [(s.id, s.client.fetch()["cpu"]["energy_uj"]) for s in found.sensors] == [("cpu", 4242)]
+        finally:
+            for s in found.sensors:
+                s.close()
+    finally:
+        proc.terminate()
+        assert proc.wait(timeout=10) == 0
+    assert path.exists()  # systemd's socket: removed by systemd, not by the reader
+
+
+def test_sensors_unit_prints_the_shipped_units(tmp_path):
+    done = run_cli(["sensors", "unit"], tmp_path)
     assert done.returncode == 0, done.stderr
-    assert "counters: cpu (package-0)" in done.stdout and "cpu_max_freq:all" in done.stdout
-    assert f"would be created, mode 0750 root:{group}" in done.stdout
-    assert sorted(p.name for p in tmp_path.iterdir()) == before  # no folder, no socket
-    units = run_cli(["sensors", "serve", "--print-unit"], tmp_path)
-    assert units.returncode == 0 and "ListenStream=/run/energyprof/rapl.sock" in units.stdout
-    assert "ProtectSystem=strict" in units.stdout and "NoNewPrivileges=yes" in units.stdout
+    assert "SocketMode=0660" in done.stdout and "SocketGroup=energyprof" in done.stdout
+    assert "ProtectSystem=strict" in done.stdout and "NoNewPrivileges=yes" in done.stdout
+    assert "RestrictAddressFamilies=AF_UNIX" in done.stdout and "CapabilityBoundingSet=CAP_SYS_ADMIN" in done.stdout
+    done = run_cli(["sensors", "unit", "--install-to", str(tmp_path)], tmp_path)
+    assert done.returncode == 0 and (tmp_path / "energyprof-sensors.socket").read_text().startswith("# The privileged")

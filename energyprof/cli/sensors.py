@@ -4,8 +4,8 @@
                                                     the step that enables each one missing
     energyprof sensors record -o rec.csv --seconds N   record the run's sensors as a power trace
                                                     that `--power-trace` replays
-    energyprof sensors serve --group G [--socket P] [--check] [--print-unit]
-                                                    (as root) hand RAPL counters and power knobs to a group
+    energyprof sensors serve [--socket P] [--group G] [--check]  (as root) hand RAPL counters and knobs to a group
+    energyprof sensors unit                         print the reader's systemd units (the recommended way)
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ def sensors_cmd(argv: Sequence[str]) -> int:
         return record_cmd(argv[1:])
     if argv and argv[0] == "serve":
         return serve_cmd(argv[1:])
+    if argv and argv[0] == "unit":
+        return unit_cmd(argv[1:])
     return list_cmd(argv)
 
 
@@ -38,7 +40,7 @@ def _powercap_flag(p: argparse.ArgumentParser) -> None:
 
 def list_cmd(argv: list[str]) -> int:
     p = Parser(prog=f"{PROG} sensors", description="List the energy sensors this machine offers, how each is read, "
-               "and the step that would enable each one missing. Subcommands: record, serve.")
+               "and the step that would enable each one missing. Subcommands: record, serve, unit.")
     _powercap_flag(p)
     ns = p.parse_args(argv)
     from ..collect import sensors
@@ -148,111 +150,111 @@ def trace_csv(columns: list[str], rows: list[tuple[float, list[float]]],
     return out.getvalue()
 
 
-def serve_cmd(argv: list[str]) -> int:
-    from ..collect.sensors import rapl, served
-    from ..serve import server as srv
+def _discover_knobs(powercap_root: str | None) -> list[Any]:
+    """The knobs root may hand out (root discovers them; a client only ever names one)."""
+    from ..knobs.registry import discover
 
-    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters, and the power knobs found "
-               "here, over a Unix socket to the members of one group, so that they get measured figures and can set "
-               "knobs within range without root. The recommended way to run it is the systemd units that --print-unit "
-               "shows (docs/sensors.md).")
-    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or "
-                   f"{served.DEFAULT_SOCKET}); its folder must be root's, or is created 0750 root:GROUP")
-    p.add_argument("--group", default=None, help="the group whose members may read and set knobs (required)")
-    p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")
-    p.add_argument("--print-unit", action="store_true", help="print the systemd socket and service units and exit")
-    _powercap_flag(p)
-    ns = p.parse_args(argv)
-    if ns.print_unit:
-        for name in UNIT_FILES:
-            print(f"# ---- {name}\n{_unit_text(name)}")
-        return 0
-    if not ns.group:
-        raise OptionError("name the group whose members may read: --group energyprof (RAPL's counters are root-only "
-                          "since CVE-2020-8694: the reader never serves them to every user)")
     try:
-        gid = srv.group_id(ns.group)
-    except srv.ServeError as exc:
-        raise OptionError(str(exc)) from None
-    found = rapl.discover(ns.powercap_root)
-    knobs = _served_knobs(ns.powercap_root)
-    path = served.socket_path(ns.socket)
-    if ns.check:
-        return _serve_check(path, ns.group, gid, found, knobs)
-    if not found.sensors:
-        raise OptionError("no readable RAPL counter to serve: " + "; ".join(found.notes or ["none found"]))
-    inherited = srv.inherited_socket()
-    try:
-        listener = inherited or srv.bind(path, gid)
-    except (srv.ServeError, OSError) as exc:
-        raise OptionError(str(exc)) from None
-    reader = srv.Reader(listener, gid, lambda: served.snapshot(found.sensors), knobs)
-
-    def stop(signum: int, frame: Any) -> None:
-        reader.stopping = True
-
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    zones = ", ".join(f"{s.id} ({s.detail.get('domain')})" for s in found.sensors)
-    print(f"{PROG}: serving {zones}" + (f" and knobs {', '.join(k.name for k in knobs)}" if knobs else "")
-          + f" on {'the socket systemd handed over' if inherited else path} to group {ns.group}",
-          file=sys.stderr, flush=True)
-    try:
-        reader.serve()
-    finally:
-        if inherited is None:
-            try:
-                os.unlink(path)
-            except OSError:
-                pass
-    return 0
-
-
-UNIT_FILES = ("energyprof-sensors.socket", "energyprof-sensors.service")
-
-
-def _unit_text(name: str) -> str:
-    from importlib.resources import files
-
-    return (files("energyprof.serve") / "units" / name).read_text()
-
-
-def _served_knobs(powercap_root: str | None) -> list[Any]:
-    """The knobs this machine has (root discovers them; a client only ever names one)."""
-    try:
-        from ..knobs.registry import discover
-    except ImportError:
-        return []
-    try:
-        return list(discover(powercap_root=powercap_root))
+        return discover(powercap_root=powercap_root)
     except Exception as exc:  # noqa: BLE001 - a knob backend that fails is left out, and said
         print(f"{PROG}: no knobs served: {exc}", file=sys.stderr)
         return []
 
 
-def _serve_check(path: str, group: str, gid: int, found: Any, knobs: list[Any]) -> int:
-    """`serve --check`: what would be served, where and to whom. Reads only."""
+def serve_cmd(argv: list[str]) -> int:
+    from ..serve import protocol, server
+
+    default = os.environ.get("ENERGYPROF_SENSOR_SOCKET") or protocol.DEFAULT_SOCKET
+    p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters (and power knobs within "
+               "range) over a Unix socket to root and the members of a group (docs/sensors.md). The recommended "
+               "deployment is the systemd socket unit: see --print-unit.")
+    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {protocol.DEFAULT_SOCKET})")
+    p.add_argument("--group", default=None, help="the group whose members may connect (socket 0660 root:GROUP, folder "
+                   "0750 root:GROUP); without it, only root may (socket 0600)")
+    p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")
+    p.add_argument("--print-unit", action="store_true", help="print the systemd socket and service units")
+    p.add_argument("--idle-timeout", type=float, default=server.IDLE_TIMEOUT_S, help=argparse.SUPPRESS)
+    _powercap_flag(p)
+    ns = p.parse_args(argv)
+    if ns.print_unit:
+        return unit_cmd([])
+    path = ns.socket or default
+    knobs = _discover_knobs(ns.powercap_root)
+    if ns.check:
+        return _check(path, ns.group, ns.powercap_root, knobs)
+    try:
+        reader = server.Reader(path, ns.powercap_root, ns.group, knobs, idle_timeout_s=ns.idle_timeout)
+    except (ValueError, OSError) as exc:
+        raise OptionError(str(exc)) from None
+
+    def stop(signum: int, frame: Any) -> None:
+        reader.server.stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    what = ", ".join(reader.zones + [k.name for k in knobs])
+    print(f"{PROG}: serving {what} on {path}" + (" (socket from systemd)" if reader.activated else "")
+          + (f" to group {ns.group}" if ns.group else " to root only"), file=sys.stderr, flush=True)
+    reader.serve_forever()  # restores every knob a client set and removes its socket when stopped
+    return 0
+
+
+def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[Any]) -> int:
     import grp
     import pwd
 
-    from ..serve import server as srv
+    from ..serve import server
 
+    problems = []
+    _, zones = server.rapl_reader(powercap_root)
+    print(f"zones: {', '.join(zones) or 'none readable'}")
+    print(f"knobs: {', '.join(k.name for k in knobs) or 'none'}")
+    print(f"socket: {path} (mode {'0660' if group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
+          + (f", group {group})" if group else ")"))
     folder = os.path.dirname(os.path.abspath(path))
-    problem = srv.check_folder(folder)
-    members = set(grp.getgrgid(gid).gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == gid}
-    lines = [f"{PROG} sensors serve --check (nothing changed):"]
-    zones = ", ".join(f"{s.id} ({s.detail.get('domain')})" for s in found.sensors)
-    lines.append(f"  counters: {zones or 'none readable (' + '; '.join(found.notes or ['none found']) + ')'}")
-    lines.append(f"  knobs:    {', '.join(k.name for k in knobs) or 'none found'}")
-    lines.append(f"  socket:   {path}, mode 0660 root:{group}")
-    if problem:
-        lines.append(f"  folder:   REFUSED: {problem}")
-    elif os.path.isdir(folder):
-        st = os.stat(folder)
-        lines.append(f"  folder:   {folder} exists, root's, mode {st.st_mode & 0o777:o}: used as it is")
+    try:
+        st = os.lstat(folder)
+        try:
+            server.check_folder(st, folder)
+            print(f"folder: {folder} exists, owner {pwd.getpwuid(st.st_uid).pw_name}, mode {st.st_mode & 0o7777:04o}; kept as is")
+        except server.ServeError as exc:
+            problems.append(str(exc))
+    except FileNotFoundError:
+        print(f"folder: {folder} would be created, mode {'0750' if group else '0700'}, owner "
+              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {group}" if group else ""))
+    if group:
+        try:
+            g = grp.getgrnam(group)
+            members = set(g.gr_mem) | {u.pw_name for u in pwd.getpwall() if u.pw_gid == g.gr_gid}
+            print(f"group: {group} (gid {g.gr_gid}), members: {', '.join(sorted(members)) or 'none yet'}")
+        except KeyError:
+            problems.append(f"no group named {group!r} (create it: sudo groupadd --system {group})")
     else:
-        lines.append(f"  folder:   {folder} would be created, mode 0750 root:{group}")
-    lines.append(f"  serves:   root and the members of {group} (gid {gid}): {', '.join(sorted(members)) or 'no members yet'}")
-    lines.append(f"  runs as:  {'root' if os.geteuid() == 0 else f'uid {os.geteuid()} (run it as root: RAPL is root-only)'}")
-    print("\n".join(lines))
-    return 2 if problem or not found.sensors else 0
+        print("group: none; only root may connect")
+    if not zones and not knobs:
+        problems.append("nothing to serve: no readable RAPL counter and no knob")
+    if os.geteuid() != 0:
+        problems.append("not root: the reader must run as root (or from its systemd unit)")
+    if problems:
+        print(f"{PROG} sensors serve: {problems[0]}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def unit_cmd(argv: list[str]) -> int:
+    from importlib import resources
+
+    p = Parser(prog=f"{PROG} sensors unit", description="Print the privileged reader's systemd units (the recommended "
+               "deployment, docs/sensors.md), or write them into a folder.")
+    p.add_argument("--install-to", default=None, help="write both unit files into this folder (e.g. /etc/systemd/system)")
+    ns = p.parse_args(argv)
+    units = resources.files("energyprof.serve") / "units"
+    for name in ("energyprof-sensors.socket", "energyprof-sensors.service"):
+        text = (units / name).read_text()
+        if ns.install_to:
+            with open(os.path.join(ns.install_to, name), "x") as f:
+                f.write(text)
+            print(f"wrote {os.path.join(ns.install_to, name)}")
+        else:
+            print(f"# ---- {name}\n{text}")
+    return 0

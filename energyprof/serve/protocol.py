@@ -1,16 +1,13 @@
-"""The reader's wire: a fixed request grammar and one JSON line per reply, shared by server and client.
+"""The reader's fixed request grammar and its reply encoding: one home for client and server.
 
-Requests are single ASCII lines of at most MAX_LINE bytes:
+A request is one line of at most MAX_LINE bytes:
 
-    read                    every served counter: {"zones": [{"id", "component", "domain",
-                            "energy_uj", "max_energy_range_uj"}]}
-    knobs                   the knobs: {"knobs": [{"name", "unit", "value", "low", "high", "choices"}]}
-    set NAME VALUE          set a knob within its range: {"ok": NAME, "value": VALUE}
-    restore NAME            put back what it was before this connection set it: {"ok": NAME}
+    read                 -> {"zones": [{"id", "component", "domain", "energy_uj", "max_energy_range_uj"}]}
+    knobs                -> {"knobs": [{"name", "value", "low", "high", "step", "choices", "unit"}]}
+    set NAME VALUE       -> {"ok": NAME, "value": V}   or {"error": "..."}
+    restore NAME         -> {"ok": NAME, "value": V}   or {"error": "..."}
 
-Anything else (a longer line, bytes that are not printable ASCII, an unknown verb, a malformed
-number) is answered by closing the connection. An error the client may act on is a reply:
-{"error": "one line"}. Nothing a client sends is ever used as a path.
+Every reply is one JSON line. Anything that does not parse closes the connection.
 """
 
 from __future__ import annotations
@@ -21,48 +18,58 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-MAX_LINE = 128  # bytes, newline included: the longest valid request is far shorter
-_NAME = re.compile(r"[a-z_]{1,40}:[A-Za-z0-9_.-]{1,40}")
-_NUMBER = re.compile(r"-?[0-9]{1,15}(\.[0-9]{1,9})?")
-
-
-class ProtocolError(Exception):
-    """A request outside the grammar: the connection is closed."""
+DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
+MAX_LINE = 256  # bytes, newline included: the longest request is `set ` + a knob name + a number
+_NAME = re.compile(r"[a-z_]{1,40}:[A-Za-z0-9_.-]{1,40}\Z")
 
 
 @dataclass(frozen=True)
 class Request:
     verb: str  # read | knobs | set | restore
-    name: str = ""
-    value: float = math.nan
+    name: str | None = None
+    value: float | None = None
+
+
+class BadRequest(ValueError):
+    """A line outside the grammar: the server closes the connection."""
 
 
 def parse(line: bytes) -> Request:
-    if len(line) > MAX_LINE or not line.endswith(b"\n"):
-        raise ProtocolError("request too long or unterminated")
+    if len(line) > MAX_LINE:
+        raise BadRequest(f"request longer than {MAX_LINE} bytes")
     try:
-        text = line[:-1].decode("ascii")
+        words = line.decode("ascii").strip().split(" ")
     except UnicodeDecodeError:
-        raise ProtocolError("not ASCII") from None
-    if not text.isprintable():
-        raise ProtocolError("not printable")
-    parts = text.split(" ")
-    if parts == ["read"] or parts == ["knobs"]:
-        return Request(parts[0])
-    if len(parts) == 2 and parts[0] == "restore" and _NAME.fullmatch(parts[1]):
-        return Request("restore", parts[1])
-    if len(parts) == 3 and parts[0] == "set" and _NAME.fullmatch(parts[1]) and _NUMBER.fullmatch(parts[2]):
-        return Request("set", parts[1], float(parts[2]))
-    raise ProtocolError(f"not a request: {text[:40]!r}")
+        raise BadRequest("request is not ASCII") from None
+    if words in (["read"], ["knobs"]):
+        return Request(words[0])
+    if len(words) == 3 and words[0] == "set" and _NAME.match(words[1]):
+        try:
+            value = float(words[2])
+        except ValueError:
+            raise BadRequest("set needs a number") from None
+        if not math.isfinite(value):
+            raise BadRequest("set needs a finite number")
+        return Request("set", words[1], value)
+    if len(words) == 2 and words[0] == "restore" and _NAME.match(words[1]):
+        return Request("restore", words[1])
+    raise BadRequest("not in the grammar (read, knobs, set NAME VALUE, restore NAME)")
 
 
-def request(verb: str, name: str = "", value: float | None = None) -> bytes:
-    """A request line as the client sends it (the same grammar `parse` accepts)."""
-    words = [verb] + ([name] if name else []) + ([f"{value:.9f}".rstrip("0").rstrip(".")] if value is not None else [])
-    line = (" ".join(words) + "\n").encode("ascii")
-    parse(line)  # never send what the reader would refuse
-    return line
+def encode(request: Request) -> bytes:
+    if request.verb == "set":
+        return f"set {request.name} {request.value!r}\n".encode()
+    if request.verb == "restore":
+        return f"restore {request.name}\n".encode()
+    return f"{request.verb}\n".encode()
 
 
 def reply(obj: dict[str, Any]) -> bytes:
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    obj = json.loads(line)
+    if not isinstance(obj, dict):
+        raise ValueError("the reader's reply is not an object")
+    return obj

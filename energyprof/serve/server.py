@@ -1,22 +1,11 @@
-"""The privileged reader: one thread, a bounded set of connections, a fixed grammar.
+"""The reader: one thread, one selector, bounded in every dimension a client controls.
 
-Built as a root service must be, because a local user will try to turn it against the machine:
-- **Its socket lives in a folder root owns.** `prepare_folder` creates it 0750 root:GROUP, or accepts
-  an existing one only if it is a real directory (not a link), owned by root, and writable by no one
-  else. Inside it no other user can create, rename or replace an entry, so binding, removing a stale
-  socket and setting the socket's group (lchown, never following a link) cannot be raced: the old
-  reader chown'd a path in a folder its attacker owned, and a symlink swapped in between bind()
-  and chown() gave the group any root file (Debian's /etc/shadow is 0640 root:shadow).
-- **It serves its group only.** Each connection's peer is read from the kernel (SO_PEERCRED):
-  root and members of the group are served, anyone else is closed at once and logged.
-- **It cannot be worn out by one client.** One thread and a selector: no thread per connection.
-  At most MAX_CONNECTIONS at once and MAX_PER_UID per user; a connection that sends no complete
-  request for IDLE_S is closed; a request line longer than protocol.MAX_LINE, or outside the
-  grammar, closes its connection. Memory is bounded by the connection cap times the line cap.
-- **It does only what it names.** Readings of the counters it found at start-up, and the knobs it
-  was given at start-up, set within their range; a knob a connection set is restored when that
-  connection closes (the client exited, crashed or was killed), and every knob when the reader
-  stops. It never opens a path a client sends: requests carry names of what it already holds.
+Why no path can be raced: the socket's folder is opened once with O_NOFOLLOW|O_DIRECTORY and must be
+owned by this process's user (root) and writable by no one else, so no other user can create, rename
+or replace any entry in it; stale sockets are removed through that descriptor only. The socket's mode
+and group are fixed at bind() itself (umask 0117 and the effective group switched to the served group
+for the bind), so the inode is born 0660 root:GROUP and nothing is chmod-ed or chown-ed by path
+afterwards. A folder the reader creates itself is made 0750 root:GROUP through its descriptor.
 """
 
 from __future__ import annotations
@@ -32,315 +21,494 @@ import struct
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
+from ..knobs.base import Knob, KnobError
 from . import protocol
 
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 32
 MAX_PER_UID = 8
-IDLE_S = 10.0
-SEND_LIMIT = 64 * 1024  # a client that reads none of its replies is closed, not buffered for
-FOLDER_MODE = 0o750
-SOCKET_MODE = 0o660
+IDLE_TIMEOUT_S = 10.0
+MAX_PENDING_REPLY = 64 * 1024  # a client that does not read its replies is closed past this
+LOG_LINES_PER_S = 20
 
 
-class ServeError(Exception):
-    """Why the reader will not start: one line for the user."""
+class ServeError(ValueError):
+    """A reason not to serve, one line for the user."""
 
 
-# ---------------------------------------------------------------- the socket and its folder
+class Log:
+    """stderr (the journal under systemd), at most LOG_LINES_PER_S lines a second for each kind of event:
+    a flood of refused connections must not become a flood of lines (nor block the reader on a full
+    pipe for long), nor drown the other kinds of event."""
+
+    def __init__(self, stream: Any = None) -> None:
+        self.stream = stream or sys.stderr
+        self.window: dict[str, float] = {}
+        self.lines: dict[str, int] = {}
+        self.dropped: dict[str, int] = {}
+
+    def __call__(self, msg: str, kind: str = "other") -> None:
+        now = time.monotonic()
+        if now - self.window.get(kind, 0.0) >= 1.0:
+            if self.dropped.get(kind):
+                self._write(f"energyprof reader: {self.dropped[kind]} more lines like the last suppressed")
+            self.window[kind], self.lines[kind], self.dropped[kind] = now, 0, 0
+        if self.lines[kind] >= LOG_LINES_PER_S:
+            self.dropped[kind] += 1
+            return
+        self.lines[kind] += 1
+        self._write(f"energyprof reader: {msg}")
+
+    def _write(self, line: str) -> None:
+        try:
+            print(line, file=self.stream, flush=True)
+        except (OSError, ValueError):
+            pass
 
 
-def group_id(name: str) -> int:
+# ---------------------------------------------------------------- the folder and the socket
+
+
+def group_gid(group: str | None) -> int | None:
+    if group is None:
+        return None
     try:
-        return grp.getgrnam(name).gr_gid
+        return grp.getgrnam(group).gr_gid
     except KeyError:
-        raise ServeError(f"no group named {name!r} (create it: sudo groupadd {name})") from None
+        raise ServeError(f"no group named {group!r} (create it: sudo groupadd --system {group})") from None
 
 
-def check_folder(folder: str) -> str | None:
-    """Why an existing folder cannot hold the socket, or None if it can (or does not exist)."""
+def check_folder(st: os.stat_result, folder: str) -> None:
+    if stat.S_ISLNK(st.st_mode):
+        raise ServeError(f"{folder} is a symlink; refused (the socket folder must be a real folder owned by root)")
+    if not stat.S_ISDIR(st.st_mode):
+        raise ServeError(f"{folder} is not a folder; refused")
+    if st.st_uid != os.geteuid():
+        owner = _user(st.st_uid)
+        raise ServeError(f"{folder} is owned by {owner}, not {_user(os.geteuid())}; refused "
+                         "(remove it or choose another --socket)")
+    if st.st_mode & 0o022:
+        raise ServeError(f"{folder} is writable by others (mode {st.st_mode & 0o7777:04o}); refused")
+
+
+def open_folder(folder: str, gid: int | None, create: bool = True) -> int:
+    """The socket folder as a descriptor, checked; created 0750 owner:GROUP when missing."""
     try:
         st = os.lstat(folder)
     except FileNotFoundError:
-        return None
-    if stat.S_ISLNK(st.st_mode):
-        return f"{folder} is a symbolic link; the reader's folder must be a real directory that root owns"
-    if not stat.S_ISDIR(st.st_mode):
-        return f"{folder} exists and is not a directory"
-    if st.st_uid != 0:
-        return (f"{folder} is owned by uid {st.st_uid}, not root: another user could replace the socket; "
-                "remove it or choose a folder root owns")
-    if st.st_mode & 0o022:
-        return f"{folder} is writable by its group or others (mode {stat.S_IMODE(st.st_mode):o}); the reader's folder must not be"
-    return None
-
-
-def prepare_folder(folder: str, gid: int) -> None:
-    """The socket's folder, root's and 0750 root:GROUP: created, or an existing one checked."""
-    try:
-        os.mkdir(folder, FOLDER_MODE)
-        created = True
-    except FileExistsError:
-        created = False
-    except FileNotFoundError:
-        raise ServeError(f"the folder above {folder} does not exist") from None
-    problem = check_folder(folder)
-    if problem:
-        raise ServeError(problem)
-    if created:
-        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        try:  # on the descriptor: the folder just made, whatever its path names now
-            os.fchown(fd, 0, gid)
-            os.fchmod(fd, FOLDER_MODE)
+        if not create:
+            raise ServeError(f"{folder} does not exist") from None
+        old = os.umask(0o077)
+        try:
+            os.mkdir(folder, 0o700)  # born private: no window where others could enter it
+        except FileExistsError:
+            pass  # someone made it in between: the checks below decide
         finally:
-            os.close(fd)
-
-
-def bind(path: str, gid: int) -> socket.socket:
-    """The listening socket at `path`, mode 0660 root:GROUP, in a folder that only root can change."""
-    folder = os.path.dirname(os.path.abspath(path))
-    prepare_folder(folder, gid)
+            os.umask(old)
+        st = os.lstat(folder)
+        check_folder(st, folder)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        if gid is not None:
+            os.fchown(fd, -1, gid)
+        os.fchmod(fd, 0o750 if gid is not None else 0o700)
+        return _same(fd, st, folder)
+    check_folder(st, folder)
     try:
-        st = os.lstat(path)
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as exc:
+        raise ServeError(f"cannot open {folder} ({exc.strerror})") from None
+    return _same(fd, st, folder)
+
+
+def _same(fd: int, st: os.stat_result, folder: str) -> int:
+    # The folder opened is the folder checked (not swapped between lstat and open).
+    fst = os.fstat(fd)
+    if (fst.st_dev, fst.st_ino) != (st.st_dev, st.st_ino):
+        os.close(fd)
+        raise ServeError(f"{folder} changed while being checked; refused")
+    return fd
+
+
+def remove_stale(dir_fd: int, name: str, path: str) -> None:
+    try:
+        st = os.lstat(name, dir_fd=dir_fd)
     except FileNotFoundError:
-        st = None
-    if st is not None:
-        if not stat.S_ISSOCK(st.st_mode):
-            raise ServeError(f"{path} exists and is not a socket; not replaced")
-        os.unlink(path)  # a stale socket of an earlier reader: safe, the folder is root's alone
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    old = os.umask(0o777 & ~SOCKET_MODE)  # the reader's own process: no user thread runs here
+        return
+    if not stat.S_ISSOCK(st.st_mode):
+        raise ServeError(f"{path} exists and is not a socket; not replaced")
+    os.unlink(name, dir_fd=dir_fd)  # unlink never follows a link, and only we can write this folder
+
+
+def bind(path: str, gid: int | None) -> tuple[socket.socket, int]:
+    """The listening socket at `path`, born 0660 owner:GROUP (0600 without a group), and the folder's fd."""
+    folder, name = os.path.split(os.path.abspath(path))
+    dir_fd = open_folder(folder, gid)
     try:
-        sock.bind(path)
-    finally:
-        os.umask(old)
-    os.chown(path, 0, gid, follow_symlinks=False)
-    sock.listen(128)
-    return sock
+        remove_stale(dir_fd, name, path)
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        old_umask = os.umask(0o117 if gid is not None else 0o177)
+        old_egid = os.getegid()
+        try:
+            if gid is not None and gid != old_egid:
+                os.setegid(gid)  # the inode's group is the creator's effective group: set at birth, no chown
+            sock.bind(path)
+        finally:
+            if os.getegid() != old_egid:
+                os.setegid(old_egid)
+            os.umask(old_umask)
+        # The path bound is the entry in the folder checked (the folder was not renamed away in between).
+        by_path, by_fd = os.lstat(path), os.lstat(name, dir_fd=dir_fd)
+        if (by_path.st_dev, by_path.st_ino) != (by_fd.st_dev, by_fd.st_ino) or not stat.S_ISSOCK(by_fd.st_mode):
+            sock.close()
+            raise ServeError(f"{folder} changed while the socket was made; refused")
+        sock.listen(64)
+        sock.setblocking(False)
+        return sock, dir_fd
+    except Exception:
+        os.close(dir_fd)
+        raise
 
 
 def inherited_socket() -> socket.socket | None:
-    """The listening socket systemd handed over (socket activation: LISTEN_PID, LISTEN_FDS, fd 3)."""
-    if os.environ.get("LISTEN_PID") != str(os.getpid()) or int(os.environ.get("LISTEN_FDS", "0") or 0) < 1:
+    """The listening socket systemd passed (sd_listen_fds: LISTEN_PID is us, LISTEN_FDS >= 1, fd 3)."""
+    if os.environ.get("LISTEN_PID") != str(os.getpid()):
         return None
-    for name in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
-        os.environ.pop(name, None)
-    return socket.socket(fileno=3)
+    try:
+        count = int(os.environ.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return None
+    for var in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        os.environ.pop(var, None)  # not handed down to anything we start
+    if count < 1:
+        return None
+    sock = socket.socket(fileno=3)
+    if sock.family != socket.AF_UNIX or sock.type != socket.SOCK_STREAM:
+        raise ServeError("the inherited socket is not a Unix stream socket")
+    sock.setblocking(False)
+    return sock
 
 
 # ---------------------------------------------------------------- who may ask
 
 
-def peer(conn: socket.socket) -> tuple[int, int, int]:
-    """(pid, uid, gid) of the process at the other end, from the kernel."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)
+def peer_credentials(conn: socket.socket) -> tuple[int, int, int]:
+    raw = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    pid, uid, gid = struct.unpack("3i", raw)
+    return pid, uid, gid
 
 
-def member(uid: int, gid: int, group: int) -> bool:
-    if uid == 0 or gid == group:
-        return True
+SO_PEERGROUPS = getattr(socket, "SO_PEERGROUPS", 59)  # Linux 4.13+: the groups the peer had at connect()
+
+
+def peer_groups(conn: socket.socket, pid: int, uid: int, gid: int) -> set[int]:
+    """The peer's primary and supplementary groups, from the kernel's record of the connection
+    (SO_PEERGROUPS); on older kernels /proc/PID/status, trusted only while its uid is still the peer's
+    (a pid reused by another process must not lend its groups), else the group database."""
+    groups = {gid}
     try:
-        user = pwd.getpwuid(uid)
+        raw = conn.getsockopt(socket.SOL_SOCKET, SO_PEERGROUPS, 4 * 256)
+        groups.update(struct.unpack(f"{len(raw) // 4}I", raw))
+        return groups
+    except OSError:
+        pass
+    try:
+        fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) == uid:
+            groups.update(int(g) for g in fields.get("Groups", "").split())
+            return groups
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        groups.update(os.getgrouplist(pwd.getpwuid(uid).pw_name, gid))
+    except (KeyError, OSError):
+        pass
+    return groups
+
+
+def _user(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
     except KeyError:
-        return False
-    return group in os.getgrouplist(user.pw_name, user.pw_gid)
+        return f"uid {uid}"
 
 
-# ---------------------------------------------------------------- the reader
+# ---------------------------------------------------------------- the service
 
 
 @dataclass
 class Conn:
     sock: socket.socket
-    uid: int
     pid: int
-    inbox: bytes = b""
-    outbox: bytes = b""
-    last: float = 0.0
-    knobs: set[str] = field(default_factory=set)  # the knobs this connection set, restored when it closes
+    uid: int
+    last: float
+    inbuf: bytearray = field(default_factory=bytearray)
+    outbuf: bytearray = field(default_factory=bytearray)
+    knobs: set[str] = field(default_factory=set)
 
 
-class Reader:
-    """The served counters and knobs, behind one listening socket."""
-
-    def __init__(self, listener: socket.socket, gid: int, snapshot: Callable[[], dict[str, Any]],
-                 knobs: list[Any] | None = None, log: Callable[[str], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+class Server:
+    def __init__(self, listener: socket.socket, read_zones: Callable[[], dict[str, Any]], knobs: list[Knob],
+                 gid: int | None, *, max_connections: int = MAX_CONNECTIONS, max_per_uid: int = MAX_PER_UID,
+                 idle_timeout_s: float = IDLE_TIMEOUT_S, log: Log | None = None) -> None:
         self.listener = listener
+        self.read_zones = read_zones
+        self.knobs = {k.name: k for k in knobs}
         self.gid = gid
-        self.snapshot = snapshot
-        self.knobs = {k.name: k for k in knobs or []}
-        self.owner: dict[str, Conn] = {}  # a knob is set by one connection at a time
-        self.log = log or (lambda line: print(f"energyprof sensors serve: {line}", file=sys.stderr, flush=True))
-        self.clock = clock
-        self.conns: dict[int, Conn] = {}
+        self.max_connections = max_connections
+        self.max_per_uid = max_per_uid
+        self.idle_timeout_s = idle_timeout_s
+        self.log = log or Log()
         self.sel = selectors.DefaultSelector()
-        listener.setblocking(False)
         self.sel.register(listener, selectors.EVENT_READ, None)
+        self.conns: dict[int, Conn] = {}
+        self.per_uid: dict[int, int] = {}
+        self.holder: dict[str, int] = {}  # knob name -> fd of the connection that set it
         self.stopping = False
+        self.closed = False
 
-    # -- the loop ------------------------------------------------------------------------
-    def serve(self) -> None:
+    def allowed(self, conn: socket.socket, pid: int, uid: int, gid: int) -> bool:
+        if uid == 0 or uid == os.geteuid():
+            return True
+        return self.gid is not None and self.gid in peer_groups(conn, pid, uid, gid)
+
+    def serve_forever(self, poll_s: float = 0.2) -> None:
         try:
             while not self.stopping:
-                self.step(0.5)
+                for key, events in self.sel.select(timeout=poll_s):
+                    if key.data is None:
+                        self._accept()
+                    else:
+                        self._service(key.data, events)
+                self._expire()
         finally:
             self.close()
 
-    def step(self, timeout: float) -> None:
-        for key, events in self.sel.select(timeout):
-            if key.data is None:
-                self._accept()
+    def _accept(self) -> None:
+        # Drain the backlog each time: connections over a cap are accepted and closed at once, so a
+        # flood cannot leave the listener readable forever (the old reader's 100% CPU accept loop).
+        for _ in range(64):
+            try:
+                conn, _ = self.listener.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:  # EMFILE and the like: never the end of the service
+                if exc.errno == errno.ECONNABORTED:
+                    continue
+                self.log(f"accept failed ({exc.strerror})", "accept")
+                return
+            try:
+                pid, uid, gid = peer_credentials(conn)
+            except OSError:
+                conn.close()
                 continue
-            conn: Conn = key.data
-            if events & selectors.EVENT_READ:
-                self._read(conn)
-            if events & selectors.EVENT_WRITE and conn.sock.fileno() in self.conns:
-                self._flush(conn)
-        now = self.clock()
-        for conn in [c for c in self.conns.values() if now - c.last > IDLE_S]:
-            self._drop(conn, "idle")
+            if not self.allowed(conn, pid, uid, gid):
+                self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group", "peer")
+                conn.close()  # nothing said: the refusal is the closed connection
+                continue
+            if len(self.conns) >= self.max_connections or self.per_uid.get(uid, 0) >= self.max_per_uid:
+                self.log(f"refused {_user(uid)} (pid {pid}): connection limit "
+                         f"({len(self.conns)}/{self.max_connections} in all, "
+                         f"{self.per_uid.get(uid, 0)}/{self.max_per_uid} for this user)", "limit")
+                conn.close()
+                continue
+            conn.setblocking(False)
+            c = Conn(conn, pid, uid, time.monotonic())
+            self.conns[conn.fileno()] = c
+            self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
+            self.sel.register(conn, selectors.EVENT_READ, c)
+
+    def _service(self, c: Conn, events: int) -> None:
+        if events & selectors.EVENT_WRITE:
+            self._flush(c)
+            if c.sock.fileno() < 0:
+                return
+        if not events & selectors.EVENT_READ:
+            return
+        try:
+            data = c.sock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        except OSError:
+            data = b""
+        if not data:
+            self._drop(c)
+            return
+        c.last = time.monotonic()
+        c.inbuf += data
+        while b"\n" in c.inbuf:
+            line, _, rest = bytes(c.inbuf).partition(b"\n")
+            c.inbuf = bytearray(rest)
+            try:
+                req = protocol.parse(line + b"\n")
+            except protocol.BadRequest as exc:
+                self.log(f"closed {_user(c.uid)} (pid {c.pid}): {exc}", "grammar")
+                self._drop(c)
+                return
+            c.outbuf += protocol.reply(self._answer(c, req))
+        if len(c.inbuf) >= protocol.MAX_LINE:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): request longer than {protocol.MAX_LINE} bytes", "grammar")
+            self._drop(c)
+            return
+        if len(c.outbuf) > MAX_PENDING_REPLY:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): does not read its replies")
+            self._drop(c)
+            return
+        self._flush(c)
+
+    def _flush(self, c: Conn) -> None:
+        if c.outbuf:
+            try:
+                sent = c.sock.send(c.outbuf)
+                del c.outbuf[:sent]
+            except (BlockingIOError, InterruptedError):
+                pass
+            except OSError:
+                self._drop(c)
+                return
+        want = selectors.EVENT_READ | (selectors.EVENT_WRITE if c.outbuf else 0)
+        self.sel.modify(c.sock, want, c)
+
+    def _answer(self, c: Conn, req: protocol.Request) -> dict[str, Any]:
+        if req.verb == "read":
+            return self.read_zones()
+        if req.verb == "knobs":
+            return {"knobs": [self._describe(k) for k in self.knobs.values()]}
+        knob = self.knobs.get(req.name or "")
+        if knob is None:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {req.verb} of unknown knob {req.name}")
+            return {"error": f"no knob named {req.name}"}
+        holder = self.holder.get(knob.name)
+        if holder is not None and holder != c.sock.fileno():
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {knob.name} is held by another client")
+            return {"error": f"{knob.name} is set by another client until it disconnects"}
+        try:
+            if req.verb == "set":
+                assert req.value is not None
+                knob.set(req.value)
+                self.holder[knob.name] = c.sock.fileno()
+                c.knobs.add(knob.name)
+                self.log(f"{_user(c.uid)} (pid {c.pid}) set {knob.name} to {req.value:g} {knob.unit}")
+            else:
+                self._restore(knob)
+                c.knobs.discard(knob.name)
+            return {"ok": knob.name, "value": knob.read()}
+        except (KnobError, OSError) as exc:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {exc}")
+            return {"error": str(exc) if isinstance(exc, KnobError) else f"{knob.name} could not be changed"}
+
+    @staticmethod
+    def _describe(k: Knob) -> dict[str, Any]:
+        try:
+            rng = k.range()
+            value: float | None = k.read()
+        except (KnobError, OSError) as exc:
+            return {"name": k.name, "unit": k.unit, "error": str(exc)}
+        return {"name": k.name, "value": value, "low": rng.low, "high": rng.high, "step": rng.step,
+                "choices": list(rng.choices), "unit": k.unit}
+
+    def _restore(self, knob: Knob) -> None:
+        try:
+            knob.restore()
+        except (KnobError, OSError) as exc:
+            self.log(f"could not restore {knob.name}: {exc}")
+        self.holder.pop(knob.name, None)
+
+    def _expire(self) -> None:
+        cutoff = time.monotonic() - self.idle_timeout_s
+        for c in [c for c in self.conns.values() if c.last < cutoff]:
+            self.log(f"closed {_user(c.uid)} (pid {c.pid}): idle for {self.idle_timeout_s:g} s", "idle")
+            self._drop(c)
+
+    def _drop(self, c: Conn) -> None:
+        fd = c.sock.fileno()
+        if fd < 0 or self.conns.get(fd) is not c:
+            return
+        for name in sorted(c.knobs):  # a client that disconnects or dies gives its knobs back
+            self._restore(self.knobs[name])
+        c.knobs.clear()
+        self.sel.unregister(c.sock)
+        del self.conns[fd]
+        self.per_uid[c.uid] -= 1
+        if not self.per_uid[c.uid]:
+            del self.per_uid[c.uid]
+        c.sock.close()
+
+    def stop(self) -> None:
+        self.stopping = True
 
     def close(self) -> None:
-        for conn in list(self.conns.values()):
-            self._drop(conn, None)
-        for knob in self.knobs.values():
-            self._restore(knob)
+        if self.closed:
+            return
+        self.closed = True
+        for c in list(self.conns.values()):
+            self._drop(c)
+        for name in list(self.holder):
+            self._restore(self.knobs[name])
+        for k in self.knobs.values():  # also knobs set by a client whose drop was cut short
+            self._restore(k)
+        try:
+            self.sel.unregister(self.listener)
+        except (KeyError, ValueError):
+            pass
         self.sel.close()
         self.listener.close()
 
-    # -- connections ---------------------------------------------------------------------
-    def _accept(self) -> None:
-        for _ in range(MAX_CONNECTIONS):  # a burst at most: the others' requests wait no longer
+
+# ---------------------------------------------------------------- put together
+
+
+def rapl_reader(powercap_root: str | None) -> tuple[Callable[[], dict[str, Any]], list[str]]:
+    """The `read` answer (powercap's counters, discovered by root now) and the zones' names."""
+    from ..collect.sensors import rapl
+
+    zones = rapl.discover(powercap_root).sensors
+
+    def read() -> dict[str, Any]:
+        out = []
+        for z in zones:
             try:
-                sock, _ = self.listener.accept()
-            except BlockingIOError:
-                return
-            except OSError as exc:  # EMFILE and the like: refuse this one, never spin
-                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
-                    self.log(f"cannot accept a connection: {exc.strerror}")
-                return
+                uj = rapl.read_counter(z.path)
+            except (OSError, ValueError):
+                continue
+            out.append({"id": z.id, "component": z.component, "domain": z.detail.get("domain"), "energy_uj": uj,
+                        "max_energy_range_uj": z.detail.get("max_energy_range_uj")})
+        return {"zones": out}
+
+    return read, [f"{z.id} ({z.detail.get('domain')})" for z in zones]
+
+
+class Reader:
+    """The bound (or inherited) reader; close() restores the knobs and removes a socket it made."""
+
+    def __init__(self, path: str, powercap_root: str | None, group: str | None, knobs: list[Knob], **limits: Any) -> None:
+        gid = group_gid(group)
+        read, self.zones = rapl_reader(powercap_root)
+        if not self.zones and not knobs:
+            raise ServeError("nothing to serve: no readable RAPL counter and no knob")
+        self.path = path
+        self._dir_fd: int | None = None
+        listener = inherited_socket()
+        self.activated = listener is not None
+        if listener is None:
+            listener, self._dir_fd = bind(path, gid)
+        self.server = Server(listener, read, knobs, gid, **limits)
+
+    def serve_forever(self) -> None:
+        try:
+            self.server.serve_forever()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.server.close()
+        if self._dir_fd is not None:
             try:
-                pid, uid, gid = peer(sock)
+                name = os.path.basename(self.path)
+                if stat.S_ISSOCK(os.lstat(name, dir_fd=self._dir_fd).st_mode):
+                    os.unlink(name, dir_fd=self._dir_fd)
             except OSError:
-                sock.close()
-                continue
-            if not member(uid, gid, self.gid):
-                self.log(f"refused uid {uid} (pid {pid}): not in the reader's group")
-                sock.close()
-                continue
-            mine = sum(1 for c in self.conns.values() if c.uid == uid)
-            if len(self.conns) >= MAX_CONNECTIONS or mine >= MAX_PER_UID:
-                self.log(f"refused uid {uid} (pid {pid}): {mine} connections open "
-                         f"(at most {MAX_PER_UID} per user, {MAX_CONNECTIONS} in all)")
-                sock.close()
-                continue
-            sock.setblocking(False)
-            conn = Conn(sock=sock, uid=uid, pid=pid, last=self.clock())
-            self.conns[sock.fileno()] = conn
-            self.sel.register(sock, selectors.EVENT_READ, conn)
-
-    def _drop(self, conn: Conn, why: str | None) -> None:
-        if self.conns.pop(conn.sock.fileno(), None) is None:
-            return
-        if why:
-            self.log(f"closed uid {conn.uid} (pid {conn.pid}): {why}")
-        for name in sorted(conn.knobs):
-            if self.owner.get(name) is conn:
-                self._restore(self.knobs[name])
-                del self.owner[name]
-        try:
-            self.sel.unregister(conn.sock)
-        except (KeyError, ValueError):
-            pass
-        conn.sock.close()
-
-    def _read(self, conn: Conn) -> None:
-        try:
-            data = conn.sock.recv(protocol.MAX_LINE + 1)
-        except (BlockingIOError, InterruptedError):
-            return
-        except OSError:
-            self._drop(conn, None)
-            return
-        if not data:
-            self._drop(conn, None)
-            return
-        conn.inbox += data
-        while b"\n" in conn.inbox:
-            line, _, conn.inbox = conn.inbox.partition(b"\n")
-            try:
-                req = protocol.parse(line + b"\n")
-            except protocol.ProtocolError as exc:
-                self._drop(conn, str(exc))
-                return
-            conn.last = self.clock()
-            self._send(conn, self._answer(conn, req))
-            if conn.sock.fileno() not in self.conns:
-                return
-        if len(conn.inbox) >= protocol.MAX_LINE:
-            self._drop(conn, f"a request line longer than {protocol.MAX_LINE} bytes")
-
-    def _send(self, conn: Conn, data: bytes) -> None:
-        conn.outbox += data
-        if len(conn.outbox) > SEND_LIMIT:
-            self._drop(conn, "reads none of its replies")
-            return
-        self._flush(conn)
-
-    def _flush(self, conn: Conn) -> None:
-        try:
-            sent = conn.sock.send(conn.outbox)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            self._drop(conn, None)
-            return
-        conn.outbox = conn.outbox[sent:]
-        self.sel.modify(conn.sock, selectors.EVENT_READ | (selectors.EVENT_WRITE if conn.outbox else 0), conn)
-
-    # -- answers -------------------------------------------------------------------------
-    def _answer(self, conn: Conn, req: protocol.Request) -> bytes:
-        if req.verb == "read":
-            return protocol.reply(self.snapshot())
-        if req.verb == "knobs":
-            return protocol.reply({"knobs": [self._describe(k) for k in self.knobs.values()]})
-        knob = self.knobs.get(req.name)
-        if knob is None:
-            self.log(f"refused uid {conn.uid} (pid {conn.pid}): no knob {req.name!r}")
-            return protocol.reply({"error": f"no knob {req.name} is served here"})
-        holder = self.owner.get(req.name)
-        if holder is not None and holder is not conn:
-            return protocol.reply({"error": f"{req.name} is held by another client (pid {holder.pid})"})
-        if req.verb == "restore":
-            if holder is conn:
-                self._restore(knob)
-                del self.owner[req.name]
-                conn.knobs.discard(req.name)
-            return protocol.reply({"ok": req.name})
-        try:
-            knob.set(req.value)
-        except Exception as exc:  # noqa: BLE001 - a knob's refusal (out of range, the device) is the client's answer
-            self.log(f"refused uid {conn.uid} (pid {conn.pid}): set {req.name} {req.value:g}: {exc}")
-            return protocol.reply({"error": str(exc).splitlines()[0] if str(exc) else type(exc).__name__})
-        self.owner[req.name] = conn
-        conn.knobs.add(req.name)
-        self.log(f"uid {conn.uid} (pid {conn.pid}) set {req.name} to {req.value:g}")
-        return protocol.reply({"ok": req.name, "value": req.value})
-
-    def _describe(self, knob: Any) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": knob.name, "unit": knob.unit}
-        try:
-            rng = knob.range()
-            out.update(value=knob.read(), low=rng.low, high=rng.high, choices=list(rng.choices))
-        except Exception as exc:  # noqa: BLE001 - a knob that cannot be read says why
-            out["error"] = str(exc)
-        return out
-
-    def _restore(self, knob: Any) -> None:
-        try:
-            knob.restore()
-        except Exception as exc:  # noqa: BLE001 - the others are still restored
-            self.log(f"could not restore {knob.name}: {exc}")
+                pass
+            os.close(self._dir_fd)
+            self._dir_fd = None

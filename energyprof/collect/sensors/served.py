@@ -1,46 +1,29 @@
 """RAPL handed over by the privileged reader (`energyprof sensors serve`, energyprof/serve/), for users
-without root: the client side, and the snapshot the reader answers with.
+without root: the client side.
 
-The reader runs as root, reads powercap's counters (rapl.py's discovery) and answers members of its
-group (serve/server.py). The request grammar is serve/protocol.py's; `read` is answered with one
-JSON line {"zones": [{"id", "component", "domain", "energy_uj", "max_energy_range_uj"}]}. The client
-turns each zone into a sensor with its own wraparound handling; one request per tick serves every
-zone. `ServedClient.knobs/set_knob/restore_knob` ask the reader to set a power knob within its range.
+The reader runs as root and answers root and the members of one group over a Unix socket (the
+grammar is energyprof/serve/protocol.py). The client turns each zone of a `read` reply into a sensor
+with its own wraparound handling; one request per tick serves every zone.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
 from typing import Any
 
 from ...serve import protocol
-from . import rapl
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
-DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
-ENABLE = ("start the privileged reader as root: sudo energyprof sensors serve --group energyprof "
-          "(then add users to that group), or see docs/sensors.md for the udev rule")
+DEFAULT_SOCKET = protocol.DEFAULT_SOCKET
+ENABLE = ("start the privileged reader: its systemd socket unit (energyprof sensors unit; docs/sensors.md), "
+          "or sudo energyprof sensors serve --group energyprof, then add users to that group")
 TIMEOUT_S = 1.0
 
 
 def socket_path(explicit: str | None = None) -> str:
     return explicit or os.environ.get("ENERGYPROF_SENSOR_SOCKET") or DEFAULT_SOCKET
-
-
-def snapshot(zones: list[rapl.RaplSensor]) -> dict[str, Any]:
-    """What the reader answers to `read`: each counter it found at start-up, read now."""
-    out = []
-    for z in zones:
-        try:
-            uj = rapl.read_counter(z.path)
-        except (OSError, ValueError):
-            continue
-        out.append({"id": z.id, "component": z.component, "domain": z.detail.get("domain"), "energy_uj": uj,
-                    "max_energy_range_uj": z.detail.get("max_energy_range_uj")})
-    return {"zones": out}
 
 
 # ---------------------------------------------------------------- the client (sensors)
@@ -65,37 +48,16 @@ class ServedClient:
             if t_ns is not None and t_ns == self._at:
                 return self._last
             try:
-                answer = self._ask(protocol.request("read"))
+                self.file.write(protocol.encode(protocol.Request("read")))
+                self.file.flush()
+                line = self.file.readline()
             except OSError as exc:
                 raise SensorError(f"the energyprof sensor reader at {self.path} stopped answering ({exc})") from None
-            self._last = {z["id"]: z for z in answer["zones"]}
+            if not line:
+                raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
+            self._last = {z["id"]: z for z in protocol.decode(line)["zones"]}
             self._at = t_ns
             return self._last
-
-    def _ask(self, line: bytes) -> dict[str, Any]:
-        self.file.write(line)
-        self.file.flush()
-        answer = self.file.readline()
-        if not answer:
-            raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
-        return json.loads(answer)
-
-    def knobs(self) -> list[dict[str, Any]]:
-        with self._lock:
-            return self._ask(protocol.request("knobs"))["knobs"]
-
-    def set_knob(self, name: str, value: float) -> None:
-        """Set a knob through the reader; it is restored when this connection closes."""
-        with self._lock:
-            answer = self._ask(protocol.request("set", name, value))
-        if "error" in answer:
-            raise SensorError(f"the sensor reader refused to set {name}: {answer['error']}")
-
-    def restore_knob(self, name: str) -> None:
-        with self._lock:
-            answer = self._ask(protocol.request("restore", name))
-        if "error" in answer:
-            raise SensorError(f"the sensor reader refused to restore {name}: {answer['error']}")
 
     def release(self) -> None:
         self.users -= 1
