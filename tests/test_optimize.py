@@ -1,0 +1,197 @@
+"""The online power-limit optimizer against a simulated GPU whose time and power follow a real A40 sweep."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from energyprof.analysis.optimize import Cost, Energy, MaxSlowdown, Time
+from energyprof.collect.sensors.gpu import nvml_device
+from energyprof.knobs.base import KnobError
+from energyprof.knobs.nvml import NvmlPowerLimit
+from energyprof.optimize import PowerLimitOptimizer
+from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
+
+TABLE = load_table()
+TESTS = os.path.dirname(__file__)
+
+
+def optimizer(gpu: SimGpu, objective, **kw) -> PowerLimitOptimizer:
+    return PowerLimitOptimizer(objective=objective, gpus=[0], binding=FakeNvml([gpu]), clock=lambda: gpu.clock_s,
+                               sync=lambda: None, **kw)
+
+
+def steps_needed(table, warmup=10, profile=40) -> int:
+    return len(table) * (warmup + profile)
+
+
+# Independent of analysis/optimize.py: the argmin written out from the definitions.
+def brute(table, objective, world_size=1):
+    max_w = max(table)
+    if isinstance(objective, Energy):
+        return min(table, key=lambda l: table[l][0])
+    if isinstance(objective, Time):
+        return min(table, key=lambda l: table[l][1])
+    if isinstance(objective, MaxSlowdown):
+        return min(l for l in table if table[l][1] <= objective.factor * table[max_w][1])
+    return min(table, key=lambda l: objective.eta * table[l][0] + (1 - objective.eta) * max_w * table[l][1] * world_size)
+
+
+def test_the_a40_table_gives_the_known_answers_analytically():
+    assert brute(TABLE, Energy()) == 175
+    assert brute(TABLE, Time()) == 300
+    assert brute(TABLE, MaxSlowdown(1.1)) == 200
+    assert brute(TABLE, Cost(0.5)) == 200
+
+
+@pytest.mark.parametrize("objective,expected", [(Energy(), 175), (Time(), 300), (MaxSlowdown(1.1), 200), (Cost(0.5), 200)])
+def test_optimizer_picks_the_a40_answer(objective, expected):
+    gpu = SimGpu(TABLE)
+    plo = optimizer(gpu, objective)
+    assert plo.candidates == [300, 275, 250, 225, 200, 175, 150, 125, 100]
+    assert plo.state == "warmup"
+    run(plo, gpu, steps_needed(TABLE) + 5)
+    assert plo.state == "optimal"
+    assert plo.optimal_limit_w == expected
+    assert gpu.limit_w == expected
+    # each window is the table's 40-step window, scaled in time
+    for lim, (e, t) in plo.windows.items():
+        assert e == pytest.approx(TABLE[lim][0] * TIME_SCALE, rel=1e-9)
+        assert t == pytest.approx(TABLE[lim][1] * TIME_SCALE, rel=1e-9)
+    assert [r["chosen"] for r in plo.table()].count(True) == 1
+    plo.close()
+    assert gpu.limit_w == 300  # the original
+
+
+def test_states_follow_warmup_then_one_window_per_limit():
+    gpu = SimGpu(TABLE)
+    plo = optimizer(gpu, Energy(), warmup_steps=3, profile_steps=5)
+    seen = []
+    for _ in range(8 * 9):
+        plo.on_step_begin()
+        seen.append((plo.state, gpu.limit_w))
+        gpu.step()
+        plo.on_step_end()
+    assert seen[:3] == [("warmup", 300)] * 3
+    assert seen[3:8] == [("profiling", 300)] * 5
+    assert seen[8] == ("warmup", 275)
+    assert plo.state == "optimal"
+    plo.close()
+
+
+def test_an_epoch_ending_mid_window_discards_that_window():
+    gpu = SimGpu(TABLE)
+    plo = optimizer(gpu, Energy())
+    # epochs of 33 steps: every window of 40 would straddle an epoch end unless restarted
+    run(plo, gpu, 12 * 33 * 9, epoch_steps=33)
+    assert plo.state == "warmup" and plo.windows == {}  # 10 + 40 never fits in 33 steps
+    plo.close()
+    gpu = SimGpu(TABLE)
+    plo = optimizer(gpu, Energy())
+    run(plo, gpu, 60 * 9 * 2, epoch_steps=60)  # 60 steps: warm-up + window fit once per epoch
+    assert plo.state == "optimal" and plo.optimal_limit_w == 175
+    for lim, (e, t) in plo.windows.items():
+        assert t == pytest.approx(TABLE[lim][1] * TIME_SCALE, rel=1e-9)  # no window spans two limits or epochs
+    plo.close()
+
+
+def test_keep_leaves_the_chosen_limit_and_default_restores():
+    gpu = SimGpu(TABLE, default_w=250)
+    plo = optimizer(gpu, Energy(), keep=True)
+    run(plo, gpu, steps_needed(TABLE))
+    plo.on_train_end()
+    assert gpu.limit_w == 175
+    gpu = SimGpu(TABLE, default_w=250)
+    plo = optimizer(gpu, Energy())
+    run(plo, gpu, steps_needed(TABLE))
+    plo.on_train_end()
+    assert gpu.limit_w == 250
+
+
+def test_no_permission_is_one_line_at_construction_and_training_goes_on():
+    gpu = SimGpu(TABLE, settable=False)
+    with pytest.warns(RuntimeWarning, match="no permission to set the GPU power limit"):
+        plo = optimizer(gpu, Energy())
+    assert not plo.enabled
+    run(plo, gpu, 100)  # nothing raises mid-training
+    assert gpu.limit_w == 300 and gpu.sets == []
+    with pytest.raises(KnobError, match="no permission"):
+        optimizer(SimGpu(TABLE, settable=False), Energy(), strict=True)
+
+
+def test_no_device_is_one_line_at_construction():
+    gpu = SimGpu(TABLE)
+    with pytest.warns(RuntimeWarning, match="gpu_power_limit:3"):
+        plo = PowerLimitOptimizer(gpus=[3], binding=FakeNvml([gpu]), sync=lambda: None)
+    assert not plo.enabled and plo.disabled_reason
+
+
+def test_knob_reads_sets_and_restores_in_watts():
+    gpu = SimGpu(TABLE, default_w=280)
+    knob = NvmlPowerLimit(0, binding=FakeNvml([gpu]))
+    assert knob.read() == 280 and (knob.range().low, knob.range().high) == (100, 300)
+    knob.set(150)
+    knob.set(125)
+    assert gpu.limit_w == 125
+    with pytest.raises(KnobError, match="outside its range"):
+        knob.set(350)
+    knob.restore()
+    assert gpu.limit_w == 280
+
+
+@st.composite
+def tables(draw):
+    high = draw(st.sampled_from([250.0, 300.0, 350.0, 450.0]))
+    n = draw(st.integers(2, 8))
+    out = {}
+    for i in range(n):
+        lim = high - 25 * i
+        out[lim] = (draw(st.floats(100, 10000)), draw(st.floats(5, 100)))  # (energy J, time s) per 40 steps
+    return out
+
+
+@settings(max_examples=40, deadline=None)
+@given(table=tables(), objective=st.one_of(st.just(Energy()), st.just(Time()), st.floats(1.0, 2.0).map(MaxSlowdown),
+                                          st.floats(0.0, 1.0).map(Cost)))
+def test_pick_is_the_objectives_argmin_over_any_table(table, objective):
+    gpu = SimGpu(table)
+    plo = optimizer(gpu, objective)
+    run(plo, gpu, steps_needed(table))
+    scaled = {l: (e * TIME_SCALE, t * TIME_SCALE) for l, (e, t) in table.items()}
+    assert plo.state == "optimal"
+    expected = brute(scaled, objective)
+    if plo.optimal_limit_w != expected:  # a tie within rounding: both must score the same
+        assert abs(objective_score(scaled, objective, plo.optimal_limit_w) - objective_score(scaled, objective, expected)) \
+            <= 1e-9 * abs(objective_score(scaled, objective, expected)) + 1e-12
+    plo.close()
+    assert gpu.limit_w == max(table)
+
+
+def objective_score(table, objective, lim):
+    e, t = table[lim]
+    if isinstance(objective, Energy):
+        return e
+    if isinstance(objective, Time):
+        return t
+    if isinstance(objective, Cost):
+        return objective.eta * e + (1 - objective.eta) * max(table) * t
+    return lim
+
+
+def test_a_second_gpu_table_gives_its_own_answers():
+    # a synthetic table with a different shape from the A40's: energy falls to 200 W, time rises steeply below 225 W
+    table = {250.0: (5000.0, 20.0), 225.0: (4700.0, 20.5), 200.0: (4600.0, 23.5), 175.0: (4800.0, 28.0), 150.0: (5400.0, 36.0)}
+    answers = {"e": brute(table, Energy()), "t": brute(table, Time()), "s": brute(table, MaxSlowdown(1.1)), "c": brute(table, Cost(0.5))}
+    assert answers == {"e": 200.0, "t": 250.0, "s": 225.0, "c": 225.0}
+    for obj, key in [(Energy(), "e"), (Time(), "t"), (MaxSlowdown(1.1), "s"), (Cost(0.5), "c")]:
+        gpu = SimGpu(table)
+        plo = optimizer(gpu, obj)
+        run(plo, gpu, steps_needed(table))
+        assert plo.optimal_limit_w == answers[key]
+        plo.close()
