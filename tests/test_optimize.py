@@ -195,3 +195,77 @@ def test_a_second_gpu_table_gives_its_own_answers():
         run(plo, gpu, steps_needed(table))
         assert plo.optimal_limit_w == answers[key]
         plo.close()
+
+
+EXIT_SCRIPT = textwrap.dedent("""
+    import atexit, sys
+    sys.path.insert(0, {tests!r})
+    from sim_gpu import FakeNvml, SimGpu, load_table, run
+    from energyprof.optimize import PowerLimitOptimizer, Energy
+    gpu = SimGpu(load_table(), default_w=260)
+    # registered first, so it runs last: after the optimizer's own atexit handler
+    atexit.register(lambda: print("limit at exit", gpu.limit_w, "lowest set", min(gpu.sets), flush=True))
+    plo = PowerLimitOptimizer(objective=Energy(), gpus=[0], binding=FakeNvml([gpu]), clock=lambda: gpu.clock_s,
+                              sync=lambda: None, keep={keep})
+    run(plo, gpu, {steps})
+    {end}
+""")
+
+
+@pytest.mark.parametrize("steps,end,keep,rc,limit", [
+    (120, "", False, 0, 260),                                   # normal exit mid-sweep, at a lowered limit
+    (120, "raise RuntimeError('the training failed')", False, 1, 260),  # an exception out of the program
+    (120, "sys.exit(3)", False, 3, 260),
+    (450, "", True, 0, 175),                                    # keep=True after the choice
+    (120, "", True, 0, 260),                                    # keep=True before any choice: restored
+])
+def test_every_exit_path_restores_the_knob(steps, end, keep, rc, limit):
+    script = EXIT_SCRIPT.format(tests=TESTS, keep=keep, steps=steps, end=end)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
+    assert p.returncode == rc, p.stderr
+    line = [l for l in p.stdout.splitlines() if l.startswith("limit at exit")][0].split()
+    assert float(line[3]) == limit
+    assert float(line[6]) < 260  # it did lower the limit before exiting
+
+
+DDP_TABLES = [TABLE, {l: (e * 0.9, t * (1.3 if l <= 150 else 1.02)) for l, (e, t) in TABLE.items()}]
+
+
+def _ddp_rank(rank: int, port: int, out_dir: str, objective) -> None:
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    try:
+        gpu = SimGpu(DDP_TABLES[rank])
+        plo = optimizer(gpu, objective)
+        run(plo, gpu, steps_needed(TABLE))
+        with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as fh:
+            fh.write(repr((plo.optimal_limit_w, plo.world_size(), plo.windows, gpu.limit_w)))
+        plo.close()
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("objective", [Energy(), Cost(0.8)])
+def test_ddp_two_gloo_ranks_sum_energy_max_time_and_agree(tmp_path, objective):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_rank, args=(port, str(tmp_path), objective), nprocs=2, join=True)
+    results = [eval((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)]
+    scaled = [{l: (e * TIME_SCALE, t * TIME_SCALE) for l, (e, t) in tbl.items()} for tbl in DDP_TABLES]
+    combined = {l: (scaled[0][l][0] + scaled[1][l][0], max(scaled[0][l][1], scaled[1][l][1])) for l in TABLE}
+    expected = brute(combined, objective, world_size=2)
+    for chosen, world, windows, limit in results:
+        assert world == 2
+        assert chosen == expected and limit == expected
+        for l, (e, t) in windows.items():
+            assert e == pytest.approx(combined[l][0], rel=1e-9) and t == pytest.approx(combined[l][1], rel=1e-9)
+    if isinstance(objective, Cost):
+        # the real world size matters here: Zeus's world size of 1 leans to a lower limit on this table
+        assert brute(combined, objective, world_size=1) < expected
