@@ -269,3 +269,32 @@ def test_ddp_two_gloo_ranks_sum_energy_max_time_and_agree(tmp_path, objective):
     if isinstance(objective, Cost):
         # the real world size matters here: Zeus's world size of 1 leans to a lower limit on this table
         assert brute(combined, objective, world_size=1) < expected
+
+
+def test_sensor_nvml_named_explicitly_uses_an_importable_binding_without_the_driver_check(monkeypatch, tmp_path):
+    from energyprof.collect import sensors
+    from test_nvml import FakeGpu, FakeNvml as SensorNvml
+
+    stand_in = SensorNvml([FakeGpu()])
+    monkeypatch.setattr(nvml_device, "BINDING", None)
+    monkeypatch.setattr(nvml_device, "DRIVER_PATHS", (str(tmp_path / "no-driver"),))
+    monkeypatch.setitem(sys.modules, "pynvml", stand_in)  # an importable pynvml, no /proc/driver/nvidia
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    implicit = sensors.discover(gpus=True)  # auto-discovery keeps the cheap driver check
+    assert not any(s.sensor == "nvml" for s in implicit.sensors)
+    for s in implicit.sensors:
+        s.close()
+    explicit = sensors.discover(only=["nvml"])  # --sensor nvml
+    try:
+        assert [s.id for s in explicit.sensors] == ["gpu:0"], explicit.notes
+        assert stand_in.inits == 1
+    finally:
+        for s in explicit.sensors:
+            s.close()
+    # and a GPU named to the optimizer (gpus=[0]) reaches the stand-in the same way
+    gpu = SimGpu(TABLE, default_w=225)
+    monkeypatch.setitem(sys.modules, "pynvml", FakeNvml([gpu]))
+    plo = PowerLimitOptimizer(gpus=[0], clock=lambda: gpu.clock_s, sync=lambda: None)
+    assert plo.enabled and gpu.limit_w == 300  # the first candidate is set
+    plo.close()
+    assert gpu.limit_w == 225
