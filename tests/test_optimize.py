@@ -298,3 +298,31 @@ def test_sensor_nvml_named_explicitly_uses_an_importable_binding_without_the_dri
     assert plo.enabled and gpu.limit_w == 300  # the first candidate is set
     plo.close()
     assert gpu.limit_w == 225
+
+
+def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
+    from energyprof.profiler import Profiler
+    from energyprof.torch import track
+
+    gpu = SimGpu(TABLE)
+    plo = optimizer(gpu, MaxSlowdown(1.1), warmup_steps=2, profile_steps=4)
+    prof = Profiler(quiet=True, summary=False, gpus=False)
+    prof.start()
+    try:
+        for epoch in range(4):
+            for _ in track(list(range(28)), optimizer=plo):  # 28 steps an epoch: the 5th limit's window straddles it
+                gpu.step()
+    finally:
+        profile = prof.stop()
+        plo.close()
+    assert plo.state == "optimal" and plo.optimal_limit_w == 200
+    names = [w["name"] for w in profile.windows]
+    measured = [n for n in names if n.startswith("power_limit:")]
+    # one window per limit that completed, plus the discarded ones cut at an epoch's end
+    assert set(measured) == {f"power_limit:{l:g}W" for l in TABLE}
+    # 28 = 4 limits x (2 + 4) + 4: the 5th limit's window is cut at each epoch's end and redone (200 W, then 100 W)
+    assert measured.count("power_limit:200W") == measured.count("power_limit:100W") == 2 and len(measured) == 11
+    assert plo.windows[200][1] == pytest.approx(TABLE[200][1] * TIME_SCALE * 4 / 40, rel=1e-9)  # the redone one, whole
+    assert any(n.startswith("power_limit.chosen:200W") for n in names)
+    assert len(plo.windows) == 9
+    assert gpu.limit_w == 300
