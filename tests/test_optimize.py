@@ -326,3 +326,50 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
     assert any(n.startswith("power_limit.chosen:200W") for n in names)
     assert len(plo.windows) == 9
     assert gpu.limit_w == 300
+
+
+def test_the_same_optimizer_drives_a_cpu_knob_with_a_rapl_energy_reader(tmp_path):
+    from energyprof.knobs.base import Knob, KnobRange
+
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "constraint_0_power_limit_uw").write_text("65000000\n")
+    (zone / "energy_uj").write_text("0\n")
+    clock = [0.0]
+    # a CPU whose step time and power follow a table: (energy J, time s) per 40 steps at each package limit
+    table = {65.0: (2600.0, 40.0), 55.0: (2420.0, 44.0), 45.0: (2340.0, 52.0), 35.0: (2380.0, 68.0)}
+
+    class RaplLimit(Knob):
+        kind, unit = "cpu_power_limit", "W"
+
+        def read(self) -> float:
+            return int((zone / "constraint_0_power_limit_uw").read_text()) / 1e6
+
+        def range(self) -> KnobRange:
+            return KnobRange(35.0, 65.0)
+
+        def _write(self, value: float) -> None:
+            (zone / "constraint_0_power_limit_uw").write_text(f"{int(value * 1e6)}\n")
+
+    def cpu_step() -> None:
+        e, t = table[RaplLimit("0").read()]
+        dt = t / 40 * TIME_SCALE
+        clock[0] += dt
+        (zone / "energy_uj").write_text(f"{int((zone / 'energy_uj').read_text()) + round(e / t * dt * 1e6)}\n")
+
+    def rapl_energy_j() -> float:
+        return int((zone / "energy_uj").read_text()) / 1e6
+
+    plo = PowerLimitOptimizer(objective=Energy(), knobs=[RaplLimit("0")], energy=rapl_energy_j, step_w=10,
+                              clock=lambda: clock[0], sync=lambda: None)
+    assert plo.candidates == [65, 55, 45, 35]
+    for _ in range(4 * 50):
+        plo.on_step_begin()
+        cpu_step()
+        plo.on_step_end()
+    assert plo.optimal_limit_w == 45 == brute(table, Energy())
+    assert (zone / "constraint_0_power_limit_uw").read_text() == "45000000\n"
+    plo.close()
+    assert (zone / "constraint_0_power_limit_uw").read_text() == "65000000\n"
+    with pytest.warns(RuntimeWarning, match="no energy reader"):  # a knob without a counter needs energy=
+        assert not PowerLimitOptimizer(knobs=[RaplLimit("0")]).enabled
