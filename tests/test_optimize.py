@@ -323,7 +323,18 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
     # 28 = 4 limits x (2 + 4) + 4: the 5th limit's window is cut at each epoch's end and redone (200 W, then 100 W)
     assert measured.count("power_limit:200W") == measured.count("power_limit:100W") == 2 and len(measured) == 11
     assert plo.windows[200][1] == pytest.approx(TABLE[200][1] * TIME_SCALE * 4 / 40, rel=1e-9)  # the redone one, whole
-    assert any(n.startswith("power_limit.chosen:200W") for n in names)
+    wins = [w for w in profile.windows if w.name.startswith("power_limit:")]
+    assert [w.loop.get("discarded") for w in wins].count(1.0) == 2
+    kept = [w for w in wins if not w.loop.get("discarded")]
+    assert [w.loop["limit_w"] for w in kept] == sorted(TABLE, reverse=True)
+    assert kept[-1].loop["chosen_w"] == 200 and all("chosen_w" not in w.loop for w in kept[:-1])
+    assert kept[0].loop["window_time_s"] == pytest.approx(TABLE[300][1] * TIME_SCALE * 4 / 40, rel=1e-9)
+    # the report's sweep of power_limit: one point per limit, the cut windows left out
+    from energyprof.analysis.pareto import sweep_names, window_points
+
+    assert "power_limit" in sweep_names(profile.windows)
+    points, _ = window_points([profile.windows], "power_limit")
+    assert sorted(p.label for p in points) == sorted(f"{l:g}W" for l in TABLE)
     assert len(plo.windows) == 9
     assert gpu.limit_w == 300
 

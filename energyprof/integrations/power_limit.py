@@ -24,7 +24,7 @@ import time
 import warnings
 from typing import Any, Callable, Sequence
 
-from ..analysis.optimize import Energy, Objective, describe
+from ..analysis.optimize import Energy, Objective
 from ..knobs.base import Knob, KnobError
 
 WINDOW_PREFIX = "power_limit"
@@ -128,7 +128,7 @@ class PowerLimitOptimizer:
     def on_epoch_end(self) -> None:
         """An epoch that ends mid-window discards that window: the next epoch warms up and measures it again."""
         if self.enabled and self.state == "profiling":
-            self._end_profiler_window()
+            self._end_profiler_window({"discarded": 1.0})
             self._start = None
             self.state, self._steps = "warmup", 0
 
@@ -150,15 +150,21 @@ class PowerLimitOptimizer:
             e1, t1 = self._energy(), self._clock()
             assert self._start is not None
             energy, elapsed = self._reduce(e1 - self._start[0], t1 - self._start[1])
-            self._end_profiler_window()
-            self.windows[self.candidates[self._index]] = (energy, elapsed)
+            limit = self.candidates[self._index]
+            self.windows[limit] = (energy, elapsed)
+            facts = {"limit_w": limit, "window_energy_j": energy, "window_time_s": elapsed,
+                     "world_size": float(self.world_size())}
             self._index += 1
             self._steps = 0
             if self._index < len(self.candidates):
+                self._end_profiler_window(facts)
                 self.state = "warmup"
                 self._apply(self.candidates[self._index])
             else:
-                self._choose()
+                self.optimal_limit_w = self.objective.choose(self.windows, self.max_limit_w, self.world_size())
+                self._end_profiler_window({**facts, "chosen_w": self.optimal_limit_w})  # the last window carries the choice
+                self._apply(self.optimal_limit_w)
+                self.state = "optimal"
 
     def on_train_end(self) -> None:
         self.close()
@@ -179,15 +185,6 @@ class PowerLimitOptimizer:
     def world_size(self) -> int:
         dist = _distributed()
         return int(dist.get_world_size()) if dist is not None else 1
-
-    def _choose(self) -> None:
-        self.optimal_limit_w = self.objective.choose(self.windows, self.max_limit_w, self.world_size())
-        self._apply(self.optimal_limit_w)
-        self.state = "optimal"
-        prof = self._prof()
-        if prof is not None and hasattr(prof, "begin_window"):
-            prof.begin_window(f"{WINDOW_PREFIX}.chosen:{self.optimal_limit_w:g}W ({describe(self.objective)})")
-            prof.end_window(f"{WINDOW_PREFIX}.chosen:{self.optimal_limit_w:g}W ({describe(self.objective)})")
 
     def _apply(self, limit: float) -> None:
         for k in self.knobs:
@@ -212,10 +209,15 @@ class PowerLimitOptimizer:
             self._open_window = f"{WINDOW_PREFIX}:{self.candidates[self._index]:g}W"
             prof.begin_window(self._open_window)
 
-    def _end_profiler_window(self) -> None:
+    def _end_profiler_window(self, facts: dict[str, float]) -> None:
+        """End the profile's window with what the optimizer measured (kept as the window's `loop` facts):
+        a window cut by an epoch's end says `discarded`, and the report leaves it out of the sweep."""
         prof = self._prof()
         if prof is not None and self._open_window is not None:
-            prof.end_window(self._open_window)
+            try:
+                prof.end_window(self._open_window, facts=facts)
+            except TypeError:  # a Monitor keeps no facts
+                prof.end_window(self._open_window)
         self._open_window = None
 
     def table(self) -> list[dict[str, Any]]:
