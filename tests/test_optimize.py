@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -335,6 +336,13 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
     assert "power_limit" in sweep_names(profile.windows)
     points, _ = window_points([profile.windows], "power_limit")
     assert sorted(p.label for p in points) == sorted(f"{l:g}W" for l in TABLE)
+    from energyprof.analysis.report import build
+    from energyprof.render.html import render_html
+
+    page = render_html(build(profile))
+    assert "Chosen by the program: <b>200W</b>" in page
+    rows = re.findall(r'<td class="fn">(\d+W)( \(chosen\))?</td>', page)
+    assert sorted(r[0] for r in rows) == sorted(f"{l:g}W" for l in TABLE) and [r[0] for r in rows if r[1]] == ["200W"]
     assert len(plo.windows) == 9
     assert gpu.limit_w == 300
 
