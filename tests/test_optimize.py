@@ -233,13 +233,20 @@ def test_every_exit_path_restores_the_knob(steps, end, keep, rc, limit):
 DDP_TABLES = [TABLE, {l: (e * 0.9, t * (1.3 if l <= 150 else 1.02)) for l, (e, t) in TABLE.items()}]
 
 
-def _ddp_rank(rank: int, port: int, out_dir: str, objective) -> None:
+def _ddp_rank(rank: int, port: int, out_dir: str, objective, settable=(True, True)) -> None:
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
     try:
-        gpu = SimGpu(DDP_TABLES[rank])
-        plo = optimizer(gpu, objective)
+        gpu = SimGpu(DDP_TABLES[rank], settable=settable[rank])
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            plo = optimizer(gpu, objective)
+        if not plo.enabled:
+            run(plo, gpu, steps_needed(TABLE))  # training goes on; no rank waits in an all-reduce
+            with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as fh:
+                fh.write(repr((plo.disabled_reason, [str(w.message) for w in caught], gpu.sets)))
+            return
         run(plo, gpu, steps_needed(TABLE))
         with open(os.path.join(out_dir, f"rank{rank}.txt"), "w") as fh:
             fh.write(repr((plo.optimal_limit_w, plo.world_size(), plo.windows, gpu.limit_w)))
@@ -392,3 +399,18 @@ def test_the_same_optimizer_drives_a_cpu_knob_with_a_rapl_energy_reader(tmp_path
     assert (zone / "constraint_0_power_limit_uw").read_text() == "65000000\n"
     with pytest.warns(RuntimeWarning, match="no energy reader"):  # a knob without a counter needs energy=
         assert not PowerLimitOptimizer(knobs=[RaplLimit("0")]).enabled
+
+
+def test_ddp_a_rank_without_privilege_disables_every_rank_at_construction(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.spawn(_ddp_rank, args=(port, str(tmp_path), Energy(), (True, False)), nprocs=2, join=True)
+    (r0, w0, sets0), (r1, w1, sets1) = [eval((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)]
+    assert "another rank cannot set its limit" in r0 and "no permission" in r1
+    assert len(w0) == len(w1) == 1  # one line each
+    assert sets1 == [] and sets0 == [300.0, 300.0]  # rank 0 only re-set the value it had (the privilege check), then restored it

@@ -77,15 +77,20 @@ class PowerLimitOptimizer:
         self.disabled_reason: str | None = None
         self.knobs: list[Knob] = []
         self._closed = False
+        error: KnobError | None = None
         try:
             self._setup(gpus, knobs, energy, binding)
         except KnobError as exc:
-            self.disabled_reason = str(exc)
+            error = exc
+        if not self._all_ranks_ready(error is None) and error is None:
+            error = KnobError("another rank cannot set its limit, so no rank changes its limit (ranks measure together)")
+        if error is not None:
+            self.disabled_reason = str(error)
             for k in self.knobs:
                 _quiet_restore(k)
             if strict:
-                raise
-            warnings.warn(f"energyprof PowerLimitOptimizer disabled: {exc}", RuntimeWarning, stacklevel=2)
+                raise error
+            warnings.warn(f"energyprof PowerLimitOptimizer disabled: {error}", RuntimeWarning, stacklevel=2)
             return
         self.enabled = True
         self._index = 0
@@ -118,7 +123,11 @@ class PowerLimitOptimizer:
         self.max_limit_w = high
         self.candidates = candidates(low, high, self.step_w)
         for k in self.knobs:  # the privilege check: set the value it has (the same call any limit needs)
-            k.set(k.read())
+            try:
+                k.set(k.read())
+            except KnobError:
+                k.original = None  # nothing was changed, so nothing to restore
+                raise
         self._energy()
 
     # -- Zeus's callbacks ---------------------------------------------------------------------
@@ -181,6 +190,17 @@ class PowerLimitOptimizer:
         dist.all_reduce(e, op=dist.ReduceOp.SUM)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(e.item()), float(t.item())
+
+    def _all_ranks_ready(self, ready: bool) -> bool:
+        """Under DDP every rank must drive its knob, or none: a window's all-reduce needs them all."""
+        dist = _distributed()
+        if dist is None:
+            return ready
+        import torch
+
+        flag = torch.tensor([1 if ready else 0], dtype=torch.int64)
+        dist.all_reduce(flag, op=dist.ReduceOp.MIN)
+        return bool(flag.item())
 
     def world_size(self) -> int:
         dist = _distributed()
