@@ -36,12 +36,12 @@ def steps_needed(table, warmup=10, profile=40) -> int:
 def brute(table, objective, world_size=1):
     max_w = max(table)
     if isinstance(objective, Energy):
-        return min(table, key=lambda l: table[l][0])
+        return min(table, key=lambda lim: table[lim][0])
     if isinstance(objective, Time):
-        return min(table, key=lambda l: table[l][1])
+        return min(table, key=lambda lim: table[lim][1])
     if isinstance(objective, MaxSlowdown):
-        return min(l for l in table if table[l][1] <= objective.factor * table[max_w][1])
-    return min(table, key=lambda l: objective.eta * table[l][0] + (1 - objective.eta) * max_w * table[l][1] * world_size)
+        return min(lim for lim in table if table[lim][1] <= objective.factor * table[max_w][1])
+    return min(table, key=lambda lim: objective.eta * table[lim][0] + (1 - objective.eta) * max_w * table[lim][1] * world_size)
 
 
 def test_the_a40_table_gives_the_known_answers_analytically():
@@ -97,8 +97,8 @@ def test_an_epoch_ending_mid_window_discards_that_window():
     plo = optimizer(gpu, Energy())
     run(plo, gpu, 60 * 9 * 2, epoch_steps=60)  # 60 steps: warm-up + window fit once per epoch
     assert plo.state == "optimal" and plo.optimal_limit_w == 175
-    for lim, (e, t) in plo.windows.items():
-        assert t == pytest.approx(TABLE[lim][1] * TIME_SCALE, rel=1e-9)  # no window spans two limits or epochs
+    for lim, (e, t) in plo.windows.items():  # no window spans two limits or two epochs
+        assert (e, t) == pytest.approx((TABLE[lim][0] * TIME_SCALE, TABLE[lim][1] * TIME_SCALE), rel=1e-9)
     plo.close()
 
 
@@ -164,7 +164,7 @@ def test_pick_is_the_objectives_argmin_over_any_table(table, objective):
     gpu = SimGpu(table)
     plo = optimizer(gpu, objective)
     run(plo, gpu, steps_needed(table))
-    scaled = {l: (e * TIME_SCALE, t * TIME_SCALE) for l, (e, t) in table.items()}
+    scaled = {lim: (e * TIME_SCALE, t * TIME_SCALE) for lim, (e, t) in table.items()}
     assert plo.state == "optimal"
     expected = brute(scaled, objective)
     if plo.optimal_limit_w != expected:  # a tie within rounding: both must score the same
@@ -188,7 +188,8 @@ def objective_score(table, objective, lim):
 def test_a_second_gpu_table_gives_its_own_answers():
     # a synthetic table with a different shape from the A40's: energy falls to 200 W, time rises steeply below 225 W
     table = {250.0: (5000.0, 20.0), 225.0: (4700.0, 20.5), 200.0: (4600.0, 23.5), 175.0: (4800.0, 28.0), 150.0: (5400.0, 36.0)}
-    answers = {"e": brute(table, Energy()), "t": brute(table, Time()), "s": brute(table, MaxSlowdown(1.1)), "c": brute(table, Cost(0.5))}
+    answers = {"e": brute(table, Energy()), "t": brute(table, Time()), "s": brute(table, MaxSlowdown(1.1)),
+               "c": brute(table, Cost(0.5))}
     assert answers == {"e": 200.0, "t": 250.0, "s": 225.0, "c": 225.0}
     for obj, key in [(Energy(), "e"), (Time(), "t"), (MaxSlowdown(1.1), "s"), (Cost(0.5), "c")]:
         gpu = SimGpu(table)
@@ -225,12 +226,12 @@ def test_every_exit_path_restores_the_knob(steps, end, keep, rc, limit):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
     p = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert p.returncode == rc, p.stderr
-    line = [l for l in p.stdout.splitlines() if l.startswith("limit at exit")][0].split()
+    line = [lim for lim in p.stdout.splitlines() if lim.startswith("limit at exit")][0].split()
     assert float(line[3]) == limit
     assert float(line[6]) < 260  # it did lower the limit before exiting
 
 
-DDP_TABLES = [TABLE, {l: (e * 0.9, t * (1.3 if l <= 150 else 1.02)) for l, (e, t) in TABLE.items()}]
+DDP_TABLES = [TABLE, {lim: (e * 0.9, t * (1.3 if lim <= 150 else 1.02)) for lim, (e, t) in TABLE.items()}]
 
 
 def _ddp_rank(rank: int, port: int, out_dir: str, objective, settable=(True, True)) -> None:
@@ -266,14 +267,14 @@ def test_ddp_two_gloo_ranks_sum_energy_max_time_and_agree(tmp_path, objective):
         port = s.getsockname()[1]
     mp.spawn(_ddp_rank, args=(port, str(tmp_path), objective), nprocs=2, join=True)
     results = [eval((tmp_path / f"rank{r}.txt").read_text()) for r in range(2)]
-    scaled = [{l: (e * TIME_SCALE, t * TIME_SCALE) for l, (e, t) in tbl.items()} for tbl in DDP_TABLES]
-    combined = {l: (scaled[0][l][0] + scaled[1][l][0], max(scaled[0][l][1], scaled[1][l][1])) for l in TABLE}
+    scaled = [{lim: (e * TIME_SCALE, t * TIME_SCALE) for lim, (e, t) in tbl.items()} for tbl in DDP_TABLES]
+    combined = {lim: (scaled[0][lim][0] + scaled[1][lim][0], max(scaled[0][lim][1], scaled[1][lim][1])) for lim in TABLE}
     expected = brute(combined, objective, world_size=2)
     for chosen, world, windows, limit in results:
         assert world == 2
         assert chosen == expected and limit == expected
-        for l, (e, t) in windows.items():
-            assert e == pytest.approx(combined[l][0], rel=1e-9) and t == pytest.approx(combined[l][1], rel=1e-9)
+        for lim, (e, t) in windows.items():
+            assert e == pytest.approx(combined[lim][0], rel=1e-9) and t == pytest.approx(combined[lim][1], rel=1e-9)
     if isinstance(objective, Cost):
         # the real world size matters here: Zeus's world size of 1 leans to a lower limit on this table
         assert brute(combined, objective, world_size=1) < expected
@@ -317,7 +318,7 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
     prof = Profiler(quiet=True, summary=False, gpus=False)
     prof.start()
     try:
-        for epoch in range(4):
+        for _epoch in range(4):
             for _ in track(list(range(28)), optimizer=plo):  # 28 steps an epoch: the 5th limit's window straddles it
                 gpu.step()
     finally:
@@ -327,7 +328,7 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
     names = [w["name"] for w in profile.windows]
     measured = [n for n in names if n.startswith("power_limit:")]
     # one window per limit that completed, plus the discarded ones cut at an epoch's end
-    assert set(measured) == {f"power_limit:{l:g}W" for l in TABLE}
+    assert set(measured) == {f"power_limit:{lim:g}W" for lim in TABLE}
     # 28 = 4 limits x (2 + 4) + 4: the 5th limit's window is cut at each epoch's end and redone (200 W, then 100 W)
     assert measured.count("power_limit:200W") == measured.count("power_limit:100W") == 2 and len(measured) == 11
     assert plo.windows[200][1] == pytest.approx(TABLE[200][1] * TIME_SCALE * 4 / 40, rel=1e-9)  # the redone one, whole
@@ -342,14 +343,14 @@ def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
 
     assert "power_limit" in sweep_names(profile.windows)
     points, _ = window_points([profile.windows], "power_limit")
-    assert sorted(p.label for p in points) == sorted(f"{l:g}W" for l in TABLE)
+    assert sorted(p.label for p in points) == sorted(f"{lim:g}W" for lim in TABLE)
     from energyprof.analysis.report import build
     from energyprof.render.html import render_html
 
     page = render_html(build(profile))
     assert "Chosen by the program: <b>200W</b>" in page
     rows = re.findall(r'<td class="fn">(\d+W)( \(chosen\))?</td>', page)
-    assert sorted(r[0] for r in rows) == sorted(f"{l:g}W" for l in TABLE) and [r[0] for r in rows if r[1]] == ["200W"]
+    assert sorted(r[0] for r in rows) == sorted(f"{lim:g}W" for lim in TABLE) and [r[0] for r in rows if r[1]] == ["200W"]
     assert len(plo.windows) == 9
     assert gpu.limit_w == 300
 
