@@ -415,3 +415,56 @@ def test_ddp_a_rank_without_privilege_disables_every_rank_at_construction(tmp_pa
     assert "another rank cannot set its limit" in r0 and "no permission" in r1
     assert len(w0) == len(w1) == 1  # one line each
     assert sets1 == [] and sets0 == [300.0, 300.0]  # rank 0 only re-set the value it had (the privilege check), then restored it
+
+
+STAND_IN_PYNVML = '''
+"""A stand-in pynvml: one GPU drawing a constant 50 W, its counter on the system's monotonic clock."""
+import time
+
+
+class NVMLError(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+class _Pci:
+    busId = b"00000000:3B:00.0"
+
+
+class _Process:
+    pid = 0
+
+
+def nvmlInit(): pass
+def nvmlShutdown(): pass
+def nvmlDeviceGetCount(): return 1
+def nvmlDeviceGetHandleByIndex(i): return "gpu0"
+def nvmlSystemGetDriverVersion(): return "550.00"
+def nvmlDeviceGetPciInfo(h): return _Pci()
+def nvmlDeviceGetUUID(h): return "GPU-standin"
+def nvmlDeviceGetName(h): return "Stand-in GPU"
+def nvmlDeviceGetMigMode(h): raise NVMLError(3)
+def nvmlDeviceGetEnforcedPowerLimit(h): return 300000
+def nvmlDeviceGetTotalEnergyConsumption(h): return int(time.monotonic() * 50_000)  # 50 W in mJ
+def nvmlDeviceGetComputeRunningProcesses(h): return []
+'''
+
+
+def test_run_with_sensor_nvml_measures_a_stand_in_pynvml_without_the_driver_folder(tmp_path):
+    if any(os.path.exists(p) for p in nvml_device.DRIVER_PATHS):
+        pytest.skip("this machine has an NVIDIA driver: the missing-driver path cannot be shown here")
+    from conftest import run_cli
+    from energyprof.profile import load
+
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "pynvml.py").write_text(STAND_IN_PYNVML)
+    (tmp_path / "prog.py").write_text("import time\ntime.sleep(0.3)\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(site), os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")])}
+    done = run_cli(["-q", "--sensor", "nvml", "--json", "p.json", "prog.py"], tmp_path, env=env)
+    assert done.returncode == 0, done.stderr
+    prof = load(tmp_path / "p.json")
+    assert [(s.id, s.sensor) for s in prof.sources] == [("gpu:0", "nvml")]
+    # 50 W over the run: the counter's difference over the measured span (a counter step is 1 mJ)
+    assert prof.totals.energy_j["gpu:0"] / prof.totals.duration_s == pytest.approx(50.0, rel=0.05)
