@@ -17,6 +17,7 @@ from energyprof.collect.sensors.gpu import nvml_device
 from energyprof.knobs.base import KnobError
 from energyprof.knobs.nvml import NvmlPowerLimit
 from energyprof.optimize import PowerLimitOptimizer
+import sim_gpu
 from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
 
 TABLE = load_table()
@@ -466,3 +467,19 @@ def test_run_with_sensor_nvml_measures_a_stand_in_pynvml_without_the_driver_fold
     assert [(s.id, s.sensor) for s in prof.sources] == [("gpu:0", "nvml")]
     # 50 W over the run: the counter's difference over the measured span (a counter step is 1 mJ)
     assert prof.totals.energy_j["gpu:0"] / prof.totals.duration_s == pytest.approx(50.0, rel=0.05)
+
+
+def test_a_gpu_lost_mid_training_stops_the_optimizer_not_the_training():
+    gpu = SimGpu(TABLE, default_w=200)
+    fake = FakeNvml([gpu])
+    plo = PowerLimitOptimizer(gpus=[0], binding=fake, clock=lambda: gpu.clock_s, sync=lambda: None)
+    run(plo, gpu, 120)
+    assert plo.state == "warmup" and gpu.limit_w == 250  # two limits measured, the third being set
+
+    def lost(g):
+        raise sim_gpu.NVMLError(15)
+
+    fake.nvmlDeviceGetTotalEnergyConsumption = lost
+    with pytest.warns(RuntimeWarning, match="PowerLimitOptimizer stopped"):
+        run(plo, gpu, 200)
+    assert not plo.enabled and gpu.limit_w == 200  # restored when it stopped

@@ -59,6 +59,13 @@ def candidates(low: float, high: float, step_w: float) -> list[float]:
     return out
 
 
+def _collective_device(dist: Any, torch: Any) -> Any:
+    """NCCL reduces only CUDA tensors; gloo and MPI take CPU ones."""
+    if dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
 class PowerLimitOptimizer:
     def __init__(self, objective: Objective | None = None, warmup_steps: int = 10, profile_steps: int = 40,
                  step_w: float = 25.0, gpus: Sequence[int] | None = None, keep: bool = False,
@@ -82,6 +89,8 @@ class PowerLimitOptimizer:
             self._setup(gpus, knobs, energy, binding)
         except KnobError as exc:
             error = exc
+        except Exception as exc:  # noqa: BLE001 - an energy reader or knob of the user's: one line, not a traceback
+            error = KnobError(f"{type(exc).__name__}: {exc}")
         if not self._all_ranks_ready(error is None) and error is None:
             error = KnobError("another rank cannot set its limit, so no rank changes its limit (ranks measure together)")
         if error is not None:
@@ -142,17 +151,30 @@ class PowerLimitOptimizer:
             self.state, self._steps = "warmup", 0
 
     def on_step_begin(self) -> None:
-        if not self.enabled or self.state == "optimal":
-            return
+        if self.enabled and self.state != "optimal":
+            self._guarded(self._step_begin)
+
+    def on_step_end(self) -> None:
+        if self.enabled and self.state != "optimal":
+            self._guarded(self._step_end)
+
+    def _guarded(self, fn: Callable[[], None]) -> None:
+        """A reader or knob that fails mid-training (a GPU lost) stops the optimizer, never the training."""
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001
+            self.enabled, self.disabled_reason = False, f"{type(exc).__name__}: {exc}"
+            warnings.warn(f"energyprof PowerLimitOptimizer stopped: {self.disabled_reason}", RuntimeWarning, stacklevel=3)
+            self.close()
+
+    def _step_begin(self) -> None:
         if self.state == "warmup" and self._steps >= self.warmup_steps:
             self._sync()
             self._start = (self._energy(), self._clock())
             self.state, self._steps = "profiling", 0
             self._begin_profiler_window()
 
-    def on_step_end(self) -> None:
-        if not self.enabled or self.state == "optimal":
-            return
+    def _step_end(self) -> None:
         self._steps += 1
         if self.state == "profiling" and self._steps >= self.profile_steps:
             self._sync()
@@ -185,8 +207,9 @@ class PowerLimitOptimizer:
             return energy, elapsed
         import torch
 
-        e = torch.tensor([energy], dtype=torch.float64)
-        t = torch.tensor([elapsed], dtype=torch.float64)
+        device = _collective_device(dist, torch)
+        e = torch.tensor([energy], dtype=torch.float64, device=device)
+        t = torch.tensor([elapsed], dtype=torch.float64, device=device)
         dist.all_reduce(e, op=dist.ReduceOp.SUM)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return float(e.item()), float(t.item())
@@ -198,7 +221,7 @@ class PowerLimitOptimizer:
             return ready
         import torch
 
-        flag = torch.tensor([1 if ready else 0], dtype=torch.int64)
+        flag = torch.tensor([1 if ready else 0], dtype=torch.int64, device=_collective_device(dist, torch))
         dist.all_reduce(flag, op=dist.ReduceOp.MIN)
         return bool(flag.item())
 
