@@ -42,9 +42,14 @@ def sweep_names(windows: Sequence[Window]) -> list[str]:
     counts: dict[str, int] = {}
     for w in windows:
         base, label = split_name(w.name)
-        if label:
+        if label and not _discarded(w):
             counts[base] = counts.get(base, 0) + 1
     return [n for n, c in counts.items() if c >= 2]
+
+
+def _discarded(w: Window) -> bool:
+    """A window its program cut short and measured again (the power-limit optimizer's, at an epoch's end)."""
+    return bool((getattr(w, "loop", None) or {}).get("discarded"))
 
 
 def program_energy(w: Window) -> float | None:
@@ -57,7 +62,7 @@ def window_points(runs: Sequence[Sequence[Window]], name: str, run_labels: Seque
     """Every window of `name` in every run as a point, the front marked; and whether the energies are
     the program's (True) or, because some window predates that figure, all the machine's (False).
     With several runs a label says its run (`[1] bs=128`)."""
-    chosen = [(i, w) for i, ws in enumerate(runs) for w in ws if split_name(w.name)[0] == name]
+    chosen = [(i, w) for i, ws in enumerate(runs) for w in ws if split_name(w.name)[0] == name and not _discarded(w)]
     program = all(program_energy(w) is not None for _, w in chosen)
     several = len(runs) > 1
     raw = []

@@ -179,8 +179,9 @@ class TrackedLoader:
     """An iterable over `loader` that times each step and marks its phases as windows."""
 
     def __init__(self, loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
-                 gpu_memory: bool = True) -> None:
+                 gpu_memory: bool = True, optimizer: Any = None) -> None:
         self.loader = loader
+        self.optimizer = optimizer  # Zeus's callbacks (a PowerLimitOptimizer): called per pass and per step
         self.name = name
         self._profiler = profiler
         self.gpu_memory = gpu_memory
@@ -245,6 +246,8 @@ class TrackedLoader:
         first = True
         booted: set[int] = set()  # workers whose first batch of this pass has arrived
         meta: dict[str, Any] = {}
+        if self.optimizer is not None:
+            self.optimizer.on_epoch_begin()
         try:
             while True:
                 t = time.perf_counter_ns()
@@ -279,12 +282,16 @@ class TrackedLoader:
                 if prof is not None:
                     _end_with_facts(prof, fetch_w, _loop_facts(meta))
                     prof.begin_window(compute_w, step)
+                if self.optimizer is not None:
+                    self.optimizer.on_step_begin()
                 yield batch
         finally:
             # the loop broke out, raised, or the generator was closed: end the open step
             if t_batch is not None:
                 self._finish_step(prof, compute_w, step, epoch, wait_ns, time.perf_counter_ns() - t_batch, meta)
             self._current = None
+            if self.optimizer is not None:
+                self.optimizer.on_epoch_end()
 
     def _finish_step(self, prof: Profiler | None, compute_w: str, step: int, epoch: int, wait_ns: int,
                      since_batch_ns: int, meta: dict[str, Any]) -> None:
@@ -305,6 +312,8 @@ class TrackedLoader:
             gpu_peak_bytes=mem["peak_bytes"] if mem else None,
         ))
         self._current = None
+        if self.optimizer is not None:
+            self.optimizer.on_step_end()
 
     @contextlib.contextmanager
     def preprocess(self) -> Iterator[None]:
@@ -339,12 +348,13 @@ class TrackedLoader:
 
 
 def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
-          gpu_memory: bool = True) -> TrackedLoader:
+          gpu_memory: bool = True, optimizer: Any = None) -> TrackedLoader:
     """Wrap a DataLoader (any iterable) so each step is split into wait, pipeline and compute.
 
     `profiler` defaults to the one running when the loop starts (none: timing only).
     With `gpu_memory` and CUDA in use, each step records the allocator's current and peak
     bytes, and resets the peak (`torch.cuda.reset_peak_memory_stats`) so the next step's
-    peak is its own.
+    peak is its own. `optimizer` (a `PowerLimitOptimizer`, or anything with Zeus's callbacks) has
+    `on_epoch_begin`/`on_epoch_end` called per pass and `on_step_begin`/`on_step_end` per step.
     """
-    return TrackedLoader(loader, profiler, name, gpu_memory)
+    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer)

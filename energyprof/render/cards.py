@@ -178,3 +178,12 @@ def short_command(command: str, short: Any) -> str:
     words = [short(w) if w.startswith("/") and w.endswith(".py") else w for w in words]
     text = " ".join(words)
     return text if len(text) <= 70 else text[:69] + "\u2026"
+
+
+def sweep_choice(model: ReportModel, name: str) -> str | None:
+    """The label a program chose from a sweep (the power-limit optimizer's `chosen_w` fact), if any."""
+    for row in model.windows:
+        w = row.window
+        if w.name.startswith(f"{name}:") and "chosen_w" in (w.loop or {}):
+            return f"{w.loop['chosen_w']:g}W"
+    return None

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..analysis.report import ReportModel
-from .cards import methodology, process_rows, rank_epoch_rows, summary_cards
+from .cards import methodology, process_rows, rank_epoch_rows, summary_cards, sweep_choice
 from .charts import report_data
 from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
 
@@ -88,6 +88,7 @@ def _render(model: ReportModel) -> str:
         cards=summary_cards(model),
         procs=process_rows(model),
         rank_epoch_rows=rank_epoch_rows,
+        sweep_choice=lambda name: sweep_choice(model, name),
         method=methodology(model),
         gpu=gpu_panel(model),
         has_timeline=data["timeline"] is not None,

@@ -45,14 +45,14 @@ def _perf(ctx: dict, explicit: bool) -> Discovery:
 def _nvml(ctx: dict, explicit: bool) -> Discovery:
     from .gpu import nvml_device
 
-    nv, why = nvml_device.load_binding()
+    nv, why = nvml_device.load_binding(explicit=explicit)
     if nv is None:  # no driver or no binding: nvml.py, its numbering and its sharing are not imported (2 ms)
         found = Discovery()
         found.notes.append(why or "NVML: unavailable")
     else:
         from .gpu import nvml
 
-        found = nvml.discover()
+        found = nvml.discover(binding=nv)
     if not found.sensors:
         found.missing["nvml"] = "; ".join(found.notes) or "NVML found no GPU"
     return found

@@ -65,13 +65,17 @@ def mapped(nv: Any, exc: BaseException, what: str) -> GpuError:
 DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/dxg")
 
 
-def load_binding(binding: Any = None) -> tuple[Any, str | None]:
-    """The NVML module to use, or None and a line saying why there is none."""
+def load_binding(binding: Any = None, explicit: bool = False) -> tuple[Any, str | None]:
+    """The NVML module to use, or None and a line saying why there is none.
+
+    `explicit` (`--sensor nvml`, GPUs named to the optimizer) skips the driver check and tries the
+    import anyway: a binding that imports is used even where /proc/driver/nvidia is missing.
+    """
     if binding is not None:
         return binding, None
     if BINDING is not None:
         return BINDING, None
-    if sys.platform.startswith("linux") and not any(os.path.exists(p) for p in DRIVER_PATHS):
+    if not explicit and sys.platform.startswith("linux") and not any(os.path.exists(p) for p in DRIVER_PATHS):
         # No NVIDIA kernel driver (nor WSL's GPU device): importing the binding to be told so cost
         # 10 ms of every run's start on machines without a GPU.
         return None, "NVML: the NVIDIA driver is not loaded (no /proc/driver/nvidia), so no GPU is measured"
