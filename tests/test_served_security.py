@@ -54,6 +54,12 @@ SERVER = textwrap.dedent("""
 
     mode, sock, pc, group, knobfile, idle = sys.argv[1:]
     knobs = [FileKnob(knobfile)]
+    if mode == "gpu":  # a simulated A40 behind a stand-in NVML binding, found by the knob registry
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(server.__file__)), "..", "tests"))
+        from sim_gpu import FakeNvml, SimGpu, load_table
+        from energyprof.knobs.registry import discover
+        knobs = discover(nvml=FakeNvml([SimGpu(load_table())]), kinds=("gpu_power_limit",))
+        mode = "reader"
     if mode == "reader":
         reader = server.Reader(sock, pc, group, knobs, idle_timeout_s=float(idle))
         srv, run = reader.server, reader.serve_forever
@@ -446,6 +452,26 @@ HOLD = textwrap.dedent("""
     print(f.readline().decode().strip(), flush=True)
     sys.stdin.readline()
 """)
+
+
+def test_a_member_sets_a_gpu_power_limit_within_range_through_the_reader(accounts, base):
+    """Issue 26's promise through the reader: the GPU's limit, found by the knob registry (a simulated
+    A40 behind a stand-in NVML binding), set within 100-300 W by a member, restored when they leave;
+    out of range, a path, or an outsider refused."""
+    sock = base / "run" / "rapl.sock"
+    reader = Reader("gpu", sock, base, accounts["group"])
+    try:
+        listed, set_ok, read_back, too_low = _ask(accounts, "member", sock, "knobs", "set gpu_power_limit:0 200",
+                                                   "knobs", "set gpu_power_limit:0 50")
+        assert '"name":"gpu_power_limit:0","value":300.0,"low":100.0,"high":300.0' in listed
+        assert set_ok == '{"ok":"gpu_power_limit:0","value":200.0}' and '"value":200.0' in read_back
+        assert "outside its range" in too_low
+        assert _wait_for(lambda: '"value":300.0' in _ask(accounts, "member", sock, "knobs")[0])  # restored
+        assert _ask(accounts, "member", sock, "set /dev/nvidia0 1") == ["CLOSED"]
+        assert _ask(accounts, "outsider", sock, "set gpu_power_limit:0 200")[0] in ("CLOSED", "REFUSED 13")
+        assert "gpu_power_limit:0" in reader.text() and "refused" in reader.text().lower()
+    finally:
+        reader.stop() if not reader.log.closed else None
 
 
 def test_knobs_within_range_for_members_and_restored_on_disconnect(accounts, base):

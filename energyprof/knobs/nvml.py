@@ -56,3 +56,24 @@ class NvmlPowerLimit(Knob):
     def energy_j(self) -> float:
         """The GPU's energy counter (J since the driver loaded): the optimizer's window reader."""
         return self._call("nvmlDeviceGetTotalEnergyConsumption") / 1000.0
+
+
+def discover(binding: Any = None) -> list[NvmlPowerLimit]:
+    """Every NVIDIA GPU's power limit, or none where there is no driver or binding (the registry's
+    discovery: a machine without NVIDIA GPUs simply has no such knob). The driver check is kept here,
+    as for the sensor, so a machine without the driver never pays for importing the binding."""
+    nv, _ = nvml_device.load_binding(binding)
+    if nv is None:
+        return []
+    try:
+        nv.nvmlInit()
+        count = int(nv.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - NVMLError, whatever the binding: no GPU to offer
+        return []
+    found = []
+    for i in range(count):
+        try:
+            found.append(NvmlPowerLimit(i, nv))
+        except KnobError:
+            continue
+    return found
