@@ -52,6 +52,7 @@ class ReportModel:
     totals: Totals
     rows: list[FunctionRow]
     top: list[FunctionRow]  # the user's own functions (the program's folder) by total energy (analysis/own.py)
+    top_by_self: bool  # no function of the program's own: `top` is every frame by self energy instead
     chart: ChartNode  # the grouped tree: library and import frames under [library: x] / [import] boxes
     windows: list[WindowRow]
     window_groups: list[WindowGroup]
@@ -139,6 +140,11 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     # The root's row is the program as a whole (no file), not one of its functions.
     mine, groups = own_first(view, [r for r in rows if (r.function, r.file, r.line) != root_key])
     top = [r for r in mine if r.total_energy > 0][:options.top_functions]
+    top_by_self = not top  # no function of the program's folder (a saved GPU trace, a command): the heaviest frames
+    if top_by_self:
+        top = sorted((r for r in rows if (r.function, r.file, r.line) != root_key and r.function not in SPECIAL_NODES
+                      and r.self_total_energy > 0),
+                     key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
     window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows]
     if figures is not None and options.carbon is not None:
@@ -154,7 +160,7 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     exact = max(t.peak_rss_exact_bytes, sampled or 0) if t.peak_rss_exact_bytes is not None else None
     memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None), sampled, exact)
     return ReportModel(
-        profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top,
+        profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top, top_by_self=top_by_self,
         chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),

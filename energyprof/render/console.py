@@ -33,10 +33,11 @@ def render_summary(model: ReportModel) -> str:
             lines.append(f"  cost     program {fmt_money(c.program_cost, c.currency)}"
                          f" (machine {fmt_money(c.machine_cost, c.currency)})")
     if model.top:
-        lines.append("  your functions by total energy (all sources; \u00b1 = sampling error, 1/sqrt(samples)):")
+        lines.append("  top functions by self energy" if model.top_by_self else "  your functions by total energy")
+        lines[-1] += " (all sources; \u00b1 = sampling error, 1/sqrt(samples)):"
         short = path_shortener(model)
         for row in model.top:
-            e = row.total_energy
+            e = row.self_total_energy if model.top_by_self else row.total_energy
             err = row.relative_error
             where = f"{short(row.file)}:{row.line}" if row.file else ""
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6} {'' if err is None else f'±{err * 100:.0f}%':>5}"
