@@ -102,3 +102,59 @@ def test_no_marked_step_leaves_the_wall_time_rule_and_says_why():
     attach_kernels(prof, None, ([], [], 0, 0, []), None)
     assert any(n.kind == "gpu-wall-time" and "no window" in n.message for n in prof.notes)
     assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
+
+
+def _program_nodes(p, script):
+    return {(n.function, n.line) for n, _ in p.walk() if n.file.endswith(script.name)}
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_scheduled_run_end_to_end_and_the_tree_without_the_flag(tmp_path):
+    """The supervised path with --gpu-kernel-steps 4:1:2 on a CPU torch loop through
+    energyprof.torch.track: the agent's profiler writes one trace per window (two), the supervisor
+    reads them, and with no kernel (torch CPU) the wall-time rule stays. The same program without
+    --gpu-kernels has the same program nodes (each function runs ~0.2 s of CPU, sampled every 10 ms)."""
+    pytest.importorskip("torch")
+    from conftest import run_cli
+    from energyprof.profile import load
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import time, torch\nimport energyprof.torch as ept\n"
+        "def spin(s):\n    end = time.process_time() + s\n    while time.process_time() < end:\n        pass\n"
+        "def forward(x):\n    spin(0.02)\n    return (x @ x).tanh()\n"
+        "def load():\n    spin(0.2)\n"
+        "x = torch.randn(32, 32)\nload()\n"
+        "for batch in ept.track(list(range(10))):\n    x = forward(x)\n"
+        "print('done', x.shape[0])\n")
+    common = ["--power-trace", str(tmp_path / "p.csv"), "-q", "--interval", "0.01"]
+    env = {"ENERGYPROF_DEV_ROOT": str(tmp_path)}
+    r = run_cli(["--gpu-kernels", "--gpu-kernel-steps", "4:1:2", *common, "--json", str(tmp_path / "on.json"), str(script)],
+                tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "done 32"
+    on = load(tmp_path / "on.json")
+    notes = [n for n in on.notes if n.kind == "gpu-wall-time"]
+    assert len(notes) == 1 and "found no kernel" in notes[0].message and notes[0].extra["traces"] == 2
+    r = run_cli([*common, "--json", str(tmp_path / "off.json"), str(script)], tmp_path, env=env)
+    assert r.returncode == 0, r.stderr
+    off = load(tmp_path / "off.json")
+    assert {"forward", "load", "spin"} <= {f for f, _ in _program_nodes(off, script)}
+    assert "gpu_kernels" not in off.extra and "gpu_kernels" not in on.extra
+    # the tree with the flag and the scheduled profiler holds the same program nodes as the tree without
+    assert {f for f, _ in _program_nodes(on, script) if f != "<module>"} == {f for f, _ in _program_nodes(off, script)
+                                                                            if f != "<module>"}
+
+
+def test_bad_step_spec_exits_2_before_the_program_starts(tmp_path):
+    from conftest import run_cli
+
+    marker = tmp_path / "ran"
+    script = tmp_path / "prog.py"
+    script.write_text(f"open({str(marker)!r}, 'w').write('x')\n")
+    r = run_cli(["--gpu-kernels", "--gpu-kernel-steps", "3:5", "-q", str(script)], tmp_path)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--gpu-kernel-steps" in r.stderr
+    assert not marker.exists()
