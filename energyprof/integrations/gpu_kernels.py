@@ -218,6 +218,15 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
         head, _, tail = sid.partition(":")
         if head == "gpu" and tail.isdigit():
             power[int(tail)] = timeline_intervals(tl.t0, tl.t1, tl.energy, k)
+            finer = driver_samples(collector, sid, power[int(tail)])
+            if finer is not None:  # the driver's buffered samples: power at its own rate, not the ticks'
+                power[int(tail)], spacing = finer
+                period = max(period, spacing)
+                profile.notes.append(Note("gpu-power-samples", f"{sid}: the kernel split used the driver's {len(finer[0])}"
+                                          f" buffered power samples (nvmlDeviceGetSamples, every {spacing / 1e6:.0f} ms,"
+                                          " measured) for the shape of power over time; the total is the sensor's",
+                                          {"source": sid, "samples": len(finer[0]), "period_ns": spacing}))
+                continue
             src = next((s for s in profile.sources if s.id == sid), None)
             if src is not None and src.update_period_s:
                 period = max(period, float(src.update_period_s) * 1e9)
@@ -227,3 +236,19 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
     # no declared update period: the sensor interval is the finest the energy was seen at
     period = period or float(getattr(collector, "interval_s", 0.0)) * 1e9
     regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error, spans=spans or None)
+
+
+def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]]) -> tuple[list[Any], float] | None:
+    """The source's driver power samples over the ticks' span, with their median spacing (ns), where
+    its sensor kept some (NVML's nvmlDeviceGetSamples); None otherwise. Fewer than one sample per
+    tick interval is no finer than the ticks."""
+    from ..collect.sensors.gpu.power_samples import median_spacing_ns
+
+    sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
+    buf = getattr(sensor, "samples", None)
+    if not ticks or buf is None or len(getattr(buf, "samples", ())) < max(2, len(ticks)):
+        return None
+    intervals = sensor.power_intervals(ticks[0][0], ticks[-1][1])
+    if not intervals:
+        return None
+    return intervals, median_spacing_ns(buf.samples)
