@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -158,3 +159,72 @@ def test_bad_step_spec_exits_2_before_the_program_starts(tmp_path):
     r = run_cli(["--gpu-kernels", "--gpu-kernel-steps", "3:5", "-q", str(script)], tmp_path)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--gpu-kernel-steps" in r.stderr
     assert not marker.exists()
+
+
+def _folded_run(tmp_path):
+    """A real fold (Ledger, timeline, build_profile) of a replayed 1 s run: gpu:0 at 100 W then
+    300 W (200 J), the main thread in `sync` throughout, so the wall-time rule gives it all 200 J."""
+    from energyprof.collect.sensors.replay import load_trace
+    from energyprof.core.ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
+    from energyprof.core.recording import Recording, Sample, Tick
+    from energyprof.core.tree import build_profile
+
+    S = 1_000_000_000
+    (tmp_path / "t.csv").write_text("t_s,cpu,gpu:0\n0,10,100\n0.5,10,300\n")
+    tr = load_trace(tmp_path / "t.csv")
+    src = [{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"},
+           {"id": "gpu:0", "component": "gpu:0", "method": "measured", "sensor": "replay", "update_period_s": 0.1}]
+    rec = Recording(sources=src)
+    module, step = ("<module>", "/p/train.py", 1), ("step", "/p/train.py", 10)
+    sync = rec.stacks.intern([module, step, ("sync", "/p/train.py", 30)])
+    rec.ticks = [Tick(k * S // 10, tuple(tr.energy_at(c, k / 10) for c in ("cpu", "gpu:0")), k * S // 10, 0, k * S // 10)
+                 for k in range(11)]
+    rec.samples = [Sample(k * S // 10, (k + 1) * S // 10, sync, S // 10) for k in range(10)]
+    ledger = Ledger(rec.sources, rec.stacks, DEFAULT_SHARE_WINDOW_NS, cpus=1)
+    events = sorted([(t.t_ns, 1, t) for t in rec.ticks] + [(s.t1_ns, 0, s) for s in rec.samples], key=lambda e: e[:2])
+    for _, kind, ev in events:
+        (ledger.add_sample if kind == 0 else ledger.add_tick)(ev)
+    ledger.finish()
+    prof = build_profile(ledger, "all", {"target": "train.py"})
+    assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0)
+    return prof, ledger
+
+
+def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
+    from energyprof.integrations.gpu_kernels import attach_kernels
+
+    prof, ledger = _folded_run(tmp_path)
+    py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
+    kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])]
+    attach_kernels(prof, ledger, (kernels, [], 0, 1, [(0, 500 * MS)]), collector=None)
+    # inside the window: 0.5 s x 100 W = 50 J of the 200 J, split: forward 0.2 s x 100 W, idle 30 J
+    assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)
+    assert prof.find(GPU_IDLE_NODE)[0].energy_j["gpu:0"] == pytest.approx(30.0, rel=1e-9)
+    assert prof.find("sync")[0].energy_j["gpu:0"] == pytest.approx(150.0, rel=1e-9)  # outside: the wall-time rule
+    assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0, rel=1e-12)
+    assert prof.extra[GPU_FIELD]["schedule"]["profiled_share"]["0"] == pytest.approx(0.25)
+    lane = prof.extra[GPU_FIELD]["devices"]["0"]["busy_lane"]  # the timeline's 1 ms cells; forward ran 0.1-0.3 s
+    assert len(lane) == 1000 and lane[0][0] == pytest.approx(0.0) and lane[-1][1] == pytest.approx(1.0)
+    busy = [c for c in lane if c[2] > 0]
+    assert len(busy) == 200 and busy[0][0] == pytest.approx(0.1) and busy[-1][1] == pytest.approx(0.3)
+    assert all(c[2] == pytest.approx(0.001) for c in busy)
+
+
+def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path):
+    """The driver's samples say 300 W in the first half and 100 W after (the ticks said the reverse):
+    the forward kernel's 0.2 s in the first half takes 0.2 x 300 W; the device's 200 J is kept."""
+    from energyprof.integrations.gpu_kernels import attach_kernels
+    from test_power_samples import SamplingNvml
+    from test_nvml import FakeGpu, found
+
+    prof, ledger = _folded_run(tmp_path)
+    (sensor,) = found(SamplingNvml([FakeGpu()])).sensors
+    sensor.samples.samples = [(k * 50 * MS, 300.0 if k < 10 else 100.0) for k in range(20)]  # as drained, on the run's clock
+    py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
+    attach_kernels(prof, ledger, ([_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])], [], 0, 1),
+                   collector=SimpleNamespace(sensors=[sensor], interval_s=0.1))
+    sensor.close()
+    assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(60.0, rel=1e-9)
+    assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0, rel=1e-12)
+    (note,) = [n for n in prof.notes if n.kind == "gpu-power-samples"]
+    assert note.extra["samples"] == 20 and note.extra["period_ns"] == 50 * MS

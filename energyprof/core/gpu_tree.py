@@ -280,3 +280,24 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
 def timeline_intervals(t0: Sequence[int], t1: Sequence[int], energy: Sequence[Sequence[float]], column: int) -> list[Interval]:
     """One source's (t0, t1, joules) from a ledger timeline's buckets (core/timeline.py)."""
     return [(int(a), int(b), float(row[column])) for a, b, row in zip(t0, t1, energy) if b > a]
+
+
+def busy_per_cell(spans: Sequence[tuple[int, int]], cells: Sequence[tuple[int, int]]) -> list[float]:
+    """Seconds of each cell during which at least one span (a kernel) ran: the union, not the sum,
+    so overlapping kernels on two streams count once."""
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        elif b > a:
+            merged.append([a, b])
+    out, j = [], 0
+    for c0, c1 in cells:
+        while j < len(merged) and merged[j][1] <= c0:
+            j += 1
+        busy, k = 0, j
+        while k < len(merged) and merged[k][0] < c1:
+            busy += max(0, min(c1, merged[k][1]) - max(c0, merged[k][0]))
+            k += 1
+        out.append(busy / 1e9)
+    return out

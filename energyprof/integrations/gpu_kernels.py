@@ -218,7 +218,9 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
         head, _, tail = sid.partition(":")
         if head == "gpu" and tail.isdigit():
             power[int(tail)] = timeline_intervals(tl.t0, tl.t1, tl.energy, k)
-            finer = driver_samples(collector, sid, power[int(tail)])
+            src = next((s for s in profile.sources if s.id == sid), None)
+            tick_ns = max(float(getattr(src, "update_period_s", 0.0) or 0.0), float(getattr(collector, "interval_s", 0.0) or 0.0))
+            finer = driver_samples(collector, sid, power[int(tail)], tick_ns * 1e9)
             if finer is not None:  # the driver's buffered samples: power at its own rate, not the ticks'
                 power[int(tail)], spacing = finer
                 period = max(period, spacing)
@@ -227,7 +229,6 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
                                           " measured) for the shape of power over time; the total is the sensor's",
                                           {"source": sid, "samples": len(finer[0]), "period_ns": spacing}))
                 continue
-            src = next((s for s in profile.sources if s.id == sid), None)
             if src is not None and src.update_period_s:
                 period = max(period, float(src.update_period_s) * 1e9)
     if not power:
@@ -236,19 +237,38 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
     # no declared update period: the sensor interval is the finest the energy was seen at
     period = period or float(getattr(collector, "interval_s", 0.0)) * 1e9
     regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error, spans=spans or None)
+    add_busy_lanes(profile, kernels, list(zip(tl.t0, tl.t1)))
 
 
-def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]]) -> tuple[list[Any], float] | None:
+def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple[int, int]]) -> None:
+    """Each device's busy seconds per timeline cell, as [start_s, end_s, busy_s] on the profile's
+    timeline clock, for the report's timeline (gpu_kernels.devices[d].busy_lane)."""
+    from ..core.gpu_tree import GPU_FIELD, busy_per_cell
+
+    gpu = profile.extra.get(GPU_FIELD)
+    starts = getattr(profile.timeline, "start_s", None) or []
+    cells = [(int(a), int(b)) for a, b in cells if b > a]
+    if not gpu or not cells or not starts:
+        return
+    origin = cells[0][0] - round(starts[0] * 1e9)  # the timeline's zero on energyprof's clock
+    for d, dev in gpu.get("devices", {}).items():
+        busy = busy_per_cell([(k.start_ns, k.end_ns) for k in kernels if str(k.device) == d], cells)
+        dev["busy_lane"] = [[(a - origin) / 1e9, (b - origin) / 1e9, x] for (a, b), x in zip(cells, busy)]
+
+
+def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]],
+                   tick_ns: float) -> tuple[list[Any], float] | None:
     """The source's driver power samples over the ticks' span, with their median spacing (ns), where
-    its sensor kept some (NVML's nvmlDeviceGetSamples); None otherwise. Fewer than one sample per
-    tick interval is no finer than the ticks."""
+    its sensor kept some (NVML's nvmlDeviceGetSamples) closer together than the sensor's ticks
+    (`tick_ns`: its update period or the collector's interval); None otherwise."""
     from ..collect.sensors.gpu.power_samples import median_spacing_ns
 
     sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
     buf = getattr(sensor, "samples", None)
-    if not ticks or buf is None or len(getattr(buf, "samples", ())) < max(2, len(ticks)):
+    if not ticks or buf is None or len(getattr(buf, "samples", ())) < 2:
+        return None
+    spacing = median_spacing_ns(buf.samples)
+    if not 0 < spacing < tick_ns:
         return None
     intervals = sensor.power_intervals(ticks[0][0], ticks[-1][1])
-    if not intervals:
-        return None
-    return intervals, median_spacing_ns(buf.samples)
+    return (intervals, spacing) if intervals else None
