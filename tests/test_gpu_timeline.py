@@ -23,13 +23,14 @@ def test_busy_is_the_union_per_cell():
 
 
 def test_the_timeline_draws_each_devices_busy_share(small):  # noqa: F811
-    lane = [[0.0, 0.5, 0.25], [0.5, 1.0, 0.5], [1.0, 2.0, 0.0]]
+    lane = [[0.0, 0.5, 0.25], [0.5, 1.0, 0.5], [1.0, 2.0, 0.0], [2.0, 3.0, None]]
     prof = copy.deepcopy(small)  # the fixture is shared by the module
     prof.extra["gpu_kernels"] = {"devices": {"0": {"source": "gpu:0", "busy_lane": lane}}}
     fig = charts.timeline_figure(build(prof))
     (busy,) = [t for t in fig["data"] if t["name"] == "gpu:0 busy (%)"]
     assert busy["yaxis"] == "y3" and fig["layout"]["yaxis3"]["range"] == [0, 100]
-    assert busy["x"] == [0.0, 0.5, 1.0, 2.0] and busy["y"] == [50.0, 100.0, 0.0, 0.0]
+    # a cell outside a scheduled window (None) is a gap, not 0 %
+    assert busy["x"] == [0.0, 0.5, 1.0, 2.0, 3.0] and busy["y"] == [50.0, 100.0, 0.0, None, None]
     assert not busy.get("stackgroup")  # not added to the stacked power
 
 

@@ -237,12 +237,14 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
     # no declared update period: the sensor interval is the finest the energy was seen at
     period = period or float(getattr(collector, "interval_s", 0.0)) * 1e9
     regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error, spans=spans or None)
-    add_busy_lanes(profile, kernels, list(zip(tl.t0, tl.t1)))
+    add_busy_lanes(profile, kernels, list(zip(tl.t0, tl.t1)), spans)
 
 
-def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple[int, int]]) -> None:
+def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple[int, int]],
+                   spans: list[tuple[int, int]] | None = None) -> None:
     """Each device's busy seconds per timeline cell, as [start_s, end_s, busy_s] on the profile's
-    timeline clock, for the report's timeline (gpu_kernels.devices[d].busy_lane)."""
+    timeline clock, for the report's timeline (gpu_kernels.devices[d].busy_lane). With a schedule,
+    a cell outside every window has busy None: not profiled, not idle."""
     from ..core.gpu_tree import GPU_FIELD, busy_per_cell
 
     gpu = profile.extra.get(GPU_FIELD)
@@ -253,7 +255,9 @@ def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple
     origin = cells[0][0] - round(starts[0] * 1e9)  # the timeline's zero on energyprof's clock
     for d, dev in gpu.get("devices", {}).items():
         busy = busy_per_cell([(k.start_ns, k.end_ns) for k in kernels if str(k.device) == d], cells)
-        dev["busy_lane"] = [[(a - origin) / 1e9, (b - origin) / 1e9, x] for (a, b), x in zip(cells, busy)]
+        dev["busy_lane"] = [[(a - origin) / 1e9, (b - origin) / 1e9,
+                             x if spans is None or any(s < b and a < t for s, t in spans) else None]
+                            for (a, b), x in zip(cells, busy)]
 
 
 def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]],

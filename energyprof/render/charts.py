@@ -275,10 +275,10 @@ def _gpu_busy(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, 
         step = max(1, math.ceil(len(lane) / MAX_TIMELINE_POINTS))
         xs, ys = [], []
         for a in range(0, len(lane), step):
-            part = lane[a:a + step]
+            part = [c for c in lane[a:a + step] if c[2] is not None]  # None: outside a scheduled window
             span = sum(c[1] - c[0] for c in part)
-            xs.append(_round(part[0][0], 6))
-            ys.append(_round(100 * sum(c[2] for c in part) / span if span > 0 else 0.0, 2))
+            xs.append(_round(lane[a][0], 6))
+            ys.append(_round(100 * sum(c[2] for c in part) / span, 2) if span > 0 else None)
         data.append({"type": "scatter", "mode": "lines", "name": f"gpu:{d} busy (%)", "x": xs + [_round(lane[-1][1], 6)],
                      "y": ys + ys[-1:], "yaxis": "y3", "line": {"shape": "hv", "width": 1, "dash": "dot"},
                      "hovertemplate": "%{y:.3g}% busy (measured, kernel trace)<extra>gpu:" + _escape(d) + "</extra>"})
