@@ -229,3 +229,35 @@ def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path
     assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0, rel=1e-12)
     (note,) = [n for n in prof.notes if n.kind == "gpu-power-samples"]
     assert note.extra["samples"] == 20 and note.extra["period_ns"] == 50 * MS
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_api_schedule_reaches_the_in_process_profiler(tmp_path, monkeypatch):
+    """energy_profile(gpu_kernels=True, gpu_kernel_steps="3:1"): a tracked loop of 7 steps opens
+    windows at steps 0, 3 and 6, three traces; a loop outside track opens none and says so."""
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof import energy_profile
+    from energyprof.profile import load
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    monkeypatch.setenv("ENERGYPROF_DEV_ROOT", str(tmp_path))
+    power = tmp_path / "p.csv"
+    power.write_text("t_s,gpu:0,cpu\n0,100,20\n")
+
+    def loop(items):
+        x = torch.randn(16, 16)
+        for _ in items:
+            x = (x @ x).tanh()
+        return float(x.sum())
+
+    tracked = energy_profile(json=str(tmp_path / "a.json"), power_trace=str(power), gpu_kernels=True,
+                             gpu_kernel_steps="3:1", quiet=True)(lambda: loop(ept.track(list(range(7)))))
+    plain = energy_profile(json=str(tmp_path / "b.json"), power_trace=str(power), gpu_kernels=True,
+                           gpu_kernel_steps="3:1", quiet=True)(lambda: loop(range(7)))
+    assert isinstance(tracked(), float) and isinstance(plain(), float)
+    (note,) = [n for n in load(tmp_path / "a.json").notes if n.kind == "gpu-wall-time"]
+    assert note.extra["traces"] == 3
+    (note,) = [n for n in load(tmp_path / "b.json").notes if n.kind == "gpu-wall-time"]
+    assert "no window" in note.message
