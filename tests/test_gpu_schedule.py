@@ -209,6 +209,11 @@ def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
     busy = [c for c in lane if c[2]]
     assert len(busy) == 200 and busy[0][0] == pytest.approx(0.1) and busy[-1][1] == pytest.approx(0.3)
     assert all(c[2] == pytest.approx(0.001) for c in busy)
+    from energyprof.analysis.report import build
+    from energyprof.render.html import render_html
+
+    page = render_html(build(prof))  # the report states the schedule beside the kernel table
+    assert "1 window(s) of steps" in page and "25.0% of gpu:0" in page and "stays charged by wall time" in page
 
 
 def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path):
