@@ -83,4 +83,6 @@ def test_the_nvml_sensor_drains_at_each_read_and_offers_the_intervals():
     assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:1", ticks, 100 * MS) is None  # another source
     # samples no closer together than the sensor's ticks are no finer than the ticks
     assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:0", ticks, 20 * MS) is None
+    s.samples.dropped = 1  # the buffer's cap was reached: the run's end has no samples, so none are used
+    assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:0", ticks, 100 * MS) is None
     s.close()

@@ -269,8 +269,8 @@ def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]]
 
     sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
     buf = getattr(sensor, "samples", None)
-    if not ticks or buf is None or len(getattr(buf, "samples", ())) < 2:
-        return None
+    if not ticks or buf is None or len(getattr(buf, "samples", ())) < 2 or getattr(buf, "dropped", 0):
+        return None  # past the buffer's cap the run's end has no samples: the ticks' power throughout
     spacing = median_spacing_ns(buf.samples)
     if not 0 < spacing < tick_ns:
         return None

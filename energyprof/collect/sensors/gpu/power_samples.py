@@ -14,7 +14,7 @@ import time
 from typing import Any, Sequence
 
 TOTAL_POWER_SAMPLES = 0  # nvmlSamplingType_t NVML_TOTAL_POWER_SAMPLES
-MAX_SAMPLES = 500_000  # a week at 1 s, ~3 h at 20 ms: past this, the oldest ticks' power is used instead
+MAX_SAMPLES = 300_000  # ~100 min at 20 ms (~30 MB): past this the split uses the ticks' power for the whole run
 _VALUE_FIELDS = ("uiVal", "ulVal", "ullVal", "dVal", "sllVal")
 
 
