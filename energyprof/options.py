@@ -83,6 +83,7 @@ class Options:
     # GPUs
     sync: str | None = None
     gpu_kernels: bool = False  # the PyTorch profiler in the program: GPU joules on the launching lines
+    gpu_kernel_steps: str | None = None  # "EVERY:ACTIVE[:WINDOWS]": profile only some steps (bounded cost)
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in BOUNDS.items():
@@ -107,6 +108,10 @@ class Options:
                 raise OptionError("--power-trace replays a trace: add --sensor replay, or leave --sensor out")
             if "replay" in self.sensor and not self.power_trace:
                 raise OptionError("--sensor replay needs --power-trace FILE")
+        if self.gpu_kernel_steps is not None:
+            if not self.gpu_kernels:
+                raise OptionError("--gpu-kernel-steps bounds --gpu-kernels' profiler: give --gpu-kernels too")
+            parse_kernel_steps(self.gpu_kernel_steps)
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")
@@ -145,3 +150,17 @@ def _bounded(name: str, value: object, low: float, high: float, unit: str) -> No
 def _choice(name: str, value: str, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise OptionError(f"{flag(name)} must be one of {', '.join(choices)}, not {value!r}")
+
+
+def parse_kernel_steps(spec: str) -> tuple[int, int, int]:
+    """--gpu-kernel-steps EVERY:ACTIVE[:WINDOWS]: (every, active, windows; 0 = no limit). The profiler
+    runs for ACTIVE steps at the start of every EVERY steps, at most WINDOWS times."""
+    parts = spec.split(":") if isinstance(spec, str) else []
+    try:
+        nums = [int(p) for p in parts]
+    except ValueError:
+        nums = []
+    if len(nums) not in (2, 3) or nums[0] < 1 or nums[1] < 1 or nums[1] > nums[0] or (len(nums) == 3 and nums[2] < 0):
+        raise OptionError(f"--gpu-kernel-steps must be EVERY:ACTIVE[:WINDOWS] with 1 <= ACTIVE <= EVERY (e.g. 100:5:10),"
+                          f" not {spec!r}")
+    return nums[0], nums[1], nums[2] if len(nums) == 3 else 0

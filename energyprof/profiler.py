@@ -156,21 +156,23 @@ class Profiler:
         """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
         import tempfile
 
-        from .integrations.gpu_kernels import KernelCapture
+        from .integrations.gpu_kernels import KernelCapture, register
 
-        self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"))
+        self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"), steps=self.options.gpu_kernel_steps)
         self._kernels.start()
+        register(self._kernels)  # energyprof.torch.track's steps reach it
 
     def _attach_kernels(self, profile: Profile) -> None:
         import shutil
 
-        from .integrations.gpu_kernels import attach_kernels, read_traces
+        from .integrations.gpu_kernels import attach_kernels, read_spans, read_traces, register
 
         cap, self._kernels = self._kernels, None
         assert cap is not None
+        register(None)
         try:
             cap.stop()
-            traces = read_traces(cap.folder)
+            traces = (*read_traces(cap.folder), read_spans(cap.folder) if cap.schedule else None)
         except Exception as exc:  # noqa: BLE001 - the profile stands without the kernels
             traces = None
             profile.notes.append(Note("gpu-kernels", f"the PyTorch profiler's trace could not be read: {exc}"))

@@ -309,7 +309,8 @@ def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
     try:
         import importlib
 
-        importlib.import_module("energyprof.integrations.gpu_kernels").start_capture(config["spool"])
+        importlib.import_module("energyprof.integrations.gpu_kernels").start_capture(config["spool"],
+                                                                                   config.get("gpu_kernel_steps") or None)
     except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
         agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "
                    "GPU energy stays charged by wall time")

@@ -89,6 +89,9 @@ def build_run_parser() -> Parser:
     p.add_argument("--gpu-kernels", action="store_true",
                    help="run the PyTorch profiler in the program and put each GPU kernel's energy on the line that"
                         " launched it (needs torch and a GPU; docs/gpu.md)")
+    p.add_argument("--gpu-kernel-steps", metavar="EVERY:ACTIVE[:WINDOWS]",
+                   help="with --gpu-kernels: profile only ACTIVE steps of every EVERY (steps marked by"
+                        " energyprof.torch.track), at most WINDOWS windows; the rest stays on the wall-time rule")
     p.add_argument("--knob", action="append", metavar="KIND[:INDEX]=VALUE",
                    help="set a power knob for this run and put it back after (gpu_power_limit=W, cpu_power_limit=W,"
                         " cpu_max_freq=kHz, jetson_power_mode=N); repeatable; see docs/knobs.md")

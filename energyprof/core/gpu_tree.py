@@ -122,7 +122,7 @@ def python_path(kernel: "Kernel", package_dir: str = "") -> tuple[Frame, ...]:
 
 
 def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequence[Interval]], period_ns: float,
-            *, package_dir: str = "", clock_error_ns: int = 0) -> Profile:
+            *, package_dir: str = "", clock_error_ns: int = 0, spans: Sequence[tuple[int, int]] | None = None) -> Profile:
     """The profile with each GPU source's program joules moved from the wall-time rule onto the
     kernels' launch stacks (in place; returns it).
 
@@ -131,13 +131,24 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
     and `[GPU idle]` from the device's power intervals (the timeline's, on the run's clock). The
     program's share of the GPU is so taken as even over the run. Kernel frames meet the sampled
     tree's by (function, file, line); a module's frame by (function, file), since the profiler
-    names it by its current line."""
+    names it by its current line.
+
+    `spans` (a scheduled profiler's windows, on the power's clock): only the part of each device's
+    energy measured inside them is split among the kernels; the rest stays where the wall-time rule
+    put it, each node keeping that share of its GPU joules."""
     root = profile.root
     ids = {s.id for s in profile.sources}
     devices = {d: f"gpu:{d}" for d in power if f"gpu:{d}" in ids}
     if not devices:
         profile.notes.append(Note("gpu-wall-time", WALL_TIME_NOTE + "; no GPU source matched the trace's devices"))
         return profile
+    inside = {d: 1.0 for d in devices}  # the share of each device's energy measured inside the profiled spans
+    if spans is not None:
+        clipped = {d: clip_intervals(power[d], spans) for d in devices}
+        for d in devices:
+            whole = sum(e for _, _, e in power[d])
+            inside[d] = sum(e for _, _, e in clipped[d]) / whole if whole > 0 else 0.0
+        power = clipped
     att = attribute(((python_path(k, package_dir), k.device, k.name, k.start_ns, k.end_ns) for k in kernels
                      if k.device in devices), {d: power[d] for d in devices}, {d: period_ns for d in devices})
     # What the tree holds per source and policy, then emptied from the program's nodes.
@@ -151,15 +162,16 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
         if not out:
             program_nodes.append(node)
         stack.extend((c, out) for c in node.children)
+    keep = {f"gpu:{d}": 1.0 - inside[d] for d in devices}  # outside the spans: stays on the wall-time rule
     for node in program_nodes:  # emptied, not removed: a node keeps the sources it had
         for sid in held:
             if sid in node.self_energy_j:
-                held[sid][0] += node.self_energy_j[sid]
-                node.self_energy_j[sid] = 0.0
+                held[sid][0] += node.self_energy_j[sid] * (1.0 - keep[sid])
+                node.self_energy_j[sid] *= keep[sid]
             other = node.other_policy_self_energy_j
             if other is not None and sid in other:
-                held[sid][1] += other[sid]
-                other[sid] = 0.0
+                held[sid][1] += other[sid] * (1.0 - keep[sid])
+                other[sid] *= keep[sid]
     index: dict[tuple[Frame, ...], Node] = {}
     stacks_out = []
     for d, sid in devices.items():
@@ -188,7 +200,30 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
     profile.extra[GPU_FIELD] = {"method": "the program's GPU energy split among its kernels by busy time, from the "
                                 "PyTorch profiler's trace; time with none busy is [GPU idle]", "records": len(kernels),
                                 "clock_error_ns": clock_error_ns, "devices": devices_out, "stacks": stacks_out}
+    if spans is not None:
+        profiled_s = sum(b - a for a, b in spans) / 1e9
+        profile.extra[GPU_FIELD]["schedule"] = {"spans_ns": [[a, b] for a, b in spans], "profiled_s": profiled_s,
+                                                "profiled_share": {str(d): inside[d] for d in devices}}
+        for d, sid in devices.items():
+            outside = held[sid][0] / inside[d] * (1.0 - inside[d]) if inside[d] > 0 else 0.0
+            profile.notes.append(Note("gpu-kernels-schedule", (
+                f"{sid}: the profiler ran in {len(spans)} window(s), {profiled_s:.3f} s in all; {inside[d]:.1%} of the"
+                f" device's measured energy fell inside them and is split among the kernels; the rest"
+                f" ({outside:.3f} J of the program's share) stays charged by wall time on the sampled stacks"),
+                {"device": d, "windows": len(spans), "profiled_s": profiled_s, "inside_share": inside[d]}))
     return profile
+
+
+def clip_intervals(intervals: Sequence[Interval], spans: Sequence[tuple[int, int]]) -> list[Interval]:
+    """The parts of power intervals inside the spans, each with its time share of the interval's
+    joules (power taken as even within an interval, as the split itself takes it)."""
+    out: list[Interval] = []
+    for a, b, e in intervals:
+        for s, t in spans:
+            lo, hi = max(a, s), min(b, t)
+            if hi > lo and b > a:
+                out.append((lo, hi, e * (hi - lo) / (b - a)))
+    return out
 
 
 def _add(node: Node, sid: str, mine: float, other: float) -> None:
@@ -245,3 +280,24 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
 def timeline_intervals(t0: Sequence[int], t1: Sequence[int], energy: Sequence[Sequence[float]], column: int) -> list[Interval]:
     """One source's (t0, t1, joules) from a ledger timeline's buckets (core/timeline.py)."""
     return [(int(a), int(b), float(row[column])) for a, b, row in zip(t0, t1, energy) if b > a]
+
+
+def busy_per_cell(spans: Sequence[tuple[int, int]], cells: Sequence[tuple[int, int]]) -> list[float]:
+    """Seconds of each cell during which at least one span (a kernel) ran: the union, not the sum,
+    so overlapping kernels on two streams count once."""
+    merged: list[list[int]] = []
+    for a, b in sorted(spans):
+        if merged and a <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], b)
+        elif b > a:
+            merged.append([a, b])
+    out, j = [], 0
+    for c0, c1 in cells:
+        while j < len(merged) and merged[j][1] <= c0:
+            j += 1
+        busy, k = 0, j
+        while k < len(merged) and merged[k][0] < c1:
+            busy += max(0, min(c1, merged[k][1]) - max(c0, merged[k][0]))
+            k += 1
+        out.append(busy / 1e9)
+    return out

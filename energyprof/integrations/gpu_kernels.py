@@ -19,6 +19,7 @@ import atexit
 import importlib.util
 import json
 import os
+import time
 from typing import Any
 
 from ..collect.kernels import kineto
@@ -43,49 +44,116 @@ def unavailable() -> str | None:
 
 
 class KernelCapture:
-    """torch.profiler over the process's life, its trace written to `folder` at exit."""
+    """torch.profiler in this process, its trace written to `folder`: over the process's life, or,
+    with `steps` (EVERY:ACTIVE[:WINDOWS]), only over ACTIVE steps of every EVERY, each window its own
+    trace with its span on energyprof's clock. The profiler is per thread: it is started and stopped
+    where the steps are marked (`step`, called by energyprof.torch.track in the training loop)."""
 
-    def __init__(self, folder: str, activities: Any = None) -> None:
+    def __init__(self, folder: str, activities: Any = None, steps: str | None = None) -> None:
+        from ..options import parse_kernel_steps
+
         self.folder = folder
         self.activities = activities
+        self.schedule = parse_kernel_steps(steps) if steps else None
         self.prof: Any = None
         self.path = os.path.join(folder, f"{os.getpid()}{TRACE_SUFFIX}")
+        self.steps = 0  # steps marked so far
+        self.windows = 0  # windows begun
+        self.t_start = 0
+        self.live = False
 
-    def start(self) -> None:
+    def _begin(self) -> None:
         from torch.profiler import ProfilerActivity, profile
 
         acts = self.activities
         if acts is None:
             acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]  # ROCm builds report through the CUDA activity
         self.prof = profile(activities=acts, with_stack=True, record_shapes=False)
+        self.t_start = time.perf_counter_ns()
         self.prof.start()
+
+    def start(self) -> None:
+        self.live = True
+        if self.schedule is None:
+            self._begin()
         atexit.register(self.stop)
 
-    def stop(self) -> str | None:
-        """Stop and write the trace and its clock pair; the trace's path (None if already stopped)."""
+    def step(self) -> None:
+        """A step begins: open or close a window on the schedule (nothing for the whole-run profiler)."""
+        if self.schedule is None or not self.live:
+            return
+        every, active, windows = self.schedule
+        n, self.steps = self.steps, self.steps + 1
+        if self.prof is not None and n % every == active:
+            self._end()
+        if self.prof is None and n % every == 0 and (not windows or self.windows < windows):
+            self.windows += 1
+            self._begin()
+
+    def _end(self) -> str | None:
         prof, self.prof = self.prof, None
         if prof is None:
             return None
         prof.stop()
+        t_end = time.perf_counter_ns()
         offset, error = kineto.clock_offset()
-        part = self.path + ".part"
+        path = self.path if self.schedule is None else self.path[: -len(TRACE_SUFFIX)] + f".w{self.windows}{TRACE_SUFFIX}"
+        part = path + ".part"
         prof.export_chrome_trace(part)
-        os.replace(part, self.path)
-        with open(self.path[: -len(TRACE_SUFFIX)] + CLOCK_SUFFIX, "w", encoding="utf-8") as fh:
-            json.dump({"unix_minus_perf_ns": offset, "error_ns": error}, fh)
-        return self.path
+        os.replace(part, path)
+        clock: dict[str, Any] = {"unix_minus_perf_ns": offset, "error_ns": error}
+        if self.schedule is not None:
+            clock["span_ns"] = [self.t_start, t_end]
+        with open(path[: -len(TRACE_SUFFIX)] + CLOCK_SUFFIX, "w", encoding="utf-8") as fh:
+            json.dump(clock, fh)
+        return path
+
+    def stop(self) -> str | None:
+        """Stop and write the (last) trace and its clock pair; the trace's path (None if none was open)."""
+        self.live = False
+        return self._end()
 
 
 _capture: KernelCapture | None = None
 
 
-def start_capture(folder: str) -> KernelCapture:
+def start_capture(folder: str, steps: str | None = None) -> KernelCapture:
     """The agent's entry: start the profiler in this process (once)."""
     global _capture
     if _capture is None:
-        _capture = KernelCapture(folder)
+        _capture = KernelCapture(folder, steps=steps)
         _capture.start()
     return _capture
+
+
+def register(capture: KernelCapture | None) -> None:
+    """The in-process Profiler's capture, so that marked steps reach it (None: unset)."""
+    global _capture
+    _capture = capture
+
+
+def step() -> None:
+    """A training step begins (energyprof.torch.track calls this): the scheduled profiler's cue."""
+    if _capture is not None:
+        _capture.step()
+
+
+def read_spans(folder: str) -> list[tuple[int, int]]:
+    """The scheduled windows' spans on energyprof's clock ([] for a whole-run trace)."""
+    spans = []
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(CLOCK_SUFFIX))
+    except OSError:
+        names = []
+    for name in names:
+        try:
+            with open(os.path.join(folder, name), encoding="utf-8") as fh:
+                span = json.load(fh).get("span_ns")
+        except (OSError, ValueError):
+            continue
+        if span:
+            spans.append((int(span[0]), int(span[1])))
+    return sorted(spans)
 
 
 def read_traces(folder: str) -> tuple[list[kineto.Kernel], list[str], int, int]:
@@ -129,8 +197,14 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
     from ..core.gpu_tree import WALL_TIME_NOTE, regraft, timeline_intervals
     from ..profile import Note
 
-    kernels, notes, clock_error, read = traces if traces else ([], [], 0, 0)
+    kernels, notes, clock_error, read = traces[:4] if traces else ([], [], 0, 0)
+    # a fifth item: the scheduled windows' spans (--gpu-kernel-steps); absent or None for the whole run
+    spans = traces[4] if traces and len(traces) > 4 else None
     profile.notes.extend(Note("gpu-kernels", n) for n in notes)
+    if spans is not None and not spans:
+        profile.notes.append(Note("gpu-wall-time", f"{WALL_TIME_NOTE}; --gpu-kernel-steps profiled no window (no step"
+                                  " was marked: the loop must iterate through energyprof.torch.track)"))
+        return
     if not kernels:
         why = (f"--gpu-kernels found no kernel in the program's trace ({read} read: not PyTorch on the GPU, or no GPU"
                " work)") if read else "--gpu-kernels got no trace from the program (its profiler did not start or stop)"
@@ -145,6 +219,16 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
         if head == "gpu" and tail.isdigit():
             power[int(tail)] = timeline_intervals(tl.t0, tl.t1, tl.energy, k)
             src = next((s for s in profile.sources if s.id == sid), None)
+            tick_ns = max(float(getattr(src, "update_period_s", 0.0) or 0.0), float(getattr(collector, "interval_s", 0.0) or 0.0))
+            finer = driver_samples(collector, sid, power[int(tail)], tick_ns * 1e9)
+            if finer is not None:  # the driver's buffered samples: power at its own rate, not the ticks'
+                power[int(tail)], spacing = finer
+                period = max(period, spacing)
+                profile.notes.append(Note("gpu-power-samples", f"{sid}: the kernel split used the driver's {len(finer[0])}"
+                                          f" buffered power samples (nvmlDeviceGetSamples, every {spacing / 1e6:.0f} ms,"
+                                          " measured) for the shape of power over time; the total is the sensor's",
+                                          {"source": sid, "samples": len(finer[0]), "period_ns": spacing}))
+                continue
             if src is not None and src.update_period_s:
                 period = max(period, float(src.update_period_s) * 1e9)
     if not power:
@@ -152,4 +236,43 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
         return
     # no declared update period: the sensor interval is the finest the energy was seen at
     period = period or float(getattr(collector, "interval_s", 0.0)) * 1e9
-    regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error)
+    regraft(profile, kernels, power, period, package_dir=PACKAGE_DIR, clock_error_ns=clock_error, spans=spans or None)
+    add_busy_lanes(profile, kernels, list(zip(tl.t0, tl.t1)), spans)
+
+
+def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple[int, int]],
+                   spans: list[tuple[int, int]] | None = None) -> None:
+    """Each device's busy seconds per timeline cell, as [start_s, end_s, busy_s] on the profile's
+    timeline clock, for the report's timeline (gpu_kernels.devices[d].busy_lane). With a schedule,
+    a cell outside every window has busy None: not profiled, not idle."""
+    from ..core.gpu_tree import GPU_FIELD, busy_per_cell
+
+    gpu = profile.extra.get(GPU_FIELD)
+    starts = getattr(profile.timeline, "start_s", None) or []
+    cells = [(int(a), int(b)) for a, b in cells if b > a]
+    if not gpu or not cells or not starts:
+        return
+    origin = cells[0][0] - round(starts[0] * 1e9)  # the timeline's zero on energyprof's clock
+    for d, dev in gpu.get("devices", {}).items():
+        busy = busy_per_cell([(k.start_ns, k.end_ns) for k in kernels if str(k.device) == d], cells)
+        dev["busy_lane"] = [[(a - origin) / 1e9, (b - origin) / 1e9,
+                             x if spans is None or any(s < b and a < t for s, t in spans) else None]
+                            for (a, b), x in zip(cells, busy)]
+
+
+def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]],
+                   tick_ns: float) -> tuple[list[Any], float] | None:
+    """The source's driver power samples over the ticks' span, with their median spacing (ns), where
+    its sensor kept some (NVML's nvmlDeviceGetSamples) closer together than the sensor's ticks
+    (`tick_ns`: its update period or the collector's interval); None otherwise."""
+    from ..collect.sensors.gpu.power_samples import median_spacing_ns
+
+    sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
+    buf = getattr(sensor, "samples", None)
+    if not ticks or buf is None or len(getattr(buf, "samples", ())) < 2 or getattr(buf, "dropped", 0):
+        return None  # past the buffer's cap the run's end has no samples: the ticks' power throughout
+    spacing = median_spacing_ns(buf.samples)
+    if not 0 < spacing < tick_ns:
+        return None
+    intervals = sensor.power_intervals(ticks[0][0], ticks[-1][1])
+    return (intervals, spacing) if intervals else None

@@ -255,6 +255,9 @@ class TrackedLoader:
                     arrived, t_batch = t_batch, None
                     self._finish_step(prof, compute_w, step, epoch, wait_ns, t - arrived, meta)
                 step = self._next_step
+                kernels = sys.modules.get("energyprof.integrations.gpu_kernels")  # --gpu-kernel-steps' cue, if loaded
+                if kernels is not None:
+                    kernels.step()
                 if prof is not None:
                     prof.begin_window(fetch_w, step)
                 try:

@@ -260,8 +260,31 @@ def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
         layout["yaxis2"] = {"domain": [0.0, 0.24], "title": {"text": "RSS (MiB)"}, "rangemode": "tozero"}
         layout["xaxis"]["anchor"] = "y2"
         layout["height"] = 400
+    _gpu_busy(model, data, layout)
     _shade_windows(model, layout)
     return {"data": data, "layout": layout}
+
+
+def _gpu_busy(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+    """--gpu-kernels: each device's busy share of time (any kernel running), on a right-hand axis."""
+    devices = (model.profile.extra.get("gpu_kernels") or {}).get("devices") or {}
+    for d, dev in sorted(devices.items()):
+        lane = dev.get("busy_lane") or []
+        if not lane:
+            continue
+        step = max(1, math.ceil(len(lane) / MAX_TIMELINE_POINTS))
+        xs, ys = [], []
+        for a in range(0, len(lane), step):
+            part = [c for c in lane[a:a + step] if c[2] is not None]  # None: outside a scheduled window
+            span = sum(c[1] - c[0] for c in part)
+            xs.append(_round(lane[a][0], 6))
+            ys.append(_round(100 * sum(c[2] for c in part) / span, 2) if span > 0 else None)
+        data.append({"type": "scatter", "mode": "lines", "name": f"gpu:{d} busy (%)", "x": xs + [_round(lane[-1][1], 6)],
+                     "y": ys + ys[-1:], "yaxis": "y3", "line": {"shape": "hv", "width": 1, "dash": "dot"},
+                     "hovertemplate": "%{y:.3g}% busy (measured, kernel trace)<extra>gpu:" + _escape(d) + "</extra>"})
+        layout["yaxis3"] = {"title": {"text": "GPU busy (%)"}, "overlaying": "y", "side": "right", "range": [0, 100],
+                            "showgrid": False}
+        layout["margin"]["r"] = 60
 
 
 def _buckets(starts: list[float], ends: list[float]) -> list[tuple[int, int]]:

@@ -30,6 +30,7 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         "sampler": options.sampler,
         "sync": options.sync or "",
         "gpu_kernels": "1" if options.gpu_kernels else "0",
+        "gpu_kernel_steps": options.gpu_kernel_steps or "",
         # what a window's Measurement needs (supervise/job.py writes its energies back)
         "idle": options.idle,
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),

@@ -97,9 +97,9 @@ class Supervisor:
             self.status = self._wait(self.pid, inbox, launch, feed)
             collector.stop()
             if o.gpu_kernels:  # the program's traces, read before the spool folder goes
-                from ..integrations.gpu_kernels import read_traces
+                from ..integrations.gpu_kernels import read_spans, read_traces
 
-                self.kernel_traces = read_traces(spool)
+                self.kernel_traces = (*read_traces(spool), read_spans(spool) if o.gpu_kernel_steps else None)
         finally:
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)

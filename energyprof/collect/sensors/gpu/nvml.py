@@ -20,6 +20,7 @@ from ..base import Discovery, Sensor, SensorError, WrapCounter
 from . import nvml_device
 from .numbering import GpuInfo, cuda_bus_ids_from_torch, parse_bus_id, text, visible_order
 from .nvml_device import GpuError, NvmlDevice, Session, error_text, init_note, load_binding
+from .power_samples import SampleBuffer, to_intervals
 from .share import SHARE_REFRESH_S, ProcessShare
 
 DETECT_BUDGET_S = 0.3  # total time spent polling for update periods, all GPUs together
@@ -112,6 +113,7 @@ READING_LABELS = {
 }
 
 
+
 class NvmlSensor(Sensor):
     """Cumulative joules of one GPU, and this process's share of it (`process_share`)."""
 
@@ -133,6 +135,7 @@ class NvmlSensor(Sensor):
         self._last_t: int | None = None
         self._last_w = 0.0
         self._closed = False
+        self.samples = SampleBuffer(device.nv, device.handle)  # the driver's power samples, for the kernel split
 
     def _call(self) -> float:
         try:
@@ -151,6 +154,15 @@ class NvmlSensor(Sensor):
         self.share.refreshed_at = -1e18
 
     def read(self, t_ns: int) -> float:
+        joules = self._read(t_ns)
+        self.samples.drain()  # after the reading: a failure here never costs the energy
+        return joules
+
+    def power_intervals(self, t_lo: int, t_hi: int) -> list[tuple[int, int, float]]:
+        """The driver's power samples as (t0, t1, joules) on energyprof's clock ([] when there are none)."""
+        return to_intervals(self.samples.samples, t_lo, t_hi)
+
+    def _read(self, t_ns: int) -> float:
         if self.kind == "counter":
             raw = self._call()
             if self._counter is None:
