@@ -228,3 +228,32 @@ def test_ctrl_c_keeps_the_runs_that_finished(setup):
     table = json.loads((d / "o/sweep.json").read_text())
     assert [c["values"]["mode"] for c in table["configurations"]] == ["x"] and table["best"]["values"]["mode"] == "x"
     assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000])
+
+
+def test_sweep_runs_its_configurations_as_ray_tasks(setup):
+    """`--ray local`: each run a Ray task (here on a local cluster); each trial's energy its own (a replayed
+    50 W: its window's machine energy is exactly 50 W x its time), its knob set and put back where it ran."""
+    pytest.importorskip("ray", reason="the [ray] extra is not installed")
+    import shutil
+    import socket
+    import tempfile
+
+    d, env = setup
+    ray_tmp = tempfile.mkdtemp(prefix="ep-ray-", dir="/tmp")  # Ray's sockets: a short path of the test's own
+    try:
+        res = energyprof(["sweep", "--ray", "local", "--grid", "n=1,2", "--knob", "cpu_max_freq=1000000,2000000",
+                      "--window", "train", "--energy", "machine", "--out", "out", "--power-trace", "trace.csv", "--",
+                          sys.executable, "prog.py", "{n}"], d, {**env, "RAY_TMPDIR": ray_tmp})
+    finally:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+    assert res.returncode == 0, res.stderr
+    # runs that set a knob go one at a time (a knob is the machine's), in the interleaved order
+    assert (d / "seen.log").read_text().splitlines() == ["1 1000000", "1 2000000", "2 1000000", "2 2000000"]
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]
+    table = json.loads((d / "out/sweep.json").read_text())
+    assert len(table["configurations"]) == 4
+    for c in table["configurations"]:
+        for r in c["runs"]:
+            assert r["energy_j"] == pytest.approx(WATTS * r["time_s"], rel=1e-9)
+    for path in (d / "out").glob("run-*.json"):
+        assert load(str(path)).meta["sweep"]["ray_host"] == socket.gethostname()

@@ -53,6 +53,8 @@ def build_sweep_parser() -> Parser:
     g.add_argument("--interval", type=float, help="stack sampling interval in seconds")
     g.add_argument("--sensor-interval", type=float, help="sensor polling interval in seconds")
     g.add_argument("--no-gpu", action="store_true", help="do not read NVIDIA GPUs")
+    p.add_argument("--ray", metavar="ADDRESS", help="run each configuration as a Ray task on a cluster (its address,"
+                   " or `local` for a local one); the sweep's folder must be one the cluster's machines share")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing but errors and the best configuration")
     return p
 
@@ -130,6 +132,35 @@ def _measure(profile: Any, window: str | None, machine: bool) -> tuple[float, fl
     return sum(w.time_s for w in chosen), sum(e for e in energies if e is not None)
 
 
+def _on_ray(address: str, runs: list[Any]) -> dict[str, int]:
+    """Every run as a Ray task, submitted in the interleaved order; each profile written where a local
+    sweep writes it, with the machine it ran on. {stem: exit status}."""
+    from ..engines.ray_trials import Trials
+
+    try:
+        trials = Trials(address)
+    except Exception as exc:  # noqa: BLE001 - no Ray, or no cluster at that address: one line
+        raise UsageError(f"--ray {address}: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
+    try:
+        for _, _, _, stem, run_argv in runs:
+            trials.submit(run_argv, str(Path.cwd()), f"{stem.resolve()}.json", alone="--knob" in run_argv)
+        results = trials.results()
+    finally:
+        trials.close()
+    statuses = {}
+    for (_, _, _, stem, _), (status, text, err, host) in zip(runs, results):
+        if text:
+            doc = json.loads(text)
+            doc.setdefault("meta", {}).setdefault("sweep", {})["ray_host"] = host
+            Path(f"{stem}.json").write_text(json.dumps(doc))
+        elif status == 0:
+            status = 1  # ran, but left no profile where the driver can read it
+        if status != 0 and err:
+            print(f"energyprof sweep: {stem.name} on {host}: {err.strip().splitlines()[-1]}", file=sys.stderr)
+        statuses[str(stem)] = status
+    return statuses
+
+
 def sweep_cmd(argv: list[str]) -> int:
     from ..analysis.sweep import ObjectiveError, RunResult, label, parse_objective, score, summarize
 
@@ -172,15 +203,19 @@ def sweep_cmd(argv: list[str]) -> int:
 
     stopped = False
     plan = [(repeat, ci, values) for repeat in range(ns.repeats) for ci, values in enumerate(configs)]
+    runs = []
     for repeat, ci, values in plan:  # interleaved: every configuration once per round
         stem = out / f"run-c{ci:02d}-r{repeat}"
         knob_args = [a for n in values if n in knob_names for a in ("--knob", f"{n}={values[n]}")]
-        run_argv = [sys.executable, "-m", "energyprof", "-q", *forwarded, *knob_args, "--json", f"{stem}.json",
-                    "-o", f"{stem}.html", "--", *_fill(command, values)]
+        runs.append((repeat, ci, values, stem, [sys.executable, "-m", "energyprof", "-q", *forwarded, *knob_args,
+                                                "--json", f"{stem.resolve()}.json", "-o", f"{stem.resolve()}.html",
+                                                "--", *_fill(command, values)]))
+    statuses = _on_ray(ns.ray, runs) if ns.ray else {}
+    for repeat, ci, values, stem, run_argv in runs:
         if not ns.quiet:
             print(f"energyprof sweep: [{repeat + 1}/{ns.repeats}] {label(values)}", file=sys.stderr, flush=True)
         try:
-            status = subprocess.run(run_argv).returncode
+            status = statuses[str(stem)] if ns.ray else subprocess.run(run_argv).returncode
         except KeyboardInterrupt:  # Ctrl-C reached the run too (it restores its own knobs): keep what ran
             print("energyprof sweep: interrupted; the table holds the runs that finished", file=sys.stderr)
             stopped = True
