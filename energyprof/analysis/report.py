@@ -14,6 +14,7 @@ from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
+from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
@@ -108,6 +109,11 @@ class ReportModel:
             out["carbon"] = c.to_dict()
         if self.training:  # the tracked loops' breakdown (wait, pipeline, compute, stall), as the report shows it
             out["training"] = self.training
+        io = io_of(self.profile)
+        if io is not None:  # each window's MB read and IOPS, measured (collect/io.py), in window order
+            out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
+                                 for w in self.profile.windows]
+            out["io"] = io_in_span(io, float("-inf"), float("inf"))
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}

@@ -45,6 +45,9 @@ class Supervisor:
         self.status: int | None = None
         self.peak_rss: int | None = None  # the program's exact peak (the kernel's, from wait4)
         self.launch: Launch | None = None
+        from ..collect.io import IoRecorder
+
+        self.io = IoRecorder(lambda: self.pid)  # the program's I/O and the disks', read with the sensors' tick
 
     def run(self) -> tuple[Profile, int]:
         """Run the program to its end; (the profile, its raw wait status). The checkpoint is left
@@ -68,7 +71,8 @@ class Supervisor:
             own = OwnClocks()
             collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
                                   checkpoint=lambda: self._checkpoint_header(ledger, feed),
-                                  checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
+                                  checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
+                                  extras=[self.io])
             self.started_wall = time.time()
             collector.start()
         except BaseException:
@@ -156,6 +160,7 @@ class Supervisor:
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
+        profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock
         return profile
 
     def _tie_gpus(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> None:
