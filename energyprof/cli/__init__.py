@@ -7,6 +7,7 @@
     energyprof compare A.json B.json              compare.py
     energyprof merge A.json B.json -o JOB.json    merge.py
     energyprof sensors [record | serve]           sensors.py
+    energyprof cache {drop,status} PATH           cache.py
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from .common import PROG, UsageError
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("report", "compare", "merge", "sensors"):
+    if argv and argv[0] in ("report", "compare", "merge", "sensors", "cache"):
         gc.enable()  # __main__ turned it off for start-up; only `run` keeps it off until the program starts
     try:
         if argv and argv[0] == "report":
@@ -40,6 +41,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sensors import sensors_cmd
 
             return sensors_cmd(argv[1:])
+        if argv and argv[0] == "cache":
+            from .cache import cache_cmd
+
+            return cache_cmd(argv[1:])
         from .run import run
 
         return run(argv)
