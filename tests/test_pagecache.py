@@ -88,3 +88,25 @@ def test_cache_drop_command(tmp_path: Path) -> None:
     bad = subprocess.run([sys.executable, "-m", "energyprof", "cache", "drop", str(tmp_path / "nope")],
                          capture_output=True, text=True, timeout=60, env=_env(), check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no such file" in bad.stderr
+
+
+def test_watch_cache_records_the_run_cold_then_warm(tmp_path: Path) -> None:
+    import json
+
+    root = tree(tmp_path / "data", files=4)
+    evictable(root)
+    (tmp_path / "s.py").write_text("import pathlib, sys\nfor p in sorted(pathlib.Path(sys.argv[1]).rglob('*.bin')):\n"
+                                   "    p.read_bytes()\n")
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--watch-cache", "data", "-q",
+                           "--json", "p.json", "-o", "r.html", "s.py", "data"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=120, env=_env(), check=False)
+    assert proc.returncode == 0, proc.stderr
+    meta = json.loads((tmp_path / "p.json").read_text())["meta"]
+    start, end = meta["page_cache"]
+    assert (start["when"], end["when"]) == ("start", "end")
+    assert start["fraction"] < 0.05 and end["fraction"] > 0.95 and end["files"] == 4
+    assert meta["settings"]["storage"]["path"] == "data" and meta["settings"]["storage"]["kind"]
+    bad = subprocess.run([sys.executable, "-m", "energyprof", "--watch-cache", "nope", "s.py", "data"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=60, env=_env(), check=False)
+    assert bad.returncode == 2 and "--watch-cache" in bad.stderr and bad.stderr.count("\n") == 1

@@ -78,6 +78,8 @@ def build_run_parser() -> Parser:
                    help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
     p.add_argument("--sync", default=None, metavar="{cuda}",
                    help="'cuda': synchronise CUDA at window and function boundaries")
+    p.add_argument("--watch-cache", metavar="PATH", help="measure the page-cache residency of the files under PATH"
+                   " at the run's start and end, and record the storage device behind it")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 

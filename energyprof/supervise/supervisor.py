@@ -48,6 +48,7 @@ class Supervisor:
         from ..collect.io import IoRecorder
 
         self.io = IoRecorder(lambda: self.pid)  # the program's I/O and the disks', read with the sensors' tick
+        self.page_cache: list[dict[str, Any]] = []  # --watch-cache: residency at the run's start and end
 
     def run(self) -> tuple[Profile, int]:
         """Run the program to its end; (the profile, its raw wait status). The checkpoint is left
@@ -56,6 +57,7 @@ class Supervisor:
         signals.reset_sigchld()
         inbox = signals.inbox()
         o = self.options
+        self._watch_cache("start")
         spool = tempfile.mkdtemp(prefix="energyprof-")
         launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
                         o.checkpoint)
@@ -161,7 +163,22 @@ class Supervisor:
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
         profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock
+        if self.options.watch_cache:
+            self._watch_cache("end")
+            from ..collect.settings import storage
+
+            profile.meta["page_cache"] = list(self.page_cache)
+            profile.meta.setdefault("settings", {})["storage"] = storage(self.options.watch_cache)
         return profile
+
+    def _watch_cache(self, when: str) -> None:
+        """--watch-cache PATH: the page-cache residency of the files under PATH (collect/pagecache.py)."""
+        if not self.options.watch_cache:
+            return
+        from ..collect import pagecache
+
+        if pagecache.supported():
+            self.page_cache.append({"when": when, **pagecache.residency(self.options.watch_cache)})
 
     def _tie_gpus(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> None:
         """Each GPU source with the rank that uses it, written into the sources before the
