@@ -65,9 +65,9 @@ def test_energy_per_step_sample_epoch_and_cache_residency(tmp_path: Path) -> Non
         pytest.skip("this file system ignores POSIX_FADV_DONTNEED")
     (tmp_path / "train.py").write_text(SCRIPT)
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01", "-q", "--json", "p.json",
-                           "-o", "r.html", "train.py", str(data)], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=300, env=_env(), check=False)
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01",
+                           "-q", "--json", "p.json", "-o", "r.html", "train.py", str(data)], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=300, env=_env(), check=False)
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((tmp_path / "p.json").read_text())
     fetch = [w for w in saved["windows"] if w["name"] == "step.fetch" and "samples" in w.get("loop", {})]

@@ -16,7 +16,7 @@ import mmap
 import os
 import random
 import sys
-from typing import Any, Iterator
+from typing import Any
 
 MAX_FILES = 2000  # past this many files, a sample of them is asked (about 10 ms per 1,000 small files)
 PAGE = mmap.PAGESIZE
