@@ -66,6 +66,8 @@ def test_a_known_read_appears_in_its_window(tmp_path: Path) -> None:
     assert got["read_iops"] > 0
     assert io_in_span(io, quiet["start_s"], quiet["end_s"])["process_read_mb"] < 0.05 * MB
     assert saved["derived"]["windows_io"][0]["process_read_mb"] == pytest.approx(got["process_read_mb"])
+    html = (tmp_path / "r.html").read_text()
+    assert "<th title=\"measured: /proc/diskstats, all processes\">disk read (MB)</th>" in html
 
 
 def test_span_interpolates_cumulative_counters() -> None:

@@ -88,3 +88,5 @@ def test_energy_per_step_sample_epoch_and_cache_residency(tmp_path: Path) -> Non
     # tick intervals astride the epoch's ends hold at most one item each (2 of 10 files: 20%).
     assert first["process_read_mb"] == pytest.approx(10 * 0.262144, rel=0.25)
     assert b["epochs"][1]["process_read_mb"] < 0.5  # the warm pass found them cached
+    html = (tmp_path / "r.html").read_text()
+    assert "the model has 672 parameters" in html and "(20 samples)" in html and "<th>disk read (MB)</th>" in html
