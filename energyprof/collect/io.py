@@ -31,7 +31,7 @@ def whole_disks(sys_root: str = "/sys") -> set[str]:
 
 def read_proc_io(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:
     try:
-        text = Path(proc_root, str(pid), "io").read_text()
+        text = Path(proc_root, str(pid), "io").read_text(encoding="utf-8")
     except OSError:
         return None  # gone, or another user's process
     out: dict[str, int] = {}
@@ -44,7 +44,7 @@ def read_proc_io(pid: int, proc_root: str = "/proc") -> dict[str, int] | None:
 
 def read_diskstats(disks: set[str], proc_root: str = "/proc") -> dict[str, dict[str, int]]:
     try:
-        text = Path(proc_root, "diskstats").read_text()
+        text = Path(proc_root, "diskstats").read_text(encoding="utf-8")
     except OSError:
         return {}
     out: dict[str, dict[str, int]] = {}

@@ -19,7 +19,7 @@ COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must no
 
 def _read(path: Path) -> str | None:
     try:
-        return path.read_text().strip()
+        return path.read_text(encoding="utf-8").strip()
     except (OSError, UnicodeDecodeError):
         return None
 
@@ -136,7 +136,7 @@ def _command(argv: list[str]) -> str | None:
     if exe is None:
         return None
     try:
-        proc = subprocess.run([exe, *argv[1:]], capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S,
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, encoding="utf-8", errors="replace", timeout=COMMAND_TIMEOUT_S,
                               check=False, stdin=subprocess.DEVNULL)
     except (OSError, subprocess.SubprocessError):
         return None
