@@ -104,3 +104,21 @@ def test_recorder_reads_fake_proc_and_holds_a_vanished_process(tmp_path: Path) -
     assert fact["process"]["read_bytes"] == [4096, 4096]
     assert list(fact["disks"]) == ["sda"] and fact["disks"]["sda"]["busy_ms"] == [40, 90]
     assert read_diskstats({"sda"}, str(tmp_path / "proc"))["sda"]["read_sectors"] == 800
+
+
+def test_a_long_run_is_thinned_and_stays_exact_at_the_readings_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import energyprof.collect.io as cio
+
+    monkeypatch.setattr(cio, "MAX_POINTS", 10)
+    (tmp_path / "proc/7").mkdir(parents=True)
+    (tmp_path / "sys/block").mkdir(parents=True)
+    (tmp_path / "proc/diskstats").write_text("")
+    rec = IoRecorder(lambda: 7, proc_root=str(tmp_path / "proc"), sys_root=str(tmp_path / "sys"))
+    rec.available = True
+    for i in range(25):
+        (tmp_path / "proc/7/io").write_text(f"read_bytes: {1000 * i}\nwrite_bytes: 0\n")
+        rec(i * 1_000_000_000)
+    fact = rec.fact(0)
+    assert len(fact["t_s"]) <= 10 and fact["t_s"][0] == 0.0 and fact["t_s"][-1] == 24.0
+    assert all(b == 1000 * t for t, b in zip(fact["t_s"], fact["process"]["read_bytes"]))
+    assert io_in_span(fact, 0.0, 24.0)["process_read_mb"] == pytest.approx(0.024)
