@@ -50,6 +50,9 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
+    emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
+    emissions_csv_windows: bool = False
+    watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's start and end
     interval: float = 0.01
     sensor_interval: float = 0.05
     idle: str = "share"
@@ -95,7 +98,7 @@ class Options:
         _choice("memory", self.memory, MEMORY_MODES)
         if self.sync not in (None, "cuda"):
             raise OptionError(f"--sync must be 'cuda' or left out, not {self.sync!r}")
-        for name in OUTPUTS + ("checkpoint", "power_trace", "carbon_intensity_trace", "powercap_root"):
+        for name in OUTPUTS + ("emissions_csv", "checkpoint", "power_trace", "carbon_intensity_trace", "powercap_root"):
             path = getattr(self, name)
             if path is not None and (not isinstance(path, str) or not path.strip()):
                 raise OptionError(f"{flag(name)} needs a file name, not {path!r}")

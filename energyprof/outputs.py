@@ -98,6 +98,14 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             written.append(path)
         except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
             failed.append(f"could not write {flag(name)} {path}: {type(exc).__name__}: {exc}")
+    if options.emissions_csv and model is not None:
+        try:
+            from .emissions import append, rows
+
+            append(options.emissions_csv, rows(model, windows=options.emissions_csv_windows))
+            written.append(options.emissions_csv)
+        except Exception as exc:  # noqa: BLE001 - report it like an output that failed
+            failed.append(f"could not append to --emissions-csv {options.emissions_csv}: {exc}")
     logged = None
     if options.mlflow and model is not None:  # after the files, so a tracking server that is down loses none of them
         try:

@@ -42,6 +42,16 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         if real in seen and not _is_sink(real):
             raise OptionError(f"{flag(name)} {path}: the same file as {seen[real]}; one of them would be lost")
         seen.setdefault(real, flag(name))
+    if options.watch_cache is not None and not os.path.exists(options.watch_cache):
+        raise OptionError(f"--watch-cache: {options.watch_cache}: no such file or folder")
+    if options.emissions_csv is not None:
+        check_writable(options.emissions_csv, "--emissions-csv")
+        from .emissions import check_header
+
+        try:
+            check_header(options.emissions_csv)
+        except ValueError as exc:
+            raise OptionError(f"--emissions-csv: {exc}") from None
     for name in ("power_trace", "carbon_intensity_trace"):
         path = getattr(options, name)
         if path is not None and not Path(path).is_file():

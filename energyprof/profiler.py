@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import os
 import platform
 import sys
@@ -416,7 +417,20 @@ def run_meta(options: Options, target: str, argv: list[str], started_wall: float
         "sensor_notes": list(sensor_notes),
         "exit": exit_status,
         "carbon_settings": options.carbon_settings(),
+        "settings": machine_settings(options.powercap_root, options.gpus),
     }
+
+
+@functools.lru_cache(maxsize=4)
+def machine_settings(powercap_root: str | None, gpus: bool) -> dict[str, Any]:
+    """The machine's settings (collect/settings.py), read once per process: a checkpoint every 30 s
+    rewrites the meta, and asking NVML or nvpmodel again each time would cost the run for nothing."""
+    from .collect import settings
+
+    try:
+        return settings.read(powercap_root=powercap_root, gpus=gpus)
+    except Exception as exc:  # noqa: BLE001 - the run's facts matter more than its settings
+        return {"error": f"{type(exc).__name__}: {exc}"}
 
 
 def checkpoint_header(meta: dict[str, Any], options: Options, notes: list[dict[str, Any]],

@@ -205,6 +205,7 @@ class Comparison:
     sweep_points: list[WindowPoint] = field(default_factory=list)
     sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
     folder: str | None = None  # the base's program folder: files are shown relative to it
+    settings_differ: list[str] = field(default_factory=list)  # the machine's settings, base against head
 
     @property
     def base_runs(self) -> list[Run]:
@@ -261,7 +262,22 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
     points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
     return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
                       _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
-                      windows, points, program, program_folder(profiles[base_ix[0]]))
+                      windows, points, program, program_folder(profiles[base_ix[0]]),
+                      _settings_differ(base_models, head_models))
+
+
+def _settings_differ(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[str]:
+    """Each setting (governor, power limits, power mode...) that differs between any base run and any
+    head run, once: a difference there can explain an energy change that no code change made."""
+    from ..collect.settings import differences
+
+    lines: list[str] = []
+    for a in base:
+        for b in head:
+            for line in differences(a.meta.get("settings"), b.meta.get("settings")):
+                if line not in lines:
+                    lines.append(line)
+    return lines
 
 
 def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[int], head_samples: Sequence[int],

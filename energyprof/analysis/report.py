@@ -15,6 +15,7 @@ from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
 from .own import Group, own_first
+from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
@@ -74,6 +75,8 @@ class ReportModel:
     # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
     # whether their energy is the program's
     sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
+    # window name -> its windows' disk MB read (summed) and read IOPS (over their summed time), measured
+    window_io: dict[str, dict[str, float]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -113,6 +116,11 @@ class ReportModel:
             out["carbon"] = c.to_dict()
         if self.training:  # the tracked loops' breakdown (wait, pipeline, compute, stall), as the report shows it
             out["training"] = self.training
+        io = io_of(self.profile)
+        if io is not None:  # each window's MB read and IOPS, measured (collect/io.py), in window order
+            out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
+                                 for w in self.profile.windows]
+            out["io"] = io_in_span(io, float("-inf"), float("inf"))
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -166,7 +174,27 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
+        window_io=_window_io(view),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
+
+
+def _window_io(profile: Profile) -> dict[str, dict[str, float]]:
+    io = io_of(profile)
+    if io is None:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for w in profile.windows:
+        span = io_in_span(io, w.start_s, w.end_s)
+        if span is None:
+            continue
+        g = out.setdefault(w.name, {"read_mb": 0.0, "reads": 0.0, "time_s": 0.0, "process_read_mb": 0.0})
+        g["read_mb"] += span["disk_read_mb"]
+        g["process_read_mb"] += span["process_read_mb"]
+        g["reads"] += span["disk_reads"]
+        g["time_s"] += w.end_s - w.start_s
+    for g in out.values():
+        g["read_iops"] = g["reads"] / g["time_s"] if g["time_s"] > 0 else 0.0
+    return out
 
 
 def processes_of(profile: Profile) -> list[Process]:

@@ -22,6 +22,7 @@ import re
 from typing import Any, Iterable, Mapping
 
 from ..profile import Node, Profile, Window
+from .io import io_in_span, io_of
 
 DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so
 NOISE_FLOOR = 0.05  # ...unless the gap is under this share of the epoch's loop time (both near zero)
@@ -186,6 +187,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
         r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
         r["epoch"] = next((e.index for e in epochs if e.start_s <= r["start_s"] < e.end_s), None)
+        r["samples"] = int(f.loop["samples"]) if f is not None and "samples" in f.loop else None
+        r["end_s"] = c.end_s
         rows.append(r)
     rows.sort(key=lambda r: r["start_s"])
     end_waits = [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
@@ -202,7 +205,17 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         e["steps"] += 1
         for k in _SUMMED:
             e[k] += r[k]
+    io = io_of(profile)
     for e in per_epoch.values():
+        mine = [r for r in rows if r["epoch"] == e["epoch"]]
+        e["samples"] = sum(r["samples"] for r in mine) if all(r["samples"] is not None for r in mine) else None
+        e["energy_per_sample_j"] = e["energy_j"] / e["samples"] if e["samples"] else None
+        ew = next((w for w in epochs if w.index == e["epoch"]), None)  # the epoch's window, else its steps' span
+        a, b = (ew.start_s, ew.end_s) if ew is not None else (min(r["start_s"] for r in mine), max(r["end_s"] for r in mine))
+        span = io_in_span(io, a, b) if io and mine else None
+        if span is not None:  # the disk beside the stall: measured over the epoch's steps
+            e["read_mb"], e["read_iops"] = span["disk_read_mb"], span["read_iops"]
+            e["process_read_mb"], e["disk_busy_share"] = span["process_read_mb"], span["disk_busy_share"]
         t = next((x for x in (loop or {}).get("epochs", []) if x["epoch"] == e["epoch"]), None)
         for k in ("stall_s", "predicted_wait_s", "pipeline_s", "startup_s", "workers", "agrees"):
             e[k] = t[k] if t else None
@@ -226,10 +239,26 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         # the workers' processes as a whole (the tree has no time axis to split them per epoch);
         # None when the profile has no worker process nodes
         "workers_energy_j": _sum_energy(workers) if workers else None,
+        **_per_unit(rows, list(per_epoch.values()), fetches),
         "warmup_epochs": loop["warmup_epochs"] if loop else [],
         "notes": notes,
         "stall_definition": STALL_DEFINITION,
     }
+
+
+def _per_unit(rows: list[dict[str, Any]], epochs: list[dict[str, Any]], fetches: list[Window]) -> dict[str, Any]:
+    """The loop's energy per step, per sample and per epoch (the steps' energy, measured windows), with the
+    counts they divide by and the model's parameter count where the tracker recorded them."""
+    energy = sum(r["energy_j"] for r in rows)
+    samples = [r["samples"] for r in rows]
+    n_samples = sum(samples) if samples and all(x is not None for x in samples) else None
+    whole = [e for e in epochs if e["epoch"] is not None]
+    params = next((int(f.loop["parameters"]) for f in fetches if "parameters" in f.loop), None)
+    return {"training_energy_j": energy, "step_count": len(rows), "sample_count": n_samples,
+            "epoch_count": len(whole), "parameters": params,
+            "energy_per_step_j": energy / len(rows) if rows else None,
+            "energy_per_sample_j": energy / n_samples if n_samples else None,
+            "energy_per_epoch_j": sum(e["energy_j"] for e in whole) / len(whole) if whole else None}
 
 
 _SUMMED = ("wait_s", "preprocess_s", "compute_s", "time_s", "wait_j", "preprocess_j", "compute_j", "energy_j")

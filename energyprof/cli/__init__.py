@@ -9,6 +9,7 @@
     energyprof sensors [record | serve]           sensors.py
     energyprof gpu-trace TRACE --power-trace CSV  gpu_trace.py
     energyprof sweep --grid ... --knob ... -- CMD sweep.py
+    energyprof cache {drop,status} PATH           cache.py
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .common import PROG, UsageError
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace", "sweep"):
+    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace", "sweep", "cache"):
         gc.enable()  # __main__ turned it off for start-up; only `run` keeps it off until the program starts
     try:
         if argv and argv[0] == "report":
@@ -50,6 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .sweep import sweep_cmd
 
             return sweep_cmd(argv[1:])
+        if argv and argv[0] == "cache":
+            from .cache import cache_cmd
+
+            return cache_cmd(argv[1:])
         from .run import run
 
         return run(argv)

@@ -31,6 +31,10 @@ def add_output_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pprof", help="export gzipped pprof (energy_<source> in uJ, cpu and wall in ns) for pprof/Pyroscope/Parca")
     p.add_argument("--mlflow", action="store_true",
                    help="log to the active MLflow run, or a new one (pip install 'energyprof[mlflow]')")
+    p.add_argument("--emissions-csv", metavar="FILE",
+                   help="append the run's row to FILE in codecarbon's emissions.csv schema (kg, kWh, W)")
+    p.add_argument("--emissions-csv-windows", action="store_true",
+                   help="with --emissions-csv: one more row per window (experiment_id names it)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
     add_carbon_flags(p)
 
@@ -69,6 +73,8 @@ def build_options(ns: argparse.Namespace, inputs: tuple[str, ...] = (), keep_che
     for name in ("output", *OUTPUTS, "checkpoint"):
         if kwargs.get(name) == "":
             raise OptionError(f"{flag(name)} needs a file name, not ''")
+    if kwargs.get("emissions_csv_windows") and not kwargs.get("emissions_csv"):
+        raise OptionError("--emissions-csv-windows needs --emissions-csv FILE")
     kwargs.update(extra)
     options = Options(**kwargs)
     preflight(options, inputs=inputs, keep_checkpoint=keep_checkpoint)

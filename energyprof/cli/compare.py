@@ -108,6 +108,9 @@ def compare_cmd(argv: list[str]) -> int:
             except OSError as exc:
                 raise UsageError(f"could not write {path}: {exc.strerror or exc}") from None
             written.append(path)
+    if cmp.settings_differ:  # even with -q: a gate that passed or failed for a settings change should say so
+        print(f"energyprof: warning: the machine's settings differ between base and head: {cmp.settings_differ[0]}"
+              + (f" (and {len(cmp.settings_differ) - 1} more)" if len(cmp.settings_differ) > 1 else ""), file=sys.stderr)
     if not ns.quiet:
         sys.stdout.write(render_text(cmp))
         for path in written:

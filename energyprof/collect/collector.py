@@ -94,8 +94,10 @@ FIRST_CHECKPOINT_NS = 1_000_000_000  # the first checkpoint, at most this long a
 class Collector:
     def __init__(self, sensors: list[Sensor], feed: Feed, interval_s: float, own: OwnClocks,
                  sensor_timeout_s: float = 2.0, checkpoint: Callable[[], dict[str, Any]] | None = None,
-                 checkpoint_path: str | None = None, checkpoint_interval_s: float = 30.0) -> None:
+                 checkpoint_path: str | None = None, checkpoint_interval_s: float = 30.0,
+                 extras: list[Callable[[int], None]] | None = None) -> None:
         self.sensors = sensors
+        self.extras = list(extras or [])  # other readers on the same clock (collect/io.py), each tick
         self.alive = [True] * len(sensors)
         self.feed = feed
         self.ledger = feed.ledger
@@ -253,6 +255,13 @@ class Collector:
         with self._lock:
             self.feed.on_tick(t, tuple(energy), shares or None)
             self.ticks += 1
+        for extra in list(self.extras):
+            try:
+                extra(t)
+            except Exception as exc:  # noqa: BLE001 - an extra reading is not worth the run
+                self.extras.remove(extra)
+                self.notes.append({"kind": "collector-error",
+                                   "message": f"{type(extra).__name__} stopped reading: {type(exc).__name__}: {exc}"})
 
     def _drop(self, i: int, why: str, t_ns: int) -> None:
         if not self.alive[i]:

@@ -40,7 +40,7 @@ class Split:
 def split_energy(intervals: Sequence[Interval], spans: Sequence[Span]) -> Split:
     """Share each interval's joules among the spans busy in it, by busy time; the rest is idle."""
     ivs = sorted((int(a), int(b), float(j)) for a, b, j in intervals if b > a)
-    for (a0, b0, _), (a1, _, _) in zip(ivs, ivs[1:]):
+    for (_, b0, _), (a1, _, _) in zip(ivs, ivs[1:]):
         if a1 < b0:
             raise ValueError(f"power intervals overlap at {a1} ns")
     n = len(spans)

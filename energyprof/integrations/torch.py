@@ -121,13 +121,39 @@ class _TimedCollate:
         return _TimedBatch(batch, work, int(info.id))
 
 
-def _loop_facts(meta: dict[str, Any]) -> dict[str, float] | None:
+def _loop_facts(meta: dict[str, Any], counts: dict[str, float] | None = None) -> dict[str, float] | None:
     """What the saved profile keeps of a step's batch: the worker's time on it (the pipeline),
-    which worker, of how many, and whether it waited for that worker to start."""
-    if not meta.get("workers") or meta.get("pipeline_s") is None:
+    which worker, of how many, and whether it waited for that worker to start; `counts`: the
+    batch's samples (and, on a pass's first step, the model's parameters)."""
+    facts = dict(counts or {})
+    if meta.get("workers") and meta.get("pipeline_s") is not None:
+        facts.update({"pipeline_s": float(meta["pipeline_s"]), "worker": float(meta.get("worker", -1)),
+                      "workers": float(meta["workers"]), "startup": 1.0 if meta.get("startup") else 0.0})
+    return facts or None
+
+
+def batch_samples(batch: Any) -> int | None:
+    """The samples in a batch: the first dimension of its first tensor (or array), looked for in
+    tuples, lists and dicts as DataLoaders collate them; None when there is none."""
+    todo = [batch]
+    while todo:
+        x = todo.pop(0)
+        shape = getattr(x, "shape", None)
+        if shape is not None and len(shape) > 0:
+            return int(shape[0])
+        if isinstance(x, dict):
+            todo.extend(x.values())
+        elif isinstance(x, (list, tuple)):
+            todo.extend(x)
+    return None
+
+
+def parameter_count(model: Any) -> int | None:
+    """A torch module's parameters (each counted once, as `sum(p.numel())` over `model.parameters()`)."""
+    try:
+        return int(sum(p.numel() for p in model.parameters()))
+    except Exception:  # noqa: BLE001 - not a module: no count
         return None
-    return {"pipeline_s": float(meta["pipeline_s"]), "worker": float(meta.get("worker", -1)),
-            "workers": float(meta["workers"]), "startup": 1.0 if meta.get("startup") else 0.0}
 
 
 def _end_with_facts(prof: Any, name: str, facts: dict[str, float] | None) -> None:
@@ -179,9 +205,13 @@ class TrackedLoader:
     """An iterable over `loader` that times each step and marks its phases as windows."""
 
     def __init__(self, loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
-                 gpu_memory: bool = True, optimizer: Any = None) -> None:
+                 gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
+                 dataset: str | None = None) -> None:
         self.loader = loader
         self.optimizer = optimizer  # Zeus's callbacks (a PowerLimitOptimizer): called per pass and per step
+        self.model = model  # its parameter count is kept with the first step of each pass
+        self.dataset = dataset  # the page-cache residency of the files under it, at each pass's start and end
+        self.cache: list[dict[str, Any]] = []
         self.name = name
         self._profiler = profiler
         self.gpu_memory = gpu_memory
@@ -245,6 +275,8 @@ class TrackedLoader:
         step = -1
         first = True
         booted: set[int] = set()  # workers whose first batch of this pass has arrived
+        first_step = True
+        self._residency(prof, epoch, "start")
         meta: dict[str, Any] = {}
         if self.optimizer is not None:
             self.optimizer.on_epoch_begin()
@@ -267,6 +299,7 @@ class TrackedLoader:
                     if prof is not None:
                         prof.end_window(fetch_w)
                     self.end_waits_s.append((t_end - t) / 1e9)
+                    self._residency(prof, epoch, "end")
                     return
                 t_batch = time.perf_counter_ns()
                 wait_ns = t_batch - t
@@ -283,7 +316,16 @@ class TrackedLoader:
                 self._next_step += 1
                 self._current, self._pre_ns = step, 0
                 if prof is not None:
-                    _end_with_facts(prof, fetch_w, _loop_facts(meta))
+                    counts: dict[str, float] = {}
+                    n = batch_samples(batch)
+                    if n is not None:
+                        counts["samples"] = float(n)
+                    if first_step and self.model is not None:
+                        params = parameter_count(self.model)
+                        if params is not None:
+                            counts["parameters"] = float(params)
+                    first_step = False
+                    _end_with_facts(prof, fetch_w, _loop_facts(meta, counts))
                     prof.begin_window(compute_w, step)
                 if self.optimizer is not None:
                     self.optimizer.on_step_begin()
@@ -295,6 +337,23 @@ class TrackedLoader:
             self._current = None
             if self.optimizer is not None:
                 self.optimizer.on_epoch_end()
+
+    def _residency(self, prof: Profiler | None, epoch: int, when: str) -> None:
+        """The dataset's page-cache residency now, kept on the tracker and, as a zero-length window's facts
+        (`<name>.cache`, index = pass), in the profile."""
+        if self.dataset is None:
+            return
+        from ..collect import pagecache
+
+        if not pagecache.supported():
+            return
+        r = pagecache.residency(self.dataset)
+        self.cache.append({"epoch": epoch, "when": when, **r})
+        if prof is not None and r["fraction"] is not None:
+            prof.begin_window(f"{self.name}.cache.{when}", epoch)
+            _end_with_facts(prof, f"{self.name}.cache.{when}",
+                            {"residency": float(r["fraction"]), "bytes": float(r["bytes"]), "files": float(r["files"]),
+                             "sampled": float(r["sampled"] or 0)})
 
     def _finish_step(self, prof: Profiler | None, compute_w: str, step: int, epoch: int, wait_ns: int,
                      since_batch_ns: int, meta: dict[str, Any]) -> None:
@@ -351,7 +410,8 @@ class TrackedLoader:
 
 
 def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
-          gpu_memory: bool = True, optimizer: Any = None) -> TrackedLoader:
+          gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
+          dataset: str | None = None) -> TrackedLoader:
     """Wrap a DataLoader (any iterable) so each step is split into wait, pipeline and compute.
 
     `profiler` defaults to the one running when the loop starts (none: timing only).
@@ -359,5 +419,8 @@ def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "
     bytes, and resets the peak (`torch.cuda.reset_peak_memory_stats`) so the next step's
     peak is its own. `optimizer` (a `PowerLimitOptimizer`, or anything with Zeus's callbacks) has
     `on_epoch_begin`/`on_epoch_end` called per pass and `on_step_begin`/`on_step_end` per step.
+    Each step keeps its batch's samples (the first dimension of its first tensor); with `model`, its
+    parameter count is kept too; with `dataset` (a folder or file), the fraction of it in the page
+    cache is measured at each pass's start and end (collect/pagecache.py).
     """
-    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer)
+    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer, model, dataset)

@@ -105,8 +105,18 @@ def methodology(model: ReportModel) -> dict[str, Any]:
         "notes": [n.message for n in model.notes if n.kind not in METHOD_NOTES],
         "method_notes": [n.message for n in model.notes if n.kind in METHOD_NOTES],
         "host": meta.get("host") or {},
+        "settings": _settings_lines(meta.get("settings")),
         "exit": meta.get("exit") or {},
     }
+
+
+def _settings_lines(settings: Any) -> list[tuple[str, str]]:
+    """The machine's settings as (name, value) lines for "This run" (collect/settings.py reads them)."""
+    if not isinstance(settings, dict) or not settings:
+        return []
+    from ..collect.settings import flatten
+
+    return sorted(flatten(settings).items())
 
 
 def _detail_text(detail: Any) -> str:

@@ -81,6 +81,9 @@ def render_text(cmp: Comparison) -> str:
         lines.append(f"  [{i}] {r.label}  {r.path}{_side(cmp, i)}{front}")
     if cmp.verdict is not None:
         lines += ["", verdict_text(cmp.verdict)]
+    if cmp.settings_differ:
+        lines += ["", "Warning: the machine's settings differ between base and head (the energy may differ for that):"]
+        lines += [f"  {line}" for line in cmp.settings_differ]
     lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured):"]
     for sid in cmp.sources:
         for kind, attr in (("program", "program_j"), ("machine", "machine_j")):

@@ -45,6 +45,10 @@ class Supervisor:
         self.status: int | None = None
         self.peak_rss: int | None = None  # the program's exact peak (the kernel's, from wait4)
         self.launch: Launch | None = None
+        from ..collect.io import IoRecorder
+
+        self.io = IoRecorder(lambda: self.pid)  # the program's I/O and the disks', read with the sensors' tick
+        self.page_cache: list[dict[str, Any]] = []  # --watch-cache: residency at the run's start and end
 
     def run(self) -> tuple[Profile, int]:
         """Run the program to its end; (the profile, its raw wait status). The checkpoint is left
@@ -52,6 +56,7 @@ class Supervisor:
         ignored = signals.inherited_ignored()
         signals.reset_sigchld()
         o = self.options
+        self._watch_cache("start")
         spool = tempfile.mkdtemp(prefix="energyprof-")  # first: finding the temporary folder opens a file
         inbox: signals.Inbox | None = None
         try:
@@ -76,7 +81,8 @@ class Supervisor:
             own = OwnClocks()
             collector = Collector(found.sensors, feed, o.sensor_interval, own, sensor_timeout_s=o.sensor_timeout,
                                   checkpoint=lambda: self._checkpoint_header(ledger, feed),
-                                  checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval)
+                                  checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
+                                  extras=[self.io])
             self.started_wall = time.time()
             collector.start()
         except BaseException as exc:
@@ -179,7 +185,23 @@ class Supervisor:
             from ..integrations.gpu_kernels import attach_kernels
 
             attach_kernels(profile, ledger, getattr(self, "kernel_traces", None), collector)
+        profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock
+        if self.options.watch_cache:
+            self._watch_cache("end")
+            from ..collect.settings import storage
+
+            profile.meta["page_cache"] = list(self.page_cache)
+            profile.meta.setdefault("settings", {})["storage"] = storage(self.options.watch_cache)
         return profile
+
+    def _watch_cache(self, when: str) -> None:
+        """--watch-cache PATH: the page-cache residency of the files under PATH (collect/pagecache.py)."""
+        if not self.options.watch_cache:
+            return
+        from ..collect import pagecache
+
+        if pagecache.supported():
+            self.page_cache.append({"when": when, **pagecache.residency(self.options.watch_cache)})
 
     def _tie_gpus(self, ledger: Ledger, feed: JobFeed, collector: Collector) -> None:
         """Each GPU source with the rank that uses it, written into the sources before the

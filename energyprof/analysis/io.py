@@ -1,0 +1,54 @@
+"""A span's I/O from the profile's recorded counters (collect/io.py writes them): MB, IOPS, busy share. Pure."""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+SECTOR = 512
+
+
+def _at(t: list[float], values: list[int], x: float) -> float:
+    """A cumulative counter at time x: linear between readings, flat outside them."""
+    if not t:
+        return 0.0
+    k = bisect.bisect_right(t, x)
+    if k == 0:
+        return float(values[0])
+    if k >= len(t):
+        return float(values[-1])
+    a, b = t[k - 1], t[k]
+    return values[k - 1] + (values[k] - values[k - 1]) * ((x - a) / (b - a) if b > a else 1.0)
+
+
+def io_in_span(io: dict[str, Any] | None, start_s: float, end_s: float) -> dict[str, float] | None:
+    """MB read and written by the program and by the disks, read IOPS and the busiest disk's busy share,
+    over [start_s, end_s]. None where the profile holds no I/O. Pure."""
+    if not io or not io.get("t_s"):
+        return None
+    t = io["t_s"]
+    span = end_s - start_s
+
+    def delta(series: list[int]) -> float:
+        return max(0.0, _at(t, series, end_s) - _at(t, series, start_s))
+
+    proc = io.get("process") or {}
+    sector = io.get("sector_bytes", SECTOR)
+    disks = io.get("disks") or {}
+    out = {"process_read_mb": delta(proc.get("read_bytes", [0] * len(t))) / 1e6,
+           "process_write_mb": delta(proc.get("write_bytes", [0] * len(t))) / 1e6,
+           "process_read_calls": delta(proc.get("syscr", [0] * len(t))),
+           "disk_read_mb": sum(delta(d["read_sectors"]) for d in disks.values()) * sector / 1e6,
+           "disk_write_mb": sum(delta(d["write_sectors"]) for d in disks.values()) * sector / 1e6,
+           "disk_reads": sum(delta(d["reads"]) for d in disks.values())}
+    out["read_iops"] = out["disk_reads"] / span if span > 0 else 0.0
+    out["read_mb_s"] = out["disk_read_mb"] / span if span > 0 else 0.0
+    busy = [delta(d["busy_ms"]) / 1e3 / span for d in disks.values()] if span > 0 else []
+    out["disk_busy_share"] = min(1.0, max(busy)) if busy else 0.0
+    return out
+
+
+def io_of(profile: Any) -> dict[str, Any] | None:
+    """The profile's recorded I/O (None in a profile written without it, or where it is absent)."""
+    io = getattr(profile, "extra", {}).get("io")
+    return io if isinstance(io, dict) and "t_s" in io else None

@@ -1,0 +1,246 @@
+"""The machine's settings that change what a run costs, read once at its start: all read-only.
+
+CPU governor and frequency limits (cpufreq), RAPL power limits (powercap), NVIDIA GPU power limits
+and clocks (NVML, if present), the Jetson power mode (`nvpmodel -q`) and `jetson_clocks` state,
+and the storage device behind a dataset path. Each reader takes the root it reads under, so tests
+point them at fake sysfs trees; what cannot be read is left out, never guessed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Callable
+
+COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must not hold the run's start
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _int(path: Path) -> int | None:
+    text = _read(path)
+    try:
+        return int(text) if text is not None else None
+    except ValueError:
+        return None
+
+
+def _one_or_all(values: dict[str, Any]) -> Any:
+    """One value when every CPU agrees (the usual case), else the value per CPU."""
+    distinct = {repr(v) for v in values.values()}
+    return next(iter(values.values())) if len(distinct) == 1 else dict(values)
+
+
+def cpufreq(sys_root: str = "/sys") -> dict[str, Any]:
+    """Governor and scaling limits (kHz) across the CPUs that have cpufreq."""
+    base = Path(sys_root) / "devices/system/cpu"
+    cpus = sorted((p for p in base.glob("cpu[0-9]*") if (p / "cpufreq").is_dir()), key=lambda p: int(p.name[3:]))
+    if not cpus:
+        return {}
+    out: dict[str, Any] = {}
+    for key, name, reader in (("governor", "scaling_governor", _read), ("min_khz", "scaling_min_freq", _int),
+                              ("max_khz", "scaling_max_freq", _int), ("hardware_max_khz", "cpuinfo_max_freq", _int),
+                              ("driver", "scaling_driver", _read), ("epp", "energy_performance_preference", _read)):
+        values = {p.name: reader(p / "cpufreq" / name) for p in cpus}
+        values = {k: v for k, v in values.items() if v is not None}
+        if values:
+            out[key] = _one_or_all(values)
+    boost = _int(base / "cpufreq/boost")
+    if boost is None:
+        no_turbo = _int(base / "intel_pstate/no_turbo")
+        boost = None if no_turbo is None else 1 - no_turbo
+    if boost is not None:
+        out["boost"] = bool(boost)
+    return out
+
+
+def rapl_limits(powercap_root: str = "/sys/class/powercap") -> dict[str, Any]:
+    """Each RAPL zone's power limits in W over their time windows, and whether the zone is enabled."""
+    root = Path(powercap_root)
+    if not root.is_dir():
+        return {}
+    out: dict[str, Any] = {}
+    for zone in sorted(root.glob("intel-rapl:*")):
+        name = _read(zone / "name") or zone.name
+        limits: dict[str, Any] = {}
+        for k in range(8):
+            uw = _int(zone / f"constraint_{k}_power_limit_uw")
+            if uw is None:
+                continue
+            label = _read(zone / f"constraint_{k}_name") or f"constraint_{k}"
+            window = _int(zone / f"constraint_{k}_time_window_us")
+            limits[label] = {"limit_w": uw / 1e6, **({"window_s": window / 1e6} if window is not None else {})}
+        enabled = _int(zone / "enabled")
+        if limits or enabled is not None:
+            out[f"{zone.name} ({name})"] = {**limits, **({"enabled": bool(enabled)} if enabled is not None else {})}
+    return out
+
+
+def gpu_limits(binding: Any = None) -> list[dict[str, Any]]:
+    """Per NVIDIA GPU: power limit (W, enforced and default), application and maximum clocks (MHz)."""
+    from .sensors.gpu.nvml_device import load_binding
+
+    nv, _why = load_binding(binding)
+    if nv is None:
+        return []
+    try:
+        nv.nvmlInit()
+    except Exception:  # noqa: BLE001 - no driver to ask: no figures
+        return []
+    out: list[dict[str, Any]] = []
+    try:
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            row: dict[str, Any] = {"index": i}
+            for key, call in (("name", lambda: _text(nv.nvmlDeviceGetName(h))),
+                              ("power_limit_w", lambda: nv.nvmlDeviceGetEnforcedPowerLimit(h) / 1000),
+                              ("default_power_limit_w", lambda: nv.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000),
+                              ("app_clock_graphics_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_GRAPHICS)),
+                              ("app_clock_memory_mhz", lambda: nv.nvmlDeviceGetApplicationsClock(h, nv.NVML_CLOCK_MEM)),
+                              ("max_clock_graphics_mhz", lambda: nv.nvmlDeviceGetMaxClockInfo(h, nv.NVML_CLOCK_GRAPHICS)),
+                              ("persistence", lambda: bool(nv.nvmlDeviceGetPersistenceMode(h)))):
+                value = _optional(call)
+                if value is not None:
+                    row[key] = value
+            out.append(row)
+    except Exception:  # noqa: BLE001 - what was read is kept
+        pass
+    finally:
+        try:
+            nv.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+    return out
+
+
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def _optional(call: Callable[[], Any]) -> Any:
+    try:
+        return call()
+    except Exception:  # noqa: BLE001 - a call the GPU or driver does not support
+        return None
+
+
+def _command(argv: list[str]) -> str | None:
+    exe = shutil.which(argv[0])
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run([exe, *argv[1:]], capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=COMMAND_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def jetson() -> dict[str, Any]:
+    """`nvpmodel -q` (the power mode's name and number) and `jetson_clocks --show` (its first line),
+    where those tools are on PATH. jetson_clocks --show usually needs root: then it is left out."""
+    out: dict[str, Any] = {}
+    text = _command(["nvpmodel", "-q"])
+    if text:
+        for line in text.splitlines():
+            line = line.strip()
+            if line.lower().startswith("nv power mode:"):
+                out["power_mode"] = line.split(":", 1)[1].strip()
+            elif line.isdigit():
+                out["power_mode_id"] = int(line)
+    shown = _command(["jetson_clocks", "--show"])
+    if shown:
+        first = next((ln.strip() for ln in shown.splitlines() if ln.strip()), "")
+        if first:
+            out["jetson_clocks"] = first
+    return out
+
+
+def storage(path: str, sys_root: str = "/sys") -> dict[str, Any]:
+    """The block device behind `path`: its name, the whole disk's model, and its kind (NVMe, SSD, HDD,
+    SD/eMMC, USB); a path on a file system with no block device (tmpfs, overlay, NFS) says so."""
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        return {"path": path, "error": exc.strerror or str(exc)}
+    major, minor = os.major(st.st_dev), os.minor(st.st_dev)
+    link = Path(sys_root) / "dev/block" / f"{major}:{minor}"
+    if not link.exists():
+        return {"path": path, "device": f"{major}:{minor}", "kind": "no block device (tmpfs, overlay or network)"}
+    dev = link.resolve()
+    disk = dev.parent if (dev / "partition").exists() else dev
+    out: dict[str, Any] = {"path": path, "device": dev.name, "disk": disk.name}
+    model = _read(disk / "device/model")
+    if model:
+        out["model"] = model
+    rotational = _int(disk / "queue/rotational")
+    removable = _int(disk / "removable")
+    resolved = str(disk)
+    if disk.name.startswith("mmcblk"):
+        kind = "SD card or eMMC"
+    elif "/usb" in resolved:
+        kind = "USB disk"
+    elif disk.name.startswith("nvme"):
+        kind = "NVMe SSD"
+    elif rotational == 1:
+        kind = "HDD"
+    elif rotational == 0:
+        kind = "SSD"
+    else:
+        kind = "unknown"
+    out["kind"] = kind
+    if removable:
+        out["removable"] = True
+    return out
+
+
+def read(dataset: str | None = None, sys_root: str = "/sys", powercap_root: str | None = None,
+         nvml_binding: Any = None, gpus: bool = True) -> dict[str, Any]:
+    """Everything above that this machine has, as one dict for a profile's meta["settings"]."""
+    out: dict[str, Any] = {}
+    for key, value in (("cpufreq", cpufreq(sys_root)),
+                       ("rapl", rapl_limits(powercap_root or os.path.join(sys_root, "class/powercap"))),
+                       ("gpus", gpu_limits(nvml_binding) if gpus else []),
+                       ("jetson", jetson()),
+                       ("storage", storage(dataset, sys_root) if dataset else {})):
+        if value:
+            out[key] = value
+    return out
+
+
+def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """`a.b.c: value` lines, for the report and for compare's differences."""
+    out: dict[str, str] = {}
+    for key, value in settings.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            out.update(flatten(value, name + "."))
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for i, v in enumerate(value):
+                out.update(flatten(v, f"{name}[{i}]."))
+        else:
+            out[name] = str(value)
+    return out
+
+
+def differences(a: dict[str, Any] | None, b: dict[str, Any] | None) -> list[str]:
+    """One line per setting that the two runs record differently (a setting only one side recorded
+    is a difference too, unless that side recorded no settings at all: a file from before them)."""
+    if not a or not b:
+        return []
+    fa, fb = flatten(a), flatten(b)
+    lines = []
+    for key in sorted(set(fa) | set(fb)):
+        if key.startswith("storage.path"):
+            continue  # the same disk under another path is the same storage
+        va, vb = fa.get(key, "(not recorded)"), fb.get(key, "(not recorded)")
+        if va != vb:
+            lines.append(f"{key}: {va} -> {vb}")
+    return lines
