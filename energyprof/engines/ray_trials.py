@@ -5,8 +5,9 @@ A task runs the same `python -m energyprof ... --json` command line a local swee
 folder (a path the cluster's machines share, as a Ray job's working files usually are), so the run
 sets its knobs on the machine it runs on, restores them there, and measures that machine: each
 trial's energy is its own, read by its own supervisor. Runs without knobs go to the cluster at once
-(each takes a CPU); runs that set knobs go one at a time, since a knob is a whole machine's. The profile comes back to the driver as text
-and is written where a local sweep writes it; the task adds the machine it ran on.
+(each takes a CPU); runs that set knobs go one at a time, since a knob is a whole machine's. The
+profile comes back to the driver as text and is written where a local sweep writes it, with the
+machine it ran on.
 """
 
 from __future__ import annotations
