@@ -32,7 +32,8 @@ IDLE_NODE = "[other processes and idle]"
 SELF_NODE = "[energyprof]"
 CHILDREN_NODE = "[child processes]"
 SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE)
-THREAD_PREFIX = "[thread "  # a thread's node, as the agent names it (agent/sampler.py, which imports nothing of ours)
+# The node of the threads that run one target, as the agent names it (agent/sampler.py, which imports nothing of ours).
+THREAD_PREFIX = "[threads: "
 IDLE_POLICIES = ("share", "all")
 
 # ---------------------------------------------------------------- records
