@@ -40,6 +40,7 @@ UNSAMPLED_CPU_SHOWN = 0.02
 SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE, UNSAMPLED_CPU_NODE)
 # The node of the threads that run one target, as the agent names it (agent/sampler.py, which imports nothing of ours).
 THREAD_PREFIX = "[threads: "
+PROCESS_GROUP_PREFIX = "[processes: "  # the node of the processes of one role (a pool's workers), as the agent labels them
 IDLE_POLICIES = ("share", "all")
 
 # ---------------------------------------------------------------- records

@@ -100,6 +100,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     if unsampled is not None:
         specials.append(unsampled)
     root.children.extend(specials)
+    _count_groups(root, getattr(ledger, "process_info", {}))
     root.fill_inclusive()
     if alloc:
         _sum_alloc(root, alloc)
@@ -152,6 +153,21 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                    root=root, windows=windows, timeline=timeline, notes=all_notes,
                    processes=processes,
                    extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+
+
+def _count_groups(root: Node, process_info: dict[int, dict[str, Any]]) -> None:
+    """`[processes: pool worker]` -> `[processes: pool worker x4]`: how many processes the one node holds."""
+    counts: dict[str, int] = {}
+    for info in process_info.values():
+        group = info.get("group")
+        if isinstance(group, str):
+            counts[group] = counts.get(group, 0) + 1
+    if not counts:
+        return
+    for node, _ in root.walk():
+        n = counts.get(node.function)
+        if n is not None:
+            node.function = f"{node.function[:-1]} x{n}]"
 
 
 def _unsampled_cpu(root: Node, headline_cpu_s: float, source_ids: list[str]) -> Node | None:

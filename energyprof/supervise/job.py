@@ -23,6 +23,7 @@ from ..core.ledger import Ledger
 from ..core.recording import Sample, Tick
 from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
+from ..profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .stream import StreamReader, unescape
 
@@ -251,6 +252,8 @@ class JobFeed:
             p.pframe, p.anchor = None, ()
             return
         name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
+        if name.startswith(PROCESS_GROUP_PREFIX):  # one node for a pool's workers: the tree counts them
+            self.ledger.note_process(p.pid, group=name)
         frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
         if p.pframe is None:
             p.pframe = self.table.frame_id(frame)
