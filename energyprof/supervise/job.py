@@ -139,7 +139,7 @@ class JobFeed:
         self.ledger.finish()
         for p in self.procs.values():
             if p.allocations:
-                self.ledger.add_allocations(p.pid, p.allocations)
+                self.ledger.add_allocations(p.pid, p.allocations, set(p.sids.values()))
         self._note_processes()
         for p in self.procs.values():
             if p.reader is not None:
