@@ -21,6 +21,7 @@ import sys
 import time
 from types import CodeType, FrameType
 
+from .threadstart import wrap_bootstrap
 from .units import units
 
 TYPE_CHECKING = False
@@ -30,7 +31,8 @@ if TYPE_CHECKING:
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 # energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
-_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli" + os.sep, "__main__.py", "torch.py", "integrations" + os.sep))
+_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli" + os.sep, "__main__.py", "torch.py", "integrations" + os.sep,
+                                               os.path.join("agent", "threadstart.py")))
 
 KEEP, SKIP, STOP = 0, 1, 2
 THREAD_FRAME_PREFIX = "[threads: "
@@ -111,17 +113,19 @@ def _hook_departures() -> None:
     if bootstrap is None:
         return
 
-    def _bootstrap_inner(self: Any) -> None:
-        if _running:
-            if isinstance(self._name, str):
-                _names[_thread.get_ident()] = self._name
-            target = getattr(self, "_target", None)
-            code = getattr(target, "__code__", None) or getattr(getattr(type(self), "run", None), "__code__", None)
-            if isinstance(code, CodeType):
-                _targets[_thread.get_native_id()] = code
-        bootstrap(self)
+    thread_cls._bootstrap_inner = wrap_bootstrap(bootstrap, _note_start)  # type: ignore[union-attr]
 
-    thread_cls._bootstrap_inner = _bootstrap_inner  # type: ignore[union-attr]
+
+def _note_start(thread: Any) -> None:
+    """On a starting thread: its name by ident, and the code it runs by native id."""
+    if not _running:
+        return
+    if isinstance(thread._name, str):
+        _names[_thread.get_ident()] = thread._name
+    target = getattr(thread, "_target", None)
+    code = getattr(target, "__code__", None) or getattr(getattr(type(thread), "run", None), "__code__", None)
+    if isinstance(code, CodeType):
+        _targets[_thread.get_native_id()] = code
 
 
 def _starting(frame: FrameType) -> bool:
@@ -536,6 +540,12 @@ class Sampler:
                 frames = self.view.main(filtered(codes[self.view.anchor:]))
             else:
                 own_frames = filtered(codes)
+                # `threading`'s bootstrap is the same for every thread: the group's functions start at its target.
+                k = 0
+                while k < len(own_frames) - 1 and os.path.basename(own_frames[k][1]) == "threading.py":
+                    k += 1
+                if k < len(own_frames) and os.path.basename(own_frames[k][1]) != "threading.py":
+                    own_frames = own_frames[k:]
                 frames = self.view.thread(name, own_frames)  # type: ignore[arg-type]
             sid = self.intern(frames)
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
