@@ -6,7 +6,8 @@ from typing import Any, Iterable
 
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, Source, Timeline, Totals, Window
 from .recording import Recording
-from .ledger import DEFAULT_SHARE_WINDOW_NS, POLICIES, Ledger
+from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
+from .policy import check_policy
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
@@ -36,8 +37,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                   child_processes: Iterable[dict[str, Any]] = ()) -> Profile:
     """The fold's per-stack figures as a Profile of facts: the tree (under `policy`, with the other
     policy's self figures beside them), totals, windows, timeline, processes and notes."""
-    if policy not in POLICIES:
-        raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+    check_policy(policy)
     ids = ledger.source_ids
     share = policy == "share"
 
