@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from energyprof import load
@@ -286,7 +288,7 @@ def test_inspect_is_refused_with_one_line(tmp_path, how):
     (["python", "-m", "energyprof", "s.py"], []),
     (["python", "-u", "-X", "dev", "-W", "error", "-m", "energyprof", "s.py"], ["-u", "-X", "dev", "-W", "error"]),
     (["python", "-uBXdev", "-Werror", "-mэнергия"], ["-u", "-B", "-X", "dev", "-W", "error"]),
-    (["python", "-I", "-E", "-S", "-m", "energyprof"], ["-s", "-P"]),
+    (["python", "-I", "-E", "-S", "-m", "energyprof"], ["-s", "-P"] if sys.version_info >= (3, 11) else ["-s"]),  # -P: 3.11
     (["python", "--check-hash-based-pycs", "never", "-OO", "-m", "energyprof"],
      ["--check-hash-based-pycs", "never", "-O", "-O"]),
     (["/usr/bin/python3", "/usr/local/bin/energyprof", "-u", "s.py"], []),  # the console script: its flags are energyprof's
