@@ -20,7 +20,7 @@ import time
 from typing import Any
 
 from .collect import probes
-from .collect.collector import _Thread
+from .collect.collector import _Thread, find_sources
 from .core.ledger import is_gpu
 from .core.policy import IDLE_FLOOR, check_policy, cpu_share  # noqa: F401  (cpu_share: the rule _measure inlines)
 from .measurement import Measurement, any_estimated, carbon_setting
@@ -42,17 +42,15 @@ class Monitor:
     `m = mon.end_window("epoch")` (a Measurement); or `with mon.window("epoch") as m:`.
 
     Windows may nest and overlap; two open windows of one name end last-opened first. Takes the
-    same keyword arguments as `energy_profile` that make sense here: sensors (`power_trace`,
+    same keyword arguments as `energy_profile` that make sense here: sensors (`sensor`, `power_trace`,
     `powercap_root`, `cpu_tdp`, `gpus`), `idle`, and the carbon settings (`country`, `region`,
     `cloud`, `carbon_intensity`, `pue`). `poll_s` overrides the period of the background reads.
     """
 
     def __init__(self, options: Options | None = None, *, poll_s: float | None = None, **kwargs: Any) -> None:
-        from .collect import sensors
-
         o = options if options is not None else Options.from_kwargs(kwargs)
         self.options = o
-        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        found = find_sources(o)  # the Profiler's discovery: sensor=[...] chooses the backends here too
         self.sensors = found.sensors
         self.notes = found.notes
         self.sources = [s.describe() for s in self.sensors]
