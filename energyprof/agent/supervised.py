@@ -197,8 +197,15 @@ class _Replies:
             self.carbon = (None, 1.0)
         self.offset = 0
         self.seen: dict[tuple[int, int], Any] = {}
+        # Windows end in any of the program's threads: two reads from one offset would both move
+        # it past what they read, and the lines after it were skipped.
+        self._lock = _thread.allocate_lock()
 
     def _read(self) -> None:
+        with self._lock:
+            self._read_locked()
+
+    def _read_locked(self) -> None:
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -222,7 +229,8 @@ class _Replies:
             if (t0, t1) in self.seen or _perf() >= deadline:
                 break
             _sleep(REPLY_POLL_S)
-        f = self.seen.pop((t0, t1), None)
+        with self._lock:
+            f = self.seen.pop((t0, t1), None)
         if f is None:
             m.energy_j = m.program_energy_j = None
             m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
