@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .core.policy import DEFAULT_POLICY, IDLE_POLICIES
 from .files import write_text
 from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
@@ -33,7 +34,6 @@ SELF_NODE = "[energyprof]"
 CHILDREN_NODE = "[child processes]"
 SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE)
 THREAD_PREFIX = "[thread "  # a thread's node, as the agent names it (agent/sampler.py, which imports nothing of ours)
-IDLE_POLICIES = ("share", "all")
 
 # ---------------------------------------------------------------- records
 
@@ -164,7 +164,7 @@ class Profile:
 
     @property
     def idle_policy(self) -> str:
-        return str(self.meta.get("idle_policy") or "share")
+        return str(self.meta.get("idle_policy") or DEFAULT_POLICY)
 
     @property
     def total_energy_j(self) -> float:
@@ -308,7 +308,7 @@ class Profile:
             known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
                      "processes", "carbon", "derived"}
             meta = dict(get_field(data, "meta", dict))
-            policy = meta.get("idle_policy", "share")
+            policy = meta.get("idle_policy", DEFAULT_POLICY)
             if policy not in IDLE_POLICIES:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}

@@ -242,3 +242,37 @@ def test_a_nodes_runs_add_up_once_each(spans_in) -> None:
             end, best = hi, (hi - lo, e)
     want += best[1] if best else 0.0
     assert job.totals.energy_j["cpu"] == pytest.approx(want, rel=1e-9)
+
+
+# ---------------------------------------------------------------- the idle policy travels with the job
+
+
+def test_a_join_of_ranks_run_under_all_stays_all_and_conserves() -> None:
+    """Ranks run with `--idle all` join into a job under `all` (before, merge wrote every job as
+    `share`, whatever its ranks were run under); `policy=` chooses the other view, and both conserve."""
+    ranks = [_rank_profile("h1", r, 100.0, 20.0, 1.0, 99.0 / 2, 2.0).with_policy("all") for r in (0, 1)]
+    job = merge(ranks)
+    assert job.idle_policy == "all"
+    conserved(job)
+    # under all the two ranks paid for the whole node, less energyprof's part: nothing is idle
+    assert job.totals.idle_j["cpu"] == 0.0
+    assert job.totals.attributed_j["cpu"] + job.totals.energyprof_j["cpu"] == pytest.approx(100.0, rel=1e-12)
+    seen_as_share = merge(ranks, policy="share")
+    assert seen_as_share.idle_policy == "share"
+    assert seen_as_share.totals.attributed_j["cpu"] == pytest.approx(40.0, rel=1e-12)
+    assert merge([_rank_profile("h1", 0, 100.0, 20.0, 1.0, 99.0, 2.0)]).idle_policy == "share"
+    with pytest.raises(MergeError, match="idle policy must be one of share, all"):
+        merge(ranks, policy="most")
+
+
+def test_merge_subcommand_keeps_the_ranks_policy_and_takes_idle(tmp_path: Path) -> None:
+    ranks = [_rank_profile("h1", r, 100.0, 20.0, 1.0, 99.0 / 2, 2.0).with_policy("all") for r in (0, 1)]
+    for r, p in enumerate(ranks):
+        p.save(tmp_path / f"r{r}.json")
+    assert run_cli(["merge", "r0.json", "r1.json", "-o", "job.json", "-q"], cwd=tmp_path).returncode == 0
+    assert load(tmp_path / "job.json").idle_policy == "all"
+    assert run_cli(["merge", "r0.json", "r1.json", "-o", "s.json", "-q", "--idle", "share"], cwd=tmp_path).returncode == 0
+    assert load(tmp_path / "s.json").idle_policy == "share"
+    bad = run_cli(["merge", "r0.json", "r1.json", "-o", "x.json", "--idle", "most"], cwd=tmp_path)
+    assert bad.returncode == 2 and "idle policy must be one of share, all" in bad.stderr
+    assert not (tmp_path / "x.json").exists()

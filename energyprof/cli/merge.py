@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..options import CARBON_OPTIONS
-from .common import PROG, Parser, UsageError, build_options
+from .common import PROG, Parser, UsageError, add_idle_flag, build_options
 
 
 def build_merge_parser() -> Parser:
@@ -17,6 +17,7 @@ def build_merge_parser() -> Parser:
     p.add_argument("--html", help="also render the joined profile as an HTML report")
     p.add_argument("--world-size", type=int, help="ranks the job had (default: what the profiles say);"
                    " a missing rank is named in a note")
+    add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
     return p
 
@@ -31,7 +32,7 @@ def merge_cmd(argv: list[str]) -> int:
         raise UsageError(f"--world-size must be at least 1, not {ns.world_size}")
     try:
         profiles = [load(path) for path in ns.profiles]
-        joined = merge(profiles, list(ns.profiles), world_size=ns.world_size)
+        joined = merge(profiles, list(ns.profiles), world_size=ns.world_size, policy=ns.idle)
     except (ProfileFormatError, MergeError) as exc:
         raise UsageError(str(exc)) from None
     if not ns.quiet:

@@ -418,7 +418,7 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     ranks = [profile, *(others[r][0] for r in sorted(others))]
     labels = [f"rank {p.meta['distributed']['rank']}" for p in ranks]
     try:
-        joined = merge(ranks, labels, world_size=rank.world_size)
+        joined = merge(ranks, labels, world_size=rank.world_size, policy=options.idle)
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return

@@ -23,6 +23,7 @@ from typing import Any
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
 from .ledger import remainder
+from .policy import PolicyError, check_policy, common_policy
 
 NODE_PREFIX = "[node "
 RANK_PREFIX = "[rank "
@@ -126,12 +127,22 @@ def _copy(node: Node, k_other: float) -> Node:
     return copies[id(node)]
 
 
-def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: int | None = None) -> Profile:
-    """One job's Profile (idle policy `share`, `all` figures beside it) from its ranks' or nodes'
-    profiles. `world_size`: the ranks expected (default: what the profiles say); a missing rank
-    is named in a note."""
+def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: int | None = None,
+          policy: str | None = None) -> Profile:
+    """One job's Profile from its ranks' or nodes' profiles, under `policy` (default: the one the
+    ranks were run under), the other policy's figures beside it. `world_size`: the ranks expected
+    (default: what the profiles say); a missing rank is named in a note."""
     if not profiles:
         raise MergeError("nothing to merge")
+    try:
+        chosen = check_policy(policy) if policy is not None else common_policy([p.idle_policy for p in profiles])
+    except PolicyError as exc:
+        raise MergeError(str(exc)) from None
+    return _join_as_share(profiles, labels, world_size).with_policy(chosen)
+
+
+def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size: int | None) -> Profile:
+    """The join itself, its figures under `share` (each member seen under `share`), `all` beside them."""
     labels = list(labels) if labels else [f"profile {i + 1}" for i in range(len(profiles))]
     members = [_member(p, lab) for p, lab in zip(profiles, labels)]
     seen_ranks: dict[tuple[str, int], str] = {}
@@ -285,7 +296,7 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
                           " {} energy is in the node's idle, not in any rank".format(
                               "their" if len(missing) > 1 else "its"), {"ranks": missing}))
     meta = dict(profiles[0].meta)
-    meta["idle_policy"] = "share"
+    meta["idle_policy"] = "share"  # merge() turns the join to the chosen policy
     meta["duration_s"] = duration
     meta["distributed"] = {"mode": "merged", "world_size": expected or None, "ranks": present,
                            "missing_ranks": missing, "nodes": node_rows, "merged_from": labels}
