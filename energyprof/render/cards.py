@@ -114,7 +114,7 @@ def _settings_lines(settings: Any) -> list[tuple[str, str]]:
     """The machine's settings as (name, value) lines for "This run" (collect/settings.py reads them)."""
     if not isinstance(settings, dict) or not settings:
         return []
-    from ..collect.settings import flatten
+    from ..analysis.settings import flatten
 
     return sorted(flatten(settings).items())
 
