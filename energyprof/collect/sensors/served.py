@@ -16,7 +16,6 @@ import socket
 import threading
 from typing import Any
 
-from ...serve import protocol
 from . import rapl
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
@@ -65,15 +64,18 @@ class ServedClient:
             if t_ns is not None and t_ns == self._at:
                 return self._last
             try:
-                answer = self._ask(protocol.request("read"))
+                answer = self._ask("read")
             except OSError as exc:
                 raise SensorError(f"the energyprof sensor reader at {self.path} stopped answering ({exc})") from None
             self._last = {z["id"]: z for z in answer["zones"]}
             self._at = t_ns
             return self._last
 
-    def _ask(self, line: bytes) -> dict[str, Any]:
-        self.file.write(line)
+    def _ask(self, *request: Any) -> dict[str, Any]:
+        # The grammar is imported by the first request, not by every run's sensor discovery (most find no reader).
+        from ...serve import protocol
+
+        self.file.write(protocol.request(*request))
         self.file.flush()
         answer = self.file.readline()
         if not answer:
@@ -82,18 +84,18 @@ class ServedClient:
 
     def knobs(self) -> list[dict[str, Any]]:
         with self._lock:
-            return self._ask(protocol.request("knobs"))["knobs"]
+            return self._ask("knobs")["knobs"]
 
     def set_knob(self, name: str, value: float) -> None:
         """Set a knob through the reader; it is restored when this connection closes."""
         with self._lock:
-            answer = self._ask(protocol.request("set", name, value))
+            answer = self._ask("set", name, value)
         if "error" in answer:
             raise SensorError(f"the sensor reader refused to set {name}: {answer['error']}")
 
     def restore_knob(self, name: str) -> None:
         with self._lock:
-            answer = self._ask(protocol.request("restore", name))
+            answer = self._ask("restore", name)
         if "error" in answer:
             raise SensorError(f"the sensor reader refused to restore {name}: {answer['error']}")
 
