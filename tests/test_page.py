@@ -54,3 +54,29 @@ def test_program_strings_are_text_in_windows_training_gpu_and_methodology(monkey
                     "<dt>host</dt><dd>" + shown + ", 2 cores"):
         assert section in page, section
     assert "&ndash;</td>" in page  # a rank whose stall was not measured shows a dash, not 0
+
+
+def test_a_window_row_shows_the_programs_energy_and_the_machines_in_its_own_column() -> None:
+    """One number per window: its group's figures are the program's part of the span (the kind of
+    figure the program's total is), the machine's mean is its own column, never mixed."""
+    import re
+
+    from energyprof.profile import Node, Profile
+
+    windows = [{"name": "epoch", "index": i, "depth": 0, "start_s": float(i), "end_s": i + 1.0, "time_s": 1.0,
+                "energy_j": {"cpu": 40.0 + 2 * i}, "program_energy_j": {"cpu": 27.0 + 3 * i}} for i in range(2)]
+    p = Profile(meta={"target": "t"}, sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "rapl",
+                                                 "detail": {}, "update_period_s": 0.001}],
+                totals={"energy_j": {"cpu": 82.0}, "attributed_j": {"cpu": 57.0}, "duration_s": 2.0},
+                root=Node("t", energy_j={"cpu": 57.0}, self_energy_j={"cpu": 57.0}), windows=windows)
+    model = build(p)
+    (epoch,) = model.window_groups
+    assert (epoch.total_j, epoch.mean_j, epoch.min_j, epoch.max_j) == (57.0, 28.5, 27.0, 30.0)  # the program's
+    assert epoch.machine_mean_j == 41.0  # the machine's: 40 and 42 J
+    page = render_html(model)
+    table = page[page.index('<section id="windows"'):page.index("<details>", page.index('<section id="windows"'))]
+    cells = [re.sub(r"<[^>]+>", "", c) for c in re.findall(r"<td[^>]*>(.*?)</td>", table, flags=re.S)]
+    assert cells[0] == "epoch" and cells[2] == "57 J" and cells[3] == "28.5 J" and cells[-1] == "41 J", cells
+    assert "machine per window" in table
+    each = page[page.index("Each window"):]
+    assert "27 J</td><td>40 J" in each and "30 J</td><td>42 J" in each  # program, then machine, per window

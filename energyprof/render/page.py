@@ -224,10 +224,11 @@ _SHORT_TITLE = "shorter than 3 sensor updates: below the sensor's resolution"
 def _group_row(g: Any, first: str, css: str) -> str:
     e = fmt_energy
     short = (f' <span class="tag estimated" title="{_SHORT_TITLE}">{esc(g.short)} too short</span>' if g.short else "")
+    machine = "" if g.machine_mean_j is None else esc(e(g.machine_mean_j))
     return (f'<tr{css}><td class="fn">{first}</td><td>{esc(g.count)}</td><td>{esc(e(g.total_j))}</td>'
             f'<td>{esc(e(g.mean_j))}</td>\n'
             f'      <td>{esc(e(g.stdev_j))}</td><td>{esc(e(g.min_j))} &ndash; {esc(e(g.max_j))}</td>'
-            f'<td>{esc(fmt_seconds(g.mean_time_s))}{short}</td></tr>\n')
+            f'<td>{esc(fmt_seconds(g.mean_time_s))}{short}</td><td>{machine}</td></tr>\n')
 
 
 def _epoch_cells(e: dict[str, Any]) -> str:
@@ -246,11 +247,13 @@ _TRAINING_HEAD = ("<th>steps</th><th>fetch</th><th>compute</th><th>fetch stall</
 
 def _windows(ctx: dict[str, Any], m: Any) -> str:
     out = ['<section id="windows" class="panel">\n  <h2>Windows</h2>\n'
-           '  <p class="hint">Energy measured during each named span (all sources; the machine\'s energy in the span, not only '
-           'the program\'s share).</p>\n'
+           '  <p class="hint">The program\'s energy in each named span (its share of every source, the same kind of figure as '
+           'its total above); the machine\'s, everything the sensors measured in the span, is the last column.'
+           + (" A rank row is that rank's share; its group's row is the machine's over the ranks' spans."
+              if any(g.ranks for g in m.window_groups) else "") + '</p>\n'
            '  <div class="table-wrap"><table class="windows">\n'
            '    <thead><tr><th>window</th><th>count</th><th>total</th><th>mean per window</th><th>spread (sd)</th>'
-           '<th>min &ndash; max</th><th>mean time</th></tr></thead>\n    <tbody>\n']
+           '<th>min &ndash; max</th><th>mean time</th><th>machine per window</th></tr></thead>\n    <tbody>\n']
     for g in m.window_groups:
         first = esc(g.name)
         if g.ranks:
@@ -276,7 +279,9 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
     rows = ctx["window_rows"]
     out.append(f'  <details><summary>Each window (first {len(rows)})</summary>\n'
                '  <div class="table-wrap"><table class="windows">\n'
-               '    <thead><tr><th>window</th><th>index</th><th>start</th><th>time</th><th>energy</th><th>carbon</th></tr>'
+               '    <thead><tr><th>window</th><th>index</th><th>start</th><th>time</th><th>program energy</th>'
+               '<th>machine energy</th>'
+               '<th>carbon (machine)</th></tr>'
                '</thead>\n    <tbody>\n')
     for r in rows:
         win = r.window
@@ -289,7 +294,7 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
         index = "" if win.index is None else esc(win.index)
         out.append(f'    <tr><td class="fn">{esc(win.name)}{rank}</td><td>{index}</td><td>{esc(fmt_seconds(win.start_s))}</td>\n'
                    f'      <td>{esc(fmt_seconds(win.time_s))}{short}</td>\n'
-                   f'      <td>{esc(fmt_energy(r.energy))}</td><td>{carbon}</td></tr>\n')
+                   f'      <td>{esc(fmt_energy(r.program))}</td><td>{esc(fmt_energy(r.energy))}</td><td>{carbon}</td></tr>\n')
     out.append("    </tbody>\n  </table></div>\n  </details>\n</section>\n\n")
     return "".join(out)
 
