@@ -125,7 +125,7 @@ def grouped_tree(profile: Profile) -> ChartNode:
             lazy = (kind == "import" and child.function == "<module>" and group is not None
                     and not group.function.startswith("[import"))
             if kind != "user" and (group is None or lazy):
-                label = group_label(kind, child) if not lazy else f"[import: {_module_name(child.file)}]"
+                label = group_label(kind, child) if not lazy else f"[import: {module_name(child.file)}]"
                 key = (label, "", 0)
                 group = index.get(key)
                 if group is None:
@@ -155,12 +155,6 @@ def grouped_tree(profile: Profile) -> ChartNode:
     _fill_values(root)
     _keep_heaviest_imports(root)
     return root
-
-
-def _module_name(file: str) -> str:
-    from .own import module_name  # own.py builds on this module
-
-    return module_name(file)
 
 
 IMPORT_PATHS = 3  # an opened import group shows its few heaviest imports at each level, the rest as "other"
