@@ -125,15 +125,28 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         n, parent = stack.pop()
         i = index[id(n)] = len(out["parents"])
         out["parents"].append(parent)
+        chain = [n]  # a wrapper that only calls one function (`<module>` -> main) shares its box with it
+        while parent >= 0 and _wraps(chain[-1]):
+            chain.append(chain[-1].children[0])
+            index[id(chain[-1])] = i
+        through, n = chain[:-1], chain[-1]
         name = n.function
         if n.kind == "import" and name == "<module>" and n.file:  # a module body run by an import: which one
             name = f"import {module_name(n.file)}"
         if parent < 0:  # the program as a whole: its script's name, not its full path
             name = (name.replace("\\", "/").rsplit("/", 1)[-1] or "program")
-        label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
+        if through:
+            name = " \u203a ".join([w.function for w in through] + [name])
+        if len(name) <= LABEL_CHARS:
+            label = name
+        else:  # a chain keeps its callee in view, one function its start
+            label = "\u2026" + name[-(LABEL_CHARS - 1):] if through else name[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(_escape(label))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        out["hovertext"].append(_hover(n, program, total_t, model.total_energy_j if parent < 0 else None))
+        hover = _hover(n, program, total_t, model.total_energy_j if parent < 0 else None)
+        if through:
+            hover += "<br>called through " + " \u203a ".join(_escape(w.function) for w in through)
+        out["hovertext"].append(hover)
         out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
         out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
@@ -143,6 +156,16 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         out["row"].append(-1 if n.folded or n.kind == "group" else row_of.get((n.function, n.file, n.line), -1))
         stack.extend((c, i) for c in reversed(n.children))
     return out
+
+
+def _wraps(n: ChartNode) -> bool:
+    """A user function whose one child is a user function holding all of its energy and time (its own
+    self is nothing): two rows of the chart that say one thing."""
+    if len(n.children) != 1 or n.kind != "user" or n.folded or n.function in SPECIAL_NODES:
+        return False
+    c = n.children[0]
+    return (c.kind == "user" and not c.folded and c.function not in SPECIAL_NODES
+            and c.value_e >= n.value_e * (1 - 1e-9) and c.value_t >= n.value_t * (1 - 1e-9))
 
 
 def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, str]]:
