@@ -17,6 +17,7 @@ from .functions import FunctionRow, function_rows
 from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
+from .training import is_cache_fact
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -154,7 +155,8 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
                       and r.self_total_energy > 0),
                      key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
-    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows]
+    # the tracked loops' page-cache readings are facts of the training table, not spans: left out here
+    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows if not is_cache_fact(w)]
     if figures is not None and options.carbon is not None:
         for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
             r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
