@@ -122,6 +122,8 @@ class ReportModel:
             out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
                                  for w in self.profile.windows]
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
+        elif (self.profile.extra.get("io") or {}).get("absent"):
+            out["io"] = {"absent": self.profile.extra["io"]["absent"]}
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -161,6 +163,9 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
             r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
+    absent = (view.extra.get("io") or {}).get("absent")
+    if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
+        notes.append(Note("io", f"{absent}: no MB read, IOPS or disk busy time in this report"))
     chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]
