@@ -47,3 +47,13 @@ def test_the_timeline_draws_disk_reads_on_its_own_axis() -> None:
     assert disk["yaxis"] == "y4" and fig["layout"]["yaxis4"]["overlaying"] == "y"
     plain = timeline_figure(build(_profile(None)))
     assert all(t["name"] != "disk read (MB/s)" for t in plain["data"]) and "yaxis4" not in plain["layout"]
+
+
+def test_a_loops_cache_readings_are_not_shaded_as_windows() -> None:
+    from energyprof.profile import Window
+
+    p = _profile(IO)
+    p.windows = [Window("epoch", 0, 0, 0.5, 3.5, 3.0, {"cpu": 30.0}),
+                 Window("step.cache.start", 0, 0, 0.6, 0.6, 0.0, {"cpu": 0.0}, loop={"residency": 0.0})]
+    layout = timeline_figure(build(p))["layout"]
+    assert [a["text"] for a in layout["annotations"]] == ["epoch"] and len(layout["shapes"]) == 1

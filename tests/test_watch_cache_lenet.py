@@ -37,8 +37,8 @@ def test_lenet_watch_cache_cold_then_warm(tmp_path: Path) -> None:
     if (pagecache.residency(str(tmp_path / "data"))["fraction"] or 0) > 0.5:
         pytest.skip("this file system ignores POSIX_FADV_DONTNEED")
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01", "-q", "--json", "p.json",
-                           "-o", "r.html", "--watch-cache", "data", example, *args],
+    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01",
+                           "-q", "--json", "p.json", "-o", "r.html", "--watch-cache", "data", example, *args],
                           cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((tmp_path / "p.json").read_text())

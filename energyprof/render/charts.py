@@ -326,7 +326,9 @@ def _mean_power(series: list[float], starts: list[float], ends: list[float], a: 
 
 def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
     palette = ["rgba(78,121,167,0.12)", "rgba(242,142,43,0.12)"]
-    windows = sorted(model.profile.windows, key=lambda w: (w.depth, w.start_s))
+    from ..analysis.training import is_cache_fact  # a tracked loop's page-cache readings: no span to shade
+
+    windows = sorted((w for w in model.profile.windows if not is_cache_fact(w)), key=lambda w: (w.depth, w.start_s))
     for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):
         layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": w.start_s,
                                  "x1": w.end_s, "y0": 0, "y1": 1, "line": {"width": 0},
