@@ -53,7 +53,7 @@ class Options:
     mlflow: bool = False
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
-    watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's start and end
+    watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
     interval: float = 0.01
     sensor_interval: float = 0.05
     idle: str = DEFAULT_POLICY

@@ -276,3 +276,32 @@ def test_merge_subcommand_keeps_the_ranks_policy_and_takes_idle(tmp_path: Path) 
     bad = run_cli(["merge", "r0.json", "r1.json", "-o", "x.json", "--idle", "most"], cwd=tmp_path)
     assert bad.returncode == 2 and "idle policy must be one of share, all" in bad.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+# ---------------------------------------------------------------- I/O facts
+
+
+def _io(reads: list[int]) -> dict:
+    """A profile's `io` as collect/io.py writes it: one disk, counters at 0, 1, 2 s."""
+    return {"t_s": [0.0, 1.0, 2.0], "process": {"read_bytes": [r * 512 for r in reads]},
+            "disks": {"vda": {"reads": [0, 10, 20], "read_sectors": reads, "writes": [0, 0, 0],
+                              "write_sectors": [0, 0, 0], "busy_ms": [0, 100, 200]}},
+            "sector_bytes": 512, "method": "measured"}
+
+
+def test_merged_profiles_keep_each_nodes_io() -> None:
+    from energyprof.analysis.io import io_in_span, io_of
+
+    a = _run("h1", "2026-01-01T10:00:00+00:00", 2.0, 60.0, 20.0, rank=0)
+    b = _run("h2", "2026-01-01T10:00:01+00:00", 2.0, 60.0, 20.0, rank=1)
+    b.meta["distributed"]["job"] = a.meta["distributed"]["job"]
+    a.extra["io"], b.extra["io"] = _io([0, 2000, 4000]), _io([0, 6000, 6000])
+    job = merge([a, b])
+    nodes = job.extra["io"]["nodes"]
+    assert nodes["h1"][0]["disks"]["vda"]["read_sectors"] == [0, 2000, 4000]
+    assert nodes["h2"][0]["t_s"] == [1.0, 2.0, 3.0]  # on the job's clock: h2 started 1 s later
+    back = Profile.from_dict(json.loads(job.to_json()))
+    assert back.extra["io"] == job.extra["io"]
+    # one node, one run: its io as it was (shifted to the job's clock), so its windows' MB read still come from it
+    one = merge([a])
+    assert io_in_span(io_of(one), 0.0, 2.0)["disk_read_mb"] == pytest.approx(4000 * 512 / 1e6)

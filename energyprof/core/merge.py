@@ -173,6 +173,7 @@ def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size
     timelines: list[tuple[float, Timeline]] = []
     cpu_s = own_cpu_s = 0.0
     peaks: list[int] = []
+    io_by_node: dict[str, list[dict[str, Any]]] = {}
     for members_of_host in nodes.values():
         host = host_of(members_of_host[0].profile)
         runs = _runs(members_of_host)
@@ -272,6 +273,9 @@ def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size
             host_duration += machine.profile.totals.duration_s
             offset = (machine.start - t0) if machine.start is not None and t0 is not None else 0.0
             timelines.append((offset, machine.profile.timeline))
+            io = machine.profile.extra.get("io")
+            if isinstance(io, dict):  # the node's I/O, as its machine's profile read it, on the job's clock
+                io_by_node.setdefault(host, []).append(_shift_io(io, offset))
             _add(total, m_energy)
             _add(attributed, n_attr)
             _add(own, n_own)
@@ -305,9 +309,26 @@ def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size
                     peak_rss_bytes=max(peaks) if peaks else None)
     try:
         return Profile(meta=meta, sources=list(sources.values()), totals=totals, root=root, windows=windows,
-                       timeline=_timeline(timelines), notes=notes, processes=processes)
+                       timeline=_timeline(timelines), notes=notes, processes=processes, extra=_merged_io(io_by_node))
     except ProfileFormatError as exc:
         raise MergeError(str(exc)) from None
+
+
+def _shift_io(io: dict[str, Any], offset: float) -> dict[str, Any]:
+    if "t_s" not in io:
+        return dict(io)  # {"absent": why}
+    return {**io, "t_s": [t + offset for t in io["t_s"]]}
+
+
+def _merged_io(io_by_node: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The profile's `io`: one node's one run as it was (its windows' figures still read from it); with more
+    (nodes, or runs that did not overlap), each node's runs under `nodes`, kept as facts, not added (a
+    node's counters are its own disks')."""
+    if not io_by_node:
+        return {}
+    if len(io_by_node) == 1 and len(next(iter(io_by_node.values()))) == 1:
+        return {"io": next(iter(io_by_node.values()))[0]}
+    return {"io": {"nodes": io_by_node}}
 
 
 def _runs(group: list[_Member]) -> list[list[_Member]]:

@@ -83,7 +83,7 @@ def summary_cards(model: ReportModel) -> list[Card]:
 
 
 #: notes that say how a figure was made, not that it may be wrong: they belong in Methodology
-METHOD_NOTES = frozenset({"wait-cpu", "carbon"})
+METHOD_NOTES = frozenset({"wait-cpu", "carbon", "io"})
 
 
 def methodology(model: ReportModel) -> dict[str, Any]:

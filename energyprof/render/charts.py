@@ -284,6 +284,7 @@ def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
         layout["xaxis"]["anchor"] = "y2"
         layout["height"] = 400
     _gpu_busy(model, data, layout)
+    _disk_reads(model, data, layout)
     _shade_windows(model, layout)
     return {"data": data, "layout": layout}
 
@@ -310,6 +311,27 @@ def _gpu_busy(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, 
         layout["margin"]["r"] = 60
 
 
+def _disk_reads(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+    """The disks' read MB/s per reading interval (IOPS in its hover), measured from /proc/diskstats, on a right axis."""
+    from ..analysis.io import io_of, read_rates
+
+    rates = read_rates(io_of(model.profile), MAX_TIMELINE_POINTS)
+    if rates is None:
+        return
+    iops = [_round(x, 1) for x in rates["iops"]]
+    ys = [_round(x) for x in rates["mb_s"]]
+    data.append({"type": "scatter", "mode": "lines", "name": "disk read (MB/s)", "x": [_round(x, 6) for x in rates["t_s"]],
+                 "y": ys + ys[-1:], "customdata": iops + iops[-1:], "yaxis": "y4",
+                 "line": {"shape": "hv", "width": 1, "color": "#8c564b", "dash": "dash"},
+                 "hovertemplate": "%{y:.3g} MB/s, %{customdata:.0f} IOPS (measured, /proc/diskstats)<extra>disk read</extra>"})
+    layout["yaxis4"] = {"title": {"text": "disk read (MB/s)"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                        "showgrid": False}
+    if "yaxis3" in layout:  # beside the GPU busy axis, not over it
+        layout["xaxis"]["domain"] = [0.0, 0.9]
+        layout["yaxis4"].update(anchor="free", position=1.0)
+    layout["margin"]["r"] = 60
+
+
 def _buckets(starts: list[float], ends: list[float]) -> list[tuple[int, int]]:
     """Consecutive index ranges, at most MAX_TIMELINE_POINTS of them (long runs have many readings)."""
     n = len(starts)
@@ -327,7 +349,9 @@ def _mean_power(series: list[float], starts: list[float], ends: list[float], a: 
 
 def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
     palette = ["rgba(78,121,167,0.12)", "rgba(242,142,43,0.12)"]
-    windows = sorted(model.profile.windows, key=lambda w: (w.depth, w.start_s))
+    from ..analysis.training import is_cache_fact  # a tracked loop's page-cache readings: no span to shade
+
+    windows = sorted((w for w in model.profile.windows if not is_cache_fact(w)), key=lambda w: (w.depth, w.start_s))
     for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):
         layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": w.start_s,
                                  "x1": w.end_s, "y0": 0, "y1": 1, "line": {"width": 0},

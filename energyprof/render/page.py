@@ -291,14 +291,22 @@ def _io_cols(b: Any) -> bool:
     return any("read_mb" in e for e in b["epochs"])
 
 
-def _epoch_io(e: dict[str, Any], io: bool) -> str:
-    """An epoch's cells, with the disk's reads beside its stall where the run recorded I/O."""
+def _cache_cols(b: Any) -> bool:
+    return any("cache_start" in e for e in b["epochs"])
+
+
+def _epoch_io(e: dict[str, Any], io: bool, cache: bool) -> str:
+    """An epoch's cells, with the disk's reads and the dataset's page-cache residency beside its stall
+    where the run recorded them."""
     cells = _epoch_cells(e)
-    if not io:
-        return cells
-    extra = (f'<td>{"%.1f" % e["read_mb"]}</td><td>{"%.0f" % e["read_iops"]}</td>'
-             f'<td>{"%.0f%%" % (e["disk_busy_share"] * 100)}</td>' if "read_mb" in e else "<td></td><td></td><td></td>")
-    return cells.replace("</tr>\n", extra + "</tr>\n", 1)
+    extra = ""
+    if io:
+        extra += (f'<td>{"%.1f" % e["read_mb"]}</td><td>{"%.0f" % e["read_iops"]}</td>'
+                  f'<td>{"%.0f%%" % (e["disk_busy_share"] * 100)}</td>' if "read_mb" in e else "<td></td><td></td><td></td>")
+    if cache:
+        extra += "".join(f'<td>{"%.0f%%" % (f * 100) if f is not None else ""}</td>'
+                         for f in (e.get("cache_start"), e.get("cache_end")))
+    return cells.replace("</tr>\n", extra + "</tr>\n", 1) if extra else cells
 
 
 def _windows(ctx: dict[str, Any], m: Any) -> str:
@@ -336,8 +344,10 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
                    '  <div class="table-wrap"><table class="windows">\n'
                    f'    <thead><tr><th>epoch</th>{_TRAINING_HEAD}'
                    + ("<th>disk read (MB)</th><th>read IOPS</th><th>disk busy</th>" if _io_cols(b) else "")
+                   + ('<th title="the dataset&#39;s share in the page cache (mincore), measured">cached at start</th>'
+                      "<th>cached at end</th>" if _cache_cols(b) else "")
                    + '</tr></thead>\n    <tbody>\n')
-        out.extend(f'    <tr><td>{_epoch(e)}</td>{_epoch_io(e, _io_cols(b))}' for e in b["epochs"])
+        out.extend(f'    <tr><td>{_epoch(e)}</td>{_epoch_io(e, _io_cols(b), _cache_cols(b))}' for e in b["epochs"])
         out.append("    </tbody>\n  </table></div>\n")
     for name, by_rank in m.training_ranks.items():
         out.append(_training_ranks(ctx, name, by_rank))
