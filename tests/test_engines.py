@@ -168,6 +168,21 @@ def test_a_reused_ray_worker_holds_each_of_its_tasks(ray_local: tuple[object, di
     assert "ray worker" in roles.values()
 
 
+def test_each_run_of_a_task_is_a_window_of_its_worker(ray_local: tuple[object, dict[str, float]]) -> None:
+    """One window per task run (its span from the samples that saw it), on the worker that ran it,
+    holding that worker's part of the program's energy over the span."""
+    profile, _ = ray_local
+    workers = {p.pid for p in profile.processes if engine_role(p.command) == "ray worker"}  # type: ignore[attr-defined]
+    runs = [w for w in profile.windows if w.name.startswith(("[ray task ", "[ray actor "))]  # type: ignore[attr-defined]
+    assert sorted(w.name for w in runs) == sorted([f"[ray task {n}]" for n in ("alpha", "beta", "gamma", "delta")]
+                                                 + ["[ray actor Counter.work]"])
+    program = sum(profile.totals.attributed_j.values())  # type: ignore[attr-defined]
+    for w in runs:
+        assert w.pid in workers and w.time_s > 0 and w.program_energy_j["cpu"] > 0
+        assert w.program_energy_j["cpu"] <= w.energy_j["cpu"] + 1e-9  # the worker's part of the machine's
+    assert sum(w.program_energy_j["cpu"] for w in runs) <= program + 1e-9
+
+
 def test_a_two_node_ray_cluster_on_one_machine_counts_the_machine_once(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the [ray] extra is not installed")
     profile, cpu = run_job(tmp_path, RAY_JOB, ["cluster", "2000000"])
@@ -184,6 +199,9 @@ def test_dask_local_cluster_tasks_are_units_of_work(tmp_path: Path) -> None:
     for name in ("alpha", "beta"):
         assert f"[dask task {name}]" in found, sorted(found)
         check_unit(found[f"[dask task {name}]"], cpu[name], profile.meta["interval_s"])  # type: ignore[attr-defined]
+        # each ran twice: one or two windows (two runs back to back on one thread, no sample between, are one)
+        runs = [w for w in profile.windows if w.name == f"[dask task {name}]"]  # type: ignore[attr-defined]
+        assert 1 <= len(runs) <= 2 and all(w.pid is not None and w.time_s > 0 for w in runs)
 
 
 # ---------------------------------------------------------------- the pure rule, on recorded stacks
