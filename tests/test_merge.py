@@ -80,6 +80,14 @@ def test_merge_of_two_nodes_sums_each_source_exactly(two_nodes: Path) -> None:
     assert (two_nodes / "again.html").stat().st_size > 10_000
 
 
+def test_a_machine_that_sent_nothing_is_named(two_nodes: Path) -> None:
+    res = run_cli(["merge", "a.json", "b.json", "-o", "three.json", "--hosts", "node-a,node-b,node-c"], cwd=two_nodes)
+    assert res.returncode == 0, res.stderr
+    assert "machine node-c sent no profile" in res.stderr
+    job = load(two_nodes / "three.json")
+    assert [n.extra["hosts"] for n in job.notes if n.kind == "missing-machine"] == [["node-c"]]
+
+
 def test_a_machine_is_known_by_its_boot_id_not_its_host_name(two_nodes: Path) -> None:
     """Two containers on one machine (or two of an engine's nodes) have their own host names and
     share the kernel: one machine, its runs each counted once, never two machines' idle."""

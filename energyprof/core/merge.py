@@ -128,20 +128,22 @@ def _copy(node: Node, k_other: float) -> Node:
 
 
 def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: int | None = None,
-          policy: str | None = None) -> Profile:
+          policy: str | None = None, hosts: list[str] | None = None) -> Profile:
     """One job's Profile from its ranks' or nodes' profiles, under `policy` (default: the one the
     ranks were run under), the other policy's figures beside it. `world_size`: the ranks expected
-    (default: what the profiles say); a missing rank is named in a note."""
+    (default: what the profiles say); a missing rank is named in a note. `hosts`: the machines the
+    job ran on (a cluster's nodes); one that sent no profile is named in a note."""
     if not profiles:
         raise MergeError("nothing to merge")
     try:
         chosen = check_policy(policy) if policy is not None else common_policy([p.idle_policy for p in profiles])
     except PolicyError as exc:
         raise MergeError(str(exc)) from None
-    return _join_as_share(profiles, labels, world_size).with_policy(chosen)
+    return _join_as_share(profiles, labels, world_size, hosts or []).with_policy(chosen)
 
 
-def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size: int | None) -> Profile:
+def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size: int | None,
+                   hosts: list[str]) -> Profile:
     """The join itself, its figures under `share` (each member seen under `share`), `all` beside them."""
     labels = list(labels) if labels else [f"profile {i + 1}" for i in range(len(profiles))]
     members = [_member(p, lab) for p, lab in zip(profiles, labels)]
@@ -299,6 +301,13 @@ def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size
         notes.append(Note("missing-rank", f"rank{'s' if len(missing) > 1 else ''} {names} left no profile:"
                           " {} energy is in the node's idle, not in any rank".format(
                               "their" if len(missing) > 1 else "its"), {"ranks": missing}))
+    sent = {host_of(m.profile) for m in members} | {str(m.profile.meta.get("host", {}).get("name", ""))
+                                                     for m in members if isinstance(m.profile.meta.get("host"), dict)}
+    silent = [h for h in hosts if h not in sent]
+    if silent:
+        notes.append(Note("missing-machine", f"machine{'s' if len(silent) > 1 else ''} {', '.join(silent)} sent no"
+                          " profile: {} energy is in no figure of this job".format("their" if len(silent) > 1 else "its"),
+                          {"hosts": silent}))
     meta = dict(profiles[0].meta)
     meta["idle_policy"] = "share"  # merge() turns the join to the chosen policy
     meta["duration_s"] = duration
