@@ -156,11 +156,8 @@ def measure(n_samples: int, n_ticks: int, render: bool) -> dict[str, float | int
     """Feed one run through a Ledger and report times and memory (run in a fresh process)."""
     from energyprof.analysis.report import build  # imported before the baseline
     from energyprof.render import html as html_mod
+    from energyprof.render import page  # noqa: F401 - the renderer's import, also before the baseline
 
-    try:
-        import jinja2  # noqa: F401 - the renderer's import, also before the baseline
-    except ImportError:
-        pass
     gc.collect()
     peak_reset = reset_peak()
     base = rss_now()

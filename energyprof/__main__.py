@@ -15,7 +15,8 @@ import sys
 # every run. The command line turns it back on (cli.main), for `run` once the program starts.
 gc.disable()
 
-if not sys.flags.safe_path and sys.path and sys.path[0] in ("", os.getcwd()):
+# sys.flags.safe_path (-P) is 3.11's; before it the folder is always first under -m.
+if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] in ("", os.getcwd()):
     del sys.path[0]
 
 from .cli import main  # noqa: E402

@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import inspect
 import sys
+import threading
 from typing import Any, Callable, TypeVar
 
 from .options import Options
@@ -97,23 +98,28 @@ class ProfileFactory:
 
     def __init__(self, options: Options) -> None:
         self.options = options
-        # One entry per `with` still open on this object: re-entering it (nested, or from another
-        # thread) must not forget the session that is running, or it would never be stopped.
-        self._sessions: list[_Session | None] = []
+        # One entry per `with` still open on this object, per thread: re-entering it (nested, or
+        # from another thread) must not forget the session that is running, and one thread's exit
+        # must never end the session another thread's entry started (with that thread's exception).
+        self._sessions: dict[int, list[_Session | None]] = {}
 
     def __call__(self, func: F) -> F:
         return _decorate(func, self.options)
 
     def __enter__(self) -> Profiler | None:
         session = _Session(self.options, "<with block>")
+        mine = self._sessions.setdefault(threading.get_ident(), [])
         if not session.start(anchor_depth(sys._getframe(1))):
-            self._sessions.append(None)
+            mine.append(None)  # part of the profile already running: this block does not end it
             return active_profiler()
-        self._sessions.append(session)
+        mine.append(session)
         return session.profiler
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
-        session = self._sessions.pop() if self._sessions else None
+        mine = self._sessions.get(threading.get_ident())
+        session = mine.pop() if mine else None
+        if mine is not None and not mine:
+            self._sessions.pop(threading.get_ident(), None)
         if session is not None:
             session.finish(exc)
         return None

@@ -1,10 +1,9 @@
 """A per-user cache folder for work whose result does not change between runs.
 
-The report's template compiled to Python, and the CPU table's answer for this machine's CPU,
-cost most of a short run's start-up and report (measured: about 0.19 s and 0.18 s of CPU of an
-empty script's 0.55 s over plain python). Each is keyed by what it was computed from, so a
-stale entry is never used: the template by its source's checksum (jinja2's own bytecode cache),
-the TDP by the CPU model and the table's file (its path, size and modification time).
+The CPU table's answer for this machine's CPU cost a large part of a short run's start-up
+(measured: about 0.18 s of CPU of an empty script's 0.55 s over plain python). It is keyed by
+what it was computed from, so a stale entry is never used: the CPU model and the table's file
+(its path, size and modification time).
 
 `$ENERGYPROF_CACHE_DIR`, else `$XDG_CACHE_HOME/energyprof`, else `~/.cache/energyprof`; an
 empty `ENERGYPROF_CACHE_DIR` turns the cache off. A folder that cannot be made or written
@@ -32,8 +31,8 @@ def folder() -> str | None:
         st = os.stat(path)
     except OSError:
         return None
-    # Another user's folder (a shared HOME, a world-writable /tmp cache) is never trusted: the
-    # template cache holds code that jinja2 runs.
+    # Another user's folder (a shared HOME, a world-writable /tmp cache) is never trusted: what it
+    # holds would decide the figures of this user's runs.
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
         return None
     return path

@@ -17,8 +17,8 @@ from __future__ import annotations
 import os
 import re
 import stat
+import secrets
 import sys
-import tempfile
 
 _FD_FOLDER = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd")
 TEMP_AFFIXES = len(".") + len(".") + 8 + len(".tmp")  # what mkstemp adds to a name while it is written
@@ -81,14 +81,12 @@ def write_text(path: str, data: str | bytes) -> None:
             os.close(fd)
         return
     folder = os.path.dirname(real) or "."
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.", suffix=".tmp", dir=folder)
+    fd, tmp = _new_temp(folder, os.path.basename(real))
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(raw)
         if mode is not None:
             os.chmod(tmp, stat.S_IMODE(mode))  # an existing file keeps its permissions
-        else:
-            os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; a report is an ordinary file
         os.replace(tmp, real)
     except BaseException:
         try:
@@ -134,7 +132,14 @@ def remove(path: str) -> bool:
         return False
 
 
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
+def _new_temp(folder: str, base: str) -> tuple[int, str]:
+    """A new file beside the target, made 0666 less the umask by the kernel itself, as an ordinary
+    report is. Reading the umask would mean setting it (os.umask), and for that moment a thread of
+    the program would create its files under our mask, not its own."""
+    for _ in range(100):
+        tmp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")  # TEMP_AFFIXES long, as mkstemp's
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {base} in {folder}")

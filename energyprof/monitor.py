@@ -20,8 +20,9 @@ import time
 from typing import Any
 
 from .collect import probes
-from .collect.collector import _Thread
-from .core.ledger import IDLE_FLOOR, is_gpu
+from .collect.collector import _Thread, find_sources
+from .core.ledger import is_gpu
+from .core.policy import IDLE_FLOOR, check_policy, cpu_share  # noqa: F401  (cpu_share: the rule _measure inlines)
 from .measurement import Measurement, any_estimated, carbon_setting
 from .options import Options
 
@@ -41,17 +42,15 @@ class Monitor:
     `m = mon.end_window("epoch")` (a Measurement); or `with mon.window("epoch") as m:`.
 
     Windows may nest and overlap; two open windows of one name end last-opened first. Takes the
-    same keyword arguments as `energy_profile` that make sense here: sensors (`power_trace`,
+    same keyword arguments as `energy_profile` that make sense here: sensors (`sensor`, `power_trace`,
     `powercap_root`, `cpu_tdp`, `gpus`), `idle`, and the carbon settings (`country`, `region`,
     `cloud`, `carbon_intensity`, `pue`). `poll_s` overrides the period of the background reads.
     """
 
     def __init__(self, options: Options | None = None, *, poll_s: float | None = None, **kwargs: Any) -> None:
-        from .collect import sensors
-
         o = options if options is not None else Options.from_kwargs(kwargs)
         self.options = o
-        found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus)
+        found = find_sources(o)  # the Profiler's discovery: sensor=[...] chooses the backends here too
         self.sensors = found.sensors
         self.notes = found.notes
         self.sources = [s.describe() for s in self.sensors]
@@ -59,7 +58,7 @@ class Monitor:
         self._gpu = [is_gpu(s.component) for s in self.sensors]
         self._cpus = probes.logical_cpus()
         self._carbon = carbon_setting(o)
-        self._share = o.idle == "share"
+        self._share = check_policy(o.idle) == "share"
         self._lock = threading.Lock()  # one sensor read at a time: they keep running state
         self._open: list[tuple[str, int | None, _Reading]] = []
         self._own_ns = 0  # the poller thread's CPU, as it last recorded it (energyprof's, not the program's)
@@ -201,11 +200,3 @@ class _Window:
         mon = self._mon
         mon._measure(self._name, self._index, self._begin, mon._read(), into=self._m)
 
-
-def cpu_share(proc_ns: float, busy_ns: float, capacity_ns: float) -> float:
-    """The program's share of a CPU-class source over one span: its CPU over the machine's busy
-    CPU (the larger of the two: /proc/stat moves in 10 ms ticks), the machine idle below
-    IDLE_FLOOR of capacity; in [0, 1]."""
-    proc = max(0.0, proc_ns)
-    denom = max(proc, busy_ns, IDLE_FLOOR * capacity_ns)
-    return min(1.0, proc / denom) if denom > 0 else 0.0

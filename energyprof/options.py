@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-IDLE_POLICIES = ("share", "all")
+from .core.policy import DEFAULT_POLICY, IDLE_POLICIES
+
 SAMPLERS = ("threads", "pyinstrument")
 MEMORY_MODES = ("rss", "exact", "off")
 OUTPUTS = ("json", "output", "speedscope", "folded", "csv", "pprof")  # the JSON first: it is the one to keep
@@ -52,10 +53,10 @@ class Options:
     mlflow: bool = False
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
-    watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's start and end
+    watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
     interval: float = 0.01
     sensor_interval: float = 0.05
-    idle: str = "share"
+    idle: str = DEFAULT_POLICY
     sampler: str = "threads"
     powercap_root: str | None = None
     power_trace: str | None = None

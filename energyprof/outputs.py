@@ -92,7 +92,7 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
                 failed.append(f"could not write {flag(name)} {path}: no report model")
             continue
         if os.path.realpath(path) == os.devnull:  # `-o /dev/null`: nothing reads it, so nothing is rendered
-            continue  # (the HTML page alone imported jinja2 and built 1.4 MB for it)
+            continue  # (the HTML page alone built 1.4 MB for it)
         try:
             write_text(path, table[name](model))
             written.append(path)

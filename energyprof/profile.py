@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from .core.policy import DEFAULT_POLICY, IDLE_POLICIES
 from .files import write_text
 from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
@@ -41,7 +42,6 @@ SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE, UNSAMPLED_CPU_NODE)
 # The node of the threads that run one target, as the agent names it (agent/sampler.py, which imports nothing of ours).
 THREAD_PREFIX = "[threads: "
 PROCESS_GROUP_PREFIX = "[processes: "  # the node of the processes of one role (a pool's workers), as the agent labels them
-IDLE_POLICIES = ("share", "all")
 
 # ---------------------------------------------------------------- records
 
@@ -172,7 +172,7 @@ class Profile:
 
     @property
     def idle_policy(self) -> str:
-        return str(self.meta.get("idle_policy") or "share")
+        return str(self.meta.get("idle_policy") or DEFAULT_POLICY)
 
     @property
     def total_energy_j(self) -> float:
@@ -316,7 +316,7 @@ class Profile:
             known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
                      "processes", "carbon", "derived"}
             meta = dict(get_field(data, "meta", dict))
-            policy = meta.get("idle_policy", "share")
+            policy = meta.get("idle_policy", DEFAULT_POLICY)
             if policy not in IDLE_POLICIES:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}

@@ -5,7 +5,8 @@
 
 Batch 16, SGD (lr 0.01, momentum 0.9), cross-entropy, a DataLoader with worker processes.
 Uses the real CIFAR-10 when torchvision finds it under `--data` (never downloads); otherwise
-synthetic tensors of the same shape, so it runs anywhere. Each epoch is a window
+synthetic tensors of the same shape, so it runs anywhere (`--save-data` writes them under `--data`,
+and later runs read them from there one item at a time). Each epoch is a window
 (`ept.window("epoch", i)`) and each step is split into data fetch and compute
 (`ept.track(loader)`): both are no-ops when energyprof is not profiling.
 The defaults finish in a few seconds on a laptop CPU.
@@ -62,8 +63,46 @@ class SyntheticCifar(Dataset):
         return x, self.labels[i]
 
 
+class FileCifar(Dataset):
+    """Images read from disk per item: `lenet-images.u8` (N x 32 x 32 bytes) and `lenet-labels.u8` under a
+    folder (written by `--save-data`). Each item is one read of its 1,024 bytes, as a file-per-sample dataset
+    does, so the disk and the page cache are on the loader's path (try `--watch-cache` on the folder)."""
+
+    def __init__(self, root: str) -> None:
+        self.path = os.path.join(root, IMAGES)
+        with open(os.path.join(root, LABELS), "rb") as fh:
+            self.labels = torch.frombuffer(bytearray(fh.read()), dtype=torch.uint8).long()
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, 1024, i * 1024)
+        finally:
+            os.close(fd)
+        x = torch.frombuffer(bytearray(raw), dtype=torch.uint8).view(1, 32, 32).float().div_(255.0).sub_(0.5).div_(0.5)
+        return x, self.labels[i]
+
+
+IMAGES, LABELS = "lenet-images.u8", "lenet-labels.u8"
+
+
+def save_data(root: str, size: int) -> None:
+    """Write the synthetic set under `root` in FileCifar's layout."""
+    data = SyntheticCifar(size)
+    os.makedirs(root, exist_ok=True)
+    for name, t in ((IMAGES, data.images), (LABELS, data.labels.to(torch.uint8))):
+        with open(os.path.join(root, name), "wb") as fh:
+            fh.write(t.numpy().tobytes())
+            fh.flush()
+            os.fsync(fh.fileno())  # written out, so `energyprof cache drop` can evict the pages (dirty ones stay)
+
+
 def load_data(root: str, size: int) -> tuple[Dataset, str]:
-    """The real CIFAR-10 training set in grayscale when it is on disk, else synthetic."""
+    """The real CIFAR-10 training set in grayscale when it is on disk, else the files `--save-data` wrote,
+    else synthetic."""
     if os.path.isdir(os.path.join(root, "cifar-10-batches-py")):
         try:
             from torchvision import datasets, transforms
@@ -72,6 +111,8 @@ def load_data(root: str, size: int) -> tuple[Dataset, str]:
             return datasets.CIFAR10(root, train=True, download=False, transform=tf), "CIFAR-10"
         except ImportError:
             pass
+    if os.path.exists(os.path.join(root, IMAGES)):
+        return FileCifar(root), "synthetic, read from disk"
     return SyntheticCifar(size), "synthetic"
 
 
@@ -92,6 +133,7 @@ def main(argv: list[str] | None = None) -> ept.TrackedLoader:
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
     p.add_argument("--data", default="data", help="folder holding cifar-10-batches-py, if you have it")
+    p.add_argument("--save-data", action="store_true", help="write the synthetic images under --data and exit")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
@@ -100,6 +142,9 @@ def main(argv: list[str] | None = None) -> ept.TrackedLoader:
         torch.set_num_threads(a.threads)
 
     size = a.batches * a.batch_size if a.batches else 50_000
+    if a.save_data:
+        save_data(a.data, size)
+        raise SystemExit(0)
     data, kind = load_data(a.data, size)
     loader = DataLoader(data, batch_size=a.batch_size, shuffle=True, num_workers=a.workers,
                         persistent_workers=a.workers > 0)

@@ -132,6 +132,48 @@ def test_re_entering_one_profile_object_stops_the_profile_it_started(tmp_path, t
     assert active_profiler() is None
 
 
+def test_one_profile_object_entered_from_two_threads_is_ended_by_the_thread_that_started_it(tmp_path, trace):
+    """Defect: the object kept one stack of sessions for every thread: thread A's profile ran on
+    past A's block, and thread B's exit ended it, with B's exception. Now B's block is part of
+    A's profile (one profile runs in a process at a time) and A's exit ends it."""
+    import threading
+
+    out = tmp_path / "p.json"
+    block = energy_profile(json=str(out), power_trace=trace, quiet=True)
+    a_in, b_in, a_out = threading.Event(), threading.Event(), threading.Event()
+    seen: dict[str, object] = {}
+
+    def a() -> None:
+        with block as prof:
+            seen["a"] = prof
+            a_in.set()
+            assert b_in.wait(timeout=60)  # a hang guard
+            spin(0.02)
+        seen["after a"] = active_profiler()
+        a_out.set()
+
+    def b() -> None:
+        assert a_in.wait(timeout=60)
+        try:
+            with block as prof:
+                seen["b"] = prof
+                b_in.set()
+                assert a_out.wait(timeout=60)
+                raise ValueError("b's own failure")
+        except ValueError:
+            pass
+
+    threads = [threading.Thread(target=a), threading.Thread(target=b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert seen["b"] is seen["a"] is not None  # B's block ran inside A's profile
+    assert seen["after a"] is None  # ended at A's exit, not left running for B to end
+    assert load(out).meta["exit"] == {"status": "completed"}  # A's block ended cleanly; B's error is not its
+    assert block._sessions == {}
+
+
 def test_profiler_start_stop(trace):
     prof = Profiler(power_trace=trace, quiet=True, interval=0.002)  # spin is 25 samples, not 5
     prof.start()

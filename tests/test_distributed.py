@@ -409,7 +409,18 @@ def test_rank_files_under_idle_all_add_up_to_the_node(job: Path) -> None:
     for p, c in zip(per, charged):
         assert 0.2 * node <= c <= 0.8 * node  # a share, never the whole machine
         conserved(p)
-    joined = load(job / "p.json").with_policy("all")
+    # the joined job, its report and `energyprof merge` of the rank files keep the run's policy:
+    # before, rank 0 wrote the job as `share`, and so did merge
+    written = load(job / "p.json")
+    assert written.idle_policy == "all"
+    remerged = run_cli(["merge", "p.rank0.json", "p.rank1.json", "-o", "again.json", "-q"], cwd=job, timeout=TIMEOUT)
+    assert remerged.returncode == 0, remerged.stderr
+    again = load(job / "again.json")
+    assert again.idle_policy == "all"
+    conserved(again)
+    assert again.totals.attributed_j == pytest.approx(written.totals.attributed_j, rel=1e-9)
+    assert "as on a dedicated machine" in (job / "energyprof-report.html").read_text()  # the job's report says so
+    joined = written.with_policy("all")
     conserved(joined)
     assert sum(joined.totals.attributed_j.values()) + sum(joined.totals.energyprof_j.values()) == \
         pytest.approx(sum(joined.totals.energy_j.values()), rel=1e-9)

@@ -53,7 +53,8 @@ def test_wheel_installs_light_in_a_fresh_venv_and_profiles_with_the_carbon_snaps
     _pip([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(wheel_dir), str(ROOT)], "building the wheel")
     wheel = next(wheel_dir.glob("energyprof-*.whl"))
     names = set(zipfile.ZipFile(wheel).namelist())
-    for shipped in ("energyprof/templates/report.html.j2", "energyprof/templates/plotly-custom.min.js",
+    for shipped in ("energyprof/templates/report.js", "energyprof/templates/report.css",
+                    "energyprof/templates/plotly-custom.min.js",
                     "energyprof/templates/plotly.js-LICENSE.txt", "energyprof/data/carbon-snapshot.json"):
         assert shipped in names
 

@@ -244,3 +244,44 @@ def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_ca
     assert m.complete and m.estimated is True
     assert m.energy_j == {"cpu": 3.0, "ram": 1.0} and m.program_energy_j == {"cpu": 3.0, "ram": 1.0}  # idle=all
     assert m.carbon_g == pytest.approx(4.0 / 3.6e6 * 2.0 * 100.0)
+
+
+def test_two_threads_reading_window_replies_at_once_skip_none(tmp_path, monkeypatch):
+    """Defect: two threads ending windows read the reply file from one offset, each moved the
+    offset past what it read, and the next reply was skipped (the window said it never came)."""
+    import os
+    import threading
+
+    from energyprof.agent import supervised, wire
+
+    path = tmp_path / f"7{wire.REPLY_SUFFIX}"
+    path.write_text(wire.reply(10, 20, False, ["cpu"], [1.0], [0.5], [1.0]) +
+                    wire.reply(30, 40, False, ["cpu"], [2.0], [1.0], [2.0]))
+    replies = supervised._Replies({"spool": str(tmp_path), "idle": "share"}, 7)
+    both_read = threading.Barrier(2)
+    real_pread = os.pread
+
+    def pread_together(fd, n, offset):  # both threads hold the same bytes before either moves on
+        data = real_pread(fd, n, offset)
+        try:
+            both_read.wait(timeout=2.0)  # a hang guard: with the reads in turn, the first waits alone
+        except threading.BrokenBarrierError:
+            pass
+        return data
+
+    monkeypatch.setattr(os, "pread", pread_together)
+    got = [Measurement(name="a"), Measurement(name="b")]
+    threads = [threading.Thread(target=replies.fill, args=(got[0], 10, 20)),
+               threading.Thread(target=replies.fill, args=(got[1], 30, 40))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    monkeypatch.setattr(os, "pread", real_pread)
+    assert [m.energy_j for m in got] == [{"cpu": 1.0}, {"cpu": 2.0}]
+    with path.open("a") as fh:  # a third window, written after both were read
+        fh.write(wire.reply(50, 60, False, ["cpu"], [3.0], [1.5], [3.0]))
+    third = Measurement(name="c")
+    replies.fill(third, 50, 60)
+    assert third.complete and third.energy_j == {"cpu": 3.0} and third.program_energy_j == {"cpu": 1.5}
+    assert replies.offset == path.stat().st_size

@@ -132,3 +132,29 @@ def test_memory_off_reads_no_rss(tmp_path: Path):
     assert res.returncode == 0
     p = load(tmp_path / "p.json")
     assert not any(p.timeline["rss_bytes"])
+
+
+def test_exact_mode_keeps_the_allocations_of_pool_workers_ended_by_terminate(tmp_path: Path):
+    """Defect: `with Pool() as pool:` ends its workers with SIGTERM (Pool.terminate), which runs no
+    exit hook, so --memory exact lost every worker's allocations (0.0 MB of 8.0 MB)."""
+    (tmp_path / "pool.py").write_text(textwrap.dedent("""
+        import multiprocessing as mp
+        import time
+        kept = []
+        def hold(i):
+            kept.append([bytes(1000) + bytes([j % 256]) for j in range(2000)])  # ~2 MB a task, kept
+            end = time.process_time() + 0.3  # long enough for the allocating frame to be sampled
+            while time.process_time() < end:
+                pass
+            return i
+        if __name__ == "__main__":
+            with mp.get_context("fork").Pool(2) as pool:
+                print(pool.map(hold, range(4), chunksize=1))
+            print("pool done")
+    """))
+    res = run_cli(["-q", "--memory", "exact", "--json", "p.json", "-o", "r.html", "pool.py"], cwd=tmp_path, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.splitlines() == ["[0, 1, 2, 3]", "pool done"]
+    p = load(tmp_path / "p.json")
+    held = sum(n.alloc_bytes or 0 for n in p.find("hold"))
+    assert 7 * MB <= held <= 12 * MB, held  # 4 tasks of 2,000 objects of ~1 kB, each still held when terminated

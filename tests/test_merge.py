@@ -80,6 +80,14 @@ def test_merge_of_two_nodes_sums_each_source_exactly(two_nodes: Path) -> None:
     assert (two_nodes / "again.html").stat().st_size > 10_000
 
 
+def test_a_machine_that_sent_nothing_is_named(two_nodes: Path) -> None:
+    res = run_cli(["merge", "a.json", "b.json", "-o", "three.json", "--hosts", "node-a,node-b,node-c"], cwd=two_nodes)
+    assert res.returncode == 0, res.stderr
+    assert "machine node-c sent no profile" in res.stderr
+    job = load(two_nodes / "three.json")
+    assert [n.extra["hosts"] for n in job.notes if n.kind == "missing-machine"] == [["node-c"]]
+
+
 def test_a_machine_is_known_by_its_boot_id_not_its_host_name(two_nodes: Path) -> None:
     """Two containers on one machine (or two of an engine's nodes) have their own host names and
     share the kernel: one machine, its runs each counted once, never two machines' idle."""
@@ -242,3 +250,66 @@ def test_a_nodes_runs_add_up_once_each(spans_in) -> None:
             end, best = hi, (hi - lo, e)
     want += best[1] if best else 0.0
     assert job.totals.energy_j["cpu"] == pytest.approx(want, rel=1e-9)
+
+
+# ---------------------------------------------------------------- the idle policy travels with the job
+
+
+def test_a_join_of_ranks_run_under_all_stays_all_and_conserves() -> None:
+    """Ranks run with `--idle all` join into a job under `all` (before, merge wrote every job as
+    `share`, whatever its ranks were run under); `policy=` chooses the other view, and both conserve."""
+    ranks = [_rank_profile("h1", r, 100.0, 20.0, 1.0, 99.0 / 2, 2.0).with_policy("all") for r in (0, 1)]
+    job = merge(ranks)
+    assert job.idle_policy == "all"
+    conserved(job)
+    # under all the two ranks paid for the whole node, less energyprof's part: nothing is idle
+    assert job.totals.idle_j["cpu"] == 0.0
+    assert job.totals.attributed_j["cpu"] + job.totals.energyprof_j["cpu"] == pytest.approx(100.0, rel=1e-12)
+    seen_as_share = merge(ranks, policy="share")
+    assert seen_as_share.idle_policy == "share"
+    assert seen_as_share.totals.attributed_j["cpu"] == pytest.approx(40.0, rel=1e-12)
+    assert merge([_rank_profile("h1", 0, 100.0, 20.0, 1.0, 99.0, 2.0)]).idle_policy == "share"
+    with pytest.raises(MergeError, match="idle policy must be one of share, all"):
+        merge(ranks, policy="most")
+
+
+def test_merge_subcommand_keeps_the_ranks_policy_and_takes_idle(tmp_path: Path) -> None:
+    ranks = [_rank_profile("h1", r, 100.0, 20.0, 1.0, 99.0 / 2, 2.0).with_policy("all") for r in (0, 1)]
+    for r, p in enumerate(ranks):
+        p.save(tmp_path / f"r{r}.json")
+    assert run_cli(["merge", "r0.json", "r1.json", "-o", "job.json", "-q"], cwd=tmp_path).returncode == 0
+    assert load(tmp_path / "job.json").idle_policy == "all"
+    assert run_cli(["merge", "r0.json", "r1.json", "-o", "s.json", "-q", "--idle", "share"], cwd=tmp_path).returncode == 0
+    assert load(tmp_path / "s.json").idle_policy == "share"
+    bad = run_cli(["merge", "r0.json", "r1.json", "-o", "x.json", "--idle", "most"], cwd=tmp_path)
+    assert bad.returncode == 2 and "idle policy must be one of share, all" in bad.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+# ---------------------------------------------------------------- I/O facts
+
+
+def _io(reads: list[int]) -> dict:
+    """A profile's `io` as collect/io.py writes it: one disk, counters at 0, 1, 2 s."""
+    return {"t_s": [0.0, 1.0, 2.0], "process": {"read_bytes": [r * 512 for r in reads]},
+            "disks": {"vda": {"reads": [0, 10, 20], "read_sectors": reads, "writes": [0, 0, 0],
+                              "write_sectors": [0, 0, 0], "busy_ms": [0, 100, 200]}},
+            "sector_bytes": 512, "method": "measured"}
+
+
+def test_merged_profiles_keep_each_nodes_io() -> None:
+    from energyprof.analysis.io import io_in_span, io_of
+
+    a = _run("h1", "2026-01-01T10:00:00+00:00", 2.0, 60.0, 20.0, rank=0)
+    b = _run("h2", "2026-01-01T10:00:01+00:00", 2.0, 60.0, 20.0, rank=1)
+    b.meta["distributed"]["job"] = a.meta["distributed"]["job"]
+    a.extra["io"], b.extra["io"] = _io([0, 2000, 4000]), _io([0, 6000, 6000])
+    job = merge([a, b])
+    nodes = job.extra["io"]["nodes"]
+    assert nodes["h1"][0]["disks"]["vda"]["read_sectors"] == [0, 2000, 4000]
+    assert nodes["h2"][0]["t_s"] == [1.0, 2.0, 3.0]  # on the job's clock: h2 started 1 s later
+    back = Profile.from_dict(json.loads(job.to_json()))
+    assert back.extra["io"] == job.extra["io"]
+    # one node, one run: its io as it was (shifted to the job's clock), so its windows' MB read still come from it
+    one = merge([a])
+    assert io_in_span(io_of(one), 0.0, 2.0)["disk_read_mb"] == pytest.approx(4000 * 512 / 1e6)

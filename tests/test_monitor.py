@@ -192,3 +192,24 @@ def test_a_program_that_closes_the_monitors_descriptors_keeps_its_own_files(tmp_
             assert os.pread(fd, 64, 0) == b"cpu  not a number\n"  # still open, still the program's
         finally:
             os.close(fd)
+
+
+def test_monitor_reads_the_named_sensors_or_refuses(tmp_path):
+    """Defect: Monitor(sensor=[...]) was taken and ignored: with a readable RAPL zone and
+    sensor=["model"], the windows were measured by RAPL."""
+    from energyprof import OptionError
+
+    zone = tmp_path / "intel-rapl:0"
+    zone.mkdir()
+    (zone / "name").write_text("package-0\n")
+    (zone / "energy_uj").write_text("100\n")
+    (zone / "max_energy_range_uj").write_text("262143328850\n")
+    with Monitor(powercap_root=str(tmp_path), gpus=False, sensor=["model"], cpu_tdp=10.0) as mon:
+        assert {s["sensor"] for s in mon.sources} == {"model"}
+        with mon.window("w") as m:
+            busy(0.02)
+    assert m.estimated is True
+    with Monitor(powercap_root=str(tmp_path), gpus=False, sensor=["rapl"], poll_s=0) as mon:
+        assert [s["sensor"] for s in mon.sources] == ["rapl"]
+    with pytest.raises(OptionError, match="--sensor rapl found no source"):
+        Monitor(powercap_root=str(tmp_path / "none"), gpus=False, sensor=["rapl"])

@@ -145,9 +145,11 @@ def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
     m = build(p)
     assert m.training_ranks == {} and all(g.ranks == [] for g in m.window_groups)
     assert [dataclasses.astuple(g) for g in m.window_groups] == [
-        ("epoch", 1, 10.0, 10.0, 0.0, 10.0, 10.0, pytest.approx(0.06), 0, []),
-        ("step.fetch", 3, 1.25, pytest.approx(1.25 / 3), pytest.approx(0.1443375673), 0.25, 0.5, pytest.approx(0.005), 0, []),
-        ("step.compute", 3, 7.0, pytest.approx(7 / 3), pytest.approx(0.5773502692), 2.0, 3.0, pytest.approx(0.015), 0, [])]
+        ("epoch", 1, 10.0, 10.0, 0.0, 10.0, 10.0, pytest.approx(0.06), 0, [], 10.0),
+        ("step.fetch", 3, 1.25, pytest.approx(1.25 / 3), pytest.approx(0.1443375673), 0.25, 0.5, pytest.approx(0.005), 0, [],
+         pytest.approx(1.25 / 3)),
+        ("step.compute", 3, 7.0, pytest.approx(7 / 3), pytest.approx(0.5773502692), 2.0, 3.0, pytest.approx(0.015), 0, [],
+         pytest.approx(7 / 3))]  # no program part in these windows: the machine's, in both
     assert m.training == {"step": breakdown(p, "step")}
     assert [(s["fetch_j"], s["compute_j"]) for s in m.training["step"]["steps"]] == RANKS[0][1]
     html = render_html(m)

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from energyprof.collect import settings
+from energyprof.analysis import settings as compared
 from energyprof.profile import Node, Profile
 
 
@@ -161,11 +162,11 @@ def test_differences_name_each_setting_once() -> None:
     a = {"cpufreq": {"governor": "performance"}, "jetson": {"power_mode": "MAXN"}, "storage": {"path": "/a"}}
     b = {"cpufreq": {"governor": "powersave"}, "jetson": {"power_mode": "MAXN"}, "storage": {"path": "/b"},
          "gpus": [{"index": 0, "power_limit_w": 300.0}]}
-    assert settings.differences(a, b) == ["cpufreq.governor: performance -> powersave",
+    assert compared.differences(a, b) == ["cpufreq.governor: performance -> powersave",
                                           "gpus[0].index: (not recorded) -> 0",
                                           "gpus[0].power_limit_w: (not recorded) -> 300.0"]
-    assert settings.differences(a, a) == []
-    assert settings.differences(None, b) == []  # a file from before settings were recorded
+    assert compared.differences(a, a) == []
+    assert compared.differences(None, b) == []  # a file from before settings were recorded
 
 
 def _env() -> dict[str, str]:

@@ -54,6 +54,7 @@ class Agent:
         self.sync = config.get("sync") == "cuda"
         self._t_start = _perf()
         self._stopped = False
+        self._tail_written = False  # stop() ran to its end (a SIGTERM in the middle of it waits for it)
         self.replies = _Replies(config, self.pid)
 
     def start(self, label: str = "") -> None:
@@ -93,6 +94,7 @@ class Agent:
                     self.spool.event(alloc_line(*(fr or ("", "", 0)), size))
         self.spool.event(end_line(_perf()))
         self.spool.flush()
+        self._tail_written = True
 
     def _check_gpu(self) -> None:
         """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
@@ -177,6 +179,7 @@ class _Window:
                 self.agent.note(f"a window could not be logged to MLflow: {type(exc).__name__}: {exc}")
 
 
+SIGTERM_LOCK_WAIT_S = 0.5
 REPLY_WAIT_S = 1.0  # more hops than in-process: the spool flush (20 ms), a tick, the release of its samples
 REPLY_POLL_S = 0.005
 SUPERVISED_NOTE = ("the supervisor had not charged this window within {wait:g} s: its figures are in the saved"
@@ -197,8 +200,15 @@ class _Replies:
             self.carbon = (None, 1.0)
         self.offset = 0
         self.seen: dict[tuple[int, int], Any] = {}
+        # Windows end in any of the program's threads: two reads from one offset would both move
+        # it past what they read, and the lines after it were skipped.
+        self._lock = _thread.allocate_lock()
 
     def _read(self) -> None:
+        with self._lock:
+            self._read_locked()
+
+    def _read_locked(self) -> None:
         try:
             fd = os.open(self.path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
@@ -222,7 +232,8 @@ class _Replies:
             if (t0, t1) in self.seen or _perf() >= deadline:
                 break
             _sleep(REPLY_POLL_S)
-        f = self.seen.pop((t0, t1), None)
+        with self._lock:
+            f = self.seen.pop((t0, t1), None)
         if f is None:
             m.energy_j = m.program_energy_j = None
             m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
@@ -296,6 +307,8 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     agent.start()
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
+    if config.get("memory") == "exact":
+        _write_tail_on_sigterm()
     import atexit
 
     atexit.register(_at_exit)
@@ -341,6 +354,40 @@ def _before_exit() -> None:
         a.stop()
 
 
+def _write_tail_on_sigterm() -> None:
+    """--memory exact: a process ended by SIGTERM (Pool.terminate ends its workers so, at the end
+    of every `with Pool() as pool:`) writes its allocation records first, then dies of the same
+    signal. Only where SIGTERM has its default action: a handler of the program's is left alone."""
+    try:
+        import signal
+
+        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+            signal.signal(signal.SIGTERM, _on_sigterm)
+    except (ImportError, ValueError, OSError, AttributeError):  # not the main thread; no SIGTERM here
+        pass
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    import signal
+
+    signal.signal(signum, signal.SIG_DFL)
+    a = current()
+    if a is not None and a._stopped and not a._tail_written:
+        # The process was already on its way out (os._exit, atexit) writing its tail, in this
+        # thread, under this handler: let it finish and leave as it was leaving.
+        return
+    # The sampler thread holds the spool's lock for a moment at each flush; an event this very
+    # thread was writing holds it for good: then, after a bounded wait, the tail is lost, never the exit.
+    lock = a.spool._lock if a is not None else None
+    if a is not None and lock is not None and lock.acquire(True, SIGTERM_LOCK_WAIT_S):
+        lock.release()
+        try:
+            a.stop()
+        except BaseException:  # noqa: BLE001, S110 - the signal's end is the program's, whatever happens here
+            pass
+    os.kill(os.getpid(), signum)  # the default action: the process ends as it would have
+
+
 def _after_fork_child() -> None:
     """A forked child: a fresh sampler and spool (threads do not survive fork)."""
     global _agent
@@ -361,6 +408,8 @@ def _after_fork_child() -> None:
         agent = Agent(parent.config, view, forked=True)
         _agent = agent
         agent.start(label)
+        if parent.config.get("memory") == "exact":
+            _write_tail_on_sigterm()
     except Exception:  # noqa: BLE001 - never break the program's fork
         _agent = None
 

@@ -120,8 +120,12 @@ def grouped_tree(profile: Profile) -> ChartNode:
             kind = frame_kind(child.function, child.file, node.file)
             parent, group = target, (target if target.kind == "group" else
                                      target.group if target.kind in ("library", "import") else None)
-            if kind != "user" and group is None:
-                label = group_label(kind, child)
+            # A module body run from inside a library call is a lazy import (torch imports torch._dynamo in
+            # SGD.__init__): its own group box inside the library's, named as the console names it.
+            lazy = (kind == "import" and child.function == "<module>" and group is not None
+                    and not group.function.startswith("[import"))
+            if kind != "user" and (group is None or lazy):
+                label = group_label(kind, child) if not lazy else f"[import: {module_name(child.file)}]"
                 key = (label, "", 0)
                 group = index.get(key)
                 if group is None:

@@ -269,7 +269,7 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
 def _settings_differ(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[str]:
     """Each setting (governor, power limits, power mode...) that differs between any base run and any
     head run, once: a difference there can explain an energy change that no code change made."""
-    from ..collect.settings import differences
+    from .settings import differences
 
     lines: list[str] = []
     for a in base:

@@ -52,3 +52,25 @@ def io_of(profile: Any) -> dict[str, Any] | None:
     """The profile's recorded I/O (None in a profile written without it, or where it is absent)."""
     io = getattr(profile, "extra", {}).get("io")
     return io if isinstance(io, dict) and "t_s" in io else None
+
+
+def read_rates(io: dict[str, Any] | None, max_points: int) -> dict[str, list[float]] | None:
+    """The disks' read MB/s and read IOPS between readings, for the timeline: {t_s (each interval's start, then the
+    last reading), mb_s, iops}, consecutive intervals pooled so at most max_points remain. None without readings. Pure."""
+    if not io or len(io.get("t_s") or []) < 2:
+        return None
+    t = io["t_s"]
+    disks = (io.get("disks") or {}).values()
+    sector = io.get("sector_bytes", SECTOR)
+    step = max(1, -(-(len(t) - 1) // max(1, max_points)))
+    out: dict[str, list[float]] = {"t_s": [], "mb_s": [], "iops": []}
+    for a in range(0, len(t) - 1, step):
+        b = min(a + step, len(t) - 1)
+        dt = t[b] - t[a]
+        sectors = sum(max(0, d["read_sectors"][b] - d["read_sectors"][a]) for d in disks)
+        reads = sum(max(0, d["reads"][b] - d["reads"][a]) for d in disks)
+        out["t_s"].append(t[a])
+        out["mb_s"].append(sectors * sector / 1e6 / dt if dt > 0 else 0.0)
+        out["iops"].append(reads / dt if dt > 0 else 0.0)
+    out["t_s"].append(t[-1])
+    return out

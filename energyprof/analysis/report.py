@@ -17,6 +17,7 @@ from .functions import FunctionRow, function_rows
 from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
+from .training import is_cache_fact
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -121,6 +122,8 @@ class ReportModel:
             out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
                                  for w in self.profile.windows]
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
+        elif (self.profile.extra.get("io") or {}).get("absent"):
+            out["io"] = {"absent": self.profile.extra["io"]["absent"]}
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -154,11 +157,15 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
                       and r.self_total_energy > 0),
                      key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
-    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows]
+    # the tracked loops' page-cache readings are facts of the training table, not spans: left out here
+    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows if not is_cache_fact(w)]
     if figures is not None and options.carbon is not None:
         for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
             r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
+    absent = (view.extra.get("io") or {}).get("absent")
+    if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
+        notes.append(Note("io", f"{absent}: no MB read, IOPS or disk busy time in this report"))
     chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]

@@ -206,6 +206,7 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         for k in _SUMMED:
             e[k] += r[k]
     io = io_of(profile)
+    residency = _residency_by_epoch(windows, name, epochs)
     for e in per_epoch.values():
         mine = [r for r in rows if r["epoch"] == e["epoch"]]
         e["samples"] = sum(r["samples"] for r in mine) if all(r["samples"] is not None for r in mine) else None
@@ -216,6 +217,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         if span is not None:  # the disk beside the stall: measured over the epoch's steps
             e["read_mb"], e["read_iops"] = span["disk_read_mb"], span["read_iops"]
             e["process_read_mb"], e["disk_busy_share"] = span["process_read_mb"], span["disk_busy_share"]
+        if e["epoch"] in residency:  # the dataset's page-cache share at the epoch's start and end (measured)
+            e["cache_start"], e["cache_end"] = residency[e["epoch"]]
         t = next((x for x in (loop or {}).get("epochs", []) if x["epoch"] == e["epoch"]), None)
         for k in ("stall_s", "predicted_wait_s", "pipeline_s", "startup_s", "workers", "agrees"):
             e[k] = t[k] if t else None
@@ -244,6 +247,28 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         "notes": notes,
         "stall_definition": STALL_DEFINITION,
     }
+
+
+def is_cache_fact(w: Window) -> bool:
+    """A zero-length window that only carries a tracked loop's page-cache residency (`<loop>.cache.start|end`):
+    a fact of the training table, not a span of its own."""
+    return w.name.endswith((".cache.start", ".cache.end")) and "residency" in w.loop
+
+
+def _residency_by_epoch(windows: list[Window], name: str, epochs: list[Window]) -> dict[Any, tuple[float | None, float | None]]:
+    """Per epoch (its window holding the measurement; None without epoch windows): the residency at the first
+    pass's start and the last pass's end within it."""
+    out: dict[Any, list[float | None]] = {}
+    for w in sorted(windows, key=lambda w: w.start_s):
+        if w.name not in (f"{name}.cache.start", f"{name}.cache.end") or "residency" not in w.loop:
+            continue
+        epoch = next((e.index for e in epochs if e.start_s <= w.start_s <= e.end_s), None)
+        slot = out.setdefault(epoch, [None, None])
+        if w.name.endswith(".start") and slot[0] is None:
+            slot[0] = w.loop["residency"]
+        elif w.name.endswith(".end"):
+            slot[1] = w.loop["residency"]
+    return {k: (v[0], v[1]) for k, v in out.items()}
 
 
 def _per_unit(rows: list[dict[str, Any]], epochs: list[dict[str, Any]], fetches: list[Window]) -> dict[str, Any]:

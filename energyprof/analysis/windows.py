@@ -35,6 +35,10 @@ class WindowRow:
 
 @dataclass
 class WindowGroup:
+    """A window name's figures. In one process they are the program's energy (its part of each span,
+    the same kind of figure as the whole program's total), with the machine's mean in its own field;
+    a multi-rank group's own figures are the machine's over the ranks' spans (its rank rows the program's)."""
+
     name: str
     count: int
     total_j: float
@@ -49,6 +53,7 @@ class WindowGroup:
     # spans on each node (counted once, summed over nodes), per window index. Empty otherwise, so
     # a single process's groups are as they always were.
     ranks: list[WindowGroup] = field(default_factory=list)
+    machine_mean_j: float | None = None  # the machine's energy per window (all of every source in the span)
 
 
 def short_for(window: Window, sources: list[Source]) -> list[str]:
@@ -75,7 +80,9 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
     out = []
     for name, ws in groups.items():
         if not several:
-            out.append(_group(name, ws, [r.energy for r in ws]))
+            group = _group(name, ws, [r.program for r in ws])
+            group.machine_mean_j = sum(r.energy for r in ws) / len(ws)
+            out.append(group)
             continue
         instances: dict[int | None, list[Window]] = {}
         for r in ws:
@@ -88,6 +95,7 @@ def window_groups(rows: list[WindowRow]) -> list[WindowGroup]:
         group = WindowGroup(name, len(energies), span_energy([r.window for r in ws]), statistics.fmean(energies),
                             statistics.stdev(energies) if len(energies) > 1 else 0.0, min(energies), max(energies),
                             statistics.fmean(times), sum(1 for r in ws if r.short_for))
+        group.machine_mean_j = group.mean_j
         by_rank: dict[tuple[bool, int], list[WindowRow]] = {}
         for r in ws:
             by_rank.setdefault(_rank_key(r.window), []).append(r)

@@ -6,7 +6,7 @@ import argparse
 import sys
 
 from ..options import CARBON_OPTIONS
-from .common import PROG, Parser, UsageError, build_options
+from .common import PROG, Parser, UsageError, add_idle_flag, build_options
 
 
 def build_merge_parser() -> Parser:
@@ -17,6 +17,9 @@ def build_merge_parser() -> Parser:
     p.add_argument("--html", help="also render the joined profile as an HTML report")
     p.add_argument("--world-size", type=int, help="ranks the job had (default: what the profiles say);"
                    " a missing rank is named in a note")
+    p.add_argument("--hosts", metavar="H1,H2,...", help="the machines the job ran on (a cluster's nodes): any that"
+                   " sent no profile is named, here and in the joined profile")
+    add_idle_flag(p, None)
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
     return p
 
@@ -31,12 +34,13 @@ def merge_cmd(argv: list[str]) -> int:
         raise UsageError(f"--world-size must be at least 1, not {ns.world_size}")
     try:
         profiles = [load(path) for path in ns.profiles]
-        joined = merge(profiles, list(ns.profiles), world_size=ns.world_size)
+        hosts = [h for h in (ns.hosts or "").split(",") if h.strip()]
+        joined = merge(profiles, list(ns.profiles), world_size=ns.world_size, policy=ns.idle, hosts=hosts)
     except (ProfileFormatError, MergeError) as exc:
         raise UsageError(str(exc)) from None
     if not ns.quiet:
         for note in joined.notes:
-            if note.kind == "runs-added":  # the figure is not one run's: say so where it is made
+            if note.kind in ("runs-added", "missing-machine"):  # say so where the figure is made
                 print(f"energyprof: {note.message}", file=sys.stderr)
     saved = profiles[0].meta.get("carbon_settings")
     saved = {k: v for k, v in saved.items() if k in CARBON_OPTIONS} if isinstance(saved, dict) else {}

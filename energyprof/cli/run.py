@@ -96,7 +96,8 @@ def build_run_parser() -> Parser:
                    help="set a power knob for this run and put it back after (gpu_power_limit=W, cpu_power_limit=W,"
                         " cpu_max_freq=kHz, jetson_power_mode=N); repeatable; see docs/knobs.md")
     p.add_argument("--watch-cache", metavar="PATH", help="measure the page-cache residency of the files under PATH"
-                   " at the run's start and end, and record the storage device behind it")
+                   " at the run's start and end and at each energyprof.torch.track() pass's start and end, and record the"
+                   " storage device behind it")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 
@@ -418,7 +419,7 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     ranks = [profile, *(others[r][0] for r in sorted(others))]
     labels = [f"rank {p.meta['distributed']['rank']}" for p in ranks]
     try:
-        joined = merge(ranks, labels, world_size=rank.world_size)
+        joined = merge(ranks, labels, world_size=rank.world_size, policy=options.idle)
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return

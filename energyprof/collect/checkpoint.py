@@ -7,6 +7,7 @@ from typing import Any
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
 from ..profile import Note, Profile, ProfileFormatError, read_json
+from ..core.policy import DEFAULT_POLICY
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"
 
@@ -24,7 +25,7 @@ def from_checkpoint(state: dict[str, Any]) -> Profile:
     try:
         ledger = Ledger.from_state(state["ledger"])
         meta = dict(state["meta"])
-        policy = state.get("idle", "share")
+        policy = state.get("idle", DEFAULT_POLICY)
         notes = [n for n in state.get("notes", []) if isinstance(n, dict)]
         children = [c for c in state.get("child_processes", []) if isinstance(c, dict)]
     except (KeyError, TypeError, ValueError, IndexError, AttributeError) as exc:

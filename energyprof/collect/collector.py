@@ -32,11 +32,11 @@ CHILD_POLL_S = 0.5
 MAX_HOLD_NS = 2_000_000_000  # a tick waits no longer than this for the sampler to read past it
 
 
-def open_sources(options: Any) -> tuple[Any, Ledger]:
-    """The run's sensors (with why any is missing) and an empty ledger over them, for the
-    supervisor and the in-process Profiler alike. The one note a user can act on at once (RAPL
-    readable by root only, and its fix) goes to stderr unless quiet. Named backends
-    (`--sensor`) that find nothing at all are bad input: OptionError, before the program starts."""
+def find_sources(options: Any) -> Any:
+    """The run's sensors (with why any is missing), for the supervisor, the in-process Profiler
+    and the Monitor alike. The one note a user can act on at once (RAPL readable by root only,
+    and its fix) goes to stderr unless quiet. Named backends (`--sensor`, `sensor=[...]`) that
+    find nothing at all are bad input: OptionError, before the program starts."""
     import sys
 
     from . import sensors
@@ -52,8 +52,14 @@ def open_sources(options: Any) -> tuple[Any, Ledger]:
         for note in found.notes:
             if note.startswith("RAPL: cannot read"):
                 print(f"energyprof: {note}", file=sys.stderr)
+    return found
+
+
+def open_sources(options: Any) -> tuple[Any, Ledger]:
+    """The run's sensors (`find_sources`) and an empty ledger over them."""
+    found = find_sources(options)
     # the chart's finest cell: the finer of the two rates that put anything into it
-    width_ns = int(min(o.interval, o.sensor_interval) * 1e9)
+    width_ns = int(min(options.interval, options.sensor_interval) * 1e9)
     return found, Ledger([s.describe() for s in found.sensors], cpus=probes.logical_cpus(), timeline_width_ns=width_ns)
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 MAX_FILES = 2000  # past this many files, a sample of them is asked (about 10 ms per 1,000 small files)
 PAGE = mmap.PAGESIZE
+# --watch-cache PATH, handed to the program: energyprof.torch.track() measures it at each pass's start and end
+WATCH_ENV = "ENERGYPROF_WATCH_CACHE"
 MAP_FAILED = ctypes.c_void_p(-1).value
 
 

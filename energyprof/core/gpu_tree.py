@@ -10,13 +10,11 @@ The per-stack kernel table and error bars go under the profile's `gpu_kernels` f
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import Any, Iterable, Sequence
 
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Profile, Source, Totals
-from .kernels import GPU_IDLE_NODE, Attribution, Interval, attribute
+from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute
 
-if TYPE_CHECKING:  # the reader does I/O; only its record type is named here
-    from ..collect.kernels.kineto import Kernel
 
 Frame = tuple[str, str, int]
 

@@ -20,6 +20,9 @@ from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Sequence
 
 GPU_IDLE_NODE = "[GPU idle]"
+OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
+UNLAUNCHED_NODE = "[launch not in trace]"  # a device record whose runtime call the trace does not hold
+Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.py
 
 Interval = tuple[int, int, float]  # (t0_ns, t1_ns, joules)
 Span = tuple[int, int]  # (start_ns, end_ns)
@@ -165,3 +168,37 @@ def attribute(records: Iterable[tuple[Hashable, int, str, int, int]], power: dic
         devices[dev] = DeviceEnergy(res.total_j, res.idle_j, res.busy_union_ns / 1e9, short,
                                     res.unmeasured_busy_ns / 1e9, period / 1e9)
     return Attribution(stacks, devices, unpowered)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One device record on the trace's clock (ns) with its launch stack, outermost frame first."""
+
+    device: int
+    stream: int
+    name: str
+    kind: str  # kernel | memcpy | memset
+    start_ns: int
+    end_ns: int
+    correlation: int | None
+    runtime: str | None  # the launching runtime call (cudaLaunchKernel, hipMemcpyWithStream, ...)
+    python: tuple[Frame, ...] = ()  # python_function frames holding the runtime call
+    operators: tuple[str, ...] = ()  # cpu_op names holding it, outermost first
+    thread: int | None = None
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def stack(self) -> tuple[Frame, ...]:
+        """The tree path this kernel's joules go to: its Python frames, then its operators; with no
+        Python frame, a labelled node then its operators (or its runtime call, or that none was found)."""
+        ops = tuple((op, "", 0) for op in self.operators)
+        if self.python:
+            return self.python + ops
+        if ops:
+            return ((OPERATOR_NODE, "", 0),) + ops
+        if self.runtime:
+            return ((OPERATOR_NODE, "", 0), (self.runtime, "", 0))
+        return ((UNLAUNCHED_NODE, "", 0),)

@@ -35,15 +35,14 @@ from typing import Any
 
 from ..profile import CHILDREN_NODE, THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
+from .policy import IDLE_FLOOR, check_policy
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
-POLICIES = ("share", "all")
 GPU_PREFIX = "gpu"
 CHILD_FRAME = (CHILDREN_NODE, "", 0)
 MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
 PEERS_STALE_NS = 500_000_000  # twice the supervisor's /proc walk for the other ranks' CPU
-IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
 CARRY_LIMIT = 2.0  # an interval's samples are charged at most twice the worth of the CPU they carry
 ROUNDING = 1e-12  # a remainder below this fraction of an interval's energy is float dust, not energy
 
@@ -669,8 +668,7 @@ class Ledger:
     def process_table(self, policy: str) -> list[dict[str, Any]]:
         """One row per followed process; their energies add up to the program's attributed
         energy (what no sample carried, and processes not listed, count as the main one's)."""
-        if policy not in POLICIES:
-            raise ValueError(f"idle policy must be one of {', '.join(POLICIES)}, not {policy!r}")
+        check_policy(policy)
         if not self.process_info:
             return []
         share = policy == "share"

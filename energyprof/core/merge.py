@@ -23,6 +23,7 @@ from typing import Any
 from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
 from .ledger import remainder
+from .policy import PolicyError, check_policy, common_policy
 
 NODE_PREFIX = "[node "
 RANK_PREFIX = "[rank "
@@ -126,12 +127,24 @@ def _copy(node: Node, k_other: float) -> Node:
     return copies[id(node)]
 
 
-def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: int | None = None) -> Profile:
-    """One job's Profile (idle policy `share`, `all` figures beside it) from its ranks' or nodes'
-    profiles. `world_size`: the ranks expected (default: what the profiles say); a missing rank
-    is named in a note."""
+def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: int | None = None,
+          policy: str | None = None, hosts: list[str] | None = None) -> Profile:
+    """One job's Profile from its ranks' or nodes' profiles, under `policy` (default: the one the
+    ranks were run under), the other policy's figures beside it. `world_size`: the ranks expected
+    (default: what the profiles say); a missing rank is named in a note. `hosts`: the machines the
+    job ran on (a cluster's nodes); one that sent no profile is named in a note."""
     if not profiles:
         raise MergeError("nothing to merge")
+    try:
+        chosen = check_policy(policy) if policy is not None else common_policy([p.idle_policy for p in profiles])
+    except PolicyError as exc:
+        raise MergeError(str(exc)) from None
+    return _join_as_share(profiles, labels, world_size, hosts or []).with_policy(chosen)
+
+
+def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size: int | None,
+                   hosts: list[str]) -> Profile:
+    """The join itself, its figures under `share` (each member seen under `share`), `all` beside them."""
     labels = list(labels) if labels else [f"profile {i + 1}" for i in range(len(profiles))]
     members = [_member(p, lab) for p, lab in zip(profiles, labels)]
     seen_ranks: dict[tuple[str, int], str] = {}
@@ -162,6 +175,7 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
     timelines: list[tuple[float, Timeline]] = []
     cpu_s = own_cpu_s = 0.0
     peaks: list[int] = []
+    io_by_node: dict[str, list[dict[str, Any]]] = {}
     for members_of_host in nodes.values():
         host = host_of(members_of_host[0].profile)
         runs = _runs(members_of_host)
@@ -261,6 +275,9 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
             host_duration += machine.profile.totals.duration_s
             offset = (machine.start - t0) if machine.start is not None and t0 is not None else 0.0
             timelines.append((offset, machine.profile.timeline))
+            io = machine.profile.extra.get("io")
+            if isinstance(io, dict):  # the node's I/O, as its machine's profile read it, on the job's clock
+                io_by_node.setdefault(host, []).append(_shift_io(io, offset))
             _add(total, m_energy)
             _add(attributed, n_attr)
             _add(own, n_own)
@@ -284,8 +301,15 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
         notes.append(Note("missing-rank", f"rank{'s' if len(missing) > 1 else ''} {names} left no profile:"
                           " {} energy is in the node's idle, not in any rank".format(
                               "their" if len(missing) > 1 else "its"), {"ranks": missing}))
+    sent = {host_of(m.profile) for m in members} | {str(m.profile.meta.get("host", {}).get("name", ""))
+                                                     for m in members if isinstance(m.profile.meta.get("host"), dict)}
+    silent = [h for h in hosts if h not in sent]
+    if silent:
+        notes.append(Note("missing-machine", f"machine{'s' if len(silent) > 1 else ''} {', '.join(silent)} sent no"
+                          " profile: {} energy is in no figure of this job".format("their" if len(silent) > 1 else "its"),
+                          {"hosts": silent}))
     meta = dict(profiles[0].meta)
-    meta["idle_policy"] = "share"
+    meta["idle_policy"] = "share"  # merge() turns the join to the chosen policy
     meta["duration_s"] = duration
     meta["distributed"] = {"mode": "merged", "world_size": expected or None, "ranks": present,
                            "missing_ranks": missing, "nodes": node_rows, "merged_from": labels}
@@ -294,9 +318,26 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
                     peak_rss_bytes=max(peaks) if peaks else None)
     try:
         return Profile(meta=meta, sources=list(sources.values()), totals=totals, root=root, windows=windows,
-                       timeline=_timeline(timelines), notes=notes, processes=processes)
+                       timeline=_timeline(timelines), notes=notes, processes=processes, extra=_merged_io(io_by_node))
     except ProfileFormatError as exc:
         raise MergeError(str(exc)) from None
+
+
+def _shift_io(io: dict[str, Any], offset: float) -> dict[str, Any]:
+    if "t_s" not in io:
+        return dict(io)  # {"absent": why}
+    return {**io, "t_s": [t + offset for t in io["t_s"]]}
+
+
+def _merged_io(io_by_node: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """The profile's `io`: one node's one run as it was (its windows' figures still read from it); with more
+    (nodes, or runs that did not overlap), each node's runs under `nodes`, kept as facts, not added (a
+    node's counters are its own disks')."""
+    if not io_by_node:
+        return {}
+    if len(io_by_node) == 1 and len(next(iter(io_by_node.values()))) == 1:
+        return {"io": next(iter(io_by_node.values()))[0]}
+    return {"io": {"nodes": io_by_node}}
 
 
 def _runs(group: list[_Member]) -> list[list[_Member]]:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -276,7 +277,10 @@ class TrackedLoader:
         first = True
         booted: set[int] = set()  # workers whose first batch of this pass has arrived
         first_step = True
-        self._residency(prof, epoch, "start")
+        # --watch-cache PATH reaches the program as collect/pagecache.WATCH_ENV (read only while profiled)
+        dataset = self.dataset or (os.environ.get("ENERGYPROF_WATCH_CACHE") if prof is not None else None)
+        measured_end = False
+        self._residency(prof, dataset, epoch, "start")
         meta: dict[str, Any] = {}
         if self.optimizer is not None:
             self.optimizer.on_epoch_begin()
@@ -299,7 +303,8 @@ class TrackedLoader:
                     if prof is not None:
                         prof.end_window(fetch_w)
                     self.end_waits_s.append((t_end - t) / 1e9)
-                    self._residency(prof, epoch, "end")
+                    measured_end = True
+                    self._residency(prof, dataset, epoch, "end")
                     return
                 t_batch = time.perf_counter_ns()
                 wait_ns = t_batch - t
@@ -335,19 +340,22 @@ class TrackedLoader:
             if t_batch is not None:
                 self._finish_step(prof, compute_w, step, epoch, wait_ns, time.perf_counter_ns() - t_batch, meta)
             self._current = None
+            if not measured_end:  # a pass that broke out early ends here: its residency too
+                self._residency(prof, dataset, epoch, "end")
             if self.optimizer is not None:
                 self.optimizer.on_epoch_end()
 
-    def _residency(self, prof: Profiler | None, epoch: int, when: str) -> None:
+    def _residency(self, prof: Profiler | None, dataset: str | None, epoch: int, when: str) -> None:
         """The dataset's page-cache residency now, kept on the tracker and, as a zero-length window's facts
-        (`<name>.cache`, index = pass), in the profile."""
-        if self.dataset is None:
+        (`<name>.cache.start|end`, index = pass), in the profile: the training table reads them per epoch,
+        the windows table leaves them out."""
+        if dataset is None:
             return
         from ..collect import pagecache
 
         if not pagecache.supported():
             return
-        r = pagecache.residency(self.dataset)
+        r = pagecache.residency(dataset)
         self.cache.append({"epoch": epoch, "when": when, **r})
         if prof is not None and r["fraction"] is not None:
             prof.begin_window(f"{self.name}.cache.{when}", epoch)

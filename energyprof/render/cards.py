@@ -83,7 +83,7 @@ def summary_cards(model: ReportModel) -> list[Card]:
 
 
 #: notes that say how a figure was made, not that it may be wrong: they belong in Methodology
-METHOD_NOTES = frozenset({"wait-cpu", "carbon"})
+METHOD_NOTES = frozenset({"wait-cpu", "carbon", "io"})
 
 
 def methodology(model: ReportModel) -> dict[str, Any]:
@@ -114,7 +114,7 @@ def _settings_lines(settings: Any) -> list[tuple[str, str]]:
     """The machine's settings as (name, value) lines for "This run" (collect/settings.py reads them)."""
     if not isinstance(settings, dict) or not settings:
         return []
-    from ..collect.settings import flatten
+    from ..analysis.settings import flatten
 
     return sorted(flatten(settings).items())
 

@@ -125,15 +125,28 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         n, parent = stack.pop()
         i = index[id(n)] = len(out["parents"])
         out["parents"].append(parent)
+        chain = [n]  # a wrapper that only calls one function (`<module>` -> main) shares its box with it
+        while parent >= 0 and _wraps(chain[-1]):
+            chain.append(chain[-1].children[0])
+            index[id(chain[-1])] = i
+        through, n = chain[:-1], chain[-1]
         name = n.function
         if n.kind == "import" and name == "<module>" and n.file:  # a module body run by an import: which one
             name = f"import {module_name(n.file)}"
         if parent < 0:  # the program as a whole: its script's name, not its full path
             name = (name.replace("\\", "/").rsplit("/", 1)[-1] or "program")
-        label = name if len(name) <= LABEL_CHARS else name[:LABEL_CHARS - 1] + "\u2026"
+        if through:
+            name = " \u203a ".join([w.function for w in through] + [name])
+        if len(name) <= LABEL_CHARS:
+            label = name
+        else:  # a chain keeps its callee in view, one function its start
+            label = "\u2026" + name[-(LABEL_CHARS - 1):] if through else name[:LABEL_CHARS - 1] + "\u2026"
         out["labels"].append(_escape(label))
         out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        out["hovertext"].append(_hover(n, program, total_t, model.total_energy_j if parent < 0 else None))
+        hover = _hover(n, program, total_t, model.total_energy_j if parent < 0 else None)
+        if through:
+            hover += "<br>called through " + " \u203a ".join(_escape(w.function) for w in through)
+        out["hovertext"].append(hover)
         out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
         out["value_t"].append(n.value_t)
         out["colour_file"].append(_file_colour(n))
@@ -143,6 +156,16 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
         out["row"].append(-1 if n.folded or n.kind == "group" else row_of.get((n.function, n.file, n.line), -1))
         stack.extend((c, i) for c in reversed(n.children))
     return out
+
+
+def _wraps(n: ChartNode) -> bool:
+    """A user function whose one child is a user function holding all of its energy and time (its own
+    self is nothing): two rows of the chart that say one thing."""
+    if len(n.children) != 1 or n.kind != "user" or n.folded or n.function in SPECIAL_NODES:
+        return False
+    c = n.children[0]
+    return (c.kind == "user" and not c.folded and c.function not in SPECIAL_NODES
+            and c.value_e >= n.value_e * (1 - 1e-9) and c.value_t >= n.value_t * (1 - 1e-9))
 
 
 def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, str]]:
@@ -261,6 +284,7 @@ def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
         layout["xaxis"]["anchor"] = "y2"
         layout["height"] = 400
     _gpu_busy(model, data, layout)
+    _disk_reads(model, data, layout)
     _shade_windows(model, layout)
     return {"data": data, "layout": layout}
 
@@ -287,6 +311,27 @@ def _gpu_busy(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, 
         layout["margin"]["r"] = 60
 
 
+def _disk_reads(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, Any]) -> None:
+    """The disks' read MB/s per reading interval (IOPS in its hover), measured from /proc/diskstats, on a right axis."""
+    from ..analysis.io import io_of, read_rates
+
+    rates = read_rates(io_of(model.profile), MAX_TIMELINE_POINTS)
+    if rates is None:
+        return
+    iops = [_round(x, 1) for x in rates["iops"]]
+    ys = [_round(x) for x in rates["mb_s"]]
+    data.append({"type": "scatter", "mode": "lines", "name": "disk read (MB/s)", "x": [_round(x, 6) for x in rates["t_s"]],
+                 "y": ys + ys[-1:], "customdata": iops + iops[-1:], "yaxis": "y4",
+                 "line": {"shape": "hv", "width": 1, "color": "#8c564b", "dash": "dash"},
+                 "hovertemplate": "%{y:.3g} MB/s, %{customdata:.0f} IOPS (measured, /proc/diskstats)<extra>disk read</extra>"})
+    layout["yaxis4"] = {"title": {"text": "disk read (MB/s)"}, "overlaying": "y", "side": "right", "rangemode": "tozero",
+                        "showgrid": False}
+    if "yaxis3" in layout:  # beside the GPU busy axis, not over it
+        layout["xaxis"]["domain"] = [0.0, 0.9]
+        layout["yaxis4"].update(anchor="free", position=1.0)
+    layout["margin"]["r"] = 60
+
+
 def _buckets(starts: list[float], ends: list[float]) -> list[tuple[int, int]]:
     """Consecutive index ranges, at most MAX_TIMELINE_POINTS of them (long runs have many readings)."""
     n = len(starts)
@@ -304,7 +349,9 @@ def _mean_power(series: list[float], starts: list[float], ends: list[float], a: 
 
 def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
     palette = ["rgba(78,121,167,0.12)", "rgba(242,142,43,0.12)"]
-    windows = sorted(model.profile.windows, key=lambda w: (w.depth, w.start_s))
+    from ..analysis.training import is_cache_fact  # a tracked loop's page-cache readings: no span to shade
+
+    windows = sorted((w for w in model.profile.windows if not is_cache_fact(w)), key=lambda w: (w.depth, w.start_s))
     for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):
         layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": w.start_s,
                                  "x1": w.end_s, "y0": 0, "y1": 1, "line": {"width": 0},

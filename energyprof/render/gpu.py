@@ -1,4 +1,4 @@
-"""The report's GPU kernels panel: what templates/gpu.html.j2 reads (None: no panel)."""
+"""The report's GPU kernels panel: what render/page.py writes (None: no panel)."""
 
 from __future__ import annotations
 

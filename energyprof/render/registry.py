@@ -11,11 +11,11 @@ if TYPE_CHECKING:
 def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
     """The JSON is the facts plus a derived block; the others read only the model."""
     from . import exports
-    from .html import render_html
+    from .html import render_html_bytes
 
     return {
         "json": lambda m: m.profile.to_json(derived=m.derived()),
-        "output": render_html,
+        "output": render_html_bytes,
         "speedscope": exports.speedscope_text,
         "folded": exports.folded_text,
         "csv": exports.csv_text,

@@ -21,6 +21,7 @@ from typing import Any
 from ..collect import probes
 from ..core.ledger import Ledger
 from ..core.recording import Sample, Tick
+from ..engines.unit_windows import UnitWindows
 from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
 from ..profile import PROCESS_GROUP_PREFIX
@@ -84,6 +85,7 @@ class JobFeed:
                  rss: bool = True) -> None:
         self.ledger = ledger
         self.table = ledger.stacks
+        self.units = UnitWindows(ledger, self.table)  # a window per run of a Ray or Dask task
         self.spool = spool
         self.follow = follow_children
         self.children = children
@@ -130,6 +132,7 @@ class JobFeed:
         self._read_streams()
         for p in self.procs.values():
             p.ended = True
+            self.units.close(p.pid, p.watermark)
         if self._raw and self.children:
             # CPU that no sampler saw (interpreter start-up and shutdown, the last flush a
             # SIGKILL lost) is in the kernel's figure for the waited-for program.
@@ -299,6 +302,7 @@ class JobFeed:
                     sid = p.sids[int(r[1])]
                     main = r[3] == "1"
                     led.add_sample(Sample(t0, t1, sid, int(r[2]), main, rss, pid))
+                    self.units.sample(pid, sid, t0)
                     if main:
                         p.last_main_sid = sid
                         p.main_hist.append((t1, sid))
@@ -345,6 +349,7 @@ class JobFeed:
                     led.gpu_procs.add(pid)
                 elif kind == wire.END:
                     p.ended = True
+                    self.units.close(pid, p.watermark)
             except (IndexError, KeyError, ValueError):
                 continue  # a damaged line costs that line only
         p.cur = (t0, t1, rss)

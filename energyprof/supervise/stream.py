@@ -18,10 +18,14 @@ class StreamReader:
         self._current = path
         self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         self._rest = b""
+        self._next: str | None = None  # the file the stream moved on to, not opened yet
+        self._said = False
 
     def read(self) -> list[list[str]]:
         out: list[list[str]] = []
         while True:
+            if self._next is not None and not self._move_on(out):
+                return out
             chunks = []
             while True:
                 try:
@@ -41,17 +45,28 @@ class StreamReader:
                 out.extend(records)
                 return out
             out.extend(records[:-1])
-            nxt = os.path.join(os.path.dirname(self._current), wire.unesc(records[-1][1]))
-            try:
-                fd = os.open(nxt, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            except OSError:
-                return out
-            self.close()
-            try:
-                os.unlink(self._current)
-            except OSError:
-                pass
-            self.fd, self._current, self._rest = fd, nxt, b""
+            self._next = os.path.join(os.path.dirname(self._current), wire.unesc(records[-1][1]))
+
+    def _move_on(self, out: list[list[str]]) -> bool:
+        """Open the file the stream moved on to, and leave the one read to its end. One that
+        cannot be opened now (too many open files) is tried again at the next read, and said
+        once: before, the stream ended there for the rest of the run, without a word."""
+        assert self._next is not None
+        try:
+            fd = os.open(self._next, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError as exc:
+            if not self._said:
+                self._said = True
+                out.append([wire.NOTE, f"a process's stream could not be followed into its next file for a while"
+                                       f" ({exc.strerror or exc}); it is tried again at each read until it opens"])
+            return False
+        self.close()
+        try:
+            os.unlink(self._current)
+        except OSError:
+            pass
+        self.fd, self._current, self._rest, self._next = fd, self._next, b"", None
+        return True
 
     def close(self) -> None:
         try:

@@ -21,7 +21,7 @@ from ..core.tree import build_profile
 from ..options import Options
 from ..collect.probes import OwnClocks
 from ..profile import Profile
-from ..profiler import checkpoint_header, run_meta, run_notes
+from ..drive.meta import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room

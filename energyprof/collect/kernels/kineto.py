@@ -23,13 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.py
+from ...core.kernels import OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel  # noqa: F401  (the record this reader makes)
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
                "memcpy": "memcpy", "memset": "memset"}  # lower-cased `cat` -> kind (older traces: Memcpy, Memset)
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
-OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
-UNLAUNCHED_NODE = "[launch not in trace]"  # a device record whose runtime call the trace does not hold
 # python_function events that are not Python frames: C calls (named with an object's address, so
 # one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
 NOT_FRAMES = ("<built-in ", "nn.Module: ")
@@ -37,40 +35,6 @@ NOT_FRAMES = ("<built-in ", "nn.Module: ")
 
 class TraceFormatError(ValueError):
     """The file is not a Kineto trace this reader understands (one line for the user)."""
-
-
-@dataclass(frozen=True)
-class Kernel:
-    """One device record on the trace's clock (ns) with its launch stack, outermost frame first."""
-
-    device: int
-    stream: int
-    name: str
-    kind: str  # kernel | memcpy | memset
-    start_ns: int
-    end_ns: int
-    correlation: int | None
-    runtime: str | None  # the launching runtime call (cudaLaunchKernel, hipMemcpyWithStream, ...)
-    python: tuple[Frame, ...] = ()  # python_function frames holding the runtime call
-    operators: tuple[str, ...] = ()  # cpu_op names holding it, outermost first
-    thread: int | None = None
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-    @property
-    def stack(self) -> tuple[Frame, ...]:
-        """The tree path this kernel's joules go to: its Python frames, then its operators; with no
-        Python frame, a labelled node then its operators (or its runtime call, or that none was found)."""
-        ops = tuple((op, "", 0) for op in self.operators)
-        if self.python:
-            return self.python + ops
-        if ops:
-            return ((OPERATOR_NODE, "", 0),) + ops
-        if self.runtime:
-            return ((OPERATOR_NODE, "", 0), (self.runtime, "", 0))
-        return ((UNLAUNCHED_NODE, "", 0),)
 
 
 @dataclass

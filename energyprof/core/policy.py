@@ -1,0 +1,64 @@
+"""The idle policy: the one vocabulary for who pays for the energy no process used.
+
+`share`: the program pays its CPU share of the machine's busy CPU (the machine counted idle below
+IDLE_FLOOR of its capacity); `all`: the program pays for the whole machine (a dedicated one), less
+energyprof's own part. The chosen policy is one value that travels with a run: the options, the
+ledger, the profile's `meta.idle_policy`, a join of ranks and `energyprof merge` all read it from here.
+Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Generic, Literal, TypeVar
+
+IdlePolicy = Literal["share", "all"]
+#: Every policy, the default first.
+IDLE_POLICIES: tuple[IdlePolicy, ...] = ("share", "all")
+DEFAULT_POLICY: IdlePolicy = "share"
+IDLE_FLOOR = 0.05  # below 5% of all cores busy, the machine counts as idle
+
+T = TypeVar("T")
+
+
+class PolicyError(ValueError):
+    """An idle policy that is not one of IDLE_POLICIES; its message is one line."""
+
+
+def check_policy(policy: object) -> IdlePolicy:
+    """`policy` itself when it is one of IDLE_POLICIES; PolicyError otherwise."""
+    if policy not in IDLE_POLICIES:
+        raise PolicyError(f"idle policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
+    return policy  # type: ignore[return-value]
+
+
+def other(policy: IdlePolicy) -> IdlePolicy:
+    """The policy a profile keeps beside its own."""
+    return "all" if check_policy(policy) == "share" else "share"
+
+
+@dataclass(frozen=True)
+class PolicyPair(Generic[T]):
+    """One figure under both policies, so that a view can be chosen after the run."""
+
+    share: T
+    all: T
+
+    def pick(self, policy: IdlePolicy) -> T:
+        return self.share if check_policy(policy) == "share" else self.all
+
+
+def common_policy(policies: list[str]) -> IdlePolicy:
+    """The one policy several profiles of a job were run under (a join keeps it); the default
+    when they disagree or say nothing, since each holds figures for both."""
+    chosen = {p for p in policies if p in IDLE_POLICIES}
+    return chosen.pop() if len(chosen) == 1 else DEFAULT_POLICY  # type: ignore[return-value]
+
+
+def cpu_share(proc_ns: float, busy_ns: float, capacity_ns: float) -> float:
+    """The program's share of a CPU-class source over one span: its CPU over the machine's busy
+    CPU (the larger of the two: /proc/stat moves in 10 ms ticks), the machine idle below
+    IDLE_FLOOR of capacity; in [0, 1]."""
+    proc = max(0.0, proc_ns)
+    denom = max(proc, busy_ns, IDLE_FLOOR * capacity_ns)
+    return min(1.0, proc / denom) if denom > 0 else 0.0

@@ -1,0 +1,83 @@
+"""What every driver of a run (the supervised run, the in-process Profiler) writes about it
+alike: the profile's `meta`, a checkpoint's header, and the notes the options call for. Neither
+driver imports the other; both import this."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+import platform
+import sys
+from typing import Any
+
+from .._version import __version__
+from ..collect import memory, probes
+from ..core.ledger import Ledger
+from ..options import Options
+
+
+def _platform() -> str:
+    """`platform.platform(terse=True)`, but on Linux without the `uname -p` child process Python
+    starts for it (subprocess's import and a fork and exec on every run: 5 ms): the processor field
+    is what the string leaves out where it is the machine or "unknown", which is what Linux says."""
+    join = getattr(platform, "_platform", None)  # the module's own formatting (its clean-up of odd characters)
+    if sys.platform.startswith("linux") and join is not None:
+        u = platform.uname()  # its processor field is worked out only when read
+        libc, version = platform.libc_ver()
+        return join(u.system, u.release, u.machine, "with", libc + version)
+    return platform.platform(terse=True)
+
+
+def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
+             sensor_notes: list[str], exit_status: dict[str, Any]) -> dict[str, Any]:
+    """The profile's `meta`, for an in-process profile and a supervised run alike."""
+    return {
+        "target": target,
+        "argv": list(argv),
+        "command": " ".join(argv),
+        "started_at": _dt.datetime.fromtimestamp(started_wall, _dt.timezone.utc).isoformat(),
+        "sampler": options.sampler,
+        "interval_s": options.interval,
+        "sensor_interval_s": options.sensor_interval,
+        "energyprof_version": __version__,
+        "python": platform.python_version(),
+        "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
+                 "platform": _platform(), "memory_bytes": probes.total_memory_bytes(), "boot_id": probes.boot_id()},
+        "pid": pid,
+        "sensor_notes": list(sensor_notes),
+        "exit": exit_status,
+        "carbon_settings": options.carbon_settings(),
+        "settings": machine_settings(options.powercap_root, options.gpus),
+    }
+
+
+@functools.lru_cache(maxsize=4)
+def machine_settings(powercap_root: str | None, gpus: bool) -> dict[str, Any]:
+    """The machine's settings (collect/settings.py), read once per process: a checkpoint every 30 s
+    rewrites the meta, and asking NVML or nvpmodel again each time would cost the run for nothing."""
+    from ..collect import settings
+
+    try:
+        return settings.read(powercap_root=powercap_root, gpus=gpus)
+    except Exception as exc:  # noqa: BLE001 - the run's facts matter more than its settings
+        return {"error": f"{type(exc).__name__}: {exc}"}
+
+
+def checkpoint_header(meta: dict[str, Any], options: Options, notes: list[dict[str, Any]],
+                      ledger: Ledger) -> dict[str, Any]:
+    """A checkpoint's state but the ledger (the collector adds it): the run so far, its notes
+    and its memory summary."""
+    return {"kind": "energyprof.checkpoint/1", "meta": meta, "idle": options.idle, "notes": list(notes),
+            "memory": memory.summary_of(ledger.first_tick, ledger.timeline.rss)}
+
+
+def run_notes(options: Options, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`notes` and what the options themselves call for the reader to know."""
+    out = list(notes)
+    if options.sampler == "pyinstrument":
+        out.append({"kind": "sampler", "message": "the pyinstrument sampler sees the main thread only:"
+                    " energy spent by other threads is charged to the main thread's stack"})
+    if options.memory == "exact" and not any(n.get("kind") == "memory-exact" for n in notes):
+        out.append({"kind": "memory-exact", "message": "memory=exact: tracemalloc was on; it slows"
+                    " allocation-heavy code several times, so time and energy are distorted"})
+    return out
