@@ -22,7 +22,8 @@ from .records import (Note, Process, ProfileFormatError, Source, Timeline, Total
                       read_totals, read_window, string)
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
-           "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "SPECIAL_NODES", "IDLE_POLICIES"]
+           "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
+           "IDLE_POLICIES"]
 
 SCHEMA = "energyprof.profile/2"
 SCHEMA_FAMILY = "energyprof.profile/"
@@ -32,8 +33,15 @@ READABLE_MAJORS = (1, 2)
 IDLE_NODE = "[other processes and idle]"
 SELF_NODE = "[energyprof]"
 CHILDREN_NODE = "[child processes]"
-SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE)
-THREAD_PREFIX = "[thread "  # a thread's node, as the agent names it (agent/sampler.py, which imports nothing of ours)
+# The program's CPU (the headline's) that no sample carried: before the first tick, after the last,
+# or in a process's tick with no thread to charge. Shown when it is more than UNSAMPLED_CPU_SHOWN of the
+# headline, so the tree's CPU adds up; it holds no energy (the ledger charged none to it).
+UNSAMPLED_CPU_NODE = "[CPU no sample saw]"
+UNSAMPLED_CPU_SHOWN = 0.02
+SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE, UNSAMPLED_CPU_NODE)
+# The node of the threads that run one target, as the agent names it (agent/sampler.py, which imports nothing of ours).
+THREAD_PREFIX = "[threads: "
+PROCESS_GROUP_PREFIX = "[processes: "  # the node of the processes of one role (a pool's workers), as the agent labels them
 
 # ---------------------------------------------------------------- records
 

@@ -93,14 +93,14 @@ def test_cpu_weights_split_an_interval_and_gpu_goes_by_wall_time(tmp_path):
            {"id": "gpu:0", "component": "gpu:0", "method": "measured", "sensor": "replay"}]
     rec = Recording(sources=src)
     a = rec.stacks.intern([("work_a", "a.py", 1)])
-    b = rec.stacks.intern([("[thread T]", "", 0), ("work_b", "b.py", 1)])
+    b = rec.stacks.intern([("[threads: T]", "", 0), ("work_b", "b.py", 1)])
     rec.ticks = ticks_from(tr, ["cpu", "gpu:0"], [0.0, 1.0], busy_per_s=1.0, proc_per_s=1.0)
     rec.samples = [Sample(0, S, a, 3 * S // 4, True), Sample(0, S, b, S // 4, False)]
     p = attribute(rec, "all", cpus=1)
     assert node(p, "work_a").energy_j["cpu"] == pytest.approx(30.0)
-    assert node(p, "[thread T]", "work_b").energy_j["cpu"] == pytest.approx(10.0)
+    assert node(p, "[threads: T]", "work_b").energy_j["cpu"] == pytest.approx(10.0)
     assert node(p, "work_a").energy_j["gpu:0"] == pytest.approx(100.0)
-    assert node(p, "[thread T]").energy_j["gpu:0"] == pytest.approx(0.0)
+    assert node(p, "[threads: T]").energy_j["gpu:0"] == pytest.approx(0.0)
     check_invariants(p)
 
 

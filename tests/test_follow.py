@@ -271,3 +271,32 @@ def test_gpu_energy_goes_to_the_process_that_uses_cuda(here):
     # it, the rest is start-up, the fork and the final waitpid (longer on a busy machine)
     train = [n for n, _ in p.root.walk() if n.function == "train"][0]
     assert 0.8 * rows["main"] < train.energy_j["gpu:0"] <= rows["main"] * (1 + 1e-9), (train.energy_j, rows)
+
+
+def test_a_pool_of_four_workers_is_one_node_with_their_functions_beneath(here):
+    script(here, "pool4.py", """
+        import multiprocessing as mp, time
+        def square(i):
+            end = time.process_time() + 0.02
+            while time.process_time() < end:
+                pass
+            return i * i
+        def run_pool():
+            with mp.get_context("fork").Pool(4) as pool:
+                print(sum(pool.map(square, range(40), chunksize=1)))
+                pool.close()
+                pool.join()
+        if __name__ == "__main__":
+            run_pool()
+    """)
+    res = run_cli(profiled("pool4.py"), cwd=here, timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"{sum(i * i for i in range(40))}\n"
+    p = load(here / "p.json")
+    workers = [r for r in processes(p) if r["role"] != "main"]
+    assert len(workers) == 4, workers
+    groups = process_nodes(p.root, "[processes: ")
+    assert [g.function for g in groups] == ["[processes: pool worker x4]"], [g.function for g in groups]
+    assert not process_nodes(p.root)  # no worker on a node of its own
+    # 40 tasks x 20 ms of the workers' CPU, all under the one node (a task's CPU is a floor of what it shows).
+    assert sum(n.cpu_time_s for n, _ in groups[0].walk() if n.function == "square") >= 0.8 * 40 * 0.02

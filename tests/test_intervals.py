@@ -61,8 +61,8 @@ def _sleepy_recording(main_cpu: bool) -> tuple[Recording, int, int, int]:
     the first and last 50 ms have no main-thread sample at all."""
     rec = Recording(sources=CPU)
     burn = rec.stacks.intern([("main", "m.py", 1), ("burn", "m.py", 5)])
-    waiting = rec.stacks.intern([("[thread sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
-    asleep = rec.stacks.intern([("[thread sleepy]", "", 0), ("nap", "m.py", 12)])  # time.sleep: its caller shows
+    waiting = rec.stacks.intern([("[threads: sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
+    asleep = rec.stacks.intern([("[threads: sleepy]", "", 0), ("nap", "m.py", 12)])  # time.sleep: its caller shows
     for t in range(0, 1000, 10):
         rec.samples.append(Sample(t * MS, (t + 10) * MS, waiting if t < 500 else asleep, 0, False))
         if 50 <= t < 950:
@@ -105,7 +105,7 @@ def test_cpu_no_sample_carried_never_lands_on_the_one_sample_that_carried_some(m
     burn = led.stacks.intern([("main", "m.py", 1), ("burn", "m.py", 5)])
     join = led.stacks.intern([("main", "m.py", 1), ("Thread.join", "/usr/lib/python3.12/threading.py", 1100)])
     tail = led.stacks.intern([("main", "m.py", 1), ("tail", "m.py", 20)])
-    last = led.stacks.intern([("[thread sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
+    last = led.stacks.intern([("[threads: sleepy]", "", 0), ("sleeper", "m.py", 9), WAIT])
     for t in range(0, 600, 10):
         later = join if main_waits else tail
         after = 0 if main_waits else MS
@@ -132,10 +132,10 @@ def test_cpu_seen_on_a_wait_goes_to_the_threads_running_stacks() -> None:
     led = Ledger(CPU, cpus=2)
     main = led.stacks.intern([("main", "m.py", 1)])
     get = ("Queue.get", "/usr/lib/python3.12/queue.py", 154)
-    blocked = led.stacks.intern([("[thread worker]", "", 0), ("loop", "w.py", 1), get])
-    task_a = led.stacks.intern([("[thread worker]", "", 0), ("loop", "w.py", 1), ("a", "w.py", 5)])
-    task_b = led.stacks.intern([("[thread worker]", "", 0), ("loop", "w.py", 1), ("b", "w.py", 9)])
-    idle = led.stacks.intern([("[thread idle]", "", 0), get])
+    blocked = led.stacks.intern([("[threads: worker]", "", 0), ("loop", "w.py", 1), get])
+    task_a = led.stacks.intern([("[threads: worker]", "", 0), ("loop", "w.py", 1), ("a", "w.py", 5)])
+    task_b = led.stacks.intern([("[threads: worker]", "", 0), ("loop", "w.py", 1), ("b", "w.py", 9)])
+    idle = led.stacks.intern([("[threads: idle]", "", 0), get])
     cpu_at = [0]
     for t in range(0, 100, 10):
         worker = {20: task_a, 50: task_b, 80: task_b}.get(t, blocked)
@@ -153,9 +153,9 @@ def test_cpu_seen_on_a_wait_goes_to_the_threads_running_stacks() -> None:
     a, b = p.find("a")[0], p.find("b")[0]
     assert a.total_energy == pytest.approx(0.8, rel=1e-9) and b.total_energy == pytest.approx(1.6, rel=1e-9)
     assert (a.self_cpu_time_s, b.self_cpu_time_s) == (pytest.approx(0.016, abs=1e-12), pytest.approx(0.032, abs=1e-12))
-    worker_wait = p.find("[thread worker]")[0].children[0]
+    worker_wait = p.find("[threads: worker]")[0].children[0]
     assert [c.function for c in worker_wait.children if c.total_energy == 0.0] == ["Queue.get"]
-    assert p.find("[thread idle]")[0].total_energy == pytest.approx(0.05, rel=1e-9)
+    assert p.find("[threads: idle]")[0].total_energy == pytest.approx(0.05, rel=1e-9)
     assert p.find("main")[0].self_energy_j["cpu"] == pytest.approx(2.55, rel=1e-9)  # its 51 ms
     assert [n.extra["cpu_s"] for n in p.notes if n.kind == "wait-cpu"] == [pytest.approx(0.042, abs=1e-12)]
 

@@ -21,6 +21,7 @@ import sys
 import time
 from types import CodeType, FrameType
 
+from .threadstart import wrap_bootstrap
 from .units import units
 
 TYPE_CHECKING = False
@@ -30,10 +31,11 @@ if TYPE_CHECKING:
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 # energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
-_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli" + os.sep, "__main__.py", "torch.py", "integrations" + os.sep))
+_TRANSPARENT = tuple(PACKAGE_DIR + p for p in ("api.py", "cli" + os.sep, "__main__.py", "torch.py", "integrations" + os.sep,
+                                               os.path.join("agent", "threadstart.py")))
 
 KEEP, SKIP, STOP = 0, 1, 2
-THREAD_FRAME_PREFIX = "[thread "
+THREAD_FRAME_PREFIX = "[threads: "
 # A followed child's stacks carry this frame (line = its pid) where its process node goes:
 # the supervisor puts the node, and for a spawned child the stack that started it, there.
 PROCESS_MARKER = "[process]"
@@ -66,6 +68,14 @@ def _threading_table() -> dict[int, Any]:
 # each ending thread itself (list.append is atomic), taken by the sampler at its next tick.
 _departures: list[tuple[int, str, int]] = []
 _departures_hooked = False
+# native id -> the code a `threading` thread runs (its target's, else its class's run), noted as it
+# starts: a thread that ends between two ticks was never seen running it, and by its end
+# `threading` has dropped the target. Its CPU goes to that function, not to a bare thread node.
+_targets: dict[int, CodeType] = {}
+# ident -> name, for a thread caught just before `threading` lists it or just after it is dropped
+# (its last microseconds run after `_delete`): it still belongs to its group. An ident is reused
+# as soon as its thread ends; the next thread's start overwrites it.
+_names: dict[int, str] = {}
 _running: list[Sampler] = []  # the samplers of this process that take departures (none: nothing is kept)
 
 
@@ -73,6 +83,8 @@ def _forget_after_fork() -> None:
     """Threads, samplers included, do not survive a fork: neither do their books."""
     _running.clear()
     _departures.clear()
+    _targets.clear()
+    _names.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -97,6 +109,45 @@ def _hook_departures() -> None:
         original(self)
 
     thread_cls._delete = _delete  # type: ignore[union-attr]
+    bootstrap = getattr(thread_cls, "_bootstrap_inner", None)
+    if bootstrap is None:
+        return
+
+    thread_cls._bootstrap_inner = wrap_bootstrap(bootstrap, _note_start)  # type: ignore[union-attr]
+
+
+def _note_start(thread: Any) -> None:
+    """On a starting thread: its name by ident, and the code it runs by native id."""
+    if not _running:
+        return
+    if isinstance(thread._name, str):
+        _names[_thread.get_ident()] = thread._name
+    target = getattr(thread, "_target", None)
+    code = getattr(target, "__code__", None) or getattr(getattr(type(thread), "run", None), "__code__", None)
+    if isinstance(code, CodeType):
+        _targets[_thread.get_native_id()] = code
+
+
+def _starting(frame: FrameType) -> bool:
+    """Whether a thread's stack is only `threading`'s frames (it has not reached its target yet)."""
+    f: FrameType | None = frame
+    while f is not None:
+        if os.path.basename(f.f_code.co_filename) != "threading.py":
+            return False
+        f = f.f_back
+    return True
+
+
+def thread_group(name: str) -> str:
+    """What a thread runs, from its name: threads of one target or one numbered role share a node."""
+    # "Thread-7 (burn_in_thread)": the name `threading` gives a thread started with a target.
+    if name.startswith("Thread-") and name.endswith(")") and " (" in name:
+        number, _, target = name[7:-1].partition(" (")
+        if number.isdigit() and target:
+            return target
+    # "worker-3", "ThreadPoolExecutor-0_3", "Thread-4": one role's threads, numbered.
+    base = name.rstrip("0123456789-_ .#")
+    return base if base and base != name and name[len(base):].lstrip("-_ .#")[:1].isdigit() else name
 
 
 # Raised by the thread's own fault, they cannot wait in a mask (blocked, the kernel kills the process).
@@ -211,7 +262,7 @@ class View:
         return [*self.parent.main(frames[:c]), marker(self.pid), *frames[c:]]
 
     def thread(self, name: str, frames: list[Frame]) -> list[Frame]:
-        head = [(f"{THREAD_FRAME_PREFIX}{name}]", "", 0)]
+        head = [(f"{THREAD_FRAME_PREFIX}{thread_group(name)}]", "", 0)]
         if self.pid is None:
             return [*head, *frames]
         if self.fork_frames is None or self.parent is None:
@@ -248,6 +299,7 @@ class Sampler:
         self._codes: dict[int, CodeType] = {}  # keeps code objects alive so ids stay unique
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
+        self._bootstrap_sids: set[int] = set()  # a thread's stacks that are only `threading`'s frames
         self._stop = False
         self._done = _thread.allocate_lock()
         self._wake = _thread.allocate_lock()  # released by stop(): ends a CHILD_WAIT_S wait at once
@@ -381,6 +433,8 @@ class Sampler:
         for ident, frame in frames.items():
             if ident in own:
                 continue
+            if ident not in table and ident not in _names and ident != self.main_ident and _starting(frame):
+                continue  # caught before `threading` lists it: none of its CPU measured yet, nothing of the program's run
             sid = self._stack_id(ident, frame, table)
             cpu = deltas.get(ident, 0)
             if ident == self.main_ident:
@@ -388,14 +442,22 @@ class Sampler:
                 continue
             nid = nids.get(ident)
             if nid is not None:
+                code = _targets.get(nid)
+                if cpu > 0 and code is not None and sid in self._bootstrap_sids:
+                    # Caught in `threading`'s own frames (starting, or ending) with CPU since the last
+                    # tick: that CPU ran its target in between.
+                    sid = self._target_sid(ident, code, table)
                 last_sid[nid] = sid
             sink.sample(sid, cpu, False)
         for nid, name, cpu in departed:
             # A thread that ended since the last tick: what it burnt after its last sample goes
-            # to that sample's stack (a thread never sampled: to its own node).
+            # to that sample's stack (a thread never sampled: to the function it ran, under its group).
+            # A thread last caught in `threading`'s own frames (starting, or ending) ran its target
+            # in between: that is where its CPU goes.
             sid = last_sid.pop(nid, None)
-            if sid is None:
-                sid = self.intern(self.view.thread(name, []))
+            code = _targets.pop(nid, None)
+            if sid is None or (code is not None and sid in self._bootstrap_sids):
+                sid = self.intern(self.view.thread(name, filtered([code]) if code is not None else []))
             sink.sample(sid, cpu, False)
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
@@ -445,6 +507,12 @@ class Sampler:
             self._last_sid = {n: sid for n, sid in self._last_sid.items() if n in seen}
         return out, nids, departed
 
+    def _target_sid(self, ident: int, code: CodeType, table: dict[int, Any]) -> int:
+        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or str(ident)
+        if not name.isascii():
+            name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+        return self.intern(self.view.thread(name, filtered([code])))
+
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
         codes: list[CodeType] = []
         f: FrameType | None = frame
@@ -455,7 +523,7 @@ class Sampler:
         name = None
         if not main:
             thread = (table if table is not None else _threading_table()).get(ident)
-            name = getattr(thread, "_name", None)
+            name = getattr(thread, "_name", None) if thread is not None else _names.get(ident)
             if not isinstance(name, str):
                 name = str(ident)
             elif not name.isascii():
@@ -471,8 +539,17 @@ class Sampler:
             if main:
                 frames = self.view.main(filtered(codes[self.view.anchor:]))
             else:
-                frames = self.view.thread(name, filtered(codes))  # type: ignore[arg-type]
+                own_frames = filtered(codes)
+                # `threading`'s bootstrap is the same for every thread: the group's functions start at its target.
+                k = 0
+                while k < len(own_frames) - 1 and os.path.basename(own_frames[k][1]) == "threading.py":
+                    k += 1
+                if k < len(own_frames) and os.path.basename(own_frames[k][1]) != "threading.py":
+                    own_frames = own_frames[k:]
+                frames = self.view.thread(name, own_frames)  # type: ignore[arg-type]
             sid = self.intern(frames)
+            if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
+                self._bootstrap_sids.add(sid)
             self._sid_cache[key] = sid  # type: ignore[index]
         return sid
 

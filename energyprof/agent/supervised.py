@@ -414,12 +414,21 @@ def _after_fork_child() -> None:
         _agent = None
 
 
+# A pool's workers run one function (the pool's loop): one node for them all, named by their role.
+_POOL_WORKERS = {("multiprocessing.pool", "worker"): "[processes: pool worker]",
+                 ("concurrent.futures.process", "_process_worker"): "[processes: process pool worker]"}
+
+
 def _dataloader_label(frame: FrameType | None) -> str:
-    """`[DataLoader worker N]` when this fork starts a torch DataLoader worker."""
+    """`[DataLoader worker N]` when this fork starts a torch DataLoader worker; a pool's role when it
+    starts a multiprocessing or concurrent.futures pool worker."""
     while frame is not None:
         if frame.f_code.co_name in ("start", "_launch", "_Popen", "__init__") and "multiprocessing" in frame.f_code.co_filename:
             proc = frame.f_locals.get("process_obj") or frame.f_locals.get("self")
             target = getattr(proc, "_target", None)
+            pool = _POOL_WORKERS.get((getattr(target, "__module__", ""), getattr(target, "__name__", "")))
+            if pool is not None:
+                return pool
             if getattr(target, "__name__", "") == "_worker_loop" and "torch" in getattr(target, "__module__", ""):
                 try:
                     names = target.__code__.co_varnames

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -219,16 +220,17 @@ class Ledger:
         ps.last_rss = rss
         ps.last_sid = sid
 
-    def add_allocations(self, proc: int, items: list[tuple[int | None, int]]) -> int:
+    def add_allocations(self, proc: int, items: list[tuple[int | None, int]], sids: Collection[int] | None = None) -> int:
         """memory=exact: bytes still allocated at the end, per function (frame id), put on
         the stack of `proc` where that function ran most. Returns the bytes with no place
-        (lines of functions never sampled)."""
+        (lines of functions never sampled). `sids`: the stacks `proc` reported, where it shares
+        them with other processes (a pool's workers run the same stacks under one node)."""
         leaf: dict[int, tuple[int, int]] = {}  # fid -> (samples, sid) of the busiest stack ending in it
         inner: dict[int, tuple[int, int, int]] = {}  # fid -> (samples, sid, depth) of the busiest holding it
         stacks = self.stacks.stacks
         for sid, st in self.stats.items():
             frames = stacks[sid]
-            if self.sid_proc.get(sid) != proc or not frames:
+            if (self.sid_proc.get(sid) != proc if sids is None else sid not in sids) or not frames:
                 continue
             if st.samples > leaf.get(frames[-1], (-1, 0))[0]:
                 leaf[frames[-1]] = (st.samples, sid)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, Source, Timeline, Totals, Window
+from ..profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process, Profile, Source,
+                       Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from .policy import check_policy
@@ -90,7 +91,16 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
         specials.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_other))
     # Under `all` the idle node holds nothing (but a rank's peers' part), and keeps the share policy's figure.
     specials.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_other))
+    first, last = ledger.first_tick, ledger.last_tick
+    cpu_s = 0.0
+    if first is not None and last is not None:
+        cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
+                 + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
+    unsampled = _unsampled_cpu(root, cpu_s, ids)
+    if unsampled is not None:
+        specials.append(unsampled)
     root.children.extend(specials)
+    _count_groups(root, getattr(ledger, "process_info", {}))
     root.fill_inclusive()
     if alloc:
         _sum_alloc(root, alloc)
@@ -99,11 +109,6 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     if peak_rss_exact_bytes is not None:
         root.peak_rss_bytes = max(root.peak_rss_bytes or 0, peak_rss_exact_bytes)
 
-    first, last = ledger.first_tick, ledger.last_tick
-    cpu_s = 0.0
-    if first is not None and last is not None:
-        cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
-                 + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
     timeline = Timeline(**_timeline(ledger, start))
     rss = [r for r in timeline.rss_bytes if r]
     baseline = first.rss_bytes if first is not None and first.rss_bytes else None
@@ -153,6 +158,32 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                    root=root, windows=windows, timeline=timeline, notes=all_notes,
                    processes=processes,
                    extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+
+
+def _count_groups(root: Node, process_info: dict[int, dict[str, Any]]) -> None:
+    """`[processes: pool worker]` -> `[processes: pool worker x4]`: how many processes the one node holds."""
+    counts: dict[str, int] = {}
+    for info in process_info.values():
+        group = info.get("group")
+        if isinstance(group, str):
+            counts[group] = counts.get(group, 0) + 1
+    if not counts:
+        return
+    for node, _ in root.walk():
+        n = counts.get(node.function)
+        if n is not None:
+            node.function = f"{node.function[:-1]} x{n}]"
+
+
+def _unsampled_cpu(root: Node, headline_cpu_s: float, source_ids: list[str]) -> Node | None:
+    """The headline CPU that no sample carried, as its own node when it is more than UNSAMPLED_CPU_SHOWN
+    of the headline (below that the tree adds up closely enough), so the tree's CPU adds up to it."""
+    sampled = sum(n.self_cpu_time_s for n, _ in root.walk())
+    gap = headline_cpu_s - sampled
+    if headline_cpu_s <= 0 or gap <= UNSAMPLED_CPU_SHOWN * headline_cpu_s:
+        return None
+    return Node(function=UNSAMPLED_CPU_NODE, self_cpu_time_s=gap, self_energy_j={sid: 0.0 for sid in source_ids},
+                other_policy_self_energy_j={sid: 0.0 for sid in source_ids})
 
 
 def _source_fields(raw: dict[str, Any]) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
+from ..profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .stream import StreamReader, unescape
 
@@ -141,7 +142,7 @@ class JobFeed:
         self.ledger.finish()
         for p in self.procs.values():
             if p.allocations:
-                self.ledger.add_allocations(p.pid, p.allocations)
+                self.ledger.add_allocations(p.pid, p.allocations, set(p.sids.values()))
         self._note_processes()
         for p in self.procs.values():
             if p.reader is not None:
@@ -254,6 +255,8 @@ class JobFeed:
             p.pframe, p.anchor = None, ()
             return
         name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
+        if name.startswith(PROCESS_GROUP_PREFIX):  # one node for a pool's workers: the tree counts them
+            self.ledger.note_process(p.pid, group=name)
         frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
         if p.pframe is None:
             p.pframe = self.table.frame_id(frame)

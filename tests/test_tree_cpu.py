@@ -1,0 +1,68 @@
+"""The tree's CPU adds up to the headline CPU: within UNSAMPLED_CPU_SHOWN, or the gap is its own node."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from energyprof.core.recording import Recording, Sample, Tick
+from energyprof.core.tree import attribute
+from energyprof.profile import UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Profile, load
+
+from conftest import profiled, run_cli
+
+S = 1_000_000_000
+
+
+def tree_cpu(p: Profile) -> float:
+    return sum(n.self_cpu_time_s for n, _ in p.root.walk())
+
+
+def recording(sampled_cpu_ns: int) -> Recording:
+    """2 s at 1 CPU by the process's clock (the headline), of which the samples carry `sampled_cpu_ns`."""
+    rec = Recording(sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}])
+    work = rec.stacks.intern([("main", "m.py", 1), ("work", "m.py", 5)])
+    rec.ticks = [Tick(k * S // 10, (20.0 * k,), k * S // 10, 0, k * S // 10) for k in range(21)]
+    rec.samples = [Sample(k * S // 10, (k + 1) * S // 10, work, sampled_cpu_ns // 20, True) for k in range(20)]
+    return rec
+
+
+@pytest.mark.parametrize("policy", ["share", "all"])
+def test_cpu_no_sample_carried_is_its_own_node(policy):
+    p = attribute(recording(int(1.7 * S)), policy, cpus=1)
+    assert p.totals.cpu_time_s == pytest.approx(2.0)
+    gap = [n for n in p.root.children if n.function == UNSAMPLED_CPU_NODE]
+    assert len(gap) == 1 and gap[0].cpu_time_s == pytest.approx(0.3)
+    assert tree_cpu(p) == pytest.approx(p.totals.cpu_time_s)
+    assert gap[0].is_special and gap[0].total_energy == 0.0  # the ledger charged no energy to it
+    assert sum(n.total_energy for n in p.root.children) == pytest.approx(p.totals.energy_j["cpu"])
+
+
+def test_a_gap_within_the_margin_adds_no_node():
+    p = attribute(recording(int((1 - UNSAMPLED_CPU_SHOWN / 2) * 2 * S)), "share", cpus=1)
+    assert not p.find(UNSAMPLED_CPU_NODE)
+    assert tree_cpu(p) >= (1 - UNSAMPLED_CPU_SHOWN) * p.totals.cpu_time_s
+
+
+def test_a_torch_loop_s_tree_cpu_adds_up_to_the_headline(here):
+    pytest.importorskip("torch")
+    (here / "loop.py").write_text(textwrap.dedent("""
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(256, 512), torch.nn.ReLU(), torch.nn.Linear(512, 10))
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        x, y = torch.randn(256, 256), torch.randint(0, 10, (256,))
+        for _ in range(100):
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+    """))
+    res = run_cli(profiled("loop.py"), cwd=here, timeout=240)
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    headline = p.totals.cpu_time_s
+    assert headline > 0
+    # Every CPU-second of the headline is in the tree: on a sampled function, or on the labelled gap.
+    assert abs(tree_cpu(p) - headline) <= UNSAMPLED_CPU_SHOWN * headline, (tree_cpu(p), headline)
+    assert p.find("backward")  # and the loop's own functions hold it
