@@ -277,7 +277,6 @@ def test_short_lived_threads_keep_their_cpu(here):
     spent = float((here / "spent.txt").read_text())
     p = load(here / "p.json")
     threads = sum(n.cpu_time_s for n, _ in p.root.walk() if n.function.startswith("[threads: "))
-    work = sum(n.cpu_time_s for n in p.find("burn_in_thread"))
     # Each thread's CPU is its own: read from its clock while it runs and as it ends (a dead
     # thread's clock cannot be read). Only the few microseconds after that last read escape.
     assert 0.9 * spent <= threads <= 1.1 * spent + 0.05, (threads, spent)

@@ -23,7 +23,7 @@ from .exports import _paths, integer_weights
 
 NANO = 1_000_000_000
 MICRO = 1_000_000
-_PROCESS = re.compile(r"^\[(process|DataLoader worker|rank) ")
+_PROCESS = re.compile(r"^\[(process|processes:|DataLoader worker|rank|ray worker) ")
 _RANK = re.compile(r"^\[rank (\d+)\]")
 
 
