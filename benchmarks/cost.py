@@ -120,7 +120,7 @@ def bootstrap_ms(work: Path, env: dict[str, str], runs: int) -> float:
     """Median over `runs` of (CPU of `python -c pass` with the agent's environment) - (without), in ms."""
     spool = Path(tempfile.mkdtemp(prefix="spool-", dir=work))
     sys.path.insert(0, str(REPO))
-    from energyprof.options import Options
+    from energyprof.setup.options import Options
     from energyprof.supervise.bootstrap import child_env
 
     agent_env = child_env(Options.from_kwargs({}), str(spool), env)

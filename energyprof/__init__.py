@@ -8,16 +8,16 @@ on first use (PEP 562).
 
 _NAMES = {
     "__version__": "._version",
-    "energy_profile": ".api",
-    "Measurement": ".measurement",
-    "Monitor": ".monitor",
-    "Options": ".options",
-    "OptionError": ".options",
-    "Node": ".profile",
-    "Profile": ".profile",
-    "ProfileFormatError": ".profile",
-    "load": ".profile",
-    "Profiler": ".profiler",
+    "energy_profile": ".drive.api",
+    "Measurement": ".facts.measurement",
+    "Monitor": ".drive.monitor",
+    "Options": ".setup.options",
+    "OptionError": ".setup.options",
+    "Node": ".facts.profile",
+    "Profile": ".facts.profile",
+    "ProfileFormatError": ".facts.profile",
+    "load": ".facts.profile",
+    "Profiler": ".drive.profiler",
 }
 
 __all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from energyprof.profile import IDLE_NODE, SELF_NODE, Node, Profile
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import SELF_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
 
 XSS_FUNCTION = "</script><script>window.pwned=1</script>"
 XSS_FILE = "/tmp/<img src=x onerror=window.pwned=2>/evil.py"

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from energyprof import Profiler, energy_profile, load
-from energyprof.options import OptionError
-from energyprof.profiler import active_profiler
+from energyprof.setup.options import OptionError
+from energyprof.drive.profiler import active_profiler
 
 
 @pytest.fixture

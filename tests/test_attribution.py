@@ -10,7 +10,9 @@ from hypothesis import strategies as st
 
 from energyprof.core.ledger import Ledger
 from energyprof.core.tree import attribute, build_profile
-from energyprof.profile import IDLE_NODE, SELF_NODE, Profile
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import SELF_NODE
+from energyprof.facts.profile import Profile
 from energyprof.core.recording import Recording, Sample, Tick
 from energyprof.collect.sensors.replay import PowerTrace, load_trace
 

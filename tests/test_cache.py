@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from energyprof import cache
+from energyprof.store import cache
 from energyprof.collect.sensors import estimate
 
 
@@ -48,7 +48,7 @@ def test_the_tdp_is_remembered_per_model_and_table(cache_dir: Path, monkeypatch)
 def test_the_tdp_key_names_the_table_file_that_is_read(tmp_path: Path, monkeypatch) -> None:
     """The key changes with the table's file (codecarbon's when installed, else the snapshot), so an
     upgraded codecarbon or energyprof never reads an answer from the old table."""
-    from energyprof import carbon_data
+    from energyprof.carbon import data as carbon_data
 
     folder = carbon_data.codecarbon_folder()
     expected = folder / carbon_data.CPUS if folder is not None else carbon_data.SNAPSHOT

@@ -16,11 +16,13 @@ from pathlib import Path
 import pytest
 
 import energyprof
-from energyprof import carbon_data, intensity
+from energyprof.carbon import data as carbon_data
+from energyprof.carbon import intensity
 from energyprof.analysis.carbon import CarbonSettings
 from energyprof.analysis.report import RenderOptions, build
-from energyprof.intensity import Intensity
-from energyprof.profile import Node, Profile
+from energyprof.carbon.intensity import Intensity
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
 
 J_PER_KWH = 3.6e6
 
@@ -242,8 +244,8 @@ def test_default_is_the_world_average_and_says_so(tmp_path: Path) -> None:
 
 def test_lookups_never_import_codecarbon() -> None:
     """Reading the tables must not run codecarbon (trackers, pynvml, requests) in the program."""
-    code = ("import sys, energyprof.intensity as c, energyprof.analysis.report\n"
-            "from energyprof.options import Options\n"
+    code = ("import sys, energyprof.carbon.intensity as c, energyprof.analysis.report\n"
+            "from energyprof.setup.options import Options\n"
             "c.lookup(Options(country='FRA')); c.lookup(Options(region='california'));"
             " c.lookup(Options(cloud='gcp:europe-west1'))\n"
             "bad = [m for m in ('codecarbon', 'pynvml', 'pandas', 'requests') if m in sys.modules]\n"

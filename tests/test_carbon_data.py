@@ -13,8 +13,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from energyprof import carbon_data, intensity
-from energyprof.options import Options
+from energyprof.carbon import data as carbon_data
+from energyprof.carbon import intensity
+from energyprof.setup.options import Options
 from energyprof.collect.sensors import estimate as model
 
 CODECARBON = carbon_data.codecarbon()

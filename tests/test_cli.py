@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from energyprof import load
-from energyprof.profile import IDLE_NODE
+from energyprof.facts.profile import IDLE_NODE
 
 from conftest import run_cli
 

@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from conftest import run_cli
 from energyprof.analysis.compare import Run, _change, _mark_pareto, compare, gate
 from energyprof.analysis.stats import t_cdf, t_quantile, welch
-from energyprof.profile import load
-from energyprof.profile import Node, Profile
+from energyprof.facts.profile import load
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
 
 
 def profile(joules: dict[str, float], duration: float, fn_j: float, fn_samples: int, argv: list[str] | None = None,

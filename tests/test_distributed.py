@@ -14,8 +14,13 @@ from pathlib import Path
 import pytest
 
 from energyprof import load
-from energyprof.integrations.distributed import expand, gpu_ties, per_rank, placeholder_values, rank_info
-from energyprof.profile import Process, Source
+from energyprof.engines.distributed import expand
+from energyprof.engines.distributed import gpu_ties
+from energyprof.engines.distributed import per_rank
+from energyprof.engines.distributed import placeholder_values
+from energyprof.engines.distributed import rank_info
+from energyprof.facts.profile import Process
+from energyprof.facts.profile import Source
 
 from conftest import run_cli
 
@@ -374,13 +379,13 @@ def test_with_block_and_profiler_expand_placeholders(tmp_path: Path) -> None:
     (tmp_path / "w.py").write_text(textwrap.dedent("""
         import os
         from energyprof import energy_profile
-        from energyprof.profiler import Profiler
+        from energyprof.drive.profiler import Profiler
 
         with energy_profile(json="w.{pid}.json", output=None, power_trace="trace.csv", quiet=True):
             sum(range(10_000))
         prof = Profiler(json="p{rank}-{node}.json", power_trace="trace.csv", quiet=True).start()
         sum(range(10_000))
-        from energyprof.outputs import write_outputs
+        from energyprof.output.writer import write_outputs
         write_outputs(prof.stop(), prof.options)
         print(os.getpid())
         """))

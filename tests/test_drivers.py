@@ -16,10 +16,10 @@ def test_the_supervised_run_does_not_import_the_in_process_profiler() -> None:
     """Before, supervise/ took the run's metadata, notes and checkpoint header from profiler.py."""
     mods = loaded_by("energyprof.supervise.supervisor")
     assert "energyprof.drive.meta" in mods
-    assert "energyprof.profiler" not in mods
+    assert "energyprof.drive.profiler" not in mods
 
 
 def test_the_profiler_does_not_import_the_supervised_run() -> None:
-    mods = loaded_by("energyprof.profiler")
+    mods = loaded_by("energyprof.drive.profiler")
     assert "energyprof.drive.meta" in mods
     assert not {m for m in mods if m.startswith("energyprof.supervise")}

@@ -19,9 +19,12 @@ import pytest
 import energyprof
 from energyprof.analysis.carbon import CarbonSettings
 from energyprof.analysis.report import RenderOptions, build
-from energyprof.emissions import COLUMNS, append, rows
-from energyprof.intensity import Intensity
-from energyprof.profile import Node, Profile
+from energyprof.output.emissions import COLUMNS
+from energyprof.output.emissions import append
+from energyprof.output.emissions import rows
+from energyprof.carbon.intensity import Intensity
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
 
 codecarbon = pytest.importorskip("codecarbon", reason="codecarbon's reader is the [carbon] extra")
 pd = pytest.importorskip("pandas")

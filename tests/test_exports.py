@@ -13,7 +13,7 @@ import pytest
 
 from conftest_report import XSS_FUNCTION, hostile_profile, small_profile
 from energyprof.analysis.report import RenderOptions, build
-from energyprof.profile import Profile
+from energyprof.facts.profile import Profile
 from energyprof.render import exports
 
 
@@ -152,7 +152,8 @@ def test_csv_cells_are_never_spreadsheet_formulas():
     import csv as _csv
     import io as _io
 
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
     from energyprof.render.exports import csv_text
 
     evil = Node('=HYPERLINK("http://x","click")', "@evil.py", 1, samples=1, self_samples=1,
@@ -181,6 +182,6 @@ def test_csv_errors_sit_beside_their_figures_and_carbon_is_a_column(small: Profi
 
 def _fixed(g_per_kwh: float, pue: float = 1.0, price: float | None = None):
     from energyprof.analysis.carbon import CarbonSettings
-    from energyprof.intensity import Intensity
+    from energyprof.carbon.intensity import Intensity
 
     return CarbonSettings(Intensity(g_per_kwh, "given", "as given"), pue=pue, price_per_kwh=price)

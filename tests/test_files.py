@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from energyprof import files
+from energyprof.store import files
 
 
 @pytest.mark.parametrize("mask", [0o077, 0o022, 0o002])

@@ -275,7 +275,11 @@ def test_clock_offset_bracket():
 
 def _sampled_profile():
     """A sampled run's tree as the wall-time rule leaves it: the GPU's joules on the sync point."""
-    from energyprof.profile import IDLE_NODE, Node, Profile, Source, Totals
+    from energyprof.facts.profile import IDLE_NODE
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
+    from energyprof.facts.profile import Source
+    from energyprof.facts.profile import Totals
 
     def node(fn, file, line, cpu, gpu, kids=()):
         return Node(function=fn, file=file, line=line, self_energy_j={"cpu": cpu, "gpu:0": gpu},
@@ -318,7 +322,7 @@ def test_regraft_moves_the_gpu_joules_from_the_sync_point_to_the_launching_line(
     (item,) = prof.find("item_wait")
     assert item.energy_j["gpu:0"] == pytest.approx(1.0)  # only its own copy, not 9 J of waiting
     assert prof.find(GPU_IDLE_NODE)[0].self_energy_j["gpu:0"] == pytest.approx(5.0)
-    from energyprof.profile import IDLE_NODE
+    from energyprof.facts.profile import IDLE_NODE
     assert prof.find(IDLE_NODE)[0].self_energy_j["gpu:0"] == pytest.approx(5.0)  # other processes' part stays
     assert prof.root.energy_j["gpu:0"] == pytest.approx(15.0, rel=1e-12)  # conservation, both policies
     other = sum((n.other_policy_self_energy_j or {}).get("gpu:0", 0.0) for n, _ in prof.walk())
@@ -348,7 +352,9 @@ def test_capture_writes_a_trace_whose_clock_meets_perf_counter(tmp_path):
 
     from torch.profiler import ProfilerActivity, record_function
 
-    from energyprof.integrations.gpu_kernels import CLOCK_SUFFIX, KernelCapture, read_traces
+    from energyprof.collect.kernels.capture import CLOCK_SUFFIX
+    from energyprof.collect.kernels.capture import KernelCapture
+    from energyprof.collect.kernels.capture import read_traces
 
     cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU])
     cap.start()
@@ -388,7 +394,7 @@ def test_gpu_kernels_without_a_gpu_is_one_line_and_exit_2_before_the_program(tmp
 
 
 def test_attach_without_kernels_keeps_the_wall_time_rule_and_says_so():
-    from energyprof.integrations.gpu_kernels import attach_kernels
+    from energyprof.collect.kernels.capture import attach_kernels
 
     prof = _sampled_profile()
     attach_kernels(prof, ledger=None, traces=([], [], 0, 0), collector=None)
@@ -405,7 +411,7 @@ def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
     stays, said in a note. The program's own output is unchanged."""
     pytest.importorskip("torch")
     from conftest import run_cli
-    from energyprof.profile import load
+    from energyprof.facts.profile import load
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidiactl").write_text("")
@@ -441,7 +447,7 @@ def test_regraft_meets_a_region_profile_whose_outer_frames_were_cut():
 
 def test_api_gpu_kernels_without_a_gpu_raises_before_profiling():
     import energyprof
-    from energyprof.options import OptionError
+    from energyprof.setup.options import OptionError
 
     with pytest.raises(OptionError, match="--gpu-kernels"):
         energyprof.energy_profile(gpu_kernels=True)
@@ -453,7 +459,7 @@ def test_api_gpu_kernels_runs_the_profiler_in_process(tmp_path, monkeypatch):
     profiler runs around the block, its trace is read, and with no kernel the wall-time rule stays."""
     torch = pytest.importorskip("torch")
     from energyprof import energy_profile
-    from energyprof.profile import load
+    from energyprof.facts.profile import load
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "kfd").write_text("")
@@ -478,14 +484,17 @@ def test_api_gpu_kernels_runs_the_profiler_in_process(tmp_path, monkeypatch):
 
 def test_regraft_on_a_decorated_function_profile_lands_on_the_root():
     from energyprof.core.gpu_tree import regraft
-    from energyprof.profile import Node, Profile, Source, Totals
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
+    from energyprof.facts.profile import Source
+    from energyprof.facts.profile import Totals
 
     root = Node(function="train_step", file="/p/train.py", line=7, self_energy_j={"gpu:0": 2.0})
     root.children.append(Node(function="helper", file="/p/train.py", line=20, self_energy_j={"gpu:0": 1.0}))
     root.fill_inclusive()
     prof = Profile(meta={}, sources=[Source(id="gpu:0", component="gpu:0")], totals=Totals(energy_j={"gpu:0": 3.0}),
                    root=root)
-    path = [("<module>", "run.py", 1), ("wrapper", "energyprof/api.py", 150), ("train_step", "train.py", 7)]
+    path = [("<module>", "run.py", 1), ("wrapper", "energyprof/drive/api.py", 150), ("train_step", "train.py", 7)]
     regraft(prof, [_kernel("gemm", 0, 100, path)], {0: [(0, 100 * MS, 5.0)]}, period_ns=0)
     kids = {c.function: c for c in prof.root.children}
     assert set(kids) == {"helper", "aten::mm", GPU_IDLE_NODE}  # the launch sat in train_step's own body
@@ -502,7 +511,7 @@ def test_attach_kernels_to_a_folded_run_uses_the_timeline_power(tmp_path):
     from energyprof.core.ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
     from energyprof.core.recording import Recording, Sample, Tick
     from energyprof.core.tree import build_profile
-    from energyprof.integrations.gpu_kernels import attach_kernels
+    from energyprof.collect.kernels.capture import attach_kernels
 
     S = 1_000_000_000
     (tmp_path / "t.csv").write_text("t_s,cpu,gpu:0\n0,10,100\n0.5,10,300\n")

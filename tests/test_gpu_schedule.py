@@ -10,7 +10,9 @@ import pytest
 
 from energyprof.core.gpu_tree import GPU_FIELD, clip_intervals, regraft
 from energyprof.core.kernels import GPU_IDLE_NODE
-from energyprof.options import OptionError, Options, parse_kernel_steps
+from energyprof.setup.options import OptionError
+from energyprof.setup.options import Options
+from energyprof.setup.options import parse_kernel_steps
 from test_gpu_kernels import MS, _kernel, _sampled_profile
 
 
@@ -61,8 +63,10 @@ def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps(tmp_pa
 
     from torch.profiler import ProfilerActivity, record_function
 
-    from energyprof.integrations import gpu_kernels
-    from energyprof.integrations.gpu_kernels import KernelCapture, read_spans, read_traces
+    from energyprof.collect.kernels import capture as gpu_kernels
+    from energyprof.collect.kernels.capture import KernelCapture
+    from energyprof.collect.kernels.capture import read_spans
+    from energyprof.collect.kernels.capture import read_traces
 
     cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU], steps="4:1:2")
     cap.start()
@@ -96,7 +100,7 @@ def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps(tmp_pa
 
 
 def test_no_marked_step_leaves_the_wall_time_rule_and_says_why():
-    from energyprof.integrations.gpu_kernels import attach_kernels
+    from energyprof.collect.kernels.capture import attach_kernels
 
     prof = _sampled_profile()
     attach_kernels(prof, None, ([], [], 0, 0, []), None)
@@ -116,7 +120,7 @@ def test_scheduled_run_end_to_end_and_the_tree_without_the_flag(tmp_path):
     --gpu-kernels has the same program nodes (each function runs ~0.2 s of CPU, sampled every 10 ms)."""
     pytest.importorskip("torch")
     from conftest import run_cli
-    from energyprof.profile import load
+    from energyprof.facts.profile import load
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidiactl").write_text("")
@@ -190,7 +194,7 @@ def _folded_run(tmp_path):
 
 
 def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
-    from energyprof.integrations.gpu_kernels import attach_kernels
+    from energyprof.collect.kernels.capture import attach_kernels
 
     prof, ledger = _folded_run(tmp_path)
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
@@ -218,7 +222,7 @@ def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
 def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path):
     """The driver's samples say 300 W in the first half and 100 W after (the ticks said the reverse):
     the forward kernel's 0.2 s in the first half takes 0.2 x 300 W; the device's 200 J is kept."""
-    from energyprof.integrations.gpu_kernels import attach_kernels
+    from energyprof.collect.kernels.capture import attach_kernels
     from test_power_samples import SamplingNvml
     from test_nvml import FakeGpu, found
 
@@ -242,7 +246,7 @@ def test_api_schedule_reaches_the_in_process_profiler(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     import energyprof.torch as ept
     from energyprof import energy_profile
-    from energyprof.profile import load
+    from energyprof.facts.profile import load
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidiactl").write_text("")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from energyprof.profile import load
+from energyprof.facts.profile import load
 
 KINETO = Path(__file__).parent / "fixtures" / "kineto"
 SYNTHETIC = KINETO / "synthetic_cuda_with_stack.json"

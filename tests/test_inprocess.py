@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from energyprof import Profiler
 from energyprof.core.ledger import Ledger
 from energyprof.core.tree import build_profile
-from energyprof.profiler import active_profiler
+from energyprof.drive.profiler import active_profiler
 from energyprof.core.recording import Sample, StackTable, Tick
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,7 +67,7 @@ def test_a_forked_child_does_not_own_the_parents_profile(tmp_path, trace):
     res = run_script(tmp_path, f"""
         import os
         from energyprof import Profiler
-        from energyprof.profiler import active_profiler
+        from energyprof.drive.profiler import active_profiler
         prof = Profiler(power_trace={trace!r}, quiet=True).start()
         pid = os.fork()
         if pid == 0:

@@ -7,7 +7,10 @@ from pathlib import Path
 
 from energyprof.analysis.report import build
 from energyprof.collect.io import ABSENT, IoRecorder
-from energyprof.profile import IDLE_NODE, Node, Profile, Totals
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Totals
 from energyprof.render.html import render_html
 
 

@@ -6,7 +6,11 @@ import pytest
 
 from energyprof.analysis.io import read_rates
 from energyprof.analysis.report import build
-from energyprof.profile import IDLE_NODE, Node, Profile, Timeline, Totals
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Timeline
+from energyprof.facts.profile import Totals
 from energyprof.render.charts import timeline_figure
 
 # one disk read at 0, 1, 2, 4 s: 20,000 sectors (10.24 MB) and 100 reads in the first second, none in
@@ -50,7 +54,7 @@ def test_the_timeline_draws_disk_reads_on_its_own_axis() -> None:
 
 
 def test_a_loops_cache_readings_are_not_shaded_as_windows() -> None:
-    from energyprof.profile import Window
+    from energyprof.facts.profile import Window
 
     p = _profile(IO)
     p.windows = [Window("epoch", 0, 0, 0.5, 3.5, 3.0, {"cpu": 30.0}),

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from energyprof.profile import load
+from energyprof.facts.profile import load
 
 import knob_trees as trees
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from energyprof import Measurement, Profiler
 from energyprof.core.tree import attribute
 from energyprof.core.recording import Recording, Sample, Tick, WindowEvent
-from energyprof.records import read_window
+from energyprof.facts.records import read_window
 from energyprof.collect.sensors.replay import load_trace
 
 S = 1_000_000_000
@@ -192,7 +192,7 @@ def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path
     (tmp_path / "s.py").write_text(textwrap.dedent("""
         import json, sys, time
         import energyprof.torch as ept
-        import energyprof.profiler as p
+        import energyprof.drive.profiler as p
         seen = []
         for epoch in range(3):
             with ept.window("epoch", epoch) as m:

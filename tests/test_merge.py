@@ -13,7 +13,11 @@ from hypothesis import strategies as st
 
 from energyprof import load
 from energyprof.core.merge import MergeError, merge
-from energyprof.profile import IDLE_NODE, SELF_NODE, Node, Profile, Totals
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import SELF_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Totals
 
 from conftest import run_cli
 
@@ -187,7 +191,7 @@ def test_merge_conserves_under_both_policies(ranks) -> None:
 def _run(host: str, started: str, duration: float, machine: float, prog: float, rank: int | None = None) -> Profile:
     """One run of `duration` s from `started` on `host`: `machine` J measured, `prog` J the program's
     (all of it under `all`), with one window over the whole run holding both policies' parts."""
-    from energyprof.profile import Window
+    from energyprof.facts.profile import Window
 
     p = _rank_profile(host, rank if rank is not None else 0, machine, prog, 0.0, machine, duration)
     if rank is None:

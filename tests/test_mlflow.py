@@ -17,8 +17,10 @@ import pytest
 from conftest import run_cli
 from energyprof.analysis.carbon import CarbonSettings
 from energyprof.analysis.report import RenderOptions
-from energyprof.intensity import Intensity
-from energyprof.profile import Node, Profile, load
+from energyprof.carbon.intensity import Intensity
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import load
 
 mlflow = pytest.importorskip("mlflow", reason="mlflow (energyprof[mlflow]) is not installed")
 
@@ -80,7 +82,7 @@ def test_logs_params_metrics_windows_and_artifacts(store: str) -> None:
 
 
 def test_logs_into_the_active_run_and_leaves_it_active(store: str) -> None:
-    from energyprof.integrations.mlflow import log_profile
+    from energyprof.output.mlflow import log_profile
 
     with mlflow.start_run() as active:
         mlflow.log_param("batch_size", 32)

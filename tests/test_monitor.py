@@ -11,7 +11,7 @@ import pytest
 from energyprof import Measurement, Monitor
 from energyprof.collect.sensors import rapl
 from energyprof.core.ledger import IDLE_FLOOR
-from energyprof.monitor import cpu_share
+from energyprof.drive.monitor import cpu_share
 
 
 @pytest.fixture

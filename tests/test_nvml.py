@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from energyprof.profiler import Profiler
+from energyprof.drive.profiler import Profiler
 from energyprof.collect.sensors.gpu import nvml, nvml_device
 from energyprof.collect.sensors.base import SensorError
 

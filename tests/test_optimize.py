@@ -309,7 +309,7 @@ def test_sensor_nvml_named_explicitly_uses_an_importable_binding_without_the_dri
 
 
 def test_track_calls_the_callbacks_and_the_profile_keeps_each_limits_window():
-    from energyprof.profiler import Profiler
+    from energyprof.drive.profiler import Profiler
     from energyprof.torch import track
 
     gpu = SimGpu(TABLE)
@@ -454,7 +454,7 @@ def test_run_with_sensor_nvml_measures_a_stand_in_pynvml_without_the_driver_fold
     if any(os.path.exists(p) for p in nvml_device.DRIVER_PATHS):
         pytest.skip("this machine has an NVIDIA driver: the missing-driver path cannot be shown here")
     from conftest import run_cli
-    from energyprof.profile import load
+    from energyprof.facts.profile import load
 
     site = tmp_path / "site"
     site.mkdir()

@@ -14,9 +14,12 @@ from pathlib import Path
 import pytest
 
 from conftest import run_cli
-from energyprof.options import BOUNDS, Options, OptionError
-from energyprof.files import write_text
-from energyprof.preflight import keep_old_checkpoint, preflight
+from energyprof.setup.options import BOUNDS
+from energyprof.setup.options import Options
+from energyprof.setup.options import OptionError
+from energyprof.store.files import write_text
+from energyprof.drive.preflight import keep_old_checkpoint
+from energyprof.drive.preflight import preflight
 
 PROGRAM = "from pathlib import Path\nPath('ran.txt').write_text('yes')\nprint('hello')\n"
 

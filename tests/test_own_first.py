@@ -10,7 +10,9 @@ import pytest
 
 from energyprof.analysis.own import module_name, own_first
 from energyprof.analysis.report import build
-from energyprof.profile import Node, Profile, Window
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Window
 from energyprof.render.console import render_summary
 
 from conftest import run_cli
@@ -125,7 +127,7 @@ def test_the_table_opens_on_the_users_functions_by_total_energy(tmp_path: Path, 
 
 
 def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
-    from energyprof.profile import Note
+    from energyprof.facts.profile import Note
     from energyprof.render.html import render_html
 
     prof = lenet_like()
@@ -143,7 +145,7 @@ def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
 def test_idle_above_the_programs_energy_reads_as_a_multiple_never_above_100_percent(tmp_path: Path,
                                                                                       request: pytest.FixtureRequest) -> None:
     chromium = request.getfixturevalue("browser")
-    from energyprof.profile import IDLE_NODE
+    from energyprof.facts.profile import IDLE_NODE
     from energyprof.render.html import render_html
 
     prof = lenet_like()
@@ -206,7 +208,8 @@ def test_compare_labels_per_side_and_command_lines_relative_to_here(tmp_path: Pa
 
 def test_the_differential_icicle_leaves_idle_and_energyprof_out_until_asked() -> None:
     from energyprof.analysis.compare import compare
-    from energyprof.profile import IDLE_NODE, SELF_NODE
+    from energyprof.facts.profile import IDLE_NODE
+    from energyprof.facts.profile import SELF_NODE
     from energyprof.render.compare import figures, render_html
 
     runs = []

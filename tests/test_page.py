@@ -61,7 +61,8 @@ def test_a_window_row_shows_the_programs_energy_and_the_machines_in_its_own_colu
     figure the program's total is), the machine's mean is its own column, never mixed."""
     import re
 
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
 
     windows = [{"name": "epoch", "index": i, "depth": 0, "start_s": float(i), "end_s": i + 1.0, "time_s": 1.0,
                 "energy_j": {"cpu": 40.0 + 2 * i}, "program_energy_j": {"cpu": 27.0 + 3 * i}} for i in range(2)]

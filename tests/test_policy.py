@@ -1,4 +1,4 @@
-"""core/policy.py: the one vocabulary of idle policies, read by every place that chooses one."""
+"""facts/policy.py: the one vocabulary of idle policies, read by every place that chooses one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from energyprof.core.policy import (DEFAULT_POLICY, IDLE_FLOOR, IDLE_POLICIES, PolicyError, PolicyPair, check_policy,
+from energyprof.facts.policy import (DEFAULT_POLICY, IDLE_FLOOR, IDLE_POLICIES, PolicyError, PolicyPair, check_policy,
                                     common_policy, cpu_share, other)
 
 PACKAGE = Path(__file__).resolve().parent.parent / "energyprof"
@@ -40,7 +40,7 @@ def test_cpu_share_is_a_fraction_and_idle_below_the_floor(proc: float, busy: flo
 
 
 def test_no_module_spells_the_policy_tuple_again() -> None:
-    """The choices live in core/policy.py only: a second ("share", "all") drifts from it."""
+    """The choices live in facts/policy.py only: a second ("share", "all") drifts from it."""
     copies = []
     for path in PACKAGE.rglob("*.py"):
         if path.name == "policy.py":

@@ -65,7 +65,7 @@ def test_no_binding_function_or_a_failure_turns_it_off_without_raising():
 
 
 def test_the_nvml_sensor_drains_at_each_read_and_offers_the_intervals():
-    from energyprof.integrations.gpu_kernels import driver_samples
+    from energyprof.collect.kernels.capture import driver_samples
 
     now_us = time.time_ns() // 1000
     ring = [(now_us - 400_000 + 20_000 * i, 100_000 + 10_000 * (i % 2)) for i in range(20)]  # 100 / 110 W every 20 ms

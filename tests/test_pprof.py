@@ -12,8 +12,12 @@ from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.analysis.report import RenderOptions, ReportModel, build
-from energyprof.profile import IDLE_NODE, SELF_NODE, Node, Profile, load
-from energyprof.files import write_text
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import SELF_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import load
+from energyprof.store.files import write_text
 from energyprof.render.pprof import pprof_bytes, pprof_gzip
 
 pb = pytest.importorskip("google.protobuf", reason="the protobuf package decodes the file")

@@ -16,7 +16,10 @@ from conftest_report import hostile_profile, small_profile
 from energyprof import load
 from energyprof.analysis.report import build
 from energyprof.core.tree import attribute
-from energyprof.profile import IDLE_NODE, Node, Profile, ProfileFormatError
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import ProfileFormatError
 from energyprof.core.recording import Recording, Sample, Tick
 
 S = 1_000_000_000

@@ -18,7 +18,7 @@ from energyprof import load
 from energyprof.analysis.report import build
 from energyprof.analysis.training import breakdown
 from energyprof.analysis.windows import WindowRow, window_groups
-from energyprof.profile import Window
+from energyprof.facts.profile import Window
 from energyprof.render.html import render_html
 
 from conftest import run_cli

@@ -17,7 +17,8 @@ from conftest_report import XSS_FILE, XSS_FUNCTION, big_profile, hostile_profile
 from energyprof.analysis.chart import MAX_CHART_NODES, grouped_tree, prune
 from energyprof.analysis.functions import is_library
 from energyprof.analysis.report import RenderOptions, build
-from energyprof.profile import IDLE_NODE, Profile
+from energyprof.facts.profile import IDLE_NODE
+from energyprof.facts.profile import Profile
 from energyprof.render import charts
 from energyprof.render.cards import summary_cards
 from energyprof.render.html import render_html
@@ -260,7 +261,8 @@ def test_timeline_stacks_power_and_shades_windows(small: Profile) -> None:
 
 
 def test_windows_section_lists_mean_and_spread_and_flags_short_ones():
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
 
     windows = [{"name": "step", "index": i, "depth": 0, "start_s": i * 0.05, "end_s": (i + 1) * 0.05,
                 "time_s": 0.05, "energy_j": {"gpu:0": 10.0 + i}} for i in range(4)]
@@ -283,7 +285,8 @@ def test_windows_section_lists_mean_and_spread_and_flags_short_ones():
 def test_training_breakdown_is_computed_at_render_and_shown():
     """Windows from energyprof.torch.track (`step.fetch`, `step.compute`) become a per-epoch
     fetch/compute table in the report model; the profile itself is not touched."""
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
 
     windows = [{"name": "epoch", "index": 0, "depth": 0, "start_s": 0.0, "end_s": 1.0, "time_s": 1.0,
                 "energy_j": {"cpu": 10.0}}]
@@ -430,7 +433,7 @@ def test_table_percentages_come_from_unrounded_energies() -> None:
 
 def test_processes_are_named_by_role() -> None:
     """A launcher with two ranks, a DataLoader worker under rank 1, and a plain child of the launcher."""
-    from energyprof.records import Process
+    from energyprof.facts.records import Process
     from energyprof.render.cards import process_rows
 
     procs = [Process(pid=10, command="torchrun train.py", role="main"),

@@ -225,7 +225,8 @@ def test_clicking_a_function_shades_when_it_ran(browser, tmp_path: Path) -> None
 
 
 def test_functions_shorter_than_three_sensor_updates_are_flagged(browser, tmp_path: Path) -> None:
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
 
     src = [{"id": "gpu:0", "component": "gpu:0", "method": "measured", "sensor": "nvml", "detail": {},
             "update_period_s": 0.1}]
@@ -399,7 +400,7 @@ def test_timeline_draws_the_program_over_the_machine_without_overlaps(browser, s
 
 
 def test_processes_section_marks_the_slowest_and_hungriest_rank(browser, tmp_path: Path) -> None:
-    from energyprof.records import Process
+    from energyprof.facts.records import Process
 
     profile = small_profile()
     profile.processes = [

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from energyprof.profile import load
+from energyprof.facts.profile import load
 
 REPO = Path(__file__).resolve().parent.parent
 HAVE_TORCH = importlib.util.find_spec("torch") is not None

@@ -11,8 +11,8 @@ import time
 import pytest
 
 from energyprof.collect.sensors.gpu import amdsmi
-from energyprof.integrations.distributed import gpu_ties
-from energyprof.profile import load
+from energyprof.engines.distributed import gpu_ties
+from energyprof.facts.profile import load
 
 import sensor_standins as standins
 from conftest import run_cli

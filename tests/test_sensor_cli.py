@@ -9,8 +9,10 @@ import pytest
 
 from energyprof.collect.sensors import BACKENDS
 from energyprof.collect.sensors.replay import load_trace
-from energyprof.options import SENSORS, OptionError, Options
-from energyprof.profile import load
+from energyprof.setup.options import SENSORS
+from energyprof.setup.options import OptionError
+from energyprof.setup.options import Options
+from energyprof.facts.profile import load
 
 import sensor_standins as standins
 from conftest import run_cli

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from energyprof.collect.sensors import perf, served
-from energyprof.profile import load
+from energyprof.facts.profile import load
 
 from conftest import run_cli
 from test_sensors import make_zone

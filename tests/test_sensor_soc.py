@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from energyprof.collect.sensors.base import PowerIntegrator, split_total
 from energyprof.collect.sensors.soc import jtop, macmon, powermetrics, rails, tegrastats
-from energyprof.profile import load
+from energyprof.facts.profile import load
 
 import sensor_standins as standins
 from conftest import run_cli

@@ -15,7 +15,8 @@ import pytest
 
 from energyprof.collect import settings
 from energyprof.analysis import settings as compared
-from energyprof.profile import Node, Profile
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
 
 
 def _write(path: Path, text: str) -> None:

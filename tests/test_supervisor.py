@@ -251,7 +251,7 @@ def test_cpu_time_is_the_programs_getrusage(here):
 def test_windows_from_a_supervised_program(here):
     script(here, "win.py", BURN, """
         import energyprof.torch as ept
-        from energyprof.profiler import active_profiler
+        from energyprof.drive.profiler import active_profiler
         for epoch in range(2):
             with ept.window("epoch", epoch):
                 burn(300_000)

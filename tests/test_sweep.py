@@ -15,7 +15,9 @@ from conftest import run_cli
 from energyprof.analysis.compare import compare
 from energyprof.analysis.pareto import front, split_name, sweep_names, window_points
 from energyprof.analysis.report import RenderOptions, build
-from energyprof.profile import Node, Profile, Window
+from energyprof.facts.profile import Node
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Window
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sweep.py"
 

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 import energyprof
 import energyprof.torch as ept
-from energyprof.profiler import Profiler
+from energyprof.drive.profiler import Profiler
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -322,7 +322,8 @@ def test_stall_breakdown_from_records_flags_a_disagreement() -> None:
 
 def test_workers_energy_is_its_own_figure() -> None:
     """Process nodes named [DataLoader worker N]: their inclusive energy is summed, once each."""
-    from energyprof.profile import Node, Profile
+    from energyprof.facts.profile import Node
+    from energyprof.facts.profile import Profile
 
     def node(name: str, j: float, *children: Node) -> Node:
         return Node(name, energy_j={"cpu": j}, self_energy_j={"cpu": j - sum(c.energy_j["cpu"] for c in children)},

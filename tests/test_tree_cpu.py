@@ -8,7 +8,10 @@ import pytest
 
 from energyprof.core.recording import Recording, Sample, Tick
 from energyprof.core.tree import attribute
-from energyprof.profile import UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Profile, load
+from energyprof.facts.profile import UNSAMPLED_CPU_NODE
+from energyprof.facts.profile import UNSAMPLED_CPU_SHOWN
+from energyprof.facts.profile import Profile
+from energyprof.facts.profile import load
 
 from conftest import profiled, run_cli
 

@@ -2,7 +2,7 @@
 
 The bootstrap calls `start_agent` in every Python process of a run of `python -m energyprof`.
 What the program may call (`window`, `begin_window`, `end_window`, `measure`) is reached
-through `energyprof.profiler.active_profiler()`, which hands in the Measurement class and,
+through `energyprof.drive.profiler.active_profiler()`, which hands in the Measurement class and,
 with `--mlflow`, the logging of windows: nothing of energyprof's outside `agent/` is imported
 here.
 """
@@ -34,7 +34,7 @@ ENV = "ENERGYPROF_AGENT"
 class Agent:
     """What the bootstrap leaves in a profiled process: a sampler, a spool, window calls.
 
-    `energyprof.profiler.active_profiler()` returns it inside a program run by the
+    `energyprof.drive.profiler.active_profiler()` returns it inside a program run by the
     supervisor, so `window`, `begin_window` and `end_window` (and `energyprof.torch`) mark
     windows in the run's profile.
     """
@@ -256,7 +256,7 @@ def bound() -> bool:
 
 def bind(measurement: Any, log_window: Callable[..., None] | None = None) -> None:
     """Hand in what the window calls build: the Measurement class and, with --mlflow, the
-    logging of a window in the program's active run. `energyprof.profiler` does it, in the
+    logging of a window in the program's active run. `energyprof.drive.profiler` does it, in the
     program, where energyprof is imported anyway."""
     _handed["measurement"] = measurement
     if log_window is not None:
@@ -322,7 +322,7 @@ def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
     try:
         import importlib
 
-        importlib.import_module("energyprof.integrations.gpu_kernels").start_capture(config["spool"],
+        importlib.import_module("energyprof.collect.kernels.capture").start_capture(config["spool"],
                                                                                    config.get("gpu_kernel_steps") or None)
     except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
         agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "

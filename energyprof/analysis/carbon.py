@@ -10,9 +10,10 @@ import bisect
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..intensity import (J_PER_KWH, PER_NODE_TRACE, WORLD_AVERAGE_G_PER_KWH, WORLD_AVERAGE_SCOPE,
+from ..carbon.intensity import (J_PER_KWH, PER_NODE_TRACE, WORLD_AVERAGE_G_PER_KWH, WORLD_AVERAGE_SCOPE,
                          WORLD_AVERAGE_SOURCE, Intensity, IntensityTrace, _parse_time)
-from ..profile import Profile, Window
+from ..facts.profile import Profile
+from ..facts.profile import Window
 
 # Equivalents. Each factor is a published number; `per` is what one unit costs.
 EQUIVALENTS: tuple[dict[str, Any], ...] = (

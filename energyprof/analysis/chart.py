@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from ..profile import Node, Profile
+from ..facts.profile import Node
+from ..facts.profile import Profile
 from .functions import is_library
 
 # The icicle builds one SVG element per node (~2.7 s for 5k nodes in headless Chromium), so the chart

@@ -25,7 +25,9 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..profile import Node, Profile, Window
+from ..facts.profile import Node
+from ..facts.profile import Profile
+from ..facts.profile import Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
 from .own import program_folder

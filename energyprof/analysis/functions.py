@@ -7,7 +7,8 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from ..profile import Node, Profile
+from ..facts.profile import Node
+from ..facts.profile import Profile
 
 FunctionKey = tuple[str, str, int]
 

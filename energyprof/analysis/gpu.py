@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile import Profile
+from ..facts.profile import Profile
 
 GPU_FIELD = "gpu_kernels"
 TOP_KERNELS = 10

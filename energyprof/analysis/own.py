@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from ..profile import SPECIAL_NODES, Profile
+from ..facts.profile import SPECIAL_NODES
+from ..facts.profile import Profile
 from .chart import _SITE_RE, _STDLIB_RE, frame_kind, library_package
 from .functions import FunctionKey, FunctionRow, is_library, node_key
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..profile import Window
+from ..facts.profile import Window
 
 
 def front(points: Sequence[tuple[float, float]]) -> list[bool]:

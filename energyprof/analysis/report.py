@@ -10,7 +10,12 @@ import gc
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile import SPECIAL_NODES, Note, Process, Profile, Source, Totals
+from ..facts.profile import SPECIAL_NODES
+from ..facts.profile import Note
+from ..facts.profile import Process
+from ..facts.profile import Profile
+from ..facts.profile import Source
+from ..facts.profile import Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows

@@ -21,7 +21,9 @@ from __future__ import annotations
 import re
 from typing import Any, Iterable, Mapping
 
-from ..profile import Node, Profile, Window
+from ..facts.profile import Node
+from ..facts.profile import Profile
+from ..facts.profile import Window
 from .io import io_in_span, io_of
 
 DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so

@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from ..profile import Profile, Source, Window
+from ..facts.profile import Profile
+from ..facts.profile import Source
+from ..facts.profile import Window
 from .training import breakdown
 
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution

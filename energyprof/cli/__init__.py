@@ -18,7 +18,7 @@ import gc
 import sys
 from typing import Sequence
 
-from ..options import OptionError
+from ..setup.options import OptionError
 from .common import PROG, UsageError
 
 

@@ -6,8 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import Any, NoReturn
 
-from ..options import IDLE_POLICIES, OUTPUTS, Options, OptionError, flag
-from ..preflight import preflight
+from ..setup.options import IDLE_POLICIES
+from ..setup.options import OUTPUTS
+from ..setup.options import Options
+from ..setup.options import OptionError
+from ..setup.options import flag
+from ..drive.preflight import preflight
 
 DEFAULT_OUTPUT = "energyprof-report.html"
 DEFAULT_JOB_JSON = "energyprof-profile.json"  # one rank of several: the job's profile, joined by rank 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ..options import IDLE_POLICIES
+from ..setup.options import IDLE_POLICIES
 from .common import PROG, Parser, UsageError, add_idle_flag
 
 
@@ -57,7 +57,8 @@ def compare_cmd(argv: list[str]) -> int:
     from ..analysis.compare import compare, function_gate
     from ..analysis.pareto import split_name
     from ..analysis.report import RenderOptions
-    from ..profile import ProfileFormatError, load
+    from ..facts.profile import ProfileFormatError
+    from ..facts.profile import load
 
     ns = build_compare_parser().parse_args(argv)
     if (ns.base is None) != (ns.head is None):

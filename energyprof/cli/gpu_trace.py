@@ -34,8 +34,9 @@ def gpu_trace_cmd(argv: list[str]) -> int:
     from ..collect.kernels import kineto
     from ..collect.sensors.replay import TraceError, load_trace
     from ..core.gpu_tree import build_gpu_profile
-    from ..outputs import write_outputs
-    from ..profile import Note, Source
+    from ..output.writer import write_outputs
+    from ..facts.profile import Note
+    from ..facts.profile import Source
 
     ns = build_gpu_trace_parser().parse_args(argv)
     if ns.output is None and ns.json is None:

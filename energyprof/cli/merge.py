@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..options import CARBON_OPTIONS
+from ..setup.options import CARBON_OPTIONS
 from .common import PROG, Parser, UsageError, add_idle_flag, build_options
 
 
@@ -26,8 +26,9 @@ def build_merge_parser() -> Parser:
 
 def merge_cmd(argv: list[str]) -> int:
     from ..core.merge import MergeError, merge
-    from ..outputs import write_outputs
-    from ..profile import ProfileFormatError, load
+    from ..output.writer import write_outputs
+    from ..facts.profile import ProfileFormatError
+    from ..facts.profile import load
 
     ns = build_merge_parser().parse_args(argv)
     if ns.world_size is not None and ns.world_size < 1:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ..options import CARBON_OPTIONS, OUTPUTS
+from ..setup.options import CARBON_OPTIONS
+from ..setup.options import OUTPUTS
 from .common import DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags, build_options
 
 
@@ -18,8 +19,9 @@ def build_report_parser() -> Parser:
 def report(argv: list[str]) -> int:
     """Render a saved profile (or a checkpoint) with these render options; nothing in it is edited."""
     from ..collect.checkpoint import load_any
-    from ..outputs import render_options, write_outputs
-    from ..profile import ProfileFormatError
+    from ..output.writer import render_options
+    from ..output.writer import write_outputs
+    from ..facts.profile import ProfileFormatError
 
     ns = build_report_parser().parse_args(argv)
     try:

@@ -15,7 +15,12 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .._version import __version__
-from ..options import MEMORY_MODES, OUTPUTS, SAMPLERS, SENSORS, Options, flag
+from ..setup.options import MEMORY_MODES
+from ..setup.options import OUTPUTS
+from ..setup.options import SAMPLERS
+from ..setup.options import SENSORS
+from ..setup.options import Options
+from ..setup.options import flag
 from .common import (DEFAULT_JOB_JSON, DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags,
                      allowed, build_options)
 
@@ -243,8 +248,8 @@ def default_checkpoint(json_path: str | None, output: str) -> str:
     """Beside the JSON (or the report when there is none); in the temporary folder when those
     are devices, descriptors or FIFOs (`-o /dev/null` must not write into /dev), or when a
     checkpoint's name beside them would be too long."""
-    from ..files import is_regular_target
-    from ..preflight import name_fits
+    from ..store.files import is_regular_target
+    from ..drive.preflight import name_fits
 
     for base in (json_path, output):
         if not base or not is_regular_target(base):
@@ -269,7 +274,7 @@ def run(argv: list[str]) -> int:
     own, script, module, prog_args = split_argv(parser, argv)
     ns = parser.parse_args(own)
     command_form = script is not None and len(own) < len(argv) and argv[len(own)] == "--"
-    from ..integrations import distributed
+    from ..engines import distributed
 
     rank = distributed.rank_info(os.environ, command_form)
     values = distributed.placeholder_values(os.environ, rank, os.getpid())
@@ -293,7 +298,7 @@ def run(argv: list[str]) -> int:
     options = build_options(ns, output=output, checkpoint=checkpoint)
     knob_plan = plan_knobs(ns.knob or [], options.powercap_root)
     if rank is not None and rank.rank == 0:
-        from ..preflight import check_writable
+        from ..drive.preflight import check_writable
 
         for name, path in job.items():  # the job's outputs, written by rank 0 at the end
             check_writable(distributed.expand(distributed.job_name(path), values), flag(name))
@@ -311,7 +316,7 @@ def run(argv: list[str]) -> int:
             assert script is not None
             command, target = [*python, script, *prog_args], script
     if options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
-        from ..integrations import mlflow as ml
+        from ..output import mlflow as ml
 
         try:
             if rank is not None:  # one rank of several: the job's run, under this rank's keys
@@ -321,7 +326,7 @@ def run(argv: list[str]) -> int:
                 os.environ[ml.RUN_ENV] = ml.open_run()
         except ml.StoreError as exc:
             raise UsageError(str(exc)) from None
-    from ..outputs import write_outputs
+    from ..output.writer import write_outputs
     from ..supervise import signals
     from ..supervise.supervisor import SpawnError, Supervisor
 
@@ -411,9 +416,9 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     job's profile and report."""
     import dataclasses
 
-    from ..integrations import distributed
+    from ..engines import distributed
     from ..core.merge import MergeError, merge
-    from ..outputs import write_outputs
+    from ..output.writer import write_outputs
 
     others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ), store)
     ranks = [profile, *(others[r][0] for r in sorted(others))]
@@ -428,7 +433,7 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
                                       folded=None, csv=None, pprof=None, checkpoint=None)
     if options.mlflow:  # the joined job's figures go under the run's own keys, and end it
-        from ..integrations.mlflow import RANK_ENV
+        from ..output.mlflow import RANK_ENV
 
         os.environ.pop(RANK_ENV, None)
     try:

@@ -19,7 +19,9 @@ import sys
 import time
 from typing import Any, Sequence
 
-from ..options import SENSORS, Options, OptionError
+from ..setup.options import SENSORS
+from ..setup.options import Options
+from ..setup.options import OptionError
 from .common import PROG, Parser, UsageError
 
 
@@ -91,7 +93,7 @@ def record_cmd(argv: list[str]) -> int:
         raise UsageError("--sensor replay cannot be recorded: it is a recording already")
     options = Options(powercap_root=ns.powercap_root, cpu_tdp=ns.cpu_tdp, sensor=ns.sensor, gpus=ns.gpus,
                       quiet=True)
-    from ..preflight import check_writable
+    from ..drive.preflight import check_writable
 
     check_writable(ns.output, "--output")
     from ..collect.collector import open_sources
@@ -102,7 +104,7 @@ def record_cmd(argv: list[str]) -> int:
     finally:
         for s in found.sensors:
             s.close()
-    from ..files import write_text
+    from ..store.files import write_text
 
     write_text(ns.output, trace_csv([s.id for s in found.sensors], rows, [s.describe() for s in found.sensors]))
     print(f"{PROG}: recorded {len(rows)} rows of {', '.join(s.id for s in found.sensors)} to {ns.output}",
@@ -162,7 +164,8 @@ def _discover_knobs(powercap_root: str | None) -> list[Any]:
 
 
 def serve_cmd(argv: list[str]) -> int:
-    from ..serve import protocol, server
+    from ..collect.sensors import served_protocol as protocol
+    from ..serve import server
 
     default = os.environ.get("ENERGYPROF_SENSOR_SOCKET") or protocol.DEFAULT_SOCKET
     p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters (and power knobs within "

@@ -199,7 +199,8 @@ def sweep_cmd(argv: list[str]) -> int:
     results: list[RunResult] = []
     profiles: list[tuple[str, str, Any]] = []  # (path, label, profile) of every run that measured
     failed = 0
-    from ..profile import ProfileFormatError, load
+    from ..facts.profile import ProfileFormatError
+    from ..facts.profile import load
 
     stopped = False
     plan = [(repeat, ci, values) for repeat in range(ns.repeats) for ci, values in enumerate(configs)]

@@ -6,8 +6,11 @@ from typing import Any
 
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
-from ..profile import Note, Profile, ProfileFormatError, read_json
-from ..core.policy import DEFAULT_POLICY
+from ..facts.profile import Note
+from ..facts.profile import Profile
+from ..facts.profile import ProfileFormatError
+from ..facts.profile import read_json
+from ..facts.policy import DEFAULT_POLICY
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"
 

@@ -24,7 +24,8 @@ from . import probes
 from ..agent.sampler import leave_signals_to_the_program
 from ..core.ledger import Ledger
 from .probes import OwnClocks
-from ..files import remove, write_text
+from ..store.files import remove
+from ..store.files import write_text
 from ..core.recording import Sample, Tick
 from .sensors.base import Sensor
 
@@ -41,7 +42,7 @@ def find_sources(options: Any) -> Any:
 
     from . import sensors
 
-    from ..options import OptionError
+    from ..setup.options import OptionError
 
     o = options
     found = sensors.discover(o.power_trace, o.powercap_root, o.cpu_tdp, gpus=o.gpus, only=o.sensor)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..profile import Profile
+from ..facts.profile import Profile
 
 
 def summary(profile: Profile, first_tick: Any) -> dict[str, Any]:

@@ -12,7 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
 
-from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Profile, Source, Totals
+from ..facts.profile import IDLE_NODE
+from ..facts.profile import SELF_NODE
+from ..facts.profile import Node
+from ..facts.profile import Note
+from ..facts.profile import Profile
+from ..facts.profile import Source
+from ..facts.profile import Totals
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute
 
 

@@ -33,9 +33,11 @@ from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile import CHILDREN_NODE, THREAD_PREFIX
+from ..facts.profile import CHILDREN_NODE
+from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
-from .policy import IDLE_FLOOR, check_policy
+from ..facts.policy import IDLE_FLOOR
+from ..facts.policy import check_policy
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 GPU_PREFIX = "gpu"

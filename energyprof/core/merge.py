@@ -20,10 +20,12 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
+from ..facts.profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
 from .ledger import remainder
-from .policy import PolicyError, check_policy, common_policy
+from ..facts.policy import PolicyError
+from ..facts.policy import check_policy
+from ..facts.policy import common_policy
 
 NODE_PREFIX = "[node "
 RANK_PREFIX = "[rank "

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process, Profile, Source,
+from ..facts.profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process, Profile, Source,
                        Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
-from .policy import check_policy
+from ..facts.policy import check_policy
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,

@@ -13,7 +13,7 @@ from typing import Any
 from .._version import __version__
 from ..collect import memory, probes
 from ..core.ledger import Ledger
-from ..options import Options
+from ..setup.options import Options
 
 
 def _platform() -> str:

@@ -1,2 +1,2 @@
-"""The engines users already run beyond one process: Ray and Dask (torch.distributed lives in
-integrations/distributed.py). What energyprof knows of each engine's processes and units of work."""
+"""The engines users already run beyond one process: torch.distributed (distributed.py), Ray and Dask.
+What energyprof knows of each engine's processes and units of work, and how a job's pieces are gathered."""

@@ -111,8 +111,9 @@ def _split(line: str, cell: str | None) -> tuple[list[str], str]:
 
 def energyprof_magic(ip: Any, line: str, cell: str | None = None) -> Any:
     from ..analysis.report import build
-    from ..outputs import render_options, write_outputs
-    from ..profiler import Profiler
+    from ..output.writer import render_options
+    from ..output.writer import write_outputs
+    from ..drive.profiler import Profiler
     from ..agent.frames import anchor_depth
 
     try:

@@ -242,7 +242,7 @@ class PowerLimitOptimizer:
     def _prof(self) -> Any:
         if self._profiler is not None:
             return self._profiler
-        from ..profiler import active_profiler
+        from ..drive.profiler import active_profiler
 
         return active_profiler()
 

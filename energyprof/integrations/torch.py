@@ -36,9 +36,11 @@ from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..analysis.training import breakdown, loop_breakdown, stall_s
-from ..measurement import Measurement
-from ..profiler import Profiler, active_profiler
-from .cuda import cuda_sync, gpu_memory
+from ..facts.measurement import Measurement
+from ..drive.profiler import Profiler
+from ..drive.profiler import active_profiler
+from ..drive.cuda import cuda_sync
+from ..drive.cuda import gpu_memory
 
 __all__ = ["cuda_sync", "gpu_memory", "window", "track", "TrackedLoader", "StepRecord", "breakdown"]
 
@@ -291,7 +293,7 @@ class TrackedLoader:
                     arrived, t_batch = t_batch, None
                     self._finish_step(prof, compute_w, step, epoch, wait_ns, t - arrived, meta)
                 step = self._next_step
-                kernels = sys.modules.get("energyprof.integrations.gpu_kernels")  # --gpu-kernel-steps' cue, if loaded
+                kernels = sys.modules.get("energyprof.collect.kernels.capture")  # --gpu-kernel-steps' cue, if loaded
                 if kernels is not None:
                     kernels.step()
                 if prof is not None:

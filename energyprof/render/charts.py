@@ -15,7 +15,11 @@ from typing import Any
 from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
 from ..analysis.report import ReportModel
-from ..profile import CHILDREN_NODE, IDLE_NODE, SELF_NODE, SPECIAL_NODES, Source
+from ..facts.profile import CHILDREN_NODE
+from ..facts.profile import IDLE_NODE
+from ..facts.profile import SELF_NODE
+from ..facts.profile import SPECIAL_NODES
+from ..facts.profile import Source
 from .format import fmt_energy, fmt_percent, fmt_seconds, format_spec
 
 MAX_TIMELINE_POINTS = 3000

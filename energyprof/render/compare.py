@@ -14,8 +14,8 @@ from typing import Any
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
 from ..analysis.own import short_path
 from ..analysis.pareto import front as pareto_front
-from ..files import write_text
-from ..profile import SPECIAL_NODES
+from ..store.files import write_text
+from ..facts.profile import SPECIAL_NODES
 from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
 

@@ -14,7 +14,9 @@ from typing import Iterable, Iterator
 
 from ..analysis.functions import FunctionKey, node_key
 from ..analysis.report import ReportModel
-from ..profile import IDLE_NODE, SELF_NODE, Node
+from ..facts.profile import IDLE_NODE
+from ..facts.profile import SELF_NODE
+from ..facts.profile import Node
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MICRO = 1_000_000

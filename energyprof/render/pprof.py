@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from ..analysis.report import ReportModel
-from ..profile import Node
+from ..facts.profile import Node
 from .exports import _paths, integer_weights
 
 NANO = 1_000_000_000

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..knobs.base import Knob, KnobError
-from . import protocol
+from ..collect.sensors import served_protocol as protocol
 
 MAX_CONNECTIONS = 32
 MAX_PER_UID = 8

@@ -13,8 +13,8 @@ import sys
 
 from ..agent.supervised import ENV
 from ..collect.pagecache import WATCH_ENV as WATCH_CACHE_ENV
-from ..measurement import carbon_setting
-from ..options import Options
+from ..facts.measurement import carbon_setting
+from ..setup.options import Options
 
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "_boot")
 

@@ -24,7 +24,7 @@ from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
-from ..profile import PROCESS_GROUP_PREFIX
+from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .stream import StreamReader, unescape
 

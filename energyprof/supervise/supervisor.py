@@ -18,14 +18,14 @@ from typing import Any
 from ..collect.collector import Collector, open_sources
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
-from ..options import Options
+from ..setup.options import Options
 from ..collect.probes import OwnClocks
-from ..profile import Profile
+from ..facts.profile import Profile
 from ..drive.meta import checkpoint_header, run_meta, run_notes
 from . import follow, signals
 from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room
-from ..integrations.distributed import gpu_ties
+from ..engines.distributed import gpu_ties
 from .job import JobFeed
 
 
@@ -103,7 +103,8 @@ class Supervisor:
             self.status = self._wait(self.pid, inbox, launch, feed)
             collector.stop()
             if o.gpu_kernels:  # the program's traces, read before the spool folder goes
-                from ..integrations.gpu_kernels import read_spans, read_traces
+                from ..collect.kernels.capture import read_spans
+                from ..collect.kernels.capture import read_traces
 
                 self.kernel_traces = (*read_traces(spool), read_spans(spool) if o.gpu_kernel_steps else None)
         finally:
@@ -182,7 +183,7 @@ class Supervisor:
                                 notes=run_notes(self.options, [*collector.notes, *feed.notes]),
                                 peak_rss_exact_bytes=peak)
         if self.options.gpu_kernels:
-            from ..integrations.gpu_kernels import attach_kernels
+            from ..collect.kernels.capture import attach_kernels
 
             attach_kernels(profile, ledger, getattr(self, "kernel_traces", None), collector)
         profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock

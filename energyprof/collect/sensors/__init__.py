@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from typing import Callable, Sequence
 
-from ...options import SENSORS
+from ...setup.options import SENSORS
 from .base import Discovery, Sensor, SensorError
 
 __all__ = ["Discovery", "Sensor", "SensorError", "discover", "survey", "SENSORS"]

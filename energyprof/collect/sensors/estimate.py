@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from ... import carbon_data
+from ...carbon import data as carbon_data
 from .. import probes
 from .base import Discovery, Sensor
 
@@ -113,7 +113,8 @@ class RamModelSensor(Sensor):
 def _cached_lookup(model: str) -> tuple[float, str] | None:
     """`lookup_tdp`, remembered per CPU model and table file in the user's cache: reading and
     matching the 5,000-row table took about 0.18 s of every run's start."""
-    from ...cache import load, store
+    from ...store.cache import load
+    from ...store.cache import store
 
     key = f"{carbon_data.cpu_table_key()}\x1f{model}"
     known = load("tdp.json")

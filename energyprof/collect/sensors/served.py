@@ -2,7 +2,7 @@
 without root: the client side.
 
 The reader runs as root and answers root and the members of one group over a Unix socket (the
-grammar is energyprof/serve/protocol.py). The client turns each zone of a `read` reply into a sensor
+grammar is energyprof/collect/sensors/served_protocol.py). The client turns each zone of a `read` reply into a sensor
 with its own wraparound handling; one request per tick serves every zone.
 """
 
@@ -13,7 +13,7 @@ import socket
 import threading
 from typing import Any
 
-from ...serve import protocol
+from . import served_protocol as protocol
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
 DEFAULT_SOCKET = protocol.DEFAULT_SOCKET

@@ -19,12 +19,14 @@ import threading
 import time
 from typing import Any
 
-from .collect import probes
-from .collect.collector import _Thread, find_sources
-from .core.ledger import is_gpu
-from .core.policy import IDLE_FLOOR, check_policy, cpu_share  # noqa: F401  (cpu_share: the rule _measure inlines)
-from .measurement import Measurement, any_estimated, carbon_setting
-from .options import Options
+from ..collect import probes
+from ..collect.collector import _Thread, find_sources
+from ..core.ledger import is_gpu
+from ..facts.policy import IDLE_FLOOR, check_policy, cpu_share  # noqa: F401  (cpu_share: the rule _measure inlines)
+from ..facts.measurement import Measurement
+from ..facts.measurement import any_estimated
+from ..facts.measurement import carbon_setting
+from ..setup.options import Options
 
 POLL_S = {"nvml-power": 0.1, "counter": 1.0}
 _perf, _proc_ns = time.perf_counter_ns, time.process_time_ns

@@ -22,7 +22,7 @@ import os
 import time
 from typing import Any
 
-from ..collect.kernels import kineto
+from . import kineto
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
@@ -50,7 +50,7 @@ class KernelCapture:
     where the steps are marked (`step`, called by energyprof.torch.track in the training loop)."""
 
     def __init__(self, folder: str, activities: Any = None, steps: str | None = None) -> None:
-        from ..options import parse_kernel_steps
+        from ...setup.options import parse_kernel_steps
 
         self.folder = folder
         self.activities = activities
@@ -194,8 +194,8 @@ def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> No
     """Move the GPU sources' joules onto the kernels' launch stacks; where there is no trace or no
     kernel (torch never used the GPU, a CUDA program that is not PyTorch), say that the wall-time
     rule stayed."""
-    from ..core.gpu_tree import WALL_TIME_NOTE, regraft, timeline_intervals
-    from ..profile import Note
+    from ...core.gpu_tree import WALL_TIME_NOTE, regraft, timeline_intervals
+    from ...facts.profile import Note
 
     kernels, notes, clock_error, read = traces[:4] if traces else ([], [], 0, 0)
     # a fifth item: the scheduled windows' spans (--gpu-kernel-steps); absent or None for the whole run
@@ -245,7 +245,7 @@ def add_busy_lanes(profile: Any, kernels: list[kineto.Kernel], cells: list[tuple
     """Each device's busy seconds per timeline cell, as [start_s, end_s, busy_s] on the profile's
     timeline clock, for the report's timeline (gpu_kernels.devices[d].busy_lane). With a schedule,
     a cell outside every window has busy None: not profiled, not idle."""
-    from ..core.gpu_tree import GPU_FIELD, busy_per_cell
+    from ...core.gpu_tree import GPU_FIELD, busy_per_cell
 
     gpu = profile.extra.get(GPU_FIELD)
     starts = getattr(profile.timeline, "start_s", None) or []
@@ -265,7 +265,7 @@ def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]]
     """The source's driver power samples over the ticks' span, with their median spacing (ns), where
     its sensor kept some (NVML's nvmlDeviceGetSamples) closer together than the sensor's ticks
     (`tick_ns`: its update period or the collector's interval); None otherwise."""
-    from ..collect.sensors.gpu.power_samples import median_spacing_ns
+    from ..sensors.gpu.power_samples import median_spacing_ns
 
     sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
     buf = getattr(sensor, "samples", None)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, fields
 
-from .core.policy import DEFAULT_POLICY, IDLE_POLICIES
+from ..facts.policy import DEFAULT_POLICY
+from ..facts.policy import IDLE_POLICIES
 
 SAMPLERS = ("threads", "pyinstrument")
 MEMORY_MODES = ("rss", "exact", "off")

@@ -69,7 +69,7 @@ class Measurement:
 
 
 def carbon_grams(energy_j: float, intensity_g_per_kwh: float, pue: float = 1.0) -> float:
-    from .intensity import J_PER_KWH
+    from ..carbon.intensity import J_PER_KWH
 
     return energy_j / J_PER_KWH * pue * intensity_g_per_kwh
 
@@ -82,7 +82,8 @@ def carbon_setting(options: Any) -> tuple[float, float]:
     """(g/kWh, PUE) a live Measurement prices energy at: the run's fixed intensity setting (a
     country, region, cloud or number), the world average when none is given. An intensity time
     series is applied to the saved profile only."""
-    from .intensity import WORLD_AVERAGE_G_PER_KWH, lookup
+    from ..carbon.intensity import WORLD_AVERAGE_G_PER_KWH
+    from ..carbon.intensity import lookup
 
     try:
         g = lookup(options).g_per_kwh

@@ -22,12 +22,20 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from . import carbon_data
+from . import data as carbon_data
 
-if TYPE_CHECKING:
-    from .options import Options
+
+
+class Where(Protocol):
+    """What a lookup reads of the run's options (setup/options.py's Options has these fields)."""
+
+    country: str | None
+    region: str | None
+    cloud: str | None
+    carbon_intensity: float | None
+    carbon_intensity_trace: str | None
 
 J_PER_KWH = 3.6e6
 #: codecarbon's world average (data/private_infra/carbon_intensity_per_source.json, which
@@ -218,7 +226,7 @@ def cloud_intensity(spec: str, country: str | None = None) -> Intensity:
                      base.scope, country=base.country, cloud=f"{provider}:{region}")
 
 
-def lookup(options: Options) -> Intensity:
+def lookup(options: Where) -> Intensity:
     """The intensity the options ask for (ignoring a trace), most specific first."""
     if options.carbon_intensity is not None:
         return Intensity(float(options.carbon_intensity), "given (--carbon-intensity)", "as given by the user",
@@ -312,7 +320,7 @@ def load_trace(path: str | Path) -> IntensityTrace:
 
 # --- validation and application -------------------------------------------------------------
 
-def validate(options: Options) -> None:
+def validate(options: Where) -> None:
     """Fail before the program runs on anything a lookup would fail on later."""
     if options.carbon_intensity_trace is not None:
         load_trace(options.carbon_intensity_trace)

@@ -214,7 +214,9 @@ def gather(template: str, values: Mapping[str, str], info: RankInfo, since_wall:
     """The other ranks' profiles of this job: rank -> (Profile, how it came), through the job's
     store where there is one and from the files under the per-rank `template` in the shared
     folder, waiting at most `timeout_s` for those not yet written (this rank excluded)."""
-    from ..profile import Profile, ProfileFormatError, load
+    from ..facts.profile import Profile
+    from ..facts.profile import ProfileFormatError
+    from ..facts.profile import load
 
     def ours(p: Any, r: int) -> bool:
         d = p.meta.get("distributed")

@@ -14,8 +14,12 @@ import sys
 from pathlib import Path
 from typing import TextIO
 
-from .files import TEMP_AFFIXES, descriptor
-from .options import OUTPUTS, Options, OptionError, flag
+from ..store.files import TEMP_AFFIXES
+from ..store.files import descriptor
+from ..setup.options import OUTPUTS
+from ..setup.options import Options
+from ..setup.options import OptionError
+from ..setup.options import flag
 
 
 def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,
@@ -27,7 +31,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
     (a run that was killed) is moved to a free name and said so on `stream`, never overwritten.
     """
     if options.gpu_kernels:
-        from .integrations.gpu_kernels import unavailable
+        from ..collect.kernels.capture import unavailable
 
         why = unavailable()
         if why:
@@ -46,7 +50,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         raise OptionError(f"--watch-cache: {options.watch_cache}: no such file or folder")
     if options.emissions_csv is not None:
         check_writable(options.emissions_csv, "--emissions-csv")
-        from .emissions import check_header
+        from ..output.emissions import check_header
 
         try:
             check_header(options.emissions_csv)
@@ -57,7 +61,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         if path is not None and not Path(path).is_file():
             raise OptionError(f"{flag(name)}: {path} is not a file")
     if options.power_trace is not None:
-        from .collect.sensors.replay import TraceError, load_trace
+        from ..collect.sensors.replay import TraceError, load_trace
 
         try:
             load_trace(options.power_trace)
@@ -67,7 +71,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         raise OptionError(f"--powercap-root: {options.powercap_root} is not a directory")
     if options.country is not None or options.region is not None or options.cloud is not None \
             or options.carbon_intensity_trace is not None:
-        from . import intensity
+        from ..carbon import intensity
 
         try:
             intensity.validate(options)
@@ -76,7 +80,8 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
     if options.mlflow:
         if importlib.util.find_spec("mlflow") is None:
             raise OptionError("--mlflow needs mlflow: pip install 'energyprof[mlflow]'")
-        from .integrations.mlflow import StoreError, check_store
+        from ..output.mlflow import StoreError
+        from ..output.mlflow import check_store
 
         try:
             check_store()

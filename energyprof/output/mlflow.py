@@ -1,6 +1,6 @@
 """MLflow: log a profile's figures, per-window energies and the report to a tracking run.
 
-    from energyprof.integrations.mlflow import log_profile
+    from energyprof.output.mlflow import log_profile
     log_profile(profile)            # the active run, or a new one under MLFLOW_TRACKING_URI
 
 mlflow (`pip install 'energyprof[mlflow]'`, the light `mlflow-skinny` client is enough) is
@@ -40,8 +40,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ..analysis.report import RenderOptions, ReportModel
-    from ..measurement import Measurement
-    from ..profile import Profile
+    from ..facts.measurement import Measurement
+    from ..facts.profile import Profile
 
 PREFIX = "energyprof"
 RUN_ENV = "ENERGYPROF_MLFLOW_RUN"  # the run a supervised job logs to, created by the supervisor
@@ -324,7 +324,7 @@ def _end_live_run() -> None:
 
 
 def _log_artifacts(client: Any, run_id: str, model: ReportModel, folder: str = PREFIX) -> None:
-    from ..files import write_text
+    from ..store.files import write_text
     from ..render.registry import renderers
 
     table = renderers()  # the same JSON (facts + derived) and page as --json and -o

@@ -9,18 +9,21 @@ import threading
 import time
 from typing import Any, Iterator
 
-from .collect import probes
-from .core.ledger import Ledger
-from .core.tree import build_profile
-from .measurement import Measurement, any_estimated, carbon_setting
-from .collect.collector import Collector, LocalFeed, LocalSink, open_sources
+from ..collect import probes
+from ..core.ledger import Ledger
+from ..core.tree import build_profile
+from ..facts.measurement import Measurement
+from ..facts.measurement import any_estimated
+from ..facts.measurement import carbon_setting
+from ..collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
-from .collect.probes import OwnClocks
-from .options import Options
-from .profile import Note, Profile
-from .agent.frames import anchor_depth
-from .agent.sampler import HookSampler, Sampler, View
-from .drive.meta import checkpoint_header, run_meta, run_notes  # noqa: F401  (the drivers' shared run metadata)
+from ..collect.probes import OwnClocks
+from ..setup.options import Options
+from ..facts.profile import Note
+from ..facts.profile import Profile
+from ..agent.frames import anchor_depth
+from ..agent.sampler import HookSampler, Sampler, View
+from .meta import checkpoint_header, run_meta, run_notes  # noqa: F401  (the drivers' shared run metadata)
 
 _active_lock = threading.Lock()
 WINDOW_WAIT_S = 0.5  # the longest a window's end waits for its energy to be charged
@@ -44,15 +47,15 @@ def active_profiler() -> Any:
         # The agent imports nothing of energyprof's: what its windows build is handed in here.
         log_window = None
         if agent.config.get("mlflow") == "1":
-            from .integrations.mlflow import log_window
+            from ..output.mlflow import log_window
         supervised.bind(Measurement, log_window)
     return agent
 
 
 def expand_output_paths(options: Options) -> Options:
     """`{rank}`, `{local_rank}`, `{node}` and `{pid}` in every output path, as this process sees them."""
-    from .integrations.distributed import expand_outputs
-    from .options import OUTPUTS
+    from ..engines.distributed import expand_outputs
+    from ..setup.options import OUTPUTS
 
     return expand_outputs(options, os.environ, os.getpid(), (*OUTPUTS, "checkpoint"))
 
@@ -154,7 +157,8 @@ class Profiler:
         """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
         import tempfile
 
-        from .integrations.gpu_kernels import KernelCapture, register
+        from ..collect.kernels.capture import KernelCapture
+        from ..collect.kernels.capture import register
 
         self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"), steps=self.options.gpu_kernel_steps)
         self._kernels.start()
@@ -163,7 +167,10 @@ class Profiler:
     def _attach_kernels(self, profile: Profile) -> None:
         import shutil
 
-        from .integrations.gpu_kernels import attach_kernels, read_spans, read_traces, register
+        from ..collect.kernels.capture import attach_kernels
+        from ..collect.kernels.capture import read_spans
+        from ..collect.kernels.capture import read_traces
+        from ..collect.kernels.capture import register
 
         cap, self._kernels = self._kernels, None
         assert cap is not None
@@ -272,7 +279,7 @@ class Profiler:
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
         if self.options.sync == "cuda":
-            from .integrations.cuda import cuda_sync
+            from .cuda import cuda_sync
 
             cuda_sync()
 
@@ -297,7 +304,7 @@ class Profiler:
 
     def _log_window(self, m: Measurement, name: str, index: int | None) -> None:
         try:
-            from .integrations.mlflow import log_window
+            from ..output.mlflow import log_window
 
             log_window(m, name, index)
         except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
@@ -363,7 +370,7 @@ class Profiler:
     def _meta(self, exit_status: dict[str, Any] | None) -> dict[str, Any]:
         meta = run_meta(self.options, self.target or "<program>", self.argv, self._started_wall, os.getpid(),
                         self._discovery_notes, exit_status or {"status": "completed"})
-        from .integrations.distributed import rank_info
+        from ..engines.distributed import rank_info
 
         rank = rank_info(os.environ)
         if rank is not None:  # one rank of several: its profile says which, so the ranks can be joined

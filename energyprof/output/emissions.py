@@ -15,10 +15,10 @@ import os
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from .intensity import J_PER_KWH
+from ..carbon.intensity import J_PER_KWH
 
 if TYPE_CHECKING:
-    from .analysis.report import ReportModel
+    from ..analysis.report import ReportModel
 
 # codecarbon 3.x's EmissionsData fields, in its order: the file's header.
 COLUMNS = ("timestamp", "project_name", "run_id", "experiment_id", "duration", "emissions", "emissions_rate",
@@ -45,7 +45,7 @@ def _country_name(iso: str | None) -> str:
     if not iso:
         return ""
     try:
-        from .intensity import _countries
+        from ..carbon.intensity import _countries
 
         return str(_countries().get(iso.upper(), {}).get("country_name", ""))
     except Exception:  # noqa: BLE001 - the name is decoration; the code is the key
@@ -86,7 +86,7 @@ def _span(energy_j: dict[str, float], kinds: dict[str, str | None], duration_s: 
 
 def rows(model: ReportModel, windows: bool = False, project_name: str | None = None) -> list[dict[str, Any]]:
     """The run's row, then (with `windows`) one row per window under the same run_id. Pure."""
-    from ._version import __version__
+    from .._version import __version__
 
     profile, meta = model.profile, model.meta
     figures = model.carbon

@@ -19,11 +19,13 @@ import sys
 import threading
 from typing import Any, Callable, TypeVar
 
-from .options import Options
-from .outputs import write_outputs
+from ..setup.options import Options
+from ..output.writer import write_outputs
 from .preflight import preflight
-from .profiler import Profiler, expand_output_paths, active_profiler
-from .agent.frames import anchor_depth
+from .profiler import Profiler
+from .profiler import expand_output_paths
+from .profiler import active_profiler
+from ..agent.frames import anchor_depth
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
-from .core.policy import DEFAULT_POLICY, IDLE_POLICIES
-from .files import write_text
+from .policy import DEFAULT_POLICY, IDLE_POLICIES
+from ..store.files import write_text
 from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)

@@ -20,7 +20,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parent / "data" / "carbon-snapshot.json"
+SNAPSHOT = Path(__file__).resolve().parent.parent / "data" / "carbon-snapshot.json"
 SNAPSHOT_FORMAT = 1
 
 # What the lookups read, and which fields of each (None: the whole entry).

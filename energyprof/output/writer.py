@@ -11,14 +11,16 @@ import os
 import sys
 from typing import TYPE_CHECKING, TextIO
 
-from .files import write_text
-from .render.registry import renderers
-from .options import OUTPUTS, Options, flag
+from ..store.files import write_text
+from ..render.registry import renderers
+from ..setup.options import OUTPUTS
+from ..setup.options import Options
+from ..setup.options import flag
 
 if TYPE_CHECKING:
-    from .analysis.carbon import CarbonSettings
-    from .analysis.report import RenderOptions
-    from .profile import Profile
+    from ..analysis.carbon import CarbonSettings
+    from ..analysis.report import RenderOptions
+    from ..facts.profile import Profile
 
 
 def carbon_settings(options: Options) -> CarbonSettings:
@@ -26,8 +28,9 @@ def carbon_settings(options: Options) -> CarbonSettings:
     pure arithmetic. Raises ValueError with one line for an unknown location or a bad trace."""
     from pathlib import Path
 
-    from .analysis.carbon import CarbonSettings
-    from .intensity import load_trace, lookup
+    from ..analysis.carbon import CarbonSettings
+    from ..carbon.intensity import load_trace
+    from ..carbon.intensity import lookup
 
     trace = load_trace(options.carbon_intensity_trace) if options.carbon_intensity_trace else None
     return CarbonSettings(intensity=lookup(options), trace=trace,
@@ -37,7 +40,7 @@ def carbon_settings(options: Options) -> CarbonSettings:
 
 def render_options(options: Options, idle: str | None = None) -> RenderOptions:
     """The render options of a command line or API call (idle None: the profile's own policy)."""
-    from .analysis.report import RenderOptions
+    from ..analysis.report import RenderOptions
 
     return RenderOptions(idle=idle, carbon=carbon_settings(options))
 
@@ -54,8 +57,9 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
 
     Returns the paths written; raises OSError after trying them all if any failed.
     """
-    from .analysis.report import build
-    from .files import is_regular_target, remove
+    from ..analysis.report import build
+    from ..store.files import is_regular_target
+    from ..store.files import remove
 
     ro = render if render is not None else render_options(options)
     if ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
@@ -100,7 +104,8 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             failed.append(f"could not write {flag(name)} {path}: {type(exc).__name__}: {exc}")
     if options.emissions_csv and model is not None:
         try:
-            from .emissions import append, rows
+            from .emissions import append
+            from .emissions import rows
 
             append(options.emissions_csv, rows(model, windows=options.emissions_csv_windows))
             written.append(options.emissions_csv)
@@ -109,7 +114,7 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
     logged = None
     if options.mlflow and model is not None:  # after the files, so a tracking server that is down loses none of them
         try:
-            from .integrations.mlflow import log_model
+            from .mlflow import log_model
 
             logged = log_model(model)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
@@ -119,7 +124,7 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
         kept = None
     out = stream or sys.stderr
     if options.summary and not options.quiet and model is not None:
-        from .render.console import render_summary
+        from ..render.console import render_summary
 
         out.write(render_summary(model))
         for path in written:
