@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_cli
 
 from energyprof.analysis.io import io_in_span
 from energyprof.collect.io import IoRecorder, read_diskstats
@@ -35,12 +36,6 @@ with window("quiet"):
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def test_a_known_read_appears_in_its_window(tmp_path: Path) -> None:
     data = tmp_path / "data.bin"
     with open(data, "wb") as f:
@@ -49,9 +44,8 @@ def test_a_known_read_appears_in_its_window(tmp_path: Path) -> None:
         os.fsync(f.fileno())  # dirty pages are not evicted: written out first
     (tmp_path / "s.py").write_text(SCRIPT)
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01",
-                           "-q", "--json", "p.json", "-o", "r.html", "s.py", str(data)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=180, env=_env(), check=False)
+    proc = run_cli(["--power-trace", "trace.csv", "--sensor-interval", "0.01", "-q", "--json", "p.json", "-o", "r.html",
+                    "s.py", str(data)], tmp_path, timeout=180)
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((tmp_path / "p.json").read_text())
     io = saved["io"]

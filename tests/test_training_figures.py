@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from conftest import run_cli
 
 pytest.importorskip("torch")
 
@@ -46,12 +46,6 @@ for epoch in range(2):
 """
 
 
-def _env() -> dict[str, str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1]) + os.pathsep + env.get("PYTHONPATH", "")
-    return env
-
-
 def test_energy_per_step_sample_epoch_and_cache_residency(tmp_path: Path) -> None:
     data = tmp_path / "data"
     data.mkdir()
@@ -65,9 +59,8 @@ def test_energy_per_step_sample_epoch_and_cache_residency(tmp_path: Path) -> Non
         pytest.skip("this file system ignores POSIX_FADV_DONTNEED")
     (tmp_path / "train.py").write_text(SCRIPT)
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    proc = subprocess.run([sys.executable, "-m", "energyprof", "--power-trace", "trace.csv", "--sensor-interval", "0.01",
-                           "-q", "--json", "p.json", "-o", "r.html", "train.py", str(data)], cwd=tmp_path,
-                          capture_output=True, text=True, timeout=300, env=_env(), check=False)
+    proc = run_cli(["--power-trace", "trace.csv", "--sensor-interval", "0.01", "-q", "--json", "p.json", "-o", "r.html",
+                    "train.py", str(data)], tmp_path, timeout=300)
     assert proc.returncode == 0, proc.stderr
     saved = json.loads((tmp_path / "p.json").read_text())
     fetch = [w for w in saved["windows"] if w["name"] == "step.fetch" and "samples" in w.get("loop", {})]
