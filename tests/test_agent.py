@@ -242,8 +242,7 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     bare = subprocess.run([sys.executable, "-c", stdlib + show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stderr == bare.stderr == ""
     extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
-    assert extra <= {f"energyprof.agent{s}" for s in ("", ".wire", ".hooks", ".sampler", ".spool", ".supervised", ".units",
-                                                                        ".threadstart")}
+    assert extra <= {f"energyprof.agent{s}" for s in ("", ".wire", ".hooks", ".sampler", ".spool", ".supervised", ".units")}
     assert len(os.listdir(tmp_path / "spool")) == 1
 
 
@@ -435,3 +434,21 @@ def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(
         f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"
         " or a write error): its stacks over that span are missing, its energy went to the process as a whole"]
 
+
+
+def test_a_thread_sees_its_stack_as_under_plain_python(here):
+    """The agent notes what a thread runs from `Thread.start`, on the starting thread: the new
+    thread's own stack, as the program prints it, holds no frame of energyprof's."""
+    script(here, "stack.py", """
+        import threading, time, traceback
+        time.sleep(0.3)  # the sampler's ticks have seen `threading` imported: its hooks are in
+        def work():
+            print("".join(traceback.format_stack()).count("energyprof"), len(traceback.extract_stack()))
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+    """)
+    bare = subprocess.run([sys.executable, "stack.py"], cwd=here, capture_output=True, text=True, timeout=60)
+    ran = run_cli(["-q", "--json", "p.json", "-o", os.devnull, "stack.py"], cwd=here)
+    assert bare.returncode == ran.returncode == 0, ran.stderr
+    assert ran.stdout == bare.stdout  # as many frames, none more of energyprof's

@@ -21,7 +21,6 @@ import sys
 import time
 from types import CodeType, FrameType
 
-from .threadstart import wrap_bootstrap
 from .units import units
 
 TYPE_CHECKING = False
@@ -32,8 +31,7 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 # energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
 _TRANSPARENT = tuple(PACKAGE_DIR + p for p in (os.path.join("drive", "api.py"), "cli" + os.sep,
-                                               "__main__.py", "torch.py", "integrations" + os.sep,
-                                               os.path.join("agent", "threadstart.py")))
+                                               "__main__.py", "torch.py", "integrations" + os.sep))
 
 KEEP, SKIP, STOP = 0, 1, 2
 THREAD_FRAME_PREFIX = "[threads: "
@@ -69,13 +67,14 @@ def _threading_table() -> dict[int, Any]:
 # each ending thread itself (list.append is atomic), taken by the sampler at its next tick.
 _departures: list[tuple[int, str, int]] = []
 _departures_hooked = False
-# native id -> the code a `threading` thread runs (its target's, else its class's run), noted as it
-# starts: a thread that ends between two ticks was never seen running it, and by its end
+# id(Thread) -> the code it runs (its target's, else its class's run), noted by `start` on the
+# starting thread: a thread that ends between two ticks was never seen running it, and by its end
 # `threading` has dropped the target. Its CPU goes to that function, not to a bare thread node.
+_codes: dict[int, CodeType] = {}
+# native id -> that code, handed over by an ending thread (`_delete`, on the thread itself)
 _targets: dict[int, CodeType] = {}
-# ident -> name, for a thread caught just before `threading` lists it or just after it is dropped
-# (its last microseconds run after `_delete`): it still belongs to its group. An ident is reused
-# as soon as its thread ends; the next thread's start overwrites it.
+# ident -> name, for a thread caught just after `threading` dropped it (its last microseconds run
+# after `_delete`): it still belongs to its group. An ident is reused as soon as its thread ends.
 _names: dict[int, str] = {}
 _running: list[Sampler] = []  # the samplers of this process that take departures (none: nothing is kept)
 
@@ -85,6 +84,7 @@ def _forget_after_fork() -> None:
     _running.clear()
     _departures.clear()
     _targets.clear()
+    _codes.clear()
     _names.clear()
 
 
@@ -105,28 +105,36 @@ def _hook_departures() -> None:
 
     def _delete(self: Any) -> None:
         nid = getattr(self, "_native_id", None)
+        code = _codes.pop(id(self), None)
         if nid is not None and _running:
+            if isinstance(self._name, str):
+                _names[_thread.get_ident()] = self._name
+            if code is not None:
+                _targets[nid] = code
             _departures.append((nid, self._name if isinstance(self._name, str) else "", _own_ns()))
         original(self)
 
     thread_cls._delete = _delete  # type: ignore[union-attr]
-    bootstrap = getattr(thread_cls, "_bootstrap_inner", None)
-    if bootstrap is None:
+    start = getattr(thread_cls, "start", None)
+    if start is None:
         return
 
-    thread_cls._bootstrap_inner = wrap_bootstrap(bootstrap, _note_start)  # type: ignore[union-attr]
+    def _start(self: Any) -> None:
+        # On the starting (caller's) thread, so no frame of energyprof's is ever on the new
+        # thread's stack for the program to see (a stack it prints, faulthandler's dump).
+        if _running:
+            target = getattr(self, "_target", None)
+            code = getattr(target, "__code__", None) or getattr(getattr(type(self), "run", None), "__code__", None)
+            if isinstance(code, CodeType):
+                _codes[id(self)] = code
+        start(self)
+
+    thread_cls.start = _start  # type: ignore[union-attr]
 
 
-def _note_start(thread: Any) -> None:
-    """On a starting thread: its name by ident, and the code it runs by native id."""
-    if not _running:
-        return
-    if isinstance(thread._name, str):
-        _names[_thread.get_ident()] = thread._name
-    target = getattr(thread, "_target", None)
-    code = getattr(target, "__code__", None) or getattr(getattr(type(thread), "run", None), "__code__", None)
-    if isinstance(code, CodeType):
-        _targets[_thread.get_native_id()] = code
+def _code_of(nid: int, thread: Any) -> CodeType | None:
+    """The code a thread runs: noted as it started (live), or handed over as it ended."""
+    return _targets.get(nid) or (_codes.get(id(thread)) if thread is not None else None)
 
 
 def _starting(frame: FrameType) -> bool:
@@ -443,7 +451,7 @@ class Sampler:
                 continue
             nid = nids.get(ident)
             if nid is not None:
-                code = _targets.get(nid)
+                code = _code_of(nid, table.get(ident))
                 if cpu > 0 and code is not None and sid in self._bootstrap_sids:
                     # Caught in `threading`'s own frames (starting, or ending) with CPU since the last
                     # tick: that CPU ran its target in between.
