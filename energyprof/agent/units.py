@@ -24,6 +24,7 @@ import os
 Frame = tuple[str, str, int]
 
 _SEP = os.sep
+_STDLIB = os.path.dirname(os.__file__) + os.sep
 # An installed package's files: a user's own folder may be called ray (Ray's images run as
 # user `ray`, in /home/ray), but only an installed engine sits under site- or dist-packages.
 _RAY = (f"-packages{_SEP}ray{_SEP}",)
@@ -56,7 +57,10 @@ def _loading(frame: Frame) -> bool:
     """A module body or a module's lazy `__getattr__`: the engine importing what a task needs
     (Ray unpickles a task's function, and its imports, from inside its loop), not a task."""
     name, filename, _ = frame
-    return name in ("<module>", "__getattr__") or filename.startswith("<frozen")
+    # Ray's loop also calls installed libraries itself (msgpack's packb, dataclasses while it
+    # unpickles): a first frame in site- or dist-packages or the standard library is the engine's work.
+    return (name in ("<module>", "__getattr__") or filename.startswith("<frozen")
+            or f"-packages{os.sep}" in filename or filename.startswith(_STDLIB))
 
 
 def unit_name(engine: str, kind: str, function: str) -> str:
