@@ -317,13 +317,12 @@ def start_agent(config: dict[str, str]) -> Agent | None:
 
 
 def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
-    """--gpu-kernels: the PyTorch profiler in the program's main process. The only place the agent
-    reaches outside agent/, and only with the flag: that module imports torch."""
+    """--gpu-kernels: the PyTorch profiler in the program's main process, loaded only with the flag
+    (that module imports torch when the profiler starts)."""
     try:
-        import importlib
+        from .kernel_capture import start_capture
 
-        importlib.import_module("energyprof.collect.kernels.capture").start_capture(config["spool"],
-                                                                                   config.get("gpu_kernel_steps") or None)
+        start_capture(config["spool"], config.get("gpu_kernel_steps") or None)
     except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
         agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "
                    "GPU energy stays charged by wall time")

@@ -157,8 +157,8 @@ class Profiler:
         """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
         import tempfile
 
-        from ..collect.kernels.capture import KernelCapture
-        from ..collect.kernels.capture import register
+        from ..agent.kernel_capture import KernelCapture
+        from ..agent.kernel_capture import register
 
         self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"), steps=self.options.gpu_kernel_steps)
         self._kernels.start()
@@ -170,7 +170,7 @@ class Profiler:
         from ..collect.kernels.capture import attach_kernels
         from ..collect.kernels.capture import read_spans
         from ..collect.kernels.capture import read_traces
-        from ..collect.kernels.capture import register
+        from ..agent.kernel_capture import register
 
         cap, self._kernels = self._kernels, None
         assert cap is not None
