@@ -37,7 +37,7 @@ from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
 from ..facts.policy import IDLE_FLOOR
-from ..facts.policy import check_policy
+from ..facts.policy import PolicyPair, WindowAccount, check_policy
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 GPU_PREFIX = "gpu"
@@ -306,6 +306,22 @@ class Ledger:
                 del self._open_windows[i]
                 return w
         return None
+
+    def account(self, w: dict[str, Any]) -> WindowAccount:
+        """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
+        view of a window is built from. One still open ends, for now, at the last tick."""
+        end = w["end_ns"] if w["end_ns"] is not None else (self.last_ns or w["start_ns"])
+        zero = (0.0,) * self.n
+        return WindowAccount(
+            name=str(w["name"]), index=w["index"], depth=w.get("depth", 0), pid=w.get("pid"),
+            start_ns=w["start_ns"], end_ns=end, sources=tuple(self.source_ids), machine_j=tuple(w["energy"]),
+            program_j=PolicyPair(share=tuple(w.get("program") or zero), all=tuple(w.get("program_all") or zero)),
+            estimated=any(src.get("method") == "estimated" for src in self.sources), done=bool(w.get("done")),
+            loop=tuple((w.get("loop") or {}).items()))
+
+    def accounts(self) -> list[WindowAccount]:
+        """Every window's account, in the order they began."""
+        return [self.account(w) for w in self.windows]
 
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""

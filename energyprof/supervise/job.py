@@ -21,6 +21,7 @@ from typing import Any
 from ..collect import probes
 from ..core.feed import Clock, HeldTicks
 from ..core.ledger import Ledger
+from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
@@ -83,8 +84,9 @@ class Proc:
 
 class JobFeed:
     def __init__(self, ledger: Ledger, spool: str, follow_children: bool = True, children: bool = True,
-                 rss: bool = True) -> None:
+                 rss: bool = True, policy: IdlePolicy = DEFAULT_POLICY) -> None:
         self.ledger = ledger
+        self.policy = check_policy(policy)  # the run's one idle policy: a window's figures go back under it
         self.table = ledger.stacks
         self.units = UnitWindows(ledger, self.table)  # a window per run of a Ray or Dask task
         self.spool = spool
@@ -125,7 +127,7 @@ class JobFeed:
         self._raw.add((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
         self._release(self._bound(now))
         if self._replies:
-            self._replies = reply_windows(self.spool, self.ledger, self._replies)
+            self._replies = reply_windows(self.spool, self.ledger, self._replies, self.policy)
 
     def finish(self) -> None:
         """The program has ended: read what is left, charge everything, close the books."""
@@ -512,12 +514,15 @@ class JobFeed:
         return p.exception if p is not None else None
 
 
-def window_reply(ledger: Ledger, w: dict[str, Any]) -> str:
-    """One charged window's figures as a line of the back-channel."""
-    estimated = any(src.get("method") == "estimated" for src in ledger.sources)
-    return wire.reply(w["start_ns"], w["end_ns"], estimated, list(ledger.source_ids), w["energy"],
-                      w.get("program") or [], w.get("program_all") or [])
-def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+def window_reply(account: WindowAccount, policy: IdlePolicy) -> str:
+    """One charged window's figures as a line of the back-channel: the program's part under the
+    run's one policy, so the agent that reads it chooses nothing."""
+    return wire.reply(account.start_ns, account.end_ns, account.estimated, account.sources, account.machine_j,
+                      account.program_j.pick(policy))
+
+
+def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]],
+                  policy: IdlePolicy) -> list[tuple[int, dict[str, Any]]]:
     """Hand each charged window's figures back to the process that opened it: one line in
     `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""
     left = []
@@ -526,7 +531,7 @@ def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str,
         if not w.get("done"):
             left.append((pid, w))
             continue
-        lines.setdefault(pid, []).append(window_reply(ledger, w))
+        lines.setdefault(pid, []).append(window_reply(ledger.account(w), policy))
     for pid, text in lines.items():
         try:
             with open(os.path.join(spool, f"{pid}{wire.REPLY_SUFFIX}"), "ab") as fh:
