@@ -191,7 +191,6 @@ class _Replies:
 
     def __init__(self, config: dict[str, str], pid: int) -> None:
         self.path = os.path.join(config.get("spool", ""), f"{pid}{REPLY_SUFFIX}")
-        self.share = config.get("idle", "share") == "share"
         carbon = config.get("carbon", "")
         try:
             g, pue = (float(x) for x in carbon.split(","))
@@ -238,10 +237,7 @@ class _Replies:
             m.energy_j = m.program_energy_j = None
             m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
             return
-        estimated, energy, program, program_all = f
-        m.estimated = estimated
-        m.energy_j = energy
-        m.program_energy_j = program if self.share else program_all
+        m.estimated, m.energy_j, m.program_energy_j = f  # the program's part under the run's policy, as the supervisor chose
         m.intensity_g_per_kwh, m.pue = self.carbon
         m.complete = True
 

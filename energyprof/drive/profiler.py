@@ -329,10 +329,9 @@ class Profiler:
             m.complete, m.note = False, "the window never reached the ledger"
             return
         with self._collector_lock():
-            end = w["end_ns"] if w["end_ns"] is not None else led.last_ns or w["start_ns"]
-            self._fill(m, (end - w["start_ns"]) / 1e9, w["energy"],
-                       w.get("program" if self.options.idle == "share" else "program_all") or [0.0] * led.n)
-            m.complete = bool(w.get("done"))
+            account = led.account(w)
+        self._fill(m, account.time_s, list(account.machine_j), list(account.program_j.pick(self.options.idle)))
+        m.complete = account.done
         if not m.complete:
             m.note = f"not every interval of the window was charged within {WINDOW_WAIT_S:g} s: figures so far"
 

@@ -62,3 +62,38 @@ def cpu_share(proc_ns: float, busy_ns: float, capacity_ns: float) -> float:
     proc = max(0.0, proc_ns)
     denom = max(proc, busy_ns, IDLE_FLOOR * capacity_ns)
     return min(1.0, proc / denom) if denom > 0 else 0.0
+
+
+@dataclass(frozen=True)
+class WindowAccount:
+    """One window as the ledger charged it: the one shape every view of a window (the profile's
+    Window, a Measurement, the line the supervisor hands back to the program) is built from.
+
+    Energies are per source, in the order of `sources`: the machine's inside the window, and the
+    program's part of it under each policy. `estimated`: some source is an estimate, not a reading.
+    `done`: every interval the window overlaps is charged, so the figures are final."""
+
+    name: str
+    index: int | None
+    depth: int
+    pid: int | None
+    start_ns: int
+    end_ns: int
+    sources: tuple[str, ...]
+    machine_j: tuple[float, ...]
+    program_j: PolicyPair[tuple[float, ...]]
+    estimated: bool = False
+    done: bool = False
+    loop: tuple[tuple[str, float], ...] = ()  # what the program measured about the span, as (name, value)
+
+    @property
+    def time_s(self) -> float:
+        return (self.end_ns - self.start_ns) / 1e9
+
+    def machine(self) -> dict[str, float]:
+        """The machine's energy inside the window, by source id."""
+        return dict(zip(self.sources, self.machine_j))
+
+    def program(self, policy: IdlePolicy) -> dict[str, float]:
+        """The program's part under `policy`, by source id."""
+        return dict(zip(self.sources, self.program_j.pick(policy)))
