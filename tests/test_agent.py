@@ -330,6 +330,26 @@ def test_a_thread_named_with_a_lone_surrogate_does_not_stop_the_sampler(here):
     assert not [n for n in p.notes if "stopped early" in n["message"]]
 
 
+def test_a_thread_started_with_thread_module_is_known_by_what_it_runs(here):
+    script(here, "raw.py", """
+        import _thread, time
+        done = _thread.allocate_lock()
+        done.acquire()
+        def raw_spin():
+            end = time.thread_time() + 0.3
+            while time.thread_time() < end:
+                pass
+            done.release()
+        _thread.start_new_thread(raw_spin, ())
+        done.acquire()
+        print("done")
+    """)
+    same_as_plain(here, "raw.py")
+    groups = [n for n, _ in load(here / "p.json").root.walk() if n.function.startswith("[threads: ")]
+    # not its thread id, which differs in every run and makes one group per thread
+    assert [g.function for g in groups] == ["[threads: raw_spin]"], [g.function for g in groups]
+
+
 def test_fork_pool_workers_write_their_tail_before_os_exit(here):
     script(here, "pool.py", """
         import multiprocessing as mp, time

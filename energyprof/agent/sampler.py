@@ -147,6 +147,11 @@ def _starting(frame: FrameType) -> bool:
     return True
 
 
+def _runs(code: CodeType) -> str:
+    """A thread's name for the function it runs, when it has none of its own."""
+    return getattr(code, "co_qualname", code.co_name)
+
+
 def thread_group(name: str) -> str:
     """What a thread runs, from its name: threads of one target or one numbered role share a node."""
     # "Thread-7 (burn_in_thread)": the name `threading` gives a thread started with a target.
@@ -517,7 +522,7 @@ class Sampler:
         return out, nids, departed
 
     def _target_sid(self, ident: int, code: CodeType, table: dict[int, Any]) -> int:
-        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or str(ident)
+        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or _runs(code)
         if not name.isascii():
             name = name.encode("utf-8", "backslashreplace").decode("utf-8")
         return self.intern(self.view.thread(name, filtered([code])))
@@ -534,7 +539,9 @@ class Sampler:
             thread = (table if table is not None else _threading_table()).get(ident)
             name = getattr(thread, "_name", None) if thread is not None else _names.get(ident)
             if not isinstance(name, str):
-                name = str(ident)
+                # Started with `_thread` (not `threading`): it has no name, so it is known by what it
+                # runs, its outermost function, as the threads of one target are.
+                name = _runs(codes[-1])
             elif not name.isascii():
                 # Any text may name a thread; the report shows it as Python's repr would
                 # (a lone surrogate as \udXXX) so no writer downstream can fail on it.
