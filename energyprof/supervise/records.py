@@ -88,6 +88,9 @@ Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, 
                ExceptionRecord, NoteRecord, LostRecord, GpuRecord, EndRecord]
 
 
+_new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so
+
+
 def _window(r: list[str]) -> WindowBegins | WindowEnds:
     if r[1] == "b":
         return WindowBegins(int(r[2]), wire.unesc(r[3]), int(r[4]) if r[4] else None)
@@ -97,15 +100,15 @@ def _window(r: list[str]) -> WindowBegins | WindowEnds:
 
 _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.HEADER: wire.parse_header,
-    wire.TICK: lambda r: TickRecord(int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])),
-    wire.SAMPLE: lambda r: SampleRecord(int(r[1]), int(r[2]), r[3] == "1"),
-    wire.FRAME: lambda r: FrameRecord(int(r[1]), wire.unesc(r[2]), wire.unesc(r[3]), int(r[4])),
-    wire.STACK: lambda r: StackRecord(int(r[1]), tuple(int(f) for f in r[2].split(",")) if r[2] else ()),
+    wire.TICK: lambda r: _new(TickRecord, (int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))),
+    wire.SAMPLE: lambda r: _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1")),
+    wire.FRAME: lambda r: _new(FrameRecord, (int(r[1]), wire.unesc(r[2]), wire.unesc(r[3]), int(r[4]))),
+    wire.STACK: lambda r: _new(StackRecord, (int(r[1]), tuple(int(f) for f in r[2].split(",")) if r[2] else ())),
     wire.WINDOW: _window,
-    wire.ALLOC: lambda r: AllocRecord(wire.unesc(r[1]), wire.unesc(r[2]), int(r[3]), int(r[4])),
-    wire.EXCEPTION: lambda r: ExceptionRecord(wire.unesc(r[2])),
-    wire.NOTE: lambda r: NoteRecord(wire.unesc(r[1])),
-    wire.LOST: lambda r: LostRecord(int(r[1]), int(r[2]), int(r[3])),
+    wire.ALLOC: lambda r: _new(AllocRecord, (wire.unesc(r[1]), wire.unesc(r[2]), int(r[3]), int(r[4]))),
+    wire.EXCEPTION: lambda r: _new(ExceptionRecord, (wire.unesc(r[2]),)),
+    wire.NOTE: lambda r: _new(NoteRecord, (wire.unesc(r[1]),)),
+    wire.LOST: lambda r: _new(LostRecord, (int(r[1]), int(r[2]), int(r[3]))),
     wire.GPU: lambda r: GpuRecord(),
     wire.END: lambda r: EndRecord(),
 }
@@ -114,11 +117,13 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
 def parse(r: list[str]) -> Record | None:
     """One line of a stream (its tab-separated fields) as its record; None for a line cut short by a failed
     write, a damaged one, a header this reader does not understand, or a kind it does not know."""
-    parser = _PARSERS.get(r[0])
-    if parser is None or not wire.complete(r):
+    if not wire.complete(r):
         return None
     try:
-        return parser(r)
+        if r[0] == wire.SAMPLE:  # most lines are: not through the table
+            return _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1"))
+        parser = _PARSERS.get(r[0])
+        return parser(r) if parser is not None else None
     except (IndexError, ValueError):
         return None
 
