@@ -448,7 +448,7 @@ def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(
     feed._read_streams()
     p = feed.procs[os.getpid()]
     table = feed.table
-    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.sids.items()}
+    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.ids.stacks.items()}
     assert names == {0: ["f"], 1: ["f", "g"]}
     assert [n["message"] for n in feed.notes] == [
         f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"
