@@ -337,6 +337,11 @@
   }
 
   var state = { key: "tot_e", desc: true, filter: "", page: 0, order: [], ownFirst: !!t.own };
+  /* Until a column is clicked, every function outside the user's code is folded under the library or import
+   * it spent the most self energy in (`groups`, largest first): the table opens on the user's own functions.
+   * A group's entry in the order is -(g + 1); a click on its row opens it. */
+  var groups = t.groups || { label: [] }, opened = {};
+  function folding() { return state.ownFirst && !state.filter && groups.label.length > 0; }
   var head = document.getElementById("fn-head");
   var body = document.getElementById("fn-body");
   var info = document.getElementById("page-info");
@@ -392,12 +397,31 @@
       if (x > y) return sign;
       return a - b;
     });
-    state.order = order;
+    state.order = folding() ? folded(order) : order;
     Array.prototype.forEach.call(head.children, function (th) {
       if (th.dataset.key === state.key) th.setAttribute("aria-sort", state.desc ? "descending" : "ascending");
       else th.removeAttribute("aria-sort");
     });
     draw();
+  }
+
+  /* The sorted order with each group's functions out of it, the group's row in their place (after the user's
+   * functions, before idle and energyprof), and an open group's functions beneath it by self energy. */
+  function folded(order) {
+    var mine = [], rest = [], last = [], members = groups.label.map(function () { return []; });
+    order.forEach(function (i) {
+      var g = t.group ? t.group[i] : -1;
+      if (g >= 0) members[g].push(i);
+      else if (t.special[i]) last.push(i);
+      else if (t.own[i]) mine.push(i);
+      else rest.push(i);
+    });
+    var out = mine;
+    members.forEach(function (m, g) {
+      out.push(-(g + 1));
+      if (opened[g]) out = out.concat(m.sort(function (a, b) { return t.self_e[b] - t.self_e[a] || a - b; }));
+    });
+    return out.concat(rest, last);
   }
 
   function draw() {
@@ -407,11 +431,12 @@
     var start = state.page * PAGE;
     var end = Math.min(order.length, start + PAGE);
     var frag = document.createDocumentFragment();
-    for (var r = start; r < end; r++) frag.appendChild(row(order[r]));
+    for (var r = start; r < end; r++) frag.appendChild(order[r] < 0 ? groupRow(-order[r] - 1) : row(order[r]));
     body.replaceChildren(frag);
-    info.textContent = order.length
-      ? "functions " + (start + 1) + "\u2013" + end + " of " + order.length + (order.length < rows ? " (filtered from " + rows + ")" : "")
-      : "no function matches";
+    info.textContent = !order.length ? "no function matches" : folding()
+      ? "rows " + (start + 1) + "\u2013" + end + " of " + order.length + ": your functions, then each library and import" +
+        " folded (a click opens one; a click on a column lists all " + rows + " functions)"
+      : "functions " + (start + 1) + "\u2013" + end + " of " + order.length + (order.length < rows ? " (filtered from " + rows + ")" : "");
     document.getElementById("page-prev").disabled = state.page === 0;
     document.getElementById("page-next").disabled = state.page >= pages - 1;
   }
@@ -436,6 +461,10 @@
       r.classList.toggle("selected", selectedRow !== null && Number(r.dataset.row) === selectedRow);
     });
     if (fromChart && selectedRow !== null && !body.querySelector("tr.selected")) {
+      if (folding() && t.group[selectedRow] >= 0 && !opened[t.group[selectedRow]]) {
+        opened[t.group[selectedRow]] = true;  // its group was folded: open it
+        refresh();
+      }
       var at = state.order.indexOf(selectedRow);  // bring the row into the table's page
       if (at < 0) { state.filter = ""; search.value = ""; refresh(); at = state.order.indexOf(selectedRow); }
       if (at >= 0) { state.page = Math.floor(at / PAGE); draw(); }
@@ -466,8 +495,42 @@
       "Shaded: when " + t.fn[selectedRow] + " was on a stack (" + (spans[String(selectedRow)] || []).length + " spans).";
   }
 
+  /* A library's or import's row: the self energy of every frame that ran in it, and how many functions. */
+  function groupRow(g) {
+    var tr = el("tr", "group" + (opened[g] ? " open" : ""));
+    tr.dataset.group = g;
+    tr.tabIndex = 0;
+    tr.setAttribute("aria-expanded", opened[g] ? "true" : "false");
+    tr.title = "the energy of every frame that ran in " + groups.label[g] + " (their self energy); click to " +
+      (opened[g] ? "fold it" : "list its functions");
+    function toggle() { opened[g] = !opened[g]; refresh(); }
+    tr.addEventListener("click", toggle);
+    tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") toggle(); });
+    var n = groups.samples[g];
+    var cells = { self_e: fmtJ(groups.e[g]), self_p: fmtPercent(groups.p[g]), n: String(n),
+                  err: n > 0 ? "\u00b1" + Math.round(100 / Math.sqrt(n)) + "%" : "\u2013" };
+    columns.forEach(function (c) {
+      if (c.key === "fn") {
+        var td = el("td", "fn");
+        td.appendChild(el("span", "name group-name", (opened[g] ? "\u25be " : "\u25b8 ") + groups.label[g]));
+        td.appendChild(el("span", "where", groups.count[g] + (groups.count[g] === 1 ? " function" : " functions")));
+        tr.appendChild(td);
+        return;
+      }
+      var cell = el("td");
+      if (c.bar && maxSelf > 0) {
+        var bar = el("span", "bar");
+        bar.style.width = Math.max(1, Math.min(40, Math.round(40 * groups.e[g] / maxSelf))) + "px";
+        cell.appendChild(bar);
+      }
+      cell.appendChild(document.createTextNode(cells[c.key] || ""));
+      tr.appendChild(cell);
+    });
+    return tr;
+  }
+
   function row(i) {
-    var tr = el("tr", t.special[i] ? "special" : "");
+    var tr = el("tr", t.special[i] ? "special" : (folding() && t.group && t.group[i] >= 0 ? "member" : ""));
     tr.dataset.row = i;
     if (i === selectedRow) tr.classList.add("selected");
     tr.addEventListener("click", function () { selectRow(i, false); });

@@ -14,6 +14,7 @@ from typing import Any
 
 from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
+from ..analysis.own import home_groups
 from ..analysis.report import ReportModel
 from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import IDLE_NODE
@@ -534,6 +535,7 @@ def function_table(model: ReportModel) -> dict[str, Any]:
     short = path_shortener(model)
     special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
     own = {id(r) for r in model.own}
+    home = home_groups(model.groups)
 
     def pct(joules: float) -> float:
         share = model.share(joules)
@@ -546,6 +548,11 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         **_file_names(list(files), short),
         "special": [special.get(r.function, 0) for r in rows],
         "own": [1 if id(r) in own else 0 for r in rows],  # the user's functions, which the table opens on
+        # every other function folded under the library or import it spent the most self energy in (`groups`)
+        "group": [-1 if id(r) in own else home.get((r.function, r.file, r.line), -1) for r in rows],
+        "groups": {"label": [g.label for g in model.groups], "e": [_round(g.total, 3) for g in model.groups],
+                   "p": [pct(g.total) for g in model.groups], "count": [g.count for g in model.groups],
+                   "samples": [g.self_samples for g in model.groups]},
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),

@@ -165,8 +165,9 @@ Small call paths are folded into <i>other</i>.</p>
   </div>
   <p class="hint">Merged over call paths; inclusive figures count a recursive function once. \
 Percentages are of the program's energy ({program});
-  other processes and idle, and energyprof itself, are listed after the program's functions. \
-Click a column to sort, a row to select it.
+  your functions come first; every other function is folded under the library or import it ran in \
+(its row: their self energy), a click opens one; other processes and idle, and energyprof itself, come last. \
+Click a column to sort every function, a row to select it.
   Self ± is the sampling error of the self figures, 1/√(self samples). \
 Paths are relative to the program's folder; hover for the full path.</p>
   <div class="table-wrap fn-wrap">
