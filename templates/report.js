@@ -436,7 +436,8 @@
     info.textContent = !order.length ? "no function matches" : folding()
       ? "rows " + (start + 1) + "\u2013" + end + " of " + order.length + ": your functions, then each library and import" +
         " folded (a click opens one; a click on a column lists all " + rows + " functions)"
-      : "functions " + (start + 1) + "\u2013" + end + " of " + order.length + (order.length < rows ? " (filtered from " + rows + ")" : "");
+      : "functions " + (start + 1) + "\u2013" + end + " of " + order.length +
+        (order.length < rows ? " (filtered from " + rows + ")" : "");
     document.getElementById("page-prev").disabled = state.page === 0;
     document.getElementById("page-next").disabled = state.page >= pages - 1;
   }

@@ -108,7 +108,8 @@ def test_hostile_strings_are_text_everywhere() -> None:
 
 def table_files(table: dict) -> list[str]:
     """The table's files whole, as the page puts them together: a shared folder and the short name."""
-    return [table["dirs"][d] + s if d >= 0 else table["full"][str(k)] for k, (d, s) in enumerate(zip(table["dir"], table["short"]))]
+    return [table["dirs"][d] + s if d >= 0 else table["full"][str(k)]
+            for k, (d, s) in enumerate(zip(table["dir"], table["short"]))]
 
 
 def decoded(column: dict) -> list[float]:

@@ -479,7 +479,8 @@ def test_the_page_writes_every_tooltip_as_python_would(browser, tmp_path: Path, 
     tooltip the page builds (all frames shown, idle included) equals the one Python would have written."""
     from energyprof.render.charts import chart_boxes
 
-    profile = {"small": small_profile, "hostile": hostile_profile, "big": lambda: big_profile(functions=3000, modules=30)}[which]()
+    profiles = {"small": small_profile, "hostile": hostile_profile, "big": lambda: big_profile(functions=3000, modules=30)}
+    profile = profiles[which]()
     model = build(profile)
     path = tmp_path / f"{which}.html"
     write_html(profile, str(path))

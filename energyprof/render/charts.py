@@ -21,7 +21,7 @@ from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
 from ..facts.profile import SPECIAL_NODES
 from ..facts.profile import Source
-from .format import fmt_energy, fmt_percent, fmt_seconds, format_spec
+from .format import format_spec
 
 MAX_TIMELINE_POINTS = 3000
 MAX_WINDOW_SHADES = 200

@@ -45,7 +45,8 @@ def render_summary(model: ReportModel) -> str:
                          f"  {row.function}  {where}")
     groups = model.groups[:GROUPS_SHOWN]
     if groups:
-        lines.append("  outside your code (each library's and import's own energy; its heaviest functions beneath it, self energy):")
+        lines.append("  outside your code (each library's and import's own energy;"
+                     " beneath it, its heaviest functions' self energy):")
         for g in groups:
             lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6} {_error(g.self_samples):>5}"
                          f"  {g.label} {g.count} function{'' if g.count == 1 else 's'}")
