@@ -8,6 +8,7 @@ from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, 
 
 
 GROUPS_SHOWN = 4  # the libraries and imports after the user's functions: a summary, not the table
+GROUP_MEMBERS_SHOWN = 3  # each group's heaviest functions, indented beneath it
 
 
 def render_summary(model: ReportModel) -> str:
@@ -32,10 +33,10 @@ def render_summary(model: ReportModel) -> str:
         if c.program_cost is not None:
             lines.append(f"  cost     program {fmt_money(c.program_cost, c.currency)}"
                          f" (machine {fmt_money(c.machine_cost, c.currency)})")
+    short = path_shortener(model)
     if model.top:
         lines.append("  top functions by self energy" if model.top_by_self else "  your functions by total energy")
         lines[-1] += " (all sources; \u00b1 = sampling error, 1/sqrt(samples)):"
-        short = path_shortener(model)
         for row in model.top:
             e = row.self_total_energy if model.top_by_self else row.total_energy
             err = row.relative_error
@@ -44,12 +45,22 @@ def render_summary(model: ReportModel) -> str:
                          f"  {row.function}  {where}")
     groups = model.groups[:GROUPS_SHOWN]
     if groups:
-        lines.append("  outside your code (each library's and import's own energy):")
+        lines.append("  outside your code (each library's and import's own energy;"
+                     " beneath it, its heaviest functions' self energy):")
         for g in groups:
-            lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6}        {g.label}")
+            lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6} {_error(g.self_samples):>5}"
+                         f"  {g.label} {g.count} function{'' if g.count == 1 else 's'}")
+            for (function, file, line), joules, samples in g.heaviest(GROUP_MEMBERS_SHOWN):
+                where = f"{short(file)}:{line}" if file else ""
+                lines.append(f"      {fmt_energy(joules):>9} {fmt_percent(joules, program):>6} {_error(samples):>5}"
+                             f"  {function}  {where}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
+
+
+def _error(samples: int) -> str:
+    return f"\u00b1{100 / samples ** 0.5:.0f}%" if samples > 0 else ""
 
 
 def _methods(model: ReportModel) -> str:
