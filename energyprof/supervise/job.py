@@ -36,6 +36,9 @@ NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is
 # a few of its sampler's ticks, so the check costs a /proc read only where a stream went quiet.
 EXEC_SILENCE_NS = 50_000_000
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
+# A spawned multiprocessing child learns its role after `prepare` imported the program's main module
+# (torch's import alone can take seconds on a loaded machine): its placement, and the ticks, wait this long at most.
+ROLE_WAIT_NS = 10_000_000_000
 
 
 @dataclass
@@ -219,11 +222,21 @@ class JobFeed:
 
     def _try_place(self, p: Proc) -> bool:
         """Place a spawned child under the stack its parent ran when it started: wait until
-        the parent's samples have reached that moment (or the parent is gone)."""
+        the parent's samples have reached that moment (or the parent is gone). A multiprocessing
+        child that does not know its role yet (LABEL_PENDING) waits for it too, so all its stacks
+        go under the one node of its role."""
         parent = self.procs.get(p.ppid)
+        waited = time.perf_counter_ns() - p.t_start
+        if p.label == wire.LABEL_PENDING:
+            role = next((r for r in p.stash if r[0] == wire.ROLE and len(r) > 1), None)
+            if role is not None:
+                p.label = unescape(role[1])
+            elif not p.dying and not any(r[0] == wire.END for r in p.stash) and waited < ROLE_WAIT_NS:
+                return False
+            else:
+                p.label = ""  # it ended, or took too long, before it knew: a node of its own
         if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
-                and not parent.ended and parent.watermark < p.t_start
-                and time.perf_counter_ns() - p.t_start < MAX_LAG_NS):
+                and not parent.ended and parent.watermark < p.t_start and waited < MAX_LAG_NS):
             return False
         self._place(p)
         p.placed = True
@@ -255,7 +268,8 @@ class JobFeed:
             p.pframe, p.anchor = None, ()
             return
         name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
-        if name.startswith(PROCESS_GROUP_PREFIX):  # one node for a pool's workers: the tree counts them
+        group = name.startswith(PROCESS_GROUP_PREFIX)
+        if group:  # one node for a pool's workers: the tree counts them
             self.ledger.note_process(p.pid, group=name)
         frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
         if p.pframe is None:
@@ -264,6 +278,14 @@ class JobFeed:
             p.anchor = ()  # the forking stack is in its own stacks, as its parent named it
         else:
             p.anchor = self._stack_of(parent, p.t_start)
+            if group:
+                # A spawned worker says hello tens of milliseconds after its pool started it, when its
+                # parent may have moved on (from Pool() to map()): a member of a pool still running
+                # puts it where that pool's first worker went, so the pool is one node.
+                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.ended
+                             and q.ppid == p.ppid and q.pframe == p.pframe and not q.forked), None)
+                if peer is not None:
+                    p.anchor = peer.anchor
 
     def _stack_of(self, parent: Proc | None, t: int | None = None) -> tuple[int, ...]:
         """Where a new child of `parent` goes: under the stack it ran at `t` (default: now)."""
@@ -347,6 +369,8 @@ class JobFeed:
                                " its energy went to the process as a whole")
                 elif kind == wire.GPU:
                     led.gpu_procs.add(pid)
+                elif kind == wire.THREADS:
+                    led.note_threads(pid, p.sids[int(r[1])], int(r[2]))
                 elif kind == wire.END:
                     p.ended = True
                     self.units.close(pid, p.watermark)
@@ -394,7 +418,10 @@ class JobFeed:
                 st = follow.stat(pid)
                 if st is None:
                     continue
-                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=follow.command(pid))
+                cmd = follow.command(pid)
+                if self.follow and wire.SPAWN_MAIN in cmd and now - first < ROLE_WAIT_NS:
+                    continue  # a multiprocessing spawn child is Python: its stream comes once its interpreter has started
+                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=cmd)
                 p.last_data = p.t_start = p.synthetic_t = now
                 p.cpu_ns = p.sampled_ns = st.cpu_ns
                 self._seen.pop(pid, None)
