@@ -350,9 +350,15 @@ class Sampler:
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self._done.acquire()
+        # From now on, not from this thread's first tick: a thread the program starts at once (and that
+        # may end before that tick) is noted as it starts and reports as it ends.
+        if _threading_table() and not _departures_hooked:
+            _hook_departures()
+        _running.append(self)
         try:
             _thread.start_new_thread(self._run, ())
         except BaseException:
+            _running.remove(self)
             self._done.release()
             raise
 
@@ -404,7 +410,8 @@ class Sampler:
             self.ident = _thread.get_ident()
             self.native_id = _thread.get_native_id()
             self.own_idents.add(self.ident)
-            _running.append(self)
+            if self not in _running:
+                _running.append(self)
             prev_t, prev_proc = _perf(), _proc_ns()
             self.own_cpu_ns = _own_ns()
             if self.view.pid is not None and prev_proc > self.own_cpu_ns:
@@ -545,6 +552,9 @@ class Sampler:
             gone.add(nid)
             if not first:
                 departed.append((nid, name, max(0, final - last.get(nid, 0))))
+            else:  # it ended before this sampler's first reading: its CPU precedes the profile, but it ran in it
+                _targets.pop(nid, None)
+                self._count_thread(_printable(name))
         skip = (self.ident, self.main_ident)
         for ident in frames:
             if ident in skip:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..analysis.report import ReportModel
+from ..facts.profile import GROUP_PREFIXES, Node
 from .charts import path_shortener
 from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
@@ -47,9 +48,21 @@ def render_summary(model: ReportModel) -> str:
         lines.append("  outside your code (each library's and import's own energy):")
         for g in groups:
             lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6}        {g.label}")
+    roles = _roles(model)[:GROUPS_SHOWN]
+    if roles:
+        lines.append("  threads and processes grouped by what they run (xN: how many ran it):")
+        for node in roles:
+            e = node.total_energy
+            lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
+
+
+def _roles(model: ReportModel) -> list[Node]:
+    """The thread and process group nodes (`[threads: T x150]`), most energy first."""
+    nodes = [n for n, _ in model.profile.walk() if n.function.startswith(GROUP_PREFIXES)]
+    return sorted(nodes, key=lambda n: -n.total_energy)
 
 
 def _methods(model: ReportModel) -> str:
