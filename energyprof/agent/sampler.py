@@ -720,6 +720,8 @@ class HookSampler(Sampler):
         self.sink.tick(t0, now, cpu, 0, rss)
         self.sink.sample(sid, cpu - cpu0, True)
         self._last = (now, cpu)
+        if self.watch is not None and self.watch():
+            self.watch = None
         if now - self._flushed >= FLUSH_NS:
             self._flushed = now
             self.sink.flush()
