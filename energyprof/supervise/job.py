@@ -228,7 +228,8 @@ class JobFeed:
         parent = self.procs.get(p.ppid)
         waited = time.perf_counter_ns() - p.t_start
         if p.label == wire.LABEL_PENDING:
-            role = next((r for r in p.stash if r[0] == wire.ROLE and len(r) > 1), None)
+            # the last: a line a failed write cut short is written again whole after it
+            role = next((r for r in reversed(p.stash) if r[0] == wire.ROLE and len(r) > 1), None)
             if role is not None:
                 p.label = unescape(role[1])
             elif not p.dying and not any(r[0] == wire.END for r in p.stash) and waited < ROLE_WAIT_NS:
