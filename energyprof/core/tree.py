@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..facts.profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process, Profile, Source,
-                       Timeline, Totals, Window)
+from ..facts.profile import (IDLE_NODE, SELF_NODE, THREAD_PREFIX, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process,
+                       Profile, Source, Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
@@ -141,6 +141,7 @@ def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str
 def _close_tree(root: Node, ledger: Ledger, alloc: dict[int, int], duration_s: float,
                 peak_rss_exact_bytes: int | None) -> None:
     """The inclusive figures, group counts, allocated bytes, and the root's own time and peak."""
+    _count_threads(root, ledger)  # first: it finds its nodes by the names the stacks gave them
     _count_groups(root, getattr(ledger, "process_info", {}))
     root.fill_inclusive()
     if alloc:
@@ -210,6 +211,26 @@ def _count_groups(root: Node, process_info: dict[int, dict[str, Any]]) -> None:
         n = counts.get(node.function)
         if n is not None:
             node.function = f"{node.function[:-1]} x{n}]"
+
+
+def _count_threads(root: Node, ledger: Ledger) -> None:
+    """`[threads: burn_in_thread]` -> `[threads: burn_in_thread x150]`: how many threads ran under the node,
+    summed over the processes whose threads share it (a pool's workers)."""
+    stacks, frames = ledger.stacks.stacks, ledger.stacks.frames
+    found: dict[int, tuple[Node, int]] = {}
+    for counts in getattr(ledger, "thread_counts", {}).values():
+        for sid, n in counts.items():
+            node: Node | None = root
+            for fid in stacks[sid] if 0 <= sid < len(stacks) else ():
+                fn, file, line = frames[fid]
+                node = next((c for c in node.children if (c.function, c.file, c.line) == (fn, file, line)), None)
+                if node is None:
+                    break  # no sample reached it: no node to name
+            if node is not None and node is not root and node.function.startswith(THREAD_PREFIX):
+                _, total = found.get(id(node), (node, 0))
+                found[id(node)] = (node, total + n)
+    for node, n in found.values():
+        node.function = f"{node.function[:-1]} x{n}]"
 
 
 def _unsampled_cpu(root: Node, headline_cpu_s: float, source_ids: list[str]) -> Node | None:

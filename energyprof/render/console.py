@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..analysis.report import ReportModel
+from ..facts.profile import GROUP_PREFIXES, Node
 from .charts import path_shortener
 from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
@@ -54,6 +55,12 @@ def render_summary(model: ReportModel) -> str:
                 where = f"{short(file)}:{line}" if file else ""
                 lines.append(f"      {fmt_energy(joules):>9} {fmt_percent(joules, program):>6} {_error(samples):>5}"
                              f"  {function}  {where}")
+    roles = _roles(model)[:GROUPS_SHOWN]
+    if roles:
+        lines.append("  threads and processes grouped by what they run (xN: how many ran it):")
+        for node in roles:
+            e = node.total_energy
+            lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
@@ -61,6 +68,12 @@ def render_summary(model: ReportModel) -> str:
 
 def _error(samples: int) -> str:
     return f"\u00b1{100 / samples ** 0.5:.0f}%" if samples > 0 else ""
+
+
+def _roles(model: ReportModel) -> list[Node]:
+    """The thread and process group nodes (`[threads: T x150]`), most energy first."""
+    nodes = [n for n, _ in model.profile.walk() if n.function.startswith(GROUP_PREFIXES)]
+    return sorted(nodes, key=lambda n: -n.total_energy)
 
 
 def _methods(model: ReportModel) -> str:

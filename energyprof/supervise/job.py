@@ -28,8 +28,8 @@ from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
-from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record,
-                      SampleRecord, StackRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
+from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
+                      SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
 from .stream import StreamReader
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
@@ -40,6 +40,9 @@ NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is
 # a few of its sampler's ticks, so the check costs a /proc read only where a stream went quiet.
 EXEC_SILENCE_NS = 50_000_000
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
+# A spawned multiprocessing child learns its role after `prepare` imported the program's main module
+# (torch's import alone can take seconds on a loaded machine): its placement, and the ticks, wait this long at most.
+ROLE_WAIT_NS = 10_000_000_000
 
 
 @dataclass
@@ -244,11 +247,22 @@ class JobFeed:
 
     def _try_place(self, p: Proc) -> bool:
         """Place a spawned child under the stack its parent ran when it started: wait until
-        the parent's samples have reached that moment (or the parent is gone)."""
+        the parent's samples have reached that moment (or the parent is gone). A multiprocessing
+        child that does not know its role yet (LABEL_PENDING) waits for it too, so all its stacks
+        go under the one node of its role."""
         parent = self.procs.get(p.ppid)
+        waited = time.perf_counter_ns() - p.t_start
+        if p.label == wire.LABEL_PENDING:
+            # the last: a line a failed write cut short is written again whole after it
+            role = next((r for r in reversed(p.stash) if isinstance(r, RoleRecord) and r.label is not None), None)
+            if role is not None:
+                p.label = role.label
+            elif not p.dying and not any(isinstance(r, EndRecord) for r in p.stash) and waited < ROLE_WAIT_NS:
+                return False
+            else:
+                p.label = ""  # it ended, or took too long, before it knew: a node of its own
         if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
-                and not parent.ended and parent.watermark < p.t_start
-                and time.perf_counter_ns() - p.t_start < MAX_LAG_NS):
+                and not parent.ended and parent.watermark < p.t_start and waited < MAX_LAG_NS):
             return False
         self._place(p)
         p.placed = True
@@ -280,7 +294,8 @@ class JobFeed:
             p.node.frame, p.node.anchor = None, ()
             return
         name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
-        if name.startswith(PROCESS_GROUP_PREFIX):  # one node for a pool's workers: the tree counts them
+        group = name.startswith(PROCESS_GROUP_PREFIX)
+        if group:  # one node for a pool's workers: the tree counts them
             self.ledger.note_process(p.pid, group=name)
         frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
         if p.node.frame is None:
@@ -289,6 +304,14 @@ class JobFeed:
             p.node.anchor = ()  # the forking stack is in its own stacks, as its parent named it
         else:
             p.node.anchor = self._stack_of(parent, p.t_start)
+            if group:
+                # A spawned worker says hello tens of milliseconds after its pool started it, when its
+                # parent may have moved on (from Pool() to map()): a member of a pool still running
+                # puts it where that pool's first worker went, so the pool is one node.
+                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.ended
+                             and q.ppid == p.ppid and q.node.frame == p.node.frame and not q.forked), None)
+                if peer is not None:
+                    p.node.anchor = peer.node.anchor
 
     def _stack_of(self, parent: Proc | None, t: int | None = None) -> tuple[int, ...]:
         """Where a new child of `parent` goes: under the stack it ran at `t` (default: now)."""
@@ -355,6 +378,8 @@ class JobFeed:
                        " its energy went to the process as a whole")
         elif isinstance(r, GpuRecord):
             self.ledger.gpu_procs.add(p.pid)
+        elif isinstance(r, ThreadsRecord):
+            self.ledger.note_threads(p.pid, p.ids.stacks[r.sid], r.count)
         elif isinstance(r, EndRecord):
             p.ended = True
             self.units.close(p.pid, p.watermark)
@@ -422,7 +447,10 @@ class JobFeed:
                 st = follow.stat(pid)
                 if st is None:
                     continue
-                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=follow.command(pid))
+                cmd = follow.command(pid)
+                if self.follow and wire.SPAWN_MAIN in cmd and now - first < ROLE_WAIT_NS:
+                    continue  # a multiprocessing spawn child is Python: its stream comes once its interpreter has started
+                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=cmd)
                 p.last_data = p.t_start = p.from_proc.until = now
                 p.cpu_ns = p.from_proc.sampled_ns = st.cpu_ns
                 self._seen.pop(pid, None)

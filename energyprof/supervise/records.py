@@ -80,12 +80,23 @@ class GpuRecord(NamedTuple):
     """The process uses CUDA."""
 
 
+class ThreadsRecord(NamedTuple):
+    """How many threads have run one group's target so far (`[threads: T]`)."""
+    sid: int  # the stream's local stack id of the group's node
+    count: int
+
+
+class RoleRecord(NamedTuple):
+    """What a multiprocessing spawn child runs, said once it knows (its header said LABEL_PENDING)."""
+    label: str | None  # None: no role it knows of
+
+
 class EndRecord(NamedTuple):
     """The process ended its stream."""
 
 
 Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
-               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, EndRecord]
+               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, EndRecord]
 
 
 _new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so
@@ -110,6 +121,8 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.NOTE: lambda r: _new(NoteRecord, (wire.unesc(r[1]),)),
     wire.LOST: lambda r: _new(LostRecord, (int(r[1]), int(r[2]), int(r[3]))),
     wire.GPU: lambda r: GpuRecord(),
+    wire.THREADS: lambda r: _new(ThreadsRecord, (int(r[1]), int(r[2]))),
+    wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
     wire.END: lambda r: EndRecord(),
 }
 
