@@ -136,3 +136,28 @@ def test_a_pair_of_sources_picks_the_whole_row() -> None:
     pair = PolicyPair(share=(1.0, 2.0), all=(3.0, 4.0))
     a = WindowAccount("w", None, 0, None, 0, 2_000_000_000, ("cpu", "gpu"), (5.0, 6.0), pair)
     assert a.time_s == 2.0 and a.program("all") == {"cpu": 3.0, "gpu": 4.0} and not a.done
+
+
+def test_the_ledgers_window_is_a_typed_tally_that_a_checkpoint_keeps() -> None:
+    """A window inside the ledger is one record (not a dict of columns), and a checkpoint's round trip
+    gives back the same tally and so the same account."""
+    import json
+
+    from energyprof.core.ledger import WindowTally
+
+    led = Ledger([CPU, RAM], cpus=2)
+    led.add_tick(Tick(0, (0.0, 0.0), 0, 0, 0))
+    led.begin_window(250_000_000, "step", 3, pid=11)
+    led.begin_window(300_000_000, "inner", pid=11)
+    led.end_window(750_000_000, "step", pid=11, facts={"pipeline_s": 0.125, "bad": float("nan")})
+    led.add_tick(Tick(1_000_000_000, (10.0, 2.0), 500_000_000, 0, 1_000_000_000))
+    assert all(isinstance(w, WindowTally) for w in led.windows)
+    step, inner = led.windows
+    assert (step.depth, inner.depth, step.pid, step.end_ns, inner.end_ns) == (0, 1, 11, 750_000_000, None)
+    assert step.loop == {"pipeline_s": 0.125}  # a figure that is not a number is not kept
+    back = Ledger.from_state(json.loads(json.dumps(led.to_state())))  # the interval is not charged yet
+    assert back.windows == led.windows and not any(w.done for w in back.windows)
+    for ledger in (led, back):
+        ledger.finish()
+    assert back.windows == led.windows and step.done and step.machine == pytest.approx([5.0, 1.0])
+    assert back.accounts() == led.accounts() and back.accounts()[1].end_ns == 1_000_000_000

@@ -321,7 +321,7 @@ class Profiler:
         w = None
         while True:
             w = led.windows[k] if len(led.windows) > k else None
-            if (w is not None and w.get("done")) or not self.running or time.perf_counter() >= deadline:
+            if (w is not None and w.done) or not self.running or time.perf_counter() >= deadline:
                 break
             time.sleep(WINDOW_POLL_S)
         if w is None:
