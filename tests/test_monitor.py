@@ -153,7 +153,7 @@ def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
 @pytest.mark.parametrize(("proc", "busy_ns"), [(1_000_000, 2_000_000), (3_000_000, 2_000_000), (10, 20), (0, 0),
                                               (-5, 1_000_000)])
 def test_a_windows_program_share_is_cpu_share(trace40, proc, busy_ns):
-    """The window's arithmetic keeps the rule inline (for its cost); it must stay cpu_share()."""
+    """The window's share is the one rule, cpu_share(), on the window as one interval."""
     with Monitor(power_trace=trace40) as mon:
         dt = 10_000_000
         a = (0, [0.0], 5_000_000, 7_000_000)
