@@ -30,7 +30,7 @@ def _run(round_trip: bool) -> float:
     led.add_sample(Sample(S, 2 * S, sid, S))
     led.finish()
     (w,) = led.windows
-    return w["energy"][0]
+    return led.account(w).machine_j[0]
 
 
 def test_an_ended_windows_tail_survives_a_checkpoint():

@@ -224,13 +224,12 @@ def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path
 
 def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_came(tmp_path, monkeypatch):
     from energyprof.agent import supervised, wire
-    from energyprof.core.ledger import Ledger
+    from energyprof.core.ledger import Ledger, WindowTally
     from energyprof.supervise.job import window_reply
 
     monkeypatch.setattr(supervised, "REPLY_WAIT_S", 0.01)
     led = Ledger([CPU, {"id": "ram", "method": "estimated"}])
-    w = {"name": "w", "index": None, "start_ns": 10, "end_ns": 20, "energy": [3.0, 1.0], "program": [1.5, 0.5],
-         "program_all": [3.0, 1.0], "done": True}
+    w = WindowTally("w", None, 10, machine=[3.0, 1.0], share=[1.5, 0.5], all=[3.0, 1.0], end_ns=20, done=True)
     line = window_reply(led.account(w), "all")  # the supervisor applies the run's policy
     assert window_reply(led.account(w), "share") != line
     path = tmp_path / f"7{wire.REPLY_SUFFIX}"

@@ -121,7 +121,7 @@ def test_the_overhead_benchmark_runs_and_prints_its_table():
                        text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root)))
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line.startswith("| Monitor")]
-    assert len(rows) == 9 and all(float(line.split("|")[2]) > 0 for line in rows)
+    assert len(rows) == 12 and all(float(line.split("|")[2]) > 0 for line in rows)
 
 
 def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
@@ -153,7 +153,7 @@ def test_a_gpu_window_is_the_drivers_figures_and_the_program_pays_its_share():
 @pytest.mark.parametrize(("proc", "busy_ns"), [(1_000_000, 2_000_000), (3_000_000, 2_000_000), (10, 20), (0, 0),
                                               (-5, 1_000_000)])
 def test_a_windows_program_share_is_cpu_share(trace40, proc, busy_ns):
-    """The window's arithmetic keeps the rule inline (for its cost); it must stay cpu_share()."""
+    """The window's share is the one rule, cpu_share(), on the window as one interval."""
     with Monitor(power_trace=trace40) as mon:
         dt = 10_000_000
         a = (0, [0.0], 5_000_000, 7_000_000)
@@ -213,3 +213,58 @@ def test_monitor_reads_the_named_sensors_or_refuses(tmp_path):
         assert [s["sensor"] for s in mon.sources] == ["rapl"]
     with pytest.raises(OptionError, match="--sensor rapl found no source"):
         Monitor(powercap_root=str(tmp_path / "none"), gpus=False, sensor=["rapl"])
+
+
+@pytest.mark.parametrize("policy", ["share", "all"])
+@pytest.mark.parametrize(("proc", "busy_ns"), [(1_000_000, 2_000_000), (3_000_000, 2_000_000), (10, 20), (0, 0)])
+def test_a_monitor_window_is_the_ledgers_account_and_its_measurement_is_that_account(trace40, policy, proc, busy_ns):
+    """A Monitor's window is the account the ledger gives the same readings taken as one interval,
+    and its Measurement is that account under the Monitor's policy (under `all` the machine's
+    busy CPU is not read, so the account holds `all` only and refuses the share)."""
+    from energyprof.core.ledger import Ledger
+    from energyprof.core.recording import Tick
+    from energyprof.facts.policy import PolicyError, WindowAccount
+
+    dt = 10_000_000
+    a = (1_000, [2.0], 5_000_000, 7_000_000)
+    b = (1_000 + dt, [2.4], 5_000_000 + proc, 7_000_000 + busy_ns)
+    with Monitor(power_trace=trace40, idle=policy, carbon_intensity=100.0) as mon:
+        acc = mon._account("w", 2, a, b)
+        m = mon._measure("w", 2, a, b)
+        led = Ledger(mon.sources, cpus=mon._cpus)
+    led.add_tick(Tick(a[0], (a[1][0],), a[2], 0, a[3]))
+    led.begin_window(a[0], "w", 2)
+    led.end_window(b[0], "w")
+    led.add_tick(Tick(b[0], (b[1][0],), b[2], 0, b[3]))
+    led.finish()
+    (ref,) = led.accounts()
+    assert isinstance(acc, WindowAccount)
+    assert (acc.name, acc.index, acc.start_ns, acc.end_ns, acc.sources, acc.done, acc.estimated) == \
+        (ref.name, ref.index, ref.start_ns, ref.end_ns, ref.sources, ref.done, ref.estimated)
+    assert acc.machine() == pytest.approx(ref.machine(), rel=1e-12) and acc.machine()["cpu"] == pytest.approx(0.4)
+    assert acc.program(policy) == pytest.approx(ref.program(policy), rel=1e-12, abs=1e-15)
+    if policy == "share":
+        assert acc.program("all") == pytest.approx(ref.program("all"), rel=1e-12)
+    else:
+        with pytest.raises(PolicyError):
+            acc.program("share")
+    assert (m.name, m.index, m.time_s, m.estimated, m.complete) == ("w", 2, acc.time_s, acc.estimated, True)
+    assert m.energy_j == acc.machine() and m.program_energy_j == acc.program(policy)
+    assert m.carbon_g == pytest.approx(m.program_total_j / 3.6e6 * 100.0, rel=1e-12)
+
+
+@pytest.mark.parametrize("policy", ["share", "all"])
+def test_end_account_ends_a_window_as_its_account(trace40, policy):
+    with Monitor(power_trace=trace40, idle=policy) as mon:
+        mon.begin_window("epoch", 1)
+        mon.begin_window("step")
+        busy(0.02)
+        step = mon.end_account("step")
+        epoch = mon.end_window("epoch")
+        with pytest.raises(KeyError):
+            mon.end_account("step")
+    assert (step.name, step.index, step.policies) == ("step", None, ("share", "all") if policy == "share" else ("all",))
+    assert step.machine()["cpu"] == pytest.approx(40.0 * step.time_s, rel=1e-6)
+    assert 0.0 <= step.program(policy)["cpu"] <= step.machine()["cpu"]
+    assert step.program("all") == step.machine()  # the whole machine: a Monitor has no part of its own
+    assert epoch.time_s > step.time_s and epoch.total_j > step.machine()["cpu"]

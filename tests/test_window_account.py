@@ -136,3 +136,51 @@ def test_a_pair_of_sources_picks_the_whole_row() -> None:
     pair = PolicyPair(share=(1.0, 2.0), all=(3.0, 4.0))
     a = WindowAccount("w", None, 0, None, 0, 2_000_000_000, ("cpu", "gpu"), (5.0, 6.0), pair)
     assert a.time_s == 2.0 and a.program("all") == {"cpu": 3.0, "gpu": 4.0} and not a.done
+
+
+def test_the_ledgers_window_is_a_typed_tally_that_a_checkpoint_keeps() -> None:
+    """A window inside the ledger is one record (not a dict of columns), and a checkpoint's round trip
+    gives back the same tally and so the same account."""
+    import json
+
+    from energyprof.core.ledger import WindowTally
+
+    led = Ledger([CPU, RAM], cpus=2)
+    led.add_tick(Tick(0, (0.0, 0.0), 0, 0, 0))
+    led.begin_window(250_000_000, "step", 3, pid=11)
+    led.begin_window(300_000_000, "inner", pid=11)
+    led.end_window(750_000_000, "step", pid=11, facts={"pipeline_s": 0.125, "bad": float("nan")})
+    led.add_tick(Tick(1_000_000_000, (10.0, 2.0), 500_000_000, 0, 1_000_000_000))
+    assert all(isinstance(w, WindowTally) for w in led.windows)
+    step, inner = led.windows
+    assert (step.depth, inner.depth, step.pid, step.end_ns, inner.end_ns) == (0, 1, 11, 750_000_000, None)
+    assert step.loop == {"pipeline_s": 0.125}  # a figure that is not a number is not kept
+    back = Ledger.from_state(json.loads(json.dumps(led.to_state())))  # the interval is not charged yet
+    assert back.windows == led.windows and not any(w.done for w in back.windows)
+    for ledger in (led, back):
+        ledger.finish()
+    assert back.windows == led.windows and step.done and step.machine == pytest.approx([5.0, 1.0])
+    assert back.accounts() == led.accounts() and back.accounts()[1].end_ns == 1_000_000_000
+
+
+def test_every_view_of_a_saved_window_reads_its_two_totals_from_the_fact() -> None:
+    """The profile's Window holds a window's totals (the machine's, the program's part); the report's
+    row, the sweep's points and a comparison read them there, never summing a window again."""
+    from energyprof.analysis import compare as compare_mod
+    from energyprof.analysis.pareto import program_energy, window_points
+    from energyprof.analysis.windows import WindowRow, window_groups
+    from energyprof.facts.records import Window
+
+    w = Window("epoch", 0, 0, 0.0, 2.0, 2.0, {"cpu": 30.0, "gpu": 10.0}, program_energy_j={"cpu": 12.0, "gpu": 10.0})
+    old = Window("epoch", 1, 0, 2.0, 4.0, 2.0, {"cpu": 20.0})  # written before windows held the program's part
+    assert (w.total_j, w.program_total_j, old.total_j, old.program_total_j) == (40.0, 22.0, 20.0, None)
+    assert "total_j" not in w.to_dict() and "program_total_j" not in w.to_dict()  # read from the fact, not saved
+    assert [(WindowRow(x).energy, WindowRow(x).program) for x in (w, old)] == [(40.0, 22.0), (20.0, 20.0)]
+    assert (program_energy(w), program_energy(old)) == (22.0, None)
+    points, program = window_points([[w, old]], "epoch")
+    assert not program and [p.energy_j for p in points] == [40.0, 20.0]  # one window lacks the part: the machine's
+    (group,) = window_groups([WindowRow(w), WindowRow(old)])
+    assert (group.total_j, group.machine_mean_j) == (42.0, 30.0)
+    # one row type for one window: a comparison's row is a window name across runs, not a second WindowRow
+    assert not hasattr(compare_mod, "WindowRow") or compare_mod.WindowRow is WindowRow
+    assert compare_mod.WindowChange.__dataclass_fields__.keys() >= {"name", "count", "mean_j", "mean_time_s"}

@@ -27,13 +27,13 @@ from typing import Any, Sequence
 
 from ..facts.profile import Node, group_role
 from ..facts.profile import Profile
-from ..facts.profile import Window
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
 from .own import program_folder
-from .pareto import WindowPoint, front, program_energy, window_points
+from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
+from .windows import WindowRow
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
 
@@ -120,7 +120,10 @@ class FunctionChange:
 
 
 @dataclass
-class WindowRow:
+class WindowChange:
+    """One window name across the runs (as FunctionChange is one function): each run's count and mean,
+    from the report's rows of its windows (analysis/windows.WindowRow)."""
+
     name: str
     count: list[int]
     mean_j: list[float | None]  # per run (None: the run has no such window)
@@ -199,7 +202,7 @@ class Verdict:
 class Comparison:
     runs: list[Run]
     sources: list[str]
-    windows: list[WindowRow]
+    windows: list[WindowChange]
     functions: list[FunctionChange]
     tree: list[TreeNode] = field(default_factory=list)
     verdict: Verdict | None = None  # program energy, head against base
@@ -319,28 +322,25 @@ def _mark_pareto(runs: list[Run]) -> None:
         r.pareto = on
 
 
-def _window_rows(models: Sequence[ReportModel]) -> list[WindowRow]:
+def _window_rows(models: Sequence[ReportModel]) -> list[WindowChange]:
     names: list[str] = []
-    per_run: list[dict[str, list[Window]]] = []
+    per_run: list[dict[str, list[WindowRow]]] = []
     for m in models:
-        groups: dict[str, list[Window]] = {}
+        groups: dict[str, list[WindowRow]] = {}
         for row in m.windows:
-            groups.setdefault(row.window.name, []).append(row.window)
+            groups.setdefault(row.window.name, []).append(row)
             if row.window.name not in names:
                 names.append(row.window.name)
         per_run.append(groups)
     rows = []
     for name in names:
-        ws = [g.get(name, []) for g in per_run]
-        program = all(program_energy(w) is not None for x in ws for w in x)
-
-        def energy(w: Window) -> float:
-            return (program_energy(w) or 0.0) if program else sum(w.energy_j.values())
-
-        rows.append(WindowRow(
-            name, [len(x) for x in ws],
-            [statistics.fmean(energy(w) for w in x) if x else None for x in ws],
-            [statistics.fmean(w.time_s for w in x) if x else None for x in ws], program))
+        rs = [g.get(name, []) for g in per_run]
+        # the program's part where every run's windows hold it, else the machine's for all, alike
+        program = all(r.window.program_total_j is not None for x in rs for r in x)
+        rows.append(WindowChange(
+            name, [len(x) for x in rs],
+            [statistics.fmean(r.program if program else r.energy for r in x) if x else None for x in rs],
+            [statistics.fmean(r.window.time_s for r in x) if x else None for x in rs], program))
     return rows
 
 

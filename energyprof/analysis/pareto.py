@@ -54,7 +54,7 @@ def _discarded(w: Window) -> bool:
 
 def program_energy(w: Window) -> float | None:
     """The program's part of a window, None in files written before windows held it."""
-    return sum(w.program_energy_j.values()) if w.program_energy_j else None
+    return w.program_total_j
 
 
 def window_points(runs: Sequence[Sequence[Window]], name: str, run_labels: Sequence[str] | None = None) -> \
@@ -71,6 +71,6 @@ def window_points(runs: Sequence[Sequence[Window]], name: str, run_labels: Seque
         prefix = f"[{i}]" if run_labels is None else run_labels[i]
         energy = program_energy(w) if program else None
         raw.append((i, f"{prefix} {label}".strip() if several else label,
-                    w.time_s, energy if energy is not None else sum(w.energy_j.values())))
+                    w.time_s, energy if energy is not None else w.total_j))
     flags = front([(t, e) for _, _, t, e in raw])
     return [WindowPoint(i, label, t, e, f) for (i, label, t, e), f in zip(raw, flags)], program

@@ -26,13 +26,13 @@ class WindowRow:
     @property
     def energy(self) -> float:
         """The machine's energy in the span."""
-        return sum(self.window.energy_j.values())
+        return self.window.total_j
 
     @property
     def program(self) -> float:
         """The program's part of it (the machine's in files written before windows held it)."""
-        w = self.window
-        return sum(w.program_energy_j.values()) if w.program_energy_j else self.energy
+        program = self.window.program_total_j
+        return program if program is not None else self.window.total_j
 
 
 @dataclass
@@ -125,8 +125,8 @@ def _segments(windows: Iterable[Window]) -> Iterable[tuple[float, float, float]]
         if w.end_s > w.start_s:
             by_node.setdefault(w.node, []).append(w)
     for ws in by_node.values():
-        events = sorted([(w.start_s, 1, sum(w.energy_j.values()) / (w.end_s - w.start_s)) for w in ws]
-                        + [(w.end_s, -1, sum(w.energy_j.values()) / (w.end_s - w.start_s)) for w in ws])
+        events = sorted([(w.start_s, 1, w.total_j / (w.end_s - w.start_s)) for w in ws]
+                        + [(w.end_s, -1, w.total_j / (w.end_s - w.start_s)) for w in ws])
         open_n, power, last = 0, 0.0, None
         for t, kind, p in events:
             if open_n and last is not None and t > last:
@@ -147,7 +147,7 @@ def _fit(instance: list[Window]) -> dict[tuple[int | None, str | None], float]:
         by_node.setdefault(w.node, []).append(w)
     out = {}
     for node, ws in by_node.items():
-        charged = sum(sum(w.program_energy_j.values()) for w in ws if w.program_energy_j)
+        charged = sum(w.program_total_j or 0.0 for w in ws)
         machine = span_energy(ws)
         if charged > machine:
             out[(ws[0].index, node)] = machine / charged

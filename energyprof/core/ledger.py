@@ -36,8 +36,8 @@ from typing import Any, NamedTuple
 from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
-from ..facts.policy import IDLE_FLOOR
-from ..facts.policy import PolicyPair, WindowAccount, check_policy
+from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
+from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 GPU_PREFIX = "gpu"
@@ -109,6 +109,48 @@ class _ProcStat:
     last_sid: int = -1
 
 
+@dataclass(slots=True)
+class WindowTally:
+    """A window while the ledger charges it: the machine's energy inside it and the program's part
+    under each idle policy, per source, growing with every interval it overlaps. `done`: every such
+    interval is charged, so the figures are final. `Ledger.account` freezes it into a WindowAccount,
+    the one shape every view reads; nothing outside the ledger reads a tally's figures."""
+
+    name: str
+    index: int | None
+    start_ns: int
+    machine: list[float]
+    share: list[float]
+    all: list[float]
+    depth: int = 0
+    pid: int | None = None  # several processes (ranks) mark windows of the same names, each its own nesting
+    end_ns: int | None = None
+    done: bool = False
+    loop: dict[str, float] = field(default_factory=dict)  # what the program measured about the span
+
+    def to_state(self) -> dict[str, Any]:
+        """The checkpoint's JSON form (the keys checkpoints have always had)."""
+        out: dict[str, Any] = {"name": self.name, "index": self.index, "start_ns": self.start_ns, "end_ns": self.end_ns,
+                               "energy": self.machine, "program": self.share, "program_all": self.all,
+                               "done": self.done, "depth": self.depth}
+        if self.pid is not None:
+            out["pid"] = self.pid
+        if self.loop:
+            out["loop"] = self.loop
+        return out
+
+    @classmethod
+    def from_state(cls, raw: dict[str, Any], n: int) -> WindowTally:
+        """A tally from a checkpoint's JSON form; one written before the program's parts were kept starts them at 0."""
+        return cls(name=str(raw["name"]), index=raw.get("index"), start_ns=int(raw["start_ns"]),
+                   machine=[float(x) for x in raw["energy"]],
+                   share=[float(x) for x in raw.get("program") or [0.0] * n],
+                   all=[float(x) for x in raw.get("program_all") or [0.0] * n],
+                   depth=int(raw.get("depth", 0)), pid=raw.get("pid"),
+                   end_ns=None if raw.get("end_ns") is None else int(raw["end_ns"]), done=bool(raw.get("done")),
+                   loop={str(k): float(v) for k, v in (raw.get("loop") or {}).items()})
+
+
 class _Weights(NamedTuple):
     """An interval's samples by (stack, process): their CPU in it, their wall time in it on a running
     main thread, on the main thread of a process using a GPU, on a main thread that used CPU; and
@@ -155,9 +197,9 @@ class Ledger:
         self.root_share = list(z)  # the program's, with no sample to carry it
         self.root_all = list(z)
         self.timeline = Timeline(self.n, timeline_points, timeline_width_ns)
-        self.windows: list[dict[str, Any]] = []
-        self._open_windows: list[dict[str, Any]] = []
-        self._live_windows: list[dict[str, Any]] = []
+        self.windows: list[WindowTally] = []
+        self._open_windows: list[WindowTally] = []
+        self._live_windows: list[WindowTally] = []
         self._ticks: deque[Tick] = deque()
         self._share_hist: deque[Tick] = deque()
         self._peer_points: deque[tuple[int, int]] = deque(maxlen=64)  # (t_ns, peers_cpu_ns) as read
@@ -300,43 +342,38 @@ class Ledger:
         self._drain(final=False)
 
     def begin_window(self, t_ns: int, name: str, index: int | None = None, pid: int | None = None) -> None:
-        # "program"/"program_all": the program's part under each idle policy; "done": every
-        # interval the window overlaps is charged, so its figures are final (a live Measurement).
-        depth = sum(1 for o in self._open_windows if o.get("pid") == pid)
-        w = {"name": name, "index": index, "start_ns": t_ns, "end_ns": None, "energy": [0.0] * self.n,
-             "program": [0.0] * self.n, "program_all": [0.0] * self.n, "done": False, "depth": depth}
-        if pid is not None:  # several processes (ranks) mark windows of the same names, each its own nesting
-            w["pid"] = pid
+        depth = sum(1 for o in self._open_windows if o.pid == pid)
+        z = [0.0] * self.n
+        w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid)
         self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
 
     def end_window(self, t_ns: int, name: str | None = None, pid: int | None = None,
-                   facts: dict[str, float] | None = None) -> dict[str, Any] | None:
+                   facts: dict[str, float] | None = None) -> WindowTally | None:
         """End the last window opened under `name` (any, when None) by `pid` (any, when None);
-        returns it (its figures are final once its "done" is set), or None when none is open.
+        returns it (its figures are final once it is `done`), or None when none is open.
         `facts`: numbers the program measured about the span, kept as they are (`loop`)."""
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if (name is None or w["name"] == name) and (pid is None or w.get("pid") == pid):
-                w["end_ns"] = t_ns
+            if (name is None or w.name == name) and (pid is None or w.pid == pid):
+                w.end_ns = t_ns
                 if facts:
-                    w["loop"] = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
+                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
                 del self._open_windows[i]
                 return w
         return None
 
-    def account(self, w: dict[str, Any]) -> WindowAccount:
+    def account(self, w: WindowTally) -> WindowAccount:
         """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
         view of a window is built from. One still open ends, for now, at the last tick."""
-        end = w["end_ns"] if w["end_ns"] is not None else (self.last_ns or w["start_ns"])
-        zero = (0.0,) * self.n
+        end = w.end_ns if w.end_ns is not None else (self.last_ns or w.start_ns)
         return WindowAccount(
-            name=str(w["name"]), index=w["index"], depth=w.get("depth", 0), pid=w.get("pid"),
-            start_ns=w["start_ns"], end_ns=end, sources=tuple(self.source_ids), machine_j=tuple(w["energy"]),
-            program_j=PolicyPair(share=tuple(w.get("program") or zero), all=tuple(w.get("program_all") or zero)),
-            estimated=any(src.get("method") == "estimated" for src in self.sources), done=bool(w.get("done")),
-            loop=tuple((w.get("loop") or {}).items()))
+            name=str(w.name), index=w.index, depth=w.depth, pid=w.pid, start_ns=w.start_ns, end_ns=end,
+            sources=tuple(self.source_ids), machine_j=tuple(w.machine),
+            program_j=PolicyPair(share=tuple(w.share), all=tuple(w.all)),
+            estimated=any(src.get("method") == "estimated" for src in self.sources), done=w.done,
+            loop=tuple(w.loop.items()))
 
     def accounts(self) -> list[WindowAccount]:
         """Every window's account, in the order they began."""
@@ -348,7 +385,7 @@ class Ledger:
         self._move_wait_cpu()
         end = self.last_ns or 0
         for w in self._open_windows:
-            w["end_ns"] = end
+            w.end_ns = end
         self._open_windows.clear()
 
     def _move_wait_cpu(self) -> None:
@@ -446,12 +483,13 @@ class Ledger:
         capacity = dt * self.cpus
         # energyprof pays for the fraction of the machine it occupied, never for idle power.
         phi_own = min(1.0, d_own / capacity) if capacity > 0 else 0.0
-        # The program pays its share of the busy CPU; below IDLE_FLOOR of capacity the machine
-        # counts as idle and what nobody used goes to [other processes and idle].
-        denom = max(d_prog + d_own + d_others, IDLE_FLOOR * capacity)
-        if denom <= 0:
+        # The program pays its share of the busy CPU (the one rule, facts/policy.cpu_share); below
+        # IDLE_FLOOR of capacity the machine counts as idle and what nobody used goes to
+        # [other processes and idle].
+        busy = d_prog + d_own + d_others
+        if busy <= 0 and capacity <= 0:
             return 0.0, phi_own, 0.0, 1.0 - phi_own
-        phi_prog = min(d_prog / denom, 1.0 - phi_own)
+        phi_prog = min(cpu_share(d_prog, busy, capacity), 1.0 - phi_own)
         child_frac = d_children / d_prog if d_prog else 0.0
         # Under 'all' the job pays for the whole machine, less energyprof's part.
         return phi_prog, phi_own, child_frac, self._all_part(phi_own, d_prog, d_own, b, dt, capacity)
@@ -680,21 +718,20 @@ class Ledger:
         dt = hi - lo
         still = []
         for w in self._live_windows:
-            end = w["end_ns"]
-            if w["start_ns"] < hi and (end is None or end > lo):
-                ov = min(hi, end if end is not None else hi) - max(lo, w["start_ns"])
+            end = w.end_ns
+            if w.start_ns < hi and (end is None or end > lo):
+                ov = min(hi, end if end is not None else hi) - max(lo, w.start_ns)
                 if ov > 0 and parts is not None:
-                    e, prog, prog_all = w["energy"], w.setdefault("program", [0.0] * self.n), \
-                        w.setdefault("program_all", [0.0] * self.n)
-                    own = self._subtree_part(w.get("pid"))
+                    machine, share, all_ = w.machine, w.share, w.all
+                    own = self._subtree_part(w.pid)
                     for i, d in enumerate(de):
-                        e[i] += d * ov / dt
-                        prog[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
-                        prog_all[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
+                        machine[i] += d * ov / dt
+                        share[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
+                        all_[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
             if end is None or end > hi:
                 still.append(w)
             else:
-                w["done"] = True
+                w.done = True
         self._live_windows = still
 
     def _subtree_part(self, pid: int | None) -> tuple[list[float], list[float]] | None:
@@ -773,7 +810,7 @@ class Ledger:
             "timeline": {k: getattr(self.timeline, k)
                          for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
             | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
-            "windows": self.windows,
+            "windows": [w.to_state() for w in self.windows],
             "ticks": [list(t[:7]) + [t.gpu_share, t.peers_cpu_ns] for t in self._ticks],
             "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share, self.first_tick.peers_cpu_ns]
             if self.first_tick else None,
@@ -808,7 +845,7 @@ class Ledger:
         led.timeline.program = tl.get("program") or [[0.0, 0.0] for _ in led.timeline.t0]
         led.timeline.stacks = [{int(k): float(v) for k, v in b.items()} for b in tl.get("stacks", [])] \
             or [{} for _ in led.timeline.t0]
-        led.windows = state["windows"]
+        led.windows = [WindowTally.from_state(w, led.n) for w in state["windows"]]
         led.anomalies = dict(state.get("anomalies", {}))
         led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
 
@@ -835,7 +872,7 @@ class Ledger:
         led.thread_counts = {int(k): {int(sid): int(n) for sid, n in v} for k, v in state.get("thread_counts", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
         led.node_ranks = state.get("node_ranks")
-        led._open_windows = [w for w in led.windows if w["end_ns"] is None]
-        led._live_windows = [w for w in led.windows if not w.get("done")]  # ended, its tail not yet charged: still live
+        led._open_windows = [w for w in led.windows if w.end_ns is None]
+        led._live_windows = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
         return led
 

@@ -5,11 +5,13 @@ nothing in between, unless a sensor needs periodic reads to stay right (a RAPL c
 read before it can wrap twice; an NVML power-only GPU is integrated from polled power), and
 then one light thread reads them every `poll_s`.
 
-The program's share of a CPU-class source over a window is the ledger's rule, on the window
-as one interval: this process's CPU time (reaped children included) over the machine's busy
-CPU time, with below IDLE_FLOOR of all cores busy counting as idle; a GPU's is the driver's
-figure for this process (1 when it is the only one). Under the idle policy 'all' the program
-pays for the whole machine.
+Each window is a WindowAccount, the ledger's shape, and its Measurement is filled from it as the
+Profiler's is. The program's share of a CPU-class source over a window is the one rule
+(facts/policy.cpu_share) on the window as one interval: this process's CPU time (reaped children
+included) over the machine's busy CPU time, with below IDLE_FLOOR of all cores busy counting as
+idle; a GPU's is the driver's figure for this process (1 when it is the only one). Under the idle
+policy 'all' the program pays for the whole machine, and the machine's busy CPU, which only the
+share needs, is not read: those accounts hold `all` only.
 """
 
 from __future__ import annotations
@@ -17,15 +19,16 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ..collect import probes
 from ..collect.collector import _Thread, find_sources
 from ..core.ledger import is_gpu
-from ..facts.policy import IDLE_FLOOR, check_policy, cpu_share  # noqa: F401  (cpu_share: the rule _measure inlines)
+from ..facts.policy import IDLE_POLICIES, PolicyPair, WindowAccount, check_policy, cpu_share
 from ..facts.measurement import Measurement
 from ..facts.measurement import any_estimated
 from ..facts.measurement import carbon_setting
+from ..facts.measurement import fill_from_account
 from ..setup.options import Options
 
 POLL_S = {"nvml-power": 0.1, "counter": 1.0}
@@ -57,10 +60,17 @@ class Monitor:
         self.notes = found.notes
         self.sources = [s.describe() for s in self.sensors]
         self.estimated = any_estimated(self.sources)
-        self._gpu = [is_gpu(s.component) for s in self.sensors]
+        self._ids = tuple(s.id for s in self.sensors)
+        # Per sensor: None for a CPU-class source; for a GPU, what reads this process's part of it.
+        self._gpu = [_gpu_part(s) if is_gpu(s.component) else None for s in self.sensors]
+        self._any_gpu = any(part is not None for part in self._gpu)
         self._cpus = probes.logical_cpus()
         self._carbon = carbon_setting(o)
-        self._share = check_policy(o.idle) == "share"
+        self.policy = check_policy(o.idle)
+        self._share = self.policy == "share"
+        self._gpu_at_edge = self._share and self._any_gpu  # a GPU's part is the driver's figure when the window ends
+        self._held = IDLE_POLICIES if self._share else (self.policy,)
+        self._unread = (float("nan"),) * len(self.sensors)  # the share's figures where the busy CPU was not read
         self._lock = threading.Lock()  # one sensor read at a time: they keep running state
         self._open: list[tuple[str, int | None, _Reading]] = []
         self._own_ns = 0  # the poller thread's CPU, as it last recorded it (energyprof's, not the program's)
@@ -116,13 +126,23 @@ class Monitor:
         self._open.append((name, index, self._read()))
 
     def end_window(self, name: str | None = None) -> Measurement:
-        """The Measurement of the last window opened under `name` (any, when None)."""
+        """The Measurement of the last window opened under `name` (any, when None): its account
+        under the Monitor's policy, worked out at the first read of one of its figures."""
         end = self._read()
+        wname, index, begin = self._pop(name)
+        return self._measure(wname, index, begin, end)
+
+    def end_account(self, name: str | None = None) -> WindowAccount:
+        """End the last window opened under `name` (any, when None) and give its account: the
+        figures under every policy read, of which `end_window`'s Measurement is one."""
+        end = self._read()
+        wname, index, begin = self._pop(name)
+        return self._account(wname, index, begin, end, self._gpu_parts())
+
+    def _pop(self, name: str | None) -> tuple[str, int | None, _Reading]:
         for i in range(len(self._open) - 1, -1, -1):
-            wname, index, begin = self._open[i]
-            if name is None or wname == name:
-                del self._open[i]
-                return self._measure(wname, index, begin, end)
+            if name is None or self._open[i][0] == name:
+                return self._open.pop(i)
         raise KeyError(f"no window {name!r} is open")
 
     def window(self, name: str, index: int | None = None) -> _Window:
@@ -148,40 +168,58 @@ class Monitor:
         self.close()
 
     # -- the arithmetic ----------------------------------------------------------------
-    def _measure(self, name: str, index: int | None, a: _Reading, b: _Reading,
-                 into: Measurement | None = None) -> Measurement:
+    def _gpu_parts(self) -> list[float | None] | None:
+        """This process's part of each GPU now (None for a CPU-class source); None without a GPU or
+        under `all`, where no part is taken."""
+        if not self._gpu_at_edge:
+            return None
+        return [None if part is None else part() for part in self._gpu]
+
+    def _account(self, name: str, index: int | None, a: _Reading, b: _Reading,
+                 gpu: list[float | None] | None = None) -> WindowAccount:
+        """The window between two readings as one interval, in the ledger's account: the machine's
+        energy per source, and the program's part under each policy read (`gpu`: each GPU's part,
+        as `_gpu_parts` read it when the window ended). A Monitor keeps no tree of windows (depth 0)
+        and measures its own process (pid None: the whole program)."""
         t0, energy0, proc0, busy0 = a
         t1, energy1, proc1, busy1 = b
-        dt = t1 - t0
-        share = self._share
-        if share:  # cpu_share(), inline: a function call is a tenth of this arithmetic's cost
-            proc = proc1 - proc0 if proc1 > proc0 else 0
-            denom = max(proc, busy1 - busy0, IDLE_FLOOR * dt * self._cpus)
-            phi = min(1.0, proc / denom) if denom > 0 else 0.0
+        machine = tuple([e1 - e0 if e1 > e0 else 0.0 for e0, e1 in zip(energy0, energy1)])
+        if not self._share:
+            share = self._unread
         else:
-            phi = 1.0
-        energy: dict[str, float] = {}
-        program: dict[str, float] = {}
-        for s, e0, e1, gpu in zip(self.sensors, energy0, energy1, self._gpu):
-            d = e1 - e0 if e1 > e0 else 0.0
-            energy[s.id] = d
-            if not share:
-                program[s.id] = d
-            elif gpu:
-                g = 1.0
-                if hasattr(s, "process_share"):
-                    with contextlib.suppress(Exception):
-                        g = min(1.0, max(0.0, float(s.process_share())))
-                program[s.id] = g * d
-            else:
-                program[s.id] = phi * d
-        g_per_kwh, pue = self._carbon
-        if into is None:
-            return Measurement(name=name, index=index, time_s=dt / 1e9, energy_j=energy, program_energy_j=program,
-                               intensity_g_per_kwh=g_per_kwh, pue=pue, estimated=self.estimated, complete=True)
-        into.time_s, into.energy_j, into.program_energy_j = dt / 1e9, energy, program
-        into.intensity_g_per_kwh, into.pue, into.estimated, into.complete = g_per_kwh, pue, self.estimated, True
-        return into
+            phi = cpu_share(proc1 - proc0, busy1 - busy0, (t1 - t0) * self._cpus)
+            if gpu is None and self._any_gpu:
+                gpu = self._gpu_parts()
+            share = tuple([d * phi for d in machine] if gpu is None else
+                          [d * phi if g is None else d * g for d, g in zip(machine, gpu)])
+        return WindowAccount(name, index, 0, None, t0, t1, self._ids, machine, PolicyPair(share, machine),
+                             self.estimated, True, (), self._held)
+
+    def _measure(self, name: str, index: int | None, a: _Reading, b: _Reading,
+                 into: Measurement | None = None) -> Measurement:
+        """The window's Measurement (`into`, or a new one): its account under the Monitor's policy,
+        worked out at the first read of one of its figures, as the Profiler's is, so a window whose
+        figures nobody reads costs its two readings only. A GPU's part is read now, as the window ends."""
+        m = into if into is not None else Measurement(name=name, index=index)
+        gpu = self._gpu_parts()
+        m.defer(lambda m: fill_from_account(m, self._account(name, index, a, b, gpu), self.policy, *self._carbon))
+        return m
+
+
+def _gpu_part(sensor: Any) -> Callable[[], float]:
+    """What reads this process's part of a GPU: the driver's figure, in [0, 1]; the whole GPU where
+    the driver has none or refuses one."""
+    process_share = getattr(sensor, "process_share", None)
+    if process_share is None:
+        return lambda: 1.0
+
+    def part() -> float:
+        try:
+            return min(1.0, max(0.0, float(process_share())))
+        except Exception:  # noqa: BLE001 - a refusal leaves the GPU to the program, as with no figure
+            return 1.0
+
+    return part
 
 
 class _Window:

@@ -15,6 +15,7 @@ from ..core.tree import build_profile
 from ..facts.measurement import Measurement
 from ..facts.measurement import any_estimated
 from ..facts.measurement import carbon_setting
+from ..facts.measurement import fill_from_account
 from ..collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from ..collect.probes import OwnClocks
@@ -321,7 +322,7 @@ class Profiler:
         w = None
         while True:
             w = led.windows[k] if len(led.windows) > k else None
-            if (w is not None and w.get("done")) or not self.running or time.perf_counter() >= deadline:
+            if (w is not None and w.done) or not self.running or time.perf_counter() >= deadline:
                 break
             time.sleep(WINDOW_POLL_S)
         if w is None:
@@ -330,8 +331,7 @@ class Profiler:
             return
         with self._collector_lock():
             account = led.account(w)
-        self._fill(m, account.time_s, list(account.machine_j), list(account.program_j.pick(self.options.idle)))
-        m.complete = account.done
+        fill_from_account(m, account, self.options.idle, *self._carbon)
         if not m.complete:
             m.note = f"not every interval of the window was charged within {WINDOW_WAIT_S:g} s: figures so far"
 

@@ -8,7 +8,10 @@ from a model, not a counter) and `complete` (every joule of the window was in wh
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+if TYPE_CHECKING:
+    from .policy import IdlePolicy, WindowAccount
 
 # Nothing here imports at module level beyond the standard dataclasses: a supervised program's
 # process loads this module, and an import made there could pick up the program's own modules.
@@ -66,6 +69,16 @@ class Measurement:
                 "program_energy_j": self.program_energy_j, "total_j": self.total_j,
                 "program_total_j": self.program_total_j, "carbon_g": self.carbon_g, "estimated": self.estimated,
                 "complete": self.complete, **({"note": self.note} if self.note else {})}
+
+
+def fill_from_account(m: Measurement, account: WindowAccount, policy: IdlePolicy, intensity_g_per_kwh: float | None,
+                      pue: float) -> Measurement:
+    """`m` filled with one window's account under the run's policy: the one way a driver (the
+    Profiler, the Monitor) turns a window's figures into the Measurement the program reads."""
+    m.name, m.index, m.time_s = account.name, account.index, account.time_s
+    m.energy_j, m.program_energy_j = account.machine(), account.program(policy)
+    m.estimated, m.complete, m.intensity_g_per_kwh, m.pue = account.estimated, account.done, intensity_g_per_kwh, pue
+    return m
 
 
 def carbon_grams(energy_j: float, intensity_g_per_kwh: float, pue: float = 1.0) -> float:

@@ -125,6 +125,17 @@ class Window(_Record):
     # DataLoader worker's time on that batch (`pipeline_s`), `worker`, `workers` and `startup` (0/1).
     loop: dict[str, float] = field(default_factory=dict)
 
+    # The window's two totals, the one place a view reads them from (a Measurement's names).
+    @property
+    def total_j(self) -> float:
+        """The machine's energy in the span, all sources."""
+        return sum(self.energy_j.values())
+
+    @property
+    def program_total_j(self) -> float | None:
+        """The program's part of it, all sources; None in files written before windows held it."""
+        return sum(self.program_energy_j.values()) if self.program_energy_j else None
+
 
 @dataclass
 class Process(_Record):

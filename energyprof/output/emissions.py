@@ -126,7 +126,7 @@ def rows(model: ReportModel, windows: bool = False, project_name: str | None = N
         w = row.window
         energy = w.program_energy_j or w.energy_j
         grams = figures.grams(energy) if figures is not None else 0.0
-        machine = sum(w.energy_j.values())
+        machine = w.total_j
         if figures is not None and figures.time_series and row.carbon_g is not None and machine > 0:
             grams = row.carbon_g * sum(energy.values()) / machine  # the report's figure, at the window's own intensity
         label = w.name if w.index is None else f"{w.name}[{w.index}]"

@@ -102,8 +102,8 @@ def metrics(model: ReportModel, prefix: str = PREFIX) -> list[tuple[str, float, 
         step = w.index if w.index is not None else seen.get(name, 0)  # unnumbered: in the order they ran
         seen[name] = step + 1
         out.append((f"{prefix}.window.{name}.energy_j", row.energy, step))
-        if w.program_energy_j:  # absent from profiles written before windows held the program's share
-            out.append((f"{prefix}.window.{name}.program_energy_j", sum(w.program_energy_j.values()), step))
+        if w.program_total_j is not None:  # absent from profiles written before windows held the program's share
+            out.append((f"{prefix}.window.{name}.program_energy_j", w.program_total_j, step))
         if row.carbon_g is not None:
             out.append((f"{prefix}.window.{name}.carbon_g", row.carbon_g, step))
     return out

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..collect import probes
 from ..core.feed import Clock, HeldTicks
-from ..core.ledger import Ledger
+from ..core.ledger import Ledger, WindowTally
 from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
@@ -131,7 +131,7 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
-        self._replies: list[tuple[int, dict[str, Any]]] = []  # ended windows whose figures go back (reply_windows)
+        self._replies: list[tuple[int, WindowTally]] = []  # ended windows whose figures go back (reply_windows)
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
         self.peers_root: int | None = None
@@ -579,14 +579,14 @@ def window_reply(account: WindowAccount, policy: IdlePolicy) -> str:
                       account.program_j.pick(policy))
 
 
-def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]],
-                  policy: IdlePolicy) -> list[tuple[int, dict[str, Any]]]:
+def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, WindowTally]],
+                  policy: IdlePolicy) -> list[tuple[int, WindowTally]]:
     """Hand each charged window's figures back to the process that opened it: one line in
     `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""
     left = []
     lines: dict[int, list[str]] = {}
     for pid, w in waiting:
-        if not w.get("done"):
+        if not w.done:
             left.append((pid, w))
             continue
         lines.setdefault(pid, []).append(window_reply(ledger.account(w), policy))
