@@ -285,3 +285,25 @@ def test_two_threads_reading_window_replies_at_once_skip_none(tmp_path, monkeypa
     replies.fill(third, 50, 60)
     assert third.complete and third.energy_j == {"cpu": 3.0} and third.program_energy_j == {"cpu": 1.5}
     assert replies.offset == path.stat().st_size
+
+
+def test_a_read_from_another_thread_while_a_measurement_fills_sees_it_whole():
+    """The first read fills a deferred Measurement; another thread reading meanwhile waits for the
+    whole, never a half-filled one (the program's threads may read one window's figures at once)."""
+    import threading
+
+    m = Measurement(name="w")
+    seen: list[object] = []
+    other = threading.Thread(target=lambda: seen.append(m.program_energy_j))
+
+    def fill(mm: Measurement) -> None:
+        mm.energy_j = {"cpu": 2.0}
+        assert mm.energy_j == {"cpu": 2.0}  # re-entrant: the filler reads what it set
+        other.start()
+        other.join(0.2)  # it reads now, or waits for the fill to end: either way it must see the whole
+        mm.program_energy_j = {"cpu": 1.0}
+
+    m.defer(fill)
+    assert m.energy_j == {"cpu": 2.0}
+    other.join(10)
+    assert seen == [{"cpu": 1.0}]

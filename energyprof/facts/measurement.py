@@ -7,13 +7,14 @@ from a model, not a counter) and `complete` (every joule of the window was in wh
 
 from __future__ import annotations
 
+import _thread
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 if TYPE_CHECKING:
     from .policy import IdlePolicy, WindowAccount
 
-# Nothing here imports at module level beyond the standard dataclasses: a supervised program's
+# Nothing here imports at module level beyond the standard dataclasses and _thread (built in): a supervised program's
 # process loads this module, and an import made there could pick up the program's own modules.
 
 
@@ -35,15 +36,24 @@ class Measurement:
 
     def defer(self, fill: Callable[[Measurement], None]) -> None:
         """Have `fill` complete this Measurement on the first read of any of its figures: a window
-        whose figures nobody reads never waits for them."""
-        self.__dict__["_fill"] = fill
+        whose figures nobody reads never waits for them. A read from another thread while it
+        fills waits for the whole (re-entrant: `fill` may read what it has set)."""
+        d = self.__dict__
+        d["_fill"] = fill
+        d["_filling"] = _thread.RLock()
 
     def __getattribute__(self, name: str) -> Any:
         if name[0] != "_":
             d = object.__getattribute__(self, "__dict__")
-            fill = d.pop("_fill", None)
-            if fill is not None:
-                fill(self)
+            lock = d.get("_filling")
+            if lock is not None:
+                with lock:
+                    fill = d.pop("_fill", None)
+                    if fill is not None:
+                        try:
+                            fill(self)
+                        finally:
+                            d.pop("_filling", None)
         return object.__getattribute__(self, name)
 
     @property
