@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import glob
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -75,7 +74,9 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
 
 
 def hostname() -> str:
-    return socket.gethostname()
+    """The host name, as socket.gethostname() gives it: on Linux and macOS both read the kernel's
+    node name, which os.uname() returns without the `socket` module's import (2.5 ms of every run)."""
+    return os.uname().nodename
 
 
 def node_index(env: Mapping[str, str]) -> str:
