@@ -16,7 +16,6 @@ the data layout or the arithmetic fails loudly.
 from __future__ import annotations
 
 import bisect
-import csv
 import datetime as _dt
 import math
 import re
@@ -281,6 +280,8 @@ def _parse_time(text: str) -> float:
 
 def load_trace(path: str | Path) -> IntensityTrace:
     """Read `timestamp,g_per_kwh` (header optional; ISO 8601 or unix seconds; naive = UTC)."""
+    import csv  # only for a trace: not on every run's path
+
     label = f"--carbon-intensity-trace {path}"
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:

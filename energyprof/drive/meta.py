@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import platform
+import os
 import sys
 from typing import Any
 
@@ -16,16 +16,48 @@ from ..core.ledger import Ledger
 from ..setup.options import Options
 
 
+# `platform` is not imported on a run's path (with the regular expressions its calls compile, 2 ms of
+# every run's CPU): the two strings the meta takes from it are made here the way it makes them, and
+# tests/test_startup.py compares them with its own.
+
+
 def _platform() -> str:
     """`platform.platform(terse=True)`, but on Linux without the `uname -p` child process Python
     starts for it (subprocess's import and a fork and exec on every run: 5 ms): the processor field
     is what the string leaves out where it is the machine or "unknown", which is what Linux says."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = os.confstr("CS_GNU_LIBC_VERSION").split(maxsplit=1)  # what platform.libc_ver() reads first
+        except (AttributeError, ValueError, OSError, TypeError):
+            libc = []
+        if len(libc) == 2:
+            u = os.uname()  # platform.uname()'s system, release and machine on Linux
+            return _platform_name(u.sysname, u.release, u.machine, "with", libc[0] + libc[1])
+    import platform
+
     join = getattr(platform, "_platform", None)  # the module's own formatting (its clean-up of odd characters)
     if sys.platform.startswith("linux") and join is not None:
         u = platform.uname()  # its processor field is worked out only when read
-        libc, version = platform.libc_ver()
-        return join(u.system, u.release, u.machine, "with", libc + version)
+        lib, version = platform.libc_ver()
+        return join(u.system, u.release, u.machine, "with", lib + version)
     return platform.platform(terse=True)
+
+
+def _platform_name(*parts: str) -> str:
+    """platform's own formatting of its fields into one string (platform._platform, Python 3.8-3.13)."""
+    text = "-".join(x.strip() for x in parts if len(x))
+    for odd in (" ", "/", "\\", ":", ";", '"', "(", ")"):
+        text = text.replace(odd, "_" if odd == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
+
+
+def python_version() -> str:
+    """platform.python_version(): sys.version's first word, with a patch level of 0 where it has none."""
+    parts = sys.version.split(maxsplit=1)[0].split(".")
+    return ".".join(parts + ["0"] if len(parts) == 2 else parts)
 
 
 def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
@@ -40,7 +72,7 @@ def run_meta(options: Options, target: str, argv: list[str], started_wall: float
         "interval_s": options.interval,
         "sensor_interval_s": options.sensor_interval,
         "energyprof_version": __version__,
-        "python": platform.python_version(),
+        "python": python_version(),
         "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
                  "platform": _platform(), "memory_bytes": probes.total_memory_bytes(), "boot_id": probes.boot_id()},
         "pid": pid,
