@@ -98,3 +98,18 @@ def test_platform_formatting_is_the_platform_modules(parts: list[str]) -> None:
     except IndexError:  # platform's own formatting fails on a string that cleans up to nothing
         expected = ""
     assert meta._platform_name(*parts) == expected
+
+
+def test_a_run_that_asks_for_nothing_builds_no_report(tmp_path: Path) -> None:
+    """`-q -o /dev/null`: nothing reads a report, so neither the analysis nor a renderer is imported, and
+    the checkpoint (in the temporary folder, since the output is a device) is gone at the end."""
+    (tmp_path / "empty.py").write_text("")
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "energyprof", "-q", "-o", os.devnull, "empty.py"],
+                         cwd=tmp_path, env=dict(_env(), TMPDIR=str(spool)), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    imported = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \| *(\S+)", out.stderr))
+    assert "energyprof.supervise.supervisor" in imported
+    assert _heavy(imported, ("energyprof.analysis", "energyprof.render")) == []
+    assert list(spool.iterdir()) == []
