@@ -9,7 +9,6 @@ overlap. The node's machine energy is taken once, when the ranks' profiles are j
 
 from __future__ import annotations
 
-import glob
 import os
 import time
 from dataclasses import dataclass
@@ -166,6 +165,8 @@ class NodeReader:
 def find_rank_files(template: str, values: Mapping[str, str], rank: int) -> list[str]:
     """The files a rank may have written under the per-rank `template` (placeholders other than
     {rank} are the other rank's own: matched by any name)."""
+    import glob  # a distributed job's join only
+
     pattern = glob.escape(template)
     pattern = pattern.replace("{rank}", str(rank))
     for name in ("local_rank", "node", "pid"):
