@@ -49,7 +49,7 @@ if profiled:
 cap = None
 if mode.startswith("steps:"):
     from torch.profiler import ProfilerActivity
-    from energyprof.collect.kernels.capture import KernelCapture
+    from energyprof.agent.kernel_capture import KernelCapture
     cap = KernelCapture(os.path.dirname(out), activities=[ProfilerActivity.CPU], steps=mode[6:])
     cap.start()
 t0 = time.perf_counter()

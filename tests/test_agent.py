@@ -43,7 +43,7 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
 
 def test_the_agent_imports_the_standard_library_and_itself_only():
     own = {p.stem for p in AGENT.glob("*.py")}
-    optional = {"pyinstrument"}  # --sampler pyinstrument, imported when chosen
+    optional = {"pyinstrument", "torch"}  # --sampler pyinstrument; torch.profiler with --gpu-kernels: each imported when chosen
     files = [*AGENT.glob("*.py"), *BOOT.glob("*.py")]
     assert len(files) >= 6
     for f in files:

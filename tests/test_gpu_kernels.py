@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from energyprof.agent.kernel_capture import clock_offset
 from energyprof.collect.kernels import kineto
 from energyprof.core.gpu_tree import GPU_FIELD, build_gpu_profile
 from energyprof.core.kernels import GPU_IDLE_NODE, attribute, error_j, split_energy
@@ -262,10 +263,10 @@ def test_cpu_torch_profiler_stacks_reach_the_launch_chain(tmp_path):
 
 def test_clock_offset_bracket():
     ticks = iter(range(0, 10_000, 10))
-    off, err = kineto.clock_offset(rounds=3, clock=lambda: 1_000_000 + next(ticks), reference=lambda: next(ticks))
+    off, err = clock_offset(rounds=3, clock=lambda: 1_000_000 + next(ticks), reference=lambda: next(ticks))
     # reference a, clock 1e6 + a + 10, reference a + 20: clock = reference-midpoint + 1e6, within +-10 ns
     assert off == 1_000_000 and err == 10
-    off, err = kineto.clock_offset()
+    off, err = clock_offset()
     import time
     assert err >= 0 and math.isfinite(off)
     assert abs(time.time_ns() - (time.perf_counter_ns() + off)) < 50_000_000  # hang-free sanity: same clocks
@@ -352,8 +353,8 @@ def test_capture_writes_a_trace_whose_clock_meets_perf_counter(tmp_path):
 
     from torch.profiler import ProfilerActivity, record_function
 
-    from energyprof.collect.kernels.capture import CLOCK_SUFFIX
-    from energyprof.collect.kernels.capture import KernelCapture
+    from energyprof.agent.kernel_capture import CLOCK_SUFFIX
+    from energyprof.agent.kernel_capture import KernelCapture
     from energyprof.collect.kernels.capture import read_traces
 
     cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU])

@@ -63,8 +63,8 @@ def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps(tmp_pa
 
     from torch.profiler import ProfilerActivity, record_function
 
-    from energyprof.collect.kernels import capture as gpu_kernels
-    from energyprof.collect.kernels.capture import KernelCapture
+    from energyprof.agent import kernel_capture as gpu_kernels
+    from energyprof.agent.kernel_capture import KernelCapture
     from energyprof.collect.kernels.capture import read_spans
     from energyprof.collect.kernels.capture import read_traces
 

@@ -223,18 +223,19 @@ def test_a_supervised_programs_windows_get_the_supervisors_figures_back(tmp_path
 
 
 def test_the_back_channel_reads_whole_lines_only_and_says_when_a_window_never_came(tmp_path, monkeypatch):
-    from types import SimpleNamespace
-
     from energyprof.agent import supervised, wire
+    from energyprof.core.ledger import Ledger
     from energyprof.supervise.job import window_reply
 
     monkeypatch.setattr(supervised, "REPLY_WAIT_S", 0.01)
-    led = SimpleNamespace(sources=[CPU, {"id": "ram", "method": "estimated"}], source_ids=["cpu", "ram"])
-    w = {"start_ns": 10, "end_ns": 20, "energy": [3.0, 1.0], "program": [1.5, 0.5], "program_all": [3.0, 1.0]}
-    line = window_reply(led, w)
+    led = Ledger([CPU, {"id": "ram", "method": "estimated"}])
+    w = {"name": "w", "index": None, "start_ns": 10, "end_ns": 20, "energy": [3.0, 1.0], "program": [1.5, 0.5],
+         "program_all": [3.0, 1.0], "done": True}
+    line = window_reply(led.account(w), "all")  # the supervisor applies the run's policy
+    assert window_reply(led.account(w), "share") != line
     path = tmp_path / f"7{wire.REPLY_SUFFIX}"
     path.write_text(line[:-5])  # the supervisor's write is not whole yet
-    replies = supervised._Replies({"spool": str(tmp_path), "idle": "all", "carbon": "100.0,2.0"}, 7)
+    replies = supervised._Replies({"spool": str(tmp_path), "carbon": "100.0,2.0"}, 7)
     late = Measurement(name="w")
     replies.fill(late, 10, 20)
     assert late.complete is False and late.energy_j is None and "0.01 s" in late.note
@@ -255,9 +256,9 @@ def test_two_threads_reading_window_replies_at_once_skip_none(tmp_path, monkeypa
     from energyprof.agent import supervised, wire
 
     path = tmp_path / f"7{wire.REPLY_SUFFIX}"
-    path.write_text(wire.reply(10, 20, False, ["cpu"], [1.0], [0.5], [1.0]) +
-                    wire.reply(30, 40, False, ["cpu"], [2.0], [1.0], [2.0]))
-    replies = supervised._Replies({"spool": str(tmp_path), "idle": "share"}, 7)
+    path.write_text(wire.reply(10, 20, False, ["cpu"], [1.0], [0.5]) +
+                    wire.reply(30, 40, False, ["cpu"], [2.0], [1.0]))
+    replies = supervised._Replies({"spool": str(tmp_path)}, 7)
     both_read = threading.Barrier(2)
     real_pread = os.pread
 
@@ -280,7 +281,7 @@ def test_two_threads_reading_window_replies_at_once_skip_none(tmp_path, monkeypa
     monkeypatch.setattr(os, "pread", real_pread)
     assert [m.energy_j for m in got] == [{"cpu": 1.0}, {"cpu": 2.0}]
     with path.open("a") as fh:  # a third window, written after both were read
-        fh.write(wire.reply(50, 60, False, ["cpu"], [3.0], [1.5], [3.0]))
+        fh.write(wire.reply(50, 60, False, ["cpu"], [3.0], [1.5]))
     third = Measurement(name="c")
     replies.fill(third, 50, 60)
     assert third.complete and third.energy_j == {"cpu": 3.0} and third.program_energy_j == {"cpu": 1.5}

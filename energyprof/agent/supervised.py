@@ -191,7 +191,6 @@ class _Replies:
 
     def __init__(self, config: dict[str, str], pid: int) -> None:
         self.path = os.path.join(config.get("spool", ""), f"{pid}{REPLY_SUFFIX}")
-        self.share = config.get("idle", "share") == "share"
         carbon = config.get("carbon", "")
         try:
             g, pue = (float(x) for x in carbon.split(","))
@@ -238,10 +237,7 @@ class _Replies:
             m.energy_j = m.program_energy_j = None
             m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
             return
-        estimated, energy, program, program_all = f
-        m.estimated = estimated
-        m.energy_j = energy
-        m.program_energy_j = program if self.share else program_all
+        m.estimated, m.energy_j, m.program_energy_j = f  # the program's part under the run's policy, as the supervisor chose
         m.intensity_g_per_kwh, m.pue = self.carbon
         m.complete = True
 
@@ -317,13 +313,12 @@ def start_agent(config: dict[str, str]) -> Agent | None:
 
 
 def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
-    """--gpu-kernels: the PyTorch profiler in the program's main process. The only place the agent
-    reaches outside agent/, and only with the flag: that module imports torch."""
+    """--gpu-kernels: the PyTorch profiler in the program's main process, loaded only with the flag
+    (that module imports torch when the profiler starts)."""
     try:
-        import importlib
+        from .kernel_capture import start_capture
 
-        importlib.import_module("energyprof.collect.kernels.capture").start_capture(config["spool"],
-                                                                                   config.get("gpu_kernel_steps") or None)
+        start_capture(config["spool"], config.get("gpu_kernel_steps") or None)
     except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
         agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "
                    "GPU energy stays charged by wall time")

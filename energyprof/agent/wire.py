@@ -20,7 +20,8 @@ they were). Records, first field the kind:
     R name                                                 the stream goes on in this file (same folder)
 
 The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
-agent) is one line per charged window: `start end estimated ids energy program program_all`.
+agent) is one line per charged window: `start end estimated ids energy program`, the program's
+part under the run's one idle policy, which the supervisor applied: the agent holds no choice.
 
 Ticks and samples end with an empty field (`.` above): a line a failed write cut short (a
 full disk) lacks it and is dropped, never charged with a truncated number (`complete`). Other
@@ -184,28 +185,28 @@ def parse_header(r: list[str]) -> Header | None:
 
 
 # -- the window back-channel ---------------------------------------------------------------
-def reply(start_ns: int, end_ns: int, estimated: bool, ids: list[str], energy: list[float], program: list[float],
-          program_all: list[float]) -> str:
-    def row(values: list[float]) -> str:
+def reply(start_ns: int, end_ns: int, estimated: bool, ids: list[str] | tuple[str, ...],
+          energy: list[float] | tuple[float, ...], program: list[float] | tuple[float, ...]) -> str:
+    def row(values: list[float] | tuple[float, ...]) -> str:
         return ",".join(repr(float(v)) for v in values)
 
     return (f"{start_ns}\t{end_ns}\t{1 if estimated else 0}\t{','.join(esc(i).replace(',', '') for i in ids)}\t"
-            f"{row(energy)}\t{row(program)}\t{row(program_all)}\n")
+            f"{row(energy)}\t{row(program)}\n")
 
 
 def _joules(ids: list[str], text: str) -> dict[str, float]:
     return dict(zip(ids, (float(x) for x in text.split(",")))) if text else {}
 
 
-def parse_replies(data: bytes) -> dict[tuple[int, int], tuple[bool, dict[str, float], dict[str, float], dict[str, float]]]:
-    """Complete reply lines: (start, end) -> (estimated, energy, program, program_all) by source id."""
+def parse_replies(data: bytes) -> dict[tuple[int, int], tuple[bool, dict[str, float], dict[str, float]]]:
+    """Complete reply lines: (start, end) -> (estimated, energy, program) by source id."""
     out = {}
     for f in decode(data):
-        if len(f) != 7:
+        if len(f) != 6:
             continue
         try:
             ids = [unesc(i) for i in f[3].split(",")] if f[3] else []
-            out[(int(f[0]), int(f[1]))] = (f[2] == "1", _joules(ids, f[4]), _joules(ids, f[5]), _joules(ids, f[6]))
+            out[(int(f[0]), int(f[1]))] = (f[2] == "1", _joules(ids, f[4]), _joules(ids, f[5]))
         except ValueError:
             continue
     return out

@@ -22,6 +22,7 @@ from typing import Any, Callable, Protocol
 
 from . import probes
 from ..agent.sampler import leave_signals_to_the_program
+from ..core.feed import MAX_HOLD_NS, Clock, HeldTicks
 from ..core.ledger import Ledger
 from .probes import OwnClocks
 from ..store.files import remove
@@ -30,7 +31,6 @@ from ..core.recording import Sample, Tick
 from .sensors.base import Sensor
 
 CHILD_POLL_S = 0.5
-MAX_HOLD_NS = 2_000_000_000  # a tick waits no longer than this for the sampler to read past it
 
 
 def find_sources(options: Any) -> Any:
@@ -315,12 +315,12 @@ class LocalFeed:
         self._children_polled = 0
         self._children_floor = 0
         self.child_processes: dict[int, dict[str, Any]] = {}
-        self._held: deque[Tick] = deque()
-        self._clock: deque[tuple[int, int, int]] = deque()  # the sampler's (t, process CPU, its own CPU)
+        self._held: HeldTicks[Tick] = HeldTicks(lambda tick: tick.t_ns, MAX_HOLD_NS)
+        self._clock = Clock(counters=2)  # the sampler's (t, process CPU, its own CPU)
 
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
         self._drain()
-        self._held.append(Tick(
+        self._held.add(Tick(
             t_ns=t,
             energy_j=energy,
             process_cpu_ns=time.process_time_ns(),
@@ -347,30 +347,13 @@ class LocalFeed:
         starting and stopping on the program's thread. A tick waits until the sampler has read
         past it, or for MAX_HOLD_NS when it cannot (a C call holding the GIL).
         """
-        held, clock = self._held, self._clock
-        while held:
-            tick = held[0]
-            if clock:
-                if not final and clock[-1][0] < tick.t_ns and held[-1].t_ns - tick.t_ns < MAX_HOLD_NS:
-                    return
-                proc, sampler = self._clock_at(tick.t_ns)
-                tick = tick._replace(process_cpu_ns=proc, own_cpu_ns=tick.own_cpu_ns + sampler)
-            elif not final and held[-1].t_ns - tick.t_ns < MAX_HOLD_NS:
-                return  # the sampler has not read its clocks yet
-            held.popleft()
-            self.ledger.add_tick(tick)
-
-    def _clock_at(self, t: int) -> tuple[int, int]:
-        """(process CPU, sampler CPU) at t, between the sampler's readings; flat outside them."""
         clock = self._clock
-        while len(clock) >= 2 and clock[1][0] <= t:
-            clock.popleft()
-        a = clock[0]
-        if t <= a[0] or len(clock) == 1:
-            return a[1], a[2]
-        b = clock[1]
-        f = (t - a[0]) / (b[0] - a[0])
-        return int(a[1] + f * (b[1] - a[1])), int(a[2] + f * (b[2] - a[2]))
+        for tick in self._held.release(clock.last_t, final):
+            if clock:
+                proc, sampler = clock.at(tick.t_ns)
+                clock.forget_before(tick.t_ns)
+                tick = tick._replace(process_cpu_ns=proc, own_cpu_ns=tick.own_cpu_ns + sampler)
+            self.ledger.add_tick(tick)
 
     def _drain(self) -> None:
         q = self.queue
@@ -380,7 +363,7 @@ class LocalFeed:
             if type(ev) is Sample:
                 led.add_sample(ev)
             elif ev[0] == "clock":
-                self._clock.append(ev[1:])
+                self._clock.add(*ev[1:])
             elif ev[0] == "begin":
                 led.begin_window(ev[1], ev[2], ev[3])
             else:

@@ -31,13 +31,13 @@ import math
 from collections import deque
 from collections.abc import Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
 from ..facts.policy import IDLE_FLOOR
-from ..facts.policy import check_policy
+from ..facts.policy import PolicyPair, WindowAccount, check_policy
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 GPU_PREFIX = "gpu"
@@ -107,6 +107,23 @@ class _ProcStat:
     peak_rss: int = 0
     last_rss: int = 0
     last_sid: int = -1
+
+
+class _Weights(NamedTuple):
+    """An interval's samples by (stack, process): their CPU in it, their wall time in it on a running
+    main thread, on the main thread of a process using a GPU, on a main thread that used CPU; and
+    every sample's wall time in it by stack (`seen`, for the timeline)."""
+
+    cpu: dict[tuple[int, int], float]
+    wall: dict[tuple[int, int], float]
+    gpu: dict[tuple[int, int], float]
+    main: dict[tuple[int, int], float]
+    seen: dict[int, float]
+
+    def for_source(self, gpu: bool) -> dict[tuple[int, int], float]:
+        """The weights a source's energy goes by: a GPU's by wall time on the processes using it;
+        a CPU-class source's by CPU time, by wall time where no sample used CPU."""
+        return (self.gpu or self.wall or self.cpu) if gpu else (self.cpu or self.wall)
 
 
 class Ledger:
@@ -307,6 +324,22 @@ class Ledger:
                 return w
         return None
 
+    def account(self, w: dict[str, Any]) -> WindowAccount:
+        """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
+        view of a window is built from. One still open ends, for now, at the last tick."""
+        end = w["end_ns"] if w["end_ns"] is not None else (self.last_ns or w["start_ns"])
+        zero = (0.0,) * self.n
+        return WindowAccount(
+            name=str(w["name"]), index=w["index"], depth=w.get("depth", 0), pid=w.get("pid"),
+            start_ns=w["start_ns"], end_ns=end, sources=tuple(self.source_ids), machine_j=tuple(w["energy"]),
+            program_j=PolicyPair(share=tuple(w.get("program") or zero), all=tuple(w.get("program_all") or zero)),
+            estimated=any(src.get("method") == "estimated" for src in self.sources), done=bool(w.get("done")),
+            loop=tuple((w.get("loop") or {}).items()))
+
+    def accounts(self) -> list[WindowAccount]:
+        """Every window's account, in the order they began."""
+        return [self.account(w) for w in self.windows]
+
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
         self._drain(final=True)
@@ -456,24 +489,30 @@ class Ledger:
         return min(1.0 - phi_own, (d_prog + pool / ranks) / capacity)
 
     def _charge(self, a: Tick, b: Tick) -> None:
+        """Charge the interval [a, b]: the machine's energy, the program's part of it spread over the
+        samples that overlap it, energyprof's part, what is no one's, and the windows open in it."""
         lo, hi = a.t_ns, b.t_ns
-        dt = hi - lo
-        if dt <= 0:
+        if hi <= lo:
             return
         de = self._deltas(a, b)
-        n = self.n
-        for i in range(n):
+        for i in range(self.n):
             self.total[i] += de[i]
         parts = self._program_parts(a, b, de) if any(de) else None
         self._iv = {}
+        weights = self._weights(lo, hi)
+        if weights.seen:
+            self.timeline.note_stacks(lo, weights.seen)
+        if parts is not None:
+            self._charge_program(lo, hi, de, parts, weights)
+        self._charge_windows(lo, hi, de, parts)
 
-        # Weights are kept per (stack, process): a stack may recur in processes that come and go
-        # (each epoch's DataLoader worker N has the same stacks), and each is charged for its own.
-        cpu_w: dict[tuple[int, int], float] = {}
-        wall_w: dict[tuple[int, int], float] = {}
-        gpu_w: dict[tuple[int, int], float] = {}
-        main_w: dict[tuple[int, int], float] = {}  # main threads that used CPU in the interval, by wall time
-        any_w: dict[int, float] = {}
+    def _weights(self, lo: int, hi: int) -> _Weights:
+        """How much each waiting sample weighs in [lo, hi], by the part of its span inside it.
+
+        Weights are kept per (stack, process): a stack may recur in processes that come and go
+        (each epoch's DataLoader worker N has the same stacks), and each is charged for its own."""
+        w = _Weights({}, {}, {}, {}, {})
+        cpu_w, wall_w, gpu_w, main_w, seen = w
         gpu_procs = self.gpu_procs
         for s in self._pending:
             t0, t1, sid, cpu, main, _, proc = s
@@ -494,60 +533,73 @@ class Ledger:
                     wall_w[key] = wall_w.get(key, 0.0) + ov
                 if cpu:
                     main_w[key] = main_w.get(key, 0.0) + ov
-            any_w[sid] = any_w.get(sid, 0.0) + ov
-        if any_w:
-            self.timeline.note_stacks(lo, any_w)
+            seen[sid] = seen.get(sid, 0.0) + ov
+        return w
 
-        if not any(de):
-            self._charge_windows(lo, hi, de, parts)
-            return
-        assert parts is not None
-        prog_share_sum = prog_all_sum = 0.0
-        # Samples are prorated over their spans, which straddle the ticks: an interval's samples may
-        # hold from about half to twice its CPU, and the fold scales them to it. Beyond that the CPU
-        # was one no sample saw, and the samples keep no more than CARRY_LIMIT times their worth.
+    def _carried(self, cpu_w: dict[tuple[int, int], float]) -> float:
+        """The fraction of the program's CPU in the interval that its samples may carry.
+
+        Samples are prorated over their spans, which straddle the ticks: an interval's samples may
+        hold from about half to twice its CPU, and the fold scales them to it. Beyond that the CPU
+        was one no sample saw, and the samples keep no more than CARRY_LIMIT times their worth."""
         carried_ns = sum(cpu_w.values())
-        carried = CARRY_LIMIT * carried_ns / self._d_proc if self._d_proc > CARRY_LIMIT * carried_ns else 1.0
-        for i in range(n):
-            d = de[i]
+        return CARRY_LIMIT * carried_ns / self._d_proc if self._d_proc > CARRY_LIMIT * carried_ns else 1.0
+
+    def _charge_program(self, lo: int, hi: int, de: list[float], parts: list[tuple[float, float, float, float]],
+                        weights: _Weights) -> None:
+        """Each source's part of the interval: energyprof's and no one's booked, the program's spread
+        over its samples (CPU-class energy by CPU time, to wall time only where nothing of the program
+        used CPU in the interval; GPU energy by wall time, to the processes using the GPU)."""
+        carried = self._carried(weights.cpu)
+        prog_share_sum = prog_all_sum = 0.0
+        for i, d in enumerate(de):
             if d == 0.0:
                 continue
             prog_share, own_share, prog_all, cf = parts[i]
-            # CPU-class energy goes by CPU time, to wall time only where nothing of the program
-            # used CPU in the interval; GPU energy by wall time, to the processes using the GPU.
-            weights = (gpu_w or wall_w or cpu_w) if self.gpu[i] else (cpu_w or wall_w)
-            self.own_share[i] += own_share
-            self.own_all[i] += own_share  # energyprof's part is the fraction of the machine it used, either way
-            self.idle_all[i] += remainder(d, prog_all + own_share)
+            self._book_outside(i, d, prog_share, own_share, prog_all)
             prog_share_sum += prog_share
             prog_all_sum += prog_all
-            self.idle[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
-            if weights is cpu_w and carried < 1.0:
-                # Samples carry under 1/CARRY_LIMIT of the CPU the program's clocks counted in the
-                # interval (work before the sampler's first tick or after its last, a thread it never
-                # saw). The rest goes by wall time to the main threads that used CPU in the interval,
-                # else to the root: never onto the few samples that carried some (a departing
-                # thread's last 0.1 ms would take a whole interval's share), nor to a thread that
-                # used no CPU.
-                lost = 1.0 - carried
-                lost_share, lost_all = prog_share * (1.0 - cf) * lost, prog_all * (1.0 - cf) * lost
-                if main_w:
-                    self._spread(main_w, i, lost_share, lost_all, 0.0)
-                else:
-                    self.root_share[i] += lost_share
-                    self.root_all[i] += lost_all
-                    self._note_interval(None, i, lost_share, lost_all)
-                kept_share, kept_all = prog_share - lost_share, prog_all - lost_all
-                cf = prog_share * cf / kept_share if kept_share > 0 else 0.0
-                prog_share, prog_all = kept_share, kept_all
-            if not weights:
-                self.root_share[i] += prog_share
-                self.root_all[i] += prog_all
-                self._note_interval(None, i, prog_share, prog_all)
-                continue
-            self._spread(weights, i, prog_share, prog_all, cf)
+            w = weights.for_source(self.gpu[i])
+            if w is weights.cpu and carried < 1.0:
+                prog_share, prog_all, cf = self._charge_unseen_cpu(i, weights.main, prog_share, prog_all, cf,
+                                                                   1.0 - carried)
+            if w:
+                self._spread(w, i, prog_share, prog_all, cf)
+            else:
+                self._charge_root(i, prog_share, prog_all)
         self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
-        self._charge_windows(lo, hi, de, parts)
+
+    def _book_outside(self, i: int, d: float, prog_share: float, own_share: float, prog_all: float) -> None:
+        """What of source i's `d` joules is not the program's: energyprof's part (the fraction of the
+        machine it used, under either policy) and the rest, no one's (idle, other processes)."""
+        self.own_share[i] += own_share
+        self.own_all[i] += own_share
+        self.idle_all[i] += remainder(d, prog_all + own_share)
+        self.idle[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
+
+    def _charge_unseen_cpu(self, i: int, main_w: dict[tuple[int, int], float], prog_share: float, prog_all: float,
+                           child_frac: float, lost: float) -> tuple[float, float, float]:
+        """The program's CPU that its samples do not carry (under 1/CARRY_LIMIT of what its clocks
+        counted: work before the sampler's first tick or after its last, a thread it never saw).
+
+        Its `lost` fraction goes by wall time to the main threads that used CPU in the interval, else
+        to the root: never onto the few samples that carried some (a departing thread's last 0.1 ms
+        would take a whole interval's share), nor to a thread that used no CPU. Returns what is left
+        for the samples: (share, all, the children's fraction of it)."""
+        lost_share, lost_all = prog_share * (1.0 - child_frac) * lost, prog_all * (1.0 - child_frac) * lost
+        if main_w:
+            self._spread(main_w, i, lost_share, lost_all, 0.0)
+        else:
+            self._charge_root(i, lost_share, lost_all)
+        kept_share, kept_all = prog_share - lost_share, prog_all - lost_all
+        kept_child_frac = prog_share * child_frac / kept_share if kept_share > 0 else 0.0
+        return kept_share, kept_all, kept_child_frac
+
+    def _charge_root(self, i: int, e_share: float, e_all: float) -> None:
+        """The program's energy that no sample carries: its root's own."""
+        self.root_share[i] += e_share
+        self.root_all[i] += e_all
+        self._note_interval(None, i, e_share, e_all)
 
     def _note_interval(self, proc: int | None, i: int, e_share: float, e_all: float) -> None:
         """What a process (None: no sample carried it) was charged in the interval being charged,

@@ -8,7 +8,8 @@ from ..facts.profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED
                        Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
-from ..facts.policy import check_policy
+from ..facts.policy import IdlePolicy, WindowAccount, check_policy
+from ..facts.policy import other as other_policy
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
@@ -130,16 +131,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     children = [dict(c) for c in child_processes]
     processes = _processes(ledger, policy, children)
     rank_of = {p.pid: p.rank for p in processes}
-    windows = []
-    for w in ledger.windows:
-        end = w["end_ns"] if w["end_ns"] is not None else (ledger.last_ns or start)
-        windows.append(Window(name=str(w["name"]), index=w["index"], depth=w.get("depth", 0),
-                              start_s=(w["start_ns"] - start) / 1e9, end_s=(end - start) / 1e9,
-                              time_s=(end - w["start_ns"]) / 1e9, energy_j=joules(w["energy"]),
-                              program_energy_j=joules(w.get("program" if share else "program_all") or []),
-                              other_policy_program_energy_j=joules(w.get("program_all" if share else "program") or []),
-                              loop=dict(w.get("loop") or {}),
-                              pid=w.get("pid"), rank=rank_of.get(w.get("pid"))))
+    windows = [window_record(a, policy, start, rank_of.get(a.pid)) for a in ledger.accounts()]
     all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
                       "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
     if ledger.wait_cpu_moved_ns:
@@ -240,3 +232,12 @@ def _timeline(ledger: Ledger, start: int) -> dict[str, Any]:
     out["functions"] = functions
     out["active"] = active
     return out
+
+
+def window_record(a: WindowAccount, policy: IdlePolicy, start_ns: int, rank: int | None = None) -> Window:
+    """The profile's Window of one window's account: times from the run's start, the program's
+    part under the run's policy with the other's beside it."""
+    return Window(name=a.name, index=a.index, depth=a.depth, start_s=(a.start_ns - start_ns) / 1e9,
+                  end_s=(a.end_ns - start_ns) / 1e9, time_s=a.time_s, energy_j=a.machine(),
+                  program_energy_j=a.program(policy), other_policy_program_energy_j=a.program(other_policy(policy)),
+                  loop=dict(a.loop), pid=a.pid, rank=rank)

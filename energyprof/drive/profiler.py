@@ -157,8 +157,8 @@ class Profiler:
         """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
         import tempfile
 
-        from ..collect.kernels.capture import KernelCapture
-        from ..collect.kernels.capture import register
+        from ..agent.kernel_capture import KernelCapture
+        from ..agent.kernel_capture import register
 
         self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"), steps=self.options.gpu_kernel_steps)
         self._kernels.start()
@@ -170,7 +170,7 @@ class Profiler:
         from ..collect.kernels.capture import attach_kernels
         from ..collect.kernels.capture import read_spans
         from ..collect.kernels.capture import read_traces
-        from ..collect.kernels.capture import register
+        from ..agent.kernel_capture import register
 
         cap, self._kernels = self._kernels, None
         assert cap is not None
@@ -329,10 +329,9 @@ class Profiler:
             m.complete, m.note = False, "the window never reached the ledger"
             return
         with self._collector_lock():
-            end = w["end_ns"] if w["end_ns"] is not None else led.last_ns or w["start_ns"]
-            self._fill(m, (end - w["start_ns"]) / 1e9, w["energy"],
-                       w.get("program" if self.options.idle == "share" else "program_all") or [0.0] * led.n)
-            m.complete = bool(w.get("done"))
+            account = led.account(w)
+        self._fill(m, account.time_s, list(account.machine_j), list(account.program_j.pick(self.options.idle)))
+        m.complete = account.done
         if not m.complete:
             m.note = f"not every interval of the window was charged within {WINDOW_WAIT_S:g} s: figures so far"
 

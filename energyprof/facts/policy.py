@@ -9,7 +9,10 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+if TYPE_CHECKING:
+    from .account import WindowAccount as WindowAccount
 
 IdlePolicy = Literal["share", "all"]
 #: Every policy, the default first.
@@ -85,3 +88,14 @@ def cpu_share(proc_ns: float, busy_ns: float, capacity_ns: float) -> float:
     proc = max(0.0, proc_ns)
     denom = max(proc, busy_ns, IDLE_FLOOR * capacity_ns)
     return min(1.0, proc / denom) if denom > 0 else 0.0
+
+
+def __getattr__(name: str) -> Any:
+    """`WindowAccount`, the ledger's account of a window, is read from here as well; it is a dataclass,
+    so it lives in facts/account.py and is imported on first use: the command line's `--help` reads
+    this module's vocabulary and imports no dataclasses (`dataclasses` brings `inspect`, `ast`, `dis`)."""
+    if name == "WindowAccount":
+        from .account import WindowAccount
+
+        return WindowAccount
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

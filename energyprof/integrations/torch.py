@@ -293,7 +293,7 @@ class TrackedLoader:
                     arrived, t_batch = t_batch, None
                     self._finish_step(prof, compute_w, step, epoch, wait_ns, t - arrived, meta)
                 step = self._next_step
-                kernels = sys.modules.get("energyprof.collect.kernels.capture")  # --gpu-kernel-steps' cue, if loaded
+                kernels = sys.modules.get("energyprof.agent.kernel_capture")  # --gpu-kernel-steps' cue, if loaded
                 if kernels is not None:
                     kernels.step()
                 if prof is not None:

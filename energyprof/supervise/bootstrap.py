@@ -31,8 +31,8 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         "sync": options.sync or "",
         "gpu_kernels": "1" if options.gpu_kernels else "0",
         "gpu_kernel_steps": options.gpu_kernel_steps or "",
-        # what a window's Measurement needs (supervise/job.py writes its energies back)
-        "idle": options.idle,
+        # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
+        # under the run's idle policy: the agent holds no policy of its own)
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
         "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
     }

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..collect import probes
+from ..core.feed import Clock, HeldTicks
 from ..core.ledger import Ledger
+from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
@@ -57,7 +59,7 @@ class Proc:
     sids: dict[int, int] = field(default_factory=dict)  # local stack id -> global stack id
     cur: tuple[int, int, int] = (0, 0, 0)  # the current T record: t0, t1, rss
     allocations: list = field(default_factory=list)  # memory=exact: (global frame id or None, bytes)
-    hist: deque = field(default_factory=deque)  # (t, cpu_ns, own_ns, rss) points of its clock
+    hist: Clock = field(default_factory=lambda: Clock(counters=2, levels=1, before=(0, 0, 0)))  # (t, cpu, own, rss)
     watermark: int = 0
     last_data: int = 0
     ended: bool = False  # no more samples will come
@@ -84,8 +86,9 @@ class Proc:
 
 class JobFeed:
     def __init__(self, ledger: Ledger, spool: str, follow_children: bool = True, children: bool = True,
-                 rss: bool = True) -> None:
+                 rss: bool = True, policy: IdlePolicy = DEFAULT_POLICY) -> None:
         self.ledger = ledger
+        self.policy = check_policy(policy)  # the run's one idle policy: a window's figures go back under it
         self.table = ledger.stacks
         self.units = UnitWindows(ledger, self.table)  # a window per run of a Ray or Dask task
         self.spool = spool
@@ -96,8 +99,8 @@ class JobFeed:
         self.procs: dict[int, Proc] = {}
         self.readers: dict[str, Proc] = {}
         self.notes: list[dict[str, Any]] = []
-        self._raw: deque[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int], int,
-                               int]] = deque()
+        self._raw: HeldTicks[tuple[int, tuple[float | None, ...], dict[str, float] | None, int, int, dict[int, int],
+                                   int, int]] = HeldTicks(lambda raw: raw[0], max_hold_ns=None)  # MAX_LAG_NS is in the bound
         self._seen: dict[int, int] = {}  # pid -> when /proc first showed it without a stream
         self._last_scan = 0
         self._last_walk = 0
@@ -123,10 +126,10 @@ class JobFeed:
         if self.peers_root is not None and now - self._last_peers >= DESCENDANTS_NS:
             self._last_peers = now
             self._read_peers(self.peers_root)
-        self._raw.append((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
+        self._raw.add((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
         self._release(self._bound(now))
         if self._replies:
-            self._replies = reply_windows(self.spool, self.ledger, self._replies)
+            self._replies = reply_windows(self.spool, self.ledger, self._replies, self.policy)
 
     def finish(self) -> None:
         """The program has ended: read what is left, charge everything, close the books."""
@@ -311,7 +314,7 @@ class JobFeed:
                 elif kind == wire.TICK:
                     t0, t1 = int(r[1]), int(r[2])
                     cpu, own, rss = int(r[3]), int(r[4]), int(r[5])
-                    p.hist.append((t1, cpu, own, rss))
+                    p.hist.add(t1, cpu, own, rss)
                     p.cpu_ns, p.own_ns, p.rss = cpu, own, rss
                     if t1 > p.watermark:
                         p.watermark = t1
@@ -419,7 +422,8 @@ class JobFeed:
         p.pframe, p.placed, p.synthetic_sid = None, False, -1
         # From where its agent's last tick left it: the CPU the new program spent while it was
         # silent is its own, not lost.
-        p.synthetic_t, p.sampled_ns = (p.hist[-1][0], p.hist[-1][1]) if p.hist else (p.t_start, 0)
+        last = p.hist.last
+        p.synthetic_t, p.sampled_ns = (last[0], last[1]) if last is not None else (p.t_start, 0)
         p.cpu_ns = st.cpu_ns
 
     def _read_non_python(self, t: int) -> tuple[dict[int, int], int]:
@@ -474,50 +478,28 @@ class JobFeed:
         return bound
 
     def _release(self, bound: int | None) -> None:
-        raw = self._raw
-        led = self.ledger
-        while raw and (bound is None or raw[0][0] <= bound):
-            t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, peers = raw.popleft()
+        """Hand the readings up to `bound` (None: all, at the end) to the ledger as the job's Ticks."""
+        procs = self.procs.values()
+        final = bound is None
+        for t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, peers in self._raw.release(bound, final):
             cpu = own = 0
             rss = nonpy_rss
-            for p in self.procs.values():
+            for p in procs:
                 if not p.python:
                     cpu += nonpy.get(p.pid, 0)
                     continue
-                c, o, r = self._clock_at(p, t)
+                c, o, r = p.hist.at(t) if p.hist else (p.cpu_ns, p.own_ns, 0)
                 cpu += c
                 own += o
                 if not p.ended or t <= p.watermark:
                     rss += r
             cpu += sup_cpu
             own += sup_cpu
-            if bound is None and not raw and self._final_cpu is not None:
+            if final and not self._raw and self._final_cpu is not None:
                 cpu = max(cpu, self._final_cpu + sup_cpu)
-            led.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share, peers))
-            for p in self.procs.values():
-                h = p.hist
-                while len(h) >= 2 and h[1][0] <= t:
-                    h.popleft()
-
-    @staticmethod
-    def _clock_at(p: Proc, t: int) -> tuple[int, int, int]:
-        """(CPU, sampler CPU, RSS) of a process at time t, interpolated between its ticks."""
-        h = p.hist
-        if not h:
-            return p.cpu_ns, p.own_ns, 0
-        a = h[0]
-        if t < a[0]:
-            return 0, 0, 0  # before its sampler's first tick
-        b = None
-        for point in h:
-            if point[0] >= t:
-                b = point
-                break
-            a = point
-        if b is None:
-            return a[1], a[2], a[3]
-        f = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 1.0
-        return int(a[1] + (b[1] - a[1]) * f), int(a[2] + (b[2] - a[2]) * f), a[3]
+            self.ledger.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share, peers))
+            for p in procs:
+                p.hist.forget_before(t)
 
     # -- the processes table ---------------------------------------------------------------
     def _note_processes(self) -> None:
@@ -534,12 +516,15 @@ class JobFeed:
         return p.exception if p is not None else None
 
 
-def window_reply(ledger: Ledger, w: dict[str, Any]) -> str:
-    """One charged window's figures as a line of the back-channel."""
-    estimated = any(src.get("method") == "estimated" for src in ledger.sources)
-    return wire.reply(w["start_ns"], w["end_ns"], estimated, list(ledger.source_ids), w["energy"],
-                      w.get("program") or [], w.get("program_all") or [])
-def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]]) -> list[tuple[int, dict[str, Any]]]:
+def window_reply(account: WindowAccount, policy: IdlePolicy) -> str:
+    """One charged window's figures as a line of the back-channel: the program's part under the
+    run's one policy, so the agent that reads it chooses nothing."""
+    return wire.reply(account.start_ns, account.end_ns, account.estimated, account.sources, account.machine_j,
+                      account.program_j.pick(policy))
+
+
+def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str, Any]]],
+                  policy: IdlePolicy) -> list[tuple[int, dict[str, Any]]]:
     """Hand each charged window's figures back to the process that opened it: one line in
     `<spool>/<pid>.windows` (read by the agent's Measurement); returns the windows still waiting."""
     left = []
@@ -548,7 +533,7 @@ def reply_windows(spool: str, ledger: Ledger, waiting: list[tuple[int, dict[str,
         if not w.get("done"):
             left.append((pid, w))
             continue
-        lines.setdefault(pid, []).append(window_reply(ledger, w))
+        lines.setdefault(pid, []).append(window_reply(ledger.account(w), policy))
     for pid, text in lines.items():
         try:
             with open(os.path.join(spool, f"{pid}{wire.REPLY_SUFFIX}"), "ab") as fh:

@@ -74,7 +74,7 @@ class Supervisor:
             found, ledger = open_sources(o)
             self.discovery_notes = found.notes
             feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
-                           rss=o.memory != "off")
+                           rss=o.memory != "off", policy=o.idle)
             rank = self.extra_meta.get("distributed")
             if isinstance(rank, dict) and rank.get("local_world_size", 1) > 1:  # one rank of several on this node
                 ledger.node_ranks, feed.peers_root = int(rank["local_world_size"]), os.getppid()

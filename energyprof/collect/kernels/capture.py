@@ -1,33 +1,25 @@
-"""`--gpu-kernels`: the PyTorch profiler (Kineto) inside the profiled process, its trace handed to the supervisor.
-
-The agent (stdlib only) imports this module, and so torch, only when the flag is given, in the
-program's main process. The profiler records CPU operators, the CUDA/ROCm runtime calls and the
-device records, with Python stacks, from the program's start to its exit (the whole run: Kineto
-keeps its records in memory, so a long run pays for them; the report says so). At exit the trace
-is written into the run's spool folder with the clock pair that ties it to energyprof's clock;
-the supervisor reads it before removing the folder (`read_traces`).
+"""`--gpu-kernels`, the supervisor's side: whether the flag can run here, the traces the program's
+processes left (agent/kernel_capture.py runs the PyTorch profiler inside the program and writes
+them, with the clock pair that ties each to energyprof's clock), and their kernels' joules moved
+onto the launching lines.
 
 Clocks: Kineto stamps host events on the Unix clock (`baseTimeNanoseconds + ts`), and CUPTI /
-roctracer bring the device's timestamps onto it. energyprof stamps everything on perf_counter_ns.
-`kineto.clock_offset` reads both clocks in a bracket and keeps the narrowest: the offset's error
-is that bracket's half-width, well under a microsecond on an idle machine.
+roctracer bring the device's timestamps onto it. energyprof stamps everything on perf_counter_ns;
+the clock pair written beside each trace gives the offset and its error.
 """
 
 from __future__ import annotations
 
-import atexit
 import importlib.util
 import json
 import os
-import time
 from typing import Any
 
+from ...agent.kernel_capture import CLOCK_SUFFIX, TRACE_SUFFIX
 from . import kineto
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-TRACE_SUFFIX = ".kineto.json"
-CLOCK_SUFFIX = ".kineto-clock.json"
 DEVICE_NODES = ("dev/nvidiactl", "dev/kfd", "dev/dxg")  # NVIDIA, AMD (ROCm), WSL; under $ENERGYPROF_DEV_ROOT (default /)
 DEV_ROOT_ENV = "ENERGYPROF_DEV_ROOT"  # a fake device tree, as ENERGYPROF_POWERCAP_ROOT is a fake powercap tree
 
@@ -41,101 +33,6 @@ def unavailable() -> str | None:
     if not any(os.path.exists(os.path.join(root, p)) for p in DEVICE_NODES):
         return "--gpu-kernels: no GPU on this machine (no NVIDIA or AMD device node); leave the flag out"
     return None
-
-
-class KernelCapture:
-    """torch.profiler in this process, its trace written to `folder`: over the process's life, or,
-    with `steps` (EVERY:ACTIVE[:WINDOWS]), only over ACTIVE steps of every EVERY, each window its own
-    trace with its span on energyprof's clock. The profiler is per thread: it is started and stopped
-    where the steps are marked (`step`, called by energyprof.torch.track in the training loop)."""
-
-    def __init__(self, folder: str, activities: Any = None, steps: str | None = None) -> None:
-        from ...setup.options import parse_kernel_steps
-
-        self.folder = folder
-        self.activities = activities
-        self.schedule = parse_kernel_steps(steps) if steps else None
-        self.prof: Any = None
-        self.path = os.path.join(folder, f"{os.getpid()}{TRACE_SUFFIX}")
-        self.steps = 0  # steps marked so far
-        self.windows = 0  # windows begun
-        self.t_start = 0
-        self.live = False
-
-    def _begin(self) -> None:
-        from torch.profiler import ProfilerActivity, profile
-
-        acts = self.activities
-        if acts is None:
-            acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]  # ROCm builds report through the CUDA activity
-        self.prof = profile(activities=acts, with_stack=True, record_shapes=False)
-        self.t_start = time.perf_counter_ns()
-        self.prof.start()
-
-    def start(self) -> None:
-        self.live = True
-        if self.schedule is None:
-            self._begin()
-        atexit.register(self.stop)
-
-    def step(self) -> None:
-        """A step begins: open or close a window on the schedule (nothing for the whole-run profiler)."""
-        if self.schedule is None or not self.live:
-            return
-        every, active, windows = self.schedule
-        n, self.steps = self.steps, self.steps + 1
-        if self.prof is not None and n % every == active:
-            self._end()
-        if self.prof is None and n % every == 0 and (not windows or self.windows < windows):
-            self.windows += 1
-            self._begin()
-
-    def _end(self) -> str | None:
-        prof, self.prof = self.prof, None
-        if prof is None:
-            return None
-        prof.stop()
-        t_end = time.perf_counter_ns()
-        offset, error = kineto.clock_offset()
-        path = self.path if self.schedule is None else self.path[: -len(TRACE_SUFFIX)] + f".w{self.windows}{TRACE_SUFFIX}"
-        part = path + ".part"
-        prof.export_chrome_trace(part)
-        os.replace(part, path)
-        clock: dict[str, Any] = {"unix_minus_perf_ns": offset, "error_ns": error}
-        if self.schedule is not None:
-            clock["span_ns"] = [self.t_start, t_end]
-        with open(path[: -len(TRACE_SUFFIX)] + CLOCK_SUFFIX, "w", encoding="utf-8") as fh:
-            json.dump(clock, fh)
-        return path
-
-    def stop(self) -> str | None:
-        """Stop and write the (last) trace and its clock pair; the trace's path (None if none was open)."""
-        self.live = False
-        return self._end()
-
-
-_capture: KernelCapture | None = None
-
-
-def start_capture(folder: str, steps: str | None = None) -> KernelCapture:
-    """The agent's entry: start the profiler in this process (once)."""
-    global _capture
-    if _capture is None:
-        _capture = KernelCapture(folder, steps=steps)
-        _capture.start()
-    return _capture
-
-
-def register(capture: KernelCapture | None) -> None:
-    """The in-process Profiler's capture, so that marked steps reach it (None: unset)."""
-    global _capture
-    _capture = capture
-
-
-def step() -> None:
-    """A training step begins (energyprof.torch.track calls this): the scheduled profiler's cue."""
-    if _capture is not None:
-        _capture.step()
 
 
 def read_spans(folder: str) -> list[tuple[int, int]]:

@@ -10,7 +10,7 @@ Times: Kineto writes `ts`/`dur` in microseconds (floats with ns digits). Traces 
 `baseTimeNanoseconds` give Unix time as `baseTimeNanoseconds + ts * 1000`; older ones wrote Unix
 microseconds directly. Both read here as `ts * 1000` ns on the trace's own clock; `unix_base_ns`
 says how to reach Unix time. Aligning that clock with a power log is the caller's job (see
-`clock_offset` for the in-process case and docs/gpu.md).
+`agent/kernel_capture.py`'s `clock_offset` for the in-process case and docs/gpu.md).
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -200,23 +199,4 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def clock_offset(rounds: int = 64, clock: Callable[[], int] = time.time_ns,
-                 reference: Callable[[], int] = time.perf_counter_ns) -> tuple[int, int]:
-    """(offset_ns, error_ns) with `clock() ~= reference() + offset_ns`, the error the half-width of
-    the narrowest bracket seen: read `reference`, `clock`, `reference`, keep the tightest pair.
-
-    The profiler stamps host events on the system (Unix) clock; energyprof stamps everything on
-    perf_counter_ns. Reading both in a bracket bounds the offset by the bracket's width, typically
-    well under a microsecond; the GPU's own timestamps are brought to the host clock by CUPTI /
-    roctracer, whose error is theirs and is not added here."""
-    best: tuple[int, int] | None = None
-    for _ in range(max(1, rounds)):
-        a = reference()
-        c = clock()
-        b = reference()
-        half = (b - a) // 2
-        if best is None or half < best[1]:
-            best = (c - (a + half), half)
-    assert best is not None
-    return best
 
