@@ -46,6 +46,9 @@ _STRICTLY_POSITIVE = {"sensor_interval", "checkpoint_interval", "sensor_timeout"
 
 @dataclass
 class Options:
+    """A run's options, validated on creation: the CLI's long flags as fields (`--sensor-interval` is
+    `sensor_interval`)."""
+
     output: str | None = None
     json: str | None = None
     speedscope: str | None = None
