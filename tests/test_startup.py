@@ -113,3 +113,19 @@ def test_a_run_that_asks_for_nothing_builds_no_report(tmp_path: Path) -> None:
     assert "energyprof.supervise.supervisor" in imported
     assert _heavy(imported, ("energyprof.analysis", "energyprof.render")) == []
     assert list(spool.iterdir()) == []
+
+
+@pytest.mark.parametrize("handler", [True, False], ids=["exit-handler", "none"])
+def test_the_exit_keeps_the_programs_status_and_runs_exit_handlers(tmp_path: Path, handler: bool) -> None:
+    """energyprof ends without Python's module teardown only when nothing is registered to run at exit:
+    a handler (MLflow's, coverage's) still runs, and the status is the program's either way."""
+    (tmp_path / "prog.py").write_text("print('out')\nraise SystemExit(3)\n")
+    code = ("import atexit, runpy, sys\n"
+            + ("atexit.register(lambda: print('handler ran', file=sys.stderr, flush=True))\n" if handler else "")
+            + "sys.argv = ['energyprof', '-q', '-o', 'r.html', 'prog.py']\n"
+            + "runpy.run_module('energyprof', run_name='__main__', alter_sys=True)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 3 and out.stdout == "out\n"
+    assert ("handler ran" in out.stderr) == handler
+    assert (tmp_path / "r.html").stat().st_size > 0
