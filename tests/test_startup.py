@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 import platform
 import re
@@ -15,6 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import energyprof
+from energyprof.carbon.intensity import _parse_time
 from energyprof.drive import meta
 
 REPO = Path(energyprof.__file__).resolve().parent.parent
@@ -25,7 +27,7 @@ HELP_NEVER = ("dataclasses", "inspect", "json", "socket", "ctypes", "subprocess"
               "energyprof.supervise", "energyprof.collect", "energyprof.core", "energyprof.analysis", "energyprof.render",
               "energyprof.output", "energyprof.store", "energyprof.engines")
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
-RUN_NEVER = ("socket", "platform", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
+RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
              "energyprof.collect.pagecache", "subprocess")
 
 HELP = """
@@ -129,3 +131,26 @@ def test_the_exit_keeps_the_programs_status_and_runs_exit_handlers(tmp_path: Pat
     assert out.returncode == 3 and out.stdout == "out\n"
     assert ("handler ran" in out.stderr) == handler
     assert (tmp_path / "r.html").stat().st_size > 0
+
+
+@given(st.one_of(st.floats(min_value=-2e9, max_value=4e9, allow_nan=False),
+                 st.builds(lambda s, f: s + f, st.integers(-2_000_000_000, 4_000_000_000),
+                           st.sampled_from([0.0, 5e-7, 1.5e-6, 2.5e-6, 0.9999995, 0.25]))))
+def test_started_at_is_datetimes_isoformat(ts: float) -> None:
+    assert meta.iso_utc(ts) == datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
+
+
+@given(st.datetimes(min_value=datetime.datetime(1, 1, 2), max_value=datetime.datetime(9999, 12, 30)))
+def test_a_utc_time_reads_back_as_datetime_reads_it(value: datetime.datetime) -> None:
+    text = value.replace(tzinfo=datetime.timezone.utc).isoformat()
+    assert _parse_time(text) == datetime.datetime.fromisoformat(text).timestamp()
+
+
+def test_other_times_are_left_to_datetime() -> None:
+    for bad in ("2024-02-30T00:00:00+00:00", "2023-02-29T12:00:00+00:00", "2024-13-01T00:00:00+00:00"):
+        with pytest.raises(ValueError):
+            _parse_time(bad)
+    assert _parse_time("2024-02-29T23:59:59.5Z") == datetime.datetime(2024, 2, 29, 23, 59, 59, 500000,
+                                                                      datetime.timezone.utc).timestamp()
+    assert _parse_time("2024-01-01T01:00:00+01:00") == datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+    assert _parse_time("1700000000.25") == 1700000000.25
