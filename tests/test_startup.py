@@ -119,8 +119,8 @@ def test_a_run_that_asks_for_nothing_builds_no_report(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("handler", [True, False], ids=["exit-handler", "none"])
 def test_the_exit_keeps_the_programs_status_and_runs_exit_handlers(tmp_path: Path, handler: bool) -> None:
-    """energyprof ends without Python's module teardown only when nothing is registered to run at exit:
-    a handler (MLflow's, coverage's) still runs, and the status is the program's either way."""
+    """energyprof ends without Python's module teardown, but not without what comes before it: a handler
+    registered to run at exit (MLflow's, coverage's) runs, output is flushed, the status is the program's."""
     (tmp_path / "prog.py").write_text("print('out')\nraise SystemExit(3)\n")
     code = ("import atexit, runpy, sys\n"
             + ("atexit.register(lambda: print('handler ran', file=sys.stderr, flush=True))\n" if handler else "")
