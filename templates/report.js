@@ -67,6 +67,48 @@
   var IDLE = "[other processes and idle]", OWN = "[energyprof]";
   var tree = data.chart.full;
   var PROGRAM = data.program_j || data.total_j || 1;
+  var t = data.table;
+  /* A file whole: its folder (shared by many) and the name the table shows (see _file_names in charts.py). */
+  function fileName(k) {
+    return t.dir[k] >= 0 ? t.dirs[t.dir[k]] + t.short[k] : t.full[String(k)];
+  }
+  /* The tree arrives without repeats (icicle_trace in charts.py): a label that is its row's function
+   * name is "", colours are indices into one palette, and each tooltip is built here from the arrays. */
+  function escape(t) { return t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); }
+  tree.labels = tree.labels.map(function (l, i) { return l || (tree.row[i] >= 0 ? escape(t.fn[tree.row[i]]) : l); });
+  ["colour_file", "colour_mix"].forEach(function (k) { tree[k] = tree[k].map(function (c) { return tree.palette[c]; }); });
+  function decodeColumn(col) { var f = Math.pow(10, col.exp); return col.v.map(function (v) { return v * f; }); }
+  var selfE = decodeColumn(tree.self_e);
+  tree.value_e = decodeColumn(tree.value_e);
+  tree.value_t = decodeColumn(tree.value_t);
+  // idle's and energyprof's boxes, which the idle switch leaves out (their names need no escaping)
+  var special = tree.labels.map(function (l) { return l === IDLE || l === OWN; });
+  var hasChildren = new Uint8Array(tree.parents.length);
+  tree.parents.forEach(function (p) { if (p >= 0) hasChildren[p] = 1; });
+  function halfEven(x) {  // Python's format rounds an exact half to even: the same "±2%" for 1,600 samples
+    var r = Math.round(x);
+    return (r - x === 0.5 && r % 2) ? r - 1 : r;
+  }
+  function hover(i) {
+    var key = String(i), r = tree.row[i], head = tree.head[key];
+    if (!head) {
+      if (tree.folded[key]) head = ["other: " + tree.folded[key] + " smaller call paths"];
+      else if (tree.kind[i] === 3) head = [tree.labels[i], hasChildren[i] ? "click to show its frames" : ""];
+      else {
+        var file = fileName(t.file[r]);
+        head = [escape(t.fn[r])].concat(file ? [escape(file + ":" + t.line[r])] : []);
+      }
+    }
+    var e = tree.value_e[i], time = tree.value_t[i], n = tree.samples[i];
+    var energy = tree.parents[i] < 0
+      ? "the program's energy " + fmtJ(data.program_j) + " (100%); the machine measured " + fmtJ(data.total_j)
+      : "energy " + fmtJ(e) + " (" + fmtPct(e, data.program_j) + " of the program's), self " + fmtJ(selfE[i]);
+    var parts = head.concat([energy, "time (summed over threads) " + fmtS(time) + " (" + fmtPct(time, tree.value_t[0] || 1) +
+      "), samples " + n + (n ? " \u00b1" + halfEven(100 / Math.sqrt(n)) + "%" : "")]);
+    if (tree.split[i] >= 0) parts.push(tree.splits[tree.split[i]]);
+    var text = parts.filter(function (p) { return p; }).join("<br>");
+    return tree.through[key] ? text + "<br>called through " + tree.through[key] : text;
+  }
   var hasGroups = tree.kind.indexOf(3) >= 0;
   if (!hasGroups) {
     collapse.disabled = true;
@@ -91,7 +133,7 @@
     for (var i = 0; i < n; i++) {
       var p = tree.parents[i], k = tree.kind[i];
       if (p >= 0 && dropped[p]) { dropped[i] = 1; continue; }
-      if (!idle.checked && (tree.names[i] === IDLE || tree.names[i] === OWN)) { dropped[i] = 1; drops.push([vis[p], values[i]]); continue; }
+      if (!idle.checked && special[i]) { dropped[i] = 1; drops.push([vis[p], values[i]]); continue; }
       if (fold && (k === 1 || k === 2) && tree.group[i] >= 0 && !expanded[tree.group[i]]) { vis[i] = vis[p]; continue; }
       var vp = p >= 0 ? vis[p] : -1;
       var key = vp + "|" + (k === 3 ? "g" + tree.labels[i] : tree.row[i] >= 0 ? "r" + tree.row[i] : "n" + i);
@@ -99,7 +141,7 @@
       if (v === undefined) {
         v = byKey[key] = out.ids.length;
         out.ids.push("b" + v); out.parents.push(vp >= 0 ? "b" + vp : ""); out.labels.push(tree.labels[i]);
-        out.hovertext.push(tree.hovertext[i]); out.values.push(0); out.colours.push(colours[i]);
+        out.hovertext.push(hover(i)); out.values.push(0); out.colours.push(colours[i]);
         out.members.push([]); out.rows.push(tree.row[i]); out.kinds.push(k);
       }
       out.values[v] += values[i];
@@ -129,7 +171,6 @@
    * side by side when they fit. A group box says its package on a line of its own. */
   var CHAR_PX = 6.6, LINE_PX = 14;
   function unescape(t) { return t.replace(/&lt;/g, "<").replace(/&gt;/g, ">").replace(/&amp;/g, "&"); }
-  function escape(t) { return t.replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;"); }
   function wrap(text, chars, lines) {
     var out = [], rest = text;
     while (rest.length > chars && out.length < lines - 1) {
@@ -227,6 +268,22 @@
 
   /* ------------------------------------------------------------ timeline */
   var tl = document.getElementById("timeline-plot");
+  /* The timeline arrives packed (packed_timeline in charts.py): shared time axes, shapes as rows. */
+  function unpackDicts(p) {
+    if (!p || Array.isArray(p)) return p;
+    if (p.whole) return p.whole;
+    return p.rows.map(function (row) {
+      var d = JSON.parse(JSON.stringify(p.common));
+      p.keys.forEach(function (k, j) { d[k] = p.choices[k] ? p.choices[k][row[j]] : row[j]; });
+      return d;
+    });
+  }
+  if (data.timeline) {
+    data.timeline.data.forEach(function (tr) { if (typeof tr.x === "number") tr.x = data.timeline.xs[tr.x]; });
+    ["shapes", "annotations"].forEach(function (k) {
+      if (data.timeline.layout[k]) data.timeline.layout[k] = unpackDicts(data.timeline.layout[k]);
+    });
+  }
   if (tl && data.timeline) Plotly.newPlot(tl, data.timeline.data, data.timeline.layout, CONFIG);
   (data.sweeps || []).forEach(function (s, i) {  /* sweeps inside the run: energy against time, front joined */
     var div = document.getElementById("sweep-" + i);
@@ -234,7 +291,6 @@
   });
 
   /* ------------------------------------------------------------ table */
-  var t = data.table;
   /* numeric columns arrive as {exp, v}: value = v * 10^exp (see scaled_column in html.py) */
   function decode(col) {
     var f = Math.pow(10, col.exp), out = new Float64Array(col.v.length);
@@ -281,6 +337,11 @@
   }
 
   var state = { key: "tot_e", desc: true, filter: "", page: 0, order: [], ownFirst: !!t.own };
+  /* Until a column is clicked, every function outside the user's code is folded under the library or import
+   * it spent the most self energy in (`groups`, largest first): the table opens on the user's own functions.
+   * A group's entry in the order is -(g + 1); a click on its row opens it. */
+  var groups = t.groups || { label: [] }, opened = {};
+  function folding() { return state.ownFirst && !state.filter && groups.label.length > 0; }
   var head = document.getElementById("fn-head");
   var body = document.getElementById("fn-body");
   var info = document.getElementById("page-info");
@@ -311,7 +372,7 @@
   function haystack() {
     if (!hay) {
       hay = new Array(rows);
-      for (var i = 0; i < rows; i++) hay[i] = (t.fn[i] + "\u0000" + t.files[t.file[i]]).toLowerCase();
+      for (var i = 0; i < rows; i++) hay[i] = (t.fn[i] + "\u0000" + fileName(t.file[i])).toLowerCase();
     }
     return hay;
   }
@@ -336,12 +397,31 @@
       if (x > y) return sign;
       return a - b;
     });
-    state.order = order;
+    state.order = folding() ? folded(order) : order;
     Array.prototype.forEach.call(head.children, function (th) {
       if (th.dataset.key === state.key) th.setAttribute("aria-sort", state.desc ? "descending" : "ascending");
       else th.removeAttribute("aria-sort");
     });
     draw();
+  }
+
+  /* The sorted order with each group's functions out of it, the group's row in their place (after the user's
+   * functions, before idle and energyprof), and an open group's functions beneath it by self energy. */
+  function folded(order) {
+    var mine = [], rest = [], last = [], members = groups.label.map(function () { return []; });
+    order.forEach(function (i) {
+      var g = t.group ? t.group[i] : -1;
+      if (g >= 0) members[g].push(i);
+      else if (t.special[i]) last.push(i);
+      else if (t.own[i]) mine.push(i);
+      else rest.push(i);
+    });
+    var out = mine;
+    members.forEach(function (m, g) {
+      out.push(-(g + 1));
+      if (opened[g]) out = out.concat(m.sort(function (a, b) { return t.self_e[b] - t.self_e[a] || a - b; }));
+    });
+    return out.concat(rest, last);
   }
 
   function draw() {
@@ -351,18 +431,30 @@
     var start = state.page * PAGE;
     var end = Math.min(order.length, start + PAGE);
     var frag = document.createDocumentFragment();
-    for (var r = start; r < end; r++) frag.appendChild(row(order[r]));
+    for (var r = start; r < end; r++) frag.appendChild(order[r] < 0 ? groupRow(-order[r] - 1) : row(order[r]));
     body.replaceChildren(frag);
-    info.textContent = order.length
-      ? "functions " + (start + 1) + "\u2013" + end + " of " + order.length + (order.length < rows ? " (filtered from " + rows + ")" : "")
-      : "no function matches";
+    info.textContent = !order.length ? "no function matches" : folding()
+      ? "rows " + (start + 1) + "\u2013" + end + " of " + order.length + ": your functions, then each library and import" +
+        " folded (a click opens one; a click on a column lists all " + rows + " functions)"
+      : "functions " + (start + 1) + "\u2013" + end + " of " + order.length +
+        (order.length < rows ? " (filtered from " + rows + ")" : "");
     document.getElementById("page-prev").disabled = state.page === 0;
     document.getElementById("page-next").disabled = state.page >= pages - 1;
   }
 
   /* Selecting a function (a table row or an icicle box): its row is marked, its boxes outlined,
    * and the spans in which it was on a stack are shaded on the timeline. */
-  var spans = data.spans || {};
+  /* Spans arrive as steps between indices into one sorted list of edges (packed_spans in charts.py). */
+  var spans = {};
+  Object.keys((data.spans && data.spans.rows) || {}).forEach(function (row) {
+    var steps = data.spans.lists[data.spans.rows[row]], at = 0, out = [];
+    for (var k = 0; k + 1 < steps.length; k += 2) {
+      var a = at + steps[k], b = a + steps[k + 1];
+      out.push([data.spans.edges[a], data.spans.edges[b]]);
+      at = b;
+    }
+    spans[row] = out;
+  });
   var baseShapes = (tl && data.timeline) ? (data.timeline.layout.shapes || []) : [];
   function selectRow(i, fromChart) {
     selectedRow = (selectedRow === i && !fromChart) ? null : i;
@@ -370,6 +462,10 @@
       r.classList.toggle("selected", selectedRow !== null && Number(r.dataset.row) === selectedRow);
     });
     if (fromChart && selectedRow !== null && !body.querySelector("tr.selected")) {
+      if (folding() && t.group[selectedRow] >= 0 && !opened[t.group[selectedRow]]) {
+        opened[t.group[selectedRow]] = true;  // its group was folded: open it
+        refresh();
+      }
       var at = state.order.indexOf(selectedRow);  // bring the row into the table's page
       if (at < 0) { state.filter = ""; search.value = ""; refresh(); at = state.order.indexOf(selectedRow); }
       if (at >= 0) { state.page = Math.floor(at / PAGE); draw(); }
@@ -400,8 +496,42 @@
       "Shaded: when " + t.fn[selectedRow] + " was on a stack (" + (spans[String(selectedRow)] || []).length + " spans).";
   }
 
+  /* A library's or import's row: the self energy of every frame that ran in it, and how many functions. */
+  function groupRow(g) {
+    var tr = el("tr", "group" + (opened[g] ? " open" : ""));
+    tr.dataset.group = g;
+    tr.tabIndex = 0;
+    tr.setAttribute("aria-expanded", opened[g] ? "true" : "false");
+    tr.title = "the energy of every frame that ran in " + groups.label[g] + " (their self energy); click to " +
+      (opened[g] ? "fold it" : "list its functions");
+    function toggle() { opened[g] = !opened[g]; refresh(); }
+    tr.addEventListener("click", toggle);
+    tr.addEventListener("keydown", function (ev) { if (ev.key === "Enter") toggle(); });
+    var n = groups.samples[g];
+    var cells = { self_e: fmtJ(groups.e[g]), self_p: fmtPercent(groups.p[g]), n: String(n),
+                  err: n > 0 ? "\u00b1" + Math.round(100 / Math.sqrt(n)) + "%" : "\u2013" };
+    columns.forEach(function (c) {
+      if (c.key === "fn") {
+        var td = el("td", "fn");
+        td.appendChild(el("span", "name group-name", (opened[g] ? "\u25be " : "\u25b8 ") + groups.label[g]));
+        td.appendChild(el("span", "where", groups.count[g] + (groups.count[g] === 1 ? " function" : " functions")));
+        tr.appendChild(td);
+        return;
+      }
+      var cell = el("td");
+      if (c.bar && maxSelf > 0) {
+        var bar = el("span", "bar");
+        bar.style.width = Math.max(1, Math.min(40, Math.round(40 * groups.e[g] / maxSelf))) + "px";
+        cell.appendChild(bar);
+      }
+      cell.appendChild(document.createTextNode(cells[c.key] || ""));
+      tr.appendChild(cell);
+    });
+    return tr;
+  }
+
   function row(i) {
-    var tr = el("tr", t.special[i] ? "special" : "");
+    var tr = el("tr", t.special[i] ? "special" : (folding() && t.group && t.group[i] >= 0 ? "member" : ""));
     tr.dataset.row = i;
     if (i === selectedRow) tr.classList.add("selected");
     tr.addEventListener("click", function () { selectRow(i, false); });
@@ -409,7 +539,7 @@
       if (c.key === "fn") {
         var td = el("td", "fn");
         td.appendChild(el("span", "name", t.fn[i]));
-        var file = t.files[t.file[i]];
+        var file = fileName(t.file[i]);
         if (file) {
           var w = el("span", "where", t.short[t.file[i]] + ":" + t.line[i]);
           w.title = file + ":" + t.line[i];

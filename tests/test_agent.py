@@ -264,6 +264,7 @@ def test_short_lived_threads_keep_their_cpu(here):
             while time.thread_time() - t0 < 0.010:
                 pass
             spent.append(time.thread_time() - t0)
+        time.sleep(0.05)  # the sampler's next tick sees `threading`: from then on every thread is counted
         for _ in range(150):
             t = threading.Thread(target=burn_in_thread)
             t.start()
@@ -284,10 +285,10 @@ def test_short_lived_threads_keep_their_cpu(here):
     # 10 ms thread is caught running (fewer times beside two CPU hogs): some, not a fixed share.
     joins = sum(n.cpu_time_s for n in p.find("_wait_for_tstate_lock"))
     assert joins <= 0.1 * spent, (joins, spent)
-    # The 150 threads run one target: one node, and the CPU of a thread that ended between two
-    # ticks (never caught running) goes to its target beneath it, so nearly all of it is there.
+    # The 150 threads run one target: one node that counts them, and the CPU of a thread that ended
+    # between two ticks (never caught running) goes to its target beneath it, so nearly all of it is there.
     groups = [n for n in p.root.children if n.function.startswith("[threads: ")]
-    assert [g.function for g in groups] == ["[threads: burn_in_thread]"], [g.function for g in groups]
+    assert [g.function for g in groups] == ["[threads: burn_in_thread x150]"], [g.function for g in groups]
     on_target = sum(n.cpu_time_s for n in groups[0].children if n.function == "burn_in_thread")
     assert on_target >= 0.9 * threads, (on_target, threads, spent, [(n.function, n.cpu_time_s) for n in groups[0].children])
 
@@ -326,8 +327,28 @@ def test_a_thread_named_with_a_lone_surrogate_does_not_stop_the_sampler(here):
     p = load(here / "p.json")
     assert p.function_totals("after") > 0
     assert sum(n.cpu_time_s for n in p.find("after")) >= 0.25  # 0.5 s of CPU on the main thread, sampled each 5 ms
-    assert any(n.function == "[threads: odd\\ud800\tname]" for n, _ in p.root.walk())  # shown as repr shows it
+    assert any(n.function == "[threads: odd\\ud800\tname x1]" for n, _ in p.root.walk())  # shown as repr shows it
     assert not [n for n in p.notes if "stopped early" in n["message"]]
+
+
+def test_a_thread_started_with_thread_module_is_known_by_what_it_runs(here):
+    script(here, "raw.py", """
+        import _thread, time
+        done = _thread.allocate_lock()
+        done.acquire()
+        def raw_spin():
+            end = time.thread_time() + 0.3
+            while time.thread_time() < end:
+                pass
+            done.release()
+        _thread.start_new_thread(raw_spin, ())
+        done.acquire()
+        print("done")
+    """)
+    same_as_plain(here, "raw.py")
+    groups = [n for n, _ in load(here / "p.json").root.walk() if n.function.startswith("[threads: ")]
+    # not its thread id, which differs in every run and makes one group per thread
+    assert [g.function for g in groups] == ["[threads: raw_spin x1]"], [g.function for g in groups]
 
 
 def test_fork_pool_workers_write_their_tail_before_os_exit(here):
@@ -428,7 +449,7 @@ def test_the_supervisor_reads_a_lost_span_as_a_note_and_stacks_by_their_own_ids(
     feed._read_streams()
     p = feed.procs[os.getpid()]
     table = feed.table
-    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.sids.items()}
+    names = {sid: [table.frames[f][0] for f in table.stacks[g]] for sid, g in p.ids.stacks.items()}
     assert names == {0: ["f"], 1: ["f", "g"]}
     assert [n["message"] for n in feed.notes] == [
         f"process {os.getpid()} could not write its samples for 2.500 s (measured; 4096 bytes dropped, a full disk"

@@ -243,7 +243,11 @@ def test_child_process_cpu_lands_under_the_waiting_stack(here):
     waiting = p.find("wait_for_child")[0]
     kids = [n for n, _ in waiting.walk() if n.function.startswith("[process ")]
     assert len(kids) == 1, [n.function for n, _ in waiting.walk()]
-    assert [c.function for c in kids[0].children] == ["<module>"]  # the child's own code, beneath it
+    # the child's own code beneath it: its module, and on a busy machine perhaps the interpreter's
+    # exit (threading's _shutdown) caught by a sample after the module ended
+    below = {c.function: c for c in kids[0].children}
+    assert "<module>" in below and set(below) <= {"<module>", "_shutdown"}, list(below)
+    assert below["<module>"].energy_j["cpu"] > 0.9 * kids[0].energy_j["cpu"]
     assert kids[0].energy_j["cpu"] > 0.5 * p.totals["attributed_j"]["cpu"]
     listed = processes(p)
     assert [c["role"] for c in listed] == ["main", "child"]

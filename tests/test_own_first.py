@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from energyprof.analysis.own import module_name, own_first
+from energyprof.analysis.own import home_groups, module_name, own_first
 from energyprof.analysis.report import build
 from energyprof.facts.profile import Node
 from energyprof.facts.profile import Profile
@@ -81,6 +81,36 @@ def test_the_console_opens_on_the_users_functions() -> None:
     assert "outside your code" in head and "[import: torch._dynamo]" in head and "[library: torch]" in head
 
 
+def test_a_group_counts_its_functions_and_knows_its_heaviest() -> None:
+    model = build(lenet_like())
+    by_label = {g.label: g for g in model.groups}
+    torch = by_label["[library: torch]"]
+    # SGD.__init__, the import machinery it entered (0 J there), Module._call_impl, conv2d and backward
+    assert torch.count == 5
+    conv2d = ("conv2d", f"{SITE}/torch/nn/functional.py", 1)
+    backward = ("backward", f"{SITE}/torch/_tensor.py", 1)
+    assert torch.heaviest(2) == [(conv2d, pytest.approx(24.0), 0), (backward, pytest.approx(20.0), 0)]
+    # a function in several groups folds once, under the one it spent the most in: importlib's
+    # _find_and_load spent 0.5 J in [import] and nothing inside torch or its import
+    home = home_groups(model.groups)
+    assert model.groups[home[("_find_and_load", BOOT, 1)]].label == "[import]"
+    assert model.groups[home[conv2d]].label == "[library: torch]"
+    assert not any(r.function in home for r in model.own)  # the user's functions are never folded
+    assert ("forward", "/proj/model.py", 1) not in home
+
+
+def test_the_console_gives_each_group_its_count_and_its_heaviest_functions_beneath() -> None:
+    lines = render_summary(build(lenet_like())).splitlines()
+    at = next(i for i, line in enumerate(lines) if "[library: torch]" in line)
+    assert lines[at].endswith("[library: torch] 5 functions")
+    beneath = lines[at + 1:at + 4]
+    assert [line.split()[-2] for line in beneath] == ["conv2d", "backward", "Module._call_impl"]
+    assert all(line.startswith("      ") and not line.startswith("       " * 3) for line in beneath)
+    assert "24 J" in beneath[0] and "torch/nn/functional.py:1" in beneath[0]
+    # the group's figure is the sum of its functions' self energy there: 1 + 2 x (4 + 12 + 10)
+    assert lines[at].split()[:2] == ["53", "J"]
+
+
 def test_module_names() -> None:
     assert module_name(f"{SITE}/torch/_dynamo/__init__.py") == "torch._dynamo"
     assert module_name(f"{SITE}/torch/nn/functional.py") == "torch.nn.functional"
@@ -139,6 +169,45 @@ def test_how_a_figure_was_made_is_in_methodology_not_above_the_chart() -> None:
     wait, checkpoint = page.index("0.642 CPU-s"), page.index("rebuilt from a checkpoint")
     assert wait > method  # jargon: in Methodology
     assert checkpoint < chart  # a warning that figures may be off stays above the chart
+
+
+@pytest.mark.browser
+def test_the_table_folds_libraries_and_imports_under_their_group_until_opened(tmp_path: Path,
+                                                                           request: pytest.FixtureRequest) -> None:
+    chromium = request.getfixturevalue("browser")
+    from energyprof.render.html import render_html
+
+    model = build(lenet_like())
+    path = tmp_path / "r.html"
+    path.write_text(render_html(model), encoding="utf-8")
+    page = Page(chromium)
+    page.open(path)
+    p = page.page
+    rows = "() => [...document.querySelectorAll('#fn-body tr')].map(r => [r.className, r.querySelector('.name').textContent])"
+    shown = p.evaluate(rows)
+    groups = [name for cls, name in shown if cls.startswith("group")]
+    # the user's functions, then one row per group, largest first, each with its count; nothing of torch's in between
+    assert [name for _, name in shown[:4]] == ["<module>", "main", "train_step", "forward"]
+    assert groups == ["\u25b8 " + g.label for g in model.groups]
+    assert not any(name in ("conv2d", "backward", "SGD.__init__") for _, name in shown)
+    torch = next(i for i, (_, name) in enumerate(shown) if name.endswith("[library: torch]"))
+    cells = p.eval_on_selector_all("#fn-body tr", "rs => rs.map(r => [...r.children].map(c => c.textContent))")[torch]
+    assert cells[0].endswith("5 functions") and cells[1].endswith("53 J")  # 1 + 2 x (4 + 12 + 10)
+    p.click(f"#fn-body tr >> nth={torch}")  # opens it: its functions beneath it by self energy
+    shown = p.evaluate(rows)
+    assert shown[torch] == ["group open", "\u25be [library: torch]"]
+    members = [name for cls, name in shown[torch + 1:] if cls == "member"]
+    assert members[:3] == ["conv2d", "backward", "Module._call_impl"]
+    p.click(f"#fn-body tr >> nth={torch}")  # and folds it again
+    assert "conv2d" not in [name for _, name in p.evaluate(rows)]
+    # a box clicked in the chart for a folded function opens its group and selects it
+    p.uncheck("#chart-collapse")
+    p.locator("#icicle g.slice", has_text="conv2d").last.click()  # the frame's box, under its group's
+    p.wait_for_function("() => document.querySelector('#fn-body tr.selected .name')")
+    assert p.text_content("#fn-body tr.selected .name") == "conv2d"
+    assert p.get_attribute("#fn-body tr.selected", "class") == "member selected"
+    assert page.errors == []
+    page.close()
 
 
 @pytest.mark.browser

@@ -444,3 +444,64 @@ def test_the_page_formats_numbers_as_python_does(browser, small_report: Path) ->
         assert got == want, v
     assert f.fmt_seconds(3700.0) == "1 h 02 min"
     page.close()
+
+
+def _tooltip(model, n, parent: int, through: list, total_t: float) -> str:
+    """A box's tooltip as Python wrote it into the page before the page built its own from the arrays:
+    the reference the page's script must match, word for word."""
+    import math
+
+    from energyprof.render.charts import _escape
+    from energyprof.render.format import fmt_energy, fmt_percent, fmt_seconds
+
+    program = model.program_j
+    if n.folded:
+        head = [f"other: {n.folded} smaller call paths"]
+    elif n.kind == "group":
+        head = [_escape(n.function), "click to show its frames" if n.children else ""]
+    else:
+        head = [_escape(n.function)] + ([_escape(f"{n.file}:{n.line}")] if n.file else [])
+    energy = (f"the program's energy {fmt_energy(program)} (100%); the machine measured {fmt_energy(model.total_energy_j)}"
+              if parent < 0 else
+              f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
+              f" self {fmt_energy(sum(n.self_e.values()))}")
+    parts = head + [energy, f"time (summed over threads) {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}),"
+                    f" samples {n.samples}" + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else "")]
+    if len(n.energy) > 1 and n.value_e > 0:
+        parts.append(", ".join(f"{_escape(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
+    text = "<br>".join(p for p in parts if p)
+    return text + ("<br>called through " + " \u203a ".join(_escape(w.function) for w in through) if through else "")
+
+
+@pytest.mark.parametrize("which", ["small", "hostile", "big"])
+def test_the_page_writes_every_tooltip_as_python_would(browser, tmp_path: Path, which: str) -> None:
+    """The tooltips travel as numbers and the table's names, not as 130 KB of strings: every box's
+    tooltip the page builds (all frames shown, idle included) equals the one Python would have written."""
+    from energyprof.render.charts import chart_boxes
+
+    profiles = {"small": small_profile, "hostile": hostile_profile, "big": lambda: big_profile(functions=3000, modules=30)}
+    profile = profiles[which]()
+    model = build(profile)
+    path = tmp_path / f"{which}.html"
+    write_html(profile, str(path))
+    page = Page(browser)
+    page.open(path)
+    p = page.page
+    p.check("#chart-idle")
+    if p.is_enabled("#chart-collapse"):  # disabled where there is no library or import frame to fold
+        p.uncheck("#chart-collapse")
+    shown = p.evaluate("() => document.getElementById('icicle').data[0].hovertext")
+    boxes, _ = chart_boxes(model.chart)
+    assert len(shown) == len(boxes)  # every frame drawn: box k is the chart's k-th box
+    total_t = model.chart.value_t or 1.0
+    want = [_tooltip(model, n, parent, through, total_t) for n, parent, through in boxes]
+    assert shown == want
+    if which == "small":  # the root's box is as wide as the machine's energy, but its tooltip names the program
+        assert model.program_j == pytest.approx(14.1)
+        assert "the program's energy 14.1 J (100%); the machine measured 17.1 J" in shown[0]
+    if which == "big":
+        assert any(s.startswith("other: ") for s in shown) and any("called through" in s for s in shown)
+    if which == "hostile":
+        assert any("&lt;/script&gt;" in s for s in shown) and not any("<script" in s for s in shown)
+    assert page.errors == []
+    page.close()

@@ -96,6 +96,28 @@ def test_the_icicle_draws_at_most_300_boxes_until_expanded(page) -> None:
     assert everything > drawn  # the grouping folded something
 
 
+def test_the_tables_first_page_is_the_scripts_functions_then_libraries_folded(page) -> None:
+    pg, _ = page
+    rows = pg.eval_on_selector_all("#fn-body tr", """rs => rs.map(r => [r.className, r.querySelector('.name').textContent,
+        (r.querySelector('.where') || {}).textContent || ''])""")
+    first_group = next(i for i, (cls, _, _) in enumerate(rows) if cls.startswith("group"))
+    mine = rows[:first_group]
+    assert all(where.startswith("lenet_cifar.py:") for _, _, where in mine), mine
+    assert {"train_step", "LeNet.forward", "main"} <= {name for _, name, _ in mine}
+    groups = [name for cls, name, _ in rows if cls.startswith("group")]
+    assert any(g.endswith("[library: torch]") for g in groups) and any(g.endswith("[import: torch._dynamo]") for g in groups)
+    assert not any(cls == "member" for cls, _, _ in rows)  # folded until opened
+
+
+def test_the_report_is_at_most_one_and_a_half_megabytes(lenet) -> None:
+    """plotly.js is 1.25 MB of it, inlined so the page opens offline; the data is what is left (it was 1.69 MB
+    when the tooltips travelled as strings and every file as its whole path)."""
+    html = lenet[0].read_bytes()
+    assert len(html) <= 1_500_000, len(html)
+    data = html.split(b'id="report-data">', 1)[1].split(b"</script>", 1)[0]
+    assert len(data) <= 200_000, len(data)  # the charts' and the table's data, 367 KB before
+
+
 def test_the_top_function_reads_its_share_of_the_program(page, lenet) -> None:
     pg, _ = page
     profile = load(lenet[1])

@@ -47,6 +47,7 @@ CHILD_WAIT_S = 0.05
 _CHILD_WAITS = {("subprocess.py", "_try_wait"), ("popen_fork.py", "poll")}
 
 Frame = tuple[str, str, int]
+_MP_BOOTSTRAP_FILES = tuple(os.sep + os.path.join("multiprocessing", f) for f in ("spawn.py", "forkserver.py"))
 
 _STATM = "/proc/self/statm"
 _HAVE_STATM = os.path.exists(_STATM)
@@ -137,6 +138,12 @@ def _code_of(nid: int, thread: Any) -> CodeType | None:
     return _targets.get(nid) or (_codes.get(id(thread)) if thread is not None else None)
 
 
+def _printable(name: str) -> str:
+    """Any text may name a thread; the report shows it as Python's repr would (a lone surrogate
+    as \\udXXX) so no writer downstream can fail on it."""
+    return name if name.isascii() else name.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 def _starting(frame: FrameType) -> bool:
     """Whether a thread's stack is only `threading`'s frames (it has not reached its target yet)."""
     f: FrameType | None = frame
@@ -145,6 +152,17 @@ def _starting(frame: FrameType) -> bool:
             return False
         f = f.f_back
     return True
+
+
+def _outermost(frame: FrameType) -> CodeType:
+    while frame.f_back is not None:
+        frame = frame.f_back
+    return frame.f_code
+
+
+def _runs(code: CodeType) -> str:
+    """A thread's name for the function it runs, when it has none of its own."""
+    return getattr(code, "co_qualname", code.co_name)
 
 
 def thread_group(name: str) -> str:
@@ -255,12 +273,15 @@ class View:
         self.pid = pid  # None: no process node (the main process)
         self.fork_frames = fork_frames
         self.parent = parent
+        # A multiprocessing spawn or forkserver child: the frames that bring it to its target (`-c`'s
+        # <module>, spawn_main, _serve_one) are left out, so its stacks read as a forked child's.
+        self.mp_bootstrap = False
 
     def main(self, frames: list[Frame]) -> list[Frame]:
         if self.pid is None:
             return frames
         if self.fork_frames is None or self.parent is None:
-            return [marker(self.pid), *frames]
+            return [marker(self.pid), *self._own(frames)]
         fork = self.fork_frames
         if not frames:  # nothing of the program's running (shutting down): the process itself
             return [*self.parent.main(fork), marker(self.pid)]
@@ -268,7 +289,14 @@ class View:
         n = min(len(fork), len(frames))
         while c < n and fork[c] == frames[c]:
             c += 1
-        return [*self.parent.main(frames[:c]), marker(self.pid), *frames[c:]]
+        return [*self.parent.main(frames[:c]), marker(self.pid), *self._own(frames[c:])]
+
+    def _own(self, frames: list[Frame]) -> list[Frame]:
+        k = 0
+        if self.mp_bootstrap:
+            while k < len(frames) and (frames[k][1] == "<string>" or frames[k][1].endswith(_MP_BOOTSTRAP_FILES)):
+                k += 1
+        return frames[k:]
 
     def thread(self, name: str, frames: list[Frame]) -> list[Frame]:
         head = [(f"{THREAD_FRAME_PREFIX}{thread_group(name)}]", "", 0)]
@@ -320,13 +348,28 @@ class Sampler:
         self.native_id: int | None = None
         self.failed: BaseException | None = None
         self.every_second = every_second  # called on the sampler's thread, soon after start, then once a second
+        # Threads per group node (`[threads: T xN]`): each thread is counted once, when first seen
+        # running or, if it ended between two ticks, as it departs. A live thread is keyed by its
+        # kernel id (`ident` where it has none), forgotten once it is gone, so a reused id counts again.
+        self._counted: dict[Any, int] = {}  # live thread's key -> its group's head stack
+        self._thread_counts: dict[int, int] = {}  # group's head stack (local sid) -> threads so far
+        self._group_sids: dict[str, int] = {}  # thread name -> its group's head stack
+        self._count_sink = getattr(sink, "threads", None)
+        # Called each tick until it returns True (a spawned multiprocessing child learning its role).
+        self.watch: Callable[[], bool] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
     def start(self) -> None:
         self._done.acquire()
+        # From now on, not from this thread's first tick: a thread the program starts at once (and that
+        # may end before that tick) is noted as it starts and reports as it ends.
+        if _threading_table() and not _departures_hooked:
+            _hook_departures()
+        _running.append(self)
         try:
             _thread.start_new_thread(self._run, ())
         except BaseException:
+            _running.remove(self)
             self._done.release()
             raise
 
@@ -378,9 +421,16 @@ class Sampler:
             self.ident = _thread.get_ident()
             self.native_id = _thread.get_native_id()
             self.own_idents.add(self.ident)
-            _running.append(self)
+            if self not in _running:
+                _running.append(self)
             prev_t, prev_proc = _perf(), _proc_ns()
             self.own_cpu_ns = _own_ns()
+            if self.view.pid is not None and prev_proc > self.own_cpu_ns:
+                # A followed child's CPU before this thread ran (its interpreter's start-up; for a fork, the
+                # at-fork hooks) is its own: its process node's, just before the first tick, where its clock
+                # enters the job's CPU. Otherwise no sample would carry it.
+                self.sink.tick(prev_t - 1, prev_t, prev_proc, self.own_cpu_ns, self._rss())
+                self.sink.sample(self.intern(self.view.main([])), prev_proc - self.own_cpu_ns, True)
             self._thread_cpu_deltas(sys._current_frames(), first=True)
             _departures.clear()
             last_flush = last_second = prev_t
@@ -403,6 +453,8 @@ class Sampler:
                 self.own_cpu_ns = own
                 busy = proc - prev_proc - (own - before)
                 self._one(prev_t, now, frames, busy, proc)
+                if self.watch is not None and self.watch():
+                    self.watch = None
                 main = frames.get(self.main_ident)
                 waiting = (interval < CHILD_WAIT_S and 100 * busy < now - prev_t and main is not None
                            and (os.path.basename(main.f_code.co_filename), main.f_code.co_name) in _CHILD_WAITS)
@@ -439,6 +491,8 @@ class Sampler:
         main_sample = None
         own = self.own_idents
         last_sid = self._last_sid
+        counted = self._counted
+        live: list[Any] = []
         for ident, frame in frames.items():
             if ident in own:
                 continue
@@ -450,6 +504,12 @@ class Sampler:
                 main_sample = (sid, cpu)
                 continue
             nid = nids.get(ident)
+            # A thread past its `_delete` (its last microseconds) was counted when seen or as it departed.
+            if nid is not None or ident in table or ident not in _names:
+                key = nid if nid is not None else ("ident", ident)
+                live.append(key)
+                if key not in counted:
+                    counted[key] = self._count_thread(self._thread_name(ident, table, _outermost(frame)))
             if nid is not None:
                 code = _code_of(nid, table.get(ident))
                 if cpu > 0 and code is not None and sid in self._bootstrap_sids:
@@ -458,6 +518,13 @@ class Sampler:
                     sid = self._target_sid(ident, code, table)
                 last_sid[nid] = sid
             sink.sample(sid, cpu, False)
+        for nid, name, _ in departed:
+            if counted.pop(nid, None) is None:  # it ran and ended between two ticks: never seen live
+                self._count_thread(_printable(name))
+        if len(counted) > len(live):
+            alive = set(live)
+            for key in [k for k in counted if k not in alive]:
+                del counted[key]  # gone without a word (a `_thread` thread): its id may come back as another
         for nid, name, cpu in departed:
             # A thread that ended since the last tick: what it burnt after its last sample goes
             # to that sample's stack (a thread never sampled: to the function it ran, under its group).
@@ -466,7 +533,7 @@ class Sampler:
             sid = last_sid.pop(nid, None)
             code = _targets.pop(nid, None)
             if sid is None or (code is not None and sid in self._bootstrap_sids):
-                sid = self.intern(self.view.thread(name, filtered([code]) if code is not None else []))
+                sid = self.intern(self.view.thread(_printable(name), filtered([code]) if code is not None else []))
             sink.sample(sid, cpu, False)
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
@@ -496,6 +563,9 @@ class Sampler:
             gone.add(nid)
             if not first:
                 departed.append((nid, name, max(0, final - last.get(nid, 0))))
+            else:  # it ended before this sampler's first reading: its CPU precedes the profile, but it ran in it
+                _targets.pop(nid, None)
+                self._count_thread(_printable(name))
         skip = (self.ident, self.main_ident)
         for ident in frames:
             if ident in skip:
@@ -517,10 +587,26 @@ class Sampler:
         return out, nids, departed
 
     def _target_sid(self, ident: int, code: CodeType, table: dict[int, Any]) -> int:
-        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or str(ident)
-        if not name.isascii():
-            name = name.encode("utf-8", "backslashreplace").decode("utf-8")
-        return self.intern(self.view.thread(name, filtered([code])))
+        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or _runs(code)
+        return self.intern(self.view.thread(_printable(name), filtered([code])))
+
+    @staticmethod
+    def _thread_name(ident: int, table: dict[int, Any], outermost: CodeType) -> str:
+        """A thread's name as its stacks show it. One started with `_thread` (not `threading`) has
+        none: it is known by what it runs, its outermost function, as the threads of one target are."""
+        thread = table.get(ident)
+        name = getattr(thread, "_name", None) if thread is not None else _names.get(ident)
+        return _printable(name) if isinstance(name, str) else _runs(outermost)
+
+    def _count_thread(self, name: str) -> int:
+        """One more thread in `name`'s group; the group's head stack (its count goes to the sink)."""
+        sid = self._group_sids.get(name)
+        if sid is None:
+            sid = self._group_sids[name] = self.intern(self.view.thread(name, []))
+        n = self._thread_counts[sid] = self._thread_counts.get(sid, 0) + 1
+        if self._count_sink is not None:
+            self._count_sink(sid, n)
+        return sid
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
         codes: list[CodeType] = []
@@ -531,14 +617,7 @@ class Sampler:
         main = ident == self.main_ident
         name = None
         if not main:
-            thread = (table if table is not None else _threading_table()).get(ident)
-            name = getattr(thread, "_name", None) if thread is not None else _names.get(ident)
-            if not isinstance(name, str):
-                name = str(ident)
-            elif not name.isascii():
-                # Any text may name a thread; the report shows it as Python's repr would
-                # (a lone surrogate as \udXXX) so no writer downstream can fail on it.
-                name = name.encode("utf-8", "backslashreplace").decode("utf-8")
+            name = self._thread_name(ident, table if table is not None else _threading_table(), codes[-1])
         key = (main, name, *map(id, codes))
         sid = self._sid_cache.get(key)  # type: ignore[arg-type]
         if sid is None:
@@ -653,6 +732,8 @@ class HookSampler(Sampler):
         self.sink.tick(t0, now, cpu, 0, rss)
         self.sink.sample(sid, cpu - cpu0, True)
         self._last = (now, cpu)
+        if self.watch is not None and self.watch():
+            self.watch = None
         if now - self._flushed >= FLUSH_NS:
             self._flushed = now
             self.sink.flush()

@@ -24,7 +24,7 @@ import time
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
     LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file, sample as sample_line,
-    stack as stack_line, tick as tick_line
+    stack as stack_line, threads as threads_line, tick as tick_line
 )
 
 SEGMENT_BYTES = 8 << 20
@@ -80,6 +80,9 @@ class Spool:
 
     def sample(self, sid: int, cpu: int, main: bool) -> None:
         self.buf.append(sample_line(sid, cpu, main))
+
+    def threads(self, sid: int, count: int) -> None:
+        self.buf.append(threads_line(sid, count))
 
     def event(self, line: str) -> None:
         with self._lock:

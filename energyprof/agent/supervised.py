@@ -16,8 +16,8 @@ import sys
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
-    REPLY_SUFFIX, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line, gpu as gpu_line,
-    header as header_line, note as note_line, parse_replies, window_begin, window_end
+    LABEL_PENDING, REPLY_SUFFIX, SPAWN_MAIN, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line,
+    gpu as gpu_line, header as header_line, note as note_line, parse_replies, role as role_line, window_begin, window_end
 )
 from .hooks import install as install_hooks
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, codes_of, filtered
@@ -68,10 +68,24 @@ class Agent:
             cmd = " ".join(a.decode("utf-8", "replace") for a in raw.split(b"\0") if a)
         except OSError:
             cmd = " ".join(sys.argv)
+        if not self.forked and SPAWN_MAIN in cmd:
+            label = LABEL_PENDING  # a multiprocessing spawn child: what it runs comes through a pipe, later
+        if label == LABEL_PENDING:
+            self.sampler.watch = self._learn_role
+            self.view.mp_bootstrap = True
         self.spool.write(header_line(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
                                      env.get("LOCAL_RANK", ""), label, cmd))
         self.spool.flush()  # the supervisor learns of this process at once
         self.sampler.start()
+
+    def _learn_role(self) -> bool:
+        """On the sampler's thread, each tick until it knows: a spawn or forkserver child's role, once
+        multiprocessing made it the process object it unpickled (`BaseProcess._bootstrap`)."""
+        proc = getattr(sys.modules.get("multiprocessing.process"), "_current_process", None)
+        if proc is None or type(proc).__name__ == "_MainProcess":
+            return False
+        self.spool.event(role_line(_role_of(proc)))
+        return True
 
     def stop(self, exc: BaseException | None = None) -> None:
         """The stream's tail: the last sample, what it knows at the end, the end record (once)."""
@@ -414,23 +428,35 @@ _POOL_WORKERS = {("multiprocessing.pool", "worker"): "[processes: pool worker]",
                  ("concurrent.futures.process", "_process_worker"): "[processes: process pool worker]"}
 
 
+def _role_of(proc: Any) -> str:
+    """A multiprocessing process object's node label: its pool's role, `[DataLoader worker N]`, else none."""
+    target = getattr(proc, "_target", None)
+    pool = _POOL_WORKERS.get((getattr(target, "__module__", ""), getattr(target, "__name__", "")))
+    if pool is not None:
+        return pool
+    if getattr(target, "__name__", "") == "_worker_loop" and "torch" in getattr(target, "__module__", ""):
+        try:
+            names = target.__code__.co_varnames
+            kwargs = getattr(proc, "_kwargs", {}) or {}
+            wid = kwargs["worker_id"] if "worker_id" in kwargs else proc._args[names.index("worker_id")]
+            return f"[DataLoader worker {int(wid)}]"
+        except (ValueError, IndexError, TypeError, KeyError, AttributeError):
+            return "[DataLoader worker]"
+    return ""
+
+
 def _dataloader_label(frame: FrameType | None) -> str:
     """`[DataLoader worker N]` when this fork starts a torch DataLoader worker; a pool's role when it
-    starts a multiprocessing or concurrent.futures pool worker."""
+    starts a multiprocessing or concurrent.futures pool worker; LABEL_PENDING in a child of the
+    forkserver, which learns what it runs after the fork."""
     while frame is not None:
-        if frame.f_code.co_name in ("start", "_launch", "_Popen", "__init__") and "multiprocessing" in frame.f_code.co_filename:
+        code = frame.f_code
+        if code.co_name in ("start", "_launch", "_Popen", "__init__") and "multiprocessing" in code.co_filename:
             proc = frame.f_locals.get("process_obj") or frame.f_locals.get("self")
-            target = getattr(proc, "_target", None)
-            pool = _POOL_WORKERS.get((getattr(target, "__module__", ""), getattr(target, "__name__", "")))
-            if pool is not None:
-                return pool
-            if getattr(target, "__name__", "") == "_worker_loop" and "torch" in getattr(target, "__module__", ""):
-                try:
-                    names = target.__code__.co_varnames
-                    kwargs = getattr(proc, "_kwargs", {}) or {}
-                    wid = kwargs["worker_id"] if "worker_id" in kwargs else proc._args[names.index("worker_id")]
-                    return f"[DataLoader worker {int(wid)}]"
-                except (ValueError, IndexError, TypeError, KeyError):
-                    return "[DataLoader worker]"
+            label = _role_of(proc)
+            if label:
+                return label
+        if code.co_name == "main" and code.co_filename.endswith(os.path.join("multiprocessing", "forkserver.py")):
+            return LABEL_PENDING
         frame = frame.f_back
     return ""

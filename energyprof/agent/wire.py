@@ -18,6 +18,11 @@ they were). Records, first field the kind:
     G t_ns                                                 this process uses CUDA (its GPU energy share)
     Z t_ns                                                 the end record: the process ended its stream
     R name                                                 the stream goes on in this file (same folder)
+    C sid count                                            how many threads have run under a thread group so far:
+                                                           `sid` is the stack that ends at its `[threads: ...]` node
+    P label                                                the process's node, once multiprocessing handed it its
+                                                           target (a spawn or forkserver child): its header said
+                                                           LABEL_PENDING, and `P` with no label means none
 
 The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
 agent) is one line per charged window: `start end estimated ids energy program`, the program's
@@ -36,6 +41,12 @@ from __future__ import annotations
 VERSION = 2
 HEADER, FRAME, STACK, TICK, SAMPLE, WINDOW = "H", "F", "K", "T", "s", "W"
 ALLOC, EXCEPTION, NOTE, LOST, GPU, END, NEXT = "A", "E", "N", "L", "G", "Z", "R"
+THREADS, ROLE = "C", "P"
+# A header's label while the process does not yet know what it runs: a multiprocessing child started
+# by spawn or forkserver learns its target (a pool's worker loop, say) only after its interpreter
+# started, and says so in a ROLE record. Never a node's name (escaped, it travels as `\0`).
+LABEL_PENDING = "\0"
+SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"  # in the command line of a spawn child, and of none other
 SPOOL_SUFFIX = ".spool"
 REPLY_SUFFIX = ".windows"
 ENCODING, ERRORS = "utf-8", "surrogatepass"
@@ -157,6 +168,14 @@ def gpu(t_ns: int) -> str:
 
 def end(t_ns: int) -> str:
     return f"{END}\t{t_ns}\n"
+
+
+def threads(sid: int, count: int) -> str:
+    return f"{THREADS}\t{sid}\t{count}\n"
+
+
+def role(label: str) -> str:
+    return f"{ROLE}\t{esc(label)}\n"
 
 
 def next_file(name: str) -> str:

@@ -25,7 +25,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from ..facts.profile import Node
+from ..facts.profile import Node, group_role
 from ..facts.profile import Profile
 from ..facts.profile import Window
 from .chart import frame_kind
@@ -377,11 +377,12 @@ def user_functions(profile: Profile) -> set[tuple[str, str]]:
 
 def _function_changes(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[FunctionChange]:
     """The report models' function rows, matched by name and file (a line number moves with any edit
-    above it); the program's own functions first, each group by its largest self-energy change."""
+    above it; a thread or process group's count with the run); the program's own functions first, each
+    group by its largest self-energy change."""
     def index(rows: list[FunctionRow]) -> dict[tuple[str, str], FunctionRow]:
         out: dict[tuple[str, str], FunctionRow] = {}
         for row in rows:
-            out.setdefault((row.function, row.file), row)
+            out.setdefault((group_role(row.function), row.file), row)
         return out
 
     a, b = [index(m.rows) for m in base], [index(m.rows) for m in head]

@@ -27,10 +27,35 @@ class Group:
     label: str
     self_energy_j: dict[str, float] = field(default_factory=dict)
     self_samples: int = 0
+    # every function that ran in the group: its self energy (all sources) and self samples there
+    function_j: dict[FunctionKey, float] = field(default_factory=dict)
+    function_samples: dict[FunctionKey, int] = field(default_factory=dict)
 
     @property
     def total(self) -> float:
         return sum(self.self_energy_j.values())
+
+    @property
+    def count(self) -> int:
+        """How many functions ran in the group (a function that ran in two groups counts in each)."""
+        return len(self.function_j)
+
+    def heaviest(self, n: int) -> list[tuple[FunctionKey, float, int]]:
+        """The n functions with the most self energy in the group: (function, joules, self samples)."""
+        keys = sorted((k for k, j in self.function_j.items() if j > 0), key=lambda k: -self.function_j[k])[:n]
+        return [(k, self.function_j[k], self.function_samples[k]) for k in keys]
+
+
+def home_groups(groups: list[Group]) -> dict[FunctionKey, int]:
+    """Each function outside the user's code once, under the group it spent the most self energy in (the
+    first such group on a tie; the first it ran in when it spent none): where the function table folds it."""
+    home: dict[FunctionKey, int] = {}
+    best: dict[FunctionKey, float] = {}
+    for g, group in enumerate(groups):
+        for key, j in group.function_j.items():
+            if key not in home or j > best[key]:
+                home[key], best[key] = g, j
+    return home
 
 
 def program_folder(profile: Profile) -> str | None:
@@ -93,11 +118,13 @@ def own_first(profile: Profile, rows: list[FunctionRow]) -> tuple[list[FunctionR
                 own.add(node_key(node))
             else:
                 label = _label(node.function, node.file, parent_file, above)
-                if node.self_energy_j:
-                    g = groups.setdefault(label, Group(label))
-                    for src, j in node.self_energy_j.items():
-                        g.self_energy_j[src] = g.self_energy_j.get(src, 0.0) + j
-                    g.self_samples += node.self_samples
+                g = groups.setdefault(label, Group(label))
+                for src, j in node.self_energy_j.items():
+                    g.self_energy_j[src] = g.self_energy_j.get(src, 0.0) + j
+                g.self_samples += node.self_samples
+                key = node_key(node)
+                g.function_j[key] = g.function_j.get(key, 0.0) + sum(node.self_energy_j.values())
+                g.function_samples[key] = g.function_samples.get(key, 0) + node.self_samples
         files.append(node.file)
         labels.append(label)
     mine = sorted((r for r in rows if (r.function, r.file, r.line) in own), key=lambda r: -r.total_energy)

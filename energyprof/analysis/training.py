@@ -160,95 +160,132 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         return [w for w in windows if w.name == f"{name}.{suffix}" and w.index is not None]
 
     epochs = [w for w in windows if w.name == epoch_window]
-    fetches, used = named("fetch"), set()
-    preprocesses = named("preprocess")
-    rows = []
-    for c in sorted(named("compute"), key=lambda w: w.start_s):
-        # its fetch: same index, the last one to end before it began (the end-of-data fetch of
-        # the previous pass carries the same index as the next pass's first step)
-        cands = [i for i, f in enumerate(fetches) if i not in used and f.index == c.index
-                 and f.end_s <= c.start_s + 1e-6]
-        f = fetches[max(cands, key=lambda i: fetches[i].end_s)] if cands else None
-        if cands:
-            used.add(max(cands, key=lambda i: fetches[i].end_s))
-        pre = [p for p in preprocesses if p.index == c.index
-               and c.start_s - 1e-6 <= p.start_s and p.end_s <= c.end_s + 1e-6]
-        r: dict[str, Any] = {"step": int(c.index), "start_s": f.start_s if f else c.start_s}
-        r["wait_s"] = f.time_s if f else 0.0
-        r["wait_j"] = _window_energy(f) if f else 0.0
-        r["preprocess_s"] = sum(p.time_s for p in pre)
-        r["preprocess_j"] = sum(_window_energy(p) for p in pre)
-        # the preprocess windows are nested in compute: take them out so the phases are disjoint
-        r["compute_s"] = max(c.time_s - r["preprocess_s"], 0.0)
-        r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
-        by_source = dict(c.energy_j)
-        for sid, j in (f.energy_j if f else {}).items():
-            by_source[sid] = by_source.get(sid, 0.0) + j
-        r["by_source"] = by_source
-        r["time_s"] = r["wait_s"] + r["preprocess_s"] + r["compute_s"]
-        r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
-        r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
-        r["epoch"] = next((e.index for e in epochs if e.start_s <= r["start_s"] < e.end_s), None)
-        r["samples"] = int(f.loop["samples"]) if f is not None and "samples" in f.loop else None
-        r["end_s"] = c.end_s
-        rows.append(r)
-    rows.sort(key=lambda r: r["start_s"])
-    end_waits = [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
-                 for i, f in enumerate(fetches) if i not in used]  # next() found the loader exhausted
-
+    fetches = named("fetch")
+    rows, used = _step_rows(named("compute"), fetches, named("preprocess"), epochs)
     workers = _worker_nodes(profile, rank)
     if steps is None:
         steps = _saved_timings(fetches, rows)
     timing = _timings(rows, steps, has_workers=bool(workers))
     loop = loop_breakdown(timing, warmup) if timing is not None else None
+    per_epoch = _epoch_rows(rows, epochs, loop, io_of(profile), _residency_by_epoch(windows, name, epochs))
+    return {
+        "name": name,
+        "steps": rows,
+        "epochs": per_epoch,
+        "end_of_data_waits": _end_of_data_waits(fetches, used),
+        "step_energy_j": _spread([r["energy_j"] for r in rows]),
+        # the workers' processes as a whole (the tree has no time axis to split them per epoch);
+        # None when the profile has no worker process nodes
+        "workers_energy_j": _sum_energy(workers) if workers else None,
+        **_per_unit(rows, per_epoch, fetches),
+        "warmup_epochs": loop["warmup_epochs"] if loop else [],
+        "notes": _loop_notes(loop),
+        "stall_definition": STALL_DEFINITION,
+    }
+
+
+def _step_rows(computes: list[Window], fetches: list[Window], preprocesses: list[Window],
+               epochs: list[Window]) -> tuple[list[dict[str, Any]], set[int]]:
+    """One row per step (its compute window with its fetch and preprocess windows), in time order; and the
+    indices of the fetches that belong to a step."""
+    used: set[int] = set()
+    rows = []
+    for c in sorted(computes, key=lambda w: w.start_s):
+        f = _fetch_of(c, fetches, used)
+        pre = [p for p in preprocesses if p.index == c.index
+               and c.start_s - 1e-6 <= p.start_s and p.end_s <= c.end_s + 1e-6]
+        rows.append(_step_row(c, f, pre, epochs))
+    rows.sort(key=lambda r: r["start_s"])
+    return rows, used
+
+
+def _fetch_of(c: Window, fetches: list[Window], used: set[int]) -> Window | None:
+    """A compute window's fetch: same index, the last one to end before it began (the end-of-data fetch of
+    the previous pass carries the same index as the next pass's first step); marked in `used`."""
+    cands = [i for i, f in enumerate(fetches) if i not in used and f.index == c.index and f.end_s <= c.start_s + 1e-6]
+    if not cands:
+        return None
+    i = max(cands, key=lambda i: fetches[i].end_s)
+    used.add(i)
+    return fetches[i]
+
+
+def _step_row(c: Window, f: Window | None, pre: list[Window], epochs: list[Window]) -> dict[str, Any]:
+    r: dict[str, Any] = {"step": int(c.index), "start_s": f.start_s if f else c.start_s}
+    r["wait_s"] = f.time_s if f else 0.0
+    r["wait_j"] = _window_energy(f) if f else 0.0
+    r["preprocess_s"] = sum(p.time_s for p in pre)
+    r["preprocess_j"] = sum(_window_energy(p) for p in pre)
+    # the preprocess windows are nested in compute: take them out so the phases are disjoint
+    r["compute_s"] = max(c.time_s - r["preprocess_s"], 0.0)
+    r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
+    by_source = dict(c.energy_j)
+    for sid, j in (f.energy_j if f else {}).items():
+        by_source[sid] = by_source.get(sid, 0.0) + j
+    r["by_source"] = by_source
+    r["time_s"] = r["wait_s"] + r["preprocess_s"] + r["compute_s"]
+    r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
+    r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
+    r["epoch"] = next((e.index for e in epochs if e.start_s <= r["start_s"] < e.end_s), None)
+    r["samples"] = int(f.loop["samples"]) if f is not None and "samples" in f.loop else None
+    r["end_s"] = c.end_s
+    return r
+
+
+def _end_of_data_waits(fetches: list[Window], used: set[int]) -> list[dict[str, Any]]:
+    """The fetches of no step: next() found the loader exhausted."""
+    return [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
+            for i, f in enumerate(fetches) if i not in used]
+
+
+def _epoch_rows(rows: list[dict[str, Any]], epochs: list[Window], loop: dict[str, Any] | None,
+                io: Any, residency: dict[Any, tuple[float | None, float | None]]) -> list[dict[str, Any]]:
+    """Per epoch: its steps' sums, samples, disk and page cache, and the loop's stall beside them."""
     per_epoch: dict[Any, dict[str, Any]] = {}
     for r in rows:
         e = per_epoch.setdefault(r["epoch"], {"epoch": r["epoch"], "steps": 0, **{k: 0.0 for k in _SUMMED}})
         e["steps"] += 1
         for k in _SUMMED:
             e[k] += r[k]
-    io = io_of(profile)
-    residency = _residency_by_epoch(windows, name, epochs)
     for e in per_epoch.values():
         mine = [r for r in rows if r["epoch"] == e["epoch"]]
         e["samples"] = sum(r["samples"] for r in mine) if all(r["samples"] is not None for r in mine) else None
         e["energy_per_sample_j"] = e["energy_j"] / e["samples"] if e["samples"] else None
-        ew = next((w for w in epochs if w.index == e["epoch"]), None)  # the epoch's window, else its steps' span
-        a, b = (ew.start_s, ew.end_s) if ew is not None else (min(r["start_s"] for r in mine), max(r["end_s"] for r in mine))
-        span = io_in_span(io, a, b) if io and mine else None
-        if span is not None:  # the disk beside the stall: measured over the epoch's steps
-            e["read_mb"], e["read_iops"] = span["disk_read_mb"], span["read_iops"]
-            e["process_read_mb"], e["disk_busy_share"] = span["process_read_mb"], span["disk_busy_share"]
+        _add_epoch_disk(e, mine, epochs, io)
         if e["epoch"] in residency:  # the dataset's page-cache share at the epoch's start and end (measured)
             e["cache_start"], e["cache_end"] = residency[e["epoch"]]
         t = next((x for x in (loop or {}).get("epochs", []) if x["epoch"] == e["epoch"]), None)
         for k in ("stall_s", "predicted_wait_s", "pipeline_s", "startup_s", "workers", "agrees"):
             e[k] = t[k] if t else None
         e["fetch_s"], e["fetch_j"] = e["wait_s"], e["wait_j"]  # the names the report's template reads
-    import statistics
+    return list(per_epoch.values())
 
-    energies = [r["energy_j"] for r in rows]
+
+def _add_epoch_disk(e: dict[str, Any], mine: list[dict[str, Any]], epochs: list[Window], io: Any) -> None:
+    """The disk beside the stall: measured over the epoch's window, else its steps' span."""
+    ew = next((w for w in epochs if w.index == e["epoch"]), None)
+    a, b = (ew.start_s, ew.end_s) if ew is not None else (min(r["start_s"] for r in mine), max(r["end_s"] for r in mine))
+    span = io_in_span(io, a, b) if io and mine else None
+    if span is not None:
+        e["read_mb"], e["read_iops"] = span["disk_read_mb"], span["read_iops"]
+        e["process_read_mb"], e["disk_busy_share"] = span["process_read_mb"], span["disk_busy_share"]
+
+
+def _spread(energies: list[float]) -> dict[str, Any]:
+    import statistics  # here, not at the top: 3 ms of every run's report, most without a loop
+
+    return {"mean": statistics.fmean(energies) if energies else 0.0,
+            "stdev": statistics.stdev(energies) if len(energies) > 1 else 0.0,
+            "n": len(energies)}
+
+
+def _loop_notes(loop: dict[str, Any] | None) -> list[str]:
     notes = list(loop["notes"]) if loop else []
     if loop is None:
         notes.append("the loop has DataLoader workers but the profile holds no worker timings (a loop not"
                      " tracked with energyprof.torch.track, or a profile written before they were kept):"
                      " pass the tracker's records for the stall")
-    return {
-        "name": name,
-        "steps": rows,
-        "epochs": list(per_epoch.values()),
-        "end_of_data_waits": end_waits,
-        "step_energy_j": {"mean": statistics.fmean(energies) if energies else 0.0,
-                          "stdev": statistics.stdev(energies) if len(energies) > 1 else 0.0,
-                          "n": len(energies)},
-        # the workers' processes as a whole (the tree has no time axis to split them per epoch);
-        # None when the profile has no worker process nodes
-        "workers_energy_j": _sum_energy(workers) if workers else None,
-        **_per_unit(rows, list(per_epoch.values()), fetches),
-        "warmup_epochs": loop["warmup_epochs"] if loop else [],
-        "notes": notes,
-        "stall_definition": STALL_DEFINITION,
-    }
+    return notes
 
 
 def is_cache_fact(w: Window) -> bool:

@@ -364,6 +364,8 @@ class LocalFeed:
                 led.add_sample(ev)
             elif ev[0] == "clock":
                 self._clock.add(*ev[1:])
+            elif ev[0] == "threads":
+                led.note_threads(ev[1], ev[2], ev[3])
             elif ev[0] == "begin":
                 led.begin_window(ev[1], ev[2], ev[3])
             else:
@@ -450,6 +452,9 @@ class LocalSink:
     def sample(self, sid: int, cpu: int, main: bool) -> None:
         t0, t1, rss = self._t
         self.feed.queue.append(Sample(t0, t1, self._sids[sid], cpu, main, rss, self.pid))
+
+    def threads(self, sid: int, count: int) -> None:
+        self.feed.queue.append(("threads", self.pid, self._sids[sid], count))
 
     def flush(self) -> None:
         pass

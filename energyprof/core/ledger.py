@@ -171,6 +171,8 @@ class Ledger:
         self.procs: dict[int, _ProcStat] = {}
         self.sid_proc: dict[int, int] = {}
         self.process_info: dict[int, dict[str, Any]] = {}  # pid -> what the collector knows of it
+        # pid -> {stack ending at a `[threads: T]` node -> how many of its threads ran there}: the tree names it `T xN`
+        self.thread_counts: dict[int, dict[int, int]] = {}
         # Processes known to use a GPU: GPU energy goes by wall time to their samples only
         # (not to DataLoader workers, say); empty, to every process's main thread.
         self.gpu_procs: set[int] = set()
@@ -719,6 +721,10 @@ class Ledger:
         """Record what the collector knows of one process of the job (see `process_table`)."""
         self.process_info.setdefault(pid, {"pid": pid}).update(info)
 
+    def note_threads(self, pid: int, sid: int, count: int) -> None:
+        """So far `count` threads of process `pid` ran under the thread group whose node ends stack `sid`."""
+        self.thread_counts.setdefault(pid, {})[sid] = count
+
     def process_table(self, policy: str) -> list[dict[str, Any]]:
         """One row per followed process; their energies add up to the program's attributed
         energy (what no sample carried, and processes not listed, count as the main one's)."""
@@ -781,6 +787,7 @@ class Ledger:
                       for k, v in self.procs.items()},
             "sid_proc": {str(k): v for k, v in self.sid_proc.items()},
             "process_info": {str(k): v for k, v in self.process_info.items()},
+            "thread_counts": {str(k): sorted(v.items()) for k, v in self.thread_counts.items()},
             "gpu_procs": sorted(self.gpu_procs),
         }
 
@@ -825,6 +832,7 @@ class Ledger:
             led.sid_proc.setdefault(sid, 0)
             led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
         led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
+        led.thread_counts = {int(k): {int(sid): int(n) for sid, n in v} for k, v in state.get("thread_counts", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
         led.node_ranks = state.get("node_ranks")
         led._open_windows = [w for w in led.windows if w["end_ns"] is None]

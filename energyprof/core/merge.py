@@ -149,180 +149,288 @@ def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size
     """The join itself, its figures under `share` (each member seen under `share`), `all` beside them."""
     labels = list(labels) if labels else [f"profile {i + 1}" for i in range(len(profiles))]
     members = [_member(p, lab) for p, lab in zip(profiles, labels)]
+    machines = _group_by_machine(members)
+    job = _Job(root=Node(function=str(profiles[0].meta.get("target") or "<job>"), other_policy_self_energy_j={}),
+               t0=min((m.start for m in members if m.start is not None), default=None),
+               multi=len(machines) > 1, several=len(members) > 1)
+    for members_of_machine in machines.values():
+        _join_machine(job, members_of_machine)
+    return _job_profile(job, profiles[0].meta, members, labels, world_size, hosts)
+
+
+def _group_by_machine(members: list[_Member]) -> dict[str, list[_Member]]:
+    """The members by the machine that measured them; two profiles of one rank of one job are refused."""
     seen_ranks: dict[tuple[str, int], str] = {}
-    nodes: dict[str, list[_Member]] = {}
+    machines: dict[str, list[_Member]] = {}
     for m in members:
-        machine = machine_of(m.profile)
         if m.rank is not None:
             key = (str(_dist(m.profile).get("job", "")), m.rank)
             if key in seen_ranks:
                 raise MergeError(f"{m.label} and {seen_ranks[key]} are both rank {m.rank} of the same job")
             seen_ranks[key] = m.label
-        nodes.setdefault(machine, []).append(m)
-    t0 = min((m.start for m in members if m.start is not None), default=None)
-    multi = len(nodes) > 1
-    root = Node(function=str(profiles[0].meta.get("target") or "<job>"), other_policy_self_energy_j={})
-    sources: dict[str, Source] = {}
-    total: dict[str, float] = {}
+        machines.setdefault(machine_of(m.profile), []).append(m)
+    return machines
+
+
+@dataclass
+class _Job:
+    """The joined job as it is built, machine by machine: its tree and the figures summed over its nodes."""
+    root: Node
+    t0: float | None  # the earliest member's wall-clock start: the job's clock starts there
+    multi: bool  # more than one machine: each gets a `[node host]` node
+    several: bool  # more than one profile: each rank gets a `[rank R]` node
+    sources: dict[str, Source] = field(default_factory=dict)
+    total: dict[str, float] = field(default_factory=dict)
+    attributed: dict[str, float] = field(default_factory=dict)
+    own: dict[str, float] = field(default_factory=dict)
+    idle: dict[str, float] = field(default_factory=dict)
+    own_all: dict[str, float] = field(default_factory=dict)
+    idle_all: dict[str, float] = field(default_factory=dict)
+    node_rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
+    windows: list[Window] = field(default_factory=list)
+    processes: list[Process] = field(default_factory=list)
+    durations: list[float] = field(default_factory=list)
+    timelines: list[tuple[float, Timeline]] = field(default_factory=list)
+    cpu_s: float = 0.0
+    own_cpu_s: float = 0.0
+    peaks: list[int] = field(default_factory=list)
+    io_by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def offset(self, start: float | None) -> float:
+        """Where a profile that started at `start` begins on the job's clock."""
+        return (start - self.t0) if start is not None and self.t0 is not None else 0.0
+
+
+@dataclass
+class _RunEnergy:
+    """One run of one node: its machine's energy, taken once, and how the members' figures split it."""
+    machine: dict[str, float]
+    attributed: dict[str, float]
+    own: dict[str, float]
+    idle: dict[str, float]
+    own_all: dict[str, float]
+    idle_all: dict[str, float]
+    scale_all: dict[str, float]  # the factor on the members' `all` figures (1.0 for one profile)
+
+
+def _join_machine(job: _Job, members: list[_Member]) -> None:
+    """One machine's profiles into the job: each run that overlapped in time counts its machine once."""
+    host = host_of(members[0].profile)
+    runs = _runs(members)
+    if len(runs) > 1:
+        job.notes.append(Note("runs-added", f"{host}: {len(runs)} runs that did not overlap in time; their machine"
+                              " energies are added, each counted once", {"host": host, "runs": len(runs)}))
+    parent = job.root
+    if job.multi:
+        parent = Node(function=f"{NODE_PREFIX}{host}]", other_policy_self_energy_j={})
+        job.root.children.append(parent)
+    job.durations.append(sum((_join_run(job, group, host, parent) for group in runs), 0.0))
+
+
+def _join_run(job: _Job, group: list[_Member], host: str, parent: Node) -> float:
+    """One run of one node into the job, its members under `parent`; returns the run's duration."""
+    group.sort(key=lambda m: (m.rank is None, m.rank if m.rank is not None else 0))
+    # The node's machine: the readings spanning longest (the elected reader on a tie).
+    machine = max(group, key=lambda m: (m.profile.totals.duration_s, m.reader))
+    for m in group:
+        _keep_sources(job.sources, m.profile)
+    run = _run_energy(group, machine)
+    for m in group:
+        _add_member(job, m, _rank_holder(job, m, parent, len(group)), host, run.scale_all if len(group) > 1 else None)
+    node_peak = sum(m.profile.totals.peak_rss_bytes or 0 for m in group)
+    if node_peak:
+        job.peaks.append(node_peak)
+    _add_machine_facts(job, machine, host)
+    _add_run_totals(job, run)
+    job.node_rows.append({"host": host, "ranks": [m.rank for m in group if m.rank is not None],
+                          "reader_rank": machine.rank, "duration_s": machine.profile.totals.duration_s,
+                          "energy_j": run.machine, "attributed_j": run.attributed, "energyprof_j": run.own,
+                          "idle_j": run.idle})
+    return machine.profile.totals.duration_s
+
+
+def _keep_sources(sources: dict[str, Source], p: Profile) -> None:
+    for s in p.sources:
+        if s.id not in sources or ("rank" in s.extra and "rank" not in sources[s.id].extra):
+            sources[s.id] = s  # a GPU: the rank that uses it says so
+
+
+def _run_energy(group: list[_Member], machine: _Member) -> _RunEnergy:
+    """The run's machine energy split between its members' charges, energyprof and the node's idle, under both
+    policies."""
+    energy = dict(machine.profile.totals.energy_j)
     attributed: dict[str, float] = {}
     own: dict[str, float] = {}
-    idle: dict[str, float] = {}
-    own_o: dict[str, float] = {}
-    idle_o: dict[str, float] = {}
-    node_rows: list[dict[str, Any]] = []
-    notes: list[Note] = []
-    windows: list[Window] = []
-    processes: list[Process] = []
-    durations: list[float] = []
-    timelines: list[tuple[float, Timeline]] = []
-    cpu_s = own_cpu_s = 0.0
-    peaks: list[int] = []
-    io_by_node: dict[str, list[dict[str, Any]]] = {}
-    for members_of_host in nodes.values():
-        host = host_of(members_of_host[0].profile)
-        runs = _runs(members_of_host)
-        if len(runs) > 1:
-            notes.append(Note("runs-added", f"{host}: {len(runs)} runs that did not overlap in time; their machine"
-                              " energies are added, each counted once", {"host": host, "runs": len(runs)}))
-        holder_parent = root
-        if multi:
-            holder_parent = Node(function=f"{NODE_PREFIX}{host}]", other_policy_self_energy_j={})
-            root.children.append(holder_parent)
-        host_duration = 0.0
-        for group in runs:
-            group.sort(key=lambda m: (m.rank is None, m.rank if m.rank is not None else 0))
-            # The node's machine: the readings spanning longest (the elected reader on a tie).
-            machine = max(group, key=lambda m: (m.profile.totals.duration_s, m.reader))
-            m_energy = dict(machine.profile.totals.energy_j)
-            n_attr: dict[str, float] = {}
-            n_own: dict[str, float] = {}
-            n_own_o: dict[str, float] = {}
-            n_attr_o: dict[str, float] = {}
-            for m in group:
-                _add(n_attr, m.profile.totals.attributed_j)
-                _add(n_own, m.profile.totals.energyprof_j)
-                _add(n_own_o, m.own_all)
-                _add(n_attr_o, m.attr_all)
-                for s in m.profile.sources:
-                    if s.id not in sources or ("rank" in s.extra and "rank" not in sources[s.id].extra):
-                        sources[s.id] = s  # a GPU: the rank that uses it says so
-            for s in set(n_attr) | set(n_own):
-                charged = n_attr.get(s, 0.0) + n_own.get(s, 0.0)
-                if charged > m_energy.get(s, 0.0):
-                    m_energy[s] = charged  # shares taken apart can overshoot by rounding: never a negative idle
-            n_idle = {s: remainder(e, n_attr.get(s, 0.0) + n_own.get(s, 0.0)) for s, e in m_energy.items()}
-            # Under `all` the ranks share the node's program energy; one profile keeps its own figures.
-            scale: dict[str, float] = {}
-            for s, e in m_energy.items():
-                want = max(0.0, e - n_own_o.get(s, 0.0))
-                have = n_attr_o.get(s, 0.0)
-                scale[s] = 1.0 if len(group) == 1 or have <= 0 else want / have
-            n_idle_o = {s: remainder(e, n_own_o.get(s, 0.0) + n_attr_o.get(s, 0.0) * scale.get(s, 1.0))
-                        for s, e in m_energy.items()}
-            if len(group) == 1:  # one profile: its own figures, to the last bit
-                only = group[0].profile
-                n_idle = dict(only.totals.idle_j)
-                n_idle_o = dict(next((c.other_policy_self_energy_j or {} for c in only.root.children
-                                      if c.function == IDLE_NODE), n_idle_o))
-            for m in group:
-                p = m.profile
-                if m.rank is not None and (len(group) > 1 or multi or len(members) > 1):
-                    holder = Node(function=f"{RANK_PREFIX}{m.rank}]", other_policy_self_energy_j={})
-                    holder_parent.children.append(holder)
-                else:
-                    holder = holder_parent
-                _add(holder.self_energy_j, p.root.self_energy_j)
-                other = holder.other_policy_self_energy_j if holder.other_policy_self_energy_j is not None else {}
-                for s, v in (p.root.other_policy_self_energy_j or {}).items():
-                    other[s] = other.get(s, 0.0) + v * scale.get(s, 1.0)
-                holder.other_policy_self_energy_j = other
-                holder.self_time_s += p.root.self_time_s
-                holder.self_cpu_time_s += p.root.self_cpu_time_s
-                holder.self_samples += p.root.self_samples
-                for c in p.root.children:
-                    if c.function in (SELF_NODE, IDLE_NODE):
-                        continue
-                    k = scale if len(group) > 1 else {}
-                    copy = _copy(c, 1.0)
-                    if k:
-                        for n, _ in copy.walk():
-                            if n.other_policy_self_energy_j is not None:
-                                n.other_policy_self_energy_j = {s: v * k.get(s, 1.0)
-                                                                for s, v in n.other_policy_self_energy_j.items()}
-                    holder.children.append(copy)
-                offset = (m.start - t0) if m.start is not None and t0 is not None else 0.0
-                for w in p.windows:
-                    windows.append(Window(w.name, w.index, w.depth, w.start_s + offset, w.end_s + offset, w.time_s,
-                                          dict(w.energy_j), pid=w.pid, rank=w.rank if w.rank is not None else m.rank,
-                                          node=host, program_energy_j=dict(w.program_energy_j),
-                                          other_policy_program_energy_j={
-                                              s: v * scale.get(s, 1.0) if len(group) > 1 else v
-                                              for s, v in w.other_policy_program_energy_j.items()},
-                                          loop=dict(w.loop)))
-                for proc in p.processes:
-                    rank = proc.rank if proc.rank is not None else (m.rank if proc.role == "main" else None)
-                    role = "rank" if proc.role == "main" and m.rank is not None else proc.role
-                    processes.append(Process(proc.pid, proc.parent_pid, proc.command, role, rank, proc.local_rank,
-                                             proc.cpu_time_s, dict(proc.energy_j), proc.peak_rss_bytes, proc.exit,
-                                             host=host))
-                who = f"rank {m.rank}" if m.rank is not None else host
-                for n in p.notes:
-                    if not any(x.message == n.message for x in notes):
-                        notes.append(Note(n.kind, n.message, {**n.extra, "from": who}))
-                cpu_s += p.totals.cpu_time_s
-                own_cpu_s += p.totals.energyprof_cpu_time_s
-            node_peak = sum(m.profile.totals.peak_rss_bytes or 0 for m in group)
-            if node_peak:
-                peaks.append(node_peak)
-            host_duration += machine.profile.totals.duration_s
-            offset = (machine.start - t0) if machine.start is not None and t0 is not None else 0.0
-            timelines.append((offset, machine.profile.timeline))
-            io = machine.profile.extra.get("io")
-            if isinstance(io, dict):  # the node's I/O, as its machine's profile read it, on the job's clock
-                io_by_node.setdefault(host, []).append(_shift_io(io, offset))
-            _add(total, m_energy)
-            _add(attributed, n_attr)
-            _add(own, n_own)
-            _add(idle, n_idle)
-            _add(own_o, n_own_o)
-            _add(idle_o, n_idle_o)
-            node_rows.append({"host": host, "ranks": [m.rank for m in group if m.rank is not None],
-                              "reader_rank": machine.rank, "duration_s": machine.profile.totals.duration_s,
-                              "energy_j": m_energy, "attributed_j": n_attr, "energyprof_j": n_own, "idle_j": n_idle})
-        durations.append(host_duration)
-    root.children.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_o))
-    root.children.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_o))
+    own_all: dict[str, float] = {}
+    attributed_all: dict[str, float] = {}
+    for m in group:
+        _add(attributed, m.profile.totals.attributed_j)
+        _add(own, m.profile.totals.energyprof_j)
+        _add(own_all, m.own_all)
+        _add(attributed_all, m.attr_all)
+    for s in set(attributed) | set(own):
+        charged = attributed.get(s, 0.0) + own.get(s, 0.0)
+        if charged > energy.get(s, 0.0):
+            energy[s] = charged  # shares taken apart can overshoot by rounding: never a negative idle
+    idle = {s: remainder(e, attributed.get(s, 0.0) + own.get(s, 0.0)) for s, e in energy.items()}
+    scale = _scale_all(energy, own_all, attributed_all, len(group))
+    idle_all = {s: remainder(e, own_all.get(s, 0.0) + attributed_all.get(s, 0.0) * scale.get(s, 1.0))
+                for s, e in energy.items()}
+    if len(group) == 1:  # one profile: its own figures, to the last bit
+        only = group[0].profile
+        idle = dict(only.totals.idle_j)
+        idle_all = dict(next((c.other_policy_self_energy_j or {} for c in only.root.children
+                              if c.function == IDLE_NODE), idle_all))
+    return _RunEnergy(energy, attributed, own, idle, own_all, idle_all, scale)
+
+
+def _scale_all(energy: dict[str, float], own_all: dict[str, float], attributed_all: dict[str, float],
+               members: int) -> dict[str, float]:
+    """Under `all` the ranks share the node's program energy (the machine less energyprof's part) in proportion
+    to their own `all` figures; one profile keeps its own figures."""
+    scale: dict[str, float] = {}
+    for s, e in energy.items():
+        want = max(0.0, e - own_all.get(s, 0.0))
+        have = attributed_all.get(s, 0.0)
+        scale[s] = 1.0 if members == 1 or have <= 0 else want / have
+    return scale
+
+
+def _rank_holder(job: _Job, m: _Member, parent: Node, run_size: int) -> Node:
+    """The node a member's tree goes under: its own `[rank R]` node where the job has more than it, else `parent`."""
+    if m.rank is not None and (run_size > 1 or job.multi or job.several):
+        holder = Node(function=f"{RANK_PREFIX}{m.rank}]", other_policy_self_energy_j={})
+        parent.children.append(holder)
+        return holder
+    return parent
+
+
+def _add_member(job: _Job, m: _Member, holder: Node, host: str, scale: dict[str, float] | None) -> None:
+    """One member's tree, windows, processes, notes and CPU into the job; `scale`: the factor on its `all`
+    figures (None: the run's only profile, its figures kept as they are)."""
+    p = m.profile
+    _add_root_figures(holder, p.root, scale or {})
+    for c in p.root.children:
+        if c.function not in (SELF_NODE, IDLE_NODE):
+            holder.children.append(_scaled_copy(c, scale))
+    offset = job.offset(m.start)
+    job.windows.extend(_window_on_job_clock(w, offset, m.rank, host, scale) for w in p.windows)
+    job.processes.extend(_process_of_job(proc, m.rank, host) for proc in p.processes)
+    who = f"rank {m.rank}" if m.rank is not None else host
+    for n in p.notes:
+        if not any(x.message == n.message for x in job.notes):
+            job.notes.append(Note(n.kind, n.message, {**n.extra, "from": who}))
+    job.cpu_s += p.totals.cpu_time_s
+    job.own_cpu_s += p.totals.energyprof_cpu_time_s
+
+
+def _add_root_figures(holder: Node, root: Node, scale: dict[str, float]) -> None:
+    """A member's root figures (the time no function of it held) added to its holder's."""
+    _add(holder.self_energy_j, root.self_energy_j)
+    other = holder.other_policy_self_energy_j if holder.other_policy_self_energy_j is not None else {}
+    for s, v in (root.other_policy_self_energy_j or {}).items():
+        other[s] = other.get(s, 0.0) + v * scale.get(s, 1.0)
+    holder.other_policy_self_energy_j = other
+    holder.self_time_s += root.self_time_s
+    holder.self_cpu_time_s += root.self_cpu_time_s
+    holder.self_samples += root.self_samples
+
+
+def _scaled_copy(node: Node, scale: dict[str, float] | None) -> Node:
+    """A copy of a subtree, its `all` figures scaled per source by `scale` (None or empty: as they are)."""
+    copy = _copy(node, 1.0)
+    if scale:
+        for n, _ in copy.walk():
+            if n.other_policy_self_energy_j is not None:
+                n.other_policy_self_energy_j = {s: v * scale.get(s, 1.0) for s, v in n.other_policy_self_energy_j.items()}
+    return copy
+
+
+def _window_on_job_clock(w: Window, offset: float, rank: int | None, host: str, scale: dict[str, float] | None) -> Window:
+    """A member's window on the job's clock, named by its rank and node, its `all` figures scaled."""
+    return Window(w.name, w.index, w.depth, w.start_s + offset, w.end_s + offset, w.time_s, dict(w.energy_j), pid=w.pid,
+                  rank=w.rank if w.rank is not None else rank, node=host, program_energy_j=dict(w.program_energy_j),
+                  other_policy_program_energy_j={s: v * scale.get(s, 1.0) if scale is not None else v
+                                                 for s, v in w.other_policy_program_energy_j.items()},
+                  loop=dict(w.loop))
+
+
+def _process_of_job(proc: Process, rank: int | None, host: str) -> Process:
+    """A member's process in the job's processes table: its main process is the rank's."""
+    rank_of = proc.rank if proc.rank is not None else (rank if proc.role == "main" else None)
+    role = "rank" if proc.role == "main" and rank is not None else proc.role
+    return Process(proc.pid, proc.parent_pid, proc.command, role, rank_of, proc.local_rank, proc.cpu_time_s,
+                   dict(proc.energy_j), proc.peak_rss_bytes, proc.exit, host=host)
+
+
+def _add_machine_facts(job: _Job, machine: _Member, host: str) -> None:
+    """The run's timeline and I/O, as its machine's profile read them, on the job's clock."""
+    offset = job.offset(machine.start)
+    job.timelines.append((offset, machine.profile.timeline))
+    io = machine.profile.extra.get("io")
+    if isinstance(io, dict):
+        job.io_by_node.setdefault(host, []).append(_shift_io(io, offset))
+
+
+def _add_run_totals(job: _Job, run: _RunEnergy) -> None:
+    _add(job.total, run.machine)
+    _add(job.attributed, run.attributed)
+    _add(job.own, run.own)
+    _add(job.idle, run.idle)
+    _add(job.own_all, run.own_all)
+    _add(job.idle_all, run.idle_all)
+
+
+def _job_profile(job: _Job, meta0: dict[str, Any], members: list[_Member], labels: list[str], world_size: int | None,
+                 hosts: list[str]) -> Profile:
+    """The joined Profile: the tree closed with energyprof's and the idle nodes, the notes on ranks and machines
+    that sent nothing, the job's meta and totals."""
+    root = job.root
+    root.children.append(Node(function=SELF_NODE, self_energy_j=job.own, other_policy_self_energy_j=job.own_all))
+    root.children.append(Node(function=IDLE_NODE, self_energy_j=job.idle, other_policy_self_energy_j=job.idle_all))
     root.fill_inclusive()
-    duration = max(durations, default=0.0)
+    duration = max(job.durations, default=0.0)
     root.time_s = max(root.time_s, duration)
     expected = world_size or max((m.world_size or 0 for m in members), default=0)
     present = sorted({m.rank for m in members if m.rank is not None})
     missing = [r for r in range(expected) if r not in present]
-    if missing:
-        names = ", ".join(str(r) for r in missing)
-        notes.append(Note("missing-rank", f"rank{'s' if len(missing) > 1 else ''} {names} left no profile:"
-                          " {} energy is in the node's idle, not in any rank".format(
-                              "their" if len(missing) > 1 else "its"), {"ranks": missing}))
-    sent = {host_of(m.profile) for m in members} | {str(m.profile.meta.get("host", {}).get("name", ""))
-                                                     for m in members if isinstance(m.profile.meta.get("host"), dict)}
-    silent = [h for h in hosts if h not in sent]
-    if silent:
-        notes.append(Note("missing-machine", f"machine{'s' if len(silent) > 1 else ''} {', '.join(silent)} sent no"
-                          " profile: {} energy is in no figure of this job".format("their" if len(silent) > 1 else "its"),
-                          {"hosts": silent}))
-    meta = dict(profiles[0].meta)
+    job.notes.extend(_missing_rank_notes(missing) + _silent_machine_notes(members, hosts))
+    meta = dict(meta0)
     meta["idle_policy"] = "share"  # merge() turns the join to the chosen policy
     meta["duration_s"] = duration
     meta["distributed"] = {"mode": "merged", "world_size": expected or None, "ranks": present,
-                           "missing_ranks": missing, "nodes": node_rows, "merged_from": labels}
-    totals = Totals(energy_j=total, attributed_j=attributed, energyprof_j=own, idle_j=idle, duration_s=duration,
-                    cpu_time_s=cpu_s, energyprof_cpu_time_s=own_cpu_s,
-                    peak_rss_bytes=max(peaks) if peaks else None)
+                           "missing_ranks": missing, "nodes": job.node_rows, "merged_from": labels}
+    totals = Totals(energy_j=job.total, attributed_j=job.attributed, energyprof_j=job.own, idle_j=job.idle,
+                    duration_s=duration, cpu_time_s=job.cpu_s, energyprof_cpu_time_s=job.own_cpu_s,
+                    peak_rss_bytes=max(job.peaks) if job.peaks else None)
     try:
-        return Profile(meta=meta, sources=list(sources.values()), totals=totals, root=root, windows=windows,
-                       timeline=_timeline(timelines), notes=notes, processes=processes, extra=_merged_io(io_by_node))
+        return Profile(meta=meta, sources=list(job.sources.values()), totals=totals, root=root, windows=job.windows,
+                       timeline=_timeline(job.timelines), notes=job.notes, processes=job.processes,
+                       extra=_merged_io(job.io_by_node))
     except ProfileFormatError as exc:
         raise MergeError(str(exc)) from None
+
+
+def _missing_rank_notes(missing: list[int]) -> list[Note]:
+    if not missing:
+        return []
+    names = ", ".join(str(r) for r in missing)
+    return [Note("missing-rank", f"rank{'s' if len(missing) > 1 else ''} {names} left no profile:"
+                 " {} energy is in the node's idle, not in any rank".format("their" if len(missing) > 1 else "its"),
+                 {"ranks": missing})]
+
+
+def _silent_machine_notes(members: list[_Member], hosts: list[str]) -> list[Note]:
+    """The cluster's machines (`hosts`) that sent no profile."""
+    sent = {host_of(m.profile) for m in members} | {str(m.profile.meta.get("host", {}).get("name", ""))
+                                                     for m in members if isinstance(m.profile.meta.get("host"), dict)}
+    silent = [h for h in hosts if h not in sent]
+    if not silent:
+        return []
+    return [Note("missing-machine", f"machine{'s' if len(silent) > 1 else ''} {', '.join(silent)} sent no"
+                 " profile: {} energy is in no figure of this job".format("their" if len(silent) > 1 else "its"),
+                 {"hosts": silent})]
 
 
 def _shift_io(io: dict[str, Any], offset: float) -> dict[str, Any]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..facts.profile import (IDLE_NODE, SELF_NODE, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process, Profile, Source,
-                       Timeline, Totals, Window)
+from ..facts.profile import (IDLE_NODE, SELF_NODE, THREAD_PREFIX, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process,
+                       Profile, Source, Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
@@ -39,24 +39,47 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                   child_processes: Iterable[dict[str, Any]] = ()) -> Profile:
     """The fold's per-stack figures as a Profile of facts: the tree (under `policy`, with the other
     policy's self figures beside them), totals, windows, timeline, processes and notes."""
-    check_policy(policy)
+    policy = check_policy(policy)
     ids = ledger.source_ids
     share = policy == "share"
-
-    def joules(values: list[float]) -> dict[str, float]:
-        return {sid: float(v) for sid, v in zip(ids, values)}
-
-    def both(share_values: list[float], all_values: list[float]) -> tuple[dict[str, float], dict[str, float]]:
-        a, b = joules(share_values), joules(all_values)
-        return (a, b) if share else (b, a)
-
     start = ledger.first_ns or 0
     duration_s = ((ledger.last_ns or start) - start) / 1e9
     root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
-    root.self_energy_j, root.other_policy_self_energy_j = both(ledger.root_share, ledger.root_all)
+    root.self_energy_j, root.other_policy_self_energy_j = _both(ids, share, ledger.root_share, ledger.root_all)
+    alloc = _grow_tree(root, ledger, share)
+    own, own_other = _both(ids, share, ledger.own_share, ledger.own_all)
+    idle, idle_other = _both(ids, share, ledger.idle, ledger.idle_all)
+    cpu_s = _headline_cpu_s(ledger)
+    root.children.extend(_special_nodes(root, ledger, cpu_s, (own, own_other), (idle, idle_other)))
+    _close_tree(root, ledger, alloc, duration_s, peak_rss_exact_bytes)
+    timeline = Timeline(**_timeline(ledger, start))
+    totals = _totals(ledger, root, timeline, own, idle, duration_s, cpu_s, peak_rss_exact_bytes)
+    children = [dict(c) for c in child_processes]
+    processes = _processes(ledger, policy, children)
+    full_meta = dict(meta)
+    full_meta["idle_policy"] = policy
+    full_meta.setdefault("duration_s", duration_s)
+    return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
+                   root=root, windows=_windows(ledger, start, policy, {p.pid: p.rank for p in processes}), timeline=timeline,
+                   notes=_ledger_notes(ledger) + [_note(n) for n in notes], processes=processes,
+                   extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+
+
+def _joules(ids: list[str], values: list[float]) -> dict[str, float]:
+    return {sid: float(v) for sid, v in zip(ids, values)}
+
+
+def _both(ids: list[str], share: bool, share_values: list[float],
+          all_values: list[float]) -> tuple[dict[str, float], dict[str, float]]:
+    """(the chosen policy's figures, the other's) by source id."""
+    a, b = _joules(ids, share_values), _joules(ids, all_values)
+    return (a, b) if share else (b, a)
+
+
+def _grow_tree(root: Node, ledger: Ledger, share: bool) -> dict[int, int]:
+    """Every stack's figures on its node under `root`; returns the exact-memory bytes allocated per node (by id)."""
     frames = ledger.stacks.frames
-    # Path-keyed children lookup, only while building.
-    index: dict[int, dict[int, Node]] = {}
+    index: dict[int, dict[int, Node]] = {}  # path-keyed children lookup, only while building
     alloc: dict[int, int] = {}
     for sid, st in ledger.stats.items():
         node = root
@@ -69,38 +92,56 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                 kids[fid] = child
                 node.children.append(child)
             node = child
-        node.self_time_s += st.time_ns / 1e9
-        node.self_cpu_time_s += st.cpu_ns / 1e9
-        node.self_samples += st.samples
-        mine, other = (st.share, st.all) if share else (st.all, st.share)
-        other_j = node.other_policy_self_energy_j if node.other_policy_self_energy_j is not None else {}
-        for sid_, v, w in zip(ids, mine, other):
-            node.self_energy_j[sid_] = node.self_energy_j.get(sid_, 0.0) + v
-            other_j[sid_] = other_j.get(sid_, 0.0) + w
-        node.other_policy_self_energy_j = other_j
-        if st.samples:
-            node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
-        node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
+        _add_stack_figures(node, st, ledger.source_ids, share)
         allocated = st.alloc_bytes  # exact-memory mode: tracemalloc bytes per stack
         if allocated:
             alloc[id(node)] = alloc.get(id(node), 0) + int(allocated)
+    return alloc
 
-    own, own_other = both(ledger.own_share, ledger.own_all)
-    idle, idle_other = both(ledger.idle, ledger.idle_all)
+
+def _add_stack_figures(node: Node, st: Any, ids: list[str], share: bool) -> None:
+    """One stack's time, CPU, samples, energy (both policies) and memory on its node."""
+    node.self_time_s += st.time_ns / 1e9
+    node.self_cpu_time_s += st.cpu_ns / 1e9
+    node.self_samples += st.samples
+    mine, other = (st.share, st.all) if share else (st.all, st.share)
+    other_j = node.other_policy_self_energy_j if node.other_policy_self_energy_j is not None else {}
+    for sid_, v, w in zip(ids, mine, other):
+        node.self_energy_j[sid_] = node.self_energy_j.get(sid_, 0.0) + v
+        other_j[sid_] = other_j.get(sid_, 0.0) + w
+    node.other_policy_self_energy_j = other_j
+    if st.samples:
+        node.peak_rss_bytes = max(node.peak_rss_bytes or 0, st.peak_rss)
+    node.self_rss_growth_bytes = int(round((node.self_rss_growth_bytes or 0) + st.rss_growth))
+
+
+def _headline_cpu_s(ledger: Ledger) -> float:
+    """The program's CPU between the first and last tick, energyprof's own taken out, its children's in."""
+    first, last = ledger.first_tick, ledger.last_tick
+    if first is None or last is None:
+        return 0.0
+    return ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
+            + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
+
+
+def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str, float], dict[str, float]],
+                   idle: tuple[dict[str, float], dict[str, float]]) -> list[Node]:
+    """energyprof's own node (when it was charged anything), the idle node, and the unsampled CPU's node."""
     specials = []
     if any(ledger.own_share) or any(ledger.own_all):
-        specials.append(Node(function=SELF_NODE, self_energy_j=own, other_policy_self_energy_j=own_other))
+        specials.append(Node(function=SELF_NODE, self_energy_j=own[0], other_policy_self_energy_j=own[1]))
     # Under `all` the idle node holds nothing (but a rank's peers' part), and keeps the share policy's figure.
-    specials.append(Node(function=IDLE_NODE, self_energy_j=idle, other_policy_self_energy_j=idle_other))
-    first, last = ledger.first_tick, ledger.last_tick
-    cpu_s = 0.0
-    if first is not None and last is not None:
-        cpu_s = ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
-                 + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
-    unsampled = _unsampled_cpu(root, cpu_s, ids)
+    specials.append(Node(function=IDLE_NODE, self_energy_j=idle[0], other_policy_self_energy_j=idle[1]))
+    unsampled = _unsampled_cpu(root, cpu_s, ledger.source_ids)
     if unsampled is not None:
         specials.append(unsampled)
-    root.children.extend(specials)
+    return specials
+
+
+def _close_tree(root: Node, ledger: Ledger, alloc: dict[int, int], duration_s: float,
+                peak_rss_exact_bytes: int | None) -> None:
+    """The inclusive figures, group counts, allocated bytes, and the root's own time and peak."""
+    _count_threads(root, ledger)  # first: it finds its nodes by the names the stacks gave them
     _count_groups(root, getattr(ledger, "process_info", {}))
     root.fill_inclusive()
     if alloc:
@@ -110,7 +151,11 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     if peak_rss_exact_bytes is not None:
         root.peak_rss_bytes = max(root.peak_rss_bytes or 0, peak_rss_exact_bytes)
 
-    timeline = Timeline(**_timeline(ledger, start))
+
+def _totals(ledger: Ledger, root: Node, timeline: Timeline, own: dict[str, float], idle: dict[str, float],
+            duration_s: float, cpu_s: float, peak_rss_exact_bytes: int | None) -> Totals:
+    ids = ledger.source_ids
+    first, last = ledger.first_tick, ledger.last_tick
     rss = [r for r in timeline.rss_bytes if r]
     baseline = first.rss_bytes if first is not None and first.rss_bytes else None
     if baseline is None and rss:
@@ -120,36 +165,37 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
         # thread, so it came out 80-150 KB below a sampled reading in a third of runs: the exact
         # peak is at least what was seen.
         peak_rss_exact_bytes = max([peak_rss_exact_bytes, *rss, root.peak_rss_bytes or 0])
-    totals = Totals(
-        energy_j=joules(ledger.total),
+    return Totals(
+        energy_j=_joules(ids, ledger.total),
         attributed_j={sid: root.energy_j.get(sid, 0.0) - own.get(sid, 0.0) - idle.get(sid, 0.0) for sid in ids},
         energyprof_j=own, idle_j=idle, duration_s=duration_s, cpu_time_s=max(0.0, cpu_s),
         energyprof_cpu_time_s=((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
         baseline_rss_bytes=baseline, peak_rss_bytes=max(rss) if rss else baseline,
         peak_rss_exact_bytes=peak_rss_exact_bytes,
     )
-    children = [dict(c) for c in child_processes]
-    processes = _processes(ledger, policy, children)
-    rank_of = {p.pid: p.rank for p in processes}
-    windows = [window_record(a, policy, start, rank_of.get(a.pid)) for a in ledger.accounts()]
-    all_notes = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
-                      "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
+
+
+def _windows(ledger: Ledger, start: int, policy: IdlePolicy, rank_of: dict[int, int | None]) -> list[Window]:
+    """The ledger's windows on the run's clock, each with its process's rank."""
+    return [window_record(a, policy, start, rank_of.get(a.pid)) for a in ledger.accounts()]
+
+
+def _ledger_notes(ledger: Ledger) -> list[Note]:
+    """What the fold itself has to say: sensor readings skipped, wait CPU moved."""
+    out = [Note("sensor-anomaly", f"{k}: {v} reading(s) went backwards or were not numbers; those intervals "
+                "were skipped", {"source": k, "count": v}) for k, v in ledger.anomalies.items()]
     if ledger.wait_cpu_moved_ns:
         moved = ledger.wait_cpu_moved_ns / 1e9
-        all_notes.append(Note("wait-cpu", f"{moved:.3g} CPU-s that threads were seen with while sampled in a wait "
-                              "(select, a queue, a lock) went, with its energy, to the stacks the same threads "
-                              "were seen running: a sample sees a stack only at its end, and a blocked thread "
-                              "burns no CPU", {"cpu_s": moved}))
-    all_notes += [n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),
-                                                      {k: v for k, v in n.items() if k not in ("kind", "message")})
-                  for n in notes]
-    full_meta = dict(meta)
-    full_meta["idle_policy"] = policy
-    full_meta.setdefault("duration_s", duration_s)
-    return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
-                   root=root, windows=windows, timeline=timeline, notes=all_notes,
-                   processes=processes,
-                   extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+        out.append(Note("wait-cpu", f"{moved:.3g} CPU-s that threads were seen with while sampled in a wait "
+                        "(select, a queue, a lock) went, with its energy, to the stacks the same threads "
+                        "were seen running: a sample sees a stack only at its end, and a blocked thread "
+                        "burns no CPU", {"cpu_s": moved}))
+    return out
+
+
+def _note(n: Note | dict[str, Any]) -> Note:
+    return n if isinstance(n, Note) else Note(str(n.get("kind", "note")), str(n.get("message", "")),
+                                              {k: v for k, v in n.items() if k not in ("kind", "message")})
 
 
 def _count_groups(root: Node, process_info: dict[int, dict[str, Any]]) -> None:
@@ -165,6 +211,26 @@ def _count_groups(root: Node, process_info: dict[int, dict[str, Any]]) -> None:
         n = counts.get(node.function)
         if n is not None:
             node.function = f"{node.function[:-1]} x{n}]"
+
+
+def _count_threads(root: Node, ledger: Ledger) -> None:
+    """`[threads: burn_in_thread]` -> `[threads: burn_in_thread x150]`: how many threads ran under the node,
+    summed over the processes whose threads share it (a pool's workers)."""
+    stacks, frames = ledger.stacks.stacks, ledger.stacks.frames
+    found: dict[int, tuple[Node, int]] = {}
+    for counts in getattr(ledger, "thread_counts", {}).values():
+        for sid, n in counts.items():
+            node: Node | None = root
+            for fid in stacks[sid] if 0 <= sid < len(stacks) else ():
+                fn, file, line = frames[fid]
+                node = next((c for c in node.children if (c.function, c.file, c.line) == (fn, file, line)), None)
+                if node is None:
+                    break  # no sample reached it: no node to name
+            if node is not None and node is not root and node.function.startswith(THREAD_PREFIX):
+                _, total = found.get(id(node), (node, 0))
+                found[id(node)] = (node, total + n)
+    for node, n in found.values():
+        node.function = f"{node.function[:-1]} x{n}]"
 
 
 def _unsampled_cpu(root: Node, headline_cpu_s: float, source_ids: list[str]) -> Node | None:

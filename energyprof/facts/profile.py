@@ -42,6 +42,17 @@ SPECIAL_NODES = (IDLE_NODE, SELF_NODE, CHILDREN_NODE, UNSAMPLED_CPU_NODE)
 # The node of the threads that run one target, as the agent names it (agent/sampler.py, which imports nothing of ours).
 THREAD_PREFIX = "[threads: "
 PROCESS_GROUP_PREFIX = "[processes: "  # the node of the processes of one role (a pool's workers), as the agent labels them
+GROUP_PREFIXES = (THREAD_PREFIX, PROCESS_GROUP_PREFIX)
+
+
+def group_role(function: str) -> str:
+    """A group node's name without its count (`[threads: T x150]` -> `[threads: T]`), so that two runs'
+    groups match whatever their counts; any other name as it is."""
+    if function.startswith(GROUP_PREFIXES) and function.endswith("]"):
+        head, sep, count = function[:-1].rpartition(" x")
+        if sep and count.isdigit():
+            return head + "]"
+    return function
 
 # ---------------------------------------------------------------- records
 

@@ -14,13 +14,14 @@ from typing import Any
 
 from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
+from ..analysis.own import home_groups
 from ..analysis.report import ReportModel
 from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
 from ..facts.profile import SPECIAL_NODES
 from ..facts.profile import Source
-from .format import fmt_energy, fmt_percent, fmt_seconds, format_spec
+from .format import format_spec
 
 MAX_TIMELINE_POINTS = 3000
 MAX_WINDOW_SHADES = 200
@@ -57,7 +58,7 @@ def report_data(model: ReportModel) -> dict[str, Any]:
         "total_j": model.total_energy_j,
         "program_j": model.program_j,
         "chart": {"full": chart, "legend": chart_legend(model, chart)},
-        "timeline": timeline_figure(model),
+        "timeline": packed_timeline(timeline_figure(model)),
         "table": function_table(model),
         "spans": function_spans(model),
         "resolution_s": model.resolution_s,
@@ -116,24 +117,24 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
     `kind` (0 user, 1 library, 2 import, 3 group box) and `group` (the index of the group box a
     library or import frame folds into, -1 for none) let the page fold groups until clicked;
     `row` is the node's function in the table (-1 for none), so a click selects it there.
+
+    Nothing is sent twice: a label that is its table row's function name is "", colours and the
+    sources' split are indices into short lists, and the page builds each tooltip from these
+    arrays and the table (`hover` in report.js); only what it cannot derive travels in `head`.
     """
     colours = dict(zip((s.id for s in model.sources), source_colours(model.sources)))
-    out: dict[str, list] = {k: [] for k in ("parents", "labels", "names", "hovertext", "value_e",
-                                            "value_t", "colour_file", "colour_mix", "kind", "group", "row")}
+    out: dict[str, Any] = {k: [] for k in ("parents", "labels", "value_e", "value_t", "colour_file",
+                                           "colour_mix", "kind", "group", "row", "self_e", "samples", "split")}
+    head: dict[str, list[str]] = {}  # box -> its tooltip's first lines, where the table does not give them
+    through_of: dict[str, str] = {}  # box -> the wrappers that share it, " › "-joined and escaped
+    folded: dict[str, int] = {}  # box -> how many smaller call paths it stands for
+    palette: dict[str, int] = {}
+    splits: dict[str, int] = {}
+    self_e: list[float] = []
     row_of = {(r.function, r.file, r.line): i for i, r in enumerate(model.rows)}
-    program = model.program_j
-    total_t = root.value_t or 1.0
-    index: dict[int, int] = {}
-    stack: list[tuple[ChartNode, int]] = [(root, -1)]
-    while stack:
-        n, parent = stack.pop()
-        i = index[id(n)] = len(out["parents"])
+    boxes, index = chart_boxes(root)
+    for i, (n, parent, through) in enumerate(boxes):
         out["parents"].append(parent)
-        chain = [n]  # a wrapper that only calls one function (`<module>` -> main) shares its box with it
-        while parent >= 0 and _wraps(chain[-1]):
-            chain.append(chain[-1].children[0])
-            index[id(chain[-1])] = i
-        through, n = chain[:-1], chain[-1]
         name = n.function
         if n.kind == "import" and name == "<module>" and n.file:  # a module body run by an import: which one
             name = f"import {module_name(n.file)}"
@@ -145,21 +146,71 @@ def icicle_trace(model: ReportModel, root: ChartNode) -> dict[str, Any]:
             label = name
         else:  # a chain keeps its callee in view, one function its start
             label = "\u2026" + name[-(LABEL_CHARS - 1):] if through else name[:LABEL_CHARS - 1] + "\u2026"
-        out["labels"].append(_escape(label))
-        out["names"].append(n.function if n.function in SPECIAL_NODES else "")  # for the page's idle switch
-        hover = _hover(n, program, total_t, model.total_energy_j if parent < 0 else None)
+        row = -1 if n.folded or n.kind == "group" else row_of.get((n.function, n.file, n.line), -1)
+        key = str(i)
+        own_label = _escape(label)
+        out["labels"].append("" if row >= 0 and own_label == _escape(model.rows[row].function) else own_label)
+        if n.folded:  # the page writes "other: N smaller call paths"
+            lines = derived = []
+        elif n.kind == "group":  # the page names it by its label, which may be cut short
+            click = ["click to show its frames"] if n.children else []
+            lines, derived = [_escape(n.function)] + click, [own_label] + click
+        else:
+            lines, derived = _hover_head(n), (_hover_head(model.rows[row]) if row >= 0 else None)
+        if lines != derived:
+            head[key] = lines
+        if n.folded:
+            folded[key] = n.folded
         if through:
-            hover += "<br>called through " + " \u203a ".join(_escape(w.function) for w in through)
-        out["hovertext"].append(hover)
-        out["value_e"].append(n.value_e)  # unrounded: plotly draws nothing if a parent is below its children
+            through_of[key] = " \u203a ".join(_escape(w.function) for w in through)
+        out["value_e"].append(n.value_e)
         out["value_t"].append(n.value_t)
-        out["colour_file"].append(_file_colour(n))
-        out["colour_mix"].append(_mix_colour(n, colours))
+        out["colour_file"].append(palette.setdefault(_file_colour(n), len(palette)))
+        out["colour_mix"].append(palette.setdefault(_mix_colour(n, colours), len(palette)))
         out["kind"].append(KIND_CODES.get(n.kind, 0))
         out["group"].append(index.get(id(n.group), -1) if n.group is not None else -1)
-        out["row"].append(-1 if n.folded or n.kind == "group" else row_of.get((n.function, n.file, n.line), -1))
-        stack.extend((c, i) for c in reversed(n.children))
+        out["row"].append(row)
+        self_e.append(sum(n.self_e.values()))
+        out["samples"].append(n.samples)
+        split = _split(n)
+        out["split"].append(splits.setdefault(split, len(splits)) if split else -1)
+    out["self_e"] = scaled_column(self_e)
+    # Six digits, as integers: the page lifts a parent that rounding left below its children's sum (plotly
+    # draws nothing then), and a box's sampling error (1/sqrt(samples)) is never finer than that.
+    out["value_e"] = scaled_column(out["value_e"], 6)
+    out["value_t"] = scaled_column(out["value_t"], 6)
+    out.update(palette=list(palette), splits=list(splits), head=head, through=through_of, folded=folded)
     return out
+
+
+def chart_boxes(root: ChartNode) -> tuple[list[tuple[ChartNode, int, list[ChartNode]]], dict[int, int]]:
+    """The chart's boxes in pre-order: (node, parent box, the wrappers that share the node's box), and each
+    node's box by id(node). A wrapper that only calls one function (`<module>` -> main) shares its box with it."""
+    boxes: list[tuple[ChartNode, int, list[ChartNode]]] = []
+    index: dict[int, int] = {}
+    stack: list[tuple[ChartNode, int]] = [(root, -1)]
+    while stack:
+        n, parent = stack.pop()
+        i = index[id(n)] = len(boxes)
+        chain = [n]
+        while parent >= 0 and _wraps(chain[-1]):
+            chain.append(chain[-1].children[0])
+            index[id(chain[-1])] = i
+        boxes.append((chain[-1], parent, chain[:-1]))
+        stack.extend((c, i) for c in reversed(chain[-1].children))
+    return boxes, index
+
+
+def _hover_head(n: Any) -> list[str]:
+    """A tooltip's first lines for a function (a chart node or a table row): its name, and file:line when it has one."""
+    return [_escape(n.function)] + ([_escape(f"{n.file}:{n.line}")] if n.file else [])
+
+
+def _split(n: ChartNode) -> str:
+    """How a box's energy divides between the sources ("cpu 87%, ram 13%"), or "" for one source."""
+    if len(n.energy) > 1 and n.value_e > 0:
+        return ", ".join(f"{_escape(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items())
+    return ""
 
 
 def _wraps(n: ChartNode) -> bool:
@@ -188,29 +239,6 @@ def chart_legend(model: ReportModel, chart: dict[str, Any]) -> list[dict[str, st
              ("imports", IMPORT_COLOUR), ("energyprof itself", SPECIAL_COLOURS[SELF_NODE]),
              ("other processes and idle", SPECIAL_COLOURS[IDLE_NODE]), ("smaller call paths (other)", OTHER_COLOUR)]
     return out + [{"label": label, "title": "", "colour": c} for label, c in fixed]
-
-
-def _hover(n: ChartNode, program: float, total_t: float, machine: float | None = None) -> str:
-    """A box's tooltip. The root's box (`machine` given) is as wide as the machine's energy, since the
-    idle node and energyprof's own hang under it, but its tooltip names the program, as every view does."""
-    if n.folded:
-        head = [f"other: {n.folded} smaller call paths"]
-    elif n.kind == "group":
-        head = [_escape(n.function), "click to show its frames" if n.children else ""]
-    else:
-        head = [_escape(n.function)] + ([_escape(f"{n.file}:{n.line}")] if n.file else [])
-    energy = (f"the program's energy {fmt_energy(program)} (100%); the machine measured {fmt_energy(machine)}"
-              if machine is not None else
-              f"energy {fmt_energy(n.value_e)} ({fmt_percent(n.value_e, program)} of the program's),"
-              f" self {fmt_energy(sum(n.self_e.values()))}")
-    parts = head + [
-        energy,
-        f"time (summed over threads) {fmt_seconds(n.value_t)} ({fmt_percent(n.value_t, total_t)}), samples {n.samples}"
-        + (f" \u00b1{100 / math.sqrt(n.samples):.0f}%" if n.samples else ""),
-    ]
-    if len(n.energy) > 1 and n.value_e > 0:
-        parts.append(", ".join(f"{_escape(k)} {v / n.value_e * 100:.0f}%" for k, v in n.energy.items()))
-    return "<br>".join(p for p in parts if p)
 
 
 def _file_colour(n: ChartNode) -> str:
@@ -357,18 +385,18 @@ def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
 
     windows = sorted((w for w in model.profile.windows if not is_cache_fact(w)), key=lambda w: (w.depth, w.start_s))
     for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):
-        layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": w.start_s,
-                                 "x1": w.end_s, "y0": 0, "y1": 1, "line": {"width": 0},
+        layout["shapes"].append({"type": "rect", "xref": "x", "yref": "paper", "x0": _round(w.start_s, 6),
+                                 "x1": _round(w.end_s, 6), "y0": 0, "y1": 1, "line": {"width": 0},
                                  "fillcolor": palette[i % 2], "layer": "below"})
         if w.depth == 0 and len(windows) <= 40:
-            layout["annotations"].append({"x": w.start_s, "y": 1, "xref": "x", "yref": "paper",
+            layout["annotations"].append({"x": _round(w.start_s, 6), "y": 1, "xref": "x", "yref": "paper",
                                           "text": _escape(w.name),
                                           "showarrow": False, "xanchor": "left", "yanchor": "top",
                                           "font": {"size": 10, "color": "#555"}})
 
 
-def function_spans(model: ReportModel) -> dict[str, list[list[float]]]:
-    """{function table row: [[start_s, end_s], ...]}: when the function was on a stack.
+def function_spans(model: ReportModel) -> dict[str, Any]:
+    """When each function table row's function was on a stack, as `packed_spans`.
 
     From the timeline's per-bucket record of the stacks that ran (the heaviest few per bucket),
     adjacent buckets merged; the timeline draws them when a table row is clicked.
@@ -376,7 +404,7 @@ def function_spans(model: ReportModel) -> dict[str, list[list[float]]]:
     tl = model.profile.timeline
     functions, active, starts, ends = tl.functions, tl.active, tl.start_s, tl.end_s
     if not functions or not active:
-        return {}
+        return packed_spans({})
     row_of = {(r.function, r.file, r.line): i for i, r in enumerate(model.rows)}
     fn_row = [row_of.get((f[0], f[1], f[2])) for f in functions]
     spans: dict[int, list[list[float]]] = {}
@@ -391,7 +419,65 @@ def function_spans(model: ReportModel) -> dict[str, list[list[float]]]:
                 lst[-1][1] = e
             else:
                 lst.append([s, e])
-    return {str(k): v for k, v in spans.items()}
+    return packed_spans(spans)
+
+
+def packed_spans(spans: dict[int, list[list[float]]]) -> dict[str, Any]:
+    """Spans as small integers: every start and end once in `edges` (sorted); a row's spans as the steps between
+    consecutive edge indices (start - previous end, end - start, ...), which the page adds back up; and each
+    list of steps once in `lists` (a function and the callers it always ran under share one), `rows` naming it."""
+    edges = sorted({x for lst in spans.values() for span in lst for x in span})
+    at = {x: k for k, x in enumerate(edges)}
+    lists: dict[tuple[int, ...], int] = {}
+    rows: dict[str, int] = {}
+    for row, lst in spans.items():
+        steps, last = [], 0
+        for a, b in lst:
+            steps += [at[a] - last, at[b] - at[a]]
+            last = at[b]
+        rows[str(row)] = lists.setdefault(tuple(steps), len(lists))
+    return {"edges": edges, "lists": [list(steps) for steps in lists], "rows": rows}
+
+
+def packed_timeline(fig: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The timeline figure without repeats, for the page: traces on the same time axis share one `x`
+    (in `xs`, a trace's `x` its index there), and shapes and annotations are `packed_dicts`."""
+    if fig is None:
+        return None
+    xs: list[list[float]] = []
+    data = []
+    for trace in fig["data"]:
+        trace = dict(trace)
+        if "x" in trace:
+            x = trace["x"]
+            trace["x"] = next((k for k, seen in enumerate(xs) if seen == x), len(xs))
+            if trace["x"] == len(xs):
+                xs.append(x)
+        data.append(trace)
+    layout = dict(fig["layout"])
+    for key in ("shapes", "annotations"):
+        if key in layout:
+            layout[key] = packed_dicts(layout[key])
+    return {"data": data, "layout": layout, "xs": xs}
+
+
+def packed_dicts(items: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dicts that mostly agree (200 window shades): what all share once in `common`, the rest as one row of
+    values per dict under `keys`, and a string key with few values (the shades' two colours) as an index into
+    `choices`; the page rebuilds each dict as common plus its row."""
+    keys = sorted({k for d in items for k in d})
+    common = {k: items[0][k] for k in keys if all(k in d and d[k] == items[0][k] for d in items)} if items else {}
+    varying = [k for k in keys if k not in common]
+    if any(k not in d for d in items for k in varying):  # a key some lack: not packable as rows
+        return {"common": {}, "keys": [], "rows": [], "choices": {}, "whole": items}
+    choices: dict[str, list[str]] = {}
+    for k in varying:
+        values = list(dict.fromkeys(d[k] for d in items))
+        if all(isinstance(v, str) for v in values) and len(values) <= 16:
+            choices[k] = values
+    index = {k: {v: j for j, v in enumerate(vs)} for k, vs in choices.items()}
+    rows = [[index[k][d[k]] if k in index else d[k] for k in varying] for d in items]
+    return {"common": common, "keys": varying, "rows": rows, "choices": choices}
 
 
 def program_folder(model: ReportModel) -> str | None:
@@ -449,6 +535,7 @@ def function_table(model: ReportModel) -> dict[str, Any]:
     short = path_shortener(model)
     special = {IDLE_NODE: 1, SELF_NODE: 2}  # not the program's: listed after its functions ([child processes] is its)
     own = {id(r) for r in model.own}
+    home = home_groups(model.groups)
 
     def pct(joules: float) -> float:
         share = model.share(joules)
@@ -458,10 +545,14 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         "fn": [r.function for r in rows],
         "file": [files[r.file] for r in rows],
         "line": [r.line for r in rows],
-        "files": list(files),
-        "short": [short(f) if f else "" for f in files],
+        **_file_names(list(files), short),
         "special": [special.get(r.function, 0) for r in rows],
         "own": [1 if id(r) in own else 0 for r in rows],  # the user's functions, which the table opens on
+        # every other function folded under the library or import it spent the most self energy in (`groups`)
+        "group": [-1 if id(r) in own else home.get((r.function, r.file, r.line), -1) for r in rows],
+        "groups": {"label": [g.label for g in model.groups], "e": [_round(g.total, 3) for g in model.groups],
+                   "p": [pct(g.total) for g in model.groups], "count": [g.count for g in model.groups],
+                   "samples": [g.self_samples for g in model.groups]},
         "self_n": [r.self_samples for r in rows],
         "n": [r.samples for r in rows],
         "self_e": scaled_column([r.self_total_energy for r in rows]),
@@ -478,6 +569,23 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         table["src_self"] = [scaled_column([r.self_energy_j.get(s, 0.0) for r in rows]) for s in sources]
         table["src_tot"] = [scaled_column([r.energy_j.get(s, 0.0) for r in rows]) for s in sources]
     return table
+
+
+def _file_names(files: list[str], short) -> dict[str, Any]:
+    """Each file once, as the table shows it (`short`) and whole (the tooltip): the whole path is a folder
+    from `dirs` (shared by hundreds of installed files) followed by the short name; a path that does not
+    end with its short name (a Windows path) goes whole in `full`."""
+    dirs: dict[str, int] = {}
+    shorts, where, full = [], [], {}
+    for k, f in enumerate(files):
+        s = short(f) if f else ""
+        shorts.append(s)
+        if f.endswith(s):
+            where.append(dirs.setdefault(f[:len(f) - len(s)], len(dirs)))
+        else:
+            where.append(-1)
+            full[str(k)] = f
+    return {"short": shorts, "dir": where, "dirs": list(dirs), "full": full}
 
 
 def scaled_column(values: list[float], digits: int = 3) -> dict[str, Any]:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from ..analysis.report import ReportModel
+from ..facts.profile import GROUP_PREFIXES, Node
 from .charts import path_shortener
 from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
 GROUPS_SHOWN = 4  # the libraries and imports after the user's functions: a summary, not the table
+GROUP_MEMBERS_SHOWN = 3  # each group's heaviest functions, indented beneath it
 
 
 def render_summary(model: ReportModel) -> str:
@@ -32,10 +34,10 @@ def render_summary(model: ReportModel) -> str:
         if c.program_cost is not None:
             lines.append(f"  cost     program {fmt_money(c.program_cost, c.currency)}"
                          f" (machine {fmt_money(c.machine_cost, c.currency)})")
+    short = path_shortener(model)
     if model.top:
         lines.append("  top functions by self energy" if model.top_by_self else "  your functions by total energy")
         lines[-1] += " (all sources; \u00b1 = sampling error, 1/sqrt(samples)):"
-        short = path_shortener(model)
         for row in model.top:
             e = row.self_total_energy if model.top_by_self else row.total_energy
             err = row.relative_error
@@ -44,12 +46,34 @@ def render_summary(model: ReportModel) -> str:
                          f"  {row.function}  {where}")
     groups = model.groups[:GROUPS_SHOWN]
     if groups:
-        lines.append("  outside your code (each library's and import's own energy):")
+        lines.append("  outside your code (each library's and import's own energy;"
+                     " beneath it, its heaviest functions' self energy):")
         for g in groups:
-            lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6}        {g.label}")
+            lines.append(f"    {fmt_energy(g.total):>9} {fmt_percent(g.total, program):>6} {_error(g.self_samples):>5}"
+                         f"  {g.label} {g.count} function{'' if g.count == 1 else 's'}")
+            for (function, file, line), joules, samples in g.heaviest(GROUP_MEMBERS_SHOWN):
+                where = f"{short(file)}:{line}" if file else ""
+                lines.append(f"      {fmt_energy(joules):>9} {fmt_percent(joules, program):>6} {_error(samples):>5}"
+                             f"  {function}  {where}")
+    roles = _roles(model)[:GROUPS_SHOWN]
+    if roles:
+        lines.append("  threads and processes grouped by what they run (xN: how many ran it):")
+        for node in roles:
+            e = node.total_energy
+            lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
+
+
+def _error(samples: int) -> str:
+    return f"\u00b1{100 / samples ** 0.5:.0f}%" if samples > 0 else ""
+
+
+def _roles(model: ReportModel) -> list[Node]:
+    """The thread and process group nodes (`[threads: T x150]`), most energy first."""
+    nodes = [n for n, _ in model.profile.walk() if n.function.startswith(GROUP_PREFIXES)]
+    return sorted(nodes, key=lambda n: -n.total_energy)
 
 
 def _methods(model: ReportModel) -> str:

@@ -165,8 +165,9 @@ Small call paths are folded into <i>other</i>.</p>
   </div>
   <p class="hint">Merged over call paths; inclusive figures count a recursive function once. \
 Percentages are of the program's energy ({program});
-  other processes and idle, and energyprof itself, are listed after the program's functions. \
-Click a column to sort, a row to select it.
+  your functions come first; every other function is folded under the library or import it ran in \
+(its row: their self energy), a click opens one; other processes and idle, and energyprof itself, come last. \
+Click a column to sort every function, a row to select it.
   Self ± is the sampling error of the self figures, 1/√(self samples). \
 Paths are relative to the program's folder; hover for the full path.</p>
   <div class="table-wrap fn-wrap">
@@ -367,9 +368,10 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
             short = f' <span class="tag estimated" title="shorter than 3 updates of {names}">too short for {names}</span>'
         carbon = esc(fmt_grams(r.carbon_g)) if r.carbon_g is not None else ""
         index = "" if win.index is None else esc(win.index)
-        out.append(f'    <tr><td class="fn">{esc(win.name)}{rank}</td><td>{index}</td><td>{esc(fmt_seconds(win.start_s))}</td>\n'
-                   f'      <td>{esc(fmt_seconds(win.time_s))}{short}</td>\n'
-                   f'      <td>{esc(fmt_energy(r.program))}</td><td>{esc(fmt_energy(r.energy))}</td><td>{carbon}</td></tr>\n')
+        # one line a window, no indent: 200 of them are the page's largest piece of markup
+        out.append(f'<tr><td class="fn">{esc(win.name)}{rank}</td><td>{index}</td><td>{esc(fmt_seconds(win.start_s))}</td>'
+                   f'<td>{esc(fmt_seconds(win.time_s))}{short}</td>'
+                   f'<td>{esc(fmt_energy(r.program))}</td><td>{esc(fmt_energy(r.energy))}</td><td>{carbon}</td></tr>\n')
     out.append("    </tbody>\n  </table></div>\n  </details>\n</section>\n\n")
     return "".join(out)
 

@@ -28,7 +28,9 @@ from ..agent import wire
 from ..agent.sampler import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
-from .stream import StreamReader, unescape
+from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
+                      SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
+from .stream import StreamReader
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
 LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
@@ -38,15 +40,43 @@ NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is
 # a few of its sampler's ticks, so the check costs a /proc read only where a stream went quiet.
 EXEC_SILENCE_NS = 50_000_000
 MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding the GIL) no longer holds ticks back
+# A spawned multiprocessing child learns its role after `prepare` imported the program's main module
+# (torch's import alone can take seconds on a loaded machine): its placement, and the ticks, wait this long at most.
+ROLE_WAIT_NS = 10_000_000_000
+
+
+@dataclass
+class StreamIds:
+    """A stream's own frame and stack ids, mapped to the job's (a stream opened again after an exec starts afresh)."""
+    frames: dict[int, tuple[int, ...]] = field(default_factory=dict)  # local frame id -> global frame ids
+    stacks: dict[int, int] = field(default_factory=dict)  # local stack id -> global stack id
+
+
+@dataclass
+class Placement:
+    """Where a process's node sits in the job's tree, and the stacks its main thread ran (where its children go)."""
+    frame: int | None = None  # its node's global frame id (None: the main Python process)
+    anchor: tuple[int, ...] = ()  # the stack its node hangs under
+    last_main_sid: int = -1
+    main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
+
+
+@dataclass
+class ReadFromProc:
+    """A process followed through /proc (no stream of its own): the samples made up for its node."""
+    sid: int = -1  # its node's stack (-1: not made yet)
+    until: int = 0  # its samples so far reach this time ...
+    sampled_ns: int = 0  # ... and carry this much of its CPU
 
 
 # Identity, not field-by-field equality (no two records stand for one process), and no generated repr:
-# the two methods a 37-field dataclass would compile at every run's start (0.4 ms) that nothing uses.
+# the two methods a dataclass this wide would compile at every run's start (0.4 ms) that nothing uses.
 # Its docstring spares dataclasses the inspect.signature() it would make one from (0.2 ms).
 @dataclass(eq=False, repr=False)
 class Proc:
     """One process of the job as the feed knows it: its stream or /proc readings, its clock and its place."""
 
+    # who it is
     pid: int
     ppid: int
     command: str = ""
@@ -57,34 +87,31 @@ class Proc:
     forked: bool = False
     main: bool = False
     role: str = "child"
+    cuda_visible: str | None = None  # a rank's CUDA_VISIBLE_DEVICES, which GPU it uses
+    # its stream, as read so far
     reader: StreamReader | None = None
-    fids: dict[int, tuple[int, ...]] = field(default_factory=dict)  # local frame id -> global frame ids
-    sids: dict[int, int] = field(default_factory=dict)  # local stack id -> global stack id
-    cur: tuple[int, int, int] = (0, 0, 0)  # the current T record: t0, t1, rss
-    allocations: list = field(default_factory=list)  # memory=exact: (global frame id or None, bytes)
-    hist: Clock = field(default_factory=lambda: Clock(counters=2, levels=1, before=(0, 0, 0)))  # (t, cpu, own, rss)
+    ids: StreamIds = field(default_factory=StreamIds)
+    cur: TickRecord = TickRecord(0, 0, 0, 0, 0)  # the latest tick: the span its samples cover
+    stash: list = field(default_factory=list)  # records held until the process is placed
+    placed: bool = False
+    t_start: int = 0
     watermark: int = 0
     last_data: int = 0
+    allocations: list = field(default_factory=list)  # memory=exact: (global frame id or None, bytes)
+    # its clocks
+    hist: Clock = field(default_factory=lambda: Clock(counters=2, levels=1, before=(0, 0, 0)))  # (t, cpu, own, rss)
+    cpu_ns: int = 0  # latest absolute CPU (user + system) since the process began
+    own_ns: int = 0  # the part of it that was energyprof's sampler
+    kernel_cpu_ns: int = 0  # its CPU as /proc last showed it (start-up and shut-down included)
+    rss: int = 0
+    # its end
     ended: bool = False  # no more samples will come
     dying: bool = False
     gone: bool = False  # the process no longer exists
     exit: dict[str, Any] | None = None
     exception: str | None = None
-    pframe: int | None = None  # its node's global frame id (None: the main Python process)
-    anchor: tuple[int, ...] = ()
-    last_main_sid: int = -1
-    cpu_ns: int = 0  # latest absolute CPU (user + system) since the process began
-    own_ns: int = 0  # the part of it that was energyprof's sampler
-    kernel_cpu_ns: int = 0  # its CPU as /proc last showed it (start-up and shut-down included)
-    rss: int = 0
-    synthetic_sid: int = -1
-    synthetic_t: int = 0  # a process read from /proc: its samples so far reach this time ...
-    sampled_ns: int = 0  # ... and carry this much of its CPU
-    t_start: int = 0
-    placed: bool = False
-    stash: list = field(default_factory=list)  # records held until the process is placed
-    main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
-    cuda_visible: str | None = None  # a rank's CUDA_VISIBLE_DEVICES, which GPU it uses
+    node: Placement = field(default_factory=Placement)
+    from_proc: ReadFromProc = field(default_factory=ReadFromProc)
 
 
 class JobFeed:
@@ -150,7 +177,7 @@ class JobFeed:
         self.ledger.finish()
         for p in self.procs.values():
             if p.allocations:
-                self.ledger.add_allocations(p.pid, p.allocations, set(p.sids.values()))
+                self.ledger.add_allocations(p.pid, p.allocations, set(p.ids.stacks.values()))
         self._note_processes()
         for p in self.procs.values():
             if p.reader is not None:
@@ -170,16 +197,14 @@ class JobFeed:
         fresh = []
         for name in names:
             path = os.path.join(self.spool, name)
-            if path not in self.readers and name.endswith(wire.SPOOL_SUFFIX):
-                try:
-                    fresh.append((int(name.split("-")[1].split(".")[0]), path))
-                except (IndexError, ValueError):
-                    continue
+            started = spool_started(name)
+            if path not in self.readers and started is not None:
+                fresh.append((started, path))
         for _, path in sorted(fresh):  # in the order the processes began: parents first
             self._open(path)
         for path, p in list(self.readers.items()):
             if p.reader is not None and p.reader.path == path:
-                records = p.reader.read()
+                records = parse_all(p.reader.read())
                 if not p.placed:
                     p.stash.extend(records)
                     if not self._try_place(p):
@@ -194,26 +219,26 @@ class JobFeed:
             reader = StreamReader(path)
         except OSError:
             return
-        records = reader.read()
-        h = wire.parse_header(records[0]) if records else None
-        if h is None:
+        records = parse_all(reader.read())
+        h = records[0] if records else None
+        if not isinstance(h, wire.Header):  # not a stream this reader understands
             reader.close()
             return
         pid, ppid = h.pid, h.ppid
         p = self.procs.get(pid)
         if p is not None and p.reader is not None:
-            self._consume(p, p.reader.read())  # an exec: the old image's last words first
+            self._consume(p, parse_all(p.reader.read()))  # an exec: the old image's last words first
             p.reader.close()
         if p is None:
             p = self.procs[pid] = Proc(pid=pid, ppid=ppid)
         elif not p.python:
-            p.pframe = None  # a slow start taken for a non-Python process: its node is named again (a rank, a label)
+            p.node.frame = None  # a slow start taken for a non-Python process: its node is named again (a rank, a label)
         if p.command and p.command != h.command:
-            p.pframe = None  # a fork that exec'd another program: named for what it runs now, not its parent
+            p.node.frame = None  # a fork that exec'd another program: named for what it runs now, not its parent
         p.ppid, p.python, p.forked = ppid, True, h.forked
         p.rank, p.local_rank = h.rank, h.local_rank
         p.label, p.command = h.label, h.command
-        p.reader, p.fids, p.sids = reader, {}, {}
+        p.reader, p.ids = reader, StreamIds()
         p.ended = p.dying = False
         p.t_start = h.t_ns
         p.watermark = max(p.watermark, p.t_start)
@@ -227,11 +252,22 @@ class JobFeed:
 
     def _try_place(self, p: Proc) -> bool:
         """Place a spawned child under the stack its parent ran when it started: wait until
-        the parent's samples have reached that moment (or the parent is gone)."""
+        the parent's samples have reached that moment (or the parent is gone). A multiprocessing
+        child that does not know its role yet (LABEL_PENDING) waits for it too, so all its stacks
+        go under the one node of its role."""
         parent = self.procs.get(p.ppid)
+        waited = time.perf_counter_ns() - p.t_start
+        if p.label == wire.LABEL_PENDING:
+            # the last: a line a failed write cut short is written again whole after it
+            role = next((r for r in reversed(p.stash) if isinstance(r, RoleRecord) and r.label is not None), None)
+            if role is not None:
+                p.label = role.label
+            elif not p.dying and not any(isinstance(r, EndRecord) for r in p.stash) and waited < ROLE_WAIT_NS:
+                return False
+            else:
+                p.label = ""  # it ended, or took too long, before it knew: a node of its own
         if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
-                and not parent.ended and parent.watermark < p.t_start
-                and time.perf_counter_ns() - p.t_start < MAX_LAG_NS):
+                and not parent.ended and parent.watermark < p.t_start and waited < MAX_LAG_NS):
             return False
         self._place(p)
         p.placed = True
@@ -246,7 +282,7 @@ class JobFeed:
                                                command=follow.command(p.ppid), last_data=time.perf_counter_ns())
             self._place(parent)
             parent.placed = True
-            parent.synthetic_t = parent.t_start = parent.last_data
+            parent.from_proc.until = parent.t_start = parent.last_data
             self._seen.pop(p.ppid, None)
         p.main = p.pid == self.main_pid
         if p.main:
@@ -260,108 +296,122 @@ class JobFeed:
         if p.role == "rank" or (p.main and p.rank is not None):
             p.cuda_visible = follow.environ_value(p.pid, "CUDA_VISIBLE_DEVICES")
         if p.main and p.python:
-            p.pframe, p.anchor = None, ()
+            p.node.frame, p.node.anchor = None, ()
             return
         name = follow.node_name(p.pid, p.command, p.label, p.rank if p.role == "rank" else None)
-        if name.startswith(PROCESS_GROUP_PREFIX):  # one node for a pool's workers: the tree counts them
+        group = name.startswith(PROCESS_GROUP_PREFIX)
+        if group:  # one node for a pool's workers: the tree counts them
             self.ledger.note_process(p.pid, group=name)
         frame = (name, "", 0) if p.label or p.role == "rank" else (name, "", p.pid)
-        if p.pframe is None:
-            p.pframe = self.table.frame_id(frame)
+        if p.node.frame is None:
+            p.node.frame = self.table.frame_id(frame)
         if p.forked and p.python:
-            p.anchor = ()  # the forking stack is in its own stacks, as its parent named it
+            p.node.anchor = ()  # the forking stack is in its own stacks, as its parent named it
         else:
-            p.anchor = self._stack_of(parent, p.t_start)
+            p.node.anchor = self._stack_of(parent, p.t_start)
+            if group:
+                # A spawned worker says hello tens of milliseconds after its pool started it, when its
+                # parent may have moved on (from Pool() to map()): a member of a pool still running
+                # puts it where that pool's first worker went, so the pool is one node.
+                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.ended
+                             and q.ppid == p.ppid and q.node.frame == p.node.frame and not q.forked), None)
+                if peer is not None:
+                    p.node.anchor = peer.node.anchor
 
     def _stack_of(self, parent: Proc | None, t: int | None = None) -> tuple[int, ...]:
         """Where a new child of `parent` goes: under the stack it ran at `t` (default: now)."""
         if parent is None:
             return ()
+        node = parent.node
         if parent.python and t is not None:
-            for t1, sid in parent.main_hist:
+            for t1, sid in node.main_hist:
                 if t1 >= t:
                     return self.table.stacks[sid]
-        if parent.python and parent.last_main_sid >= 0:
-            return self.table.stacks[parent.last_main_sid]
-        if parent.pframe is not None:
-            return (*parent.anchor, parent.pframe)
+        if parent.python and node.last_main_sid >= 0:
+            return self.table.stacks[node.last_main_sid]
+        if node.frame is not None:
+            return (*node.anchor, node.frame)
         return ()
 
     def _expansion(self, pid: int) -> tuple[int, ...]:
         p = self.procs.get(pid)
         if p is None:
             return (self.table.frame_id((f"[process {pid}]", "", pid)),)
-        if p.pframe is None:
+        if p.node.frame is None:
             return ()
-        return (*p.anchor, p.pframe)
+        return (*p.node.anchor, p.node.frame)
 
-    def _consume(self, p: Proc, records: list[list[str]]) -> None:
+    def _consume(self, p: Proc, records: list[Record]) -> None:
         if not records:
             return
-        led, table = self.ledger, self.table
-        pid = p.pid
-        t0, t1, rss = p.cur
         for r in records:
-            kind = r[0]
-            if not wire.complete(r):
-                continue  # cut short by a failed write: its numbers are not whole
             try:
-                if kind == wire.SAMPLE:
-                    sid = p.sids[int(r[1])]
-                    main = r[3] == "1"
-                    led.add_sample(Sample(t0, t1, sid, int(r[2]), main, rss, pid))
-                    self.units.sample(pid, sid, t0)
-                    if main:
-                        p.last_main_sid = sid
-                        p.main_hist.append((t1, sid))
-                elif kind == wire.TICK:
-                    t0, t1 = int(r[1]), int(r[2])
-                    cpu, own, rss = int(r[3]), int(r[4]), int(r[5])
-                    p.hist.add(t1, cpu, own, rss)
-                    p.cpu_ns, p.own_ns, p.rss = cpu, own, rss
-                    if t1 > p.watermark:
-                        p.watermark = t1
-                elif kind == wire.FRAME:
-                    func, file, line = unescape(r[2]), unescape(r[3]), int(r[4])
-                    if func == PROCESS_MARKER and not file:
-                        p.fids[int(r[1])] = self._expansion(line)
-                    else:
-                        p.fids[int(r[1])] = (table.frame_id((func, file, line)),)
-                elif kind == wire.STACK:  # ids are explicit: a stack written again after a cut write replaces it
-                    fids = p.fids
-                    ids: list[int] = []
-                    for f in r[2].split(",") if r[2] else ():
-                        ids.extend(fids[int(f)])
-                    p.sids[int(r[1])] = table.stack_id(tuple(ids))
-                elif kind == wire.WINDOW:
-                    if r[1] == "b":
-                        led.begin_window(int(r[2]), unescape(r[3]), int(r[4]) if r[4] else None, pid=pid)
-                    else:
-                        w = led.end_window(int(r[2]), unescape(r[3]) or None, pid=pid,
-                                           facts=wire.window_facts(r[5]) if len(r) > 5 else None)
-                        if w is not None and len(r) > 4 and r[4] == "r":  # a Measurement waits for it
-                            self._replies.append((pid, w))
-                elif kind == wire.ALLOC:
-                    fr = (unescape(r[1]), unescape(r[2]), int(r[3]))
-                    p.allocations.append((table.frame_id(fr) if fr[0] else None, int(r[4])))
-                elif kind == wire.EXCEPTION:
-                    p.exception = unescape(r[2])
-                elif kind == wire.NOTE:
-                    self._note(unescape(r[1]))
-                elif kind == wire.LOST:
-                    lost_s, size = (int(r[2]) - int(r[1])) / 1e9, int(r[3])
-                    self._note(f"process {pid} could not write its samples for {lost_s:.3f} s (measured; {size} bytes"
-                               " dropped, a full disk or a write error): its stacks over that span are missing,"
-                               " its energy went to the process as a whole")
-                elif kind == wire.GPU:
-                    led.gpu_procs.add(pid)
-                elif kind == wire.END:
-                    p.ended = True
-                    self.units.close(pid, p.watermark)
+                if type(r) is SampleRecord:  # most records are: one call less
+                    self._sample(p, r)
+                else:
+                    self._take(p, r)
             except (IndexError, KeyError, ValueError):
-                continue  # a damaged line costs that line only
-        p.cur = (t0, t1, rss)
+                continue  # an id its stream never defined (a line lost to a cut write): it costs that record only
         p.last_data = time.perf_counter_ns()
+
+    def _take(self, p: Proc, r: Record) -> None:
+        """One record of a process's stream into the ledger, or into what the process is known by."""
+        if isinstance(r, SampleRecord):
+            self._sample(p, r)
+        elif isinstance(r, TickRecord):
+            p.cur = r
+            p.hist.add(r.t1, r.cpu_ns, r.own_ns, r.rss)
+            p.cpu_ns, p.own_ns, p.rss = r.cpu_ns, r.own_ns, r.rss
+            if r.t1 > p.watermark:
+                p.watermark = r.t1
+        elif isinstance(r, FrameRecord):
+            p.ids.frames[r.fid] = self._frame(r)
+        elif isinstance(r, StackRecord):  # ids are explicit: a stack written again after a cut write replaces it
+            frames = p.ids.frames
+            p.ids.stacks[r.sid] = self.table.stack_id(tuple(g for f in r.fids for g in frames[f]))
+        elif isinstance(r, (WindowBegins, WindowEnds)):
+            self._window(p, r)
+        elif isinstance(r, AllocRecord):
+            p.allocations.append((self.table.frame_id((r.function, r.file, r.line)) if r.function else None, r.size))
+        elif isinstance(r, ExceptionRecord):
+            p.exception = r.text
+        elif isinstance(r, NoteRecord):
+            self._note(r.text)
+        elif isinstance(r, LostRecord):
+            self._note(f"process {p.pid} could not write its samples for {(r.t1 - r.t0) / 1e9:.3f} s (measured; {r.size}"
+                       " bytes dropped, a full disk or a write error): its stacks over that span are missing,"
+                       " its energy went to the process as a whole")
+        elif isinstance(r, GpuRecord):
+            self.ledger.gpu_procs.add(p.pid)
+        elif isinstance(r, ThreadsRecord):
+            self.ledger.note_threads(p.pid, p.ids.stacks[r.sid], r.count)
+        elif isinstance(r, EndRecord):
+            p.ended = True
+            self.units.close(p.pid, p.watermark)
+
+    def _sample(self, p: Proc, r: SampleRecord) -> None:
+        sid = p.ids.stacks[r.sid]
+        cur = p.cur
+        self.ledger.add_sample(Sample(cur.t0, cur.t1, sid, r.cpu_ns, r.main, cur.rss, p.pid))
+        self.units.sample(p.pid, sid, cur.t0)
+        if r.main:
+            p.node.last_main_sid = sid
+            p.node.main_hist.append((cur.t1, sid))
+
+    def _frame(self, r: FrameRecord) -> tuple[int, ...]:
+        """A stream's frame as the job's frame ids: a process marker stands for that process's node and what it
+        hangs under."""
+        if r.function == PROCESS_MARKER and not r.file:
+            return self._expansion(r.line)
+        return (self.table.frame_id((r.function, r.file, r.line)),)
+
+    def _window(self, p: Proc, r: WindowBegins | WindowEnds) -> None:
+        if isinstance(r, WindowBegins):
+            self.ledger.begin_window(r.t_ns, r.name, r.index, pid=p.pid)
+            return
+        w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)
+        if w is not None and r.reply:  # a Measurement waits for it
+            self._replies.append((p.pid, w))
 
     def _note(self, msg: str) -> None:
         if not any(n["message"] == msg for n in self.notes):
@@ -402,9 +452,12 @@ class JobFeed:
                 st = follow.stat(pid)
                 if st is None:
                     continue
-                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=follow.command(pid))
-                p.last_data = p.t_start = p.synthetic_t = now
-                p.cpu_ns = p.sampled_ns = st.cpu_ns
+                cmd = follow.command(pid)
+                if self.follow and wire.SPAWN_MAIN in cmd and now - first < ROLE_WAIT_NS:
+                    continue  # a multiprocessing spawn child is Python: its stream comes once its interpreter has started
+                p = self.procs[pid] = Proc(pid=pid, ppid=st.ppid, python=False, command=cmd)
+                p.last_data = p.t_start = p.from_proc.until = now
+                p.cpu_ns = p.from_proc.sampled_ns = st.cpu_ns
                 self._seen.pop(pid, None)
 
     def _check_exec(self, p: Proc, st: Any, now: int) -> None:
@@ -422,11 +475,11 @@ class JobFeed:
             p.reader.close()
             p.reader = None
         p.python, p.command, p.label = False, cmd, ""
-        p.pframe, p.placed, p.synthetic_sid = None, False, -1
+        p.node.frame, p.placed = None, False
         # From where its agent's last tick left it: the CPU the new program spent while it was
         # silent is its own, not lost.
         last = p.hist.last
-        p.synthetic_t, p.sampled_ns = (last[0], last[1]) if last is not None else (p.t_start, 0)
+        p.from_proc = ReadFromProc(-1, last[0], last[1]) if last is not None else ReadFromProc(-1, p.t_start, 0)
         p.cpu_ns = st.cpu_ns
 
     def _read_non_python(self, t: int) -> tuple[dict[int, int], int]:
@@ -447,15 +500,20 @@ class JobFeed:
                     p.cpu_ns = max(p.cpu_ns, st.cpu_ns)
                     p.rss = follow.rss_bytes(p.pid) if self.rss and not p.ended else 0
                     rss_total += p.rss
-                if (p.placed or self._try_place(p)) and p.pframe is not None:
-                    if p.synthetic_sid < 0:
-                        p.synthetic_sid = self.table.stack_id((*p.anchor, p.pframe))
-                    if t > p.synthetic_t:
-                        d, p.sampled_ns = p.cpu_ns - p.sampled_ns, p.cpu_ns
-                        self.ledger.add_sample(Sample(p.synthetic_t, t, p.synthetic_sid, d, True, p.rss, p.pid))
-                        p.synthetic_t = t
+                if (p.placed or self._try_place(p)) and p.node.frame is not None:
+                    self._sample_from_proc(p, t)
             cpu[p.pid] = p.cpu_ns
         return cpu, rss_total
+
+    def _sample_from_proc(self, p: Proc, t: int) -> None:
+        """The CPU a process read from /proc spent since its last sample, as one sample of its node up to `t`."""
+        fp = p.from_proc
+        if fp.sid < 0:
+            fp.sid = self.table.stack_id((*p.node.anchor, p.node.frame))
+        if t > fp.until:
+            d, fp.sampled_ns = p.cpu_ns - fp.sampled_ns, p.cpu_ns
+            self.ledger.add_sample(Sample(fp.until, t, fp.sid, d, True, p.rss, p.pid))
+            fp.until = t
 
     def _read_peers(self, root: int) -> None:
         """The CPU of every descendant of `root` outside this supervisor's own family, each process

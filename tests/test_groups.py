@@ -1,0 +1,243 @@
+"""Threads and processes grouped by what they run, with how many ran it: `[threads: T x150]`,
+`[processes: pool worker x4]`. Real threads and real processes under `python -m energyprof` and
+in-process; the tree's naming and the comparison of two runs on the pure core."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from energyprof import load
+from energyprof.analysis.compare import compare
+from energyprof.core.ledger import Ledger
+from energyprof.core.recording import Sample, StackTable, Tick
+from energyprof.core.tree import build_profile
+from energyprof.facts.profile import group_role
+
+from conftest import plain, processes, profiled, run_cli, script
+
+ROOT = Path(__file__).resolve().parent.parent
+S = 1_000_000_000
+
+CHURN = """
+import threading, time
+
+def burn_in_thread():
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < 0.010:
+        pass
+
+def churn(n):
+    for _ in range(n):
+        t = threading.Thread(target=burn_in_thread)
+        t.start()
+        t.join()
+"""
+
+
+def groups(node, prefix: str) -> list:
+    return [n for n, _ in node.walk() if n.function.startswith(prefix)]
+
+
+# -- the pure core ------------------------------------------------------------------------
+def _ledger() -> tuple[Ledger, StackTable]:
+    stacks = StackTable()
+    led = Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}], stacks, cpus=1)
+    return led, stacks
+
+
+def _fold(led: Ledger, samples: list[Sample]) -> None:
+    led.add_tick(Tick(0, (0.0,), 0, 0, 0))
+    for s in samples:
+        led.add_sample(s)
+    cpu = sum(s.cpu_ns for s in samples)
+    led.add_tick(Tick(S, (10.0,), cpu, 0, cpu))
+    led.finish()
+
+
+def test_a_group_node_is_named_with_the_threads_of_every_process_under_it():
+    led, stacks = _ledger()
+    pool = ("[processes: pool worker]", "", 0)
+    head = stacks.intern([pool, ("[threads: fetch]", "", 0)])
+    work = stacks.intern([pool, ("[threads: fetch]", "", 0), ("fetch", "w.py", 3)])
+    alone = stacks.intern([("[threads: idle]", "", 0)])  # counted, but no sample ever reached it
+    main = stacks.intern([("train", "t.py", 1)])
+    _fold(led, [Sample(0, S, work, S // 4, False, 0, 11), Sample(0, S, work, S // 4, False, 0, 12),
+                Sample(0, S, main, S // 2, True, 0, 10)])
+    led.note_threads(11, head, 2)
+    led.note_threads(11, head, 3)  # a count is the process's latest: it replaces the one before
+    led.note_threads(12, head, 4)
+    led.note_threads(10, alone, 7)
+    for pid in (11, 12):
+        led.note_process(pid, group="[processes: pool worker]")
+    p = build_profile(Ledger.from_state(json.loads(json.dumps(led.to_state()))), "share", {})  # through a checkpoint
+    names = [n.function for n, _ in p.root.walk()]
+    assert "[processes: pool worker x2]" in names
+    assert "[threads: fetch x7]" in names  # 3 threads in one worker, 4 in the other: one node
+    assert not any(n.startswith("[threads: idle") for n in names)
+    fetch = p.find("fetch")[0]
+    assert fetch.cpu_time_s == pytest.approx(0.5)
+
+
+def test_a_tree_without_counts_keeps_its_names():
+    led, stacks = _ledger()
+    work = stacks.intern([("[threads: T]", "", 0), ("work", "w.py", 1)])
+    _fold(led, [Sample(0, S, work, S // 2, False)])
+    p = build_profile(led, "share", {})
+    assert p.root.children[0].function == "[threads: T]"
+
+
+def test_two_runs_groups_match_whatever_their_counts():
+    def run(threads: int, cpu: int):
+        led, stacks = _ledger()
+        head = stacks.intern([("[threads: loader]", "", 0)])
+        work = stacks.intern([("[threads: loader]", "", 0), ("load", "l.py", 1)])
+        main = stacks.intern([("train", "t.py", 1)])
+        _fold(led, [Sample(0, S, work, cpu, False), Sample(0, S, main, S - cpu, True)])
+        led.note_threads(0, head, threads)
+        return build_profile(led, "all", {})
+
+    a, b = run(3, S // 2), run(5, S // 4)
+    assert [c.function for c in a.root.children][0] == "[threads: loader x3]"
+    rows = [f for f in compare([a, b]).functions if f.function.startswith("[threads: ")]
+    assert [f.function for f in rows] == ["[threads: loader]"]
+    assert rows[0].energy.delta == pytest.approx(b.find("[threads: loader x5]")[0].total_energy
+                                                 - a.find("[threads: loader x3]")[0].total_energy)
+    assert rows[0].energy.delta < 0
+
+
+def test_group_role_strips_only_a_count():
+    assert group_role("[threads: burn_in_thread x150]") == "[threads: burn_in_thread]"
+    assert group_role("[processes: pool worker x4]") == "[processes: pool worker]"
+    assert group_role("[threads: box]") == "[threads: box]"
+    assert group_role("[threads: a x]") == "[threads: a x]"
+    assert group_role("load x3]") == "load x3]"
+
+
+# -- threads, under the supervisor and in-process ------------------------------------------------
+def test_a_thread_groups_count_shows_in_every_view(here):
+    script(here, "churn.py", CHURN, """
+        # The sampler learns that the program uses `threading` at its next tick (it never imports it):
+        # a 10 ms thread started and ended before that tick would go uncounted, its CPU the main thread's.
+        time.sleep(0.05)
+        churn(60)
+    """)
+    res = run_cli(["--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "--folded", "f.txt",
+                   "--speedscope", "s.json", "--csv", "c.csv", "--pprof", "p.pb.gz", "churn.py"], cwd=here, timeout=240)
+    assert res.returncode == 0, res.stderr
+    label = "[threads: burn_in_thread x60]"
+    p = load(here / "p.json")
+    assert [n.function for n in p.root.children if n.function.startswith("[threads: ")] == [label]
+    assert label in res.stderr  # the console's summary
+    for name in ("r.html", "f.txt", "s.json", "c.csv"):
+        assert label in (here / name).read_text(), name
+    assert label.encode() in gzip.decompress((here / "p.pb.gz").read_bytes())
+
+
+def test_a_thread_pool_is_counted_by_its_threads_not_its_tasks(here):
+    script(here, "tp.py", """
+        import time
+        from concurrent.futures import ThreadPoolExecutor
+
+        def task(i):
+            end = time.thread_time() + 0.01
+            while time.thread_time() < end:
+                pass
+            time.sleep(0.005)  # each worker is seen running, and each takes several tasks
+            return i
+
+        with ThreadPoolExecutor(max_workers=3) as ex:
+            print(sum(ex.map(task, range(60))))
+    """)
+    res = run_cli(profiled("tp.py"), cwd=here, timeout=240)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"{sum(range(60))}\n"
+    p = load(here / "p.json")
+    assert [g.function for g in groups(p.root, "[threads: ")] == ["[threads: ThreadPoolExecutor x3]"]
+
+
+def run_in_process(here: Path, body: str) -> subprocess.CompletedProcess[str]:
+    (here / "s.py").write_text(textwrap.dedent(body))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "s.py"], cwd=here, capture_output=True, text=True, timeout=240, env=env)
+
+
+def test_in_process_threads_are_counted_and_their_cpu_is_their_targets(here):
+    """`with energy_profile()`: the first thread starts at once, before the sampler's first tick."""
+    res = run_in_process(here, CHURN + textwrap.dedent("""
+        from energyprof import energy_profile
+
+        with energy_profile(json="p.json", output="r.html", power_trace="trace.csv", quiet=True):
+            churn(150)
+    """))
+    assert res.returncode == 0, res.stderr
+    p = load(here / "p.json")
+    found = groups(p.root, "[threads: ")
+    assert [g.function for g in found] == ["[threads: burn_in_thread x150]"]
+    # 150 x 10 ms of CPU, measured by each thread's clock: a thread that ended between two ticks was
+    # never caught running, and its CPU goes to its target all the same, not to the group's own node.
+    group = found[0]
+    on_target = sum(n.cpu_time_s for n in group.children if n.function == "burn_in_thread")
+    assert on_target >= 0.9 * group.cpu_time_s, [(n.function, n.cpu_time_s) for n, _ in group.walk()]
+    assert group.self_cpu_time_s <= 0.05 * group.cpu_time_s
+    assert on_target >= 0.9 * 150 * 0.010
+
+
+# -- process pools whose workers are new interpreters -------------------------------------------
+POOLS = """
+import multiprocessing as mp, sys, time
+from concurrent.futures import ProcessPoolExecutor
+
+def square(i):
+    end = time.process_time() + 0.02
+    while time.process_time() < end:
+        pass
+    return i * i
+
+def run_pool(method):
+    with mp.get_context(method).Pool(4) as pool:
+        print(sum(pool.map(square, range(40), chunksize=1)))
+
+def run_executor(method):
+    with ProcessPoolExecutor(4, mp_context=mp.get_context(method)) as ex:
+        print(sum(ex.map(square, range(40))))
+
+if __name__ == "__main__":
+    (run_pool if sys.argv[1] == "pool" else run_executor)(sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("kind, label", [("pool", "[processes: pool worker x4]"),
+                                         ("executor", "[processes: process pool worker x4]")])
+@pytest.mark.parametrize("method", ["spawn", "forkserver"])
+def test_spawned_pool_workers_are_one_node_with_their_count(here, kind, label, method):
+    script(here, "pools.py", POOLS)
+    res = run_cli(profiled("pools.py", kind, method), cwd=here, timeout=240)
+    ref = plain(here, "pools.py", kind, method)
+    assert (res.returncode, res.stdout, res.stderr) == (ref.returncode, ref.stdout, ref.stderr)
+    p = load(here / "p.json")
+    found = groups(p.root, "[processes: ")
+    assert [g.function for g in found] == [label], [g.function for g in found]
+    group = found[0]
+    # No worker on a node of its own, and none of multiprocessing's way in (spawn_main, _serve_one)
+    # between the group and the worker's loop: its functions start where a forked worker's do.
+    assert not [n.function for n, _ in p.root.walk() if "multiprocessing.spawn" in n.function]
+    assert "BaseProcess._bootstrap" in [c.function for c in group.children]
+    assert not {"spawn_main", "_main", "_serve_one"} & {n.function for n, _ in group.walk()}
+    # 40 tasks x 20 ms of the workers' CPU under the one node
+    assert sum(n.cpu_time_s for n, _ in group.walk() if n.function == "square") >= 0.8 * 40 * 0.02
+    # The workers' CPU that no sample caught (their interpreters starting) is the group's, not a
+    # bare process node's nor the run's "[CPU no sample saw]": the node holds nearly all they used.
+    main = next(r for r in processes(p) if r["role"] == "main")
+    workers = [r for r in processes(p) if r is not main and ("spawn_main" in r["command"] or r["parent_pid"] != main["pid"])]
+    assert len(workers) == 4, [(r["pid"], r["parent_pid"], r["command"]) for r in processes(p)]
+    used = sum(r["cpu_time_s"] for r in workers)
+    assert group.cpu_time_s >= 0.9 * used, (group.cpu_time_s, used)
+    assert group.self_cpu_time_s > 0
