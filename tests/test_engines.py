@@ -5,6 +5,7 @@ seconds on two cores)."""
 from __future__ import annotations
 
 import json
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -234,6 +235,12 @@ def test_units_on_the_engines_recorded_stacks() -> None:
     assert units(loading) == loading
     plain = [("main", "/home/u/train.py", 1)]
     assert units(plain) == plain
+    # Ray's loop calling a library (seen under load) or code a library made with exec is the engine's too
+    for engines in [("packb", f"{SP}/msgpack/__init__.py", 30), ("_process_class", dataclasses.__file__, 900),
+                    ("<lambda>", "<string>", 1), ("Point.__new__", "<string>", 1)]:
+        assert units([*RAY_TASK[:2], engines]) == [*RAY_TASK[:2], engines]
+    # ... but a task defined in a script given as text is a task
+    assert units([*RAY_TASK[:2], ("t", "<string>", 3)])[0] == ("[ray task t]", "", 0)
 
 
 def test_engine_roles_from_command_lines() -> None:

@@ -58,9 +58,16 @@ def _loading(frame: Frame) -> bool:
     (Ray unpickles a task's function, and its imports, from inside its loop), not a task."""
     name, filename, _ = frame
     # Ray's loop also calls installed libraries itself (msgpack's packb, dataclasses while it
-    # unpickles): a first frame in site- or dist-packages or the standard library is the engine's work.
+    # unpickles): a first frame in site- or dist-packages or the standard library is the engine's
+    # work, and so is code those libraries generate with exec (a namedtuple's or a dataclass's
+    # methods, a lambda: in "<string>", named `__x__` or `<lambda>`), never a task's function.
     return (name in ("<module>", "__getattr__") or filename.startswith("<frozen")
-            or f"-packages{os.sep}" in filename or filename.startswith(_STDLIB))
+            or f"-packages{os.sep}" in filename or filename.startswith(_STDLIB) or _generated(name, filename))
+
+
+def _generated(name: str, filename: str) -> bool:
+    last = name.rpartition(".")[2]
+    return filename == "<string>" and (last == "<lambda>" or (last.startswith("__") and last.endswith("__")))
 
 
 def unit_name(engine: str, kind: str, function: str) -> str:
