@@ -12,7 +12,6 @@ codecarbon's folder is found with `importlib.util.find_spec`, which does not exe
 
 from __future__ import annotations
 
-import csv
 import functools
 import importlib.util
 import json
@@ -74,6 +73,8 @@ def _read_json(folder: Path, relative: str) -> Any:
 
 
 def _read_csv(folder: Path, relative: str) -> list[dict[str, str]]:
+    import csv  # codecarbon's own files ([carbon]) only: the snapshot is JSON
+
     try:
         with open(folder / relative, newline="", encoding="utf-8-sig") as fh:  # impact.csv starts with a BOM
             return list(csv.DictReader(fh))

@@ -18,7 +18,7 @@ import gc
 import sys
 from typing import Sequence
 
-from ..setup.options import OptionError
+from ..setup.choices import OptionError
 from .common import PROG, UsageError
 
 

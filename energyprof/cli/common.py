@@ -1,17 +1,21 @@
 """What every subcommand shares: one-line usage errors, the output and carbon flags, and
-Options built from parsed flags and checked against the file system before anything runs."""
+Options built from parsed flags and checked against the file system before anything runs.
+
+Building a parser needs only the options' vocabulary (setup/choices.py, facts/policy.py): `--help`
+imports neither the Options class nor the checks, which come with the first command that runs."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..setup.options import IDLE_POLICIES
-from ..setup.options import OUTPUTS
-from ..setup.options import Options
-from ..setup.options import OptionError
-from ..setup.options import flag
-from ..drive.preflight import preflight
+from ..facts.policy import IDLE_POLICIES
+from ..setup.choices import OUTPUTS
+from ..setup.choices import OptionError
+from ..setup.choices import flag
+
+if TYPE_CHECKING:
+    from ..setup.options import Options
 
 DEFAULT_OUTPUT = "energyprof-report.html"
 DEFAULT_JOB_JSON = "energyprof-profile.json"  # one rank of several: the job's profile, joined by rank 0
@@ -72,6 +76,9 @@ def add_idle_flag(p: argparse.ArgumentParser, default: str | None) -> None:
 def build_options(ns: argparse.Namespace, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,
              **extra: Any) -> Options:
     """Options from parsed flags, validated (pure) and then checked against the file system."""
+    from ..drive.preflight import preflight
+    from ..setup.options import Options
+
     fields = Options.names()
     kwargs = {k: v for k, v in vars(ns).items() if k in fields and v is not None}
     for name in ("output", *OUTPUTS, "checkpoint"):

@@ -11,18 +11,21 @@ import argparse
 import gc
 import os
 import sys
-from pathlib import Path
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .._version import __version__
-from ..setup.options import MEMORY_MODES
-from ..setup.options import OUTPUTS
-from ..setup.options import SAMPLERS
-from ..setup.options import SENSORS
-from ..setup.options import Options
-from ..setup.options import flag
+from ..setup.choices import DEFAULT_INTERVAL
+from ..setup.choices import DEFAULT_SENSOR_INTERVAL
+from ..setup.choices import MEMORY_MODES
+from ..setup.choices import OUTPUTS
+from ..setup.choices import SAMPLERS
+from ..setup.choices import SENSORS
+from ..setup.choices import flag
 from .common import (DEFAULT_JOB_JSON, DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags,
                      allowed, build_options)
+
+if TYPE_CHECKING:
+    from ..setup.options import Options
 
 
 RUN_EPILOG = """energyprof's options come before the script (or -m module, or --): everything after it is the
@@ -58,10 +61,10 @@ def build_run_parser() -> Parser:
                 epilog=RUN_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"energyprof {__version__}")
     add_output_flags(p)
-    p.add_argument("--interval", type=float, default=Options.interval,
-                   help=f"stack sampling interval in seconds, 0.0005 to 60 (default {Options.interval:g})")
-    p.add_argument("--sensor-interval", type=float, default=Options.sensor_interval,
-                   help=f"sensor reading interval in seconds, up to 60 (default {Options.sensor_interval:g})")
+    p.add_argument("--interval", type=float, default=DEFAULT_INTERVAL,
+                   help=f"stack sampling interval in seconds, 0.0005 to 60 (default {DEFAULT_INTERVAL:g})")
+    p.add_argument("--sensor-interval", type=float, default=DEFAULT_SENSOR_INTERVAL,
+                   help=f"sensor reading interval in seconds, up to 60 (default {DEFAULT_SENSOR_INTERVAL:g})")
     add_idle_flag(p, "share")
     p.add_argument("--sampler", default="threads", metavar=allowed(SAMPLERS),
                    help="threads (default, every thread, low overhead) or pyinstrument")
@@ -141,6 +144,8 @@ def _check_target(script: str | None, module: str | None) -> None:
         _check_module(module)
         return
     assert script is not None
+    from pathlib import Path  # not at the top: `--help` needs none of it
+
     path = Path(script)
     if not path.exists():
         raise UsageError(f"script not found: {script}")
@@ -248,6 +253,8 @@ def default_checkpoint(json_path: str | None, output: str) -> str:
     """Beside the JSON (or the report when there is none); in the temporary folder when those
     are devices, descriptors or FIFOs (`-o /dev/null` must not write into /dev), or when a
     checkpoint's name beside them would be too long."""
+    from pathlib import Path
+
     from ..store.files import is_regular_target
     from ..drive.preflight import name_fits
 

@@ -164,14 +164,14 @@ def _discover_knobs(powercap_root: str | None) -> list[Any]:
 
 
 def serve_cmd(argv: list[str]) -> int:
-    from ..collect.sensors import served_protocol as protocol
+    from ..collect.sensors.served import DEFAULT_SOCKET
     from ..serve import server
 
-    default = os.environ.get("ENERGYPROF_SENSOR_SOCKET") or protocol.DEFAULT_SOCKET
+    default = os.environ.get("ENERGYPROF_SENSOR_SOCKET") or DEFAULT_SOCKET
     p = Parser(prog=f"{PROG} sensors serve", description="As root: serve RAPL's counters (and power knobs within "
                "range) over a Unix socket to root and the members of a group (docs/sensors.md). The recommended "
                "deployment is the systemd socket unit: see --print-unit.")
-    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {protocol.DEFAULT_SOCKET})")
+    p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {DEFAULT_SOCKET})")
     p.add_argument("--group", default=None, help="the group whose members may connect (socket 0660 root:GROUP, folder "
                    "0750 root:GROUP); without it, only root may (socket 0600)")
     p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")

@@ -120,8 +120,8 @@ def boot_id() -> str | None:
     (containers, `localhost`) and an engine's node ids are its own (Ray runs two nodes on one
     machine); every container and node on one running kernel shares its boot id."""
     try:
-        with open("/proc/sys/kernel/random/boot_id", encoding="ascii") as fh:
-            return fh.read().strip() or None
+        with open("/proc/sys/kernel/random/boot_id", "rb") as fh:  # bytes: an "ascii" text file imports its codec
+            return fh.read().decode("ascii").strip() or None
     except OSError:
         return None
 

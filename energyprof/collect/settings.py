@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Callable
 
@@ -135,6 +134,8 @@ def _command(argv: list[str]) -> str | None:
     exe = shutil.which(argv[0])
     if exe is None:
         return None
+    import subprocess  # only where the tool is there (a Jetson's nvpmodel): not on every run
+
     try:
         proc = subprocess.run([exe, *argv[1:]], capture_output=True, encoding="utf-8", errors="replace",
                               timeout=COMMAND_TIMEOUT_S, check=False, stdin=subprocess.DEVNULL)

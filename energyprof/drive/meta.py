@@ -4,10 +4,11 @@ driver imports the other; both import this."""
 
 from __future__ import annotations
 
-import datetime as _dt
 import functools
-import platform
+import math
+import os
 import sys
+import time
 from typing import Any
 
 from .._version import __version__
@@ -16,16 +17,62 @@ from ..core.ledger import Ledger
 from ..setup.options import Options
 
 
+# `platform` and `datetime` are not imported on a run's path (with the regular expressions platform's
+# calls compile, 3 ms of every run's CPU): the three strings the meta takes from them are made here the
+# way they make them, and tests/test_startup.py compares them with theirs.
+
+
 def _platform() -> str:
     """`platform.platform(terse=True)`, but on Linux without the `uname -p` child process Python
     starts for it (subprocess's import and a fork and exec on every run: 5 ms): the processor field
     is what the string leaves out where it is the machine or "unknown", which is what Linux says."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = os.confstr("CS_GNU_LIBC_VERSION").split(maxsplit=1)  # what platform.libc_ver() reads first
+        except (AttributeError, ValueError, OSError, TypeError):
+            libc = []
+        if len(libc) == 2:
+            u = os.uname()  # platform.uname()'s system, release and machine on Linux
+            return _platform_name(u.sysname, u.release, u.machine, "with", libc[0] + libc[1])
+    import platform
+
     join = getattr(platform, "_platform", None)  # the module's own formatting (its clean-up of odd characters)
     if sys.platform.startswith("linux") and join is not None:
         u = platform.uname()  # its processor field is worked out only when read
-        libc, version = platform.libc_ver()
-        return join(u.system, u.release, u.machine, "with", libc + version)
+        lib, version = platform.libc_ver()
+        return join(u.system, u.release, u.machine, "with", lib + version)
     return platform.platform(terse=True)
+
+
+def _platform_name(*parts: str) -> str:
+    """platform's own formatting of its fields into one string (platform._platform, Python 3.8-3.13)."""
+    text = "-".join(x.strip() for x in parts if len(x))
+    for odd in (" ", "/", "\\", ":", ";", '"', "(", ")"):
+        text = text.replace(odd, "_" if odd == " " else "-")
+    text = text.replace("unknown", "")
+    while "--" in text:
+        text = text.replace("--", "-")
+    return text.rstrip("-")
+
+
+def python_version() -> str:
+    """platform.python_version(): sys.version's first word, with a patch level of 0 where it has none."""
+    parts = sys.version.split(maxsplit=1)[0].split(".")
+    return ".".join(parts + ["0"] if len(parts) == 2 else parts)
+
+
+def iso_utc(ts: float) -> str:
+    """datetime.fromtimestamp(ts, timezone.utc).isoformat(): microseconds rounded half to even, left
+    out when zero."""
+    frac, whole = math.modf(ts)
+    us = round(frac * 1e6)
+    if us >= 1_000_000:
+        whole, us = whole + 1, us - 1_000_000
+    elif us < 0:
+        whole, us = whole - 1, us + 1_000_000
+    t = time.gmtime(whole)
+    text = "%04d-%02d-%02dT%02d:%02d:%02d" % (t.tm_year, t.tm_mon, t.tm_mday, t.tm_hour, t.tm_min, min(t.tm_sec, 59))
+    return text + (".%06d" % us if us else "") + "+00:00"
 
 
 def run_meta(options: Options, target: str, argv: list[str], started_wall: float, pid: int | None,
@@ -35,12 +82,12 @@ def run_meta(options: Options, target: str, argv: list[str], started_wall: float
         "target": target,
         "argv": list(argv),
         "command": " ".join(argv),
-        "started_at": _dt.datetime.fromtimestamp(started_wall, _dt.timezone.utc).isoformat(),
+        "started_at": iso_utc(started_wall),
         "sampler": options.sampler,
         "interval_s": options.interval,
         "sensor_interval_s": options.sensor_interval,
         "energyprof_version": __version__,
-        "python": platform.python_version(),
+        "python": python_version(),
         "host": {"cpu_model": probes.cpu_model(), "cores": probes.logical_cpus(),
                  "platform": _platform(), "memory_bytes": probes.total_memory_bytes(), "boot_id": probes.boot_id()},
         "pid": pid,

@@ -9,9 +9,7 @@ overlap. The node's machine energy is taken once, when the ranks' profiles are j
 
 from __future__ import annotations
 
-import glob
 import os
-import socket
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
@@ -75,7 +73,9 @@ def rank_info(env: Mapping[str, str], command_form: bool = False) -> RankInfo | 
 
 
 def hostname() -> str:
-    return socket.gethostname()
+    """The host name, as socket.gethostname() gives it: on Linux and macOS both read the kernel's
+    node name, which os.uname() returns without the `socket` module's import (2.5 ms of every run)."""
+    return os.uname().nodename
 
 
 def node_index(env: Mapping[str, str]) -> str:
@@ -165,6 +165,8 @@ class NodeReader:
 def find_rank_files(template: str, values: Mapping[str, str], rank: int) -> list[str]:
     """The files a rank may have written under the per-rank `template` (placeholders other than
     {rank} are the other rank's own: matched by any name)."""
+    import glob  # a distributed job's join only
+
     pattern = glob.escape(template)
     pattern = pattern.replace("{rank}", str(rank))
     for name in ("local_rank", "node", "pid"):

@@ -9,8 +9,7 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Generic, Literal, NamedTuple, TypeVar
+from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
 IdlePolicy = Literal["share", "all"]
 #: Every policy, the default first.
@@ -37,12 +36,36 @@ def other(policy: IdlePolicy) -> IdlePolicy:
     return "all" if check_policy(policy) == "share" else "share"
 
 
-@dataclass(frozen=True)
 class PolicyPair(Generic[T]):
-    """One figure under both policies, so that a view can be chosen after the run."""
+    """One figure under both policies, so that a view can be chosen after the run.
 
+    Immutable, compared and hashed by value, as a frozen dataclass would be; written out because
+    the options' vocabulary is read from here by `energyprof --help`, which imports no dataclasses."""
+
+    __slots__ = ("share", "all")
     share: T
     all: T
+
+    def __init__(self, share: T, all: T) -> None:  # noqa: A002 - the policy's own name
+        object.__setattr__(self, "share", share)
+        object.__setattr__(self, "all", all)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise AttributeError(f"cannot delete field {name!r}")
+
+    def __repr__(self) -> str:
+        return f"PolicyPair(share={self.share!r}, all={self.all!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.share, self.all) == (other.share, other.all)  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash((self.share, self.all))
 
     def pick(self, policy: IdlePolicy) -> T:
         return self.share if check_policy(policy) == "share" else self.all

@@ -12,12 +12,11 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 from ..store.files import write_text
-from ..render.registry import renderers
-from ..setup.options import OUTPUTS
-from ..setup.options import Options
-from ..setup.options import flag
+from ..setup.choices import OUTPUTS
+from ..setup.choices import flag
 
 if TYPE_CHECKING:
+    from ..setup.options import Options
     from ..analysis.carbon import CarbonSettings
     from ..analysis.report import RenderOptions
     from ..facts.profile import Profile
@@ -57,19 +56,25 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
 
     Returns the paths written; raises OSError after trying them all if any failed.
     """
-    from ..analysis.report import build
     from ..store.files import is_regular_target
     from ..store.files import remove
 
-    ro = render if render is not None else render_options(options)
-    if ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
+    views = [name for name in OUTPUTS if name != "json" and getattr(options, name)
+             and os.path.realpath(getattr(options, name)) != os.devnull]  # `-o /dev/null`: nothing reads it
+    # The report model (the analysis, and its imports) only where something reads it.
+    wanted = bool(options.json or views or options.emissions_csv or options.mlflow or (options.summary and not options.quiet))
+    ro = render if render is not None else render_options(options) if wanted else None
+    if ro is not None and ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
         profile = profile.with_policy(ro.idle)
     failed: list[str] = []
     model = None
-    try:  # the analysis, pure; a view's failure is its own, below
-        model = build(profile, ro)
-    except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
-        failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
+    if wanted and ro is not None:
+        from ..analysis.report import build
+
+        try:  # the analysis, pure; a view's failure is its own, below
+            model = build(profile, ro)
+        except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
+            failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
     written: list[str] = []
     facts = options.json
     if facts:
@@ -80,23 +85,24 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
             failed.append(f"could not write the JSON profile {facts}: {exc}")
             facts = None
     kept = None
-    if checkpoint and facts is None and is_regular_target(checkpoint):
+    at_risk = bool(options.json or views or options.emissions_csv or options.mlflow)  # an output that may fail
+    if checkpoint and facts is None and at_risk and is_regular_target(checkpoint):
         try:  # no JSON on disk: the facts go where the checkpoint was, until the views are written
             write_text(checkpoint, profile.to_json())
             kept = checkpoint
         except Exception as exc:  # noqa: BLE001 - the last checkpoint stays, if there was one
             failed.append(f"could not save the profile in {checkpoint}: {exc}")
-    elif checkpoint and facts is not None:
-        remove(checkpoint)
-    table = renderers()
-    for name in OUTPUTS:
+    elif checkpoint and (facts is not None or not at_risk):
+        remove(checkpoint)  # the facts are on disk, or nothing was asked for that a failure could lose
+    if views and model is not None:  # the renderers' modules (the page's, the exports') only for a view to write
+        from ..render.registry import renderers
+
+        table = renderers()
+    for name in views:  # (the HTML page alone built 1.4 MB for `-o /dev/null`)
         path = getattr(options, name)
-        if not path or name == "json" or model is None:
-            if path and model is None and name != "json":
-                failed.append(f"could not write {flag(name)} {path}: no report model")
+        if model is None:
+            failed.append(f"could not write {flag(name)} {path}: no report model")
             continue
-        if os.path.realpath(path) == os.devnull:  # `-o /dev/null`: nothing reads it, so nothing is rendered
-            continue  # (the HTML page alone built 1.4 MB for it)
         try:
             write_text(path, table[name](model))
             written.append(path)

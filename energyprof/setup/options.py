@@ -12,13 +12,18 @@ from dataclasses import dataclass, fields
 
 from ..facts.policy import DEFAULT_POLICY
 from ..facts.policy import IDLE_POLICIES
+from .choices import CARBON_OPTIONS
+from .choices import DEFAULT_INTERVAL
+from .choices import DEFAULT_SENSOR_INTERVAL
+from .choices import MEMORY_MODES
+from .choices import OUTPUTS
+from .choices import SAMPLERS
+from .choices import SENSORS
+from .choices import OptionError
+from .choices import flag
 
-SAMPLERS = ("threads", "pyinstrument")
-MEMORY_MODES = ("rss", "exact", "off")
-OUTPUTS = ("json", "output", "speedscope", "folded", "csv", "pprof")  # the JSON first: it is the one to keep
-#: The sensor backends `--sensor` may name (collect/sensors/ implements each one).
-SENSORS = ("rapl", "perf", "nvml", "amdsmi", "tegrastats", "jtop", "powermetrics", "macmon", "model", "replay")
-CARBON_OPTIONS = ("country", "region", "cloud", "carbon_intensity", "pue", "price_per_kwh", "currency")
+__all__ = ["CARBON_OPTIONS", "IDLE_POLICIES", "MEMORY_MODES", "OUTPUTS", "SAMPLERS", "SENSORS", "OptionError", "Options",
+           "flag", "parse_kernel_steps"]
 
 #: (lowest, highest, unit) per number. Each bound is far beyond any real use and stops values that
 #: would break the run (a 1e308 s sampling interval kills the sampler thread; an infinite price
@@ -39,12 +44,11 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
 _STRICTLY_POSITIVE = {"sensor_interval", "checkpoint_interval", "sensor_timeout", "cpu_tdp"}
 
 
-class OptionError(ValueError):
-    """A bad option; its message is one line meant for the user."""
-
-
 @dataclass
 class Options:
+    """A run's options, validated on creation: the CLI's long flags as fields (`--sensor-interval` is
+    `sensor_interval`)."""
+
     output: str | None = None
     json: str | None = None
     speedscope: str | None = None
@@ -55,8 +59,8 @@ class Options:
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
     watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
-    interval: float = 0.01
-    sensor_interval: float = 0.05
+    interval: float = DEFAULT_INTERVAL
+    sensor_interval: float = DEFAULT_SENSOR_INTERVAL
     idle: str = DEFAULT_POLICY
     sampler: str = "threads"
     powercap_root: str | None = None
@@ -136,10 +140,6 @@ class Options:
         if unknown:
             raise OptionError(f"unknown option(s): {', '.join(sorted(unknown))}")
         return cls(**kwargs)  # type: ignore[arg-type]
-
-
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
 
 
 def _bounded(name: str, value: object, low: float, high: float, unit: str) -> None:

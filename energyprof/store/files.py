@@ -17,7 +17,6 @@ from __future__ import annotations
 import os
 import re
 import stat
-import secrets
 import sys
 
 _FD_FOLDER = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd")
@@ -137,7 +136,7 @@ def _new_temp(folder: str, base: str) -> tuple[int, str]:
     report is. Reading the umask would mean setting it (os.umask), and for that moment a thread of
     the program would create its files under our mask, not its own."""
     for _ in range(100):
-        tmp = os.path.join(folder, f".{base}.{secrets.token_hex(4)}.tmp")  # TEMP_AFFIXES long, as mkstemp's
+        tmp = os.path.join(folder, f".{base}.{os.urandom(4).hex()}.tmp")  # TEMP_AFFIXES long, as mkstemp's
         try:
             return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666), tmp
         except FileExistsError:

@@ -12,7 +12,6 @@ import os
 import sys
 
 from ..agent.supervised import ENV
-from ..collect.pagecache import WATCH_ENV as WATCH_CACHE_ENV
 from ..facts.measurement import carbon_setting
 from ..setup.options import Options
 
@@ -39,6 +38,8 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
     }
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     if options.watch_cache:  # energyprof.torch.track() measures it at each pass's start and end
+        from ..collect.pagecache import WATCH_ENV as WATCH_CACHE_ENV  # ctypes and subprocess: only for this flag
+
         env[WATCH_CACHE_ENV] = os.path.abspath(options.watch_cache)  # absolute: the program may chdir
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = BOOT_DIR + (os.pathsep + old if old else "")

@@ -21,7 +21,6 @@ import errno
 import os
 import resource
 import select
-import socket
 import signal
 import sys
 import time
@@ -71,6 +70,16 @@ def _prctl() -> Callable[..., int] | None:
         return None
 
 
+def _socketpair() -> tuple[int, int]:
+    """A connected pair of Unix stream sockets, as descriptors (close-on-exec, as every socket Python
+    makes). From `_socket`, the C module under `socket`: importing `socket` itself (its enums) was
+    2.5 ms of every run's CPU, for two calls that need none of it."""
+    import _socket
+
+    a, b = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    return a.detach(), b.detach()
+
+
 class Launch:
     """The program's start, prepared while the supervisor has one thread (`fork`), made later (`start`)."""
 
@@ -81,7 +90,7 @@ class Launch:
         self.checkpoint = checkpoint
         self.pid = 0
         self.watcher = 0
-        self._go: socket.socket | int = -1
+        self._go = -1  # the supervisor's end of the launcher's socket
         self._watch = -1  # the supervisor's end of the watcher's socket
         self._unacked = 0  # the watcher's pending copies asked to be dropped, not yet dropped
         self._told: set[int] = set()
@@ -108,7 +117,7 @@ class Launch:
         shell = os.getppid()
         # One socket both ways (the job's pids and the run's end out, acknowledgements back) where
         # two pipes would take two more descriptors. It ends (EOF) when the supervisor dies.
-        ours, theirs = (s.detach() for s in socket.socketpair())
+        ours, theirs = _socketpair()
         self._watch = ours
         try:
             self.watcher = os.fork()
@@ -121,30 +130,29 @@ class Launch:
         os.close(theirs)
         # The same for the launcher: the go, then exec's errno back. So energyprof starts the
         # program under `ulimit -n 8`, as python does.
-        self._go, ours = socket.socketpair()
-        self._go.set_inheritable(False)
+        self._go, ours = _socketpair()
         try:
             self.pid = os.fork()
         except BaseException:
-            ours.close()
+            os.close(ours)
             raise
         if self.pid == 0:
-            _launcher(ours.fileno(), (self._watch, self._go.fileno()), os.getppid(), prctl, self.command,
+            _launcher(ours, (self._watch, self._go), os.getppid(), prctl, self.command,
                       self.executable, self.env, self.dispositions)  # never returns
-        ours.close()
+        os.close(ours)
         self.tell([self.pid])
 
     def start(self) -> int:
         """Let the program run; its pid. OSError (from exec) if it could not start."""
-        assert isinstance(self._go, socket.socket)
+        assert self._go >= 0
         go, self._go = self._go, -1
         data = b""
         try:
-            go.sendall(b"g")
-            while chunk := go.recv(64):  # the launcher's end closes on exec (close-on-exec)
+            os.write(go, b"g")
+            while chunk := os.read(go, 64):  # the launcher's end closes on exec (close-on-exec)
                 data += chunk
         finally:
-            go.close()
+            os.close(go)
         if data:
             os.waitpid(self.pid, 0)
             errno_ = int(data)
@@ -153,8 +161,8 @@ class Launch:
 
     def abort(self) -> None:
         """The run could not begin: the launcher (if there is one) leaves without running anything."""
-        if isinstance(self._go, socket.socket):
-            self._go.close()  # the launcher reads the end of the socket and leaves
+        if self._go >= 0:
+            os.close(self._go)  # the launcher reads the end of the socket and leaves
             self._go = -1
         if self.pid > 0:
             try:

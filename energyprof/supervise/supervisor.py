@@ -8,7 +8,6 @@ however it ended, writes the outputs and ends the way the program did.
 from __future__ import annotations
 
 import os
-import socket
 import shutil
 import sys
 import tempfile
@@ -26,6 +25,7 @@ from . import follow, signals
 from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room
 from ..engines.distributed import gpu_ties
+from ..engines.distributed import hostname
 from .job import JobFeed
 
 
@@ -165,7 +165,7 @@ class Supervisor:
     def _meta(self, exit_status: dict[str, Any]) -> dict[str, Any]:
         meta = run_meta(self.options, self.target, self.argv, self.started_wall, self.pid, self.discovery_notes,
                         exit_status)
-        meta["host"]["name"] = socket.gethostname()  # what `energyprof merge` groups nodes by
+        meta["host"]["name"] = hostname()  # what `energyprof merge` groups nodes by
         return {**meta, **self.extra_meta}
 
     def _checkpoint_header(self, ledger: Ledger, feed: JobFeed) -> dict[str, Any]:

@@ -25,6 +25,8 @@ class SensorError(RuntimeError):
 
 @dataclass
 class Sensor:
+    """One energy source: what it measures, how (measured or estimated) and through which backend."""
+
     id: str  # unique source id: "cpu", "dram", "gpu:0", ...
     component: str  # "cpu", "dram", "ram", "psys", "gpu:N"
     method: str  # "measured" | "estimated"

@@ -13,10 +13,9 @@ The sysfs root is configurable (`ENERGYPROF_PERF_ROOT`), which is how tests give
 
 from __future__ import annotations
 
-import ctypes
 import errno
+import functools
 import os
-import platform
 import re
 from pathlib import Path
 
@@ -32,13 +31,19 @@ ENABLE = ("allow system-wide perf events once: sudo sysctl kernel.perf_event_par
           "python binary CAP_PERFMON: sudo setcap cap_perfmon+ep $(readlink -f $(which python3))")
 
 
-class PerfEventAttr(ctypes.Structure):
-    """struct perf_event_attr up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes: every kernel takes it)."""
+@functools.cache
+def perf_event_attr() -> type:
+    """struct perf_event_attr up to config1 (PERF_ATTR_SIZE_VER0, 64 bytes: every kernel takes it).
+    Made on first use: ctypes is imported only where a power PMU is there to open."""
+    import ctypes
 
-    _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
-                ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
-                ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
-                ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64)]
+    class PerfEventAttr(ctypes.Structure):
+        _fields_ = [("type", ctypes.c_uint32), ("size", ctypes.c_uint32), ("config", ctypes.c_uint64),
+                    ("sample_period", ctypes.c_uint64), ("sample_type", ctypes.c_uint64),
+                    ("read_format", ctypes.c_uint64), ("flags", ctypes.c_uint64), ("wakeup_events", ctypes.c_uint32),
+                    ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64)]
+
+    return PerfEventAttr
 
 
 def perf_root(explicit: str | None = None) -> Path:
@@ -84,10 +89,14 @@ def events(root: Path) -> list[tuple[str, int, float, str]]:
 
 def open_event(pmu_type: int, config: int, cpu: int) -> int:
     """A file descriptor counting the event on `cpu` for every process (pid -1)."""
-    nr = SYSCALL.get(platform.machine())
+    import ctypes
+
+    machine = os.uname().machine  # what platform.machine() returns on Linux
+    nr = SYSCALL.get(machine)
     if nr is None:
-        raise OSError(errno.ENOSYS, f"perf_event_open: unknown system call number on {platform.machine()}")
-    attr = PerfEventAttr(type=pmu_type, size=ctypes.sizeof(PerfEventAttr), config=config)
+        raise OSError(errno.ENOSYS, f"perf_event_open: unknown system call number on {machine}")
+    attr_type = perf_event_attr()
+    attr = attr_type(type=pmu_type, size=ctypes.sizeof(attr_type), config=config)
     libc = ctypes.CDLL(None, use_errno=True)
     fd = libc.syscall(ctypes.c_long(nr), ctypes.byref(attr), ctypes.c_int(-1), ctypes.c_int(cpu),
                       ctypes.c_int(-1), ctypes.c_ulong(0))

@@ -9,14 +9,14 @@ with its own wraparound handling; one request per tick serves every zone.
 from __future__ import annotations
 
 import os
-import socket
 import threading
 from typing import Any
 
-from . import served_protocol as protocol
 from .base import Discovery, Sensor, SensorError, WrapCounter
 
-DEFAULT_SOCKET = protocol.DEFAULT_SOCKET
+# Where the reader listens. The grammar (served_protocol) and the socket module are imported only
+# once a reader is there: every run's discovery looks for it, few machines have one.
+DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
 ENABLE = ("start the privileged reader: its systemd socket unit (energyprof sensors unit; docs/sensors.md), "
           "or sudo energyprof sensors serve --group energyprof, then add users to that group")
 TIMEOUT_S = 1.0
@@ -33,6 +33,8 @@ class ServedClient:
     """One connection shared by every zone's sensor; a tick's zones share one request."""
 
     def __init__(self, path: str) -> None:
+        import socket
+
         self.path = path
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.sock.settimeout(TIMEOUT_S)
@@ -44,6 +46,8 @@ class ServedClient:
         self.users = 0
 
     def fetch(self, t_ns: int | None = None) -> dict[str, dict[str, Any]]:
+        from . import served_protocol as protocol
+
         with self._lock:
             if t_ns is not None and t_ns == self._at:
                 return self._last

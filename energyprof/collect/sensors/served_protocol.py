@@ -18,7 +18,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
 MAX_LINE = 256  # bytes, newline included: the longest request is `set ` + a knob name + a number
 _NAME = re.compile(r"[a-z_]{1,40}:[A-Za-z0-9_.-]{1,40}\Z")
 

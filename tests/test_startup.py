@@ -1,0 +1,156 @@
+"""What energyprof imports before it does anything, checked in real interpreters (sys.modules and
+`-X importtime`), never by timing; and the meta strings made without the `platform` module."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import energyprof
+from energyprof.carbon.intensity import _parse_time
+from energyprof.drive import meta
+
+REPO = Path(energyprof.__file__).resolve().parent.parent
+
+#: Modules `--help` never needs: the Options dataclass and its machinery, the run's and the report's.
+HELP_NEVER = ("dataclasses", "inspect", "json", "socket", "ctypes", "subprocess", "platform", "datetime", "tempfile",
+              "pathlib", "energyprof.setup.options", "energyprof.facts.profile", "energyprof.drive",
+              "energyprof.supervise", "energyprof.collect", "energyprof.core", "energyprof.analysis", "energyprof.render",
+              "energyprof.output", "energyprof.store", "energyprof.engines")
+#: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
+RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
+             "energyprof.collect.pagecache", "subprocess")
+
+HELP = """
+import runpy, sys
+sys.argv = ["energyprof", "--help"]
+try:
+    runpy.run_module("energyprof", run_name="__main__", alter_sys=True)
+except SystemExit as exc:
+    code = exc.code
+print("\\x00" + " ".join(sorted(sys.modules)) + "\\x00" + str(code))
+"""
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    env.pop("ENERGYPROF_AGENT", None)
+    return env
+
+
+def _heavy(modules: set[str], never: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == n or m.startswith(n + ".") for n in never))
+
+
+@pytest.mark.parametrize("site", [True, False], ids=["with-site", "no-site"])
+def test_help_imports_none_of_the_heavy_modules(tmp_path: Path, site: bool) -> None:
+    """`python -m energyprof --help` as a user runs it; -S as well, so that nothing the machine's site
+    imports first (here: pathlib, tempfile, typing through a .pth file) hides an import of energyprof's."""
+    out = subprocess.run([sys.executable, *([] if site else ["-S"]), "-c", HELP], cwd=tmp_path, env=_env(),
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text, modules, code = out.stdout.split("\x00")
+    assert code.strip() in ("0", "None") and "usage: energyprof" in text and "--sensor-interval" in text
+    modules = set(modules.split())
+    assert "energyprof.cli.run" in modules  # the help came from the run's parser
+    # Under site, the standard library's modules may be the machine's own imports: energyprof's alone.
+    assert _heavy(modules, HELP_NEVER if not site else tuple(n for n in HELP_NEVER if n.startswith("energyprof"))) == []
+
+
+def test_an_empty_run_imports_only_what_it_uses(tmp_path: Path) -> None:
+    """The supervisor's imports after start-up (`-X importtime`, its own block: the program's comes after
+    the next header), for an empty script with the report and the JSON."""
+    (tmp_path / "empty.py").write_text("")
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "energyprof", "-q", "-o", "r.html", "--json",
+                          "p.json", "empty.py"], cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert (tmp_path / "r.html").stat().st_size > 0 and (tmp_path / "p.json").stat().st_size > 0
+    blocks = re.split(r"import time: self \[us\] \| cumulative \| imported package\n", out.stderr)
+    supervisor = [m.group(2) for m in re.finditer(r"import time:\s+\d+ \|\s+\d+ \|( *)(\S+)", blocks[1])]
+    program = [m.group(2) for m in re.finditer(r"import time:\s+\d+ \|\s+\d+ \|( *)(\S+)", "".join(blocks[2:]))]
+    after_site = set(supervisor[supervisor.index("site") + 1:])  # what the machine's site imported is not ours
+    after_site |= set(program[program.index("site") + 1:]) if "site" in program else set(program)
+    assert "energyprof.supervise.supervisor" in after_site and "energyprof.analysis.report" in after_site
+    assert _heavy(after_site, RUN_NEVER) == []
+
+
+def test_platform_string_is_the_platform_modules() -> None:
+    assert meta.python_version() == platform.python_version()
+    if sys.platform.startswith("linux") and hasattr(platform, "_platform"):
+        u = platform.uname()
+        lib, version = platform.libc_ver()
+        assert meta._platform() == platform._platform(u.system, u.release, u.machine, "with", lib + version)
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from(list("ab -_/\\:;\"()unkow2.")), max_size=12), min_size=1, max_size=5))
+def test_platform_formatting_is_the_platform_modules(parts: list[str]) -> None:
+    if not hasattr(platform, "_platform"):
+        pytest.skip("this Python's platform module has no _platform to compare with")
+    try:
+        expected = platform._platform(*parts)
+    except IndexError:  # platform's own formatting fails on a string that cleans up to nothing
+        expected = ""
+    assert meta._platform_name(*parts) == expected
+
+
+def test_a_run_that_asks_for_nothing_builds_no_report(tmp_path: Path) -> None:
+    """`-q -o /dev/null`: nothing reads a report, so neither the analysis nor a renderer is imported, and
+    the checkpoint (in the temporary folder, since the output is a device) is gone at the end."""
+    (tmp_path / "empty.py").write_text("")
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "energyprof", "-q", "-o", os.devnull, "empty.py"],
+                         cwd=tmp_path, env=dict(_env(), TMPDIR=str(spool)), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    imported = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \| *(\S+)", out.stderr))
+    assert "energyprof.supervise.supervisor" in imported
+    assert _heavy(imported, ("energyprof.analysis", "energyprof.render")) == []
+    assert list(spool.iterdir()) == []
+
+
+@pytest.mark.parametrize("handler", [True, False], ids=["exit-handler", "none"])
+def test_the_exit_keeps_the_programs_status_and_runs_exit_handlers(tmp_path: Path, handler: bool) -> None:
+    """energyprof ends without Python's module teardown, but not without what comes before it: a handler
+    registered to run at exit (MLflow's, coverage's) runs, output is flushed, the status is the program's."""
+    (tmp_path / "prog.py").write_text("print('out')\nraise SystemExit(3)\n")
+    code = ("import atexit, runpy, sys\n"
+            + ("atexit.register(lambda: print('handler ran', file=sys.stderr, flush=True))\n" if handler else "")
+            + "sys.argv = ['energyprof', '-q', '-o', 'r.html', 'prog.py']\n"
+            + "runpy.run_module('energyprof', run_name='__main__', alter_sys=True)\n")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 3 and out.stdout == "out\n"
+    assert ("handler ran" in out.stderr) == handler
+    assert (tmp_path / "r.html").stat().st_size > 0
+
+
+@given(st.one_of(st.floats(min_value=-2e9, max_value=4e9, allow_nan=False),
+                 st.builds(lambda s, f: s + f, st.integers(-2_000_000_000, 4_000_000_000),
+                           st.sampled_from([0.0, 5e-7, 1.5e-6, 2.5e-6, 0.9999995, 0.25]))))
+def test_started_at_is_datetimes_isoformat(ts: float) -> None:
+    assert meta.iso_utc(ts) == datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).isoformat()
+
+
+@given(st.datetimes(min_value=datetime.datetime(1, 1, 2), max_value=datetime.datetime(9999, 12, 30)))
+def test_a_utc_time_reads_back_as_datetime_reads_it(value: datetime.datetime) -> None:
+    text = value.replace(tzinfo=datetime.timezone.utc).isoformat()
+    assert _parse_time(text) == datetime.datetime.fromisoformat(text).timestamp()
+
+
+def test_other_times_are_left_to_datetime() -> None:
+    for bad in ("2024-02-30T00:00:00+00:00", "2023-02-29T12:00:00+00:00", "2024-13-01T00:00:00+00:00"):
+        with pytest.raises(ValueError):
+            _parse_time(bad)
+    assert _parse_time("2024-02-29T23:59:59.5Z") == datetime.datetime(2024, 2, 29, 23, 59, 59, 500000,
+                                                                      datetime.timezone.utc).timestamp()
+    assert _parse_time("2024-01-01T01:00:00+01:00") == datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
+    assert _parse_time("1700000000.25") == 1700000000.25
