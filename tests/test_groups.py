@@ -241,3 +241,98 @@ def test_spawned_pool_workers_are_one_node_with_their_count(here, kind, label, m
     used = sum(r["cpu_time_s"] for r in workers)
     assert group.cpu_time_s >= 0.9 * used, (group.cpu_time_s, used)
     assert group.self_cpu_time_s > 0
+
+
+# -- the job feed, its streams' records in an order the test drives --------------------------------
+POOL_ROLE = "[processes: process pool worker]"
+FS_CMD = "python -B -c from multiprocessing.forkserver import main; main(8, 9, ['__main__'])"
+
+
+class Spools:
+    """Processes' streams written as their agents write them, `<pid>-<t_ns>.spool` in one folder, pids
+    past any pid_max so that /proc knows none of them. Their clocks start an hour from now: no wait of
+    the feed's (a parent's samples, a role) runs out while the test drives it, whatever the machine's load."""
+
+    def __init__(self, folder: Path) -> None:
+        import time
+
+        from energyprof.agent import wire
+        self.wire, self.folder = wire, folder
+        self.base = time.perf_counter_ns() + 3600 * S
+        self.paths: dict[int, Path] = {}
+        self.fids: dict[int, dict[tuple, int]] = {}
+
+    def hello(self, pid: int, ppid: int, ms: int, forked: bool, label: str, command: str) -> None:
+        t = self.base + ms * 1_000_000
+        self.paths[pid] = self.folder / f"{pid}-{t}{self.wire.SPOOL_SUFFIX}"
+        self.fids[pid] = {}
+        self.write(pid, self.wire.header(pid, ppid, t, forked, "", "", label, command))
+
+    def write(self, pid: int, text: str) -> None:
+        with open(self.paths[pid], "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+    def sample(self, pid: int, ms0: int, ms1: int, frames: list[tuple], main: bool = True) -> None:
+        """One tick of `pid`'s sampler, its one thread in `frames` (outermost first) for 10 ms of CPU."""
+        w, fids = self.wire, self.fids[pid]
+        for fr in frames:
+            if fr not in fids:
+                fids[fr] = len(fids)
+                self.write(pid, w.frame(fids[fr], *fr))
+        sid = len(fids) * 1000 + len(frames)  # a stack's id: any the stream defines before it uses it
+        self.write(pid, w.stack(sid, tuple(fids[fr] for fr in frames)))
+        ms = 1_000_000
+        self.write(pid, w.tick(self.base + ms0 * ms, self.base + ms1 * ms, 10 * ms, 0, 0) + w.sample(sid, 10 * ms, main))
+
+
+def _marker(pid: int) -> tuple:
+    from energyprof.agent.sampler import PROCESS_MARKER
+    return (PROCESS_MARKER, "", pid)
+
+
+MAIN_STACK = [("<module>", "pools.py", 1), ("run_executor", "pools.py", 9), ("submit", "process.py", 700)]
+WORKER_OWN = [("BaseProcess._bootstrap", "process.py", 290), ("_process_worker", "process.py", 230)]
+
+
+def _feed_groups(here: Path, drive) -> list[str]:
+    """The `[processes: ...]` nodes of the profile a JobFeed builds from the streams `drive` writes."""
+    from energyprof.core.recording import Tick as T
+    from energyprof.supervise.job import JobFeed
+
+    led, _ = _ledger()
+    feed = JobFeed(led, str(here))
+    sp = Spools(here)
+    feed.main_pid = 9_000_001
+    led.add_tick(T(sp.base, (0.0,), 0, 0, 0))
+    drive(sp, feed)
+    cpu = sum(p.cpu_ns for p in feed.procs.values())
+    led.add_tick(T(sp.base + S, (10.0,), cpu, 0, cpu))
+    led.finish()
+    return [g.function for g in groups(build_profile(led, "share", {}).root, "[processes: ")]
+
+
+def test_forkserver_workers_placed_before_and_after_their_forkserver_are_one_node(here):
+    """A forkserver's workers are forked from it: their stacks begin with its node, which exists only once the
+    forkserver is placed (when the main process's samples have reached its start). A worker that learned its
+    role before that, and one after, were two nodes: the first at the root, the second under the forkserver."""
+    main, fs, w1, w2 = 9_000_001, 9_000_002, 9_000_003, 9_000_004
+    server = [("<module>", "<string>", 1), ("main", "forkserver.py", 130)]
+
+    def worker(sp: Spools, pid: int, ms: int) -> None:
+        sp.hello(pid, fs, ms, True, sp.wire.LABEL_PENDING, FS_CMD)
+        sp.write(pid, sp.wire.role(POOL_ROLE))
+        sp.sample(pid, ms, ms + 10, [_marker(fs), *server, _marker(pid), *WORKER_OWN])
+
+    def drive(sp: Spools, feed) -> None:
+        sp.hello(main, 1, 0, False, "", "python pools.py executor forkserver")
+        sp.sample(main, 0, 10, MAIN_STACK)  # the main process's samples so far end before the forkserver began
+        sp.hello(fs, main, 20, False, "", FS_CMD)
+        sp.sample(fs, 20, 30, [_marker(fs), *server])
+        worker(sp, w1, 30)
+        feed._read_streams()
+        sp.sample(main, 10, 50, MAIN_STACK)  # ... and now past it
+        feed._read_streams()
+        worker(sp, w2, 40)
+        feed._read_streams()
+
+    assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"]

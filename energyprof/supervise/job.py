@@ -131,6 +131,7 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        self._finishing = False  # the program has ended: what is left is read once, and a forked child waits for no parent
         self._replies: list[tuple[int, dict[str, Any]]] = []  # ended windows whose figures go back (reply_windows)
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
@@ -158,6 +159,7 @@ class JobFeed:
 
     def finish(self) -> None:
         """The program has ended: read what is left, charge everything, close the books."""
+        self._finishing = True
         self._scan(time.perf_counter_ns(), final=True)
         self._read_streams()
         for p in self.procs.values():
@@ -263,6 +265,12 @@ class JobFeed:
                 p.label = ""  # it ended, or took too long, before it knew: a node of its own
         if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
                 and not parent.ended and parent.watermark < p.t_start and waited < MAX_LAG_NS):
+            return False
+        if (p.forked and parent is not None and not parent.placed and not (parent.ended or parent.dying)
+                and not self._finishing and waited < ROLE_WAIT_NS):
+            # A forked child's stacks begin with its parent's node (the process marker), which exists once
+            # the parent is placed: read before, they would hang at the root, and a forkserver's workers
+            # placed before and after it would be two nodes of one pool. The parent waits at most as long.
             return False
         self._place(p)
         p.placed = True
