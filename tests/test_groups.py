@@ -336,3 +336,34 @@ def test_forkserver_workers_placed_before_and_after_their_forkserver_are_one_nod
         feed._read_streams()
 
     assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"]
+
+
+@pytest.mark.parametrize("w1_until, nodes", [(50, 1), (35, 2)])
+def test_a_spawned_worker_slow_to_say_hello_joins_its_pool_after_a_peer_ended(here, w1_until, nodes):
+    """A spawned worker is placed under the stack its parent ran when it said hello, or where a peer of its
+    pool went. One slow to start says hello when its parent has moved on from `Pool()` to `map()`, and its
+    peers may have ended by the time its role is read (a pool that finished its tasks without it): it is of
+    their pool all the same, having lived beside them, and its node is theirs. A worker that began after
+    the other had ended is of another pool (two pools one after the other), under its own stack."""
+    main, w1, w2 = 9_000_001, 9_000_003, 9_000_004
+    pool = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.__init__", "pool.py", 183)]
+    mapping = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.map", "pool.py", 362)]
+    spawn = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork"
+
+    def drive(sp: Spools, feed) -> None:
+        sp.hello(main, 1, 0, False, "", "python pools.py pool spawn")
+        sp.sample(main, 0, 30, pool)
+        sp.hello(w1, main, 20, False, sp.wire.LABEL_PENDING, spawn)
+        sp.write(w1, sp.wire.role(POOL_ROLE))
+        sp.sample(w1, 20, w1_until, [_marker(w1), *WORKER_OWN])
+        sp.hello(w2, main, 40, False, sp.wire.LABEL_PENDING, spawn)  # its interpreter began after Pool() returned
+        sp.sample(main, 30, 60, mapping)
+        feed._read_streams()  # the first worker is placed under Pool(), the second does not know its role yet
+        sp.write(w1, sp.wire.end(sp.base + (w1_until + 1) * 1_000_000))
+        feed._read_streams()
+        assert feed.procs[w1].ended and not feed.procs[w2].placed
+        sp.write(w2, sp.wire.role(POOL_ROLE))
+        sp.sample(w2, 40, 70, [_marker(w2), *WORKER_OWN])
+        feed._read_streams()
+
+    assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"] * nodes

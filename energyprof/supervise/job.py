@@ -314,10 +314,12 @@ class JobFeed:
             p.node.anchor = self._stack_of(parent, p.t_start)
             if group:
                 # A spawned worker says hello tens of milliseconds after its pool started it, when its
-                # parent may have moved on (from Pool() to map()): a member of a pool still running
-                # puts it where that pool's first worker went, so the pool is one node.
-                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.ended
-                             and q.ppid == p.ppid and q.node.frame == p.node.frame and not q.forked), None)
+                # parent may have moved on (from Pool() to map()): a member of its pool puts it where that
+                # pool's first worker went, so the pool is one node. Its pool's are the peers alive when it
+                # began, ended since or not (a slow one's role can be read after they finished the tasks).
+                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.forked
+                             and (not q.ended or q.watermark >= p.t_start)
+                             and q.ppid == p.ppid and q.node.frame == p.node.frame), None)
                 if peer is not None:
                     p.node.anchor = peer.node.anchor
 
