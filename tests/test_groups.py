@@ -10,16 +10,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from energyprof import load
+from energyprof.agent import wire
+from energyprof.agent.sampler import PROCESS_MARKER
 from energyprof.analysis.compare import compare
 from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Sample, StackTable, Tick
 from energyprof.core.tree import build_profile
 from energyprof.facts.profile import group_role
+from energyprof.supervise.job import JobFeed
 
 from conftest import plain, processes, profiled, run_cli, script
 
@@ -254,9 +258,6 @@ class Spools:
     the feed's (a parent's samples, a role) runs out while the test drives it, whatever the machine's load."""
 
     def __init__(self, folder: Path) -> None:
-        import time
-
-        from energyprof.agent import wire
         self.wire, self.folder = wire, folder
         self.base = time.perf_counter_ns() + 3600 * S
         self.paths: dict[int, Path] = {}
@@ -286,7 +287,6 @@ class Spools:
 
 
 def _marker(pid: int) -> tuple:
-    from energyprof.agent.sampler import PROCESS_MARKER
     return (PROCESS_MARKER, "", pid)
 
 
@@ -296,37 +296,38 @@ WORKER_OWN = [("BaseProcess._bootstrap", "process.py", 290), ("_process_worker",
 
 def _feed_groups(here: Path, drive) -> list[str]:
     """The `[processes: ...]` nodes of the profile a JobFeed builds from the streams `drive` writes."""
-    from energyprof.core.recording import Tick as T
-    from energyprof.supervise.job import JobFeed
-
     led, _ = _ledger()
     feed = JobFeed(led, str(here))
     sp = Spools(here)
     feed.main_pid = 9_000_001
-    led.add_tick(T(sp.base, (0.0,), 0, 0, 0))
+    led.add_tick(Tick(sp.base, (0.0,), 0, 0, 0))
     drive(sp, feed)
     cpu = sum(p.cpu_ns for p in feed.procs.values())
-    led.add_tick(T(sp.base + S, (10.0,), cpu, 0, cpu))
+    led.add_tick(Tick(sp.base + S, (10.0,), cpu, 0, cpu))
     led.finish()
     return [g.function for g in groups(build_profile(led, "share", {}).root, "[processes: ")]
 
 
-def test_forkserver_workers_placed_before_and_after_their_forkserver_are_one_node(here):
+@pytest.mark.parametrize("server_cmd, pending", [(FS_CMD, True), ("python child.py", False)], ids=["forkserver", "fork-in-child"])
+def test_forked_workers_placed_before_and_after_their_parent_are_one_node(here, server_cmd, pending):
     """A forkserver's workers are forked from it: their stacks begin with its node, which exists only once the
     forkserver is placed (when the main process's samples have reached its start). A worker that learned its
-    role before that, and one after, were two nodes: the first at the root, the second under the forkserver."""
+    role before that, and one after, were two nodes: the first at the root, the second under the forkserver.
+    The same for a `fork` pool in a child the program started with subprocess (its workers know their role
+    as they are forked)."""
     main, fs, w1, w2 = 9_000_001, 9_000_002, 9_000_003, 9_000_004
     server = [("<module>", "<string>", 1), ("main", "forkserver.py", 130)]
 
     def worker(sp: Spools, pid: int, ms: int) -> None:
-        sp.hello(pid, fs, ms, True, sp.wire.LABEL_PENDING, FS_CMD)
-        sp.write(pid, sp.wire.role(POOL_ROLE))
+        sp.hello(pid, fs, ms, True, sp.wire.LABEL_PENDING if pending else POOL_ROLE, server_cmd)
+        if pending:
+            sp.write(pid, sp.wire.role(POOL_ROLE))
         sp.sample(pid, ms, ms + 10, [_marker(fs), *server, _marker(pid), *WORKER_OWN])
 
     def drive(sp: Spools, feed) -> None:
         sp.hello(main, 1, 0, False, "", "python pools.py executor forkserver")
         sp.sample(main, 0, 10, MAIN_STACK)  # the main process's samples so far end before the forkserver began
-        sp.hello(fs, main, 20, False, "", FS_CMD)
+        sp.hello(fs, main, 20, False, "", server_cmd)
         sp.sample(fs, 20, 30, [_marker(fs), *server])
         worker(sp, w1, 30)
         feed._read_streams()
@@ -348,7 +349,7 @@ def test_a_spawned_worker_slow_to_say_hello_joins_its_pool_after_a_peer_ended(he
     main, w1, w2 = 9_000_001, 9_000_003, 9_000_004
     pool = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.__init__", "pool.py", 183)]
     mapping = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.map", "pool.py", 362)]
-    spawn = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork"
+    spawn = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)"
 
     def drive(sp: Spools, feed) -> None:
         sp.hello(main, 1, 0, False, "", "python pools.py pool spawn")
