@@ -10,16 +10,20 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
 from energyprof import load
+from energyprof.agent import wire
+from energyprof.agent.sampler import PROCESS_MARKER
 from energyprof.analysis.compare import compare
 from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Sample, StackTable, Tick
 from energyprof.core.tree import build_profile
 from energyprof.facts.profile import group_role
+from energyprof.supervise.job import JobFeed
 
 from conftest import plain, processes, profiled, run_cli, script
 
@@ -241,3 +245,126 @@ def test_spawned_pool_workers_are_one_node_with_their_count(here, kind, label, m
     used = sum(r["cpu_time_s"] for r in workers)
     assert group.cpu_time_s >= 0.9 * used, (group.cpu_time_s, used)
     assert group.self_cpu_time_s > 0
+
+
+# -- the job feed, its streams' records in an order the test drives --------------------------------
+POOL_ROLE = "[processes: process pool worker]"
+FS_CMD = "python -B -c from multiprocessing.forkserver import main; main(8, 9, ['__main__'])"
+
+
+class Spools:
+    """Processes' streams written as their agents write them, `<pid>-<t_ns>.spool` in one folder, pids
+    past any pid_max so that /proc knows none of them. Their clocks start an hour from now: no wait of
+    the feed's (a parent's samples, a role) runs out while the test drives it, whatever the machine's load."""
+
+    def __init__(self, folder: Path) -> None:
+        self.wire, self.folder = wire, folder
+        self.base = time.perf_counter_ns() + 3600 * S
+        self.paths: dict[int, Path] = {}
+        self.fids: dict[int, dict[tuple, int]] = {}
+
+    def hello(self, pid: int, ppid: int, ms: int, forked: bool, label: str, command: str) -> None:
+        t = self.base + ms * 1_000_000
+        self.paths[pid] = self.folder / f"{pid}-{t}{self.wire.SPOOL_SUFFIX}"
+        self.fids[pid] = {}
+        self.write(pid, self.wire.header(pid, ppid, t, forked, "", "", label, command))
+
+    def write(self, pid: int, text: str) -> None:
+        with open(self.paths[pid], "a", encoding="utf-8") as fh:
+            fh.write(text)
+
+    def sample(self, pid: int, ms0: int, ms1: int, frames: list[tuple], main: bool = True) -> None:
+        """One tick of `pid`'s sampler, its one thread in `frames` (outermost first) for 10 ms of CPU."""
+        w, fids = self.wire, self.fids[pid]
+        for fr in frames:
+            if fr not in fids:
+                fids[fr] = len(fids)
+                self.write(pid, w.frame(fids[fr], *fr))
+        sid = len(fids) * 1000 + len(frames)  # a stack's id: any the stream defines before it uses it
+        self.write(pid, w.stack(sid, tuple(fids[fr] for fr in frames)))
+        ms = 1_000_000
+        self.write(pid, w.tick(self.base + ms0 * ms, self.base + ms1 * ms, 10 * ms, 0, 0) + w.sample(sid, 10 * ms, main))
+
+
+def _marker(pid: int) -> tuple:
+    return (PROCESS_MARKER, "", pid)
+
+
+MAIN_STACK = [("<module>", "pools.py", 1), ("run_executor", "pools.py", 9), ("submit", "process.py", 700)]
+WORKER_OWN = [("BaseProcess._bootstrap", "process.py", 290), ("_process_worker", "process.py", 230)]
+
+
+def _feed_groups(here: Path, drive) -> list[str]:
+    """The `[processes: ...]` nodes of the profile a JobFeed builds from the streams `drive` writes."""
+    led, _ = _ledger()
+    feed = JobFeed(led, str(here))
+    sp = Spools(here)
+    feed.main_pid = 9_000_001
+    led.add_tick(Tick(sp.base, (0.0,), 0, 0, 0))
+    drive(sp, feed)
+    cpu = sum(p.cpu_ns for p in feed.procs.values())
+    led.add_tick(Tick(sp.base + S, (10.0,), cpu, 0, cpu))
+    led.finish()
+    return [g.function for g in groups(build_profile(led, "share", {}).root, "[processes: ")]
+
+
+@pytest.mark.parametrize("server_cmd, pending", [(FS_CMD, True), ("python child.py", False)], ids=["forkserver", "fork-in-child"])
+def test_forked_workers_placed_before_and_after_their_parent_are_one_node(here, server_cmd, pending):
+    """A forkserver's workers are forked from it: their stacks begin with its node, which exists only once the
+    forkserver is placed (when the main process's samples have reached its start). A worker that learned its
+    role before that, and one after, were two nodes: the first at the root, the second under the forkserver.
+    The same for a `fork` pool in a child the program started with subprocess (its workers know their role
+    as they are forked)."""
+    main, fs, w1, w2 = 9_000_001, 9_000_002, 9_000_003, 9_000_004
+    server = [("<module>", "<string>", 1), ("main", "forkserver.py", 130)]
+
+    def worker(sp: Spools, pid: int, ms: int) -> None:
+        sp.hello(pid, fs, ms, True, sp.wire.LABEL_PENDING if pending else POOL_ROLE, server_cmd)
+        if pending:
+            sp.write(pid, sp.wire.role(POOL_ROLE))
+        sp.sample(pid, ms, ms + 10, [_marker(fs), *server, _marker(pid), *WORKER_OWN])
+
+    def drive(sp: Spools, feed) -> None:
+        sp.hello(main, 1, 0, False, "", "python pools.py executor forkserver")
+        sp.sample(main, 0, 10, MAIN_STACK)  # the main process's samples so far end before the forkserver began
+        sp.hello(fs, main, 20, False, "", server_cmd)
+        sp.sample(fs, 20, 30, [_marker(fs), *server])
+        worker(sp, w1, 30)
+        feed._read_streams()
+        sp.sample(main, 10, 50, MAIN_STACK)  # ... and now past it
+        feed._read_streams()
+        worker(sp, w2, 40)
+        feed._read_streams()
+
+    assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"]
+
+
+@pytest.mark.parametrize("w1_until, nodes", [(50, 1), (35, 2)])
+def test_a_spawned_worker_slow_to_say_hello_joins_its_pool_after_a_peer_ended(here, w1_until, nodes):
+    """A spawned worker is placed under the stack its parent ran when it said hello, or where a peer of its
+    pool went. One slow to start says hello when its parent has moved on from `Pool()` to `map()`, and its
+    peers may have ended by the time its role is read (a pool that finished its tasks without it): it is of
+    their pool all the same, having lived beside them, and its node is theirs. A worker that began after
+    the other had ended is of another pool (two pools one after the other), under its own stack."""
+    main, w1, w2 = 9_000_001, 9_000_003, 9_000_004
+    pool = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.__init__", "pool.py", 183)]
+    mapping = [("<module>", "pools.py", 1), ("run_pool", "pools.py", 13), ("Pool.map", "pool.py", 362)]
+    spawn = "python -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)"
+
+    def drive(sp: Spools, feed) -> None:
+        sp.hello(main, 1, 0, False, "", "python pools.py pool spawn")
+        sp.sample(main, 0, 30, pool)
+        sp.hello(w1, main, 20, False, sp.wire.LABEL_PENDING, spawn)
+        sp.write(w1, sp.wire.role(POOL_ROLE))
+        sp.sample(w1, 20, w1_until, [_marker(w1), *WORKER_OWN])
+        sp.hello(w2, main, 40, False, sp.wire.LABEL_PENDING, spawn)  # its interpreter began after Pool() returned
+        sp.sample(main, 30, 60, mapping)
+        feed._read_streams()  # the first worker is placed under Pool(), the second does not know its role yet
+        sp.write(w1, sp.wire.end(sp.base + (w1_until + 1) * 1_000_000))
+        feed._read_streams()
+        assert feed.procs[w1].ended and not feed.procs[w2].placed
+        sp.write(w2, sp.wire.role(POOL_ROLE))
+        sp.sample(w2, 40, 70, [_marker(w2), *WORKER_OWN])
+        feed._read_streams()
+
+    assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"] * nodes

@@ -136,6 +136,7 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        self._finishing = False  # the program has ended: what is left is read once, and a forked child waits for no parent
         self._replies: list[tuple[int, WindowTally]] = []  # ended windows whose figures go back (reply_windows)
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
@@ -163,6 +164,7 @@ class JobFeed:
 
     def finish(self) -> None:
         """The program has ended: read what is left, charge everything, close the books."""
+        self._finishing = True
         self._scan(time.perf_counter_ns(), final=True)
         self._read_streams()
         for p in self.procs.values():
@@ -269,6 +271,12 @@ class JobFeed:
         if (not p.forked and p.pid != self.main_pid and parent is not None and parent.python
                 and not parent.ended and parent.watermark < p.t_start and waited < MAX_LAG_NS):
             return False
+        if (p.forked and parent is not None and not parent.placed and not (parent.ended or parent.dying)
+                and not self._finishing and waited < ROLE_WAIT_NS):
+            # A forked child's stacks begin with its parent's node (the process marker), which exists once
+            # the parent is placed: read before, they would hang at the root, and a forkserver's workers
+            # placed before and after it would be two nodes of one pool. The parent waits at most as long.
+            return False
         self._place(p)
         p.placed = True
         return True
@@ -311,10 +319,12 @@ class JobFeed:
             p.node.anchor = self._stack_of(parent, p.t_start)
             if group:
                 # A spawned worker says hello tens of milliseconds after its pool started it, when its
-                # parent may have moved on (from Pool() to map()): a member of a pool still running
-                # puts it where that pool's first worker went, so the pool is one node.
-                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.ended
-                             and q.ppid == p.ppid and q.node.frame == p.node.frame and not q.forked), None)
+                # parent may have moved on (from Pool() to map()): a member of its pool puts it where that
+                # pool's first worker went, so the pool is one node. Its pool's are the peers alive when it
+                # began, ended since or not (a slow one's role can be read after they finished the tasks).
+                peer = next((q for q in self.procs.values() if q is not p and q.placed and not q.forked
+                             and (not q.ended or q.watermark >= p.t_start)
+                             and q.ppid == p.ppid and q.node.frame == p.node.frame), None)
                 if peer is not None:
                     p.node.anchor = peer.node.anchor
 
