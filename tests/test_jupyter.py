@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import html as html_lib
+import json
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -10,6 +13,8 @@ import pytest
 nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed")
 pytest.importorskip("ipykernel", reason="ipykernel is not installed")
+
+from energyprof.render.html import unpacked_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -59,7 +64,10 @@ def test_notebook_magics_on_a_real_kernel(tmp_path: Path, monkeypatch: pytest.Mo
     assert "energyprof: <cell> ran" in out  # the summary, in the cell's output
     assert len(html) == 1 and html[0].startswith('<iframe sandbox="allow-scripts"')
     assert "<script" not in html[0]  # the report is escaped inside srcdoc, never part of the notebook's page
-    assert "&lt;script" in html[0] and "crunch" in html[0]
+    assert "&lt;script" in html[0]
+    page = html_lib.unescape(html[0].split('srcdoc="', 1)[1].rsplit('"', 1)[0])
+    block = re.search(r'id="report-data" data-encoding="deflate">(.*?)</script>', page, re.S).group(1)
+    assert "crunch" in json.dumps(unpacked_json(block))  # the cell's own function, in the report's data
 
     out, _, _ = outputs(cells[2])
     assert out.strip() == "Profile True True"

@@ -18,6 +18,7 @@ from energyprof.analysis.report import RenderOptions, build
 from energyprof.facts.profile import Node
 from energyprof.facts.profile import Profile
 from energyprof.facts.profile import Window
+from energyprof.render.html import unpacked_json
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sweep.py"
 
@@ -103,7 +104,7 @@ def sweep_run(tmp_path_factory) -> Path:
 def test_the_example_sweep_gives_its_front_from_one_run(sweep_run: Path) -> None:
     page = (sweep_run / "s.html").read_text()
     assert "Sweep <bdi>config</bdi>: energy against time" in page
-    data = json.loads(re.search(r'<script type="application/json" id="report-data">(.*?)</script>', page, re.S).group(1))
+    data = unpacked_json(re.search(r'<script type="application/json" id="report-data"[^>]*>(.*?)</script>', page, re.S).group(1))
     (sweep,) = data["sweeps"]
     labels = sweep["figure"]["data"][0]["text"]
     assert sweep["name"] == "config" and sweep["program"]

@@ -89,13 +89,33 @@ def _render(model: ReportModel) -> tuple[str, str]:
         "gpu": gpu_panel(model),
         "has_timeline": data["timeline"] is not None,
         "window_rows": sorted(model.windows, key=lambda r: r.window.start_s)[:MAX_WINDOW_ROWS],
-        "report_json": json_for_script(data),
+        "report_json": packed_json(data),
         "plotly_js": _PLOTLY_MARK,
         "app_js": _inline_script(_shipped("report.js")),
         "styles": _shipped("report.css"),
     })
     at = page.rfind(_PLOTLY_MARK)  # the last: only our own report.js comes after it
     return page[:at], page[at + len(_PLOTLY_MARK):]
+
+
+def packed_json(data: Any) -> str:
+    """`data` as JSON, raw-deflated and in base64, for the page's data block (`data-encoding="deflate"`):
+    a fourth of its size (LeNet's 150 KB become 50 KB), and no character a script block could mistake
+    for its end. The page inflates it with its own few lines of JavaScript, synchronously."""
+    import base64
+    import zlib
+
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+    packer = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: no zlib header or checksum to read
+    return base64.b64encode(packer.compress(text) + packer.flush()).decode("ascii")
+
+
+def unpacked_json(block: str) -> Any:
+    """What `packed_json` packed (for tools and tests that read a saved page's data)."""
+    import base64
+    import zlib
+
+    return json.loads(zlib.decompress(base64.b64decode(block), -15).decode("utf-8"))
 
 
 def json_for_script(data: Any) -> str:

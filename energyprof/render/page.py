@@ -83,7 +83,7 @@ def render_page(ctx: dict[str, Any]) -> str:
     w(_methodology(m, meta, method, gpu))
     w(f'<footer class="foot">Written by energyprof {version}. This page works offline: everything it needs is inside this file.'
       '</footer>\n\n'
-      f'<script type="application/json" id="report-data">{ctx["report_json"]}</script>\n'
+      f'<script type="application/json" id="report-data" data-encoding="deflate">{ctx["report_json"]}</script>\n'
       f'<script>{ctx["plotly_js"]}</script>\n<script>{ctx["app_js"]}</script>\n</body>\n</html>')
     return "".join(out)
 
