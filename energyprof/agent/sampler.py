@@ -21,6 +21,8 @@ import sys
 import time
 from types import CodeType, FrameType
 
+from .own_threads import start as start_own_thread
+from .qualnames import learn, learn_function, qualname
 from .units import units
 
 TYPE_CHECKING = False
@@ -125,8 +127,10 @@ def _hook_departures() -> None:
         # thread's stack for the program to see (a stack it prints, faulthandler's dump).
         if _running:
             target = getattr(self, "_target", None)
-            code = getattr(target, "__code__", None) or getattr(getattr(type(self), "run", None), "__code__", None)
+            func = target if getattr(target, "__code__", None) is not None else getattr(type(self), "run", None)
+            code = getattr(func, "__code__", None)
             if isinstance(code, CodeType):
+                learn_function(func)  # type: ignore[arg-type]
                 _codes[id(self)] = code
         start(self)
 
@@ -162,7 +166,7 @@ def _outermost(frame: FrameType) -> CodeType:
 
 def _runs(code: CodeType) -> str:
     """A thread's name for the function it runs, when it has none of its own."""
-    return getattr(code, "co_qualname", code.co_name)
+    return qualname(code)
 
 
 def thread_group(name: str) -> str:
@@ -175,27 +179,6 @@ def thread_group(name: str) -> str:
     # "worker-3", "ThreadPoolExecutor-0_3", "Thread-4": one role's threads, numbered.
     base = name.rstrip("0123456789-_ .#")
     return base if base and base != name and name[len(base):].lstrip("-_ .#")[:1].isdigit() else name
-
-
-# Raised by the thread's own fault, they cannot wait in a mask (blocked, the kernel kills the process).
-_FAULTS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT")
-
-
-def leave_signals_to_the_program() -> None:
-    """Block every signal but faults in the calling (energyprof's) thread.
-
-    A signal sent to the process goes to any of its threads that does not block it. Plain python
-    has only the program's: a handler runs, and a blocking read on the main thread is interrupted.
-    Delivered to an energyprof thread instead, the handler would wait until the main thread next
-    ran Python code (after its read returned). `_signal`, not `signal`: no enum import in the program.
-    """
-    try:
-        import _signal
-
-        faults = {getattr(_signal, n) for n in _FAULTS if hasattr(_signal, n)}
-        _signal.pthread_sigmask(_signal.SIG_BLOCK, set(_signal.valid_signals()) - faults)
-    except (ImportError, AttributeError, OSError, ValueError):
-        pass  # no pthread_sigmask (Windows): nothing to steer
 
 
 def _identity(fd: int) -> tuple[int, int]:
@@ -245,7 +228,7 @@ def filtered(codes: list[CodeType]) -> list[Frame]:
             break
         if kind == SKIP:
             continue
-        out.append((getattr(c, "co_qualname", c.co_name), c.co_filename, c.co_firstlineno))
+        out.append((qualname(c), c.co_filename, c.co_firstlineno))
     return units(out)
 
 
@@ -367,7 +350,7 @@ class Sampler:
             _hook_departures()
         _running.append(self)
         try:
-            _thread.start_new_thread(self._run, ())
+            start_own_thread(self._run)
         except BaseException:
             _running.remove(self)
             self._done.release()
@@ -416,7 +399,6 @@ class Sampler:
 
     # -- the thread ----------------------------------------------------------------------
     def _run(self) -> None:
-        leave_signals_to_the_program()
         try:
             self.ident = _thread.get_ident()
             self.native_id = _thread.get_native_id()
@@ -609,6 +591,7 @@ class Sampler:
         return sid
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
+        learn(frame)
         codes: list[CodeType] = []
         f: FrameType | None = frame
         while f is not None:
@@ -654,7 +637,7 @@ class Sampler:
         ])
         where: dict[tuple[str, int], Frame] = {}
         for code in list(self._codes.values()):
-            frame = (getattr(code, "co_qualname", code.co_name), code.co_filename, code.co_firstlineno)
+            frame = (qualname(code), code.co_filename, code.co_firstlineno)
             for _, _, line in code.co_lines():
                 if line is not None:
                     where.setdefault((code.co_filename, line), frame)

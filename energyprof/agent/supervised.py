@@ -20,6 +20,7 @@ from .wire import (
     gpu as gpu_line, header as header_line, note as note_line, parse_replies, role as role_line, window_begin, window_end
 )
 from .hooks import install as install_hooks
+from .qualnames import learn
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, codes_of, filtered
 from .spool import Spool
 
@@ -411,6 +412,7 @@ def _after_fork_child() -> None:
         except Exception:  # noqa: BLE001
             pass
     try:
+        learn(sys._getframe(1))
         codes = codes_of(sys._getframe(1))
         label = _dataloader_label(sys._getframe(1))
         view = View(pid=os.getpid(), fork_frames=filtered(codes), parent=parent.view)
