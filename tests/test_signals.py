@@ -187,7 +187,7 @@ def test_sigtstp_stops_both_and_sigcont_resumes_both(here, extra):
     states = []
     for cmd in ([sys.executable, "h.py", "SIGUSR1"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGUSR1")]):
         proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env(extra), process_group=0)
+                                text=True, env=_env(extra), preexec_fn=os.setpgrp)
         assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
         top = psutil.Process(proc.pid)
         job = [top, *(c for c in top.children() if c.cmdline()[1:2] == ["h.py"])]  # not the watcher
@@ -224,7 +224,7 @@ def test_a_signal_sent_to_the_whole_job_reaches_the_program_once(here):
     for cmd in ([sys.executable, "slow.py"], [sys.executable, "-m", "energyprof", *profiled("slow.py")]):
         (here / "stop").unlink(missing_ok=True)
         proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_env({}), process_group=0)
+                                env=_env({}), preexec_fn=os.setpgrp)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         os.killpg(proc.pid, signal.SIGUSR1)
         assert proc.stdout.readline() == "got SIGUSR1\n"
@@ -341,6 +341,11 @@ def test_a_signal_to_the_program_can_land_only_on_its_own_threads(here):
     assert (res.returncode, res.stdout) == (0, want.stdout), res.stderr
 
 
+def _own_group_dfl() -> None:
+    os.setpgrp()  # Popen(process_group=0), which Python 3.10 lacks
+    _dfl()
+
+
 def _dfl() -> None:
     """The child starts with the job-control signals at their default, as a shell's foreground job
     does (a non-interactive shell starts background commands with SIGINT and SIGQUIT ignored)."""
@@ -366,7 +371,7 @@ def test_sigcont_to_the_whole_job_reaches_the_program_once(here):
     for cmd in ([sys.executable, "cont.py"], [sys.executable, "-m", "energyprof", *profiled("cont.py")]):
         (here / "stop").unlink(missing_ok=True)
         proc = subprocess.Popen(cmd, cwd=here, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                env=_env({}), process_group=0, preexec_fn=_dfl)
+                                env=_env({}), preexec_fn=_own_group_dfl)
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         os.killpg(proc.pid, signal.SIGCONT)
         assert proc.stdout.readline() == "got SIGCONT\n"
@@ -405,7 +410,7 @@ def test_sigtstp_that_the_program_handles_stops_nothing(here, extra):
     runs = []
     for cmd in ([sys.executable, "h.py", "SIGTSTP"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGTSTP")]):
         proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env(extra), process_group=0, preexec_fn=_dfl)
+                                text=True, env=_env(extra), preexec_fn=_own_group_dfl)
         assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
         proc.send_signal(signal.SIGTSTP)
         lines = [proc.stdout.readline()]
@@ -430,7 +435,7 @@ def test_sigtstp_at_its_default_stops_energyprof_with_the_program_and_sigcont_re
     runs = []
     for cmd in ([sys.executable, "h.py", "SIGUSR1"], [sys.executable, "-m", "energyprof", *profiled("h.py", "SIGUSR1")]):
         proc = subprocess.Popen(cmd, cwd=here, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True, env=_env(extra), process_group=0, preexec_fn=_dfl)
+                                text=True, env=_env(extra), preexec_fn=_own_group_dfl)
         assert proc.stdout is not None and proc.stdin is not None and proc.stdout.readline() == "ready\n"
         program = [c for c in psutil.Process(proc.pid).children() if c.cmdline()[1:2] == ["h.py"]]
         proc.send_signal(signal.SIGTSTP)

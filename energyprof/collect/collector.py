@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable, Protocol
 
 from . import probes
-from ..agent.sampler import leave_signals_to_the_program
+from ..agent import own_threads
 from ..core.feed import MAX_HOLD_NS, Clock, HeldTicks
 from ..core.ledger import Ledger
 from .probes import OwnClocks
@@ -78,10 +78,9 @@ class _Thread:
         self._done = _thread.allocate_lock()
         self._done.acquire()
         self._target, self._args = target, args
-        _thread.start_new_thread(self._run, ())
+        own_threads.start(self._run)
 
     def _run(self) -> None:
-        leave_signals_to_the_program()
         try:
             self._target(*self._args)
         finally:

@@ -8,11 +8,11 @@ jtop's `avg` is (power + old avg) / 2, not a time average, and is never used.
 
 from __future__ import annotations
 
-import _thread
 import threading
 import time
 from typing import Any
 
+from ....agent import own_threads
 from ..base import Discovery, split_total
 from . import rails
 from .stream import SharedStream, channel_sensors
@@ -42,7 +42,7 @@ class JtopStream(SharedStream):
         self._stop = threading.Event()
         self.client = module.jtop(interval=interval_s)
         self.client.start()
-        _thread.start_new_thread(self._poll, ())
+        own_threads.start(self._poll)
 
     def _poll(self) -> None:
         try:

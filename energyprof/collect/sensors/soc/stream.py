@@ -11,7 +11,6 @@ program and not the tool.
 
 from __future__ import annotations
 
-import _thread
 import os
 import shutil
 import subprocess
@@ -19,6 +18,7 @@ import threading
 import time
 from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
+from ....agent import own_threads
 from ..base import ChannelSensor, Discovery, PowerIntegrator
 
 FIRST_READING_S = 5.0  # how long discovery waits for the tool's first reading
@@ -92,8 +92,8 @@ class ToolStream(SharedStream):
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                      stderr=subprocess.PIPE, start_new_session=True, close_fds=True)
         _RUNNING.add(self.proc.pid)
-        _thread.start_new_thread(self._pump, ())
-        _thread.start_new_thread(self._drain_stderr, ())
+        own_threads.start(self._pump)
+        own_threads.start(self._drain_stderr)
 
     def _pump(self) -> None:
         assert self.proc.stdout is not None
