@@ -72,6 +72,29 @@ def script(dirpath: Path, name: str, *parts: str) -> Path:
     return p
 
 
+def installed_script(name: str) -> str | None:
+    """A console script of this interpreter's environment: the one beside `sys.executable` (a venv
+    run without activating it), else the one on PATH."""
+    beside = Path(sys.executable).with_name(name)
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    import shutil
+
+    return shutil.which(name)
+
+
+def report_text(path: Path) -> str:
+    """A saved report page with its data block unpacked: what a reader of the page can find in it."""
+    import json
+    import re
+
+    from energyprof.render.html import unpacked_json
+
+    page = path.read_text()
+    block = re.search(r'<script type="application/json" id="report-data"[^>]*>(.*?)</script>', page, re.S)
+    return page + (json.dumps(unpacked_json(block.group(1)), ensure_ascii=False) if block else "")
+
+
 def profiled(*args: str) -> list[str]:
     return ["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", *args]
 

@@ -9,7 +9,7 @@ import pytest
 from energyprof import load
 from energyprof.facts.profile import IDLE_NODE
 
-from conftest import run_cli
+from conftest import installed_script, run_cli
 
 WORKLOAD = """
     import sys, time
@@ -162,10 +162,9 @@ def test_report_subcommand_rerenders_a_saved_profile(runs, tmp_path):
 
 
 def test_console_script_is_installed(tmp_path):
-    import shutil
     import subprocess
 
-    exe = shutil.which("energyprof")
+    exe = installed_script("energyprof")
     assert exe, "the energyprof console script is not on PATH"
     (tmp_path / "s.py").write_text("print('ok')\n")
     res = subprocess.run([exe, "-q", "-o", "r.html", "s.py"], cwd=tmp_path, capture_output=True, text=True, timeout=60)

@@ -5,7 +5,6 @@ real ranks; the power trace is the only thing faked."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -22,7 +21,7 @@ from energyprof.engines.distributed import rank_info
 from energyprof.facts.profile import Process
 from energyprof.facts.profile import Source
 
-from conftest import run_cli
+from conftest import installed_script, run_cli
 
 try:
     import torch.distributed  # noqa: F401
@@ -31,7 +30,7 @@ try:
 except ImportError:
     HAVE_TORCH = False
 
-TORCHRUN = shutil.which("torchrun")
+TORCHRUN = installed_script("torchrun")
 needs_torchrun = pytest.mark.skipif(not HAVE_TORCH or TORCHRUN is None, reason="torch with torchrun is not installed")
 
 WATTS = 50.0

@@ -11,7 +11,7 @@ import pytest
 
 from energyprof import load
 
-from conftest import BURN, processes, profiled, run_cli, script
+from conftest import BURN, installed_script, processes, profiled, run_cli, script
 
 try:
     import torch  # noqa: F401
@@ -215,9 +215,7 @@ def test_dataloader_workers_carry_their_getitem(here):
 @pytest.mark.torch
 @pytest.mark.skipif(not HAVE_TORCH, reason="torch is not installed")
 def test_torchrun_after_double_dash_shows_each_rank(here):
-    import shutil
-
-    torchrun = shutil.which("torchrun")
+    torchrun = installed_script("torchrun")
     if torchrun is None:
         pytest.skip("torchrun is not on PATH")
     script(here, "ddp.py", BURN, """

@@ -25,7 +25,7 @@ from energyprof.core.tree import build_profile
 from energyprof.facts.profile import group_role
 from energyprof.supervise.job import JobFeed
 
-from conftest import plain, processes, profiled, run_cli, script
+from conftest import plain, processes, profiled, report_text, run_cli, script
 
 ROOT = Path(__file__).resolve().parent.parent
 S = 1_000_000_000
@@ -140,7 +140,8 @@ def test_a_thread_groups_count_shows_in_every_view(here):
     p = load(here / "p.json")
     assert [n.function for n in p.root.children if n.function.startswith("[threads: ")] == [label]
     assert label in res.stderr  # the console's summary
-    for name in ("r.html", "f.txt", "s.json", "c.csv"):
+    assert label in report_text(here / "r.html")
+    for name in ("f.txt", "s.json", "c.csv"):
         assert label in (here / name).read_text(), name
     assert label.encode() in gzip.decompress((here / "p.pb.gz").read_bytes())
 

@@ -3,8 +3,8 @@
 Python 3.11+ code objects carry it (`co_qualname`). Python 3.10's know only their bare name, so
 there the name is found once per code object, from the first frame seen running it, and kept:
 - the class, in the MRO of its first argument (`self`, `cls`), whose attribute is this code;
-- else the function whose code holds this one among its constants (a nested function, a
-  comprehension, a method of a class body);
+- else the code whose constants hold this one (a nested function, a comprehension, a method of a
+  class body), named first: stacks are learnt outermost first;
 - else the module-level function of that name.
 A code never seen in a frame keeps its bare name. Stdlib-only: it runs inside the program.
 """
@@ -47,12 +47,17 @@ else:
         return pre[1] + code.co_name if pre is not None else code.co_name
 
     def learn(frame: FrameType | None) -> None:
-        """Name every code on this stack that has no name yet (once per code object)."""
+        """Name every code on this stack that has no name yet (once per code object), outermost
+        first: a function defined by any code above it on the stack (its caller, or the caller of a
+        decorator's wrapper) is then named under that code."""
+        chain: list[FrameType] = []
         while frame is not None:
-            code = frame.f_code
-            if id(code) not in _known:
-                _name(code, frame)
+            if id(frame.f_code) not in _known:
+                chain.append(frame)
             frame = frame.f_back
+        for f in reversed(chain):
+            if id(f.f_code) not in _known:
+                _name(f.f_code, f)
 
     def learn_function(func: Callable[..., Any]) -> None:
         code = getattr(func, "__code__", None)
@@ -85,12 +90,6 @@ else:
         if pre is not None:
             return _keep(code, pre[1] + code.co_name)
         found = _from_first_argument(code, frame)
-        if found is None:
-            outer = frame.f_back
-            if outer is not None and any(c is code for c in outer.f_code.co_consts):
-                outer_code = outer.f_code
-                base = _known[id(outer_code)][1] if id(outer_code) in _known else _name(outer_code, outer)
-                found = base + ".<locals>." + code.co_name
         if found is None:
             func = frame.f_globals.get(code.co_name)
             if _code(func) is code:

@@ -95,6 +95,34 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+class _Active(dict):  # type: ignore[type-arg]
+    """3.10's `threading._active`: its `_bootstrap_inner` drops the ending thread from it itself,
+    without `_delete`, so the drop is where the thread reports. Never on the program's stacks
+    while its threads run (a wrapper of `_bootstrap_inner` would be)."""
+
+    __slots__ = ()
+
+    def __delitem__(self, ident: int) -> None:
+        thread = self.get(ident)
+        if thread is not None and ident == _thread.get_ident() and _depart_310 is not None:
+            _depart_310(thread)
+        dict.__delitem__(self, ident)
+
+
+_depart_310: Callable[[Any], None] | None = None
+
+
+def _keep_active_hooked() -> None:
+    """On 3.10, `threading._active` is an `_Active` (again after a fork, which rebuilds it)."""
+    threading = sys.modules.get("threading")
+    lock = getattr(threading, "_active_limbo_lock", None)
+    if lock is None or type(getattr(threading, "_active", None)) is not dict:
+        return
+    with lock:
+        if type(threading._active) is dict:  # type: ignore[union-attr]
+            threading._active = _Active(threading._active)  # type: ignore[union-attr]
+
+
 def _hook_departures() -> None:
     """Have each `threading` thread report its CPU as it ends (`Thread._delete` runs last,
     on the thread itself): a thread shorter than a few intervals may end between two ticks,
@@ -106,7 +134,7 @@ def _hook_departures() -> None:
     if original is None:
         return
 
-    def _delete(self: Any) -> None:
+    def _depart(self: Any) -> None:
         nid = getattr(self, "_native_id", None)
         code = _codes.pop(id(self), None)
         if nid is not None and _running:
@@ -115,9 +143,17 @@ def _hook_departures() -> None:
             if code is not None:
                 _targets[nid] = code
             _departures.append((nid, self._name if isinstance(self._name, str) else "", _own_ns()))
-        original(self)
 
-    thread_cls._delete = _delete  # type: ignore[union-attr]
+    if sys.version_info >= (3, 11):
+        def _delete(self: Any) -> None:
+            _depart(self)
+            original(self)
+
+        thread_cls._delete = _delete  # type: ignore[union-attr]
+    else:
+        global _depart_310
+        _depart_310 = _depart
+        _keep_active_hooked()
     start = getattr(thread_cls, "start", None)
     if start is None:
         return
@@ -149,10 +185,12 @@ def _printable(name: str) -> str:
 
 
 def _starting(frame: FrameType) -> bool:
-    """Whether a thread's stack is only `threading`'s frames (it has not reached its target yet)."""
+    """Whether a thread's stack is only `threading`'s frames and energyprof's hooks in them (it
+    has not reached its target yet, or has left it)."""
     f: FrameType | None = frame
     while f is not None:
-        if os.path.basename(f.f_code.co_filename) != "threading.py":
+        name = f.f_code.co_filename
+        if os.path.basename(name) != "threading.py" and name != __file__:
             return False
         f = f.f_back
     return True
@@ -465,6 +503,9 @@ class Sampler:
         table = _threading_table()
         if table and not _departures_hooked:
             _hook_departures()
+        elif _depart_310 is not None and type(table) is dict and table:
+            _keep_active_hooked()
+            table = _threading_table()
         deltas, nids, departed = self._thread_cpu_deltas(frames, table)
         native = d_proc - sum(deltas.values()) - sum(cpu for _, _, cpu in departed)
         rss = self._rss()

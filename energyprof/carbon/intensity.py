@@ -300,8 +300,12 @@ def _parse_time(text: str) -> float:
     if fast is not None:
         return fast
     import datetime as _dt  # any other ISO 8601 form: an intensity trace's
+    import re
 
-    value = _dt.datetime.fromisoformat(text.replace("Z", "+00:00") if text.endswith("Z") else text)
+    text = text[:-1] + "+00:00" if text.endswith("Z") else text
+    # Python 3.10 reads 3 or 6 digits of a second's fraction only
+    text = re.sub(r"(:\d\d)[.,](\d+)", lambda m: m.group(1) + "." + (m.group(2) + "00000")[:6], text, count=1)
+    value = _dt.datetime.fromisoformat(text)
     if value.tzinfo is None:
         value = value.replace(tzinfo=_dt.timezone.utc)  # documented: naive timestamps are UTC
     return value.timestamp()
