@@ -226,7 +226,7 @@ def test_torchrun_after_double_dash_shows_each_rank(here):
         # one write: torchrun's workers run unbuffered, and print() writes its pieces one by one
         sys.stdout.write("rank " + os.environ["RANK"] + "\\n")
     """)
-    res = run_cli([*profiled(), "--", "torchrun", "--standalone", "--nproc_per_node", "2", "ddp.py"], cwd=here,
+    res = run_cli([*profiled(), "--", torchrun, "--standalone", "--nproc_per_node", "2", "ddp.py"], cwd=here,
                   timeout=300, env={"OMP_NUM_THREADS": "1"})
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == ["rank 0", "rank 1"]
