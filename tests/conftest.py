@@ -3,12 +3,20 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import pytest
+
+# The programs these tests start see SIGINT and SIGQUIT as a shell's foreground job does, however the
+# suite was started: a job started in the background inherits both ignored, and an ignored signal
+# stays ignored through exec (a caught one is reset to its default).
+for _name in ("SIGINT", "SIGQUIT"):
+    if hasattr(signal, _name):
+        signal.signal(getattr(signal, _name), signal.default_int_handler if _name == "SIGINT" else signal.SIG_DFL)
 
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 120, env: dict[str, str] | None = None,
