@@ -3,6 +3,7 @@ the same page carrying the full plotly.js (what every report inlined before the 
 
     python benchmarks/report_size.py                 # profile examples/quickstart.py, 7 draws of each page
     python benchmarks/report_size.py --runs 3 --profile run.json
+    python benchmarks/report_size.py --profile lenet.json --page before=old.html   # and a page of an older checkout
 
 One profile is made (or given), rendered by `energyprof report`, and copied with the custom plotly.js
 bundle swapped for plotly's full plotly.min.js when the plotly Python package is installed (it holds
@@ -101,11 +102,19 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=7, help="draws of each page after a warm-up round (default 7)")
     parser.add_argument("--profile", type=Path, help="a saved profile (default: profile examples/quickstart.py now)")
     parser.add_argument("--chromium", default="/usr/bin/chromium")
+    parser.add_argument("--page", action="append", default=[], metavar="NAME=PATH",
+                        help="another page to draw alongside (say, the same profile rendered by an older checkout)")
     args = parser.parse_args()
+    extra = {}
+    for item in args.page:
+        name, sep, path = item.partition("=")
+        if not sep or not Path(path).is_file():
+            parser.error(f"--page {item}: give NAME=PATH of a saved page")
+        extra[name] = Path(path).resolve()
     with tempfile.TemporaryDirectory(prefix="energyprof-report-bench-") as tmp:
         out = Path(tmp)
         profile = args.profile.resolve() if args.profile else make_profile(out)
-        pages = render(profile, out)
+        pages = {**extra, **render(profile, out)}
         times = draw_times(pages, args.runs, args.chromium)
         print(machine())
         print(f"profile: {profile.name}; {args.runs} draws per page after a warm-up; median [min-max]")
