@@ -213,11 +213,19 @@ class Launch:
 
     def finish(self) -> None:
         """energyprof ends normally: the watcher leaves the job's processes alone (a daemon the
-        program left running lives on, as it would without energyprof)."""
+        program left running lives on, as it would without energyprof), and is reaped: energyprof
+        leaves no process of its own behind (in a pids cgroup at its limit, a watcher still
+        exiting would refuse the next command its process)."""
         if self._watch >= 0:
             self._send(b"d\n")
             os.close(self._watch)
             self._watch = -1
+            if self.watcher > 0:
+                try:
+                    os.waitpid(self.watcher, 0)  # it leaves at once: the socket said "done", then ended
+                except ChildProcessError:
+                    pass  # reaped already
+                self.watcher = 0
 
     def _send(self, data: bytes) -> None:
         try:
