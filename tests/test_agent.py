@@ -407,6 +407,34 @@ def test_a_program_that_patches_time_sleep_then_forks_leaves_no_spinning_sampler
     assert float((here / "child_cpu.txt").read_text()) < 0.1
 
 
+def test_energyprofs_threads_are_born_with_the_programs_signals_blocked(monkeypatch):
+    """Defect: a thread blocked the program's signals from its own first line, so one arriving as it
+    began (Pool.terminate's SIGTERM to a fork worker whose sampler was starting) could be taken by
+    it; the handler then waited for a main thread asleep on a lock, and the worker never ended. A
+    thread takes its starter's mask: the starter blocks them for the moment of the start."""
+    import _thread
+    import signal
+
+    from energyprof.agent import own_threads
+
+    seen = []
+    real = _thread.start_new_thread
+
+    def starting(fn, args):
+        seen.append(signal.pthread_sigmask(signal.SIG_BLOCK, []))  # the starter's mask at the start
+        return real(fn, args)
+
+    monkeypatch.setattr(_thread, "start_new_thread", starting)
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    done = _thread.allocate_lock()
+    done.acquire()
+    own_threads.start(done.release)
+    assert done.acquire(timeout=60)
+    assert signal.pthread_sigmask(signal.SIG_BLOCK, []) == before  # the starter's own mask, as it was
+    assert {signal.SIGTERM, signal.SIGINT, signal.SIGUSR1, signal.SIGCHLD} <= seen[0]
+    assert signal.SIGSEGV not in seen[0]  # a fault is the thread's own: never blocked
+
+
 def test_a_single_threaded_program_that_forks_is_not_warned_about_energyprofs_threads(here):
     # Python 3.12+ warns at os.fork() when the process has more than one OS thread: energyprof's
     # own must not count, the program's must. Each fork decides anew.

@@ -30,27 +30,36 @@ _guarded = False
 
 
 def start(target: Callable[..., Any], *args: Any) -> int:
-    """Run `target(*args)` on a new `_thread` thread (invisible to `threading`, never joined at exit)."""
+    """Run `target(*args)` on a new `_thread` thread (invisible to `threading`, never joined at exit).
+
+    The thread is born with the program's signals blocked: the starting thread blocks them for the
+    moment of the start (one arriving then waits, pending, for a moment), and a new thread takes its
+    starter's mask. Blocked only from its own first line, a thread started as a forked worker began
+    and a signal came (Pool.terminate's SIGTERM) could take the signal: the program's handler then
+    waited for its main thread, asleep on a lock for good, and the worker never ended."""
     _guard_forks()
     token = object()
     _alive[token] = os.getpid()  # counted from before it exists: a fork at once must not miss it
+    before = leave_signals_to_the_program()
     try:
         return _thread.start_new_thread(_run, (token, target, args))
     except BaseException:
         _alive.pop(token, None)
         raise
+    finally:
+        if before is not None:
+            _restore(before)
 
 
 def _run(token: object, target: Callable[..., Any], args: tuple[Any, ...]) -> None:
-    leave_signals_to_the_program()
     try:
         target(*args)
     finally:
         _alive.pop(token, None)
 
 
-def leave_signals_to_the_program() -> None:
-    """Block every signal but faults in the calling (energyprof's) thread.
+def leave_signals_to_the_program() -> Any:
+    """Block every signal but faults in the calling thread; the mask it had (None: none to steer).
 
     A signal sent to the process goes to any of its threads that does not block it. Plain python
     has only the program's: a handler runs, and a blocking read on the main thread is interrupted.
@@ -61,9 +70,15 @@ def leave_signals_to_the_program() -> None:
         import _signal
 
         faults = {getattr(_signal, n) for n in _FAULTS if hasattr(_signal, n)}
-        _signal.pthread_sigmask(_signal.SIG_BLOCK, set(_signal.valid_signals()) - faults)
+        return _signal.pthread_sigmask(_signal.SIG_BLOCK, set(_signal.valid_signals()) - faults)
     except (ImportError, AttributeError, OSError, ValueError):
-        pass  # no pthread_sigmask (Windows): nothing to steer
+        return None  # no pthread_sigmask (Windows): nothing to steer
+
+
+def _restore(mask: Any) -> None:
+    import _signal
+
+    _signal.pthread_sigmask(_signal.SIG_SETMASK, mask)
 
 
 # -- the fork warning ------------------------------------------------------------------------------
