@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import textwrap
 from pathlib import Path
@@ -158,3 +159,30 @@ def test_exact_mode_keeps_the_allocations_of_pool_workers_ended_by_terminate(tmp
     p = load(tmp_path / "p.json")
     held = sum(n.alloc_bytes or 0 for n in p.find("hold"))
     assert 7 * MB <= held <= 12 * MB, held  # 4 tasks of 2,000 objects of ~1 kB, each still held when terminated
+
+
+def test_a_sigterm_caught_as_a_worker_blocks_still_ends_it(tmp_path):
+    """Defect: under --memory exact a fork worker's SIGTERM runs a Python handler (to write the
+    worker's records first), and a Python handler runs between bytecodes: a SIGTERM caught just
+    before the worker blocked on its queue's lock (held for good by Pool.terminate) waited for ever.
+    A `with Pool()` run hung so in 2 of 6 suite runs beside two CPU hogs. `_thread.interrupt_main`
+    makes that state at will: the handler tripped, the main thread blocked in C (a pipe never written)."""
+    (tmp_path / "stuck.py").write_text(textwrap.dedent("""
+        import _thread, os, signal, threading, time
+        pid = os.fork()
+        if pid == 0:
+            kept = [bytes(1000) for _ in range(2000)]
+            r, w = os.pipe()
+            def trip():
+                time.sleep(0.2)
+                _thread.interrupt_main(signal.SIGTERM)  # caught, its handler not yet run
+            threading.Thread(target=trip, daemon=True).start()
+            os.read(r, 1)  # blocked for good, as on Pool.terminate's held lock
+            os._exit(0)
+        _, status = os.waitpid(pid, 0)
+        print("child", os.waitstatus_to_exitcode(status))
+    """))
+    res = run_cli(["-q", "--memory", "exact", "--json", "p.json", "-o", "/dev/null", "stuck.py"], cwd=tmp_path,
+                  timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"child {-signal.SIGTERM}\n"  # ended by its SIGTERM, as the default action ends it

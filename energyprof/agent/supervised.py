@@ -112,7 +112,10 @@ class Agent:
         self._tail_written = True
 
     def _check_gpu(self) -> None:
-        """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
+        """Say once that this process uses CUDA (through torch), so GPU energy goes to it; and
+        rescue a SIGTERM its main thread cannot handle (`_write_tail_on_sigterm`)."""
+        if _term is not None:
+            _rescue_sigterm()
         if self._gpu:
             return
         torch = sys.modules.get("torch")
@@ -367,19 +370,67 @@ def _before_exit() -> None:
 def _write_tail_on_sigterm() -> None:
     """--memory exact: a process ended by SIGTERM (Pool.terminate ends its workers so, at the end
     of every `with Pool() as pool:`) writes its allocation records first, then dies of the same
-    signal. Only where SIGTERM has its default action: a handler of the program's is left alone."""
+    signal. Only where SIGTERM has its default action: a handler of the program's is left alone.
+
+    A Python handler runs in the main thread between bytecodes: a SIGTERM caught just before the
+    main thread blocks in C (a pool worker taking its queue's lock, which Pool.terminate holds for
+    good) waits for ever, where the default action would have ended the process. So where the
+    program has no wakeup fd of its own, the signal also writes a byte to one of energyprof's, and
+    the sampler thread, seeing it with the handler still not run, sends the signal again to the main
+    thread alone: that interrupts the blocking call, and the handler runs."""
+    global _term
     try:
         import signal
 
-        if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-            signal.signal(signal.SIGTERM, _on_sigterm)
+        now = signal.getsignal(signal.SIGTERM)
+        if now is not signal.SIG_DFL and now is not _on_sigterm:  # a forked child has its parent's
+            return
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        inherited, _term = _term, None  # a forked child's copy of its parent's pipe: its own, anew
+        r, w = os.pipe()
+        os.set_blocking(r, False)
+        os.set_blocking(w, False)
+        old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
+        if old != -1 and (inherited is None or old != inherited[3]):  # the program's own: left as it was
+            signal.set_wakeup_fd(old)
+            os.close(r)
+            os.close(w)
+            return
+        if inherited is not None:
+            os.close(inherited[0])
+            os.close(inherited[3])
+        _term = [r, _thread.get_ident(), False, w]
     except (ImportError, ValueError, OSError, AttributeError):  # not the main thread; no SIGTERM here
         pass
+
+
+# [wakeup fd's read end, the main thread, a SIGTERM seen and not yet handled, its write end], or None
+_term: list[Any] | None = None
+
+
+def _rescue_sigterm() -> None:
+    """From the sampler thread: a SIGTERM the main thread has not handled a period after it came
+    is sent to the main thread alone (see `_write_tail_on_sigterm`)."""
+    term = _term
+    if term is None:
+        return
+    try:
+        came = b"\x0f" in os.read(term[0], 512)  # the wakeup fd carries each caught signal's number
+    except OSError:  # nothing to read
+        came = False
+    if term[2]:
+        import signal
+
+        signal.pthread_kill(term[1], signal.SIGTERM)
+    elif came:
+        term[2] = True  # one period for the main thread to run the handler by itself
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
     import signal
 
+    global _term
+    _term = None
     signal.signal(signum, signal.SIG_DFL)
     a = current()
     if a is not None and a._stopped and not a._tail_written:
