@@ -25,6 +25,8 @@ from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
 
+_LEARN_NAMES = sys.version_info < (3, 11)  # 3.10's code objects have no co_qualname (qualnames.py)
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Callable
@@ -632,7 +634,8 @@ class Sampler:
         return sid
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
-        learn(frame)
+        if _LEARN_NAMES:
+            learn(frame)
         codes: list[CodeType] = []
         f: FrameType | None = frame
         while f is not None:

@@ -50,7 +50,7 @@ class Agent:
         kind = HookSampler if config.get("sampler") == "pyinstrument" and not forked else Sampler
         self.sampler = kind(self.spool, float(config.get("interval", "0.01")), view,
                             rss=config.get("memory", "rss") != "off", alloc=config.get("memory") == "exact",
-                            main_ident=_thread.get_ident() if forked else None, every_second=self._check_gpu)
+                            main_ident=_thread.get_ident() if forked else None, every_second=self._every_period)
         self._gpu = False
         self.sync = config.get("sync") == "cuda"
         self._t_start = _perf()
@@ -111,11 +111,14 @@ class Agent:
         self.spool.flush()
         self._tail_written = True
 
-    def _check_gpu(self) -> None:
-        """Say once that this process uses CUDA (through torch), so GPU energy goes to it; and
-        rescue a SIGTERM its main thread cannot handle (`_write_tail_on_sigterm`)."""
+    def _every_period(self) -> None:
+        """The sampler thread's slow duties (every 50 ms, backing off to every second)."""
         if _term is not None:
-            _rescue_sigterm()
+            _term.rescue()
+        self._check_gpu()
+
+    def _check_gpu(self) -> None:
+        """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
         if self._gpu:
             return
         torch = sys.modules.get("torch")
@@ -391,39 +394,43 @@ def _write_tail_on_sigterm() -> None:
         os.set_blocking(r, False)
         os.set_blocking(w, False)
         old = signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        if old != -1 and (inherited is None or old != inherited[3]):  # the program's own: left as it was
+        if old != -1 and (inherited is None or old != inherited.write):  # the program's own: left as it was
             signal.set_wakeup_fd(old)
             os.close(r)
             os.close(w)
             return
         if inherited is not None:
-            os.close(inherited[0])
-            os.close(inherited[3])
-        _term = [r, _thread.get_ident(), False, w]
+            os.close(inherited.read)
+            os.close(inherited.write)
+        _term = _TermRescue(r, w, _thread.get_ident())
     except (ImportError, ValueError, OSError, AttributeError):  # not the main thread; no SIGTERM here
         pass
 
 
-# [wakeup fd's read end, the main thread, a SIGTERM seen and not yet handled, its write end], or None
-_term: list[Any] | None = None
+class _TermRescue:
+    """The wakeup fd's two ends and the main thread, for the sampler thread to rescue a SIGTERM
+    the main thread has not handled (see `_write_tail_on_sigterm`)."""
+
+    __slots__ = ("read", "write", "main", "seen")
+
+    def __init__(self, read: int, write: int, main: int) -> None:
+        self.read, self.write, self.main = read, write, main
+        self.seen = False  # a SIGTERM came, and its handler has had one period to run
+
+    def rescue(self) -> None:
+        try:
+            came = b"\x0f" in os.read(self.read, 512)  # the wakeup fd carries each caught signal's number
+        except OSError:  # nothing to read
+            came = False
+        if self.seen:
+            import signal
+
+            signal.pthread_kill(self.main, signal.SIGTERM)
+        elif came:
+            self.seen = True
 
 
-def _rescue_sigterm() -> None:
-    """From the sampler thread: a SIGTERM the main thread has not handled a period after it came
-    is sent to the main thread alone (see `_write_tail_on_sigterm`)."""
-    term = _term
-    if term is None:
-        return
-    try:
-        came = b"\x0f" in os.read(term[0], 512)  # the wakeup fd carries each caught signal's number
-    except OSError:  # nothing to read
-        came = False
-    if term[2]:
-        import signal
-
-        signal.pthread_kill(term[1], signal.SIGTERM)
-    elif came:
-        term[2] = True  # one period for the main thread to run the handler by itself
+_term: _TermRescue | None = None  # set where --memory exact's SIGTERM handler is energyprof's
 
 
 def _on_sigterm(signum: int, frame: Any) -> None:
