@@ -19,6 +19,20 @@ for _name in ("SIGINT", "SIGQUIT"):
         signal.signal(getattr(signal, _name), signal.default_int_handler if _name == "SIGINT" else signal.SIG_DFL)
 
 
+# The modules that start torchrun, Ray clusters, MLflow's store or a browser, heaviest first (seconds on a
+# quiet machine, in benchmarks/README.md). Two workers take one module at a time in collection order, so
+# these go first: started last, one of them runs alone while the other worker has nothing left.
+HEAVY_MODULES = ("test_distributed", "test_report_browser", "test_engines", "test_torch", "test_mlflow",
+                 "test_rank_windows", "test_follow", "test_signals", "test_report_lenet")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        name = item.path.stem
+        return HEAVY_MODULES.index(name) if name in HEAVY_MODULES else len(HEAVY_MODULES)
+    items.sort(key=rank)  # stable: every module keeps its own order, the rest keep theirs
+
+
 def run_cli(args: list[str], cwd: Path, timeout: float = 120, env: dict[str, str] | None = None,
             stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     full_env = dict(os.environ)

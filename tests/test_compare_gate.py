@@ -62,16 +62,24 @@ def runs(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_identical_code_passes_ten_of_ten_three_against_three(runs: Path) -> None:
-    # the ten ways to split six identical runs into two sides of three (each split once, not its mirror)
+    """The ten ways to split six identical runs into two sides of three (each split once, not its mirror),
+    against a 10% limit: what three runs a side can hold to on this machine, not a quiet one's 5%.
+
+    Beside the fixture's two hogs, the suite's own and the other test worker, one run's energy swings by
+    up to +-9% (measured: eight runs in a row, twice), and drifts as the other work changes: the first
+    four against the last four moved by -1.5% and +8.6%. A split of the first three runs against the last
+    three is a before/after design, which that drift moves by as much as a change (one suite run measured
+    +7.9%, interval +5.2% to +10.6%, and failed a 5% limit). The gate cannot tell drift from a change:
+    README asks for interleaved repeats for that reason, and the 60% test below is interleaved."""
     splits = [s for s in itertools.combinations(range(6), 3) if 0 in s]
     assert len(splits) == 10
     for base in splits:
         head = [i for i in range(6) if i not in base]
         res = run_cli(["compare", "--base", *(f"a{i}.json" for i in base), "--head", *(f"a{i}.json" for i in head),
-                       "--fail-above", "5", "-q"], cwd=runs)
+                       "--fail-above", "10", "-q"], cwd=runs)
         assert res.returncode == 0, res.stderr
         assert re.search(r"program energy [+-]\d+\.\d% \(95% interval [+-]\d+\.\d% to [+-]\d+\.\d%, Welch's t over 3"
-                         r" and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); limit \+5%: ok",
+                         r" and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); limit \+10%: ok",
                          res.stderr), res.stderr
 
 

@@ -218,23 +218,38 @@ def per_rank_run(job: Path, *more: str, **extra_env: str) -> subprocess.Complete
                           cwd=job, capture_output=True, text=True, timeout=TIMEOUT, env=env(**extra_env))
 
 
-@needs_torchrun
-def test_energyprof_in_each_rank_never_overwrites_nor_double_counts(job: Path) -> None:
-    res = per_rank_run(job, "--json", "p.json")
+@pytest.fixture(scope="module")
+def in_each_rank(tmp_path_factory) -> Path:
+    """One job with energyprof inside each rank, read by the three tests below: `--idle all` (each rank's
+    file holds its share of the node) and `--mlflow` (one run for the job). A torchrun of two torch
+    ranks is the heaviest thing this module starts, so it is started once."""
+    d = tmp_path_factory.mktemp("in_each_rank")
+    (d / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (d / "train.py").write_text(textwrap.dedent(DDP))
+    uri = (d / "mlruns").as_uri()
+    res = per_rank_run(d, "--idle", "all", "--json", "p.json", "--mlflow", MLFLOW_TRACKING_URI=uri,
+                       MLFLOW_ALLOW_FILE_STORE="true")
     assert res.returncode == 0, res.stderr
     assert sorted(res.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
+    return d
+
+
+@needs_torchrun
+def test_energyprof_in_each_rank_never_overwrites_nor_double_counts(in_each_rank: Path) -> None:
+    job = in_each_rank
     for name in ("p.rank0.json", "p.rank1.json", "energyprof-report.rank0.html", "energyprof-report.rank1.html",
                  "p.json", "energyprof-report.html"):
         assert (job / name).is_file(), name
     assert not list(job.glob("*checkpoint*"))
-    per = {r: load(job / f"p.rank{r}.json") for r in (0, 1)}
+    # read as each rank's share of what it measured: `--idle all` only adds the idle the ranks left
+    per = {r: load(job / f"p.rank{r}.json").with_policy("share") for r in (0, 1)}
     for r, p in per.items():
         d = p.meta["distributed"]
         assert (d["rank"], d["world_size"]) == (r, 2)
         # A rank is charged its CPU share of the machine, never the whole.
         assert sum(p.totals.attributed_j.values()) < 0.9 * sum(p.totals.energy_j.values())
     assert [p.meta["distributed"]["reader"] for p in per.values()].count(True) == 1
-    joined = load(job / "p.json")
+    joined = load(job / "p.json").with_policy("share")
     machine, energy = check_two_ranks(joined)
     # Counted once: the job's machine energy is one rank's readings, not their sum.
     assert machine == pytest.approx(max(sum(p.totals.energy_j.values()) for p in per.values()), rel=1e-9)
@@ -251,15 +266,13 @@ def test_energyprof_in_each_rank_never_overwrites_nor_double_counts(job: Path) -
 
 
 @needs_torchrun
-def test_energyprof_in_each_rank_gives_one_mlflow_run(job: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_energyprof_in_each_rank_gives_one_mlflow_run(in_each_rank: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One job, one run: each rank's windows (logged live by its program) and totals under its own
     keys, the joined job's totals under the run's own, and the run ended by rank 0."""
     mlflow = pytest.importorskip("mlflow", reason="mlflow (energyprof[mlflow]) is not installed")
+    job = in_each_rank
     uri = (job / "mlruns").as_uri()
     monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # this test's own client reads the same store
-    res = per_rank_run(job, "--json", "p.json", "--mlflow", MLFLOW_TRACKING_URI=uri, MLFLOW_ALLOW_FILE_STORE="true")
-    assert res.returncode == 0, res.stderr
-    assert sorted(res.stdout.splitlines()) == ["rank 0 done", "rank 1 done"]
     client = mlflow.MlflowClient(tracking_uri=uri)
     runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert len(runs) == 1, [(r.info.run_id, r.data.tags) for r in runs]
@@ -398,13 +411,12 @@ def test_with_block_and_profiler_expand_placeholders(tmp_path: Path) -> None:
 
 
 @needs_torchrun
-def test_rank_files_under_idle_all_add_up_to_the_node(job: Path) -> None:
+def test_rank_files_under_idle_all_add_up_to_the_node(in_each_rank: Path) -> None:
     """energyprof in each rank, `--idle all`: each rank's file holds its share of the node (its CPU
     plus half of what no rank used), not the whole machine, so the two files add up to the node:
     before, 1,348 J were charged against 696 J measured. The margin: the ranks' readings start and
     end apart (each its own supervisor), and the peers' CPU is read from /proc every 250 ms."""
-    res = per_rank_run(job, "--idle", "all", "--json", "p.json")
-    assert res.returncode == 0, res.stderr
+    job = in_each_rank
     per = [load(job / f"p.rank{r}.json") for r in (0, 1)]
     node = max(sum(p.totals.energy_j.values()) for p in per)
     charged = [sum(p.totals.attributed_j.values()) + sum(p.totals.energyprof_j.values()) for p in per]
