@@ -239,6 +239,12 @@ def test_units_on_the_engines_recorded_stacks() -> None:
     for engines in [("packb", f"{SP}/msgpack/__init__.py", 30), ("_process_class", dataclasses.__file__, 900),
                     ("<lambda>", "<string>", 1), ("Point.__new__", "<string>", 1)]:
         assert units([*RAY_TASK[:2], engines]) == [*RAY_TASK[:2], engines]
+    # Ray's compiled loop between the executor and the task's function (its frames name Ray's own sources,
+    # relative): the engine's dispatch, never a task named `cy_isgenerator` (seen under load); a task
+    # below it is still the task
+    compiled = ("cy_wrap.<locals>.cy_isgenerator", "python/ray/_raylet.pyx", 1)
+    assert units([*RAY_TASK[:2], compiled]) == [*RAY_TASK[:2], compiled]
+    assert units([*RAY_TASK[:2], compiled, *RAY_TASK[2:]]) == [("[ray task t]", "", 0), *RAY_TASK[2:]]
     # ... but a task defined in a script given as text is a task
     assert units([*RAY_TASK[:2], ("t", "<string>", 3)])[0] == ("[ray task t]", "", 0)
 

@@ -113,6 +113,21 @@ def data_block(html: str) -> str:
     return html.split('id="report-data" data-encoding="deflate">', 1)[1].split("</script>", 1)[0]
 
 
+def test_the_epochs_and_steps_and_the_loaders_workers(lenet) -> None:
+    """Two epochs of 200 steps by default, each a window; the DataLoader's two workers are children of
+    the program, started anew each epoch, and their CPU is part of the program's."""
+    import energyprof.torch as ept
+
+    profile = load(lenet[1])
+    assert [w.index for w in profile.windows if w.name == "epoch"] == [0, 1]
+    b = ept.breakdown(profile)
+    assert len(b["steps"]) == 400 and [e["epoch"] for e in b["epochs"]] == [0, 1]
+    workers = [p for p in profile.processes if p.role != "main"]
+    assert len(workers) >= 2 and all(p.cpu_time_s > 0 for p in workers), profile.processes
+    assert profile.totals.cpu_time_s > sum(p.cpu_time_s for p in workers)
+    assert "epoch" in lenet[0].read_text(errors="replace")
+
+
 def test_the_report_is_at_most_one_and_a_half_megabytes(lenet) -> None:
     """plotly.js is 1.25 MB of it, inlined so the page opens offline; the data is what is left (it was 1.69 MB
     when the tooltips travelled as strings and every file as its whole path)."""
