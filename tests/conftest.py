@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-# The programs these tests start see SIGINT and SIGQUIT as a shell's foreground job does, however the
-# suite was started: a job started in the background inherits both ignored, and an ignored signal
-# stays ignored through exec (a caught one is reset to its default).
-for _name in ("SIGINT", "SIGQUIT"):
+# The programs these tests start see SIGINT, SIGQUIT and SIGHUP as a shell's foreground job does, however
+# the suite was started: a job started in the background inherits SIGINT and SIGQUIT ignored, one started
+# by nohup SIGHUP, and an ignored signal stays ignored through exec (a caught one is reset to its default).
+for _name in ("SIGINT", "SIGQUIT", "SIGHUP"):
     if hasattr(signal, _name):
         signal.signal(getattr(signal, _name), signal.default_int_handler if _name == "SIGINT" else signal.SIG_DFL)
 
