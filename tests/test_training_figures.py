@@ -78,8 +78,10 @@ def test_energy_per_step_sample_epoch_and_cache_residency(tmp_path: Path) -> Non
     assert cache[("step.cache.end", 0)] > 0.95 and cache[("step.cache.start", 1)] > 0.95
     first = b["epochs"][0]
     # The cold pass read the files: each item takes 20 ms and the counters are read every 10 ms, so the
-    # tick intervals astride the epoch's ends hold at most one item each (2 of 10 files: 20%).
-    assert first["process_read_mb"] == pytest.approx(10 * 0.262144, rel=0.25)
+    # tick intervals astride the epoch's ends hold at most one item each (2 of 10 files: 20%). Only a floor
+    # holds: the program's counter also counts any other file it faulted in meanwhile (its libraries' pages,
+    # under memory pressure: 3.72 MB for these 2.62 once, beside two CPU hogs).
+    assert first["process_read_mb"] >= 0.75 * 10 * 0.262144
     assert b["epochs"][1]["process_read_mb"] < 0.5  # the warm pass found them cached
     html = (tmp_path / "r.html").read_text()
     assert "the model has 672 parameters" in html and "(20 samples)" in html and "<th>disk read (MB)</th>" in html
