@@ -3,13 +3,13 @@ measured from /proc; each sits under the stack that started it. Real processes t
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 import sys
 
 import pytest
 
 from energyprof import load
+from energyprof.record import asdict
 
 from conftest import BURN, installed_script, processes, profiled, run_cli, script
 
@@ -67,7 +67,7 @@ def test_a_python_child_costs_what_the_same_work_costs_in_process(here):
     assert total == pytest.approx(p.totals["attributed_j"]["cpu"], rel=1e-6)
     fields = {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j", "peak_rss_bytes",
               "exit", "host"}
-    assert all(set(dataclasses.asdict(r)) == fields for r in rows)
+    assert all(set(asdict(r)) == fields for r in rows)
     children = [r for r in rows if r["role"] == "child"]
     assert all(r["cpu_time_s"] > 0.1 and r["peak_rss_bytes"] > 1_000_000 for r in children)
 

@@ -3,12 +3,12 @@ and the file's bytes the same page as the string."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import SimpleNamespace
 
 from conftest_report import XSS_FUNCTION, hostile_profile, small_profile
 
 from energyprof.analysis.report import RenderOptions, build
+from energyprof.record import replace
 from energyprof.render import gpu as gpu_module
 from energyprof.render.html import render_html, render_html_bytes
 from energyprof.render.page import esc, truncate

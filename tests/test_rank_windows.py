@@ -5,7 +5,6 @@ section in Chromium."""
 
 from __future__ import annotations
 
-import dataclasses
 import textwrap
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from energyprof.analysis.report import build
 from energyprof.analysis.training import breakdown
 from energyprof.analysis.windows import WindowRow, window_groups
 from energyprof.facts.profile import Window
+from energyprof.record import asdict, replace
 from energyprof.render.html import render_html
 
 from conftest import run_cli
@@ -94,7 +94,7 @@ def test_summed_row_is_the_machine_over_the_union_span() -> None:
     assert epoch.mean_time_s == pytest.approx((1.3 + 0.5) / 2)
     assert [(r.name, r.total_j) for r in epoch.ranks] == [("rank 0", 60.0), ("rank 1", 45.0)]
     # two nodes: each node's machine once, summed over nodes
-    other = [dataclasses.replace(w, node="b", rank=w.rank + 2) for w in ws]
+    other = [replace(w, node="b", rank=w.rank + 2) for w in ws]
     (both,) = window_groups([WindowRow(w) for w in ws + other])
     assert both.total_j == pytest.approx(2 * 180.0, rel=1e-12)
 
@@ -113,8 +113,8 @@ def test_ranks_charged_more_than_the_machine_are_scaled_to_fit_it() -> None:
                                                           ("rank 1", pytest.approx(65.0 * k, rel=1e-12))]
     assert epoch.ranks[0].max_j == pytest.approx(70.0 * k) and epoch.ranks[0].min_j == pytest.approx(20.0)
     # on another node the same epoch's shares fit its machine: left as they were
-    other = [dataclasses.replace(w, node="b", rank=w.rank + 2, program_energy_j={"cpu": 30.0}) for w in ws]
-    (both,) = window_groups([WindowRow(w) for w in [dataclasses.replace(w, node="a") for w in ws] + other])
+    other = [replace(w, node="b", rank=w.rank + 2, program_energy_j={"cpu": 30.0}) for w in ws]
+    (both,) = window_groups([WindowRow(w) for w in [replace(w, node="a") for w in ws] + other])
     assert both.total_j == pytest.approx(2 * 180.0, rel=1e-12)
     assert [r.total_j for r in both.ranks] == [pytest.approx(70.0 * k + 20.0), pytest.approx(65.0 * k),
                                                pytest.approx(60.0), pytest.approx(30.0)]
@@ -144,7 +144,7 @@ def test_a_profile_without_ranks_has_the_model_it_always_had() -> None:
     p = _profile(_ranked_windows({0: RANKS[0]}, with_rank=False))
     m = build(p)
     assert m.training_ranks == {} and all(g.ranks == [] for g in m.window_groups)
-    assert [dataclasses.astuple(g) for g in m.window_groups] == [
+    assert [tuple(asdict(g).values()) for g in m.window_groups] == [
         ("epoch", 1, 10.0, 10.0, 0.0, 10.0, 10.0, pytest.approx(0.06), 0, [], 10.0),
         ("step.fetch", 3, 1.25, pytest.approx(1.25 / 3), pytest.approx(0.1443375673), 0.25, 0.5, pytest.approx(0.005), 0, [],
          pytest.approx(1.25 / 3)),

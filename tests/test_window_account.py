@@ -13,6 +13,7 @@ from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Tick
 from energyprof.core.tree import build_profile
 from energyprof.facts.policy import IDLE_POLICIES, PolicyPair, WindowAccount
+from energyprof.record import fields
 
 PACKAGE = Path(__file__).resolve().parent.parent / "energyprof"
 CPU = {"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}
@@ -183,4 +184,4 @@ def test_every_view_of_a_saved_window_reads_its_two_totals_from_the_fact() -> No
     assert (group.total_j, group.machine_mean_j) == (42.0, 30.0)
     # one row type for one window: a comparison's row is a window name across runs, not a second WindowRow
     assert not hasattr(compare_mod, "WindowRow") or compare_mod.WindowRow is WindowRow
-    assert compare_mod.WindowChange.__dataclass_fields__.keys() >= {"name", "count", "mean_j", "mean_time_s"}
+    assert {f.name for f in fields(compare_mod.WindowChange)} >= {"name", "count", "mean_j", "mean_time_s"}

@@ -7,9 +7,9 @@ intensity comes from (a country, a region, a time series) is resolved before thi
 from __future__ import annotations
 
 import bisect
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..carbon.intensity import (J_PER_KWH, PER_NODE_TRACE, WORLD_AVERAGE_G_PER_KWH, WORLD_AVERAGE_SCOPE,
                          WORLD_AVERAGE_SOURCE, Intensity, IntensityTrace, _parse_time)
 from ..facts.profile import Profile
@@ -32,7 +32,7 @@ EQUIVALENTS: tuple[dict[str, Any], ...] = (
 )
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class CarbonSettings:
     """Resolved render options for carbon and cost: a fixed intensity or a time series (already read)."""
 
@@ -44,7 +44,7 @@ class CarbonSettings:
     currency: str = "EUR"
 
 
-@dataclass
+@record
 class CarbonFigures:
     """Carbon and cost of one run under one set of settings; `grams`/`cost` price any energy dict."""
 

@@ -9,8 +9,8 @@ into its box until the box is clicked, so the first screen shows the program's o
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 
+from ..record import field, record
 from ..facts.profile import Node
 from ..facts.profile import Profile
 from .functions import is_library
@@ -20,7 +20,7 @@ from .functions import is_library
 MAX_CHART_NODES = 1500
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class ChartNode:
     """A node of the chart's tree: own (self) figures, children, and values filled in bottom-up."""
 

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..record import field, record
 from ..facts.profile import Node, group_role
 from ..facts.profile import Profile
 from .chart import frame_kind
@@ -58,7 +58,7 @@ def _carbon_g(m: ReportModel) -> float | None:
 
 
 # -- the comparison ------------------------------------------------------------------------------
-@dataclass
+@record
 class Run:
     label: str
     path: str
@@ -84,7 +84,7 @@ class Run:
         return any(m != "measured" for m in self.methods.values())
 
 
-@dataclass
+@record
 class Change:
     """One figure in the base and in the head (means over each side's runs), and the half-width
     of the change's interval: the larger of the repeats' spread and the sampling error."""
@@ -106,7 +106,7 @@ class Change:
         return abs(self.delta) > self.error
 
 
-@dataclass
+@record
 class FunctionChange:
     function: str
     file: str
@@ -119,7 +119,7 @@ class FunctionChange:
     user: bool = True  # the program's own code (not a library, an import, or a bracketed node)
 
 
-@dataclass
+@record
 class WindowChange:
     """One window name across the runs (as FunctionChange is one function): each run's count and mean,
     from the report's rows of its windows (analysis/windows.WindowRow)."""
@@ -138,7 +138,7 @@ class WindowChange:
         return (b - a) / a * 100 if a and b is not None else None
 
 
-@dataclass
+@record
 class TreeNode:
     """A call path in either run: the differential icicle's box."""
 
@@ -150,7 +150,7 @@ class TreeNode:
     energy_j: tuple[float, float]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Verdict:
     """The gate's figure: the head's mean against the base's, with its interval (in the figure's unit).
 
@@ -198,7 +198,7 @@ class Verdict:
         return low is not None and low > limit_pct
 
 
-@dataclass
+@record
 class Comparison:
     runs: list[Run]
     sources: list[str]

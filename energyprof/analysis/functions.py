@@ -5,8 +5,8 @@ from __future__ import annotations
 import functools
 import math
 import re
-from dataclasses import dataclass, field
 
+from ..record import field, record
 from ..facts.profile import Node
 from ..facts.profile import Profile
 
@@ -32,7 +32,7 @@ def relative_error(samples: int) -> float | None:
     return 1.0 / math.sqrt(samples) if samples > 0 else None
 
 
-@dataclass
+@record
 class FunctionRow:
     """One function merged over every call path it appears on.
 

@@ -7,16 +7,16 @@ error bar is the sum of its kernels' (a worst case: their errors are not assumed
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..facts.profile import Profile
 
 GPU_FIELD = "gpu_kernels"
 TOP_KERNELS = 10
 
 
-@dataclass
+@record
 class GpuFunction:
     function: str
     file: str

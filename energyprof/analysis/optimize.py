@@ -9,7 +9,8 @@ MaxPower*T*world_size, the energy N GPUs could have spent at full power in that 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from ..record import record
+
 
 Windows = dict[float, tuple[float, float]]  # limit (W) -> (energy J, time s) of one window
 
@@ -26,7 +27,7 @@ class Objective:
         raise NotImplementedError
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Energy(Objective):
     name = "energy"
 
@@ -34,7 +35,7 @@ class Energy(Objective):
         return windows[limit][0]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Time(Objective):
     name = "time"
 
@@ -42,7 +43,7 @@ class Time(Objective):
         return windows[limit][1]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class MaxSlowdown(Objective):
     """The lowest limit whose time is within `factor` of the time at the highest limit measured."""
 
@@ -61,7 +62,7 @@ class MaxSlowdown(Objective):
         return min(within)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Cost(Objective):
     """eta*E + (1 - eta)*MaxPower*T*world_size (Zeus's ZeusCost with the real world size)."""
 

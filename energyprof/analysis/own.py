@@ -12,15 +12,15 @@ torch._dynamo lazily in `SGD.__init__`: that energy is an import, not the optimi
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 
+from ..record import field, record
 from ..facts.profile import SPECIAL_NODES
 from ..facts.profile import Profile
 from .chart import _SITE_RE, _STDLIB_RE, frame_kind, library_package
 from .functions import FunctionKey, FunctionRow, is_library, node_key
 
 
-@dataclass
+@record
 class Group:
     """Energy of frames outside the user's code, by the library or import it ran in."""
 

@@ -8,9 +8,9 @@ point too, labelled by its index. Across runs the points of each run are put sid
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Sequence
 
+from ..record import record
 from ..facts.profile import Window
 
 
@@ -20,7 +20,7 @@ def front(points: Sequence[tuple[float, float]]) -> list[bool]:
     return [not any(t2 <= t and e2 <= e and (t2 < t or e2 < e) for t2, e2 in points) for t, e in points]
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class WindowPoint:
     """One window of a sweep: which run, its label, its time and energy, whether it is on the front."""
 

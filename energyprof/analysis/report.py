@@ -7,9 +7,9 @@ saved profile re-renders with another idle policy or carbon setting without bein
 from __future__ import annotations
 
 import gc
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..facts.profile import SPECIAL_NODES
 from ..facts.profile import Note
 from ..facts.profile import Process
@@ -27,7 +27,7 @@ from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_
                       window_groups)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RenderOptions:
     """How to look at a profile. `idle` None keeps the run's policy; `carbon` None leaves carbon out."""
 
@@ -37,7 +37,7 @@ class RenderOptions:
     top_functions: int = 8
 
 
-@dataclass
+@record
 class MemoryFigures:
     baseline_rss_bytes: int | None
     peak_rss_bytes: int | None  # sampled
@@ -49,7 +49,7 @@ class MemoryFigures:
         return self.peak_rss_exact_bytes if self.peak_rss_exact_bytes is not None else self.peak_rss_bytes
 
 
-@dataclass
+@record
 class ReportModel:
     """What the renderers show. `profile` is the run seen under `policy` (facts, untouched)."""
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Sequence
+
+from ..record import record
 
 CONFIDENCE = 0.95  # two-sided: the gate fails on its lower end, 97.5% one-sided
 
@@ -78,7 +79,7 @@ def t_quantile(p: float, df: float) -> float:
     return (lo + hi) / 2.0
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Interval:
     """A difference of means (head - base) and its two-sided interval at `confidence`.
 

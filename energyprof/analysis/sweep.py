@@ -10,9 +10,9 @@ Objectives (`--objective`), each over the configurations' means:
 from __future__ import annotations
 
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Sequence
 
+from ..record import field, record
 from .pareto import front
 
 
@@ -20,7 +20,7 @@ class ObjectiveError(ValueError):
     """A bad --objective: the message is one line."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Objective:
     name: str  # energy, time, edp, slowdown, cost
     param: float | None = None
@@ -46,7 +46,7 @@ def parse_objective(text: str) -> Objective:
     raise ObjectiveError(f"--objective {text!r}: one of energy, time, edp, slowdown:FACTOR, cost:ETA")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunResult:
     config: int
     repeat: int
@@ -54,7 +54,7 @@ class RunResult:
     energy_j: float
 
 
-@dataclass
+@record
 class ConfigSummary:
     index: int
     label: str

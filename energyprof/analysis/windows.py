@@ -3,9 +3,9 @@ for a sensor's updates. Pure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Iterable
 
+from ..record import field, record
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Window
@@ -14,7 +14,7 @@ from .training import breakdown
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution
 
 
-@dataclass
+@record
 class WindowRow:
     """One window as shown: its facts, the sources it is too short for, its carbon and cost."""
 
@@ -35,7 +35,7 @@ class WindowRow:
         return program if program is not None else self.window.total_j
 
 
-@dataclass
+@record
 class WindowGroup:
     """A window name's figures. In one process they are the program's energy (its part of each span,
     the same kind of figure as the whole program's total), with the machine's mean in its own field;

@@ -18,10 +18,10 @@ from __future__ import annotations
 import bisect
 import math
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
+from ..record import record
 from . import data as carbon_data
 
 
@@ -54,7 +54,7 @@ _LBS_PER_MWH_TO_G_PER_KWH = 0.45359237
 _CANADA_FUEL_KG_PER_KWH = {"coal": 0.995725971, "petroleum": 0.8166885263, "naturalGas": 0.7438415916}
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Intensity:
     """One grid intensity figure and where it came from, as shown in the report."""
 
@@ -240,7 +240,7 @@ def lookup(options: Where) -> Intensity:
 
 # --- intensity trace ------------------------------------------------------------------------
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class IntensityTrace:
     """A step function of wall time: each row holds until the next; before the first row, the first."""
 

@@ -421,11 +421,10 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     """Rank 0, its own outputs written: the other ranks' profiles (through the job's store, or
     from the shared output folder, a bounded wait for those still writing), joined into the
     job's profile and report."""
-    import dataclasses
-
     from ..engines import distributed
     from ..core.merge import MergeError, merge
     from ..output.writer import write_outputs
+    from ..record import replace
 
     others = distributed.gather(rank_json, values, rank, started_wall, distributed.gather_timeout(os.environ), store)
     ranks = [profile, *(others[r][0] for r in sorted(others))]
@@ -437,8 +436,8 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
         return
     joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
     paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
-    job_options = dataclasses.replace(options, output=paths["output"], json=paths["json"], speedscope=None,
-                                      folded=None, csv=None, pprof=None, checkpoint=None)
+    job_options = replace(options, output=paths["output"], json=paths["json"], speedscope=None,
+                          folded=None, csv=None, pprof=None, checkpoint=None)
     if options.mlflow:  # the joined job's figures go under the run's own keys, and end it
         from ..output.mlflow import RANK_ENV
 

@@ -16,8 +16,9 @@ shorter than P.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Hashable, Iterable, Sequence
+
+from ..record import field, record
 
 GPU_IDLE_NODE = "[GPU idle]"
 OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
@@ -28,7 +29,7 @@ Interval = tuple[int, int, float]  # (t0_ns, t1_ns, joules)
 Span = tuple[int, int]  # (start_ns, end_ns)
 
 
-@dataclass
+@record
 class Split:
     """One device's energy over its intervals: per span (in input order) joules and shared busy ns."""
 
@@ -94,7 +95,7 @@ def error_j(joules: float, duration_ns: float, period_ns: float) -> float:
     return joules * period_ns / (max(0.0, duration_ns) + period_ns)
 
 
-@dataclass
+@record
 class KernelSum:
     """The kernels of one name on one launch stack."""
 
@@ -104,7 +105,7 @@ class KernelSum:
     joules: float = 0.0
 
 
-@dataclass
+@record
 class StackEnergy:
     joules: float = 0.0
     error_j: float = 0.0
@@ -112,7 +113,7 @@ class StackEnergy:
     kernels: dict[str, KernelSum] = field(default_factory=dict)
 
 
-@dataclass
+@record
 class DeviceEnergy:
     total_j: float
     idle_j: float
@@ -126,7 +127,7 @@ class DeviceEnergy:
         return self.short_j / self.total_j if self.total_j > 0 else 0.0
 
 
-@dataclass
+@record
 class Attribution:
     stacks: dict[Hashable, dict[int, StackEnergy]]  # stack -> device -> figures
     devices: dict[int, DeviceEnergy]
@@ -170,7 +171,7 @@ def attribute(records: Iterable[tuple[Hashable, int, str, int, int]], power: dic
     return Attribution(stacks, devices, unpowered)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Kernel:
     """One device record on the trace's clock (ns) with its launch stack, outermost frame first."""
 

@@ -30,9 +30,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Collection
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from ..record import field, record
 from ..facts.profile import CHILDREN_NODE
 from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
@@ -85,7 +85,7 @@ def is_wait(frame: tuple[str, str, int]) -> bool:
     names = WAIT_FUNCTIONS.get(base)
     return names is not None and func.rsplit(".", 1)[-1] in names
 
-@dataclass(slots=True)
+@record(slots=True)
 class _StackStat:
     time_ns: int = 0
     cpu_ns: int = 0
@@ -97,7 +97,7 @@ class _StackStat:
     alloc_bytes: float = 0.0  # memory=exact: net bytes tracemalloc saw allocated while it ran
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class _ProcStat:
     """One process of the job: what the ledger learnt of it from its samples."""
 
@@ -109,7 +109,7 @@ class _ProcStat:
     last_sid: int = -1
 
 
-@dataclass(slots=True)
+@record(slots=True)
 class WindowTally:
     """A window while the ledger charges it: the machine's energy inside it and the program's part
     under each idle policy, per source, growing with every interval it overlaps. `done`: every such

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..facts.profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
 from .ledger import remainder
@@ -35,7 +35,7 @@ class MergeError(ValueError):
     """Profiles that cannot be joined (one line for the user)."""
 
 
-@dataclass
+@record
 class _Member:
     profile: Profile  # under the share policy
     label: str
@@ -172,7 +172,7 @@ def _group_by_machine(members: list[_Member]) -> dict[str, list[_Member]]:
     return machines
 
 
-@dataclass
+@record
 class _Job:
     """The joined job as it is built, machine by machine: its tree and the figures summed over its nodes."""
     root: Node
@@ -202,7 +202,7 @@ class _Job:
         return (start - self.t0) if start is not None and self.t0 is not None else 0.0
 
 
-@dataclass
+@record
 class _RunEnergy:
     """One run of one node: its machine's energy, taken once, and how the members' figures split it."""
     machine: dict[str, float]

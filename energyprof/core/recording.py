@@ -10,8 +10,9 @@ into a `Ledger` (core/ledger.py) as they arrive, so memory follows distinct stac
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
+
+from ..record import field, record
 
 Frame = tuple[str, str, int]  # (function, file, first line)
 
@@ -93,7 +94,7 @@ class StackTable:
         return table
 
 
-@dataclass
+@record
 class WindowEvent:
     t_ns: int
     kind: str  # "begin" | "end"
@@ -101,7 +102,7 @@ class WindowEvent:
     index: int | None = None
 
 
-@dataclass
+@record
 class Recording:
     """Everything a run observed, as plain events. `sources` are dicts as in the profile."""
 

@@ -10,6 +10,7 @@ from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
+from ..facts.records import field_names
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
@@ -260,7 +261,7 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
         if isinstance(r, Process):
             out.append(r)
         else:
-            known = {k: v for k, v in dict(r).items() if k in Process.__dataclass_fields__}
+            known = {k: v for k, v in dict(r).items() if k in field_names(Process)}
             out.append(Process(**known))
     return sorted(out, key=lambda p: p.pid)
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import time
-from dataclasses import dataclass
 from typing import Any, Mapping
+
+from ..record import record, replace
 
 PLACEHOLDERS = ("rank", "local_rank", "node", "pid")
 GATHER_TIMEOUT_S = 10.0  # how long rank 0 waits for the other ranks' profiles after its program ended
@@ -25,7 +26,7 @@ LAUNCHER_VARS = (("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
                  ("PMI_RANK", "PMI_SIZE", "MPI_LOCALRANKID"))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RankInfo:
     """One rank of a job, from the launcher's environment (torchrun's or SLURM's)."""
 
@@ -107,14 +108,12 @@ def expand(path: str, values: Mapping[str, str]) -> str:
 
 
 def expand_outputs(options: Any, env: Mapping[str, str], pid: int, names: tuple[str, ...]) -> Any:
-    """The options (a dataclass) with the placeholders of every output path named in `names`
+    """The options (a record) with the placeholders of every output path named in `names`
     expanded, for the in-process profiles (decorator, with-block, Profiler)."""
-    import dataclasses
-
     values = placeholder_values(env, rank_info(env), pid)
     changes = {n: expand(getattr(options, n), values) for n in names
                if isinstance(getattr(options, n, None), str) and "{" in getattr(options, n)}
-    return dataclasses.replace(options, **changes) if changes else options
+    return replace(options, **changes) if changes else options
 
 
 def per_rank(path: str) -> str:

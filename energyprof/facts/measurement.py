@@ -8,17 +8,18 @@ from a model, not a counter) and `complete` (every joule of the window was in wh
 from __future__ import annotations
 
 import _thread
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable
+
+from ..record import field, record
 
 if TYPE_CHECKING:
     from .policy import IdlePolicy, WindowAccount
 
-# Nothing here imports at module level beyond the standard dataclasses and _thread (built in): a supervised program's
+# Nothing here imports at module level beyond energyprof.record (which imports only sys) and _thread (built in): a supervised program's
 # process loads this module, and an import made there could pick up the program's own modules.
 
 
-@dataclass
+@record
 class Measurement:
     """One window's figures. `energy_j` and `program_energy_j` are {source: joules}, or None where
     nothing could be measured (a supervised program's agent has no ledger: time only)."""

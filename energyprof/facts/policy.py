@@ -39,8 +39,8 @@ def other(policy: IdlePolicy) -> IdlePolicy:
 class PolicyPair(Generic[T]):
     """One figure under both policies, so that a view can be chosen after the run.
 
-    Immutable, compared and hashed by value, as a frozen dataclass would be; written out because
-    the options' vocabulary is read from here by `energyprof --help`, which imports no dataclasses."""
+    Immutable, compared and hashed by value, as a frozen record would be; written out because
+    the options' vocabulary is read from here by `energyprof --help`, which makes no records."""
 
     __slots__ = ("share", "all")
     share: T

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import json
 import os
-import dataclasses
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..record import field, record, replace
 from .policy import DEFAULT_POLICY, IDLE_POLICIES
 from ..store.files import write_text
 from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
@@ -60,7 +59,7 @@ def group_role(function: str) -> str:
 # ---------------------------------------------------------------- the tree
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Node:
     """One call path. Self figures are facts; inclusive ones (`energy_j`, `time_s`, ...) are their
     sums over the subtree, filled once by `fill_inclusive` when the tree is built or read."""
@@ -155,7 +154,7 @@ def _node_v1(n: Node) -> dict[str, Any]:
 # ---------------------------------------------------------------- the profile
 
 
-@dataclass(eq=False)
+@record(eq=False)
 class Profile:
     """What the run was (meta), what was measured (sources, totals, timeline, windows, processes)
     and where it went (the tree). `meta["idle_policy"]` names the policy of the tree's figures."""
@@ -251,8 +250,8 @@ class Profile:
                         t.peak_rss_exact_bytes)
         meta = dict(self.meta)
         meta["idle_policy"] = policy
-        windows = [dataclasses.replace(w, program_energy_j=dict(w.other_policy_program_energy_j),
-                                       other_policy_program_energy_j=dict(w.program_energy_j)) for w in self.windows]
+        windows = [replace(w, program_energy_j=dict(w.other_policy_program_energy_j),
+                            other_policy_program_energy_j=dict(w.program_energy_j)) for w in self.windows]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
                        list(self.processes), dict(self.extra))
 

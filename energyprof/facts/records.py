@@ -1,14 +1,15 @@
 """The Profile's records (Source, Totals, Window, Process, Note, Timeline) and their checked reading.
 
-Plain dataclasses of facts, with read-only mapping access for code written against the /1 dicts,
+Plain records of facts, with read-only mapping access for code written against the /1 dicts,
 and readers that check every field's type and value, because a profile file can be crafted.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
 from typing import Any
+
+from ..record import field, fields, record
 
 
 class ProfileFormatError(ValueError):
@@ -60,7 +61,7 @@ def field_names(cls: type) -> frozenset[str]:
     return names
 
 
-@dataclass
+@record
 class Source(_Record):
     """One energy source: `method` says whether its figures are measured or estimated."""
 
@@ -87,7 +88,7 @@ class Source(_Record):
         return self.sensor or "?"
 
 
-@dataclass
+@record
 class Totals(_Record):
     """Run-wide sums for the profile's idle policy; energies are {source: joules}."""
 
@@ -103,7 +104,7 @@ class Totals(_Record):
     peak_rss_exact_bytes: int | None = None  # the kernel's VmHWM after its mark was reset
 
 
-@dataclass
+@record
 class Window(_Record):
     """A user-named span (epoch, step, phase): the machine's energy measured inside it, and the
     program's part of it under the profile's idle policy (absent from files written before it)."""
@@ -137,7 +138,7 @@ class Window(_Record):
         return sum(self.program_energy_j.values()) if self.program_energy_j else None
 
 
-@dataclass
+@record
 class Process(_Record):
     """One process of the job (the program, a child, a rank, a DataLoader worker)."""
 
@@ -154,7 +155,7 @@ class Process(_Record):
     host: str | None = None  # the node it ran on, in a profile joined from several
 
 
-@dataclass
+@record
 class Note(_Record):
     """Something the reader must know (a sensor dropped, a checkpoint rebuilt); `extra` keeps details."""
 
@@ -163,7 +164,7 @@ class Note(_Record):
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-@dataclass
+@record
 class Timeline(_Record):
     """Power and RSS per bucket (about 1,000 however long the run), and which functions ran in each."""
 

@@ -32,9 +32,9 @@ import inspect
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
 from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
+from ..record import asdict, record
 from ..analysis.training import breakdown, loop_breakdown, stall_s
 from ..facts.measurement import Measurement
 from ..drive.profiler import Profiler
@@ -176,7 +176,7 @@ def _workers(loader: Any) -> int:
 
 
 # -- the training-loop breakdown -------------------------------------------------------------
-@dataclass
+@record
 class StepRecord:
     """One step as `track` timed it (perf_counter seconds; wait, preprocess, compute are contiguous)."""
 

@@ -9,8 +9,9 @@ touched it, however many times it was set in between.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass
 from typing import Any
+
+from ..record import record
 
 
 def num(value: float) -> str:
@@ -22,7 +23,7 @@ class KnobError(Exception):
     """A knob that cannot be read or set: the message is one line for the user."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class KnobRange:
     low: float
     high: float

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..analysis.report import ReportModel
 from .charts import path_shortener
 from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
@@ -18,7 +18,7 @@ IDLE_POLICIES = {
 }
 
 
-@dataclass
+@record
 class Card:
     """One summary figure; `lines` are (text, tag) pairs shown under it, tag '' or a method."""
 

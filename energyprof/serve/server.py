@@ -20,10 +20,10 @@ import stat
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ..record import field, record
 from ..knobs.base import Knob, KnobError
 from ..collect.sensors import served_protocol as protocol
 
@@ -237,7 +237,7 @@ def _user(uid: int) -> str:
 # ---------------------------------------------------------------- the service
 
 
-@dataclass
+@record
 class Conn:
     sock: socket.socket
     pid: int

@@ -1,6 +1,6 @@
 """The options' names, choices and defaults, and their one error: what the command line's parser
-and its `--help` need, without the Options class (a dataclass: `dataclasses` imports `inspect`,
-`ast` and `dis`, most of what `--help` would otherwise cost). options.py validates with them."""
+and its `--help` need, without the Options class (a record: making it is work `--help` does
+not need). options.py validates with them."""
 
 from __future__ import annotations
 

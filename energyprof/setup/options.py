@@ -8,8 +8,8 @@ workload starts. Nothing here touches the file system: preflight.py checks paths
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
+from ..record import fields, record
 from ..facts.policy import DEFAULT_POLICY
 from ..facts.policy import IDLE_POLICIES
 from .choices import CARBON_OPTIONS
@@ -44,7 +44,7 @@ BOUNDS: dict[str, tuple[float, float, str]] = {
 _STRICTLY_POSITIVE = {"sensor_interval", "checkpoint_interval", "sensor_timeout", "cpu_tdp"}
 
 
-@dataclass
+@record
 class Options:
     """A run's options, validated on creation: the CLI's long flags as fields (`--sensor-interval` is
     `sensor_interval`)."""

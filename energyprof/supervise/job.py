@@ -15,9 +15,9 @@ import os
 import resource
 import time
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any
 
+from ..record import field, record
 from ..collect import probes
 from ..core.feed import Clock, HeldTicks
 from ..core.ledger import Ledger, WindowTally
@@ -45,14 +45,14 @@ MAX_LAG_NS = 2_000_000_000  # a stream silent this long (a long C call holding t
 ROLE_WAIT_NS = 10_000_000_000
 
 
-@dataclass
+@record
 class StreamIds:
     """A stream's own frame and stack ids, mapped to the job's (a stream opened again after an exec starts afresh)."""
     frames: dict[int, tuple[int, ...]] = field(default_factory=dict)  # local frame id -> global frame ids
     stacks: dict[int, int] = field(default_factory=dict)  # local stack id -> global stack id
 
 
-@dataclass
+@record
 class Placement:
     """Where a process's node sits in the job's tree, and the stacks its main thread ran (where its children go)."""
     frame: int | None = None  # its node's global frame id (None: the main Python process)
@@ -61,7 +61,7 @@ class Placement:
     main_hist: deque = field(default_factory=lambda: deque(maxlen=2048))  # (t1, global sid) of main samples
 
 
-@dataclass
+@record
 class ReadFromProc:
     """A process followed through /proc (no stream of its own): the samples made up for its node."""
     sid: int = -1  # its node's stack (-1: not made yet)
@@ -70,9 +70,8 @@ class ReadFromProc:
 
 
 # Identity, not field-by-field equality (no two records stand for one process), and no generated repr:
-# the two methods a dataclass this wide would compile at every run's start (0.4 ms) that nothing uses.
-# Its docstring spares dataclasses the inspect.signature() it would make one from (0.2 ms).
-@dataclass(eq=False, repr=False)
+# two methods this wide that every run's start would compile and nothing uses.
+@record(eq=False, repr=False)
 class Proc:
     """One process of the job as the feed knows it: its stream or /proc readings, its clock and its place."""
 

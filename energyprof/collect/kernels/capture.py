@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from ...agent.kernel_capture import CLOCK_SUFFIX, TRACE_SUFFIX
+from ...record import replace
 from . import kineto
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -82,9 +83,7 @@ def read_traces(folder: str) -> tuple[list[kineto.Kernel], list[str], int, int]:
 
 
 def to_clock(kernels: list[kineto.Kernel], shift_ns: int) -> list[kineto.Kernel]:
-    import dataclasses
-
-    return [dataclasses.replace(k, start_ns=k.start_ns + shift_ns, end_ns=k.end_ns + shift_ns) for k in kernels]
+    return [replace(k, start_ns=k.start_ns + shift_ns, end_ns=k.end_ns + shift_ns) for k in kernels]
 
 
 def attach_kernels(profile: Any, ledger: Any, traces: Any, collector: Any) -> None:

@@ -18,10 +18,10 @@ from __future__ import annotations
 import bisect
 import gzip
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from ...record import field, record
 from ...core.kernels import OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel  # noqa: F401  (the record this reader makes)
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -36,7 +36,7 @@ class TraceFormatError(ValueError):
     """The file is not a Kineto trace this reader understands (one line for the user)."""
 
 
-@dataclass
+@record
 class KernelTrace:
     kernels: list[Kernel]
     start_ns: int  # the earliest event of any kind, on the trace's clock

@@ -10,8 +10,9 @@ refreshes the figure), both written into the profile's sources.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
+
+from ...record import field, record
 
 #: How a source's joules come about, best first: a cumulative hardware counter; power samples
 #: integrated over time (trapezoids of instantaneous values, or interval means times their
@@ -23,7 +24,7 @@ class SensorError(RuntimeError):
     """A sensor that cannot go on; the collector drops it and notes why."""
 
 
-@dataclass
+@record
 class Sensor:
     """One energy source: what it measures, how (measured or estimated) and through which backend."""
 
@@ -57,7 +58,7 @@ class Sensor:
         return out
 
 
-@dataclass
+@record
 class Discovery:
     """What was found, and why anything else was not (shown in the report's methodology)."""
 

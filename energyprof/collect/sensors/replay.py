@@ -16,9 +16,9 @@ import bisect
 import csv
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...record import field, record
 from .base import Discovery, Sensor
 
 COMPONENTS = {"cpu", "dram", "ram", "psys"}
@@ -31,7 +31,7 @@ class TraceError(ValueError):
     pass
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class PowerTrace:
     columns: list[str]
     t_s: list[float]

@@ -15,14 +15,15 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass
 from typing import Any
+
+from ...record import record
 
 MAX_LINE = 256  # bytes, newline included: the longest request is `set ` + a knob name + a number
 _NAME = re.compile(r"[a-z_]{1,40}:[A-Za-z0-9_.-]{1,40}\Z")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Request:
     verb: str  # read | knobs | set | restore
     name: str | None = None

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
 from typing import Any
+
+from ....record import record
 
 
 def text(value: Any) -> str:
@@ -34,7 +35,7 @@ def parse_bus_id(bus_id: Any) -> tuple[int, int, int, int] | None:
         return None
 
 
-@dataclass
+@record
 class GpuInfo:
     nvml_index: int
     handle: Any
