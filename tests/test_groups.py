@@ -17,7 +17,7 @@ import pytest
 
 from energyprof import load
 from energyprof.agent import wire
-from energyprof.agent.sampler import PROCESS_MARKER
+from energyprof.agent.wire import PROCESS_MARKER
 from energyprof.analysis.compare import compare
 from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Sample, StackTable, Tick

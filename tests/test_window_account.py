@@ -123,7 +123,7 @@ def test_the_agent_names_no_policy_and_reads_no_idle_setting() -> None:
 
 
 def test_the_agents_environment_carries_no_idle_policy(tmp_path) -> None:
-    from energyprof.agent.supervised import ENV
+    from energyprof.agent.wire import ENV
     from energyprof.setup.options import Options
     from energyprof.supervise.bootstrap import child_env
 

@@ -24,6 +24,7 @@ from types import CodeType, FrameType
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
+from .wire import PROCESS_MARKER, THREAD_FRAME_PREFIX
 
 _LEARN_NAMES = sys.version_info < (3, 11)  # 3.10's code objects have no co_qualname (qualnames.py)
 
@@ -38,10 +39,6 @@ _TRANSPARENT = tuple(PACKAGE_DIR + p for p in (os.path.join("drive", "api.py"), 
                                                "__main__.py", "torch.py", "integrations" + os.sep))
 
 KEEP, SKIP, STOP = 0, 1, 2
-THREAD_FRAME_PREFIX = "[threads: "
-# A followed child's stacks carry this frame (line = its pid) where its process node goes:
-# the supervisor puts the node, and for a spawned child the stack that started it, there.
-PROCESS_MARKER = "[process]"
 FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (one write each)
 # A process whose main thread is blocked waiting for its child (subprocess's wait, a
 # multiprocessing join) and that used no CPU meanwhile runs nothing to sample: it is sampled

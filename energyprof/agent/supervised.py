@@ -16,7 +16,7 @@ import sys
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
-    LABEL_PENDING, REPLY_SUFFIX, SPAWN_MAIN, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line,
+    ENV, LABEL_PENDING, REPLY_SUFFIX, SPAWN_MAIN, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line,
     gpu as gpu_line, header as header_line, note as note_line, parse_replies, role as role_line, window_begin, window_end
 )
 from .hooks import install as install_hooks
@@ -29,7 +29,6 @@ if TYPE_CHECKING:
     from types import FrameType
     from typing import Any, Callable
 
-ENV = "ENERGYPROF_AGENT"
 
 
 class Agent:

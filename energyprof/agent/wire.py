@@ -50,6 +50,14 @@ SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"  # in the command li
 SPOOL_SUFFIX = ".spool"
 REPLY_SUFFIX = ".windows"
 ENCODING, ERRORS = "utf-8", "surrogatepass"
+# Frames the sampler names itself: a thread group's node, and where a followed child's process node
+# goes (a frame with line = its pid; the supervisor puts the node, and for a spawned child the stack
+# that started it, there).
+THREAD_FRAME_PREFIX = "[threads: "
+PROCESS_MARKER = "[process]"
+# The variable that hands a process the agent's configuration (supervise/bootstrap.py writes it).
+# These live here, not in the sampler, so the supervisor reads them without loading the agent.
+ENV = "ENERGYPROF_AGENT"
 
 _ESC = {"\\": "\\\\", "\t": "\\t", "\n": "\\n", "\r": "\\r", "\0": "\\0"}
 _UNESC = {"\\": "\\", "t": "\t", "n": "\n", "r": "\r", "0": "\0"}

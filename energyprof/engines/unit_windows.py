@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..agent.sampler import THREAD_FRAME_PREFIX
+from ..agent.wire import THREAD_FRAME_PREFIX
 from ..agent.units import UNIT_PREFIXES
 
 

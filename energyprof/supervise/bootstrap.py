@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import sys
 
-from ..agent.supervised import ENV
+from ..agent.wire import ENV
 from ..facts.measurement import carbon_setting
 from ..setup.options import Options
 

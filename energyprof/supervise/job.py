@@ -25,7 +25,7 @@ from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_poli
 from ..core.recording import Sample, Tick
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
-from ..agent.sampler import PROCESS_MARKER
+from ..agent.wire import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
