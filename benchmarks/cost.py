@@ -39,6 +39,12 @@ PYTHONDONTWRITEBYTECODE would compile all of them in every process and measure t
 
 `--energyprof-args "--interval 0.005"` gives every energyprof run those flags.
 
+Run it with the interpreter of a clean environment (a venv with README's install and py-spy):
+energyprof runs two interpreters where plain python and py-spy run one, so whatever the
+interpreter's own start does (a `.pth` file that imports a package, say) is charged to energyprof
+once more. On this machine the base interpreter's site imports certifi (and pathlib, re and
+importlib.resources with it) from a `.pth` file: 28 ms of every start.
+
 py-spy (`pip install py-spy`) samples from outside at the same rate (100 Hz, `--subprocesses`
 for the child); its column is left out when it is not installed.
 
@@ -92,7 +98,10 @@ def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
     out = {"plain": [sys.executable], "energyprof": ep}
     if base is not None:
         out["energyprof (base)"] = ep
-    spy = shutil.which("py-spy")
+    # The py-spy installed beside this interpreter first: on PATH there may be a version manager's
+    # shim (pyenv's is a bash script), which cost 55-65 ms of CPU a run here, charged to py-spy.
+    beside = Path(sys.executable).with_name("py-spy")
+    spy = str(beside) if os.access(beside, os.X_OK) else shutil.which("py-spy")
     if spy:
         out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
