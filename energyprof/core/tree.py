@@ -11,6 +11,7 @@ from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
 from ..facts.records import field_names
+from ..record import replace
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,
@@ -56,7 +57,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     timeline = Timeline(**_timeline(ledger, start))
     totals = _totals(ledger, root, timeline, own, idle, duration_s, cpu_s, peak_rss_exact_bytes)
     children = [dict(c) for c in child_processes]
-    processes = _processes(ledger, policy, children)
+    processes = _processes(ledger, policy, children, cpu_s)
     full_meta = dict(meta)
     full_meta["idle_policy"] = policy
     full_meta.setdefault("duration_s", duration_s)
@@ -252,10 +253,16 @@ def _source_fields(raw: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, Any]]) -> list[Process]:
-    """The job's processes: the ledger's table when it keeps one, else the children the collector saw."""
+def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, Any]], cpu_s: float) -> list[Process]:
+    """The job's processes: the ledger's table when it keeps one, else the children the collector saw.
+
+    The ledger's rows add up to the headline CPU `cpu_s`: the program's row takes what the whole
+    tree's figure (the kernel's, for the waited-for program and the children it waited for) holds
+    beyond every row's own, which is its shutdown after the last reading of it, and any child too
+    short-lived to have a row."""
     table = getattr(ledger, "process_table", None)
-    rows = table(policy) if table is not None else [{**c, "role": c.get("role", "child")} for c in child_processes]
+    ledger_rows = table(policy) if table is not None else []
+    rows = ledger_rows or [{**c, "role": c.get("role", "child")} for c in child_processes]
     out = []
     for r in rows:
         if isinstance(r, Process):
@@ -263,6 +270,10 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
         else:
             known = {k: v for k, v in dict(r).items() if k in field_names(Process)}
             out.append(Process(**known))
+    rest = cpu_s - sum(p.cpu_time_s for p in out)
+    main = next((i for i, p in enumerate(out) if p.role == "main"), None)
+    if ledger_rows and main is not None and rest > 0:
+        out[main] = replace(out[main], cpu_time_s=out[main].cpu_time_s + rest)
     return sorted(out, key=lambda p: p.pid)
 
 

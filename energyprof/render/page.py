@@ -197,7 +197,8 @@ def _processes(procs: dict[str, Any]) -> str:
         for r in procs["rows"])
     return ('<section id="processes" class="panel">\n  <h2>Processes</h2>\n'
             '  <p class="hint">Every Python process of the job: its share of the energy, CPU time, peak resident memory and how '
-            f'it ended.{ranks}</p>\n'
+            'it ended. The CPU times add up to the run&#39;s: the program&#39;s row also holds its shutdown after its last '
+            f'reading and any child too short-lived to have a row.{ranks}</p>\n'
             '  <div class="scroll-x"><table class="plain procs"><thead><tr><th>pid</th><th>role</th><th>command</th><th>energy'
             '</th><th>share</th><th>CPU time</th><th>peak RSS</th><th>exit</th><th></th></tr></thead><tbody>\n  '
             f'{rows}</tbody></table></div>\n</section>\n\n')

@@ -136,6 +136,10 @@ class JobFeed:
         self._t_scan = 0
         self._final_cpu: int | None = None
         self._finishing = False  # the program has ended: what is left is read once, and a forked child waits for no parent
+        # Set by the supervisor once it has reaped the program: the readings after that wait for
+        # finish(), which adds to the last of them the CPU no sampler saw (start-up, shutdown).
+        # Released as they came, the last could be gone before finish(), and that CPU with it.
+        self.program_ended = False
         self._replies: list[tuple[int, WindowTally]] = []  # ended windows whose figures go back (reply_windows)
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
@@ -157,7 +161,8 @@ class JobFeed:
             self._last_peers = now
             self._read_peers(self.peers_root)
         self._raw.add((t, energy, gpu_share, busy, sup_cpu, nonpy, nonpy_rss, sum(self._peer_cpu.values())))
-        self._release(self._bound(now))
+        if not self.program_ended:
+            self._release(self._bound(now))
         if self._replies:
             self._replies = reply_windows(self.spool, self.ledger, self._replies, self.policy)
 
@@ -565,8 +570,12 @@ class JobFeed:
                     rss += r
             cpu += sup_cpu
             own += sup_cpu
-            if final and not self._raw and self._final_cpu is not None:
-                cpu = max(cpu, self._final_cpu + sup_cpu)
+            if final and not self._raw:
+                # The last reading carries the CPU no sampler saw: every process's whole life as the
+                # kernel counted it (the processes table's figures), and the waited-for program's
+                # tree (children too short-lived to follow) where that is more.
+                whole = sum(max(p.cpu_ns, p.kernel_cpu_ns) if p.python else nonpy.get(p.pid, 0) for p in procs)
+                cpu = max(cpu, whole + sup_cpu, (self._final_cpu or 0) + sup_cpu)
             self.ledger.add_tick(Tick(t, energy, cpu, own, busy, rss if self.rss else 0, 0, gpu_share, peers))
             for p in procs:
                 p.hist.forget_before(t)

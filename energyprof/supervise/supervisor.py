@@ -101,6 +101,7 @@ class Supervisor:
                 raise SpawnError(f"cannot run {self.command[0]}: {exc.strerror or exc}") from None
             feed.main_pid = self.pid
             self.status = self._wait(self.pid, inbox, launch, feed)
+            feed.program_ended = True
             collector.stop()
             if o.gpu_kernels:  # the program's traces, read before the spool folder goes
                 from ..collect.kernels.capture import read_spans
