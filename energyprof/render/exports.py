@@ -7,7 +7,6 @@ HTML table, so the two cannot disagree. Each returns text; outputs.py writes it.
 
 from __future__ import annotations
 
-import csv
 import io
 import json
 from typing import Iterable, Iterator
@@ -163,6 +162,8 @@ def csv_text(model: ReportModel) -> str:
     appear when carbon is on."""
     sources = [s.id for s in model.sources]
     total = model.total_energy_j
+    import csv  # here: every report imports this module, few write CSV
+
     c = model.carbon
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
