@@ -69,8 +69,8 @@ class ReadFromProc:
     sampled_ns: int = 0  # ... and carry this much of its CPU
 
 
-# Identity, not field-by-field equality (no two records stand for one process), and no generated repr:
-# two methods this wide that every run's start would compile and nothing uses.
+# Identity, not field-by-field equality (no two records stand for one process), and no generated repr
+# (nothing reads one).
 @record(eq=False, repr=False)
 class Proc:
     """One process of the job as the feed knows it: its stream or /proc readings, its clock and its place."""
