@@ -7,11 +7,12 @@ import textwrap
 import pytest
 
 from energyprof.core.recording import Recording, Sample, Tick
-from energyprof.core.tree import attribute
+from energyprof.core.tree import _parents_first, attribute
 from energyprof.facts.profile import UNSAMPLED_CPU_NODE
 from energyprof.facts.profile import UNSAMPLED_CPU_SHOWN
 from energyprof.facts.profile import Profile
 from energyprof.facts.profile import load
+from energyprof.facts.records import Process
 
 from conftest import profiled, run_cli
 
@@ -110,3 +111,13 @@ def test_the_processes_table_adds_up_to_the_headline_shutdown_included(here, sta
     assert main.cpu_time_s >= 0.2 + 0.4, rows
     assert sum(r.cpu_time_s for r in rows) == pytest.approx(p.totals.cpu_time_s, abs=1e-6)
     assert abs(tree_cpu(p) - p.totals.cpu_time_s) <= UNSAMPLED_CPU_SHOWN * p.totals.cpu_time_s
+
+
+def test_the_processes_table_lists_parents_first_when_pids_wrap():
+    """pids wrap (at 32768 here: a suite on this machine saw a child get a smaller pid than its
+    parent): the table still lists the program first and every process after its parent."""
+    rows = [Process(pid=50, parent_pid=100, role="child"), Process(pid=20, parent_pid=1, role="child"),
+            Process(pid=30000, parent_pid=4000, role="main"), Process(pid=100, parent_pid=30000, role="worker"),
+            Process(pid=30001, parent_pid=30000, role="worker"), Process(pid=7, parent_pid=8, role="child"),
+            Process(pid=8, parent_pid=7, role="child")]
+    assert [p.pid for p in _parents_first(rows)] == [30000, 100, 50, 30001, 20, 7, 8]

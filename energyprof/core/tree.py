@@ -274,7 +274,24 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
     main = next((i for i, p in enumerate(out) if p.role == "main"), None)
     if ledger_rows and main is not None and rest > 0:
         out[main] = replace(out[main], cpu_time_s=out[main].cpu_time_s + rest)
-    return sorted(out, key=lambda p: p.pid)
+    return _parents_first(out)
+
+
+def _parents_first(rows: list[Process]) -> list[Process]:
+    """The program first, every process after its parent, siblings by pid. Not by pid alone: pids
+    wrap (at 32768 on many machines), and a child then has a smaller pid than its parent."""
+    pids = {p.pid for p in rows}
+    kids: dict[int | None, list[Process]] = {}
+    for p in rows:
+        kids.setdefault(p.parent_pid if p.parent_pid in pids else None, []).append(p)
+    out: list[Process] = []
+    todo = sorted(kids.get(None, []), key=lambda p: (p.role != "main", p.pid), reverse=True)
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(sorted(kids.get(p.pid, []), key=lambda c: c.pid, reverse=True))
+    placed = {id(p) for p in out}  # a loop of reused pids reaches no root: listed after the rest
+    return out + sorted((p for p in rows if id(p) not in placed), key=lambda p: p.pid)
 
 
 def _sum_alloc(root: Node, alloc: dict[int, int]) -> None:
