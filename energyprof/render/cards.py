@@ -137,7 +137,8 @@ def process_rows(model: ReportModel) -> dict[str, Any]:
     short = path_shortener(model)
     by_pid = {p.pid: p for p in procs}
     rows = []
-    for p in sorted(procs, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0, p.pid)):
+    # ranks in order; otherwise the profile's order (the program first, each process after its parent)
+    for p in sorted(procs, key=lambda p: (p.rank is None, p.rank if p.rank is not None else 0)):
         energy = sum(p.energy_j.values())
         role = role_name(p, by_pid, bool(ranks))
         marks = [m for m, hit in (("slowest", p.pid == slowest), ("most energy", p.pid == hungriest)) if hit]
