@@ -451,6 +451,10 @@ def test_processes_are_named_by_role() -> None:
     alone = [Process(pid=20, command="python train.py", role="main"), Process(pid=21, parent_pid=20, role="worker")]
     model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in alone]}), RenderOptions())
     assert [r["role"] for r in process_rows(model)["rows"]] == ["the program", "DataLoader worker"]
+    # pids wrap: a worker with a smaller pid than the program is still listed after it, as the profile has it
+    wrapped = [Process(pid=32000, command="python train.py", role="main"), Process(pid=21, parent_pid=32000, role="worker")]
+    model = build(Profile.from_dict({**p.to_dict(), "processes": [x.to_dict() for x in wrapped]}), RenderOptions())
+    assert [r["role"] for r in process_rows(model)["rows"]] == ["the program", "DataLoader worker"]
 
 
 def _importlib_chain(module: tuple) -> tuple:

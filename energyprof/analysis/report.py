@@ -210,9 +210,10 @@ def _window_io(profile: Profile) -> dict[str, dict[str, float]]:
 
 
 def processes_of(profile: Profile) -> list[Process]:
-    """The job's processes; older profiles listed children under `child_processes`."""
+    """The job's processes in the profile's order (the program first, each process after its parent:
+    pids wrap, so not by pid); older profiles listed children under `child_processes`."""
     if profile.processes:
-        return sorted(profile.processes, key=lambda p: p.pid)
+        return list(profile.processes)
     legacy = profile.extra.get("child_processes")
     if not isinstance(legacy, list):
         return []
