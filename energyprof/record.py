@@ -4,7 +4,7 @@
 Why not `dataclasses`: every run's supervisor makes about forty such classes before it starts the
 program. The standard module imports `inspect` (with `ast`, `dis`, `tokenize`, `enum`: 14 ms of CPU
 on 3.11) and compiles each method of each class on its own (18-46 ms for those forty); that was a
-third of what a run costs over plain python. This module imports nothing beyond `operator` and
+third of what a run costs over plain python. This module imports only built-in modules and
 compiles one method a class, `__init__` (the one that runs often); the others are closures over the
 field names. Together 5 ms for the forty. It makes what energyprof uses, with the standard module's meaning: defaults and
 default factories (a mutable default is refused), `frozen`, `eq`, `repr`, `slots`, `__post_init__`,
@@ -14,8 +14,8 @@ kept; and `fields()`, `replace()` and `asdict()` to read them.
 
 from __future__ import annotations
 
-import operator
 import sys
+from _operator import attrgetter  # built in: no file of the program's (an operator.py) can stand in for it
 
 TYPE_CHECKING = False  # typing's names are for type checkers alone here: nothing imported that does not run
 if TYPE_CHECKING:
@@ -69,10 +69,6 @@ def record(cls: type[_T] | None = None, /, *, frozen: bool = False, eq: bool = T
     return wrap if cls is None else wrap(cls)
 
 
-def is_record(obj: Any) -> bool:
-    return hasattr(obj if isinstance(obj, type) else type(obj), _FIELDS)
-
-
 def fields(obj: Any) -> tuple[Field, ...]:
     """The fields of a record class or instance, in order."""
     found = getattr(obj, _FIELDS, None)
@@ -90,7 +86,7 @@ def replace(obj: _T, /, **changes: Any) -> _T:
 
 def asdict(obj: Any) -> dict[str, Any]:
     """A record as a dict, records, lists, tuples and dicts inside it turned too (other values shared)."""
-    if not is_record(obj) or isinstance(obj, type):
+    if isinstance(obj, type) or not hasattr(type(obj), _FIELDS):
         raise TypeError(f"asdict() takes a record instance, not {obj!r}")
     return _plain(obj)
 
@@ -170,7 +166,7 @@ def _init_source(fs: list[Field], ns: dict[str, Any], *, frozen: bool, post_init
 
 def _methods(cls: type, names: tuple[str, ...], *, frozen: bool, eq: bool, with_repr: bool,
              hashed: bool) -> dict[str, Any]:
-    values = operator.attrgetter(*names) if len(names) > 1 else (
+    values = attrgetter(*names) if len(names) > 1 else (
         (lambda self: (getattr(self, names[0]),)) if names else (lambda self: ()))
     made: dict[str, Any] = {}
 
