@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -369,3 +370,39 @@ def test_a_spawned_worker_slow_to_say_hello_joins_its_pool_after_a_peer_ended(he
         feed._read_streams()
 
     assert _feed_groups(here, drive) == [f"{POOL_ROLE[:-1]} x2]"] * nodes
+
+
+def test_a_thread_caught_between_its_departure_and_its_removal_is_counted_once():
+    """A thread reports its CPU as it ends (`_delete`, hooked), and `threading` drops it from its
+    table a moment later: a tick that falls in between sees it live, with no clock to read, and
+    departed. Under load a run counted one such thread twice (`x151` for 150 threads)."""
+    from energyprof.agent import sampler as sampler_mod
+
+    class Sink:
+        def __init__(self) -> None:
+            self.counts: dict[int, int] = {}
+
+        def frame(self, *a: object) -> None: ...
+        def stack(self, *a: object) -> None: ...
+        def tick(self, *a: object) -> None: ...
+        def sample(self, *a: object) -> None: ...
+        def flush(self) -> None: ...
+
+        def threads(self, sid: int, n: int) -> None:
+            self.counts[sid] = n
+
+    release = threading.Event()
+    worker = threading.Thread(target=release.wait, name="ending")
+    worker.start()
+    sink = Sink()
+    s = sampler_mod.Sampler(sink, 0.01)
+    frames = sys._current_frames()
+    try:
+        assert worker.ident in frames and worker.ident in threading._active
+        sampler_mod._departures.append((worker.native_id, "ending", 0))  # what `_delete`'s hook does first
+        s._one(0, 1, frames, 0, 0)
+    finally:
+        sampler_mod._departures.clear()
+        release.set()
+        worker.join()
+    assert sink.counts[s._group_sids["ending"]] == 1

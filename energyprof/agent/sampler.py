@@ -528,7 +528,10 @@ class Sampler:
             nid = nids.get(ident)
             # A thread past its `_delete` (its last microseconds) was counted when seen or as it departed.
             if nid is not None or ident in table or ident not in _names:
-                key = nid if nid is not None else ("ident", ident)
+                # Keyed by its kernel id even with no clock read this tick: a thread between its
+                # departure and `threading` dropping it is live here and departed below, counted once.
+                known = nid if nid is not None else getattr(table.get(ident), "native_id", None)
+                key = known if known is not None else ("ident", ident)
                 live.append(key)
                 if key not in counted:
                     counted[key] = self._count_thread(self._thread_name(ident, table, _outermost(frame)))
