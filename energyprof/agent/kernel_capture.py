@@ -1,24 +1,27 @@
-"""`--gpu-kernels` inside the program: the PyTorch profiler (Kineto) in this process, its trace
-handed to the supervisor (collect/kernels/capture.py reads it).
+"""GPU kernels inside the program: the PyTorch profiler (Kineto) in cycles, each cycle's events read in
+memory and reduced as it ends (collect/kernels/reduce.py), the reduced records handed to a sink (the
+run's spool, or the in-process Profiler's fold). No trace file unless one is asked for.
 
-Loaded only with the flag, in the program's main process, or by the in-process Profiler; torch is
-imported when the profiler starts, never at import. The profiler records CPU operators, the
-CUDA/ROCm runtime calls and the device records, with Python stacks, from the program's start to
-its exit (the whole run: Kineto keeps its records in memory, so a long run pays for them; the
-report says so), or over a schedule of steps. At exit each trace is written into the run's spool
-folder with the clock pair that ties it to energyprof's clock (perf_counter_ns).
+Loaded only when the capture runs, in the program's main process, or by the in-process Profiler;
+torch is imported when the profiler starts, never at import. Cycles:
+- with steps marked (energyprof.torch.track, or the optimizer's step when the capture was turned on
+  by default), ACTIVE steps of every EVERY are profiled (EVERY == ACTIVE: every step, each cycle
+  reduced at its end), through the profiler's own schedule, ended in `on_trace_ready`;
+- with no step marked, one cycle from the start to the program's exit.
+The reduction, and any export, is energyprof's work: its CPU is charged to energyprof (the sampler
+takes it out of the program's, agent/sampler.charge_own), and torch's profiler warnings and Kineto's
+log lines stay off the program's stderr.
 """
 
 from __future__ import annotations
 
-import atexit
-import json
 import os
+import sys
 import time
 from typing import Any, Callable
 
-TRACE_SUFFIX = ".kineto.json"
-CLOCK_SUFFIX = ".kineto-clock.json"
+EXPORT_SUFFIX = ".kineto.json.gz"
+WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
 
 
 def clock_offset(rounds: int = 64, clock: Callable[[], int] = time.time_ns,
@@ -49,85 +52,276 @@ def _schedule(steps: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2] if len(nums) > 2 else 0
 
 
+# What torch's profiler says on stderr that is energyprof's doing, not the program's.
+QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
+                  "CUDA is not available", "Kineto", "profiler")
+KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
+KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") off stderr
+
+
+class _Quiet:
+    first = True  # Kineto reads its log level at its first start only
+
+    """torch's warnings from the profiler's start, step and stop off the program's stderr, and Kineto's
+    own log lines (`USDT: ... profiler_start`) off it too: Kineto reads its level once, when it first
+    starts, so the variable is set for that moment only (and never where the program set its own)."""
+
+    def __enter__(self) -> None:
+        import warnings
+
+        self._catch = warnings.catch_warnings()
+        self._catch.__enter__()
+        for text in QUIET_WARNINGS[:3]:
+            warnings.filterwarnings("ignore", message=".*" + text)
+        self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
+        _Quiet.first = False
+        if self._env:
+            os.environ[KINETO_LOG_ENV] = KINETO_QUIET
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._env and os.environ.get(KINETO_LOG_ENV) == KINETO_QUIET:
+            del os.environ[KINETO_LOG_ENV]
+        self._catch.__exit__(*exc)
+
+
+def _charge_own(ns: int) -> None:
+    """CPU burnt on a program thread for energyprof (the reduction, an export): energyprof's, not the program's."""
+    sampler = sys.modules.get("energyprof.agent.sampler")
+    charge = getattr(sampler, "charge_own", None)
+    if charge is not None and ns > 0:
+        charge(ns)
+
+
 class KernelCapture:
-    """torch.profiler in this process, its trace written to `folder`: over the process's life, or,
-    with `steps` (EVERY:ACTIVE[:WINDOWS]), only over ACTIVE steps of every EVERY, each window its own
-    trace with its span on energyprof's clock. The profiler is per thread: it is started and stopped
-    where the steps are marked (`step`, called by energyprof.torch.track in the training loop)."""
+    """torch.profiler in this process, in cycles, each reduced in memory as it ends and handed to `sink`
+    (an object with `add(cycle)`, or the spool's writer). `steps` (EVERY:ACTIVE[:WINDOWS]): ACTIVE
+    steps of every EVERY, at most WINDOWS times; None: every step its own cycle once steps are marked,
+    one cycle over the whole run if none is. `export`: a folder to also write each cycle's Chrome trace
+    to (gzipped), for users who want the file."""
 
-    def __init__(self, folder: str, activities: Any = None, steps: str | None = None) -> None:
-        self.folder = folder
+    def __init__(self, sink: Any, activities: Any = None, steps: str | None = None, export: str | None = None,
+                 every: int | None = None, active: int | None = None, budget: float | None = None) -> None:
+        self.sink = sink
         self.activities = activities
-        self.schedule = _schedule(steps) if steps else None
+        sched = _schedule(steps) if steps else None
+        self.every, self.active, self.windows = sched if sched else (every or 1, active or 1, 0)
+        self.scheduled = sched is not None or every is not None  # only some steps profiled
+        self.budget = budget  # the capture's CPU at most this share of the loop's time: EVERY doubles past it
+        self.export = export
         self.prof: Any = None
-        self.path = os.path.join(folder, f"{os.getpid()}{TRACE_SUFFIX}")
         self.steps = 0  # steps marked so far
-        self.windows = 0  # windows begun
+        self.cycles = 0  # cycles reduced
+        self.begun = 0  # cycles begun
         self.t_start = 0
+        self.recording = False
         self.live = False
+        self.stepped_by: str | None = None  # the first source of steps (the loop's track, or the optimizer)
+        self.running: dict[Any, Any] = {}
+        self.cost_ns = 0  # CPU spent reducing and exporting
+        self.failed: str | None = None
+        self._last_step = 0
+        self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
+        self._loop_steps = 0
+        self.package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
-    def _begin(self) -> None:
+    # -- the profiler -------------------------------------------------------------------
+    def _make(self, with_schedule: bool) -> Any:
         from torch.profiler import ProfilerActivity, profile
 
         acts = self.activities
         if acts is None:
             acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]  # ROCm builds report through the CUDA activity
-        self.prof = profile(activities=acts, with_stack=True, record_shapes=False)
-        self.t_start = time.perf_counter_ns()
-        self.prof.start()
+        kwargs: dict[str, Any] = {"activities": acts, "with_stack": True, "record_shapes": False,
+                                  "on_trace_ready": self._ready}
+        if with_schedule:
+            kwargs["schedule"] = self._action
+        return profile(**kwargs)
+
+    def _action(self, step: int) -> Any:
+        """The profiler's schedule, read at each step: EVERY may have grown since (the cost budget)."""
+        from torch.profiler import ProfilerAction
+
+        every, active = self.every, self.active
+        if self.windows and step // every >= self.windows:
+            return ProfilerAction.NONE
+        pos = step % every
+        if every == active:
+            return ProfilerAction.RECORD_AND_SAVE if pos == active - 1 else ProfilerAction.RECORD
+        warm = every - active - 1  # one warm-up step before each window, where there is room
+        if pos < warm:
+            return ProfilerAction.NONE
+        if pos == warm:
+            return ProfilerAction.WARMUP
+        return ProfilerAction.RECORD_AND_SAVE if pos == every - 1 else ProfilerAction.RECORD
 
     def start(self) -> None:
+        """Begin: the whole-run cycle at once; a scheduled capture waits for the first step."""
         self.live = True
-        if self.schedule is None:
-            self._begin()
+        if not self.scheduled:
+            self._begin(with_schedule=False)
+        import atexit
+
         atexit.register(self.stop)
 
-    def step(self) -> None:
-        """A step begins: open or close a window on the schedule (nothing for the whole-run profiler)."""
-        if self.schedule is None or not self.live:
-            return
-        every, active, windows = self.schedule
-        n, self.steps = self.steps, self.steps + 1
-        if self.prof is not None and n % every == active:
-            self._end()
-        if self.prof is None and n % every == 0 and (not windows or self.windows < windows):
-            self.windows += 1
-            self._begin()
+    def _begin(self, with_schedule: bool) -> None:
+        t = time.thread_time_ns()
+        with _Quiet():
+            self.prof = self._make(with_schedule)
+            self._note_start()
+            self.prof.start()
+        self._spent(t)
 
-    def _end(self) -> str | None:
+    def _note_start(self) -> None:
+        self.t_start = time.perf_counter_ns()
+        self.recording = True
+        self.begun += 1
+        from ..collect.kernels.reduce import running_frames
+
+        self.running = running_frames(sys._current_frames().values())
+
+    def step(self, source: str = "track") -> None:
+        """A step begins (energyprof.torch.track, or the optimizer's step): the profiler's cue."""
+        if not self.live:
+            return
+        if self.stepped_by is None:
+            self.stepped_by = source
+        elif source != self.stepped_by:
+            return  # one source of steps: a tracked loop whose optimizer also steps counts each step once
+        now = time.perf_counter_ns()
+        if not self.recording and self._last_step:
+            self._loop_ns += now - self._last_step
+            self._loop_steps += 1
+        self._last_step = now
+        self.steps += 1
+        if not self.scheduled and self.stepped_by == source and self.steps == 1:
+            # the whole run, and steps are marked: the cycle since the start ends here, and from now
+            # on each cycle is EVERY steps, reduced as it ends
+            t = time.thread_time_ns()
+            prof, self.prof = self.prof, None
+            if prof is not None:
+                with _Quiet():
+                    prof.stop()
+            self.scheduled = True
+            self.every = self.active = WHOLE_RUN_STEPS
+            self._spent(t)
+        if self.prof is None:
+            if self.scheduled:
+                self._begin(with_schedule=True)
+                self.recording = self._action(0).name.startswith("RECORD")
+                if not self.recording:
+                    self.begun -= 1
+            return
+        t = time.thread_time_ns()
+        before = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
+        with _Quiet():
+            self.prof.step()
+        after = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
+        if after.startswith("RECORD") and (not before.startswith("RECORD") or before == "RECORD_AND_SAVE"):
+            self._note_start()
+        self._spent(t)
+
+    def _spent(self, t0_thread: int) -> None:
+        ns = time.thread_time_ns() - t0_thread
+        self.cost_ns += ns
+        _charge_own(ns)
+
+    def _ready(self, prof: Any) -> None:
+        """A cycle ended (on_trace_ready): its events reduced in memory and handed on. Called inside the
+        profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
+        t_end = time.perf_counter_ns()
+        self.recording = False
+        try:
+            from ..collect.kernels.reduce import reduce_events
+
+            offset, _ = clock_offset(rounds=8)
+            events = prof.profiler.kineto_results.events()
+            cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
+                                  package=self.package)
+            del events
+            self.cycles += 1
+            self.sink.add(cycle)
+            if self.export:
+                path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
+                prof.export_chrome_trace(path, use_python_export=True)
+        except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
+            self.failed = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.running = {}
+        self._keep_to_budget()
+
+    def _keep_to_budget(self) -> None:
+        """A capture on by default costs at most `budget` of the loop's time: past it, windows come half
+        as often (EVERY doubles)."""
+        if self.budget is None or not self._loop_steps or not self.cycles:
+            return
+        step_ns = self._loop_ns / self._loop_steps
+        per_cycle = self.cost_ns / self.cycles
+        while per_cycle > self.budget * step_ns * self.every and self.every < 1 << 20:
+            self.every *= 2
+
+    def stop(self) -> None:
+        """Stop: the open cycle is reduced (once; atexit calls it again)."""
+        self.live = False
         prof, self.prof = self.prof, None
         if prof is None:
-            return None
-        prof.stop()
-        t_end = time.perf_counter_ns()
-        offset, error = clock_offset()
-        path = self.path if self.schedule is None else self.path[: -len(TRACE_SUFFIX)] + f".w{self.windows}{TRACE_SUFFIX}"
-        part = path + ".part"
-        prof.export_chrome_trace(part)
-        os.replace(part, path)
-        clock: dict[str, Any] = {"unix_minus_perf_ns": offset, "error_ns": error}
-        if self.schedule is not None:
-            clock["span_ns"] = [self.t_start, t_end]
-        with open(path[: -len(TRACE_SUFFIX)] + CLOCK_SUFFIX, "w", encoding="utf-8") as fh:
-            json.dump(clock, fh)
-        return path
+            return
+        t = time.thread_time_ns()
+        try:
+            with _Quiet():
+                prof.stop()  # a cycle still recording ends here: on_trace_ready reduces it
+        except Exception as exc:  # noqa: BLE001
+            self.failed = f"{type(exc).__name__}: {exc}"
+        self._spent(t)
 
-    def stop(self) -> str | None:
-        """Stop and write the (last) trace and its clock pair; the trace's path (None if none was open)."""
-        self.live = False
-        return self._end()
+
+class SpoolSink:
+    """Reduced cycles as the spool's records (agent/wire.py), for the supervisor to fold."""
+
+    def __init__(self, spool: Any) -> None:
+        self.spool = spool
+        self.paths: dict[Any, int] = {}  # launch path -> its id in this stream (grows with lines)
+
+    def add(self, cycle: Any) -> None:
+        from .wire import kernel_busy, kernel_counts, kernel_cycle, kernel_names, kernel_path
+
+        lines = [kernel_cycle(cycle.t0, cycle.t1, cycle.records)]
+        for (path, dev), fig in cycle.figures.items():
+            kid = self.paths.get(path)
+            if kid is None:
+                kid = self.paths[path] = len(self.paths)
+                lines.append(kernel_path(kid, path))
+            lines.append(kernel_busy(kid, dev, cycle.bucket_ns, fig.busy))
+            lines.append(kernel_names(kid, dev, fig.names))
+        if cycle.counts:
+            lines.append(kernel_counts(cycle.counts))
+        self.spool.event("".join(lines))
 
 
 _capture: KernelCapture | None = None
 
 
-def start_capture(folder: str, steps: str | None = None) -> KernelCapture:
-    """The agent's entry: start the profiler in this process (once)."""
+def start_capture(spool: Any, steps: str | None = None, export: str | None = None, auto: bool = False) -> KernelCapture:
+    """The agent's entry: start the profiler in this process (once). `auto`: turned on by default (the
+    program uses CUDA through PyTorch): a few steps in every 100, the optimizer's steps as the cue,
+    at most 1% of the loop's time."""
     global _capture
     if _capture is None:
-        _capture = KernelCapture(folder, steps=steps)
+        if auto:
+            _capture = KernelCapture(SpoolSink(spool), every=100, active=3, export=export, budget=0.01)
+        else:
+            _capture = KernelCapture(SpoolSink(spool), steps=steps, export=export)
         _capture.start()
+        if auto:
+            _hook_optimizer()
     return _capture
+
+
+def _hook_optimizer() -> None:
+    """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked."""
+    optim = sys.modules.get("torch.optim.optimizer")
+    register = getattr(optim, "register_optimizer_step_post_hook", None)
+    if register is not None:
+        register(lambda *_a, **_k: step("optimizer"))
 
 
 def register(capture: KernelCapture | None) -> None:
@@ -136,7 +330,7 @@ def register(capture: KernelCapture | None) -> None:
     _capture = capture
 
 
-def step() -> None:
+def step(source: str = "track") -> None:
     """A training step begins (energyprof.torch.track calls this): the scheduled profiler's cue."""
     if _capture is not None:
-        _capture.step()
+        _capture.step(source)

@@ -59,6 +59,15 @@ _sleep, _perf, _proc_ns, _own_ns = time.sleep, time.perf_counter_ns, time.proces
 _clock_ns = getattr(time, "clock_gettime_ns", None)
 
 
+_charged = [0]  # CPU ns energyprof burnt on the program's threads (the kernel capture's reduction): its own
+
+
+def charge_own(ns: int) -> None:
+    """Count `ns` of CPU, burnt on a program thread for energyprof, as energyprof's own: the next tick's
+    own CPU holds it, so it leaves the program's figure (and its main thread's) for `[energyprof]`."""
+    _charged[0] += ns
+
+
 def _threading_table() -> dict[int, Any]:
     """ident -> Thread, when the program uses `threading` (never imported here)."""
     threading = sys.modules.get("threading")
@@ -443,7 +452,7 @@ class Sampler:
             if self not in _running:
                 _running.append(self)
             prev_t, prev_proc = _perf(), _proc_ns()
-            self.own_cpu_ns = _own_ns()
+            self.own_cpu_ns = _own_ns() + _charged[0]
             if self.view.pid is not None and prev_proc > self.own_cpu_ns:
                 # A followed child's CPU before this thread ran (its interpreter's start-up; for a fork, the
                 # at-fork hooks) is its own: its process node's, just before the first tick, where its clock
@@ -468,7 +477,7 @@ class Sampler:
                 now = _perf()
                 frames = sys._current_frames()
                 proc = _proc_ns()
-                own, before = _own_ns(), self.own_cpu_ns
+                own, before = _own_ns() + _charged[0], self.own_cpu_ns
                 self.own_cpu_ns = own
                 busy = proc - prev_proc - (own - before)
                 self._one(prev_t, now, frames, busy, proc)

@@ -51,6 +51,7 @@ class Agent:
                             rss=config.get("memory", "rss") != "off", alloc=config.get("memory") == "exact",
                             main_ident=_thread.get_ident() if forked else None, every_second=self._every_period)
         self._gpu = False
+        self.kernels_auto = False  # the kernel capture starts once the program uses CUDA (on by default)
         self.sync = config.get("sync") == "cuda"
         self._t_start = _perf()
         self._stopped = False
@@ -92,6 +93,12 @@ class Agent:
         if self._stopped:
             return
         self._stopped = True
+        capture = getattr(sys.modules.get("energyprof.agent.kernel_capture"), "_capture", None)
+        if capture is not None and getattr(capture, "live", False):
+            try:
+                capture.stop()  # its last cycle reduced into the stream before the end record
+            except Exception:  # noqa: BLE001 - the stream ends all the same
+                pass
         self.sampler.stop()
         if self.sampler.failed is not None:
             err = self.sampler.failed
@@ -128,6 +135,8 @@ class Agent:
         if used:
             self._gpu = True
             self.spool.event(gpu_line(_perf()))
+            if self.kernels_auto:  # the capture on by default: the program uses CUDA through torch
+                _start_kernel_capture(self, self.config, auto=True)
 
     def note(self, message: str) -> None:
         self.spool.event(note_line(message))
@@ -323,6 +332,8 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     agent.start()
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
+    elif main and config.get("gpu_kernels") == "auto":
+        agent.kernels_auto = True  # started by the sampler's check once the program uses CUDA through torch
     if config.get("memory") == "exact":
         _write_tail_on_sigterm()
     import atexit
@@ -332,13 +343,15 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     return agent
 
 
-def _start_kernel_capture(agent: Agent, config: dict[str, str]) -> None:
-    """--gpu-kernels: the PyTorch profiler in the program's main process, loaded only with the flag
-    (that module imports torch when the profiler starts)."""
+def _start_kernel_capture(agent: Agent, config: dict[str, str], auto: bool = False) -> None:
+    """The PyTorch profiler in the program's main process: with --gpu-kernels at once, or on by
+    default once the program uses CUDA through torch (`auto`; a few steps in every 100, cued by the
+    optimizer's steps). Loaded only then (that module imports torch when the profiler starts)."""
     try:
         from .kernel_capture import start_capture
 
-        start_capture(config["spool"], config.get("gpu_kernel_steps") or None)
+        start_capture(agent.spool, config.get("gpu_kernel_steps") or None, config.get("gpu_kernel_trace") or None,
+                      auto=auto)
     except Exception as exc:  # noqa: BLE001 - the program runs all the same, GPU energy by wall time
         agent.note(f"--gpu-kernels: the PyTorch profiler could not start ({type(exc).__name__}: {exc}); "
                    "GPU energy stays charged by wall time")

@@ -23,6 +23,11 @@ they were). Records, first field the kind:
     P label                                                the process's node, once multiprocessing handed it its
                                                            target (a spawn or forkserver child): its header said
                                                            LABEL_PENDING, and `P` with no label means none
+    Y t0 t1 records                                        GPU kernels: a profiler cycle reduced (its span, device records)
+    M kid function file line [function file line ...]      GPU kernels: a launch path (local id), outermost frame first
+    U kid device bucket_ns b:ns,b:ns,...                   GPU kernels: the path's shared busy ns per bucket in the cycle
+    J kid device name count time_ns [name count time_ns ...]  GPU kernels: the path's top kernel names in the cycle
+    V reason count [reason count ...]                      GPU kernels: what the cycle could not place or link
 
 The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
 agent) is one line per charged window: `start end estimated ids energy program`, the program's
@@ -42,6 +47,7 @@ VERSION = 2
 HEADER, FRAME, STACK, TICK, SAMPLE, WINDOW = "H", "F", "K", "T", "s", "W"
 ALLOC, EXCEPTION, NOTE, LOST, GPU, END, NEXT = "A", "E", "N", "L", "G", "Z", "R"
 THREADS, ROLE = "C", "P"
+KCYCLE, KPATH, KBUSY, KNAMES, KCOUNTS = "Y", "M", "U", "J", "V"
 # A header's label while the process does not yet know what it runs: a multiprocessing child started
 # by spawn or forkserver learns its target (a pool's worker loop, say) only after its interpreter
 # started, and says so in a ROLE record. Never a node's name (escaped, it travels as `\0`).
@@ -184,6 +190,28 @@ def threads(sid: int, count: int) -> str:
 
 def role(label: str) -> str:
     return f"{ROLE}\t{esc(label)}\n"
+
+
+def kernel_cycle(t0: int, t1: int, records: int) -> str:
+    return f"{KCYCLE}\t{int(t0)}\t{int(t1)}\t{int(records)}\n"
+
+
+def kernel_path(kid: int, frames: tuple[tuple[str, str, int], ...]) -> str:
+    return f"{KPATH}\t{kid}" + "".join(f"\t{esc(fn)}\t{esc(file)}\t{int(line)}" for fn, file, line in frames) + "\n"
+
+
+def kernel_busy(kid: int, device: int, bucket_ns: int, busy: dict[int, float]) -> str:
+    cells = ",".join(f"{int(b)}:{float(ns)!r}" for b, ns in sorted(busy.items()))
+    return f"{KBUSY}\t{kid}\t{int(device)}\t{int(bucket_ns)}\t{cells}\n"
+
+
+def kernel_names(kid: int, device: int, names: dict[str, list[float]]) -> str:
+    return (f"{KNAMES}\t{kid}\t{int(device)}"
+            + "".join(f"\t{esc(n)}\t{int(c)}\t{float(t)!r}" for n, (c, t) in names.items()) + "\n")
+
+
+def kernel_counts(counts: dict[str, int]) -> str:
+    return f"{KCOUNTS}" + "".join(f"\t{esc(k)}\t{int(n)}" for k, n in counts.items()) + "\n"
 
 
 def next_file(name: str) -> str:

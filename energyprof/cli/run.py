@@ -94,9 +94,14 @@ def build_run_parser() -> Parser:
                    help="drop a sensor whose read takes longer than this, in seconds, up to 3600 (default 2)")
     p.add_argument("--sync", default=None, metavar="{cuda}",
                    help="'cuda': synchronise CUDA at window and function boundaries")
-    p.add_argument("--gpu-kernels", action="store_true",
+    p.add_argument("--gpu-kernels", dest="gpu_kernels", action="store_const", const=True, default=None,
                    help="run the PyTorch profiler in the program and put each GPU kernel's energy on the line that"
-                        " launched it (needs torch and a GPU; docs/gpu.md)")
+                        " launched it (needs torch and a GPU; docs/gpu.md); without this flag it runs on a few steps"
+                        " in every 100 when the program uses CUDA through PyTorch")
+    p.add_argument("--no-gpu-kernels", dest="gpu_kernels", action="store_const", const=False,
+                   help="never run the PyTorch profiler: GPU energy by wall time on the sampled stacks")
+    p.add_argument("--gpu-kernel-trace", metavar="DIR",
+                   help="with --gpu-kernels: also write each profiler cycle's Chrome trace into DIR (gzipped)")
     p.add_argument("--gpu-kernel-steps", metavar="EVERY:ACTIVE[:WINDOWS]",
                    help="with --gpu-kernels: profile only ACTIVE steps of every EVERY (steps marked by"
                         " energyprof.torch.track), at most WINDOWS windows; the rest stays on the wall-time rule")

@@ -10,6 +10,7 @@ The per-stack kernel table and error bars go under the profile's `gpu_kernels` f
 
 from __future__ import annotations
 
+import bisect
 from typing import Any, Iterable, Sequence
 
 from ..facts.profile import IDLE_NODE
@@ -19,6 +20,7 @@ from ..facts.profile import Note
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Totals
+from ..record import field, record
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute
 
 
@@ -105,69 +107,212 @@ def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> 
 
 
 
-# ---------------------------------------------------------------- a live run: kernels into the sampled tree
+# ---------------------------------------------------------------- a live run: kernels and samples, one tree
 
-WALL_TIME_NOTE = ("GPU energy is charged by wall time on the sampled stacks (no kernel trace: run with --gpu-kernels"
-                  " under PyTorch to put it on the lines that launched the kernels)")
-_SKIP_FILES = ("runpy", "<frozen runpy>")
+WALL_TIME_NOTE = ("GPU figures are where Python waited: the GPU's energy is charged by wall time on the sampled stacks,"
+                  " not to the lines that launched its kernels")
+MAX_CELLS = 200_000  # (path, device, cell) entries a run's kernel fold holds at most: past it, its cells double
 
-
-def python_path(kernel: "Kernel", package_dir: str = "") -> tuple[Frame, ...]:
-    """A kernel's tree path for a live run: its stack less the frames the sampler cuts (runpy's,
-    energyprof's own, by full path or as the profiler trims it), so that it meets the sampled tree's frames."""
-    out = []
-    for f in kernel.stack:
-        file = f[1]
-        if (file in _SKIP_FILES or file.endswith("/runpy.py") or file.startswith("energyprof/")
-                or (package_dir and file.startswith(package_dir))):
-            continue
-        out.append(f)
-    return tuple(out)
+Path = tuple[Frame, ...]
 
 
-def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequence[Interval]], period_ns: float,
-            *, package_dir: str = "", clock_error_ns: int = 0, spans: Sequence[tuple[int, int]] | None = None) -> Profile:
-    """The profile with each GPU source's program joules moved from the wall-time rule onto the
-    kernels' launch stacks (in place; returns it).
+class KernelFold:
+    """The program's reduced kernel cycles (collect/kernels/reduce.py) folded over the run: per (launch
+    path, device) the shared busy ns per cell, the kernels' names, and the profiled spans. Memory
+    follows paths x cells, never kernels: past MAX_CELLS entries the cells double in width (power
+    inside a cell is then taken as even, as it is inside a sensor's interval)."""
 
-    What the tree held for `gpu:N` (the program's share of the GPU, under each idle policy) is
-    kept as the total: it is split in proportion to the energy the kernel split gives each stack
-    and `[GPU idle]` from the device's power intervals (the timeline's, on the run's clock). The
-    program's share of the GPU is so taken as even over the run. Kernel frames meet the sampled
-    tree's by (function, file, line); a module's frame by (function, file), since the profiler
-    names it by its current line.
+    def __init__(self, max_cells: int = MAX_CELLS) -> None:
+        self.max_cells = max_cells
+        self.cell_ns = 0  # set by the first busy record (the program's bucket width)
+        self.busy: dict[tuple[Path, int], dict[int, float]] = {}
+        self.names: dict[tuple[Path, int], dict[str, list[float]]] = {}
+        self.spans: list[tuple[int, int]] = []  # profiled cycles on energyprof's clock, merged, in order
+        self.counts: dict[str, int] = {}
+        self.cycles = 0
+        self.records = 0  # device records the cycles held
+        self.entries = 0
 
-    `spans` (a scheduled profiler's windows, on the power's clock): only the part of each device's
-    energy measured inside them is split among the kernels; the rest stays where the wall-time rule
-    put it, each node keeping that share of its GPU joules."""
-    root = profile.root
-    ids = {s.id for s in profile.sources}
+    # the sink the program's cycles (or the spool's records of them) arrive through
+    def add_cycle(self, t0: int, t1: int, records: int = 0) -> None:
+        self.cycles += 1
+        self.records += records
+        if t1 <= t0:
+            return
+        spans = self.spans
+        if spans and t0 >= spans[-1][0]:
+            a, b = spans[-1]
+            if t0 <= b:
+                spans[-1] = (a, max(b, t1))
+                return
+            spans.append((t0, t1))
+            return
+        spans.append((t0, t1))
+        spans.sort()
+        merged: list[tuple[int, int]] = []
+        for a, b in spans:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+            else:
+                merged.append((a, b))
+        self.spans = merged
+
+    def add_busy(self, path: Path, device: int, bucket_ns: int, buckets: dict[int, float]) -> None:
+        if not self.cell_ns:
+            self.cell_ns = max(1, int(bucket_ns))
+        cells = self.busy.setdefault((tuple(path), int(device)), {})
+        width = self.cell_ns
+        for b, ns in buckets.items():
+            c = (int(b) * bucket_ns) // width
+            if c not in cells:
+                self.entries += 1
+            cells[c] = cells.get(c, 0.0) + float(ns)
+        while self.entries > self.max_cells:
+            self._coarsen()
+
+    def add_names(self, path: Path, device: int, names: dict[str, Sequence[float]], keep: int = 4 * TOP_KERNELS) -> None:
+        into = self.names.setdefault((tuple(path), int(device)), {})
+        for name, (count, time_ns) in names.items():
+            cur = into.setdefault(name, [0, 0.0])
+            cur[0] += count
+            cur[1] += time_ns
+        if len(into) > keep:  # bounded by lines: the longest names kept
+            for name, _ in sorted(into.items(), key=lambda kv: kv[1][1])[: len(into) - keep]:
+                del into[name]
+
+    def add_counts(self, counts: dict[str, int]) -> None:
+        for k, n in counts.items():
+            self.counts[k] = self.counts.get(k, 0) + int(n)
+
+    def add(self, cycle: Any) -> None:
+        """A reduced cycle (collect/kernels/reduce.Cycle), for a fold in the program's own process."""
+        self.add_cycle(cycle.t0, cycle.t1, cycle.records)
+        for (path, dev), fig in cycle.figures.items():
+            self.add_busy(path, dev, cycle.bucket_ns, fig.busy)
+            self.add_names(path, dev, fig.names)
+        self.add_counts(cycle.counts)
+
+    def _coarsen(self) -> None:
+        self.cell_ns *= 2
+        self.entries = 0
+        for key, cells in self.busy.items():
+            out: dict[int, float] = {}
+            for c, ns in cells.items():
+                out[c // 2] = out.get(c // 2, 0.0) + ns
+            self.busy[key] = out
+            self.entries += len(out)
+
+    def __bool__(self) -> bool:
+        return bool(self.busy)
+
+
+@record
+class KernelSplit:
+    """The program's GPU energy inside the profiled cycles split among the kernels' launch paths,
+    made before the tree is built, and grafted into it while it is built (`graft`)."""
+
+    att: Attribution  # stacks keyed by path
+    devices: dict[int, str]  # device -> its source id
+    inside: dict[int, float]  # device -> share of its measured energy inside the profiled cycles
+    names: dict[tuple[Path, int], dict[str, list[float]]]
+    spans: list[tuple[int, int]]
+    cycles: int
+    records: int
+    counts: dict[str, int]
+    clock_error_ns: int = 0
+    unmeasured_busy_s: dict[int, float] = field(default_factory=dict)
+    lanes: dict[int, list[list[Any]]] = field(default_factory=dict)  # device -> the timeline's busy lane
+
+
+def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period_ns: dict[int, float], *,
+                  sources: Iterable[str], clock_error_ns: int = 0) -> KernelSplit | None:
+    """The fold's busy time against each device's power (its intervals on energyprof's clock), through
+    core/kernels.attribute: each path's busy ns in a cell is laid out in the cell's measured part, spread
+    over the power intervals there by their length (busy taken as even within a cell), so a cell's
+    paths never overlap and each gets the power of the instants it was given. None: no GPU source
+    matches a device of the kernels."""
+    ids = set(sources)
     devices = {d: f"gpu:{d}" for d in power if f"gpu:{d}" in ids}
-    if not devices:
-        profile.notes.append(Note("gpu-wall-time", WALL_TIME_NOTE + "; no GPU source matched the trace's devices"))
-        return profile
-    inside = {d: 1.0 for d in devices}  # the share of each device's energy measured inside the profiled spans
-    if spans is not None:
-        clipped = {d: clip_intervals(power[d], spans) for d in devices}
-        for d in devices:
-            whole = sum(e for _, _, e in power[d])
-            inside[d] = sum(e for _, _, e in clipped[d]) / whole if whole > 0 else 0.0
-        power = clipped
-    att = attribute(((python_path(k, package_dir), k.device, k.name, k.start_ns, k.end_ns) for k in kernels
-                     if k.device in devices), {d: power[d] for d in devices}, {d: period_ns for d in devices})
-    # What the tree holds per source and policy, then emptied from the program's nodes.
-    special = {IDLE_NODE, SELF_NODE}  # not the program's: their GPU joules stay ([child processes] is the program's)
+    if not devices or not fold.spans:
+        return None
+    spans = fold.spans
+    inside: dict[int, float] = {}
+    clipped: dict[int, list[Interval]] = {}
+    for d in devices:
+        clipped[d] = clip_intervals(power[d], spans)
+        whole = sum(e for _, _, e in power[d])
+        inside[d] = sum(e for _, _, e in clipped[d]) / whole if whole > 0 else 0.0
+    order = sorted(fold.busy, key=lambda k: (k[1], tuple(map(str, k[0]))))
+    index = {key[0]: i for i, key in enumerate(order)}
+    paths = {i: key[0] for i, key in enumerate(order)}
+    records: list[tuple[int, int, str, int, int]] = []
+    unmeasured: dict[int, float] = {}
+    width = fold.cell_ns
+    for d in devices:
+        ivs = sorted(clipped[d])
+        starts = [a for a, _, _ in ivs]
+        by_cell: dict[int, list[tuple[int, float]]] = {}
+        for key in order:
+            if key[1] != d:
+                continue
+            for c, ns in fold.busy[key].items():
+                if ns > 0:
+                    by_cell.setdefault(c, []).append((index[key[0]], ns))
+        for c in sorted(by_cell):
+            lo, hi = c * width, (c + 1) * width
+            k = max(0, bisect.bisect_right(starts, lo) - 1)
+            pieces = []
+            while k < len(ivs) and ivs[k][0] < hi:
+                a, b = max(lo, ivs[k][0]), min(hi, ivs[k][1])
+                if b > a:
+                    pieces.append((a, b))
+                k += 1
+            length = sum(b - a for a, b in pieces)
+            busy = sum(ns for _, ns in by_cell[c])
+            if length <= 0:
+                unmeasured[d] = unmeasured.get(d, 0.0) + busy
+                continue
+            scale = min(1.0, length / busy)
+            if scale < 1.0:
+                unmeasured[d] = unmeasured.get(d, 0.0) + busy - length
+            for a, b in pieces:
+                pos = float(a)
+                for p, ns in by_cell[c]:
+                    part = ns * scale * (b - a) / length
+                    s, e = round(pos), round(pos + part)
+                    pos += part
+                    if e > s:
+                        records.append((p, d, "", s, min(e, b)))
+    att = attribute(records, {d: clipped[d] for d in devices}, {d: float(period_ns.get(d, 0.0)) for d in devices})
+    att = Attribution({paths[p]: figs for p, figs in att.stacks.items()}, att.devices, att.unpowered)
+    names = {k: v for k, v in fold.names.items() if k[1] in devices}
+    return KernelSplit(att, devices, inside, names, list(spans), fold.cycles, fold.records, dict(fold.counts),
+                       clock_error_ns, {d: ns / 1e9 for d, ns in unmeasured.items()})
+
+
+def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
+    """The kernels' joules into a tree being built (core/tree.build_profile calls this before the
+    Profile exists; nothing edits a built Profile): (notes, the profile's `gpu_kernels` field).
+
+    What the sampled tree holds for `gpu:N` inside the profiled cycles (the program's share of the
+    GPU, under each idle policy) is kept as the total: it is split in proportion to the energy the
+    kernel split gives each path and `[GPU idle]`. Outside the cycles it stays where the wall-time
+    rule put it, each node keeping that share of its GPU joules. Kernel frames meet the sampled
+    frames by (function, file, first line): the sampler names a frame by its qualified name and full
+    path, the profiler by its code name and the path less its sys.path entry."""
+    att, devices, inside = split.att, split.devices, split.inside
+    special = {IDLE_NODE, SELF_NODE}  # not the program's: their GPU joules stay
     held: dict[str, list[float]] = {sid: [0.0, 0.0] for sid in devices.values()}
     program_nodes = []
-    stack = [(root, False)]
-    while stack:
-        node, out = stack.pop()
+    todo = [(root, False)]
+    while todo:
+        node, out = todo.pop()
         out = out or (node is not root and node.function in special)
         if not out:
             program_nodes.append(node)
-        stack.extend((c, out) for c in node.children)
-    keep = {f"gpu:{d}": 1.0 - inside[d] for d in devices}  # outside the spans: stays on the wall-time rule
-    for node in program_nodes:  # emptied, not removed: a node keeps the sources it had
+        todo.extend((c, out) for c in node.children)
+    keep = {sid: 1.0 - inside[d] for d, sid in devices.items()}
+    for node in program_nodes:  # emptied by the profiled share, not removed: a node keeps the sources it had
         for sid in held:
             if sid in node.self_energy_j:
                 held[sid][0] += node.self_energy_j[sid] * (1.0 - keep[sid])
@@ -178,6 +323,7 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
                 other[sid] *= keep[sid]
     index: dict[tuple[Frame, ...], Node] = {}
     stacks_out = []
+    devices_out = {}
     for d, sid in devices.items():
         dev = att.devices[d]
         scale = [held[sid][0] / dev.total_j if dev.total_j > 0 else 0.0, held[sid][1] / dev.total_j if dev.total_j > 0 else 0.0]
@@ -187,35 +333,47 @@ def regraft(profile: Profile, kernels: Sequence["Kernel"], power: dict[int, Sequ
                 continue
             node = _meet(root, index, _anchored(root, path))
             _add(node, sid, fig.joules * scale[0], fig.joules * scale[1])
-            top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
+            names = split.names.get((path, d), {})
+            time_ns = sum(v[1] for v in names.values()) or 1.0
+            top = sorted(names.items(), key=lambda kv: -kv[1][1])
             stacks_out.append({"path": [list(f) for f in path], "device": d, "joules": fig.joules * scale[0],
                                "error_j": fig.error_j * scale[0], "busy_s": fig.time_s, "kernel_names": len(top),
-                               "kernels": [{"name": k.name, "count": k.count, "time_s": k.time_s, "joules": k.joules * scale[0]}
-                                           for k in top[:TOP_KERNELS]]})
+                               "kernels": [{"name": n, "count": int(v[0]), "time_s": v[1] / 1e9,
+                                            "joules": fig.joules * scale[0] * v[1] / time_ns}
+                                           for n, v in top[:TOP_KERNELS]]})
         idle = _meet(root, index, ((GPU_IDLE_NODE, "", 0),))
         _add(idle, sid, dev.idle_j * scale[0], dev.idle_j * scale[1])
         if dev.total_j <= 0 and (held[sid][0] or held[sid][1]):
-            _add(idle, sid, held[sid][0], held[sid][1])  # no power seen in the intervals: nothing to split by
-    root.fill_inclusive()
-    devices_out = {str(d): {"source": sid, "energy_j": held[sid][0], "idle_j": att.devices[d].idle_j * (
-        held[sid][0] / att.devices[d].total_j if att.devices[d].total_j > 0 else 1.0), "busy_s": att.devices[d].busy_s,
-        "update_period_s": att.devices[d].period_s, "short_j": att.devices[d].short_j, "short_share": att.devices[d].short_share,
-        "unmeasured_busy_s": att.devices[d].unmeasured_busy_s} for d, sid in devices.items()}
-    profile.extra[GPU_FIELD] = {"method": "the program's GPU energy split among its kernels by busy time, from the "
-                                "PyTorch profiler's trace; time with none busy is [GPU idle]", "records": len(kernels),
-                                "clock_error_ns": clock_error_ns, "devices": devices_out, "stacks": stacks_out}
-    if spans is not None:
-        profiled_s = sum(b - a for a, b in spans) / 1e9
-        profile.extra[GPU_FIELD]["schedule"] = {"spans_ns": [[a, b] for a, b in spans], "profiled_s": profiled_s,
-                                                "profiled_share": {str(d): inside[d] for d in devices}}
-        for d, sid in devices.items():
-            outside = held[sid][0] / inside[d] * (1.0 - inside[d]) if inside[d] > 0 else 0.0
-            profile.notes.append(Note("gpu-kernels-schedule", (
-                f"{sid}: the profiler ran in {len(spans)} window(s), {profiled_s:.3f} s in all; {inside[d]:.1%} of the"
-                f" device's measured energy fell inside them and is split among the kernels; the rest"
-                f" ({outside:.3f} J of the program's share) stays charged by wall time on the sampled stacks"),
-                {"device": d, "windows": len(spans), "profiled_s": profiled_s, "inside_share": inside[d]}))
-    return profile
+            _add(idle, sid, held[sid][0], held[sid][1])  # no power seen in the cycles: nothing to split by
+        devices_out[str(d)] = {"source": sid, "energy_j": held[sid][0],
+                               "idle_j": dev.idle_j * (scale[0] if dev.total_j > 0 else 1.0), "busy_s": dev.busy_s,
+                               "update_period_s": dev.period_s, "short_j": dev.short_j, "short_share": dev.short_share,
+                               "unmeasured_busy_s": dev.unmeasured_busy_s + split.unmeasured_busy_s.get(d, 0.0),
+                               "split_share": inside[d]}
+        if d in split.lanes:
+            devices_out[str(d)]["busy_lane"] = split.lanes[d]
+    profiled_s = sum(b - a for a, b in split.spans) / 1e9
+    gpu = {"method": "the program's GPU energy inside the profiled cycles split among its kernels by busy time"
+                     " (reduced in the program from the PyTorch profiler's events); time with none busy is [GPU idle];"
+                     " outside the cycles, by wall time on the sampled stacks",
+           "records": split.records, "cycles": split.cycles, "clock_error_ns": split.clock_error_ns,
+           "devices": devices_out, "stacks": stacks_out, "unplaced": dict(split.counts),
+           "schedule": {"spans_ns": [[a, b] for a, b in split.spans[:1000]], "windows": len(split.spans),
+                        "profiled_s": profiled_s, "profiled_share": {str(d): inside[d] for d in devices}}}
+    notes = []
+    for d, sid in devices.items():
+        share = inside[d]
+        outside = held[sid][0] / share * (1.0 - share) if share > 0 else 0.0
+        notes.append(Note("gpu-kernels-split", (
+            f"{sid}: {share:.1%} of the GPU's measured energy fell inside the {split.cycles} profiled cycle(s)"
+            f" ({profiled_s:.3f} s, {len(split.spans)} window(s) of steps) and was split by kernels onto the lines that"
+            f" launched them; the rest ({outside:.3f} J of the program's share) stays charged by wall time on the"
+            " sampled stacks: there the GPU figures are where Python waited"),
+            {"device": d, "windows": len(split.spans), "profiled_s": profiled_s, "inside_share": share,
+             "cycles": split.cycles}))
+    for reason, n in sorted(split.counts.items()):
+        notes.append(Note("gpu-kernels-unplaced", f"--gpu-kernels: {n} {reason}", {"reason": reason, "count": n}))
+    return notes, {GPU_FIELD: gpu}
 
 
 def clip_intervals(intervals: Sequence[Interval], spans: Sequence[tuple[int, int]]) -> list[Interval]:
@@ -261,6 +419,18 @@ def same_frame(node: Node, frame: Frame) -> bool:
     return node.line == line or fn == "<module>"
 
 
+def _enclosing(children: Sequence[Node], frame: Frame) -> Node | None:
+    """A sampled function the profiler named by a line inside it (a frame already running when a cycle
+    began, named by its current line): the same function and file whose first line is the nearest at
+    or before that line."""
+    fn, file, line = frame
+    best = None
+    for c in children:
+        if c.line < line and same_frame(c, (fn, file, c.line)) and (best is None or c.line > best.line):
+            best = c
+    return best
+
+
 def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, ...]) -> Node:
     """The node at `path` under the root, an existing child where one matches, else a new one."""
     node = root
@@ -269,10 +439,9 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
         found = index.get(key)
         if found is None:
             fn, file, line = path[depth - 1]
-            for c in node.children:
-                if same_frame(c, (fn, file, line)):
-                    found = c
-                    break
+            found = next((c for c in node.children if same_frame(c, (fn, file, line))), None)
+            if found is None and file:
+                found = _enclosing(node.children, (fn, file, line))
             if found is None:
                 found = Node(function=fn, file=file, line=line, other_policy_self_energy_j={})
                 node.children.insert(len([c for c in node.children if not c.is_special]), found)
@@ -284,6 +453,28 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
 def timeline_intervals(t0: Sequence[int], t1: Sequence[int], energy: Sequence[Sequence[float]], column: int) -> list[Interval]:
     """One source's (t0, t1, joules) from a ledger timeline's buckets (core/timeline.py)."""
     return [(int(a), int(b), float(row[column])) for a, b, row in zip(t0, t1, energy) if b > a]
+
+
+def busy_cells(fold: KernelFold, device: int, cells: Sequence[tuple[int, int]]) -> list[float]:
+    """Seconds of each cell during which the device was busy, from the fold's shared busy time (whose
+    sum over paths is the busy union), each fold cell spread evenly over the cells it overlaps."""
+    width = fold.cell_ns or 1
+    total: dict[int, float] = {}
+    for (_, dev), busy in fold.busy.items():
+        if dev == device:
+            for c, ns in busy.items():
+                total[c] = total.get(c, 0.0) + ns
+    out = [0.0] * len(cells)
+    starts = [a for a, _ in cells]
+    for c, ns in total.items():
+        lo, hi = c * width, (c + 1) * width
+        k = max(0, bisect.bisect_right(starts, lo) - 1)
+        while k < len(cells) and cells[k][0] < hi:
+            a, b = max(lo, cells[k][0]), min(hi, cells[k][1])
+            if b > a:
+                out[k] += ns * (b - a) / width / 1e9
+            k += 1
+    return out
 
 
 def busy_per_cell(spans: Sequence[tuple[int, int]], cells: Sequence[tuple[int, int]]) -> list[float]:

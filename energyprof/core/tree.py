@@ -38,9 +38,10 @@ def attribute(recording: Recording, policy: str = "share", share_window_ns: int 
 
 def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: Iterable[Note | dict[str, Any]] = (),
                   peak_rss_exact_bytes: int | None = None,
-                  child_processes: Iterable[dict[str, Any]] = ()) -> Profile:
+                  child_processes: Iterable[dict[str, Any]] = (), gpu: Any = None) -> Profile:
     """The fold's per-stack figures as a Profile of facts: the tree (under `policy`, with the other
-    policy's self figures beside them), totals, windows, timeline, processes and notes."""
+    policy's self figures beside them), totals, windows, timeline, processes and notes. `gpu`: the
+    kernels' split of the GPU's energy (core/gpu_tree.KernelSplit), grafted while the tree is built."""
     policy = check_policy(policy)
     ids = ledger.source_ids
     share = policy == "share"
@@ -53,6 +54,12 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     idle, idle_other = _both(ids, share, ledger.idle, ledger.idle_all)
     cpu_s = _headline_cpu_s(ledger)
     root.children.extend(_special_nodes(root, ledger, cpu_s, (own, own_other), (idle, idle_other)))
+    gpu_notes: list[Note] = []
+    gpu_extra: dict[str, Any] = {}
+    if gpu is not None:
+        from .gpu_tree import graft
+
+        gpu_notes, gpu_extra = graft(root, gpu)
     _close_tree(root, ledger, alloc, duration_s, peak_rss_exact_bytes)
     timeline = Timeline(**_timeline(ledger, start))
     totals = _totals(ledger, root, timeline, own, idle, duration_s, cpu_s, peak_rss_exact_bytes)
@@ -63,8 +70,8 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     full_meta.setdefault("duration_s", duration_s)
     return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
                    root=root, windows=_windows(ledger, start, policy, {p.pid: p.rank for p in processes}), timeline=timeline,
-                   notes=_ledger_notes(ledger) + [_note(n) for n in notes], processes=processes,
-                   extra={"child_processes": children} if children else {})  # the /1 field, for older readers
+                   notes=_ledger_notes(ledger) + [_note(n) for n in notes] + gpu_notes, processes=processes,
+                   extra={**({"child_processes": children} if children else {}), **gpu_extra})  # child_processes: the /1 field
 
 
 def _joules(ids: list[str], values: list[float]) -> dict[str, float]:

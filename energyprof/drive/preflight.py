@@ -36,6 +36,9 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         why = unavailable()
         if why:
             raise OptionError(why)
+    if options.gpu_kernel_trace and not (os.path.isdir(options.gpu_kernel_trace)
+                                         and os.access(options.gpu_kernel_trace, os.W_OK | os.X_OK)):
+        raise OptionError(f"--gpu-kernel-trace: {options.gpu_kernel_trace} is not a folder energyprof can write in")
     seen: dict[str, str] = {os.path.realpath(p): "the input" for p in inputs}
     for name in OUTPUTS + ("checkpoint",):
         path = getattr(options, name)

@@ -72,6 +72,15 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
+def _uses_cuda() -> bool:
+    """Whether this process already uses CUDA (or ROCm) through torch; nothing imported to find out."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and bool(torch.cuda.is_initialized())
+    except Exception:  # noqa: BLE001 - a half-imported torch
+        return False
+
+
 class Profiler:
     """Profile a region of a program. `start()`, run, `stop()` returns the Profile.
 
@@ -87,7 +96,8 @@ class Profiler:
         self._feed: LocalFeed | None = None
         self._sampler: Any = None
         self._ledger: Ledger | None = None
-        self._kernels: Any = None  # gpu_kernels=True: the PyTorch profiler's capture
+        self._kernels: Any = None  # the PyTorch profiler's capture (gpu_kernels=True, or on by default)
+        self._fold: Any = None  # its reduced cycles
         self._discovery_notes: list[str] = []
         self._notes: list[dict[str, Any]] = []
         self._started_wall = 0.0
@@ -134,7 +144,7 @@ class Profiler:
             checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
         )
         self._started_wall = time.time()
-        if o.gpu_kernels:
+        if o.gpu_kernels or (o.gpu_kernels is None and _uses_cuda()):
             self._start_kernels()
         self._cuda_sync()
         self._peak_reset = bool(o.peak_reset and o.memory != "off" and probes.reset_peak())
@@ -155,39 +165,48 @@ class Profiler:
         self._sampler.start()
 
     def _start_kernels(self) -> None:
-        """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
-        import tempfile
-
+        """The PyTorch profiler in this process until stop, each cycle reduced in memory into a fold
+        (torch imported here, lazily): with gpu_kernels=True, or by default where the program already
+        uses CUDA through torch (a few steps in every 100, cued by its optimizer's steps)."""
         from ..agent.kernel_capture import KernelCapture
         from ..agent.kernel_capture import register
+        from ..core.gpu_tree import KernelFold
 
-        self._kernels = KernelCapture(tempfile.mkdtemp(prefix="energyprof-kernels-"), steps=self.options.gpu_kernel_steps)
+        o = self.options
+        self._fold = KernelFold()
+        if o.gpu_kernels:
+            self._kernels = KernelCapture(self._fold, steps=o.gpu_kernel_steps, export=o.gpu_kernel_trace)
+        else:
+            self._kernels = KernelCapture(self._fold, every=100, active=3, budget=0.01)
         self._kernels.start()
         register(self._kernels)  # energyprof.torch.track's steps reach it
+        if not o.gpu_kernels:
+            from ..agent.kernel_capture import _hook_optimizer
 
-    def _attach_kernels(self, profile: Profile) -> None:
-        import shutil
+            _hook_optimizer()
 
-        from ..collect.kernels.capture import attach_kernels
-        from ..collect.kernels.capture import read_spans
-        from ..collect.kernels.capture import read_traces
+    def _stop_kernels(self) -> None:
+        """The last cycle reduced into the fold before the tree is built."""
         from ..agent.kernel_capture import register
 
-        cap, self._kernels = self._kernels, None
-        assert cap is not None
+        cap = self._kernels
+        if cap is None:
+            return
         register(None)
         try:
             cap.stop()
-            traces = (*read_traces(cap.folder), read_spans(cap.folder) if cap.schedule else None)
-        except Exception as exc:  # noqa: BLE001 - the profile stands without the kernels
-            traces = None
-            profile.notes.append(Note("gpu-kernels", f"the PyTorch profiler's trace could not be read: {exc}"))
-        finally:
-            shutil.rmtree(cap.folder, ignore_errors=True)
-        attach_kernels(profile, self._ledger, traces, self._collector)
+        except Exception as exc:  # noqa: BLE001 - the profile stands without the last cycle
+            self._notes.append({"kind": "gpu-kernels", "message": f"the PyTorch profiler could not stop: {exc}"})
+        if cap.failed:
+            self._notes.append({"kind": "gpu-kernels", "message": f"the kernel capture failed: {cap.failed}"})
 
     def _teardown(self) -> None:
         """Stop whatever was started; each step on its own, so one failing stops the rest."""
+        if self._kernels is not None and self._kernels.live:
+            try:
+                self._stop_kernels()
+            except Exception:  # noqa: BLE001
+                pass
         if self._sampler is not None:
             try:
                 self._sampler.stop()
@@ -220,6 +239,7 @@ class Profiler:
         allocations: list[Any] = []
         try:
             self._cuda_sync()
+            self._stop_kernels()
             peak = probes.read_peak() if self._peak_reset else None
             if self._tracemalloc_started and isinstance(self._sampler, Sampler):
                 import tracemalloc
@@ -245,8 +265,6 @@ class Profiler:
             self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
                                                        for fr, size in allocations])
         self.profile = self._build(exit_status, peak)
-        if self._kernels is not None:
-            self._attach_kernels(self.profile)
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile
@@ -384,6 +402,11 @@ class Profiler:
         assert self._ledger is not None and self._collector is not None
         assert self._feed is not None
         children = sorted(self._feed.child_processes.values(), key=lambda c: c["pid"])
+        from ..collect.kernels.capture import kernel_split
+
+        # the kernels reduced in this process, split before the tree is built: samples and kernels build it together
+        split, gpu_notes = kernel_split(self._fold, self._ledger, self._collector, self._ledger.sources,
+                                        mode=self.options.gpu_kernels)
         return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
-                             notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
-                             peak_rss_exact_bytes=peak, child_processes=children)
+                             notes=[*run_notes(self.options, [*self._collector.notes, *self._notes]), *gpu_notes],
+                             peak_rss_exact_bytes=peak, child_processes=children, gpu=split)

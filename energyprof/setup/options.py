@@ -91,8 +91,11 @@ class Options:
     sensor_timeout: float = 2.0
     # GPUs
     sync: str | None = None
-    gpu_kernels: bool = False  # the PyTorch profiler in the program: GPU joules on the launching lines
+    # the PyTorch profiler in the program: GPU joules on the launching lines. None: on by default, on a
+    # schedule, when the program uses CUDA through PyTorch; False: off (--no-gpu-kernels)
+    gpu_kernels: bool | None = None
     gpu_kernel_steps: str | None = None  # "EVERY:ACTIVE[:WINDOWS]": profile only some steps (bounded cost)
+    gpu_kernel_trace: str | None = None  # a folder for each cycle's Chrome trace (gzipped), for users who want the file
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in BOUNDS.items():
@@ -121,6 +124,11 @@ class Options:
             if not self.gpu_kernels:
                 raise OptionError("--gpu-kernel-steps bounds --gpu-kernels' profiler: give --gpu-kernels too")
             parse_kernel_steps(self.gpu_kernel_steps)
+        if self.gpu_kernel_trace is not None:
+            if not self.gpu_kernels:
+                raise OptionError("--gpu-kernel-trace writes --gpu-kernels' traces: give --gpu-kernels too")
+            if not isinstance(self.gpu_kernel_trace, str) or not self.gpu_kernel_trace.strip():
+                raise OptionError(f"--gpu-kernel-trace needs a folder, not {self.gpu_kernel_trace!r}")
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")

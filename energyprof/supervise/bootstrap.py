@@ -29,7 +29,8 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         "follow": "1" if options.follow and options.children else "0",
         "sampler": options.sampler,
         "sync": options.sync or "",
-        "gpu_kernels": "1" if options.gpu_kernels else "0",
+        "gpu_kernels": {True: "1", False: "0"}.get(options.gpu_kernels, "auto"),
+        "gpu_kernel_trace": os.path.abspath(options.gpu_kernel_trace) if options.gpu_kernel_trace else "",
         "gpu_kernel_steps": options.gpu_kernel_steps or "",
         # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
         # under the run's idle policy: the agent holds no policy of its own)

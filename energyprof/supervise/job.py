@@ -30,6 +30,7 @@ from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
                       SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
+from .records import KernelBusy, KernelCounts, KernelCycle, KernelNames, KernelPath
 from .stream import StreamReader
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
@@ -146,6 +147,11 @@ class JobFeed:
         self.peers_root: int | None = None
         self._peer_cpu: dict[int, int] = {}
         self._last_peers = 0
+        # GPU kernels the program reduced (agent/kernel_capture.py): folded as they come, bounded by lines
+        from ..core.gpu_tree import KernelFold
+
+        self.kernels = KernelFold()
+        self._kernel_paths: dict[tuple[int, int], tuple[tuple[str, str, int], ...]] = {}  # (pid, kid) -> path
 
     # -- the collector's tick ------------------------------------------------------------
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
@@ -402,6 +408,21 @@ class JobFeed:
         elif isinstance(r, EndRecord):
             p.ended = True
             self.units.close(p.pid, p.watermark)
+        elif isinstance(r, (KernelCycle, KernelPath, KernelBusy, KernelNames, KernelCounts)):
+            self._kernel(p, r)
+
+    def _kernel(self, p: Proc, r: Record) -> None:
+        """A reduced kernel cycle's record into the run's kernel fold."""
+        if isinstance(r, KernelPath):
+            self._kernel_paths[(p.pid, r.kid)] = r.frames
+        elif isinstance(r, KernelBusy):
+            self.kernels.add_busy(self._kernel_paths[(p.pid, r.kid)], r.device, r.bucket_ns, r.busy)
+        elif isinstance(r, KernelNames):
+            self.kernels.add_names(self._kernel_paths[(p.pid, r.kid)], r.device, r.names)
+        elif isinstance(r, KernelCycle):
+            self.kernels.add_cycle(r.t0, r.t1, r.records)
+        elif isinstance(r, KernelCounts):
+            self.kernels.add_counts(r.counts)
 
     def _sample(self, p: Proc, r: SampleRecord) -> None:
         sid = p.ids.stacks[r.sid]

@@ -91,12 +91,46 @@ class RoleRecord(NamedTuple):
     label: str | None  # None: no role it knows of
 
 
+class KernelCycle(NamedTuple):
+    """GPU kernels: a profiler cycle the program reduced, on energyprof's clock."""
+    t0: int
+    t1: int
+    records: int  # device records it held
+
+
+class KernelPath(NamedTuple):
+    """GPU kernels: a launch path, by the stream's local id."""
+    kid: int
+    frames: tuple[tuple[str, str, int], ...]  # outermost first
+
+
+class KernelBusy(NamedTuple):
+    """GPU kernels: a path's busy ns on a device per bucket of one cycle (instants shared by k records count 1/k)."""
+    kid: int
+    device: int
+    bucket_ns: int
+    busy: dict[int, float]  # bucket index (t // bucket_ns) -> ns
+
+
+class KernelNames(NamedTuple):
+    """GPU kernels: a path's top kernel names in one cycle."""
+    kid: int
+    device: int
+    names: dict[str, tuple[int, float]]  # name -> (count, time ns)
+
+
+class KernelCounts(NamedTuple):
+    """GPU kernels: what a cycle could not place or link, by reason."""
+    counts: dict[str, int]
+
+
 class EndRecord(NamedTuple):
     """The process ended its stream."""
 
 
 Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
-               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, EndRecord]
+               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, EndRecord, KernelCycle,
+               KernelPath, KernelBusy, KernelNames, KernelCounts]
 
 
 _new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so
@@ -107,6 +141,32 @@ def _window(r: list[str]) -> WindowBegins | WindowEnds:
         return WindowBegins(int(r[2]), wire.unesc(r[3]), int(r[4]) if r[4] else None)
     return WindowEnds(int(r[2]), wire.unesc(r[3]) or None, len(r) > 4 and r[4] == "r",
                       wire.window_facts(r[5]) if len(r) > 5 else None)
+
+
+def _kernel_path(r: list[str]) -> KernelPath:
+    if (len(r) - 2) % 3:
+        raise ValueError("a cut path")
+    return KernelPath(int(r[1]), tuple((wire.unesc(r[i]), wire.unesc(r[i + 1]), int(r[i + 2])) for i in range(2, len(r), 3)))
+
+
+def _kernel_busy(r: list[str]) -> KernelBusy:
+    busy = {}
+    for pair in r[4].split(",") if r[4] else ():
+        b, _, ns = pair.partition(":")
+        busy[int(b)] = float(ns)
+    return KernelBusy(int(r[1]), int(r[2]), int(r[3]), busy)
+
+
+def _kernel_names(r: list[str]) -> KernelNames:
+    if (len(r) - 3) % 3:
+        raise ValueError("cut names")
+    return KernelNames(int(r[1]), int(r[2]), {wire.unesc(r[i]): (int(r[i + 1]), float(r[i + 2])) for i in range(3, len(r), 3)})
+
+
+def _kernel_counts(r: list[str]) -> KernelCounts:
+    if (len(r) - 1) % 2:
+        raise ValueError("cut counts")
+    return KernelCounts({wire.unesc(r[i]): int(r[i + 1]) for i in range(1, len(r), 2)})
 
 
 _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
@@ -124,6 +184,11 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.THREADS: lambda r: _new(ThreadsRecord, (int(r[1]), int(r[2]))),
     wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
     wire.END: lambda r: EndRecord(),
+    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3])),
+    wire.KPATH: _kernel_path,
+    wire.KBUSY: _kernel_busy,
+    wire.KNAMES: _kernel_names,
+    wire.KCOUNTS: _kernel_counts,
 }
 
 

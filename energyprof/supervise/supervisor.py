@@ -103,11 +103,6 @@ class Supervisor:
             self.status = self._wait(self.pid, inbox, launch, feed)
             feed.program_ended = True
             collector.stop()
-            if o.gpu_kernels:  # the program's traces, read before the spool folder goes
-                from ..collect.kernels.capture import read_spans
-                from ..collect.kernels.capture import read_traces
-
-                self.kernel_traces = (*read_traces(spool), read_spans(spool) if o.gpu_kernel_steps else None)
         finally:
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
@@ -180,13 +175,13 @@ class Supervisor:
             ledger.note_process(p.pid, exit=p.exit)
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
         self._tie_gpus(ledger, feed, collector)
-        profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
-                                notes=run_notes(self.options, [*collector.notes, *feed.notes]),
-                                peak_rss_exact_bytes=peak)
-        if self.options.gpu_kernels:
-            from ..collect.kernels.capture import attach_kernels
+        from ..collect.kernels.capture import kernel_split
 
-            attach_kernels(profile, ledger, getattr(self, "kernel_traces", None), collector)
+        # the kernels the program reduced, split before the tree is built: samples and kernels build it together
+        split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
+        profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
+                                notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
+                                peak_rss_exact_bytes=peak, gpu=split)
         profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock
         if self.options.watch_cache:
             self._watch_cache("end")

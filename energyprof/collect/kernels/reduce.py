@@ -1,0 +1,319 @@
+"""One profiler cycle's events, in memory, reduced to what attribution needs: per launch path and
+device, the GPU's busy time per short bucket, and the top kernels' names. No JSON.
+
+Runs inside the program at the end of each cycle of the PyTorch profiler (agent/kernel_capture.py),
+on `prof.profiler.kineto_results.events()`. What each event gives (torch 2.13, `_KinetoEvent`):
+`name()`, `activity_type()` (`cpu_op`, `python_function`, `cuda_runtime`, `kernel`, `gpu_memcpy`,
+...), `device_type()`, `device_index()`, `device_resource_id()` (a CPU event's OS thread id; a device
+record's stream), `start_ns()`/`end_ns()` (Unix ns), `correlation_id()`, `linked_correlation_id()`,
+`sequence_nr()`, `fwd_thread_id()`, `start_thread_id()` (the profiler's own thread id, 1, 2, ...),
+`python_id()` and `python_parent_id()`. `stack()` is empty on a CPU build, so Python stacks are
+rebuilt from the `python_function` events and their parents.
+
+Launch path of a device record: its runtime call (same correlation id) on its OS thread at its
+start; the innermost operator holding it there; that operator's tree path from core/autograd.py
+(a forward op: its Python stack then its operator chain; a backward op on autograd's thread: the
+frames of the thread that called backward() > `[backward]` > the forward op's stack and chain >
+the backward ops). Where no operator holds the call: the Python stack there, then the call.
+
+Busy time per bucket: each instant with k records busy on a device gives each 1/k of it (as
+core/kernels.py splits energy), summed per (path, device, bucket). The sum over paths in a bucket is
+the device's busy union there. Memory and output grow with paths x buckets, not with kernels.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any, Callable, Iterable, Sequence
+
+from ...core.autograd import Autograd, Op
+from ...core.kernels import OPERATOR_NODE, UNLAUNCHED_NODE, Frame
+from ...record import field, record
+
+BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
+TOP_NAMES = 10
+DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "memcpy": "memcpy",
+                "memset": "memset"}
+RUNTIME_KINDS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "privateuse1_runtime"}
+OP_KINDS = {"cpu_op", "user_annotation"}
+NOT_FRAMES = ("<built-in ", "nn.Module: ")  # C calls named with an address, module marks: not frames
+SKIP_FILES = ("runpy", "<frozen runpy>")
+
+Path = tuple[Frame, ...]
+# Frames running when the cycle began, by (code name, current line): [(file, first line)], for the
+# profiler names such a frame by its current line (`train.py(50): train`), not its first.
+Running = dict[tuple[str, int], list[tuple[str, int]]]
+
+
+@record
+class PathFigures:
+    """One launch path on one device over one cycle."""
+
+    busy: dict[int, float] = field(default_factory=dict)  # bucket index (t // BUCKET_NS) -> shared busy ns
+    names: dict[str, list[float]] = field(default_factory=dict)  # kernel name -> [count, time ns]
+
+
+@record
+class Cycle:
+    """A cycle reduced: its span on energyprof's clock (perf_counter_ns) and its figures."""
+
+    t0: int
+    t1: int  # the later of the cycle's end and its last device record's end
+    bucket_ns: int
+    figures: dict[tuple[Path, int], PathFigures]  # (path, device) -> figures
+    counts: dict[str, int]  # what could not be placed or linked, by reason
+    records: int = 0  # device records seen
+
+
+def parse_python_name(name: str) -> Frame:
+    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole."""
+    head, sep, func = name.partition("): ")
+    if sep:
+        file, paren, line = head.rpartition("(")
+        if paren and line.isdigit():
+            return (func, file, int(line))
+    return (name, "", 0)
+
+
+def running_frames(frames: Iterable[Any]) -> Running:
+    """The frames running now (`sys._current_frames().values()`), keyed for `reduce`."""
+    out: Running = {}
+    for f in frames:
+        while f is not None:
+            code = f.f_code
+            entry = (code.co_filename, code.co_firstlineno)
+            lst = out.setdefault((code.co_name, f.f_lineno), [])
+            if entry not in lst:
+                lst.append(entry)
+            f = f.f_back
+    return out
+
+
+def _first_line(frame: Frame, running: Running) -> Frame:
+    fn, file, line = frame
+    for full, first in running.get((fn, line), ()):
+        if full == file or (file and full.endswith(("/" + file, "\\" + file))):
+            return (fn, file, first)
+    return frame
+
+
+def _keep(frame: Frame, package: str) -> bool:
+    file = frame[1]
+    return not (file in SKIP_FILES or file.endswith("/runpy.py") or file.startswith("energyprof/")
+                or (bool(package) and file.startswith(package)))
+
+
+class _Nest:
+    """One thread's spans (start, end, key), for 'the innermost span holding t'."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        self.starts = [s[0] for s in spans]
+        self.spans = spans
+        self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
+        open_: list[int] = []
+        for i, (a, b, _) in enumerate(spans):
+            while open_ and spans[open_[-1]][1] < a:
+                open_.pop()
+            self.outer.append(open_[-1] if open_ else -1)
+            open_.append(i)
+
+    def at(self, t: int) -> int | None:
+        k = bisect.bisect_right(self.starts, t) - 1
+        while k >= 0:
+            if self.spans[k][1] >= t:
+                return self.spans[k][2]
+            k = self.outer[k]
+        return None
+
+
+def _get(ev: Any, name: str, default: Any = None) -> Any:
+    attr = getattr(ev, name, None)
+    if attr is None:
+        return default
+    try:
+        return attr() if callable(attr) else attr
+    except Exception:  # noqa: BLE001 - a field this torch does not fill
+        return default
+
+
+def _kind_name(v: Any) -> str:
+    return str(getattr(v, "name", v)).rsplit(".", 1)[-1].upper()
+
+
+def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
+                  package: str = "", bucket_ns: int = BUCKET_NS) -> Cycle:
+    """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
+    [t0, t1] is the cycle's span on that clock."""
+    running = running or {}
+    py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
+    py_spans: dict[int, list[tuple[int, int, int]]] = {}
+    ops: list[Op] = []
+    op_os: dict[int, int] = {}  # op id -> OS thread
+    op_spans: dict[int, list[tuple[int, int, int]]] = {}
+    prof_to_os: dict[int, int] = {}
+    runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
+    op_by_corr: dict[int, int] = {}
+    device: list[tuple[int, str, str, int, int, int, int]] = []
+    first_py: int | None = None
+    for ev in events:
+        kind = str(_get(ev, "activity_type", ""))
+        start, end = int(_get(ev, "start_ns", 0)), int(_get(ev, "end_ns", 0))
+        if kind == "python_function" or _get(ev, "is_python_function", False):
+            pid = int(_get(ev, "python_id", -1))
+            name = str(_get(ev, "name", ""))
+            frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
+            tid = int(_get(ev, "device_resource_id", 0))
+            py[pid] = (frame, int(_get(ev, "python_parent_id", -1)), tid)
+            py_spans.setdefault(tid, []).append((start, end, pid))
+            first_py = start if first_py is None else min(first_py, start)
+        elif kind in OP_KINDS:
+            oid = len(ops)
+            tid = int(_get(ev, "device_resource_id", 0))
+            ptid = int(_get(ev, "start_thread_id", 0))
+            prof_to_os.setdefault(ptid, tid)
+            ops.append(Op(oid, str(_get(ev, "name", "")), ptid, start, end, int(_get(ev, "sequence_nr", -1)),
+                          int(_get(ev, "fwd_thread_id", 0))))
+            op_os[oid] = tid
+            op_spans.setdefault(tid, []).append((start, end, oid))
+            corr = int(_get(ev, "correlation_id", 0))
+            if corr:
+                op_by_corr[corr] = oid
+        elif kind in RUNTIME_KINDS:
+            runtime[int(_get(ev, "correlation_id", 0))] = (int(_get(ev, "device_resource_id", 0)), start,
+                                                           str(_get(ev, "name", "")))
+        elif kind in DEVICE_KINDS and _kind_name(_get(ev, "device_type", "")) != "CPU":
+            device.append((int(_get(ev, "device_index", 0)), str(_get(ev, "name", "")), DEVICE_KINDS[kind], start,
+                           end, int(_get(ev, "correlation_id", 0)), int(_get(ev, "linked_correlation_id", 0))))
+    counts: dict[str, int] = {}
+    # Python stacks, memoised per python id; frames already running when the cycle began (stamped at
+    # its start) are named by their first line, as the sampler names them
+    early = (first_py or 0) + 1_000_000
+    starts = {pid: s for spans in py_spans.values() for s, _, pid in spans}
+    stacks: dict[int, Path] = {-1: ()}
+
+    def py_stack(pid: int) -> Path:
+        chain = []
+        cur = pid
+        while cur not in stacks and cur in py:
+            chain.append(cur)
+            cur = py[cur][1]
+        base = stacks.get(cur, ())
+        for p in reversed(chain):
+            frame = py[p][0]
+            if frame is not None and _keep(frame, package):
+                if starts.get(p, early + 1) <= early:
+                    frame = _first_line(frame, running)
+                base = base + (frame,)
+            stacks[p] = base
+        return stacks.get(pid, ())
+
+    py_nest = {t: _Nest(s) for t, s in py_spans.items()}
+
+    def frames_on(os_tid: int, t: int) -> Path:
+        nest = py_nest.get(os_tid)
+        pid = nest.at(t) if nest is not None else None
+        return py_stack(pid) if pid is not None else ()
+
+    ops = [Op(o.id, o.name, o.tid, o.start_ns, o.end_ns, o.seq, o.fwd_tid, frames_on(op_os[o.id], o.start_ns))
+           for o in ops]
+    auto = Autograd(ops, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
+    for reason, n in auto.links.unlinked.items():
+        counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
+    op_nest = {t: _Nest(s) for t, s in op_spans.items()}
+    paths: dict[tuple[int, int], Path] = {}  # (kind of key, key) -> path, per cycle
+
+    def launch_path(corr: int, linked: int) -> Path:
+        rt = runtime.get(corr)
+        if rt is not None:
+            tid, t, rname = rt
+            nest = op_nest.get(tid)
+            oid = nest.at(t) if nest is not None else None
+            if oid is not None:
+                key = (0, oid)
+                if key not in paths:
+                    paths[key] = _op_path(auto, oid)
+                return paths[key]
+            stack = frames_on(tid, t)
+            return stack + ((rname, "", 0),) if stack else ((OPERATOR_NODE, "", 0), (rname, "", 0))
+        oid = op_by_corr.get(linked) if linked else None
+        if oid is not None:
+            counts["launch found by its operator (no runtime call)"] = counts.get(
+                "launch found by its operator (no runtime call)", 0) + 1
+            return _op_path(auto, oid)
+        counts["device record with no launch in the cycle"] = counts.get("device record with no launch in the cycle", 0) + 1
+        return ((UNLAUNCHED_NODE, "", 0),)
+
+    figures: dict[tuple[Path, int], PathFigures] = {}
+    by_device: dict[int, list[tuple[int, int, Path, str]]] = {}
+    last_end = t1
+    for dev, name, _, s, e, corr, linked in device:
+        if e < s:
+            continue
+        path = launch_path(corr, linked)
+        s, e = s - unix_minus_perf, e - unix_minus_perf
+        last_end = max(last_end, e)
+        by_device.setdefault(dev, []).append((s, e, path, name))
+        fig = figures.setdefault((path, dev), PathFigures())
+        n = fig.names.setdefault(name, [0, 0.0])
+        n[0] += 1
+        n[1] += e - s
+    for dev, recs in by_device.items():
+        _share_busy(recs, dev, figures, bucket_ns)
+    for fig in figures.values():
+        if len(fig.names) > TOP_NAMES:
+            top = sorted(fig.names.items(), key=lambda kv: -kv[1][1])
+            kept = dict(top[:TOP_NAMES])
+            rest = top[TOP_NAMES:]
+            kept[f"[{len(rest)} other kernel names]"] = [sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)]
+            fig.names = kept
+    return Cycle(t0, max(t1, last_end), bucket_ns, figures, counts, len(device))
+
+
+def _op_path(auto: Autograd, oid: int) -> Path:
+    return auto.path(oid)
+
+
+def _share_busy(recs: list[tuple[int, int, Path, str]], dev: int, figures: dict[tuple[Path, int], PathFigures],
+                bucket_ns: int) -> None:
+    """Each instant's busy time shared among the records busy then (1/k each), per path and bucket."""
+    points: dict[int, list[tuple[int, int]]] = {}
+    for i, (s, e, _, _) in enumerate(recs):
+        if e > s:
+            points.setdefault(s, []).append((1, i))
+            points.setdefault(e, []).append((0, i))
+    order = sorted(points)
+    active: dict[int, None] = {}
+    for a, b in zip(order, order[1:]):
+        for kind, i in points[a]:
+            if kind == 0:
+                active.pop(i, None)
+        for kind, i in points[a]:
+            if kind == 1:
+                active[i] = None
+        if not active:
+            continue
+        k = len(active)
+        targets = [figures[(recs[i][2], dev)].busy for i in active]
+        t = a
+        while t < b:  # the segment cut at bucket edges
+            bucket = t // bucket_ns
+            u = min(b, (bucket + 1) * bucket_ns)
+            share = (u - t) / k
+            for busy in targets:
+                busy[bucket] = busy.get(bucket, 0.0) + share
+            t = u
+
+
+def fold_names(into: dict[str, list[float]], names: dict[str, Sequence[float]], keep: int = 4 * TOP_NAMES) -> None:
+    """Kernel names of a cycle added to a running table, kept to the `keep` longest (bounded by lines)."""
+    for name, (count, time_ns) in names.items():
+        cur = into.setdefault(name, [0, 0.0])
+        cur[0] += count
+        cur[1] += time_ns
+    if len(into) > keep:
+        for name, _ in sorted(into.items(), key=lambda kv: kv[1][1])[: len(into) - keep]:
+            del into[name]
+
+
+Sink = Callable[[Cycle], None]
