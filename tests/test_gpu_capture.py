@@ -222,3 +222,165 @@ def test_spool_records_of_a_cycle_fold_as_the_cycle_itself(tmp_path):
             read.add_counts(r.counts)
     assert read.busy == direct.busy and read.spans == direct.spans and read.counts == direct.counts
     assert read.names == direct.names and read.records == direct.records == 8
+
+
+def test_real_profiler_events_give_the_launch_path_with_first_lines():
+    """Real torch.profiler events (CPU build, with_stack=True) with one runtime call and kernel added
+    inside the real `aten::addmm`: the reduction rebuilds the Python stack from the python_function
+    events' parents, drops C calls and module marks, and names `train`, which was running when the
+    profiler started (the profiler names it by its current line), by its first line, as the sampler does."""
+    torch = pytest.importorskip("torch")
+    import sys
+    from pathlib import Path
+
+    from torch.profiler import ProfilerActivity, profile
+
+    from energyprof.collect.kernels.reduce import running_frames
+    from kineto_events import CUDA, Event
+
+    lin = torch.nn.Linear(8, 8)
+
+    def forward(x):
+        return lin(x).relu()
+
+    def train():
+        x = torch.randn(4, 8)
+        prof = profile(activities=[ProfilerActivity.CPU], with_stack=True)
+        running, _ = running_frames(sys._current_frames().values()), prof.start()  # one line: as the capture does
+        for _ in range(2):
+            forward(x).sum()
+        prof.stop()
+        return prof, running
+
+    prof, running = train()
+    events = list(prof.profiler.kineto_results.events())
+    addmm = [e for e in events if e.name() == "aten::addmm"][1]
+    mid = addmm.start_ns() + 1  # inside addmm, before any op nested in it
+    events += [Event(activity_type="cuda_runtime", name="cudaLaunchKernel", start_ns=mid, end_ns=mid + 1000,
+                     device_resource_id=addmm.device_resource_id(), correlation_id=777),
+               Event(activity_type="kernel", name="gemm", device_type=CUDA, start_ns=mid + 5000, end_ns=mid + 15000,
+                     correlation_id=777)]
+    here = Path(__file__).name
+    first, fwd = train.__code__.co_firstlineno, forward.__code__.co_firstlineno
+    for given, want in ((running, first), ({}, None)):
+        c = reduce_events(events, unix_minus_perf=0, t0=mid, t1=mid + 20000, running=given)
+        ((path, dev),) = c.figures
+        assert dev == 0 and path[-2:] == (("aten::linear", "", 0), ("aten::addmm", "", 0))
+        names = [(f[0], Path(f[1]).name, f[2]) for f in path]
+        assert ("forward", here, fwd) in names
+        assert not [f for f in path if f[0].startswith(("<built-in", "nn.Module"))]
+        (line,) = [f[2] for f in names if f[:2] == ("train", here)]
+        if want is not None:
+            assert line == want
+        else:
+            assert line > first  # the profiler's own name: the current line (the `with profile` line)
+
+
+def test_capture_cpu_is_charged_to_energyprof(monkeypatch):
+    """What the capture spends on the program's thread (starting, stepping, reducing, stopping) is handed
+    to the sampler as energyprof's own CPU, and the sampler's ticks carry it as such."""
+    pytest.importorskip("torch")
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from energyprof.agent import sampler
+    from energyprof.agent.kernel_capture import KernelCapture
+
+    charged = []
+    monkeypatch.setattr(sampler, "charge_own", charged.append)
+    cap = KernelCapture(KernelFold(), activities=[ProfilerActivity.CPU])
+    cap.start()
+    x = torch.randn(16, 16)
+    for _ in range(3):
+        x = (x @ x).tanh()
+    cap.stop()
+    assert charged and sum(charged) == cap.cost_ns > 0
+    monkeypatch.undo()
+
+    class Sink:
+        def __init__(self):
+            self.own = []
+
+        def tick(self, t0, t1, proc, own, rss):
+            self.own.append(own)
+
+        def __getattr__(self, name):
+            return lambda *a, **k: 0
+
+    sink = Sink()
+    s = sampler.Sampler(sink, 0.005, sampler.View(), rss=False)
+    s.start()
+    while len(sink.own) < 2:
+        time.sleep(0.005)
+    before = sink.own[-1]
+    sampler.charge_own(10**9)
+    n = len(sink.own)
+    while len(sink.own) < n + 2:
+        time.sleep(0.005)
+    s.stop()
+    sampler._charged[0] -= 10**9
+    assert sink.own[-1] - before >= 10**9  # the charged second, on top of the sampler's own CPU
+
+
+def test_profiler_warnings_and_kineto_lines_stay_off_the_programs_stderr(tmp_path):
+    """A torch program that writes to stderr itself, under plain python and under energyprof with the
+    capture on a schedule (which makes torch warn "Profiler clears events at the end of each cycle" and
+    Kineto print its `profiler_start` lines): the same stderr."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    from conftest import run_cli
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import sys, torch\nimport energyprof.torch as ept\nx = torch.randn(16, 16)\n"
+                      "for _ in ept.track(list(range(9))):\n    x = (x @ x).tanh()\n"
+                      "sys.stderr.write('mine\\n')\nprint('done')\n")
+    plain = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    r = run_cli(["--gpu-kernels", "--gpu-kernel-steps", "3:2", "--power-trace", str(tmp_path / "p.csv"), "-q",
+                 "--json", str(tmp_path / "o.json"), str(script)], tmp_path, env={"ENERGYPROF_DEV_ROOT": str(tmp_path)})
+    assert plain.returncode == r.returncode == 0, r.stderr
+    assert plain.stderr == "mine\n" and r.stderr == plain.stderr and r.stdout == plain.stdout
+    from energyprof.facts.profile import load
+
+    (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
+    assert note.extra["cycles"] == 3
+
+
+def test_no_gpu_kernels_flag_exists_and_turns_the_capture_off(tmp_path):
+    from conftest import run_cli
+    from energyprof.facts.profile import load
+
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    script = tmp_path / "prog.py"
+    script.write_text("print('done')\n")
+    r = run_cli(["--no-gpu-kernels", "--power-trace", str(tmp_path / "p.csv"), "-q", "--json", str(tmp_path / "o.json"),
+                 str(script)], tmp_path)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+    (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
+    assert "--no-gpu-kernels" in note.message and "where Python waited" in note.message
+    r = run_cli(["--gpu-kernels", "--no-gpu-kernels", "--gpu-kernel-steps", "3:1", "-q", str(script)], tmp_path)
+    assert r.returncode == 2 and "--gpu-kernel-steps" in r.stderr
+
+
+def test_on_by_default_only_where_the_program_uses_cuda_through_torch(tmp_path):
+    """Without a flag the capture is armed, not started: a program that never touches torch loads
+    nothing of it; on this CPU machine a torch program never initialises CUDA, so it stays off and the
+    report says its GPU figures are where Python waited."""
+    from conftest import run_cli
+    from energyprof.facts.profile import load
+
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    script = tmp_path / "prog.py"
+    script.write_text("import sys\nprint(sorted(m for m in ('torch', 'energyprof.agent.kernel_capture',"
+                      " 'energyprof.collect.kernels.reduce') if m in sys.modules))\n")
+    r = run_cli(["--power-trace", str(tmp_path / "p.csv"), "-q", "--json", str(tmp_path / "o.json"), str(script)],
+                tmp_path)
+    assert r.returncode == 0 and r.stdout == "[]\n", r.stderr
+    (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
+    assert "where Python waited" in note.message and "did not run" in note.message

@@ -305,17 +305,55 @@ def _kernel(name, start_ms, dur_ms, python, ops=("aten::mm",), device=0):
                          python=tuple(python), operators=tuple(ops))
 
 
-def test_regraft_moves_the_gpu_joules_from_the_sync_point_to_the_launching_line():
-    from energyprof.core.gpu_tree import regraft
+def fold_of(kernels, spans):
+    """The fold the program's reduction gives for these kernels, over these profiled spans."""
+    from energyprof.collect.kernels.reduce import PathFigures, _share_busy
+    from energyprof.core.gpu_tree import KernelFold
 
+    figures, by_dev = {}, {}
+    for k in kernels:
+        fig = figures.setdefault((k.stack, k.device), PathFigures())
+        n = fig.names.setdefault(k.name, [0, 0.0])
+        n[0] += 1
+        n[1] += k.duration_ns
+        by_dev.setdefault(k.device, []).append((k.start_ns, k.end_ns, k.stack, k.name))
+    for d, recs in by_dev.items():
+        _share_busy(recs, d, figures, MS)
+    fold = KernelFold()
+    for a, b in spans:
+        fold.add_cycle(a, b, 0)
+    fold.records = len(kernels)
+    for (p, d), f in figures.items():
+        fold.add_busy(p, d, MS, f.busy)
+        fold.add_names(p, d, f.names)
+    return fold
+
+
+def graft_into(prof, kernels, power, period_ns, spans=None):
+    """The kernels grafted into a hand-built tree, as build_profile grafts them into the tree it builds."""
+    from energyprof.core.gpu_tree import graft, split_kernels
+
+    if spans is None:
+        spans = [(min(a for iv in power.values() for a, _, _ in iv), max(b for iv in power.values() for _, b, _ in iv))]
+    split = split_kernels(fold_of(kernels, spans), power, {d: period_ns for d in power},
+                          sources=[s.id for s in prof.sources])
+    if split is None:
+        return None
+    notes, extra = graft(prof.root, split)
+    prof.root.fill_inclusive()
+    prof.notes.extend(notes)
+    prof.extra.update(extra)
+    return split
+
+
+def test_kernels_move_the_gpu_joules_from_the_sync_point_to_the_launching_line():
     prof = _sampled_profile()
     # the profiler's names: code name, path less its sys.path entry, a module frame's current line
     fwd_path = [("<module>", "train.py", 42), ("train", "train.py", 5), ("forward", "model.py", 20)]
     kernels = [_kernel("gemm", 10, 30, fwd_path), _kernel("gemm", 50, 10, fwd_path),
                _kernel("copy", 90, 10, fwd_path[:2] + [("item_wait", "train.py", 30)], ops=("aten::item",))]
     # 100 ms at a flat 100 W: 10 J measured; the tree held 10 J of it for the program (5 J more is idle's)
-    regraft(prof, kernels, {0: [(0, 100 * MS, 10.0)]}, period_ns=20 * MS)
-    prof.root.fill_inclusive()
+    graft_into(prof, kernels, {0: [(0, 100 * MS, 10.0)]}, period_ns=20 * MS)
     fwd = prof.find("Net.forward")
     assert len(fwd) == 1 and not prof.find("forward")  # the kernel met the sampled frame
     assert fwd[0].energy_j["gpu:0"] == pytest.approx(4.0)  # 40 ms busy of 100 ms of the program's 10 J
@@ -332,53 +370,71 @@ def test_regraft_moves_the_gpu_joules_from_the_sync_point_to_the_launching_line(
     assert gpu["devices"]["0"]["busy_s"] == pytest.approx(0.05)
 
 
-def test_regraft_without_a_matching_gpu_source_keeps_the_wall_time_rule():
-    from energyprof.core.gpu_tree import regraft
-
+def test_kernels_without_a_matching_gpu_source_keep_the_wall_time_rule():
     prof = _sampled_profile()
-    regraft(prof, [_kernel("gemm", 10, 30, [("f", "x.py", 1)], device=3)], {3: [(0, 100 * MS, 10.0)]}, period_ns=0)
+    split = graft_into(prof, [_kernel("gemm", 10, 30, [("f", "x.py", 1)], device=3)], {3: [(0, 100 * MS, 10.0)]},
+                       period_ns=0)
+    assert split is None
     assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
-    assert any(n.kind == "gpu-wall-time" for n in prof.notes)
 
 
 # ---------------------------------------------------------------- --gpu-kernels: the in-process capture, on the CPU
 
-def test_capture_writes_a_trace_whose_clock_meets_perf_counter(tmp_path):
-    """The capture the agent starts, run here with the CPU activity only (no GPU on this machine):
-    its trace and clock pair put a record_function's span inside the perf_counter bracket taken
-    around it. The margin (1 ms) is far above the clocks' measured agreement (a few us) and far
-    below any offset error (the clocks differ by decades)."""
+def test_in_memory_events_are_on_the_unix_clock_that_clock_offset_ties_to_perf_counter():
+    """The events the capture reduces (kineto_results.events(), no JSON) are stamped in Unix ns: taken
+    back by `clock_offset`, a record_function's span lies inside the perf_counter bracket taken around
+    it. The margin (1 ms) is far above the clocks' agreement (a few us), far below any offset error."""
     pytest.importorskip("torch")
     import time
 
-    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import ProfilerActivity, profile, record_function
 
-    from energyprof.agent.kernel_capture import CLOCK_SUFFIX
-    from energyprof.agent.kernel_capture import KernelCapture
-    from energyprof.collect.kernels.capture import read_traces
-
-    cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU])
-    cap.start()
     brackets = []
-    for i in range(3):
-        a = time.perf_counter_ns()
-        with record_function(f"mark{i}"):
-            sum(range(20_000))
-        brackets.append((a, time.perf_counter_ns()))
-    path = cap.stop()
-    assert cap.stop() is None  # once (atexit calls it again)
-    assert path and Path(path).exists() and Path(path[: -len(".kineto.json")] + CLOCK_SUFFIX).exists()
-    kernels, notes, err, read = read_traces(str(tmp_path))
-    assert kernels == [] and notes == [] and read == 1 and 0 <= err < 1_000_000  # a CPU run has no device record
-    doc = json.loads(Path(path).read_text())
-    clock = json.loads(Path(path[: -len(".kineto.json")] + CLOCK_SUFFIX).read_text())
-    shift = int(doc.get("baseTimeNanoseconds", 0)) - clock["unix_minus_perf_ns"]
-    marks = {e["name"]: e for e in doc["traceEvents"] if str(e.get("name", "")).startswith("mark")}
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(3):
+            a = time.perf_counter_ns()
+            with record_function(f"mark{i}"):
+                sum(range(20_000))
+            brackets.append((a, time.perf_counter_ns()))
+    offset, err = clock_offset()
+    marks = {e.name(): e for e in prof.profiler.kineto_results.events() if e.name().startswith("mark")}
     for i, (a, b) in enumerate(brackets):
         e = marks[f"mark{i}"]
-        s = round(e["ts"] * 1000) + shift
-        t = s + round(e["dur"] * 1000)
-        assert a - MS <= s <= t <= b + MS
+        assert a - MS <= e.start_ns() - offset <= e.end_ns() - offset <= b + MS
+    assert 0 <= err < MS
+
+
+def test_capture_reduces_each_cycle_in_memory_and_writes_no_file(tmp_path, monkeypatch):
+    """The capture the agent starts, with the CPU activity only (no GPU here): the whole-run cycle ends
+    at stop, is reduced into the sink (no device record: no figures), its span on perf_counter_ns
+    around the work, and no file is written anywhere."""
+    pytest.importorskip("torch")
+    import time
+
+    import torch
+
+    from torch.profiler import ProfilerActivity
+
+    from energyprof.agent.kernel_capture import KernelCapture
+    from energyprof.core.gpu_tree import KernelFold
+
+    monkeypatch.chdir(tmp_path)
+    fold = KernelFold()
+    cap = KernelCapture(fold, activities=[ProfilerActivity.CPU])
+    a = time.perf_counter_ns()
+    cap.start()
+    x = torch.randn(32, 32)
+    for _ in range(5):
+        x = (x @ x).tanh()
+    cap.stop()
+    b = time.perf_counter_ns()
+    cap.stop()  # once (atexit calls it again)
+    assert cap.failed is None and cap.cycles == 1 and fold.cycles == 1
+    (span,) = fold.spans
+    assert a <= span[0] <= span[1] <= b
+    assert not fold and fold.records == 0  # a CPU build records no device record
+    assert cap.cost_ns > 0  # what the reduction cost, charged to energyprof
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_gpu_kernels_without_a_gpu_is_one_line_and_exit_2_before_the_program(tmp_path):
@@ -394,22 +450,13 @@ def test_gpu_kernels_without_a_gpu_is_one_line_and_exit_2_before_the_program(tmp
     assert not marker.exists()
 
 
-def test_attach_without_kernels_keeps_the_wall_time_rule_and_says_so():
-    from energyprof.collect.kernels.capture import attach_kernels
-
-    prof = _sampled_profile()
-    attach_kernels(prof, ledger=None, traces=([], [], 0, 0), collector=None)
-    assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
-    (note,) = [n for n in prof.notes if n.kind == "gpu-wall-time"]
-    assert "wall time" in note.message
-
-
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
     """The whole in-process path on this GPU-less machine: a fake device node lets the flag through;
     the agent starts the real profiler in the program (CUDA activity asked, torch CPU disables it),
-    the trace reaches the supervisor through the spool, and with no kernel in it the wall-time rule
-    stays, said in a note. The program's own output is unchanged."""
+    its cycle is reduced in the program and reaches the supervisor through the spool, and with no
+    kernel in it the wall-time rule stays, said in a note. The program's own output and stderr are
+    unchanged: torch's profiler warnings and Kineto's log lines stay off it."""
     pytest.importorskip("torch")
     from conftest import run_cli
     from energyprof.facts.profile import load
@@ -424,22 +471,22 @@ def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
                  "-o", str(tmp_path / "o.html"), str(script)], tmp_path, env={"ENERGYPROF_DEV_ROOT": str(tmp_path)})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "done 64"
+    assert r.stderr == ""
     p = load(tmp_path / "o.json")
     notes = [n for n in p.notes if n.kind == "gpu-wall-time"]
-    assert len(notes) == 1 and "found no kernel" in notes[0].message and notes[0].extra["traces"] == 1
+    assert len(notes) == 1 and "held no GPU kernel" in notes[0].message and notes[0].extra["cycles"] == 1
+    assert "where Python waited" in notes[0].message
     assert p.totals.energy_j["gpu:0"] > 0
     assert "gpu_kernels" not in p.extra
 
 
-def test_regraft_meets_a_region_profile_whose_outer_frames_were_cut():
-    from energyprof.core.gpu_tree import regraft
-
+def test_kernels_meet_a_region_profile_whose_outer_frames_were_cut():
     prof = _sampled_profile()
     module = prof.root.children[0]
     prof.root.children[0:1] = module.children  # a region's profile: `train` is the top frame
     prof.root.fill_inclusive()
     outer = [("<module>", "run.py", 3), ("main", "run.py", 10), ("train", "train.py", 5), ("forward", "model.py", 20)]
-    regraft(prof, [_kernel("gemm", 0, 50, outer)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0)
+    graft_into(prof, [_kernel("gemm", 0, 50, outer)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0)
     assert [n.function for n in prof.root.children if not n.is_special][:1] == ["train"]
     assert not prof.find("main")
     (fwd,) = prof.find("Net.forward")
@@ -479,12 +526,11 @@ def test_api_gpu_kernels_runs_the_profiler_in_process(tmp_path, monkeypatch):
     assert isinstance(work(), float)
     p = load(out)
     (note,) = [n for n in p.notes if n.kind == "gpu-wall-time"]
-    assert note.extra["traces"] == 1
+    assert note.extra["cycles"] == 1
     assert p.totals.energy_j["gpu:0"] > 0
 
 
-def test_regraft_on_a_decorated_function_profile_lands_on_the_root():
-    from energyprof.core.gpu_tree import regraft
+def test_kernels_on_a_decorated_function_profile_land_on_the_root():
     from energyprof.facts.profile import Node
     from energyprof.facts.profile import Profile
     from energyprof.facts.profile import Source
@@ -496,14 +542,14 @@ def test_regraft_on_a_decorated_function_profile_lands_on_the_root():
     prof = Profile(meta={}, sources=[Source(id="gpu:0", component="gpu:0")], totals=Totals(energy_j={"gpu:0": 3.0}),
                    root=root)
     path = [("<module>", "run.py", 1), ("wrapper", "energyprof/drive/api.py", 150), ("train_step", "train.py", 7)]
-    regraft(prof, [_kernel("gemm", 0, 100, path)], {0: [(0, 100 * MS, 5.0)]}, period_ns=0)
+    graft_into(prof, [_kernel("gemm", 0, 100, path)], {0: [(0, 100 * MS, 5.0)]}, period_ns=0)
     kids = {c.function: c for c in prof.root.children}
     assert set(kids) == {"helper", "aten::mm", GPU_IDLE_NODE}  # the launch sat in train_step's own body
     assert kids["aten::mm"].energy_j["gpu:0"] == pytest.approx(3.0)  # all busy: the whole 3 J the tree held
     assert kids["helper"].energy_j["gpu:0"] == 0.0 and prof.root.energy_j["gpu:0"] == pytest.approx(3.0)
 
 
-def test_attach_kernels_to_a_folded_run_uses_the_timeline_power(tmp_path):
+def test_kernels_in_a_folded_run_use_the_timeline_power(tmp_path):
     """The supervisor's step on a real fold (Ledger, timeline, build_profile) of a replayed run: the
     main thread sat in `sync` the whole second, so the wall-time rule gave it all the GPU's energy;
     the kernels, launched from `forward` and `backward`, take it by their busy time at the power of
@@ -512,7 +558,7 @@ def test_attach_kernels_to_a_folded_run_uses_the_timeline_power(tmp_path):
     from energyprof.core.ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
     from energyprof.core.recording import Recording, Sample, Tick
     from energyprof.core.tree import build_profile
-    from energyprof.collect.kernels.capture import attach_kernels
+    from energyprof.collect.kernels.capture import kernel_split
 
     S = 1_000_000_000
     (tmp_path / "t.csv").write_text("t_s,cpu,gpu:0\n0,10,100\n0.5,10,300\n")
@@ -539,7 +585,9 @@ def test_attach_kernels_to_a_folded_run_uses_the_timeline_power(tmp_path):
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
     kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)]),
                _kernel("bwd_gemm", 600, 300, py + [("backward", "train.py", 40)])]
-    attach_kernels(prof, ledger, (kernels, [], 250, 1), collector=None)
+    split, notes = kernel_split(fold_of(kernels, [(0, S)]), ledger, None, ledger.sources)
+    split.clock_error_ns = 250
+    prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)  # 0.2 s x 100 W
     assert prof.find("backward")[0].energy_j["gpu:0"] == pytest.approx(90.0, rel=1e-9)  # 0.3 s x 300 W
     assert prof.find("sync")[0].energy_j["gpu:0"] == pytest.approx(0.0, abs=1e-12)

@@ -8,12 +8,12 @@ from types import SimpleNamespace
 
 import pytest
 
-from energyprof.core.gpu_tree import GPU_FIELD, clip_intervals, regraft
+from energyprof.core.gpu_tree import GPU_FIELD, clip_intervals
 from energyprof.core.kernels import GPU_IDLE_NODE
 from energyprof.setup.options import OptionError
 from energyprof.setup.options import Options
 from energyprof.setup.options import parse_kernel_steps
-from test_gpu_kernels import MS, _kernel, _sampled_profile
+from test_gpu_kernels import MS, _kernel, _sampled_profile, fold_of, graft_into
 
 
 def test_step_spec_is_parsed_and_bad_ones_refused():
@@ -38,8 +38,8 @@ def test_outside_the_windows_the_energy_stays_on_the_wall_time_rule():
     prof = copy.deepcopy(before)
     fwd_path = [("<module>", "train.py", 42), ("train", "train.py", 5), ("forward", "model.py", 20)]
     # 100 ms at a flat 100 W (10 J); the profiler ran over the first 50 ms, a kernel busy 30 ms of them
-    regraft(prof, [_kernel("gemm", 10, 30, fwd_path)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0, spans=[(0, 50 * MS)])
-    prof.root.fill_inclusive()
+    graft_into(prof, [_kernel("gemm", 10, 30, fwd_path)], {0: [(0, 100 * MS, 10.0)]}, period_ns=0, spans=[(0, 50 * MS)])
+
     def gpu(p, name):
         return p.find(name)[0].self_energy_j.get("gpu:0", 0.0)
 
@@ -51,24 +51,26 @@ def test_outside_the_windows_the_energy_stays_on_the_wall_time_rule():
     assert prof.root.energy_j["gpu:0"] == pytest.approx(before.root.energy_j["gpu:0"], rel=1e-12)  # conservation
     sched = prof.extra[GPU_FIELD]["schedule"]
     assert sched["profiled_share"]["0"] == pytest.approx(0.5) and sched["spans_ns"] == [[0, 50 * MS]]
-    (note,) = [n for n in prof.notes if n.kind == "gpu-kernels-schedule"]
+    (note,) = [n for n in prof.notes if n.kind == "gpu-kernels-split"]
     assert "1 window(s)" in note.message and "5.000 J" in note.message and "wall time" in note.message
+    assert "50.0%" in note.message
 
 
-def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps(tmp_path):
-    """A CPU loop of 12 steps under EVERY=4, ACTIVE=1, WINDOWS=2: two traces, holding steps 0 and 4
-    only, each with its span on perf_counter_ns around its own step."""
+def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps():
+    """A CPU loop of 12 steps under EVERY=4, ACTIVE=1, WINDOWS=2: the profiler's own schedule (a warm-up
+    step, then the active one) records steps 3 and 7 only, each cycle reduced at its end (no file), its
+    span on perf_counter_ns around its own step."""
     torch = pytest.importorskip("torch")
     import time
 
-    from torch.profiler import ProfilerActivity, record_function
+    from torch.profiler import ProfilerActivity
 
     from energyprof.agent import kernel_capture as gpu_kernels
     from energyprof.agent.kernel_capture import KernelCapture
-    from energyprof.collect.kernels.capture import read_spans
-    from energyprof.collect.kernels.capture import read_traces
+    from energyprof.core.gpu_tree import KernelFold
 
-    cap = KernelCapture(str(tmp_path), activities=[ProfilerActivity.CPU], steps="4:1:2")
+    fold = KernelFold()
+    cap = KernelCapture(fold, activities=[ProfilerActivity.CPU], steps="4:1:2")
     cap.start()
     gpu_kernels.register(cap)
     try:
@@ -77,35 +79,28 @@ def test_scheduled_capture_on_real_torch_records_only_the_scheduled_steps(tmp_pa
         for n in range(12):
             gpu_kernels.step()  # as energyprof.torch.track does at each step's start
             t0 = time.perf_counter_ns()
-            with record_function(f"step{n}"):
-                (a @ a).sum()
+            (a @ a).sum()
             marks[n] = (t0, time.perf_counter_ns())
         cap.stop()
     finally:
         gpu_kernels.register(None)
-    traces = sorted(tmp_path.glob("*.kineto.json"))
-    assert len(traces) == 2
-    seen = set()
-    for t in traces:
-        names = {e.get("name") for e in json.loads(t.read_text())["traceEvents"]}
-        seen |= {x for x in names if str(x).startswith("step")}
-    assert seen == {"step0", "step4"}
-    spans = read_spans(str(tmp_path))
-    assert len(spans) == 2
-    for (s, e), n in zip(spans, (0, 4)):
+    assert cap.failed is None and cap.cycles == 2 and fold.cycles == 2
+    assert len(fold.spans) == 2
+    for (s, e), n in zip(fold.spans, (3, 7)):
         assert s <= marks[n][0] and marks[n][1] <= e  # the window holds its step
-        assert e <= marks[n + 1][1]  # and closed at the next step's start
-    kernels, notes, _, read = read_traces(str(tmp_path))
-    assert read == 2 and kernels == [] and notes == []
+        assert marks[n - 1][1] <= s and e <= marks[n + 1][1]  # and no other
+    assert not fold  # a CPU build: no device record
 
 
-def test_no_marked_step_leaves_the_wall_time_rule_and_says_why():
-    from energyprof.collect.kernels.capture import attach_kernels
+def test_the_budget_halves_how_often_windows_come():
+    """A capture on by default keeps its CPU under its share of the loop's time: past it, EVERY doubles."""
+    from energyprof.agent.kernel_capture import KernelCapture
 
-    prof = _sampled_profile()
-    attach_kernels(prof, None, ([], [], 0, 0, []), None)
-    assert any(n.kind == "gpu-wall-time" and "no window" in n.message for n in prof.notes)
-    assert prof.find("item_wait")[0].self_energy_j["gpu:0"] == 9.0
+    cap = KernelCapture(None, every=100, active=3, budget=0.01)
+    cap.cycles, cap.cost_ns = 1, 30_000_000  # 30 ms a cycle
+    cap._loop_steps, cap._loop_ns = 10, 10 * 10_000_000  # steps of 10 ms: 1% of 100 steps is 10 ms
+    cap._keep_to_budget()
+    assert cap.every == 400  # 30 ms <= 1% of 400 x 10 ms
 
 
 def _program_nodes(p, script):
@@ -142,8 +137,9 @@ def test_scheduled_run_end_to_end_and_the_tree_without_the_flag(tmp_path):
     assert r.stdout.strip() == "done 32"
     on = load(tmp_path / "on.json")
     notes = [n for n in on.notes if n.kind == "gpu-wall-time"]
-    assert len(notes) == 1 and "found no kernel" in notes[0].message and notes[0].extra["traces"] == 2
-    r = run_cli([*common, "--json", str(tmp_path / "off.json"), str(script)], tmp_path, env=env)
+    assert len(notes) == 1 and "held no GPU kernel" in notes[0].message and notes[0].extra["cycles"] == 2
+    assert r.stderr == ""  # torch's profiler warnings and Kineto's lines: not on the program's stderr
+    r = run_cli([*common, "--no-gpu-kernels", "--json", str(tmp_path / "off.json"), str(script)], tmp_path, env=env)
     assert r.returncode == 0, r.stderr
     off = load(tmp_path / "off.json")
     assert {"forward", "load", "spin"} <= {f for f, _ in _program_nodes(off, script)}
@@ -194,12 +190,14 @@ def _folded_run(tmp_path):
 
 
 def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
-    from energyprof.collect.kernels.capture import attach_kernels
+    from energyprof.collect.kernels.capture import kernel_split
+    from energyprof.core.tree import build_profile
 
-    prof, ledger = _folded_run(tmp_path)
+    _, ledger = _folded_run(tmp_path)
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
     kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])]
-    attach_kernels(prof, ledger, (kernels, [], 0, 1, [(0, 500 * MS)]), collector=None)
+    split, notes = kernel_split(fold_of(kernels, [(0, 500 * MS)]), ledger, None, ledger.sources)
+    prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     # inside the window: 0.5 s x 100 W = 50 J of the 200 J, split: forward 0.2 s x 100 W, idle 30 J
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)
     assert prof.find(GPU_IDLE_NODE)[0].energy_j["gpu:0"] == pytest.approx(30.0, rel=1e-9)
@@ -222,16 +220,19 @@ def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
 def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path):
     """The driver's samples say 300 W in the first half and 100 W after (the ticks said the reverse):
     the forward kernel's 0.2 s in the first half takes 0.2 x 300 W; the device's 200 J is kept."""
-    from energyprof.collect.kernels.capture import attach_kernels
+    from energyprof.collect.kernels.capture import kernel_split
+    from energyprof.core.tree import build_profile
     from test_power_samples import SamplingNvml
     from test_nvml import FakeGpu, found
 
-    prof, ledger = _folded_run(tmp_path)
+    _, ledger = _folded_run(tmp_path)
     (sensor,) = found(SamplingNvml([FakeGpu()])).sensors
     sensor.samples.samples = [(k * 50 * MS, 300.0 if k < 10 else 100.0) for k in range(20)]  # as drained, on the run's clock
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
-    attach_kernels(prof, ledger, ([_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])], [], 0, 1),
-                   collector=SimpleNamespace(sensors=[sensor], interval_s=0.1))
+    kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])]
+    split, notes = kernel_split(fold_of(kernels, [(0, 1000 * MS)]), ledger,
+                                SimpleNamespace(sensors=[sensor], interval_s=0.1), ledger.sources)
+    prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     sensor.close()
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(60.0, rel=1e-9)
     assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0, rel=1e-12)
@@ -241,8 +242,8 @@ def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path
 
 @pytest.mark.filterwarnings("ignore:CUDA is not available")
 def test_api_schedule_reaches_the_in_process_profiler(tmp_path, monkeypatch):
-    """energy_profile(gpu_kernels=True, gpu_kernel_steps="3:1"): a tracked loop of 7 steps opens
-    windows at steps 0, 3 and 6, three traces; a loop outside track opens none and says so."""
+    """energy_profile(gpu_kernels=True, gpu_kernel_steps="3:1"): a tracked loop of 7 steps records
+    steps 2 and 5 (each after a warm-up step), two cycles; a loop outside track opens none and says so."""
     torch = pytest.importorskip("torch")
     import energyprof.torch as ept
     from energyprof import energy_profile
@@ -266,6 +267,6 @@ def test_api_schedule_reaches_the_in_process_profiler(tmp_path, monkeypatch):
                            gpu_kernel_steps="3:1", quiet=True)(lambda: loop(range(7)))
     assert isinstance(tracked(), float) and isinstance(plain(), float)
     (note,) = [n for n in load(tmp_path / "a.json").notes if n.kind == "gpu-wall-time"]
-    assert note.extra["traces"] == 3
+    assert note.extra["cycles"] == 2
     (note,) = [n for n in load(tmp_path / "b.json").notes if n.kind == "gpu-wall-time"]
-    assert "no window" in note.message
+    assert "no profiler cycle ended" in note.message

@@ -74,7 +74,6 @@ class _Quiet:
         for text in QUIET_WARNINGS[:3]:
             warnings.filterwarnings("ignore", message=".*" + text)
         self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
-        _Quiet.first = False
         if self._env:
             os.environ[KINETO_LOG_ENV] = KINETO_QUIET
 
@@ -230,6 +229,7 @@ class KernelCapture:
         profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
         t_end = time.perf_counter_ns()
         self.recording = False
+        _Quiet.first = False  # a cycle was recorded: Kineto has started, and read its level
         try:
             from ..collect.kernels.reduce import reduce_events
 
