@@ -155,7 +155,7 @@ class NvmlSensor(Sensor):
 
     def read(self, t_ns: int) -> float:
         joules = self._read(t_ns)
-        self.samples.drain()  # after the reading: a failure here never costs the energy
+        self.samples.drain(t_ns)  # after the reading (a failure here never costs the energy); at most every DRAIN_NS
         return joules
 
     def power_intervals(self, t_lo: int, t_hi: int) -> list[tuple[int, int, float]]:

@@ -2,7 +2,11 @@
 at the driver's own rate (every ~20-100 ms, by GPU), each with the CPU time it was taken at, read
 since the last one seen. They give the kernel split finer power than the collector's ticks.
 
-The driver keeps a short ring of samples, so they are drained at every tick. Timestamps are Unix
+The driver keeps a short ring of samples. Draining it at every tick cost two NVML calls a tick (the
+pynvml wrapper asks for the count, then the samples) for samples that come every 20-100 ms: the
+sensor drains it every DRAIN_NS instead (two calls a second), and halves that period whenever a
+drain finds a hole (a gap of more than two sample spacings after the last sample seen: the ring had
+wrapped), down to every tick. Timestamps are Unix
 microseconds; `to_intervals` puts them on energyprof's clock (perf_counter_ns) with the offset
 taken at the drain. amdsmi offers no buffered power samples (its power reads are instant or
 averaged), so an AMD GPU keeps the ticks' power.
@@ -15,6 +19,7 @@ from typing import Any, Sequence
 
 TOTAL_POWER_SAMPLES = 0  # nvmlSamplingType_t NVML_TOTAL_POWER_SAMPLES
 MAX_SAMPLES = 300_000  # ~100 min at 20 ms (~30 MB): past this the split uses the ticks' power for the whole run
+DRAIN_NS = 1_000_000_000  # the ring is drained at most this often (halved at each hole found)
 _VALUE_FIELDS = ("uiVal", "ulVal", "ullVal", "dVal", "sllVal")
 
 
@@ -36,11 +41,20 @@ class SampleBuffer:
         self.usable = callable(getattr(nv, "nvmlDeviceGetSamples", None))
         self.why_not = "" if self.usable else "the NVML binding has no nvmlDeviceGetSamples"
         self.dropped = 0
+        self.period_ns = DRAIN_NS
+        self.holes = 0  # drains that found the ring had wrapped since the one before
+        self._next_ns: int | None = None
 
-    def drain(self) -> None:
-        """Read the samples since the last one seen; a failure turns the buffer off (never raises)."""
+    def drain(self, t_ns: int | None = None) -> None:
+        """Read the samples since the last one seen; a failure turns the buffer off (never raises).
+        With `t_ns` (a sensor tick's time), only when the drain period has passed since the last."""
         if not self.usable:
             return
+        if t_ns is not None:
+            if self._next_ns is not None and t_ns < self._next_ns:
+                return
+            self._next_ns = t_ns + self.period_ns
+        before = self.last_us
         try:
             kind = getattr(self.nv, "NVML_TOTAL_POWER_SAMPLES", TOTAL_POWER_SAMPLES)
             _, got = self.nv.nvmlDeviceGetSamples(self.handle, kind, self.last_us)
@@ -59,6 +73,18 @@ class SampleBuffer:
                 self.dropped += 1
                 continue
             self.samples.append((ts * 1000 - offset, _value(s.sampleValue) / 1000.0))  # mW -> W
+        self._check_hole(before, got)
+
+    def _check_hole(self, before_us: int, got: Any) -> None:
+        """A first new sample more than two spacings after the last one seen: the ring wrapped between
+        drains. Drain twice as often from now on."""
+        if not before_us or not got or len(self.samples) < 3:
+            return
+        first = min(int(s.timeStamp) for s in got)
+        spacing = median_spacing_ns(self.samples[-64:]) / 1000.0
+        if spacing > 0 and first > before_us and first - before_us > 2 * spacing:
+            self.holes += 1
+            self.period_ns = max(1, self.period_ns // 2)
 
 
 def to_intervals(samples: Sequence[tuple[int, float]], t_lo: int, t_hi: int) -> list[tuple[int, int, float]]:

@@ -17,6 +17,7 @@ from ... import probes
 from .nvml_device import GpuError, NvmlDevice
 
 SHARE_REFRESH_S = 0.5  # how often the process list / utilisation is asked for
+CUDA_RECHECK_S = 5.0  # how often a process not yet seen with CUDA loaded is looked at again
 
 
 class ProcessShare:
@@ -28,7 +29,13 @@ class ProcessShare:
         self.refreshed_at = -1e18
         self._util_ts = 0
         self._uses_cuda = False
+        self._cuda_checked = -1e18
         self.seen_pids: set[int] = set()  # every compute process NVML listed on the device (ties GPUs to ranks)
+        # This process's family, walked from /proc (a file per thread of each process: a trainer has a
+        # thread per core) only when NVML lists a pid not seen before, not at every refresh.
+        self._ours: set[int] | None = None
+        self._not_ours: set[int] = set()
+        self.walks = 0
 
     def __call__(self) -> float:
         now = time.monotonic()
@@ -47,10 +54,10 @@ class ProcessShare:
         except GpuError:  # not supported / no permission
             return 1.0 if self.uses_cuda() else 0.0
         self.seen_pids |= pids
-        ours = own_pids()
-        mine = pids & ours
         if not pids:
             return 1.0 if self.uses_cuda() else 0.0
+        ours = self._family(pids)
+        mine = pids & ours
         if not mine:
             # Either another job's GPU, or a container whose pids NVML reports from the host.
             return 1.0 / len(pids) if self.uses_cuda() else 0.0
@@ -58,6 +65,14 @@ class ProcessShare:
             return 1.0
         util = self._utilisation_share(ours)
         return util if util is not None else len(mine) / len(pids)
+
+    def _family(self, pids: set[int]) -> set[int]:
+        """This process and its descendants, walked again only for a listed pid not yet known."""
+        if self._ours is None or pids - self._ours - self._not_ours:
+            self._ours = own_pids()
+            self.walks += 1
+            self._not_ours = pids - self._ours
+        return self._ours
 
     def _utilisation_share(self, ours: set[int]) -> float | None:
         try:
@@ -83,6 +98,10 @@ class ProcessShare:
                 return True
         except Exception:  # noqa: BLE001
             pass
+        now = time.monotonic()
+        if now - self._cuda_checked < CUDA_RECHECK_S:
+            return False  # the maps (thousands of lines in a torch process) read at most every CUDA_RECHECK_S
+        self._cuda_checked = now
         try:
             with open("/proc/self/maps", "rb") as fh:
                 self._uses_cuda = b"libcuda.so" in fh.read()
