@@ -54,7 +54,7 @@ def _schedule(steps: str) -> tuple[int, int, int]:
 
 # What torch's profiler says on stderr that is energyprof's doing, not the program's.
 QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
-                  "CUDA is not available", "Kineto", "profiler")
+                  "CUDA is not available", "Incorrect schedule")
 KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
 KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") off stderr
 
@@ -71,7 +71,7 @@ class _Quiet:
 
         self._catch = warnings.catch_warnings()
         self._catch.__enter__()
-        for text in QUIET_WARNINGS[:3]:
+        for text in QUIET_WARNINGS:
             warnings.filterwarnings("ignore", message=".*" + text)
         self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
         if self._env:
@@ -118,6 +118,7 @@ class KernelCapture:
         self.running: dict[Any, Any] = {}
         self.cost_ns = 0  # CPU spent reducing and exporting
         self.failed: str | None = None
+        self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
         self._last_step = 0
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
@@ -262,6 +263,12 @@ class KernelCapture:
     def stop(self) -> None:
         """Stop: the open cycle is reduced (once; atexit calls it again)."""
         self.live = False
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            try:
+                hook.remove()
+            except Exception:  # noqa: BLE001
+                pass
         prof, self.prof = self.prof, None
         if prof is None:
             return
@@ -312,16 +319,17 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
             _capture = KernelCapture(SpoolSink(spool), steps=steps, export=export)
         _capture.start()
         if auto:
-            _hook_optimizer()
+            _hook_optimizer(_capture)
     return _capture
 
 
-def _hook_optimizer() -> None:
-    """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked."""
+def _hook_optimizer(capture: KernelCapture) -> None:
+    """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
+    the hook goes when the capture stops."""
     optim = sys.modules.get("torch.optim.optimizer")
     register = getattr(optim, "register_optimizer_step_post_hook", None)
     if register is not None:
-        register(lambda *_a, **_k: step("optimizer"))
+        capture.hook = register(lambda *_a, **_k: step("optimizer"))
 
 
 def register(capture: KernelCapture | None) -> None:

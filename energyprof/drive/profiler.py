@@ -183,7 +183,7 @@ class Profiler:
         if not o.gpu_kernels:
             from ..agent.kernel_capture import _hook_optimizer
 
-            _hook_optimizer()
+            _hook_optimizer(self._kernels)
 
     def _stop_kernels(self) -> None:
         """The last cycle reduced into the fold before the tree is built."""

@@ -127,16 +127,6 @@ class _Nest:
         return None
 
 
-def _get(ev: Any, name: str, default: Any = None) -> Any:
-    attr = getattr(ev, name, None)
-    if attr is None:
-        return default
-    try:
-        return attr() if callable(attr) else attr
-    except Exception:  # noqa: BLE001 - a field this torch does not fill
-        return default
-
-
 def _kind_name(v: Any) -> str:
     return str(getattr(v, "name", v)).rsplit(".", 1)[-1].upper()
 
@@ -148,44 +138,47 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     running = running or {}
     py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
     py_spans: dict[int, list[tuple[int, int, int]]] = {}
-    ops: list[Op] = []
-    op_os: dict[int, int] = {}  # op id -> OS thread
+    raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, profiler tid, OS tid, start, end, seq, fwd)
     op_spans: dict[int, list[tuple[int, int, int]]] = {}
     prof_to_os: dict[int, int] = {}
     runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
     op_by_corr: dict[int, int] = {}
     device: list[tuple[int, str, str, int, int, int, int]] = []
     first_py: int | None = None
-    for ev in events:
-        kind = str(_get(ev, "activity_type", ""))
-        start, end = int(_get(ev, "start_ns", 0)), int(_get(ev, "end_ns", 0))
-        if kind == "python_function" or _get(ev, "is_python_function", False):
-            pid = int(_get(ev, "python_id", -1))
-            name = str(_get(ev, "name", ""))
-            frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
-            tid = int(_get(ev, "device_resource_id", 0))
-            py[pid] = (frame, int(_get(ev, "python_parent_id", -1)), tid)
-            py_spans.setdefault(tid, []).append((start, end, pid))
-            first_py = start if first_py is None else min(first_py, start)
+    for ev in events:  # the methods called directly: a cycle holds tens of thousands of events
+        kind = ev.activity_type()
+        if kind == "python_function":
+            start = ev.start_ns()
+            pid = ev.python_id()
+            name = ev.name()
+            tid = ev.device_resource_id()
+            py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
+            spans = py_spans.get(tid)
+            if spans is None:
+                spans = py_spans[tid] = []
+            spans.append((start, ev.end_ns(), pid))
+            if first_py is None or start < first_py:
+                first_py = start
         elif kind in OP_KINDS:
-            oid = len(ops)
-            tid = int(_get(ev, "device_resource_id", 0))
-            ptid = int(_get(ev, "start_thread_id", 0))
+            oid = len(raw_ops)
+            tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
             prof_to_os.setdefault(ptid, tid)
-            ops.append(Op(oid, str(_get(ev, "name", "")), ptid, start, end, int(_get(ev, "sequence_nr", -1)),
-                          int(_get(ev, "fwd_thread_id", 0))))
-            op_os[oid] = tid
-            op_spans.setdefault(tid, []).append((start, end, oid))
-            corr = int(_get(ev, "correlation_id", 0))
+            raw_ops.append((ev.name(), ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
+            spans = op_spans.get(tid)
+            if spans is None:
+                spans = op_spans[tid] = []
+            spans.append((start, end, oid))
+            corr = ev.correlation_id()
             if corr:
                 op_by_corr[corr] = oid
         elif kind in RUNTIME_KINDS:
-            runtime[int(_get(ev, "correlation_id", 0))] = (int(_get(ev, "device_resource_id", 0)), start,
-                                                           str(_get(ev, "name", "")))
-        elif kind in DEVICE_KINDS and _kind_name(_get(ev, "device_type", "")) != "CPU":
-            device.append((int(_get(ev, "device_index", 0)), str(_get(ev, "name", "")), DEVICE_KINDS[kind], start,
-                           end, int(_get(ev, "correlation_id", 0)), int(_get(ev, "linked_correlation_id", 0))))
+            runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
+        elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
+            device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
+                           ev.correlation_id(), ev.linked_correlation_id()))
     counts: dict[str, int] = {}
+    if not device:  # no GPU work in the cycle: nothing to place (stacks and links are built for kernels only)
+        return Cycle(t0, t1, bucket_ns, {}, counts, 0)
     # Python stacks, memoised per python id; frames already running when the cycle began (stamped at
     # its start) are named by their first line, as the sampler names them
     early = (first_py or 0) + 1_000_000
@@ -215,8 +208,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         pid = nest.at(t) if nest is not None else None
         return py_stack(pid) if pid is not None else ()
 
-    ops = [Op(o.id, o.name, o.tid, o.start_ns, o.end_ns, o.seq, o.fwd_tid, frames_on(op_os[o.id], o.start_ns))
-           for o in ops]
+    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a)) for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(raw_ops)]
     auto = Autograd(ops, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
     for reason, n in auto.links.unlinked.items():
         counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
