@@ -10,8 +10,8 @@ own cost, not measured here), back to back, the order alternating, after one war
 Each run times its own training loop; the table gives the median ratio with min-max, plus the
 trace's size and the time to export it at exit (both grow with the run: the whole run is kept).
 With --schedule EVERY:ACTIVE[:WINDOWS], a third run per round uses energyprof's scheduled capture
-(`--gpu-kernel-steps`): the profiler on for ACTIVE of every EVERY steps, each window exported as it
-closes (inside the timed loop, so its cost is counted).
+(`--gpu-kernel-steps`): the profiler on for ACTIVE of every EVERY steps, each window reduced in
+memory as it closes (inside the timed loop, so its cost is counted; no trace is written).
 """
 
 from __future__ import annotations
@@ -50,7 +50,8 @@ cap = None
 if mode.startswith("steps:"):
     from torch.profiler import ProfilerActivity
     from energyprof.agent.kernel_capture import KernelCapture
-    cap = KernelCapture(os.path.dirname(out), activities=[ProfilerActivity.CPU], steps=mode[6:])
+    from energyprof.core.gpu_tree import KernelFold
+    cap = KernelCapture(KernelFold(), activities=[ProfilerActivity.CPU], steps=mode[6:])
     cap.start()
 t0 = time.perf_counter()
 for _ in range(steps):
@@ -62,8 +63,7 @@ if cap is not None:
 work = time.perf_counter() - t0
 size = export = 0.0
 if cap is not None:
-    size = sum(os.path.getsize(os.path.join(os.path.dirname(out), n)) for n in os.listdir(os.path.dirname(out))
-               if n.endswith(".kineto.json"))
+    size = 0  # each cycle reduced in memory: no trace written
 if prof is not None:
     prof.stop()
     t1 = time.perf_counter()

@@ -222,6 +222,7 @@ class KernelSplit:
     clock_error_ns: int = 0
     unmeasured_busy_s: dict[int, float] = field(default_factory=dict)
     lanes: dict[int, list[list[Any]]] = field(default_factory=dict)  # device -> the timeline's busy lane
+    fold: dict[str, int] = field(default_factory=dict)  # the fold's size: paths, entries, cell width
 
 
 def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period_ns: dict[int, float], *,
@@ -287,7 +288,8 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
     att = Attribution({paths[p]: figs for p, figs in att.stacks.items()}, att.devices, att.unpowered)
     names = {k: v for k, v in fold.names.items() if k[1] in devices}
     return KernelSplit(att, devices, inside, names, list(spans), fold.cycles, fold.records, dict(fold.counts),
-                       clock_error_ns, {d: ns / 1e9 for d, ns in unmeasured.items()})
+                       clock_error_ns, {d: ns / 1e9 for d, ns in unmeasured.items()},
+                       fold={"paths": len(fold.busy), "entries": fold.entries, "cell_ns": fold.cell_ns})
 
 
 def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
@@ -357,7 +359,7 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
                      " (reduced in the program from the PyTorch profiler's events); time with none busy is [GPU idle];"
                      " outside the cycles, by wall time on the sampled stacks",
            "records": split.records, "cycles": split.cycles, "clock_error_ns": split.clock_error_ns,
-           "devices": devices_out, "stacks": stacks_out, "unplaced": dict(split.counts),
+           "devices": devices_out, "stacks": stacks_out, "unplaced": dict(split.counts), "fold": dict(split.fold),
            "schedule": {"spans_ns": [[a, b] for a, b in split.spans[:1000]], "windows": len(split.spans),
                         "profiled_s": profiled_s, "profiled_share": {str(d): inside[d] for d in devices}}}
     notes = []
