@@ -23,7 +23,7 @@ class Event:
         self._f = {"activity_type": "cpu_op", "device_type": CPU, "device_index": 0, "device_resource_id": 0,
                    "correlation_id": 0, "linked_correlation_id": 0, "sequence_nr": -1, "fwd_thread_id": 0,
                    "start_thread_id": 0, "python_id": -1, "python_parent_id": -1, "name": "", "start_ns": 0,
-                   "end_ns": 0, "stack": [], "scope": 0}
+                   "end_ns": 0, "stack": [], "scope": 0, "flow_id": 0, "flow_type": 0, "flow_start": False}
         self._f.update(fields)
         self._f["is_python_function"] = self._f["activity_type"] == "python_function"
 
@@ -53,10 +53,13 @@ class Step:
                                  start_thread_id=1 if os_tid == 100 else 2))
         return self._pid
 
-    def op(self, name: str, a: float, b: float, os_tid: int = 100, tid: int = 1, seq: int = -1, fwd: int = 0) -> None:
+    def op(self, name: str, a: float, b: float, os_tid: int = 100, tid: int = 1, seq: int = -1, fwd: int = 0,
+           flow: tuple[int, bool] | None = None) -> None:
+        """A CPU op; `flow`: (id, start?) of a Kineto fwdbwd flow (type 1) it ends."""
+        more = {"flow_id": flow[0], "flow_type": 1, "flow_start": flow[1]} if flow else {}
         self.events.append(Event(activity_type="cpu_op", name=name, start_ns=self.t(a), end_ns=self.t(b),
                                  device_resource_id=os_tid, start_thread_id=tid, sequence_nr=seq, fwd_thread_id=fwd,
-                                 correlation_id=len(self.events) + 1))
+                                 correlation_id=len(self.events) + 1, **more))
 
     def launch(self, at: float, kernel: str, ka: float, kb: float, os_tid: int = 100, device: int = 0) -> None:
         """A runtime call at `at` on a thread, and its kernel on the device over [ka, kb]."""

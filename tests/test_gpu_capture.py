@@ -384,3 +384,40 @@ def test_on_by_default_only_where_the_program_uses_cuda_through_torch(tmp_path):
     assert r.returncode == 0 and r.stdout == "[]\n", r.stderr
     (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
     assert "where Python waited" in note.message and "did not run" in note.message
+
+
+def test_through_the_capture_cycle_end_and_a_fwdbwd_flow():
+    """The same step through the capture's own cycle end (`on_trace_ready` with the profiler's events in
+    memory) into the in-process fold; the backward op here carries no sequence number, only Kineto's
+    fwdbwd flow from the forward op: the flow links it, and the answer is the same."""
+    from types import SimpleNamespace
+
+    from energyprof.agent import kernel_capture
+
+    s = Step(OFF)
+    mod = s.py("train.py(30): <module>", 0, 100)
+    train = s.py("train.py(12): train", 0, 100, mod)
+    s.py("model.py(20): forward", 1, 21, train)
+    s.op("aten::mm", 2, 8, seq=5, flow=(9, True))
+    s.launch(3, "fwd_gemm", 10, 20)
+    s.py("torch/_tensor.py(566): backward", 22, 60, train)
+    s.op("autograd::engine::evaluate_function: MmBackward0", 25, 38, os_tid=200, tid=2, fwd=1, flow=(9, False))
+    s.op("aten::mm", 26, 30, os_tid=200, tid=2)
+    s.launch(27, "bwd_gemm", 30, 50, os_tid=200)
+    fold = KernelFold()
+    cap = kernel_capture.KernelCapture(fold)
+    cap.t_start, cap.running = 0, RUNNING
+    real = kernel_capture.clock_offset
+    kernel_capture.clock_offset = lambda rounds=64: (OFF, 0)
+    try:
+        cap._ready(SimpleNamespace(profiler=SimpleNamespace(kineto_results=SimpleNamespace(events=lambda: s.events))))
+    finally:
+        kernel_capture.clock_offset = real
+    assert cap.failed is None and cap.cycles == 1
+    prof = _profile(fold, _folded_run())
+    train_node = _child(_child(prof.root, "<module>"), "train")
+    assert _child(train_node, "forward").energy_j["gpu:0"] == pytest.approx(1.0, rel=1e-9)
+    backward = _child(train_node, "backward")
+    bwd = _child(backward, BACKWARD_FRAME[0])
+    assert _child(_child(_child(bwd, "<module>"), "train"), "forward").energy_j["gpu:0"] == pytest.approx(2.0, rel=1e-9)
+    assert prof.extra[GPU_FIELD]["unplaced"] == {}

@@ -36,6 +36,7 @@ DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memse
                 "memset": "memset"}
 RUNTIME_KINDS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "privateuse1_runtime"}
 OP_KINDS = {"cpu_op", "user_annotation"}
+FWDBWD_FLOW = 1  # Kineto's flow type joining the forward op to its backward op (ac2g, type 2, joins a launch to its kernel)
 NOT_FRAMES = ("<built-in ", "nn.Module: ")  # C calls named with an address, module marks: not frames
 SKIP_FILES = ("runpy", "<frozen runpy>")
 
@@ -143,6 +144,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     prof_to_os: dict[int, int] = {}
     runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
     op_by_corr: dict[int, int] = {}
+    flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
     device: list[tuple[int, str, str, int, int, int, int]] = []
     first_py: int | None = None
     for ev in events:  # the methods called directly: a cycle holds tens of thousands of events
@@ -171,6 +173,8 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
             corr = ev.correlation_id()
             if corr:
                 op_by_corr[corr] = oid
+            if ev.flow_type() == FWDBWD_FLOW:
+                flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
         elif kind in RUNTIME_KINDS:
             runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
         elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
@@ -209,7 +213,8 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         return py_stack(pid) if pid is not None else ()
 
     ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a)) for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(raw_ops)]
-    auto = Autograd(ops, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
+    flows = {b: f for ends in flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
+    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
     for reason, n in auto.links.unlinked.items():
         counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
     op_nest = {t: _Nest(s) for t, s in op_spans.items()}
