@@ -421,3 +421,46 @@ def test_through_the_capture_cycle_end_and_a_fwdbwd_flow():
     bwd = _child(backward, BACKWARD_FRAME[0])
     assert _child(_child(_child(bwd, "<module>"), "train"), "forward").energy_j["gpu:0"] == pytest.approx(2.0, rel=1e-9)
     assert prof.extra[GPU_FIELD]["unplaced"] == {}
+
+
+def test_a_forked_child_never_stops_its_parents_profiler(tmp_path):
+    """A DataLoader worker forked while the capture runs inherits the capture object: in the child it
+    does nothing (no step, no stop of a session that is the parent's), and the parent's cycle is intact."""
+    pytest.importorskip("torch")
+    import os
+
+    from torch.profiler import ProfilerActivity
+
+    from energyprof.agent.kernel_capture import KernelCapture
+
+    fold = KernelFold()
+    cap = KernelCapture(fold, activities=[ProfilerActivity.CPU])
+    cap.start()
+    pid = os.fork()
+    if pid == 0:  # the child: step and stop must be no-ops
+        try:
+            cap.step()
+            cap.stop()
+            os._exit(0 if cap.prof is None and not cap.live and cap.cycles == 0 else 3)
+        except BaseException:
+            os._exit(4)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    assert cap.live and cap.prof is not None
+    cap.stop()
+    assert cap.cycles == 1 and cap.failed is None
+
+
+def test_many_cycles_keep_a_bounded_number_of_spans_and_the_clip_is_exact():
+    from energyprof.core.gpu_tree import clip_intervals
+
+    fold = KernelFold(max_spans=64)
+    for k in range(10_000):  # back-to-back cycles 10 ms long with gaps of 1-3 us
+        fold.add_cycle(k * 10 * MS + (k % 3) * 1000, (k + 1) * 10 * MS, 0)
+    assert len(fold.spans) <= 64 and fold.cycles == 10_000 and fold.joined_gap_ns <= 2000
+    assert fold.spans[0][0] == 0 and fold.spans[-1][1] == 100_000 * MS
+    ivs = [(k * 7 * MS, (k + 1) * 7 * MS, 1.0) for k in range(20)]
+    spans = [(3 * MS, 9 * MS), (20 * MS, 21 * MS), (50 * MS, 200 * MS)]
+    brute = [(max(a, s), min(b, t), e * (min(b, t) - max(a, s)) / (b - a)) for a, b, e in ivs for s, t in spans
+             if min(b, t) > max(a, s)]
+    assert clip_intervals(ivs, spans) == brute

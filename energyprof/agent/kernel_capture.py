@@ -123,6 +123,13 @@ class KernelCapture:
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
         self.package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+        self.pid = os.getpid()  # a forked child inherits this object, not the profiler's session
+
+    def _ours(self) -> bool:
+        if os.getpid() == self.pid:
+            return True
+        self.live, self.prof, self.hook = False, None, None  # a forked child's copy: left alone, never stopped
+        return False
 
     # -- the profiler -------------------------------------------------------------------
     def _make(self, with_schedule: bool) -> Any:
@@ -181,7 +188,7 @@ class KernelCapture:
 
     def step(self, source: str = "track") -> None:
         """A step begins (energyprof.torch.track, or the optimizer's step): the profiler's cue."""
-        if not self.live:
+        if not self.live or not self._ours():
             return
         if self.stepped_by is None:
             self.stepped_by = source
@@ -262,6 +269,8 @@ class KernelCapture:
 
     def stop(self) -> None:
         """Stop: the open cycle is reduced (once; atexit calls it again)."""
+        if not self._ours():
+            return
         self.live = False
         hook, self.hook = self.hook, None
         if hook is not None:
@@ -327,6 +336,13 @@ def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
     the hook goes when the capture stops."""
     optim = sys.modules.get("torch.optim.optimizer")
+    if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
+        import importlib
+
+        try:
+            optim = importlib.import_module("torch.optim.optimizer")
+        except Exception:  # noqa: BLE001 - no hook: steps come from a tracked loop only
+            optim = None
     register = getattr(optim, "register_optimizer_step_post_hook", None)
     if register is not None:
         capture.hook = register(lambda *_a, **_k: step("optimizer"))

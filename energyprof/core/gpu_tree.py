@@ -11,6 +11,7 @@ The per-stack kernel table and error bars go under the profile's `gpu_kernels` f
 from __future__ import annotations
 
 import bisect
+import itertools
 from typing import Any, Iterable, Sequence
 
 from ..facts.profile import IDLE_NODE
@@ -112,6 +113,7 @@ def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> 
 WALL_TIME_NOTE = ("GPU figures are where Python waited: the GPU's energy is charged by wall time on the sampled stacks,"
                   " not to the lines that launched its kernels")
 MAX_CELLS = 200_000  # (path, device, cell) entries a run's kernel fold holds at most: past it, its cells double
+MAX_SPANS = 4_096  # profiled spans kept: past it, the spans with the shorter half of the gaps between them are joined
 
 Path = tuple[Frame, ...]
 
@@ -122,8 +124,10 @@ class KernelFold:
     follows paths x cells, never kernels: past MAX_CELLS entries the cells double in width (power
     inside a cell is then taken as even, as it is inside a sensor's interval)."""
 
-    def __init__(self, max_cells: int = MAX_CELLS) -> None:
+    def __init__(self, max_cells: int = MAX_CELLS, max_spans: int = MAX_SPANS) -> None:
         self.max_cells = max_cells
+        self.max_spans = max_spans
+        self.joined_gap_ns = 0  # the longest gap between cycles taken as profiled (MAX_SPANS)
         self.cell_ns = 0  # set by the first busy record (the program's bucket width)
         self.busy: dict[tuple[Path, int], dict[int, float]] = {}
         self.names: dict[tuple[Path, int], dict[str, list[float]]] = {}
@@ -146,16 +150,29 @@ class KernelFold:
                 spans[-1] = (a, max(b, t1))
                 return
             spans.append((t0, t1))
+            self._bound_spans()
             return
         spans.append((t0, t1))
         spans.sort()
-        merged: list[tuple[int, int]] = []
-        for a, b in spans:
-            if merged and a <= merged[-1][1]:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        self.spans = _merged(spans)
+
+    def _bound_spans(self) -> None:
+        """Past MAX_SPANS (a long run profiled in back-to-back cycles), the gaps shorter than the median
+        are taken as profiled: the spans' number stays bounded, at the cost of those short gaps'
+        energy going to the split (as [GPU idle] where nothing was busy) rather than the wall-time rule."""
+        spans = self.spans
+        if len(spans) <= self.max_spans:
+            return
+        gaps = sorted(b[0] - a[1] for a, b in zip(spans, spans[1:]))
+        cut = gaps[len(gaps) // 2]
+        out = [spans[0]]
+        for a, b in spans[1:]:
+            if a - out[-1][1] <= cut:
+                out[-1] = (out[-1][0], max(out[-1][1], b))
             else:
-                merged.append((a, b))
-        self.spans = merged
+                out.append((a, b))
+        self.spans = out
+        self.joined_gap_ns = max(self.joined_gap_ns, cut)
 
     def add_busy(self, path: Path, device: int, bucket_ns: int, buckets: dict[int, float]) -> None:
         if not self.cell_ns:
@@ -382,11 +399,19 @@ def clip_intervals(intervals: Sequence[Interval], spans: Sequence[tuple[int, int
     """The parts of power intervals inside the spans, each with its time share of the interval's
     joules (power taken as even within an interval, as the split itself takes it)."""
     out: list[Interval] = []
+    order = sorted(spans)
+    starts = [s for s, _ in order]
+    ends = list(itertools.accumulate((t for _, t in order), max))  # a span may hold later ones: the running max
     for a, b, e in intervals:
-        for s, t in spans:
+        if b <= a:
+            continue
+        k = bisect.bisect_right(ends, a)  # the first span that may end after a
+        while k < len(order) and starts[k] < b:
+            s, t = order[k]
             lo, hi = max(a, s), min(b, t)
-            if hi > lo and b > a:
+            if hi > lo:
                 out.append((lo, hi, e * (hi - lo) / (b - a)))
+            k += 1
     return out
 
 
@@ -455,6 +480,16 @@ def _meet(root: Node, index: dict[tuple[Frame, ...], Node], path: tuple[Frame, .
 def timeline_intervals(t0: Sequence[int], t1: Sequence[int], energy: Sequence[Sequence[float]], column: int) -> list[Interval]:
     """One source's (t0, t1, joules) from a ledger timeline's buckets (core/timeline.py)."""
     return [(int(a), int(b), float(row[column])) for a, b, row in zip(t0, t1, energy) if b > a]
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    merged: list[tuple[int, int]] = []
+    for a, b in spans:
+        if merged and a <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], b))
+        else:
+            merged.append((a, b))
+    return merged
 
 
 def busy_cells(fold: KernelFold, device: int, cells: Sequence[tuple[int, int]]) -> list[float]:
