@@ -464,3 +464,67 @@ def test_many_cycles_keep_a_bounded_number_of_spans_and_the_clip_is_exact():
     brute = [(max(a, s), min(b, t), e * (min(b, t) - max(a, s)) / (b - a)) for a, b, e in ivs for s, t in spans
              if min(b, t) > max(a, s)]
     assert clip_intervals(ivs, spans) == brute
+
+
+def test_supervised_run_carries_the_reduced_kernels_through_the_spool(tmp_path):
+    """The whole supervised path: the agent starts the capture in the program (CPU build, real torch
+    profiler), each cycle's in-memory events are reduced in the program and written to the spool, the
+    supervisor folds them and builds the tree with them. A CPU build has no device, so only that is
+    faked, inside the program: each real `aten::mm` gets a runtime call and a 2 ms kernel on device 0
+    beside it (tests/kineto_events.py). Power is a replayed flat 100 W: `forward` holds 100 W x the
+    kernels' busy time, to 1e-9."""
+    pytest.importorskip("torch")
+    import os
+    from pathlib import Path
+
+    from conftest import run_cli
+    from energyprof.facts.profile import load
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    tests = str(Path(__file__).parent)
+    script = tmp_path / "prog.py"
+    script.write_text(f"""import sys, time, torch
+sys.path.insert(0, {tests!r})
+import energyprof.collect.kernels.reduce as reduce
+from kineto_events import CUDA, Event
+real = reduce.reduce_events
+def with_a_device(events, **kw):  # the only fake: device records beside each real aten::mm
+    extra = []
+    for k, e in enumerate([e for e in events if e.activity_type() == "cpu_op" and e.name() == "aten::mm"]):
+        t = e.start_ns() + 1
+        extra += [Event(activity_type="cuda_runtime", name="cudaLaunchKernel", start_ns=t, end_ns=t + 100,
+                        device_resource_id=e.device_resource_id(), correlation_id=10**6 + k),
+                  Event(activity_type="kernel", name="gemm", device_type=CUDA, start_ns=t + 100_000,
+                        end_ns=t + 2_100_000, correlation_id=10**6 + k)]
+    return real(list(events) + extra, **kw)
+reduce.reduce_events = with_a_device
+import energyprof.torch as ept
+w = torch.randn(64, 64)
+def forward(x):
+    return torch.mm(x, w).tanh()
+x = torch.randn(64, 64)
+for _ in ept.track(list(range(30))):
+    x = forward(x)
+    time.sleep(0.005)
+print("done")
+""")
+    r = run_cli(["--gpu-kernels", "--idle", "all", "--power-trace", str(tmp_path / "p.csv"), "-q", "--json",
+                 str(tmp_path / "o.json"), str(script)], tmp_path,
+                env={"ENERGYPROF_DEV_ROOT": str(tmp_path), "PYTHONPATH": os.pathsep.join(
+                    p for p in (str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)})
+    assert r.returncode == 0 and r.stdout == "done\n" and r.stderr == "", r.stderr
+    p = load(tmp_path / "o.json")
+    gpu = p.extra[GPU_FIELD]
+    dev = gpu["devices"]["0"]
+    assert gpu["cycles"] >= 3 and gpu["records"] >= 25  # cycles of 10 steps, each reduced as it ended
+    fwd = [n for n, _ in p.walk() if n.function == "forward" and n.file.endswith("prog.py")]
+    assert len(fwd) == 1  # one function, one row: the sampler's and the kernels' `forward` met
+    (mm,) = fwd[0].children  # one path for all steps: the profiler's ProfilerStep#N marks are not the program's
+    assert mm.function == "aten::mm" and len(gpu["stacks"]) == 1
+    assert mm.energy_j["gpu:0"] == pytest.approx(100.0 * dev["busy_s"], rel=1e-9)
+    assert dev["busy_s"] == pytest.approx(0.002 * gpu["records"], rel=1e-6)
+    assert 0 < dev["split_share"] < 1  # the exit after the last cycle stays on the wall-time rule
+    assert p.root.energy_j["gpu:0"] == pytest.approx(p.totals.energy_j["gpu:0"], rel=1e-9)
+

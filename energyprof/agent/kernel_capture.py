@@ -172,9 +172,14 @@ class KernelCapture:
 
     def _begin(self, with_schedule: bool) -> None:
         t = time.thread_time_ns()
+        t_wall = time.perf_counter_ns()
         with _Quiet():
-            self.prof = self._make(with_schedule)
+            self.prof = self._make(with_schedule)  # imports torch.profiler (at the run's start: torch itself)
             self._note_start()
+            if not with_schedule:
+                # the profiled span starts before torch was imported: no kernel of this program can have
+                # run meanwhile, so that time is the GPU's idle time, not where Python waited
+                self.t_start = t_wall
             self.prof.start()
         self._spent(t)
 

@@ -36,6 +36,7 @@ DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memse
                 "memset": "memset"}
 RUNTIME_KINDS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "privateuse1_runtime"}
 OP_KINDS = {"cpu_op", "user_annotation"}
+PROFILER_MARKS = ("ProfilerStep#",)  # record_functions the scheduled profiler wraps each step in
 FWDBWD_FLOW = 1  # Kineto's flow type joining the forward op to its backward op (ac2g, type 2, joins a launch to its kernel)
 NOT_FRAMES = ("<built-in ", "nn.Module: ")  # C calls named with an address, module marks: not frames
 SKIP_FILES = ("runpy", "<frozen runpy>")
@@ -162,6 +163,8 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
             if first_py is None or start < first_py:
                 first_py = start
         elif kind in OP_KINDS:
+            if ev.name().startswith(PROFILER_MARKS):
+                continue  # the profiler's own step marks: a path per step would grow with steps, not lines
             oid = len(raw_ops)
             tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
             prof_to_os.setdefault(ptid, tid)
