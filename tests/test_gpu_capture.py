@@ -528,3 +528,17 @@ print("done")
     assert 0 < dev["split_share"] < 1  # the exit after the last cycle stays on the wall-time rule
     assert p.root.energy_j["gpu:0"] == pytest.approx(p.totals.energy_j["gpu:0"], rel=1e-9)
 
+
+
+def test_an_event_whose_name_torch_cannot_decode_costs_that_event_only():
+    """Seen on the CPU build now and then: `name()` raises UnicodeDecodeError for one event. The cycle is
+    reduced without it, and the count says so (it once cost a whole cycle's kernels)."""
+    from kineto_events import Event
+
+    class Garbled(Event):
+        def name(self):
+            raise UnicodeDecodeError("utf-8", b"\x85", 0, 1, "invalid start byte")
+
+    events = training_step(OFF) + [Garbled(activity_type="python_function", python_id=999, start_ns=OFF)]
+    cycle = reduce_events(events, unix_minus_perf=OFF, t0=0, t1=100 * MS, running=RUNNING)
+    assert cycle.records == 4 and cycle.counts["event(s) whose name could not be read"] == 1

@@ -258,6 +258,9 @@ class KernelCapture:
                 prof.export_chrome_trace(path, use_python_export=True)
         except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
             self.failed = f"{type(exc).__name__}: {exc}"
+            note = getattr(self.sink, "note", None)
+            if note is not None:
+                note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
         finally:
             self.running = {}
         self._keep_to_budget()
@@ -316,6 +319,11 @@ class SpoolSink:
         if cycle.counts:
             lines.append(kernel_counts(cycle.counts))
         self.spool.event("".join(lines))
+
+    def note(self, text: str) -> None:
+        from .wire import note
+
+        self.spool.event(note(text))
 
 
 _capture: KernelCapture | None = None

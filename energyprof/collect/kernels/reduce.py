@@ -148,42 +148,47 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
     device: list[tuple[int, str, str, int, int, int, int]] = []
     first_py: int | None = None
+    unreadable = 0
     for ev in events:  # the methods called directly: a cycle holds tens of thousands of events
-        kind = ev.activity_type()
-        if kind == "python_function":
-            start = ev.start_ns()
-            pid = ev.python_id()
-            name = ev.name()
-            tid = ev.device_resource_id()
-            py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
-            spans = py_spans.get(tid)
-            if spans is None:
-                spans = py_spans[tid] = []
-            spans.append((start, ev.end_ns(), pid))
-            if first_py is None or start < first_py:
-                first_py = start
-        elif kind in OP_KINDS:
-            if ev.name().startswith(PROFILER_MARKS):
-                continue  # the profiler's own step marks: a path per step would grow with steps, not lines
-            oid = len(raw_ops)
-            tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
-            prof_to_os.setdefault(ptid, tid)
-            raw_ops.append((ev.name(), ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
-            spans = op_spans.get(tid)
-            if spans is None:
-                spans = op_spans[tid] = []
-            spans.append((start, end, oid))
-            corr = ev.correlation_id()
-            if corr:
-                op_by_corr[corr] = oid
-            if ev.flow_type() == FWDBWD_FLOW:
-                flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
-        elif kind in RUNTIME_KINDS:
-            runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
-        elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
-            device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
-                           ev.correlation_id(), ev.linked_correlation_id()))
-    counts: dict[str, int] = {}
+        try:
+            kind = ev.activity_type()
+            if kind == "python_function":
+                start = ev.start_ns()
+                pid = ev.python_id()
+                name = ev.name()
+                tid = ev.device_resource_id()
+                py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
+                spans = py_spans.get(tid)
+                if spans is None:
+                    spans = py_spans[tid] = []
+                spans.append((start, ev.end_ns(), pid))
+                if first_py is None or start < first_py:
+                    first_py = start
+            elif kind in OP_KINDS:
+                name = ev.name()
+                if name.startswith(PROFILER_MARKS):
+                    continue  # the profiler's own step marks: a path per step would grow with steps, not lines
+                oid = len(raw_ops)
+                tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
+                prof_to_os.setdefault(ptid, tid)
+                raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
+                spans = op_spans.get(tid)
+                if spans is None:
+                    spans = op_spans[tid] = []
+                spans.append((start, end, oid))
+                corr = ev.correlation_id()
+                if corr:
+                    op_by_corr[corr] = oid
+                if ev.flow_type() == FWDBWD_FLOW:
+                    flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
+            elif kind in RUNTIME_KINDS:
+                runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
+            elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
+                device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
+                               ev.correlation_id(), ev.linked_correlation_id()))
+        except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
+            unreadable += 1
+    counts: dict[str, int] = {"event(s) whose name could not be read": unreadable} if unreadable else {}
     if not device:  # no GPU work in the cycle: nothing to place (stacks and links are built for kernels only)
         return Cycle(t0, t1, bucket_ns, {}, counts, 0)
     # Python stacks, memoised per python id; frames already running when the cycle began (stamped at
