@@ -139,6 +139,13 @@ def test_every_backward_op_is_linked_or_counted_never_both(case):
     backward = set(links.root_of)
     assert set(links.forward_of) <= backward
     assert len(links.forward_of) + sum(links.unlinked.values()) == len(backward)
+    reasons: dict[str, int] = {}
+    for b in backward:
+        r = links.unlinked_reason(b)
+        assert (r is None) == (b in links.forward_of)
+        if r is not None:
+            reasons[r] = reasons.get(r, 0) + 1
+    assert reasons == links.unlinked
     by_id = {o.id: o for o in ops}
     for b, f in links.forward_of.items():
         assert f not in backward  # a forward op is never inside backward

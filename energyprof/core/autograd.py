@@ -63,6 +63,12 @@ class Links:
     unlinked: dict[str, int]  # reason -> backward ops not linked
     root_of: dict[int, int] = field(default_factory=dict)  # every backward op id -> its outermost backward op's id
     forward_thread: dict[int, int] = field(default_factory=dict)  # fwd_tid -> the Op.tid its forward ops ran on
+    reason: dict[int, str] = field(default_factory=dict)  # each unlinked outermost backward op's id -> why
+
+    def unlinked_reason(self, op_id: int) -> str | None:
+        """Why a backward op is not linked (None: linked, or not a backward op)."""
+        root = self.root_of.get(op_id)
+        return None if root is None or op_id in self.forward_of else self.reason.get(root)
 
     def is_backward(self, op_id: int) -> bool:
         return op_id in self.root_of
@@ -189,6 +195,7 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
 
     forward_of: dict[int, int] = {}
     unlinked: dict[str, int] = {}
+    reasons: dict[int, str] = {}
     for r in roots:
         op = by_id[r]
         seq, ftid = keys[r]
@@ -208,7 +215,8 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
         else:
             reason = NO_FORWARD
         unlinked[reason] = unlinked.get(reason, 0) + len(members[r])
-    return Links(forward_of, unlinked, root_of, forward_thread)
+        reasons[r] = reason
+    return Links(forward_of, unlinked, root_of, forward_thread, reasons)
 
 
 def op_frame(name: str) -> Frame:
