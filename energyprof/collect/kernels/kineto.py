@@ -151,6 +151,7 @@ class _Reader:
         self.start: int | None = None
         self.end: int | None = None
         self.has_python = False
+        self.python_threads: set[int] = set()
         self.flow_events = 0
         self.skipped = 0  # complete events without a usable ts/dur (missing, wrong type, out of range)
 
@@ -205,7 +206,9 @@ class _Reader:
                 self.runtime[corr] = (self._thread(ev), t0, t1, name)
         elif cat in ("cpu_op", "python_function"):
             thread = self._thread(ev)
-            self.has_python |= cat == "python_function"
+            if cat == "python_function":
+                self.has_python = True
+                self.python_threads.add(thread)
             self.spans.setdefault(thread, []).append((t0, -t1, order, sys.intern(cat), name))
             if cat == "cpu_op":
                 seq = _int(args.get("Sequence number"))
@@ -234,8 +237,11 @@ class _Reader:
         base = int(base) if isinstance(base, int) and not isinstance(base, bool) and abs(base) < 2 ** 63 else 0
         nesting = {t: _Nesting(v) for t, v in self.spans.items()}
         self.spans = {}
-        ops = self._with_stacks(nesting)
-        graph = Autograd(ops, self._flow_links(ops), frames_at=lambda thread, t: _frames(nesting.get(thread), t, t))
+        flows = self._flow_links(self.ops)
+        ops = self._with_stacks(nesting, set(flows.values()))
+        python_threads = sorted(self.python_threads)
+        graph = Autograd(ops, flows, frames_at=lambda thread, t: _frames(nesting.get(thread), t, t),
+                         caller_thread=python_threads[0] if len(python_threads) == 1 else None)
         links = graph.links
         stats = BackwardLinks(ops=len(links.root_of), linked_ops=len(links.forward_of),
                               unlinked_ops=dict(links.unlinked), flows=self.flow_events)
@@ -278,11 +284,11 @@ class _Reader:
         out_meta = {k: meta[k] for k in ("schemaVersion", "traceName", "with_stack") if k in meta}
         return KernelTrace(kernels, self.start, self.end, base, self.has_python, unmatched, out_meta, stats, self.skipped)
 
-    def _with_stacks(self, nesting: dict[int, "_Nesting"]) -> list[Op]:
+    def _with_stacks(self, nesting: dict[int, "_Nesting"], flow_sources: set[int]) -> list[Op]:
         """The ops, those that may be linked or call backward() with their Python frames."""
         out = []
         for op in self.ops:
-            if op.seq >= 0 or op.fwd_tid > 0 or op.name.startswith(EVALUATE_PREFIX):
+            if op.seq >= 0 or op.fwd_tid > 0 or op.name.startswith(EVALUATE_PREFIX) or op.id in flow_sources:
                 stack = _frames(nesting.get(op.tid), op.start_ns, op.end_ns, below=op.id)
                 if stack:
                     op = Op(op.id, op.name, op.tid, op.start_ns, op.end_ns, op.seq, op.fwd_tid, stack)
