@@ -92,9 +92,9 @@ class TraceStream:
     def _expect(self, chars: str, what: str) -> str:
         c = self._peek()
         if not c:
-            raise StreamError(f"the trace is truncated: it ends where {what} should be")
+            raise StreamError(f"truncated: it ends where {what} should be")
         if c not in chars:
-            raise StreamError(f"the trace is not valid JSON: expected {what} at {self._where()}, found {c!r}")
+            raise StreamError(f"not valid JSON: expected {what} at {self._where()}, found {c!r}")
         self._pos += 1
         return c
 
@@ -110,28 +110,28 @@ class TraceStream:
                 # incomplete (the value runs past the buffer) or wrong: only more input tells,
                 # except where the fault lies well inside what has been read
                 if exc.pos < len(buf) - 16 and not exc.msg.startswith("Unterminated string"):
-                    raise StreamError(f"the trace is not valid JSON: {exc.msg} at {self._where_at(exc.pos)}") from None
+                    raise StreamError(f"not valid JSON: {exc.msg} at {self._where_at(exc.pos)}") from None
                 if not self._grow(want):
-                    raise StreamError(f"the trace is truncated: it ends inside a value that starts at {self._where()}") from None
+                    raise StreamError(f"truncated: it ends inside a value that starts at {self._where()}") from None
                 want *= 2
                 continue
             except RecursionError:
-                raise StreamError(f"the trace nests deeper than this reader takes, at {self._where()}") from None
+                raise StreamError(f"nests deeper than this reader takes, at {self._where()}") from None
             except ValueError as exc:  # a number over int's digit limit
-                raise StreamError(f"the trace holds a value this reader refuses at {self._where()}: "
+                raise StreamError(f"holds a value this reader refuses at {self._where()}: "
                                   f"{str(exc).splitlines()[0][:120]}") from None
             if end == len(buf) or buf[end] not in _AFTER_VALUE:  # a number may go on in the next chunk
                 if self._grow(want):
                     want *= 2
                     continue
                 if end < len(buf):
-                    raise StreamError(f"the trace is not valid JSON: unexpected {buf[end]!r} at {self._where_at(end)}")
+                    raise StreamError(f"not valid JSON: unexpected {buf[end]!r} at {self._where_at(end)}")
             self._pos = end
             return value
 
     def _grow(self, want: int) -> bool:
         if len(self._buf) - self._pos > MAX_VALUE_CHARS:
-            raise StreamError(f"the trace holds a value over {MAX_VALUE_CHARS >> 20} MiB at {self._where()}: "
+            raise StreamError(f"holds a value over {MAX_VALUE_CHARS >> 20} MiB at {self._where()}: "
                               "not a profiler's event")
         return self._more(want)
 
@@ -150,11 +150,11 @@ class TraceStream:
             self._pos += 1
             yield from self._object()
         elif not c:
-            raise StreamError("the trace is empty")
+            raise StreamError("empty")
         else:
-            raise StreamError(f"the trace is not a JSON object or array (it starts with {c!r})")
+            raise StreamError(f"not a JSON object or array (it starts with {c!r})")
         if self._peek():
-            raise StreamError(f"the trace is not valid JSON: more text after the document at {self._where()}")
+            raise StreamError(f"not valid JSON: more text after the document at {self._where()}")
 
     def _object(self) -> Iterator[Any]:
         if self._peek() == "}":

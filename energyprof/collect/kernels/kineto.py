@@ -232,7 +232,8 @@ class _Reader:
 
     def finish(self, meta: dict[str, Any], where: str) -> KernelTrace:
         if self.start is None or self.end is None:
-            raise TraceFormatError(f"{where} holds no timed events")
+            why = f" ({self.skipped} complete event(s) have no usable ts/dur: missing, not a number, or out of range)"
+            raise TraceFormatError(f"{where} holds no timed events" + (why if self.skipped else ""))
         base = meta.get("baseTimeNanoseconds", 0)
         base = int(base) if isinstance(base, int) and not isinstance(base, bool) and abs(base) < 2 ** 63 else 0
         nesting = {t: _Nesting(v) for t, v in self.spans.items()}
