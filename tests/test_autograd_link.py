@@ -26,7 +26,8 @@ def step() -> list[Op]:
         Op(13, "autograd::engine::evaluate_function: TBackward0", AUTOGRAD, 610, 620, seq=5, fwd_tid=1),
         Op(14, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", AUTOGRAD, 630, 640),
         Op(15, "aten::add_", AUTOGRAD, 631, 639),
-        Op(16, "autograd::engine::evaluate_function: MulBackward0", AUTOGRAD, 650, 660, seq=3, fwd_tid=1),  # forward before the window
+        # its forward op ran before the window
+        Op(16, "autograd::engine::evaluate_function: MulBackward0", AUTOGRAD, 650, 660, seq=3, fwd_tid=1),
         Op(17, "autograd::engine::evaluate_function: torch::autograd::CppFunctionTensorPreHook", AUTOGRAD, 670, 680),
         Op(20, "aten::add_", MAIN, 700, 710),  # the optimizer, after backward()
     ]
@@ -125,7 +126,8 @@ def op_lists(draw):
     for i in range(n):
         start = draw(st.integers(0, 200))
         ops.append(Op(i, draw(st.sampled_from(NAMES)), draw(st.sampled_from([1, 2, 3, 70])), start,
-                      start + draw(st.integers(0, 80)), seq=draw(st.integers(-1, 6)), fwd_tid=draw(st.sampled_from([0, 0, 1, 2]))))
+                      start + draw(st.integers(0, 80)), seq=draw(st.integers(-1, 6)),
+                      fwd_tid=draw(st.sampled_from([0, 0, 1, 2]))))
     flows = {}
     if ops and draw(st.booleans()):
         for _ in range(draw(st.integers(0, 5))):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energyprof.core.kernels import DEFAULT_SENSOR_ERROR, GPU_IDLE_NODE, IDLE_KEY, attribute, split_energy
+from energyprof.core.kernels import DEFAULT_SENSOR_ERROR, IDLE_KEY, attribute, split_energy
 
 MS = 1_000_000
 

@@ -69,7 +69,8 @@ def gpu_trace_cmd(argv: list[str]) -> int:
     except kineto.TraceFormatError as exc:
         raise UsageError(str(exc)) from None
     except Exception as exc:  # noqa: BLE001 - a trace this reader did not foresee: one line, never a traceback
-        raise UsageError(f"trace {ns.trace}: cannot read it ({type(exc).__name__}: {str(exc)[:200]})".replace("\n", " ")) from None
+        why = f"{type(exc).__name__}: {str(exc)[:200]}".replace("\n", " ")
+        raise UsageError(f"trace {ns.trace}: cannot read it ({why})") from None
     try:
         power = load_trace(ns.power_trace)
     except TraceError as exc:

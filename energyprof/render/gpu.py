@@ -48,7 +48,8 @@ def gpu_console(att: Any, backward: Any = None) -> str:
             row[0] += fig.joules
             row[1] += fig.error_j
         kernels_j = d.total_j - d.idle_j
-        out.append(f"    gpu:{dev} {fmt_energy(d.total_j):>9}  kernels {fmt_energy(kernels_j)} ({fmt_percent(kernels_j, d.total_j)}),"
+        out.append(f"    gpu:{dev} {fmt_energy(d.total_j):>9}  kernels {fmt_energy(kernels_j)}"
+                   f" ({fmt_percent(kernels_j, d.total_j)}),"
                    f" [GPU idle] {fmt_energy(d.idle_j)} ({fmt_percent(d.idle_j, d.total_j)})")
         shown = sorted(rows.items(), key=lambda kv: -kv[1][0])
         for label, (j, err) in shown[:CONSOLE_LINES]:

@@ -341,7 +341,8 @@ class _Nesting:
     def __init__(self, spans: list[tuple[int, int, int, str, str]]) -> None:
         spans.sort()  # by start, then longest first, then file order
         self.starts = [s[0] for s in spans]
-        self.chains: list[tuple[tuple[int, str, str, int], ...]] = []  # per span: the open spans (end, cat, name, order), itself last
+        # per span: the open spans (end, cat, name, order), itself last
+        self.chains: list[tuple[tuple[int, str, str, int], ...]] = []
         open_: list[tuple[int, str, str, int]] = []
         for t0, neg_t1, order, cat, name in spans:
             while open_ and open_[-1][0] < t0:
