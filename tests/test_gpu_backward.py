@@ -183,3 +183,50 @@ def test_the_real_mi250_step_links_by_flows_and_by_sequence_numbers_alike():
     assert t.backward.unlinked_records == {ACCUMULATE_GRAD: 2}
     mm = [k for k in t.kernels if k.correlation == 132][0]  # the backward GEMM of aten::linear
     assert mm.stack[:4] == ((kineto.OPERATOR_NODE, "", 0), BACKWARD_FRAME, ("aten::linear", "", 0), ("aten::addmm", "", 0))
+
+
+def test_a_real_torch_trace_links_backward_as_its_flows_do(tmp_path):
+    """torch's own exporter (CPU build: backward runs on the calling thread, so its ops carry the
+    caller's Python stack): the flows and the rule agree, and a kernel launched inside backward's
+    aten::mm lands under backward() > [backward] > the model line that ran the forward op."""
+    torch = pytest.importorskip("torch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from energyprof.core.autograd import link_backward
+
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+
+    def loss_of(x):
+        return model(x).pow(2).mean()
+
+    def train_step(x):
+        loss = loss_of(x)
+        loss.backward()
+
+    with profile(activities=[ProfilerActivity.CPU], with_stack=True) as prof:
+        train_step(torch.randn(4, 8))
+    path = tmp_path / "cpu.json"
+    prof.export_chrome_trace(str(path))
+    doc = json.loads(path.read_text())
+    reader = kineto._Reader()
+    for ev in doc["traceEvents"]:
+        reader.add(ev)
+    flows = reader._flow_links(reader.ops)
+    assert len(flows) >= 5  # one per backward node with a forward op (TBackward0, AddmmBackward0, ...)
+    assert link_backward(reader.ops).forward_of == link_backward(reader.ops, flows).forward_of
+    events = doc["traceEvents"]
+    mm = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"][0]  # in the last AddmmBackward0
+    mid = mm["ts"] + mm["dur"] / 2
+    events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": mm["pid"], "tid": mm["tid"],
+                   "ts": mid, "dur": 0.001, "args": {"correlation": 9}})
+    events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": mid + 1, "dur": 5,
+                   "args": {"device": 0, "stream": 7, "correlation": 9}})
+    trace = kineto.parse(doc)
+    (k,) = trace.kernels
+    names = [f[0] for f in k.stack]
+    i = names.index(BACKWARD_FRAME[0])
+    caller = names[:i]
+    assert "train_step" in caller and caller.index("backward") > caller.index("train_step")  # torch/_tensor.py's
+    assert names[i + 1] == "loss_of"  # the line that ran the forward op, less the frames shared with the caller
+    assert names[-4:] == ["aten::linear", "aten::addmm", "AddmmBackward0", "aten::mm"]
+    assert trace.backward.linked_records == 1
