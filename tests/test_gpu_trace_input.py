@@ -12,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.collect.kernels import kineto
@@ -162,3 +164,35 @@ def test_a_large_trace_is_read_in_bounded_memory(tmp_path):
     for trace in (big, big_gz):
         grown_mib = (_peak_kib(tmp_path, trace) - base) / 1024
         assert grown_mib < 24, (trace.name, grown_mib)
+
+
+json_values = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False)
+                           | st.text(max_size=8), lambda kids: st.lists(kids, max_size=4)
+                           | st.dictionaries(st.text(max_size=6), kids, max_size=4), max_leaves=20)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.dictionaries(st.text(max_size=6), json_values, max_size=4), st.lists(json_values, max_size=6),
+       st.integers(1, 40), st.booleans())
+def test_the_stream_equals_json_on_any_document(extra, events, chunk, indent):
+    doc = dict(extra, traceEvents=events)
+    text = json.dumps(doc, indent=1 if indent else None)
+    got, meta = _stream(text, chunk)
+    assert got == json.loads(text)["traceEvents"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, len(GOOD)), st.integers(0, 8), st.binary(max_size=4)), min_size=1, max_size=4))
+def test_a_damaged_trace_is_read_or_refused_never_a_crash(edits):
+    import tempfile
+
+    data = bytearray(GOOD.encode())
+    for at, cut, insert in edits:  # delete `cut` bytes at `at`, put `insert` there
+        data[at:at + cut] = insert
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "t.json"
+        path.write_bytes(bytes(data))
+        try:
+            kineto.load(path)
+        except kineto.TraceFormatError as exc:
+            assert "\n" not in str(exc)
