@@ -45,6 +45,10 @@ def test_a_sample_one_line_holds_whole_has_no_sharing_error():
     assert att.stacks["b"][0].sharing_j == 0.0 and att.stacks["b"][0].sensor_j == pytest.approx(0.05)
 
 
+# launch stacks as tree paths: ("f",) and ("f", "g") share the node ("f",)
+LINES = [("f",), ("f", "g"), ("f", "h"), ("k",)]
+
+
 @st.composite
 def fine_power(draw):
     """Samples, each made of fine steps at their own power (0..peak), and records of a few lines."""
@@ -62,7 +66,7 @@ def fine_power(draw):
     records = []
     for _ in range(draw(st.integers(0, 12))):
         s = draw(st.integers(0, t))
-        records.append((draw(st.sampled_from("abc")), s, s + draw(st.integers(0, t // 2 + 1))))
+        records.append((draw(st.sampled_from(LINES)), s, s + draw(st.integers(0, t // 2 + 1))))
     return samples, fine, records, peak
 
 
@@ -90,6 +94,14 @@ def test_the_true_error_lies_inside_each_lines_bar(case):
         assert abs(true[key] - fig.joules) <= fig.error_j + 1e-9 * max(1.0, total)
     idle = att.devices[0]
     assert abs(true[IDLE_KEY] - idle.idle_j) <= idle.idle_error_j + 1e-9 * max(1.0, total)
+    # a tree node: the joules of every stack beneath it, and one bar for them together, within the
+    # sum of theirs (what they share among themselves moves nothing out of the node)
+    for node, per in att.group_error_j.items():
+        under = [k for k in att.stacks if k[:len(node)] == node]
+        true_j = sum(true[k] for k in under)
+        est_j = sum(att.stacks[k][0].joules for k in under)
+        assert abs(true_j - est_j) <= per[0] + 1e-9 * max(1.0, total)
+        assert per[0] <= sum(att.stacks[k][0].error_j for k in under) + 1e-9 * max(1.0, total)
 
 
 def _phases(heavy_w=700.0, gap_w=100.0, light_w=300.0):
@@ -114,6 +126,20 @@ def _phases(heavy_w=700.0, gap_w=100.0, light_w=300.0):
         samples.append((a, b, j))
         a = b
     return fine, records, samples
+
+
+def test_a_line_whose_operators_share_its_samples_has_the_bar_of_the_line():
+    # forward launches a GEMM then a relu inside every 10-ms sample, back to back: each operator's
+    # stack shares every sample with the other (a large bar each), the forward line holds all of them
+    fwd, gemm, relu = ("forward",), ("forward", "aten::addmm"), ("forward", "aten::relu")
+    recs, samples = [], []
+    for i in range(10):
+        t = i * 10 * MS
+        recs += [(gemm, 0, "gemm", t, t + 7 * MS), (relu, 0, "relu", t + 7 * MS, t + 10 * MS)]
+        samples.append((t, t + 10 * MS, 3.0))
+    att = attribute(recs, {0: samples}, {0: 10 * MS}, peak_w={0: 700.0})
+    assert att.stacks[gemm][0].sharing_j > 0.5 and att.stacks[relu][0].sharing_j > 0.5
+    assert att.group_error_j[fwd][0] == pytest.approx(0.05 * 30.0)  # the sensor's alone: forward holds every instant
 
 
 @pytest.mark.parametrize("peak", [700.0, None], ids=["card-peak", "hottest-sample"])

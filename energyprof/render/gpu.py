@@ -26,14 +26,19 @@ def gpu_panel(model: Any) -> dict[str, Any] | None:
 
 
 CONSOLE_LINES = 8  # launching lines shown per device
+LINE_GROUP = "line"  # the console's groups: (LINE_GROUP, label)
+
+
+def line_group(path: Any) -> tuple[str, str]:
+    """The console's group of a launch path (its line), for core/kernels.attribute's `groups`."""
+    return (LINE_GROUP, line_label(path))
 
 
 def gpu_console(att: Any, backward: Any = None) -> str:
     """`gpu-trace`'s console lines: per device its energy, the heaviest launching lines with their
-    bars, and [GPU idle]; then what of backward could not be linked. `att`: core/kernels.Attribution;
+    bars, and [GPU idle]; then what of backward could not be linked. `att`: core/kernels.Attribution,
+    made with `line_group` among its groups (else a line's bar is the sum of its stacks');
     `backward`: collect/kernels/kineto.BackwardLinks."""
-    from ..core.autograd import BACKWARD_FRAME
-    from ..core.kernels import OPERATOR_NODE
     from .format import fmt_energy, fmt_percent
 
     out = ["  GPU energy by launching line (busy time split each power sample; \u00b1 = what the samples a line shares"
@@ -44,9 +49,13 @@ def gpu_console(att: Any, backward: Any = None) -> str:
             fig = per.get(dev)
             if fig is None:
                 continue
-            row = rows.setdefault(_line_label(path, BACKWARD_FRAME, OPERATOR_NODE), [0.0, 0.0])
+            row = rows.setdefault(line_label(path), [0.0, 0.0])
             row[0] += fig.joules
             row[1] += fig.error_j
+        for label, row in rows.items():
+            together = att.group_error_j.get((LINE_GROUP, label), {}).get(dev)
+            if together is not None:
+                row[1] = together
         kernels_j = d.total_j - d.idle_j
         out.append(f"    gpu:{dev} {fmt_energy(d.total_j):>9}  kernels {fmt_energy(kernels_j)}"
                    f" ({fmt_percent(kernels_j, d.total_j)}),"
@@ -70,9 +79,12 @@ def gpu_console(att: Any, backward: Any = None) -> str:
     return "\n".join(out) + "\n"
 
 
-def _line_label(path: Any, backward_frame: Any, operator_node: str) -> str:
+def line_label(path: Any) -> str:
     """A launch path's line: its innermost Python frame (for backward's work, the forward's), else
     its outermost operator; backward's work marked so."""
+    from ..core.autograd import BACKWARD_FRAME as backward_frame
+    from ..core.kernels import OPERATOR_NODE as operator_node
+
     path = [tuple(f) for f in path]
     is_backward = tuple(backward_frame) in path
     seg = path[path.index(tuple(backward_frame)) + 1:] if is_backward else path
