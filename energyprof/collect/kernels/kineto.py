@@ -246,6 +246,7 @@ class _Reader:
         links = graph.links
         stats = BackwardLinks(ops=len(links.root_of), linked_ops=len(links.forward_of),
                               unlinked_ops=dict(links.unlinked), flows=self.flow_events)
+        os_tid = {n: _int(key[1]) for key, n in self.threads.items()}  # the trace's own tid, for Kernel.thread
         kernels: list[Kernel] = []
         unmatched = 0
         for t0, t1, kind, name, corr, dev, stream in self.device:
@@ -280,7 +281,7 @@ class _Reader:
                         stats.unlinked_paths.add(path)
             kernels.append(Kernel(device=dev, stream=stream, name=name, kind=kind, start_ns=t0, end_ns=t1,
                                   correlation=corr, runtime=rt_name, python=tuple(python), operators=tuple(op_names),
-                                  thread=tid, path=path))
+                                  thread=None if tid is None else os_tid.get(tid), path=path))
         kernels.sort(key=lambda k: (k.start_ns, k.end_ns))
         out_meta = {k: meta[k] for k in ("schemaVersion", "traceName", "with_stack") if k in meta}
         return KernelTrace(kernels, self.start, self.end, base, self.has_python, unmatched, out_meta, stats, self.skipped)
