@@ -216,7 +216,17 @@ def test_a_real_torch_trace_links_backward_as_its_flows_do(tmp_path):
     assert link_backward(reader.ops).forward_of == link_backward(reader.ops, flows).forward_of
     events = doc["traceEvents"]
     mm = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"][0]  # in the last AddmmBackward0
-    mid = mm["ts"] + mm["dur"] / 2
+    # the launch goes in aten::mm's own time: the widest gap between the ops nested in it (aten::resolve_conj, ...)
+    inner = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("cat") == "cpu_op" and e["tid"] == mm["tid"]
+                   and mm["ts"] < e["ts"] and e["ts"] + e["dur"] <= mm["ts"] + mm["dur"])
+    gaps, at = [], mm["ts"]
+    for a, b in inner:  # the spans' union, walked in order
+        if a > at:
+            gaps.append((at, a))
+        at = max(at, b)
+    gaps.append((at, mm["ts"] + mm["dur"]))
+    gap = max(gaps, key=lambda g: g[1] - g[0])
+    mid = (gap[0] + gap[1]) / 2
     events.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": mm["pid"], "tid": mm["tid"],
                    "ts": mid, "dur": 0.001, "args": {"correlation": 9}})
     events.append({"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": mid + 1, "dur": 5,
