@@ -111,6 +111,9 @@ def test_report_and_compare_read_the_gpu_profile(tmp_path):
     (["--power-trace", "{missing}"], "cannot read power trace"),
     (["--power-trace", "{power}", "--update-period", "0"], "--update-period"),
     (["--power-trace", "{power}"], "needs --json"),
+    (["--power-trace", "{power}", "--power-offset", "nan"], "--power-offset"),
+    (["--power-trace", "{power}", "--sensor-error", "1.5"], "--sensor-error"),
+    (["--power-trace", "{power}", "--peak-power", "-3"], "--peak-power"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     (tmp_path / "cpu.csv").write_text("t_s,cpu\n0,10\n")

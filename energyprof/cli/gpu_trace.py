@@ -13,6 +13,7 @@ what could not be linked is counted in a note, in meta["backward"] and on the co
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from typing import Any
 
@@ -62,6 +63,8 @@ def gpu_trace_cmd(argv: list[str]) -> int:
         raise UsageError(f"--update-period must be a positive number of seconds, not {ns.update_period}")
     if not 0 <= ns.sensor_error < 1:
         raise UsageError(f"--sensor-error must be a fraction in [0, 1), not {ns.sensor_error}")
+    if not math.isfinite(ns.power_offset):
+        raise UsageError(f"--power-offset must be a number of seconds, not {ns.power_offset}")
     if ns.peak_power is not None and not 0 < ns.peak_power < 1e7:
         raise UsageError(f"--peak-power must be a positive number of watts, not {ns.peak_power}")
     try:
@@ -132,7 +135,8 @@ def gpu_trace_cmd(argv: list[str]) -> int:
     notes.append(Note("gpu-error-bars", (
         f"GPU error bars: the joules a power sample could move between lines that share it, for power inside a sample "
         f"between 0 and {bound} ({peaks}), plus "
-        f"the sensor's {100 * ns.sensor_error:.3g}%"), {"sensor_error": ns.sensor_error}))
+        f"the sensor's {100 * ns.sensor_error:.3g}%"),
+        {"sensor_error": ns.sensor_error, "peak_w": {str(d): e.peak_w for d, e in sorted(att.devices.items())}}))
     profile = profile_from(att, start_ns=trace.start_ns, end_ns=trace.end_ns, meta=meta, sources=sources, notes=notes,
                            records=len(trace.kernels))
     try:
