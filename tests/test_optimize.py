@@ -17,6 +17,7 @@ from energyprof.collect.sensors.gpu import nvml_device
 from energyprof.knobs.base import KnobError
 from energyprof.knobs.nvml import NvmlPowerLimit
 from energyprof.optimize import PowerLimitOptimizer
+import knob_trees
 import sim_gpu
 from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
 
@@ -490,3 +491,65 @@ def test_a_gpu_lost_mid_training_stops_the_optimizer_not_the_training():
     with pytest.warns(RuntimeWarning, match="PowerLimitOptimizer stopped"):
         run(plo, gpu, 200)
     assert not plo.enabled and gpu.limit_w == 200  # restored when it stopped
+
+
+# ---------------------------------------------------------------- every end of the program restores the limit
+
+# The GPU's limit lives in a file (tests/sim_pynvml.py), so what is left after the program is gone can be read,
+# and the keeper's process reaches the GPU through the same binding.
+KILLED_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {tests!r})
+    import sim_pynvml
+    from energyprof.optimize import PowerLimitOptimizer, Energy
+    plo = PowerLimitOptimizer(objective=Energy(), gpus=[0], binding=sim_pynvml, clock=lambda: sim_pynvml.clock_s,
+                              sync=lambda: None)
+    for _ in range(120):  # two windows measured: now at the third limit
+        plo.on_step_begin()
+        sim_pynvml.step()
+        plo.on_step_end()
+    print("lowered", sim_pynvml.limit_w(), os.getpid(), flush=True)
+    how = sys.argv[1]
+    if how == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: no atexit, no finally
+    elif how == "os_exit":
+        os._exit(0)
+    time.sleep(120)  # killed with -9 by the test
+""")
+
+
+@pytest.mark.parametrize("supervised,how", [(s, h) for s in (False, True) for h in ("sigterm", "os_exit", "kill")]
+                         + [(True, "kill-energyprof")])
+def test_the_optimizer_restores_the_limit_however_the_program_ends(tmp_path, supervised, how):
+    import signal
+
+    import sim_pynvml
+
+    state = tmp_path / "gpu-limit"
+    sim_pynvml.reset(260, str(state))
+    (tmp_path / "prog.py").write_text(KILLED_SCRIPT.format(tests=TESTS))
+    (tmp_path / "trace.csv").write_text("t_s,gpu\n0,100\n")
+    env = dict(os.environ, SIM_GPU_STATE=str(state),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "prog.py", how]
+    if supervised:
+        cmd = [sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "-o", "p.html", "--", *cmd]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[:2] == ["lowered", "250.0"], (line, proc.stderr.read() if proc.poll() is not None else "")
+        if how == "kill":
+            os.kill(int(line[2]), signal.SIGKILL)  # the program itself
+        elif how == "kill-energyprof":
+            proc.kill()  # energyprof first, then what is left of the run (its program) at once
+            proc.wait(timeout=60)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert knob_trees.wait_for(lambda: sim_pynvml.limit_w(str(state)) == 260), sim_pynvml.limit_w(str(state))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
