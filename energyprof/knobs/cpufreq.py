@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
 from .base import FilePart, Knob, KnobError, KnobRange, Part
 

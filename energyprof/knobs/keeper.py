@@ -46,36 +46,51 @@ class Keeper:
 
     def __init__(self) -> None:
         self.held: dict[str, _Held] = {}  # part key -> its original; insertion order is the order of change
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._pipe: IO[bytes] | None = None  # the write end; the keeper process holds the read end
         self._registered = False
         self._lock = threading.RLock()
 
     # -- the keeper process ------------------------------------------------------------------
     def _start(self) -> None:
-        # its own session: a Ctrl-C or a SIGTERM to the setter's group must not reach it; started in / with -P
-        # so that the program's folder (a json.py of its own) is not on its import path
+        """The keeper process, detached: its own session (a Ctrl-C or a SIGTERM to the setter's group does not
+        reach it) and not a descendant of the setter (a profiled program's process list, CPU and energy are
+        not charged with energyprof's keeper), started from / with -P so that the program's folder (a
+        json.py of its own) is not on its import path, and without the sampler's bootstrap."""
+        r, w = os.pipe()
+        env = {k: v for k, v in os.environ.items() if k != "ENERGYPROF_AGENT"}
         safe = ["-P"] if sys.version_info >= (3, 11) else []
-        self._proc = subprocess.Popen([sys.executable, *safe, "-m", "energyprof.knobs.keeper"], stdin=subprocess.PIPE,
-                                      start_new_session=True, close_fds=True, cwd="/")
+        argv = [sys.executable, *safe, "-m", "energyprof.knobs.keeper"]
+        try:
+            # a bare interpreter (-S: no site, a few ms) forks the keeper and leaves at once: the keeper's
+            # parent becomes init, and it holds the pipe's read end as its stdin
+            launcher = subprocess.Popen([sys.executable, "-S", *safe, "-c", _DETACH, *argv], stdin=r, env=env,
+                                        start_new_session=True, close_fds=True, cwd="/")
+            launcher.wait()
+        finally:
+            os.close(r)
+        self._pipe = os.fdopen(w, "wb")
         os.register_at_fork(after_in_child=self._forget_in_child)
 
     def _forget_in_child(self) -> None:
         """A forked child (a DataLoader worker) must not keep the pipe open after the setter is gone."""
-        proc, self._proc = self._proc, None
-        if proc is not None and proc.stdin is not None:
-            try:
-                os.close(proc.stdin.fileno())
+        pipe, self._pipe = self._pipe, None
+        if pipe is not None:
+            try:  # the descriptor now points at /dev/null: the file object stays valid, its later close harmless
+                null = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(null, pipe.fileno(), inheritable=False)
+                os.close(null)
             except OSError:
                 pass
+            self._orphan = pipe
         self.held = {}
 
     def _send(self, record: dict[str, Any]) -> None:
-        if self._proc is None:
+        if self._pipe is None:
             self._start()
-        assert self._proc is not None and self._proc.stdin is not None
+        assert self._pipe is not None
         try:
-            self._proc.stdin.write((json.dumps(record) + "\n").encode())
-            self._proc.stdin.flush()
+            self._pipe.write((json.dumps(record) + "\n").encode())
+            self._pipe.flush()
         except (OSError, ValueError) as exc:  # the keeper died: changing a knob without it would risk leaving it changed
             raise KnobError(f"the process that restores knobs has gone ({getattr(exc, 'strerror', None) or exc})") from None
 
@@ -117,7 +132,7 @@ class Keeper:
     def _forget(self, keys: list[str]) -> None:
         for key in keys:
             self.held.pop(key, None)
-            if self._proc is not None:
+            if self._pipe is not None:
                 try:
                     self._send({"restored": key})
                 except KnobError:
@@ -154,7 +169,7 @@ class Keeper:
                     errors.append(f"{held.name}: could not restore {key}: {exc}")
                     continue
                 del self.held[key]
-                if self._proc is not None:
+                if self._pipe is not None:
                     try:
                         self._send({"restored": key})
                     except KnobError:
@@ -165,14 +180,12 @@ class Keeper:
         """Restore everything, then let the keeper process go (it has nothing left to hold)."""
         errors = self.restore()
         with self._lock:
-            proc, self._proc = self._proc, None
-        if proc is not None:
-            assert proc.stdin is not None
+            pipe, self._pipe = self._pipe, None
+        if pipe is not None:
             try:
-                proc.stdin.close()
+                pipe.close()  # the keeper process reads the end, has nothing held, and exits
             except OSError:
                 pass
-            proc.wait()
         for line in errors:
             print(f"energyprof: {line}", file=sys.stderr)
 
@@ -189,6 +202,9 @@ def shared() -> Keeper:
 
 
 # ---------------------------------------------------------------- the keeper process
+
+# Run by `python -S -c`: fork the keeper (argv[1:]) and leave; the keeper keeps stdin (the pipe's read end).
+_DETACH = "import os, sys\nif os.fork() == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\nos._exit(0)\n"
 
 
 def _apply(record: dict[str, Any]) -> None:
