@@ -227,11 +227,12 @@ def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[
     from ..serve import server
 
     problems = []
+    sock_group = group or control_group  # the socket is the read group's, or the control group's alone
     _, zones = server.rapl_reader(powercap_root)
     print(f"zones: {', '.join(zones) or 'none readable'}")
     print(f"knobs: {', '.join(k.name for k in knobs) or 'none'}")
-    print(f"socket: {path} (mode {'0660' if group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
-          + (f", group {group})" if group else ")"))
+    print(f"socket: {path} (mode {'0660' if sock_group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
+          + (f", group {sock_group})" if sock_group else ")"))
     folder = os.path.dirname(os.path.abspath(path))
     try:
         st = os.lstat(folder)
@@ -241,8 +242,8 @@ def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[
         except server.ServeError as exc:
             problems.append(str(exc))
     except FileNotFoundError:
-        print(f"folder: {folder} would be created, mode {'0750' if group else '0700'}, owner "
-              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {group}" if group else ""))
+        print(f"folder: {folder} would be created, mode {'0750' if sock_group else '0700'}, owner "
+              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {sock_group}" if sock_group else ""))
     if group:
         try:
             g = grp.getgrnam(group)
@@ -251,7 +252,7 @@ def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[
         except KeyError:
             problems.append(f"no group named {group!r} (create it: sudo groupadd --system {group})")
     else:
-        print("group: none; only root may connect")
+        print("group: none; only root" + (" and the control group" if control_group else "") + " may connect")
     print(f"control group: {control_group}; its members may set knobs within range" if control_group
           else "control group: none; only root may set knobs")
     if control_group:

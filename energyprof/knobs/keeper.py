@@ -143,11 +143,6 @@ class Keeper:
         with self._lock:
             self._forget([k for k, h in self.held.items() if h.owner == owner])
 
-    def holds(self, knob: Knob, owner: Hashable = None) -> bool:
-        """Whether `owner` holds any part of `knob`."""
-        keys = {p.key for p in knob.parts()}
-        return any(h.owner == owner for k, h in self.held.items() if k in keys)
-
     def restore(self, owner: Hashable = ANY, knob: Knob | None = None) -> list[str]:
         """The originals back, newest change first: every part held, or those of `owner` (and of `knob`
         only, when given). One line per part that could not be restored, returned."""
