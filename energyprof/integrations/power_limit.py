@@ -116,8 +116,8 @@ class PowerLimitOptimizer:
         self._start: tuple[float, float] | None = None
         self._open_window: str | None = None
         if profiler is None:
-            # The profile's hooks are imported, and under `python -m energyprof` bound, now: at the first window's
-            # start they cost 28-93 ms of a 0.67 s window (issue: the 250 W window read 0.69-0.77 s).
+            # The profile's hooks are imported, and under `python -m energyprof` bound, now: imported at the first
+            # window's start they cost 28-93 ms of a 0.67 s window (a V100's 250 W window read 0.69-0.77 s).
             from ..drive.profiler import active_profiler
 
             self._active = active_profiler

@@ -10,8 +10,9 @@ default action, `os._exit`, kill -9 of the setter) there is a keeper process
 read end of a pipe: before each part's first change its original goes down the pipe as one JSON line,
 after an in-process restore a `restored` line takes it back. When the pipe closes with originals still
 held (the kernel closes it, whatever killed the setter) the keeper process writes them back, newest
-first, and exits. The write end is close-on-exec and closed in forked children, so only the setter's
-own end keeps the pipe open.
+first, and exits. The write end is close-on-exec, and a forked child's copy is pointed at /dev/null, so
+only the setter's own end keeps the pipe open. The keeper process is detached (its parent is init), so a
+profiled program's processes do not include it.
 
 Changes may belong to owners (the privileged reader's clients): a part held by one owner cannot be
 changed by another, and `restore(owner)` puts back only that owner's parts.
