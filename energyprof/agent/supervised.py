@@ -133,18 +133,21 @@ class Agent:
         self.spool.event(note_line(message))
 
     # -- the Profiler-like surface the program may use -----------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> int:
-        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it; `t_ns`:
+        the start the caller read itself (the power-limit optimizer's edge)."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_begin(t, str(name), index))
         return t
 
-    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None) -> int:
+    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> int:
         """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`);
-        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it."""
+        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it; `t_ns`: the
+        end the caller read itself."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_end(t, None if name is None else str(name), reply, facts))
         return t
 

@@ -370,11 +370,12 @@ class LocalFeed:
             else:
                 led.end_window(ev[1], ev[2], facts=ev[3])
 
-    def begin_window(self, name: str, index: int | None) -> None:
-        self.queue.append(("begin", time.perf_counter_ns(), name, index))
+    def begin_window(self, name: str, index: int | None, t_ns: int | None = None) -> None:
+        """`t_ns`: the edge the caller read (perf_counter_ns), so its own figure and the window's agree."""
+        self.queue.append(("begin", time.perf_counter_ns() if t_ns is None else int(t_ns), name, index))
 
-    def end_window(self, name: str | None, facts: dict[str, float] | None = None) -> None:
-        self.queue.append(("end", time.perf_counter_ns(), name, facts))
+    def end_window(self, name: str | None, facts: dict[str, float] | None = None, t_ns: int | None = None) -> None:
+        self.queue.append(("end", time.perf_counter_ns() if t_ns is None else int(t_ns), name, facts))
 
     def _children_cpu_ns(self, t: int) -> int:
         """Reaped children (exact) plus live ones (polled every CHILD_POLL_S)."""

@@ -256,10 +256,11 @@ class Profiler:
         return _active is self
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
-        self._begin(name, index)
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge)."""
+        self._begin(name, index, t_ns)
 
-    def _begin(self, name: str, index: int | None) -> int:
+    def _begin(self, name: str, index: int | None, t_ns: int | None = None) -> int:
         """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
         if self._feed is None:
             return -1
@@ -267,15 +268,17 @@ class Profiler:
         with self._window_lock:
             k = self._windows_begun
             self._windows_begun += 1
-            self._feed.begin_window(name, index)
+            self._feed.begin_window(name, index, t_ns)
         return k
 
-    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None) -> None:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> None:
         """End the last window opened under `name`; `facts`: numbers measured about the span
-        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile."""
+        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile; `t_ns`: the
+        end the caller read itself (perf_counter_ns)."""
         if self._feed is not None:
             self._cuda_sync()
-            self._feed.end_window(name, facts)
+            self._feed.end_window(name, facts, t_ns)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
