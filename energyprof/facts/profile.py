@@ -252,8 +252,13 @@ class Profile:
         meta["idle_policy"] = policy
         windows = [replace(w, program_energy_j=dict(w.other_policy_program_energy_j),
                             other_policy_program_energy_j=dict(w.program_energy_j)) for w in self.windows]
+        # A process's figures under the other policy; a profile written before processes kept them has none:
+        # unknown (a dash), never the first policy's figures under the second's name.
+        processes = [replace(p, energy_j=dict(p.other_policy_energy_j or {}),
+                             other_policy_energy_j=dict(p.energy_j) if p.other_policy_energy_j is not None else None)
+                     for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
-                       list(self.processes), dict(self.extra))
+                       processes, dict(self.extra))
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:

@@ -153,6 +153,9 @@ class Process(_Record):
     peak_rss_bytes: int | None = None
     exit: dict[str, Any] | None = None
     host: str | None = None  # the node it ran on, in a profile joined from several
+    # the other idle policy's energy (as Node and Window keep it), so the rows add up to the program under
+    # either; None in profiles written before it was kept
+    other_policy_energy_j: dict[str, float] | None = None
 
 
 @record
@@ -402,4 +405,6 @@ def read_process(raw: Any) -> Process:
                    energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
                    peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", w),
                    exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None,
-                   host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"))
+                   host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"),
+                   other_policy_energy_j=energy(raw.get("other_policy_energy_j"), f"{w}.other_policy_energy_j",
+                                                optional=True))
