@@ -86,7 +86,7 @@ def check_link(path: str) -> None:
     """Raise ProtectedLink (one line) where writing `path` would follow another user's link in a shared folder."""
     link = protected_link(path)
     if link is not None:
-        raise ProtectedLink(errno.EACCES, f"{link} is a symlink of another user in a world-writable sticky folder;"
+        raise ProtectedLink(f"{link} is a symlink of another user in a world-writable sticky folder;"
                             " not followed (the kernel's protected_symlinks rule): remove it or choose another name")
 
 
@@ -202,7 +202,7 @@ def open_through(path: str, flags: int, mode: int = 0o666) -> int:
             if not fifo:
                 raise
             if time.monotonic() >= deadline:
-                raise NoReader(errno.ENXIO, f"no process is reading the FIFO {path}") from None
+                raise NoReader(f"no process is reading the FIFO {path}") from None
             time.sleep(0.01)
     if nonblock and not stat.S_ISFIFO(os.fstat(fd).st_mode):
         os.set_blocking(fd, True)  # a device or file: as an ordinary open would have it
@@ -236,7 +236,7 @@ def _write_all(fd: int, raw: bytes) -> None:
             import select
 
             if not select.select([], [fd], [], FIFO_STALL_S)[1]:
-                raise NoReader(errno.EAGAIN, f"the FIFO's reader took nothing for {FIFO_STALL_S:.0f} s") from None
+                raise NoReader(f"the FIFO's reader took nothing for {FIFO_STALL_S:.0f} s") from None
 
 
 def remove(path: str) -> bool:
