@@ -187,3 +187,32 @@ def test_a_lone_surrogate_is_written_as_its_escape(tmp_path: Path) -> None:
     """A name with a lone surrogate (no UTF-8 form) never loses a file: it is written as its escape."""
     files.write_text(str(tmp_path / "a.txt"), "bad\ud800name\n")
     assert (tmp_path / "a.txt").read_text() == "bad\\ud800name\n"
+
+
+@pytest.fixture(scope="module")
+def link_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folders, relative and absolute links, a chain, a dangling link and a loop."""
+    d = tmp_path_factory.mktemp("links")
+    (d / "a" / "b").mkdir(parents=True)
+    (d / "a" / "b" / "f.txt").write_text("")
+    os.symlink("a/b", d / "l")
+    os.symlink("../x.txt", d / "a" / "b" / "rel")
+    os.symlink(str(d / "a"), d / "abs")
+    os.symlink("b/../../l", d / "a" / "chain")
+    os.symlink("nowhere/deeper", d / "dangling")
+    os.symlink(str(d / "loop"), d / "loop")
+    return d
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(["a", "b", "l", "rel", "abs", "chain", "dangling", "loop", "f.txt", "new", "..", ".", ""]),
+                min_size=1, max_size=7))
+def test_the_writers_resolution_is_realpaths(link_tree: Path, parts: list[str]) -> None:
+    """Property: walking links one by one (to apply the protected_symlinks rule) resolves every path as
+    os.path.realpath does, so a file is written where it was before wherever no link is refused."""
+    path = str(link_tree) + "/" + "/".join(parts)
+    assert files.resolve(path) == os.path.realpath(path)

@@ -43,10 +43,31 @@ class NoReader(OSError):
 
 def protected_link(path: str) -> str | None:
     """The first symlink on the way to `path` that the kernel's protected_symlinks rule refuses to follow
-    (in a world-writable sticky folder, owned neither by us nor by the folder's owner), else None.
+    (in a world-writable sticky folder, owned neither by us nor by the folder's owner), else None."""
+    return _walk_links(path)[0]
 
-    Walked link by link as the kernel walks it: os.path.realpath reads links without that rule."""
-    todo = os.path.abspath(path).split("/")[::-1]
+
+def resolve(path: str) -> str:
+    """os.path.realpath(path), the links followed one by one as the kernel follows them: ProtectedLink for
+    one its protected_symlinks rule refuses (realpath reads every link without that rule). The file is
+    then written at the path returned, which holds no link, so a link planted afterwards is replaced
+    (os.replace) or refused (O_NOFOLLOW), never followed."""
+    link, real = _walk_links(path)
+    if link is not None:
+        raise ProtectedLink(f"{link} is a symlink of another user in a world-writable sticky folder;"
+                            " not followed (the kernel's protected_symlinks rule): remove it or choose another name")
+    return real
+
+
+def check_link(path: str) -> None:
+    """Raise ProtectedLink (one line) where writing `path` would follow another user's link in a shared folder."""
+    resolve(path)
+
+
+def _walk_links(path: str) -> tuple[str | None, str]:
+    """(the first link the protected_symlinks rule refuses or None, the path with every link resolved)."""
+    whole = path if path.startswith("/") else os.path.join(os.getcwd(), path)  # not abspath: ".." after a link
+    todo = whole.split("/")[::-1]                                              # is the link target's parent
     resolved = "/"
     hops = 0
     uid = os.geteuid() if hasattr(os, "geteuid") else None
@@ -60,34 +81,27 @@ def protected_link(path: str) -> str | None:
         candidate = os.path.join(resolved, name)
         try:
             st = os.lstat(candidate)
-        except OSError:
-            return None  # the rest does not exist (or cannot be read): no link to follow beyond it
+        except OSError:  # not there (yet): the rest is a name, as realpath takes it
+            resolved = candidate
+            continue
         if not stat.S_ISLNK(st.st_mode):
             resolved = candidate
             continue
         hops += 1
-        if hops > 40:
-            return None  # a loop: opening it fails with ELOOP
         try:
             folder = os.stat(resolved)
             target = os.readlink(candidate)
         except OSError:
-            return None
+            return None, os.path.realpath(path)
         sticky_shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
         if sticky_shared and uid is not None and st.st_uid not in (uid, folder.st_uid):
-            return candidate
+            return candidate, candidate
+        if hops > 40:
+            return None, os.path.realpath(path)  # a loop: opening it fails with ELOOP
         if target.startswith("/"):
             resolved = "/"
         todo.extend(target.split("/")[::-1])
-    return None
-
-
-def check_link(path: str) -> None:
-    """Raise ProtectedLink (one line) where writing `path` would follow another user's link in a shared folder."""
-    link = protected_link(path)
-    if link is not None:
-        raise ProtectedLink(f"{link} is a symlink of another user in a world-writable sticky folder;"
-                            " not followed (the kernel's protected_symlinks rule): remove it or choose another name")
+    return None, resolved
 
 
 def descriptor(path: str) -> tuple[int | None, int] | None:
@@ -136,14 +150,14 @@ def write_text(path: str, data: str | bytes) -> None:
     if fd_target is not None:
         _write_descriptor(path, fd_target, raw)
         return
-    check_link(path)
-    real = os.path.realpath(path)  # follow a symlink: replace its target, keep the link
+    real = resolve(path)  # follow a symlink (not another user's in a shared folder): replace its target, keep the link
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        fd = open_through(real, os.O_WRONLY)  # a device, FIFO or socket-like node: never replaced, never created
+        # a device, FIFO or socket-like node: never replaced, never created
+        fd = open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
             _write_all(fd, raw)
         finally:
@@ -173,8 +187,7 @@ def append_text(path: str, data: str | bytes) -> None:
     if fd_target is not None:
         _write_descriptor(path, fd_target, raw)
         return
-    check_link(path)
-    real = os.path.realpath(path)
+    real = resolve(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
     fd = open_through(real, flags, 0o666)
     try:
