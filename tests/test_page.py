@@ -103,6 +103,7 @@ def test_a_name_with_a_lone_surrogate_is_escaped_in_the_page_and_every_export(mo
                                                   "error_j": 0.1, "busy_s": 0.1, "kernels": [kernel]}], "more": 0}
     monkeypatch.setattr(gpu_module, "gpu_panel", lambda m: panel)
     page = render_html_bytes(model).decode("utf-8")  # valid UTF-8, no surrogate in it
+    assert render_html(model) == page  # the page as a string (a notebook shows it) is the same
     assert "volta\\ud800sgemm" in page and "t\\ud800.py" in page
     block = page.split('data-encoding="deflate">', 1)[1].split("</script>", 1)[0]
     names = repr(unpacked_json(block))  # repr shows a lone surrogate as \ud800, a backslash as \\

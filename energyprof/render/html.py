@@ -48,7 +48,17 @@ def template_dir() -> Path:
 def render_html(model: ReportModel) -> str:
     """The whole page as one string (plotly.js, styles, scripts and data inlined)."""
     before, after = _without_gc(model)
-    return before + _plotly_js() + after
+    return _encodable(before) + _plotly_js() + _encodable(after)
+
+
+def _encodable(text: str) -> str:
+    """The text with each lone surrogate as its escape (as render_html_bytes writes it), so a notebook or
+    any writer can encode the page."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def render_html_bytes(model: ReportModel) -> bytes:
