@@ -216,3 +216,29 @@ def test_the_writers_resolution_is_realpaths(link_tree: Path, parts: list[str]) 
     os.path.realpath does, so a file is written where it was before wherever no link is refused."""
     path = str(link_tree) + "/" + "/".join(parts)
     assert files.resolve(path) == os.path.realpath(path)
+
+
+def test_a_fifo_whose_reader_takes_nothing_fails_in_a_bounded_time(tmp_path: Path, monkeypatch) -> None:
+    """A reader that opened the FIFO and never reads holds a write of more than the pipe's buffer: after
+    FIFO_STALL_S without progress it fails with one line, never for ever."""
+    monkeypatch.setattr(files, "FIFO_STALL_S", 0.2)
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    opened = threading.Event()
+    release = threading.Event()
+
+    def idle_reader() -> None:
+        fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        opened.set()
+        release.wait(30)
+        os.close(fd)
+
+    reader = threading.Thread(target=idle_reader)
+    reader.start()
+    assert opened.wait(30)
+    try:
+        with pytest.raises(files.NoReader, match="took nothing"):
+            files.write_text(str(fifo), "x" * (4 << 20))
+    finally:
+        release.set()
+        reader.join(30)

@@ -246,10 +246,18 @@ def _write_all(fd: int, raw: bytes) -> None:
         try:
             view = view[os.write(fd, view):]
         except BlockingIOError:  # a non-blocking FIFO whose reader has not taken the last write yet
-            import select
-
-            if not select.select([], [fd], [], FIFO_STALL_S)[1]:
+            if not _writable_within(fd, FIFO_STALL_S):
                 raise NoReader(f"the FIFO's reader took nothing for {FIFO_STALL_S:.0f} s") from None
+
+
+def _writable_within(fd: int, seconds: float) -> bool:
+    import select  # only for a FIFO whose reader is slower than the writer
+
+    if hasattr(select, "poll"):  # select() cannot take a descriptor past FD_SETSIZE (1024)
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return bool(poller.poll(seconds * 1000))
+    return bool(select.select([], [fd], [], seconds)[1])
 
 
 def remove(path: str) -> bool:
