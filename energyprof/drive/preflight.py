@@ -16,7 +16,8 @@ from typing import TextIO
 
 from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
-from ..store.files import protected_link
+from ..store.files import ProtectedLink
+from ..store.files import check_link
 from ..setup.options import OUTPUTS
 from ..setup.options import Options
 from ..setup.options import OptionError
@@ -137,10 +138,10 @@ def check_writable(path: str, what: str) -> None:
         raise OptionError(f"{what}: a file name cannot hold a NUL character")
     if descriptor(path) is not None:
         return  # an open descriptor (/dev/stdout) is written through; nothing is created
-    link = protected_link(path)
-    if link is not None:
-        raise OptionError(f"{what}: {link} is a symlink of another user in a world-writable sticky folder; not"
-                          " followed (the kernel's protected_symlinks rule): remove it or choose another name")
+    try:
+        check_link(path)  # another user's link in a shared sticky folder (/tmp) is not followed
+    except ProtectedLink as exc:
+        raise OptionError(f"{what}: {exc}") from None
     try:
         p = Path(os.path.realpath(path))  # a symlink is written through to its target
         if p.is_dir():
