@@ -12,7 +12,6 @@ plus the supervisor's.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections import deque
 from typing import Any
@@ -135,6 +134,9 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        # What this process had reaped before the run: a shell that ran a command and then exec'd
+        # energyprof (`bash -c 'A && python -m energyprof ...'`) hands it A's CPU in RUSAGE_CHILDREN.
+        self._children_before_ns = probes.reaped_children_cpu_ns()
         self._finishing = False  # the program has ended: what is left is read once, and a forked child waits for no parent
         # Set by the supervisor once it has reaped the program: the readings after that wait for
         # finish(), which adds to the last of them the CPU no sampler saw (start-up, shutdown).
@@ -177,8 +179,7 @@ class JobFeed:
         if self._raw and self.children:
             # CPU that no sampler saw (interpreter start-up and shutdown, the last flush a
             # SIGKILL lost) is in the kernel's figure for the waited-for program.
-            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-            self._final_cpu = int((ru.ru_utime + ru.ru_stime) * 1e9)
+            self._final_cpu = max(0, probes.reaped_children_cpu_ns() - self._children_before_ns)
         self._release(None)
         self.ledger.finish()
         for p in self.procs.values():
