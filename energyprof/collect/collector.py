@@ -266,7 +266,7 @@ class Collector:
                 self._replace_frozen(i, t, energy[i])
         for extra in list(self.extras):
             try:
-                extra(t)
+                extra(time.perf_counter_ns())  # read now: the sensors' reads took time since t
             except Exception as exc:  # noqa: BLE001 - an extra reading is not worth the run
                 self.extras.remove(extra)
                 self.notes.append({"kind": "collector-error",
@@ -414,11 +414,17 @@ class LocalFeed:
             else:
                 led.end_window(ev[1], ev[2], facts=ev[3])
 
-    def begin_window(self, name: str, index: int | None) -> None:
-        self.queue.append(("begin", time.perf_counter_ns(), name, index))
+    def begin_window(self, name: str, index: int | None) -> int:
+        """Queue a window's start; returns its time (perf_counter_ns)."""
+        t = time.perf_counter_ns()
+        self.queue.append(("begin", t, name, index))
+        return t
 
-    def end_window(self, name: str | None, facts: dict[str, float] | None = None) -> None:
-        self.queue.append(("end", time.perf_counter_ns(), name, facts))
+    def end_window(self, name: str | None, facts: dict[str, float] | None = None) -> int:
+        """Queue a window's end; returns its time (perf_counter_ns)."""
+        t = time.perf_counter_ns()
+        self.queue.append(("end", t, name, facts))
+        return t
 
     def _children_cpu_ns(self, t: int) -> int:
         """Reaped children (exact) plus live ones (polled every CHILD_POLL_S)."""

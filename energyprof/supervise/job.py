@@ -27,8 +27,9 @@ from ..agent import wire
 from ..agent.wire import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
-from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
-                      SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
+from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, IoEdgeRecord, LostRecord, NoteRecord,
+                      Record, RoleRecord, SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds,
+                      parse_all, spool_started)
 from .stream import StreamReader
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
@@ -134,6 +135,8 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        # (pid, t_ns, its /proc/self/io, the disks') for each I/O reading at a window's edge (collect/io.py)
+        self.on_io_edge: Any = None
         # What this process had reaped before the run: a shell that ran a command and then exec'd
         # energyprof (`bash -c 'A && python -m energyprof ...'`) hands it A's CPU in RUSAGE_CHILDREN.
         self._children_before_ns = probes.reaped_children_cpu_ns()
@@ -386,6 +389,9 @@ class JobFeed:
             p.ids.stacks[r.sid] = self.table.stack_id(tuple(g for f in r.fids for g in frames[f]))
         elif isinstance(r, (WindowBegins, WindowEnds)):
             self._window(p, r)
+        elif isinstance(r, IoEdgeRecord):
+            if self.on_io_edge is not None:
+                self.on_io_edge(p.pid, r.t_ns, r.proc, r.disks)
         elif isinstance(r, AllocRecord):
             p.allocations.append((self.table.frame_id((r.function, r.file, r.line)) if r.function else None, r.size))
         elif isinstance(r, ExceptionRecord):
