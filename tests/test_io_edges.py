@@ -76,6 +76,7 @@ def test_a_known_read_in_a_short_window_supervised(tmp_path: Path) -> None:
     read = next(w for w in saved["windows"] if w["name"] == "read")
     _check(saved["io"], read["start_s"], read["end_s"])
     assert saved["derived"]["windows_io"][0]["process_read_mb"] == pytest.approx(KNOWN_MB, rel=0.05)
+    assert "counts the physical disks" in (tmp_path / "r.html").read_text()  # Methodology says which disks
 
 
 def test_a_known_read_in_a_short_window_in_process(tmp_path: Path) -> None:
