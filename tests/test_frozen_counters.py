@@ -148,3 +148,35 @@ def test_a_frozen_nvml_counter_with_no_power_either_is_dropped(monkeypatch):
     note = next(n for n in profile.notes if n["kind"] == "sensor-dropped")
     assert note["source"] == "gpu:0" and "in use or drew power" in note["message"]
     assert "did not move" in profile.source("gpu:0").extra["frozen"]
+
+
+def test_the_watch_condemns_only_a_still_counter_over_enough_busy_time():
+    from energyprof.collect.sensors.base import FrozenWatch
+
+    busy = {"s": 0.0}
+    asked = []
+
+    def busy_s(t_ns: int) -> float:
+        asked.append(t_ns)
+        return busy["s"]
+
+    ms = 1_000_000
+    w = FrozenWatch("c", busy_s, needed_s=0.25, quiet_ns=5 * ms, busy_text="busy {busy:.2f}")
+    for k in range(100):  # moves at every read: never asks how busy, never condemned, whatever the load
+        busy["s"] += 1.0
+        assert w.saw(k * 10 * ms, float(k)) is None
+    assert asked == []
+    w.saw(1000 * ms, 5.0)
+    w.saw(1002 * ms, 5.0)  # still within quiet_ns: not asked yet
+    assert asked == []
+    w.saw(1010 * ms, 5.0)  # asked: the base
+    busy["s"] += 0.2
+    assert w.saw(1020 * ms, 5.0) is None  # 0.2 busy-s < 0.25
+    busy["s"] += 0.1
+    assert "did not move in 0.03 s while busy 0.30" in w.saw(1030 * ms, 5.0)
+    w2 = FrozenWatch("c", busy_s, needed_s=0.25, quiet_ns=5 * ms, busy_text="{busy}")
+    w2.saw(0, 1.0)
+    w2.saw(10 * ms, 1.0)
+    busy["s"] += 10.0
+    assert w2.saw(20 * ms, 2.0) is None  # it moved: judged afresh from here
+    assert w2.saw(30 * ms, 2.0) is None and w2.saw(40 * ms, 2.0) is None  # idle since: not condemned

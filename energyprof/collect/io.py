@@ -162,7 +162,8 @@ class IoRecorder:
         if not self.available:
             return
         with self._lock:
-            counted = {name: row for name, row in disks.items() if name in self.disks}
+            # carried past its disk's restarts as known now, as the tick readings around it are
+            counted = {name: _carry(name, self.disk, row) for name, row in disks.items() if name in self.disks}
             self.edges.append((t_ns, proc, counted))
             if len(self.edges) > MAX_EDGES:
                 self.edges = self.edges[::2] + ([self.edges[-1]] if len(self.edges) % 2 == 0 else [])
@@ -216,7 +217,7 @@ class IoRecorder:
             d_t, d_v = disks.get(name, ([], []))
             extra = edge_disks.get(name, [])
             if extra:
-                d_t, d_v = d_t + [t for t, _ in extra], d_v + [_carry(name, self.disk, row) for _, row in extra]
+                d_t, d_v = d_t + [t for t, _ in extra], d_v + [row for _, row in extra]
             cols = _aligned(d_t, d_v, times, len(DISK_FIELDS))
             out_disks[name] = dict(zip(DISK_FIELDS, cols))
         origin = origin_ns if origin_ns is not None else (times[0] if times else 0)
