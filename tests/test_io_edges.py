@@ -201,3 +201,30 @@ def test_a_profile_with_a_disk_gone_renders(tmp_path: Path) -> None:
     assert read_rates(io, 100)["mb_s"] == pytest.approx([150 * 512 / 1e6, 100 * 512 / 1e6, 100 * 512 / 1e6])
     fig = timeline_figure(build(_profile(io)))
     assert any(tr["name"] == "disk read (MB/s)" for tr in fig["data"])
+
+
+def test_window_edges_are_kept_exact_and_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import energyprof.collect.io as cio
+
+    sys_root, proc = tmp_path / "sys", tmp_path / "proc"
+    _block(sys_root, "sda")
+    proc.mkdir()
+    (proc / "diskstats").write_text(_stats({"sda": 0}))
+    rec = IoRecorder(lambda: None, proc_root=str(proc), sys_root=str(sys_root))
+    rec.available = True
+    rec(0)
+    (proc / "diskstats").write_text(_stats({"sda": 1000}))
+    rec(10_000_000_000)
+    # an edge at 2 s read 100 sectors, one at 3 s 700 (the program's own counters with them): exact there
+    rec.edge(2_000_000_000, (0, 0, 0, 0, 51_200, 0), {"sda": (1, 100, 0, 0, 0)})
+    rec.edge(3_000_000_000, (0, 0, 0, 0, 358_400, 0), {"sda": (1, 700, 0, 0, 0)})
+    fact = rec.fact(0)
+    assert fact["t_s"] == [0.0, 2.0, 3.0, 10.0] and fact["window_edges"] == 2
+    span = io_in_span(fact, 2.0, 3.0)
+    assert span["disk_read_mb"] == pytest.approx(600 * 512 / 1e6) and span["process_read_mb"] == pytest.approx(0.3072)
+    monkeypatch.setattr(cio, "MAX_EDGES", 4)
+    for k in range(10):
+        rec.edge(4_000_000_000 + k, None, {"sda": (1, 800, 0, 0, 0)})
+    fact = rec.fact(0)
+    assert fact["edges_thinned"] and fact["window_edges"] <= 5
+    assert all(len(v) == len(fact["t_s"]) for v in fact["disks"]["sda"].values())

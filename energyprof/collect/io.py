@@ -32,7 +32,7 @@ from ..agent.iostat import DISK_FIELDS, PROC_FIELDS, parse_diskstats, parse_proc
 
 SECTOR = 512  # diskstats counts 512-byte sectors whatever the device's own sector size
 MAX_POINTS = 4000  # past this, every other tick's reading is let go: the counters stay exact at the ones kept
-MAX_EDGES = 16000  # window edges kept exact; past this, every other one is let go too (and the fact says so)
+MAX_EDGES = 8000  # window edges kept exact (a few MB of JSON at most); past this every other one is let go (the fact says so)
 ABSENT = "I/O is not recorded on this system (/proc/PID/io and /proc/diskstats are Linux's)"
 COUNTED = ("physical disks (block devices with no device beneath them): a volume stacked on others (LVM,"
            " dm-crypt, md) is counted through its disks, once")
