@@ -49,19 +49,70 @@ def list_cmd(argv: list[str]) -> int:
 
     found = sensors.survey(ns.powercap_root)
     try:
-        print(format_listing(found))
+        print(format_listing(found, check_counters(found.sensors)))
     finally:
         for s in found.sensors:
             s.close()
     return 0
 
 
-def format_listing(found: Any) -> str:
+CHECK_BUDGET_S = 2.0  # the longest the listing watches the counters (an NVML counter is judged after 1 s)
+CHECK_READ_S = 0.005
+
+
+def check_counters(found: list[Any], budget_s: float = CHECK_BUDGET_S) -> dict[str, str]:
+    """Which counters count: each one is read while this process keeps a CPU busy, until it has moved
+    or stood still long enough to be condemned (the rule a run applies: base.FrozenWatch), at most
+    `budget_s`. A GPU's is judged by what its driver says of its power and utilisation. Returns
+    {source id: why it is not a sensor} for those that counted nothing."""
+    t0 = time.perf_counter_ns()
+    counters = []
+    for s in found:
+        if s.tier != "counter":
+            continue
+        try:
+            s.start(t0)
+        except Exception:  # noqa: BLE001 - a counter that cannot start is not judged here
+            continue
+        counters.append(s)
+    if not counters:
+        return {}
+    first = {s.id: None for s in counters}
+    settled: set[str] = set()
+    end = t0 + int(budget_s * 1e9)
+    while len(settled) < len(counters) and time.perf_counter_ns() < end:
+        spin = time.perf_counter_ns() + int(CHECK_READ_S * 1e9)
+        while time.perf_counter_ns() < spin:  # the CPU busy, so a CPU counter has something to count
+            pass
+        t = time.perf_counter_ns()
+        for s in counters:
+            if s.id in settled:
+                continue
+            try:
+                v = float(s.read(t))
+            except Exception:  # noqa: BLE001
+                settled.add(s.id)
+                continue
+            if first[s.id] is None:
+                first[s.id] = v
+            elif v != first[s.id] or s.frozen is not None:
+                settled.add(s.id)
+    return {s.id: s.frozen for s in counters if s.frozen is not None}
+
+
+def format_listing(found: Any, frozen: dict[str, str] | None = None) -> str:
+    frozen = frozen or {}
     lines = ["found:" if found.sensors else "found: no energy sensor (a run uses the model: estimated figures)"]
     for s in found.sensors:
         period = f"every {s.update_period_s:g} s" if s.update_period_s else "period unknown"
         how = s.detail.get("reading") or s.detail.get("domain") or s.detail.get("event") or ""
-        lines.append(f"  {s.id:<16} {s.sensor:<13} {s.method:<9} {s.tier:<10} {period:<16} {how}")
+        method = "FROZEN" if s.id in frozen else s.method
+        lines.append(f"  {s.id:<16} {s.sensor:<13} {method:<9} {s.tier:<10} {period:<16} {how}")
+    if frozen:
+        lines.append("not counting (a run reads these no longer once it sees it: the model, or the GPU's power,"
+                     " takes over, labelled):")
+        for sid, why in frozen.items():
+            lines.append(f"  {sid:<16} {why}")
     if found.missing:
         lines.append("missing (and the step that enables each):")
         for name, step in found.missing.items():
