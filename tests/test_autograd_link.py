@@ -26,7 +26,8 @@ def step() -> list[Op]:
         Op(13, "autograd::engine::evaluate_function: TBackward0", AUTOGRAD, 610, 620, seq=5, fwd_tid=1),
         Op(14, "autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", AUTOGRAD, 630, 640),
         Op(15, "aten::add_", AUTOGRAD, 631, 639),
-        Op(16, "autograd::engine::evaluate_function: MulBackward0", AUTOGRAD, 650, 660, seq=3, fwd_tid=1),  # forward before the window
+        # its forward op ran before the window
+        Op(16, "autograd::engine::evaluate_function: MulBackward0", AUTOGRAD, 650, 660, seq=3, fwd_tid=1),
         Op(17, "autograd::engine::evaluate_function: torch::autograd::CppFunctionTensorPreHook", AUTOGRAD, 670, 680),
         Op(20, "aten::add_", MAIN, 700, 710),  # the optimizer, after backward()
     ]
@@ -85,9 +86,11 @@ def test_backward_path_under_the_backward_call_then_the_forward_line():
     def op(name):
         return (name, "", 0)
 
-    assert ag.path(12) == caller + (BACKWARD_FRAME,) + FWD + (op("aten::linear"), op("aten::addmm"),
-                                                             op("AddmmBackward0"), op("aten::mm"))
-    assert ag.path(13) == caller + (BACKWARD_FRAME,) + FWD + (op("aten::linear"), op("aten::t"), op("TBackward0"))
+    # the forward line beneath [backward], less the loop's frames that hold both it and backward()
+    below = (("forward", "model.py", 20),)
+    assert ag.path(12) == caller + (BACKWARD_FRAME,) + below + (op("aten::linear"), op("aten::addmm"),
+                                                               op("AddmmBackward0"), op("aten::mm"))
+    assert ag.path(13) == caller + (BACKWARD_FRAME,) + below + (op("aten::linear"), op("aten::t"), op("TBackward0"))
     assert ag.path(15) == caller + (BACKWARD_FRAME, op("torch::autograd::AccumulateGrad"), op("aten::add_"))
     assert ag.path(3) == FWD + (op("aten::linear"), op("aten::addmm"))
     assert ag.path(20) == (op("aten::add_"),)  # no stack given for it
@@ -99,7 +102,7 @@ def test_a_backward_on_the_calling_thread_uses_its_own_stack():
     caller = LOOP + (("backward", "torch/_tensor.py", 570),)
     ops = [Op(1, "aten::mul", 1, 0, 10, seq=4, stack=FWD),
            Op(2, "autograd::engine::evaluate_function: MulBackward0", 1, 100, 110, seq=4, fwd_tid=1, stack=caller)]
-    assert Autograd(ops).path(2) == caller + (BACKWARD_FRAME,) + FWD + (("aten::mul", "", 0), ("MulBackward0", "", 0))
+    assert Autograd(ops).path(2) == caller + (BACKWARD_FRAME, FWD[-1], ("aten::mul", "", 0), ("MulBackward0", "", 0))
 
 
 def test_backward_path_is_the_frames_in_order():
@@ -123,7 +126,8 @@ def op_lists(draw):
     for i in range(n):
         start = draw(st.integers(0, 200))
         ops.append(Op(i, draw(st.sampled_from(NAMES)), draw(st.sampled_from([1, 2, 3, 70])), start,
-                      start + draw(st.integers(0, 80)), seq=draw(st.integers(-1, 6)), fwd_tid=draw(st.sampled_from([0, 0, 1, 2]))))
+                      start + draw(st.integers(0, 80)), seq=draw(st.integers(-1, 6)),
+                      fwd_tid=draw(st.sampled_from([0, 0, 1, 2]))))
     flows = {}
     if ops and draw(st.booleans()):
         for _ in range(draw(st.integers(0, 5))):
@@ -139,6 +143,13 @@ def test_every_backward_op_is_linked_or_counted_never_both(case):
     backward = set(links.root_of)
     assert set(links.forward_of) <= backward
     assert len(links.forward_of) + sum(links.unlinked.values()) == len(backward)
+    reasons: dict[str, int] = {}
+    for b in backward:
+        r = links.unlinked_reason(b)
+        assert (r is None) == (b in links.forward_of)
+        if r is not None:
+            reasons[r] = reasons.get(r, 0) + 1
+    assert reasons == links.unlinked
     by_id = {o.id: o for o in ops}
     for b, f in links.forward_of.items():
         assert f not in backward  # a forward op is never inside backward

@@ -19,8 +19,9 @@ saved trace they are not, so each `fwd_tid` is resolved to the thread whose forw
 most of its backward ops' sequence numbers (a `fwdbwd` flow counts as a certain match).
 
 The tree path of a backward op's work (core/kernels.py's frames): the Python stack of the thread
-that called `backward()` at that moment, then `[backward]`, then the forward op's Python stack and
-its operator chain, then the backward ops holding the work. So `loss.backward()` holds the whole
+that called `backward()` at that moment, then `[backward]`, then the forward op's Python stack
+(below the frames it shares with that caller) and its operator chain, then the backward ops
+holding the work. So `loss.backward()` holds the whole
 backward pass, and beneath `[backward]` each model line holds the backward of what it computed.
 What cannot be linked (AccumulateGrad, which has no forward op; hooks; a forward op outside the
 profiled window) stays under `[backward]` on its backward ops, and is counted by reason.
@@ -63,6 +64,12 @@ class Links:
     unlinked: dict[str, int]  # reason -> backward ops not linked
     root_of: dict[int, int] = field(default_factory=dict)  # every backward op id -> its outermost backward op's id
     forward_thread: dict[int, int] = field(default_factory=dict)  # fwd_tid -> the Op.tid its forward ops ran on
+    reason: dict[int, str] = field(default_factory=dict)  # each unlinked outermost backward op's id -> why
+
+    def unlinked_reason(self, op_id: int) -> str | None:
+        """Why a backward op is not linked (None: linked, or not a backward op)."""
+        root = self.root_of.get(op_id)
+        return None if root is None or op_id in self.forward_of else self.reason.get(root)
 
     def is_backward(self, op_id: int) -> bool:
         return op_id in self.root_of
@@ -189,6 +196,7 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
 
     forward_of: dict[int, int] = {}
     unlinked: dict[str, int] = {}
+    reasons: dict[int, str] = {}
     for r in roots:
         op = by_id[r]
         seq, ftid = keys[r]
@@ -208,7 +216,8 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
         else:
             reason = NO_FORWARD
         unlinked[reason] = unlinked.get(reason, 0) + len(members[r])
-    return Links(forward_of, unlinked, root_of, forward_thread)
+        reasons[r] = reason
+    return Links(forward_of, unlinked, root_of, forward_thread, reasons)
 
 
 def op_frame(name: str) -> Frame:
@@ -219,16 +228,22 @@ def op_frame(name: str) -> Frame:
 def backward_path(caller: Sequence[Frame], forward_stack: Sequence[Frame], forward_chain: Sequence[str],
                   backward_chain: Sequence[str]) -> tuple[Frame, ...]:
     """A backward op's tree path: the frames of the thread that called backward() at that moment,
-    `[backward]`, the forward op's Python stack and operator chain (outermost first, the forward op
-    last; empty when unlinked), then the backward ops holding the work (outermost first; the
-    `evaluate_function:` wrapper named by its node, and a repeat of the name dropped)."""
+    `[backward]`, the forward op's Python stack below the frames it shares with the caller (the loop
+    that ran both: `train > step` is not repeated beneath `[backward]`) and its operator chain
+    (outermost first, the forward op last; both empty when unlinked), then the backward ops holding
+    the work (outermost first; the `evaluate_function:` wrapper named by its node, a repeat dropped)."""
+    shared = 0
+    for a, b in zip(caller, forward_stack):
+        if a != b:
+            break
+        shared += 1
     names: list[str] = []
     for name in backward_chain:
         if name.startswith(EVALUATE_PREFIX):
             name = name[len(EVALUATE_PREFIX):]
         if not names or names[-1] != name:
             names.append(name)
-    return (tuple(caller) + (BACKWARD_FRAME,) + tuple(forward_stack) + tuple(op_frame(n) for n in forward_chain)
+    return (tuple(caller) + (BACKWARD_FRAME,) + tuple(forward_stack[shared:]) + tuple(op_frame(n) for n in forward_chain)
             + tuple(op_frame(n) for n in names))
 
 
@@ -240,14 +255,17 @@ class Autograd:
 
     `frames_at(thread, t_ns)`: the Python frames on a thread at an instant (the caller of
     backward() is blocked in it while autograd's thread works); without it, or where it finds
-    none, a backward op on autograd's thread has no caller frames above `[backward]`."""
+    none, a backward op on autograd's thread has no caller frames above `[backward]`.
+    `caller_thread`: the thread taken to have called backward() where no link names one (a trace
+    with one Python thread)."""
 
     def __init__(self, ops: Sequence[Op], flows: Mapping[int, int] | None = None,
-                 frames_at: FramesAt | None = None) -> None:
+                 frames_at: FramesAt | None = None, caller_thread: int | None = None) -> None:
         self.ops = {op.id: op for op in ops}
         self.parent = parents(ops)
         self.links = link_backward(ops, flows, self.parent)
         self.frames_at = frames_at
+        self.caller_thread = caller_thread
         self._paths: dict[int, tuple[Frame, ...]] = {}
         # a backward thread -> the forward thread its linked ops point to most: the caller of an op
         # that names no forward thread (AccumulateGrad, hooks) in that backward pass
@@ -283,7 +301,7 @@ class Autograd:
         if thread is None and fwd is not None:
             thread = self.ops[fwd].tid
         if thread is None:
-            thread = self._caller_thread.get(root.tid)
+            thread = self._caller_thread.get(root.tid, self.caller_thread)
         if thread is None:
             return ()
         return tuple(self.frames_at(thread, root.start_ns))
