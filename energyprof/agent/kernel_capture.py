@@ -225,8 +225,12 @@ class KernelCapture:
             return
         t = time.thread_time_ns()
         before = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
-        with _Quiet():
-            self.prof.step()
+        step_num = getattr(self.prof, "step_num", None)
+        if before == "NONE" and step_num is not None and self._action(step_num + 1).name == "NONE":
+            self.prof.step()  # between windows: nothing starts or stops, nothing to keep off stderr
+        else:
+            with _Quiet():
+                self.prof.step()
         after = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
         if after.startswith("RECORD") and (not before.startswith("RECORD") or before == "RECORD_AND_SAVE"):
             self._note_start()
