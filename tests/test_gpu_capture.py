@@ -542,3 +542,24 @@ def test_an_event_whose_name_torch_cannot_decode_costs_that_event_only():
     events = training_step(OFF) + [Garbled(activity_type="python_function", python_id=999, start_ns=OFF)]
     cycle = reduce_events(events, unix_minus_perf=OFF, t0=0, t1=100 * MS, running=RUNNING)
     assert cycle.records == 4 and cycle.counts["event(s) whose name could not be read"] == 1
+
+
+def test_a_frame_the_sampler_never_saw_gets_its_full_path(tmp_path):
+    """The profiler names `torch/nn/modules/module.py`; the tree needs the path the code carries (under
+    site-packages: a library frame in the report), found under the program's sys.path."""
+    from energyprof.analysis.functions import is_library
+    from energyprof.collect.kernels.reduce import FullPaths
+
+    lib = tmp_path / "site-packages"
+    (lib / "torch" / "nn").mkdir(parents=True)
+    (lib / "torch" / "nn" / "module.py").write_text("")
+    files = FullPaths([str(tmp_path / "nothing"), str(lib)])
+    s = Step(OFF)
+    mod = s.py("train.py(1): <module>", 0, 100)
+    s.py("torch/nn/module.py(1782): _call_impl", 1, 50, mod)
+    s.op("aten::mm", 2, 8, seq=1)
+    s.launch(3, "gemm", 10, 20)
+    c = reduce_events(s.events, unix_minus_perf=OFF, t0=0, t1=100 * MS, files=files)
+    ((path, _),) = c.figures
+    assert path[0] == ("<module>", "train.py", 1)  # no such file under the entries: kept as named
+    assert path[1] == ("_call_impl", str(lib / "torch" / "nn" / "module.py"), 1782) and is_library(path[1][1])

@@ -119,6 +119,7 @@ class KernelCapture:
         self.cost_ns = 0  # CPU spent reducing and exporting
         self.failed: str | None = None
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
+        self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
         self._last_step = 0
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
@@ -248,12 +249,14 @@ class KernelCapture:
         self.recording = False
         _Quiet.first = False  # a cycle was recorded: Kineto has started, and read its level
         try:
-            from ..collect.kernels.reduce import reduce_events
+            from ..collect.kernels.reduce import FullPaths, reduce_events
 
             offset, _ = clock_offset(rounds=8)
             events = prof.profiler.kineto_results.events()
+            if self.files is None:
+                self.files = FullPaths(sys.path)
             cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
-                                  package=self.package)
+                                  package=self.package, files=self.files)
             del events
             self.cycles += 1
             self.sink.add(cycle)

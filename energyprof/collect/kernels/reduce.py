@@ -24,6 +24,7 @@ the device's busy union there. Memory and output grow with paths x buckets, not 
 from __future__ import annotations
 
 import bisect
+import os
 from typing import Any, Callable, Iterable, Sequence
 
 from ...core.autograd import Autograd, Op
@@ -75,6 +76,29 @@ def parse_python_name(name: str) -> Frame:
         if paren and line.isdigit():
             return (func, file, int(line))
     return (name, "", 0)
+
+
+class FullPaths:
+    """A file as the profiler names it (its path less the sys.path entry that holds it) -> the path the
+    program's code objects carry: the first sys.path entry under which it exists. Cached per file (the
+    program's files: bounded by lines); unchanged where none holds it."""
+
+    def __init__(self, path: Sequence[str]) -> None:
+        self.path = [p for p in path if isinstance(p, str) and p]
+        self.cache: dict[str, str] = {}
+
+    def __call__(self, file: str) -> str:
+        got = self.cache.get(file)
+        if got is None:
+            got = file
+            if file and not os.path.isabs(file) and not file.startswith("<"):
+                for entry in self.path:
+                    candidate = os.path.join(entry, file)
+                    if os.path.isfile(candidate):
+                        got = candidate
+                        break
+            self.cache[file] = got
+        return got
 
 
 def running_frames(frames: Iterable[Any]) -> Running:
@@ -134,10 +158,12 @@ def _kind_name(v: Any) -> str:
 
 
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
-                  package: str = "", bucket_ns: int = BUCKET_NS) -> Cycle:
+                  package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None) -> Cycle:
     """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
-    [t0, t1] is the cycle's span on that clock."""
+    [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
+    (less its sys.path entry), so that a frame the sampler never saw is still known as a library's."""
     running = running or {}
+    files = files or (lambda f: f)
     py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
     py_spans: dict[int, list[tuple[int, int, int]]] = {}
     raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, profiler tid, OS tid, start, end, seq, fwd)
@@ -209,6 +235,12 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
             if frame is not None and _keep(frame, package):
                 if starts.get(p, early + 1) <= early:
                     frame = _first_line(frame, running)
+                full = files(frame[1])
+                if full != frame[1]:
+                    frame = (frame[0], full, frame[2])
+                    if not _keep(frame, package):
+                        stacks[p] = base
+                        continue
                 base = base + (frame,)
             stacks[p] = base
         return stacks.get(pid, ())
