@@ -94,8 +94,9 @@ def _charge_own(ns: int) -> None:
 class KernelCapture:
     """torch.profiler in this process, in cycles, each reduced in memory as it ends and handed to `sink`
     (an object with `add(cycle)`, or the spool's writer). `steps` (EVERY:ACTIVE[:WINDOWS]): ACTIVE
-    steps of every EVERY, at most WINDOWS times; None: every step its own cycle once steps are marked,
-    one cycle over the whole run if none is. `export`: a folder to also write each cycle's Chrome trace
+    steps of every EVERY, at most WINDOWS times; None: the whole run, one cycle from the start to the
+    first marked step, then cycles of WHOLE_RUN_STEPS steps (one cycle in all if no step is marked);
+    `every`/`active` without `steps`: the capture on by default (nothing until the first step). `export`: a folder to also write each cycle's Chrome trace
     to (gzipped), for users who want the file."""
 
     def __init__(self, sink: Any, activities: Any = None, steps: str | None = None, export: str | None = None,
