@@ -563,3 +563,54 @@ def test_a_frame_the_sampler_never_saw_gets_its_full_path(tmp_path):
     ((path, _),) = c.figures
     assert path[0] == ("<module>", "train.py", 1)  # no such file under the entries: kept as named
     assert path[1] == ("_call_impl", str(lib / "torch" / "nn" / "module.py"), 1782) and is_library(path[1][1])
+
+
+@pytest.mark.filterwarnings("ignore:CUDA is not available")
+def test_trace_export_is_an_option_and_streams_gzipped_files(tmp_path):
+    """--gpu-kernel-trace DIR: each cycle's Chrome trace in DIR, gzipped (readable JSON); without it
+    nothing is written; a folder that is not there is one line and exit 2 before the program."""
+    pytest.importorskip("torch")
+    import gzip
+    import json
+
+    from conftest import run_cli
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev" / "nvidiactl").write_text("")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    (tmp_path / "traces").mkdir()
+    script = tmp_path / "prog.py"
+    script.write_text("import torch\nimport energyprof.torch as ept\nx = torch.randn(16, 16)\n"
+                      "for _ in ept.track(list(range(4))):\n    x = (x @ x).tanh()\nprint('done')\n")
+    env = {"ENERGYPROF_DEV_ROOT": str(tmp_path)}
+    common = ["--gpu-kernels", "--gpu-kernel-steps", "2:1", "--power-trace", str(tmp_path / "p.csv"), "-q"]
+    r = run_cli([*common, "--gpu-kernel-trace", str(tmp_path / "traces"), str(script)], tmp_path, env=env)
+    assert r.returncode == 0 and r.stdout == "done\n", r.stderr
+    files = sorted((tmp_path / "traces").iterdir())
+    assert len(files) == 2 and all(f.name.endswith(".kineto.json.gz") for f in files)
+    assert all("traceEvents" in json.loads(gzip.open(f).read()) for f in files)
+    r = run_cli([*common, "--gpu-kernel-trace", str(tmp_path / "nowhere"), str(script)], tmp_path, env=env)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--gpu-kernel-trace" in r.stderr
+
+
+def test_in_process_default_stays_off_without_cuda(tmp_path):
+    """energy_profile() with no gpu_kernels= in a torch program that never initialises CUDA: no capture
+    (nothing of it imported), and the note says the GPU figures are where Python waited."""
+    torch = pytest.importorskip("torch")
+    import sys
+
+    from energyprof import energy_profile
+    from energyprof.facts.profile import load
+
+    sys.modules.pop("energyprof.agent.kernel_capture", None)
+    power = tmp_path / "p.csv"
+    power.write_text("t_s,gpu:0,cpu\n0,100,20\n")
+
+    @energy_profile(json=str(tmp_path / "o.json"), power_trace=str(power), quiet=True)
+    def work():
+        return float((torch.randn(8, 8) @ torch.randn(8, 8)).sum())
+
+    work()
+    assert "energyprof.agent.kernel_capture" not in sys.modules
+    (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
+    assert "where Python waited" in note.message and "did not run" in note.message

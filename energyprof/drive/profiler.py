@@ -191,11 +191,11 @@ class Profiler:
 
     def _stop_kernels(self) -> None:
         """The last cycle reduced into the fold before the tree is built."""
-        from ..agent.kernel_capture import register
-
         cap = self._kernels
         if cap is None:
             return
+        from ..agent.kernel_capture import register
+
         register(None)
         try:
             cap.stop()
