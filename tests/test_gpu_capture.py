@@ -614,3 +614,50 @@ def test_in_process_default_stays_off_without_cuda(tmp_path):
     assert "energyprof.agent.kernel_capture" not in sys.modules
     (note,) = [n for n in load(tmp_path / "o.json").notes if n.kind == "gpu-wall-time"]
     assert "where Python waited" in note.message and "did not run" in note.message
+
+
+FULL_DISK_KERNELS = """
+import os, resource, signal, sys
+sys.path.insert(0, sys.argv[2])
+from energyprof.agent import wire
+from energyprof.agent.kernel_capture import SpoolSink
+from energyprof.agent.spool import Spool
+from energyprof.collect.kernels.reduce import reduce_events
+from energyprof.supervise.stream import StreamReader
+from kineto_events import training_step, MS
+OFF = 1_700_000_000_000_000_000
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+path = sys.argv[1]
+sp = Spool(path)
+sink = SpoolSink(sp)
+sp.stack(0, (0,))
+sp.flush()
+resource.setrlimit(resource.RLIMIT_FSIZE, (os.path.getsize(path), hard))  # the disk is full
+sink.add(reduce_events(training_step(OFF), unix_minus_perf=OFF, t0=0, t1=100 * MS))
+sp.flush()
+resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+sink.add(reduce_events(training_step(OFF + 100 * MS), unix_minus_perf=OFF, t0=100 * MS, t1=200 * MS))
+sp.flush()
+for r in StreamReader(path).read():
+    print(r[0], len(r))
+"""
+
+
+def test_a_full_disk_drops_a_cycles_figures_and_keeps_its_paths(tmp_path):
+    """The kernel records on a full disk: the first cycle's figures are dropped (a LOST record says so),
+    its launch paths are written once there is room, and the next cycle's figures refer to them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from energyprof.agent import wire
+
+    env = {**__import__("os").environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    res = subprocess.run([sys.executable, "-c", FULL_DISK_KERNELS, str(tmp_path / "1-1.spool"),
+                          str(Path(__file__).parent)], capture_output=True, text=True, timeout=60, env=env)
+    assert res.returncode == 0, res.stderr
+    kinds = [ln.split()[0] for ln in res.stdout.splitlines()]
+    assert kinds.count(wire.KPATH) == 3 and kinds.count(wire.LOST) == 1
+    assert kinds.count(wire.KCYCLE) == 1 and kinds.count(wire.KBUSY) == 3  # the second cycle's only
+    assert kinds.index(wire.KPATH) < kinds.index(wire.KBUSY)

@@ -326,7 +326,8 @@ class SpoolSink:
             lines.append(kernel_names(kid, dev, fig.names))
         if cycle.counts:
             lines.append(kernel_counts(cycle.counts))
-        self.spool.event("".join(lines))
+        for line in lines:  # one record an event: a failed write keeps the paths and drops the figures
+            self.spool.event(line)
 
     def note(self, text: str) -> None:
         from .wire import note

@@ -23,12 +23,14 @@ import time
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
-    LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file, sample as sample_line,
+    KBUSY, KCOUNTS, KCYCLE, KNAMES, LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file, sample as sample_line,
     stack as stack_line, threads as threads_line, tick as tick_line
 )
 
 SEGMENT_BYTES = 8 << 20
-_DROPPABLE = (TICK + "\t", SAMPLE + "\t")
+# A failed write drops these (a LOST record then says the span): samples, and the kernel capture's per-cycle
+# figures; definitions that later lines refer to (frames, stacks, kernel paths) are kept and written again.
+_DROPPABLE = (TICK + "\t", SAMPLE + "\t", KCYCLE + "\t", KBUSY + "\t", KNAMES + "\t", KCOUNTS + "\t")
 _perf = time.perf_counter_ns
 
 
