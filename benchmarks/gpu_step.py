@@ -85,7 +85,8 @@ def sync():
     torch.cuda.synchronize()
 
 edges = {}
-for name, fn, s in (("compute_phase", compute_phase, 4.0), ("memory_phase", memory_phase, 4.0), ("rest_phase", rest_phase, 3.0)):
+for name, fn, s in (("compute_phase", compute_phase, 4.0), ("memory_phase", memory_phase, 4.0),
+                    ("rest_phase", rest_phase, 3.0)):
     e0 = counter_j()
     fn(s)
     edges[name] = counter_j() - e0

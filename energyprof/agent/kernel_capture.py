@@ -96,8 +96,8 @@ class KernelCapture:
     (an object with `add(cycle)`, or the spool's writer). `steps` (EVERY:ACTIVE[:WINDOWS]): ACTIVE
     steps of every EVERY, at most WINDOWS times; None: the whole run, one cycle from the start to the
     first marked step, then cycles of WHOLE_RUN_STEPS steps (one cycle in all if no step is marked);
-    `every`/`active` without `steps`: the capture on by default (nothing until the first step). `export`: a folder to also write each cycle's Chrome trace
-    to (gzipped), for users who want the file."""
+    `every`/`active` without `steps`: the capture on by default (nothing until the first step).
+    `export`: a folder to also write each cycle's Chrome trace to (gzipped), for users who want the file."""
 
     def __init__(self, sink: Any, activities: Any = None, steps: str | None = None, export: str | None = None,
                  every: int | None = None, active: int | None = None, budget: float | None = None) -> None:

@@ -23,7 +23,8 @@ import time
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
-    KBUSY, KCOUNTS, KCYCLE, KNAMES, LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file, sample as sample_line,
+    KBUSY, KCOUNTS, KCYCLE, KNAMES, LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file,
+    sample as sample_line,
     stack as stack_line, threads as threads_line, tick as tick_line
 )
 

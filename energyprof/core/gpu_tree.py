@@ -345,7 +345,7 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
     devices_out = {}
     for d, sid in devices.items():
         dev = att.devices[d]
-        scale = [held[sid][0] / dev.total_j if dev.total_j > 0 else 0.0, held[sid][1] / dev.total_j if dev.total_j > 0 else 0.0]
+        scale = [h / dev.total_j if dev.total_j > 0 else 0.0 for h in held[sid]]
         for path in sorted(att.stacks, key=lambda s: tuple(map(str, s))):
             fig = att.stacks[path].get(d)
             if fig is None:

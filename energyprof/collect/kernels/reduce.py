@@ -252,7 +252,8 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         pid = nest.at(t) if nest is not None else None
         return py_stack(pid) if pid is not None else ()
 
-    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a)) for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(raw_ops)]
+    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
+           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(raw_ops)]
     flows = {b: f for ends in flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
     for reason, n in auto.links.unlinked.items():
