@@ -482,7 +482,7 @@ def test_supervised_run_carries_the_reduced_kernels_through_the_spool(tmp_path):
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev" / "nvidiactl").write_text("")
-    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    (tmp_path / "p.csv").write_text("t_s,gpu:0,cpu\n0,100,50\n")
     tests = str(Path(__file__).parent)
     script = tmp_path / "prog.py"
     script.write_text(f"""import sys, time, torch
@@ -527,6 +527,11 @@ print("done")
     assert dev["busy_s"] == pytest.approx(0.002 * gpu["records"], rel=1e-6)
     assert 0 < dev["split_share"] < 1  # the exit after the last cycle stays on the wall-time rule
     assert p.root.energy_j["gpu:0"] == pytest.approx(p.totals.energy_j["gpu:0"], rel=1e-9)
+    # the capture's own CPU (torch's import at the start, each cycle's reduction) is energyprof's
+    capture_ns = gpu["fold"]["capture_cpu_ns"]
+    assert capture_ns > 0 and p.totals.energyprof_cpu_time_s * 1e9 >= capture_ns
+    (own,) = [n for n in p.root.children if n.function == "[energyprof]"]
+    assert own.energy_j["cpu"] > 0 and p.totals.energyprof_j["cpu"] == pytest.approx(own.energy_j["cpu"])
 
 
 

@@ -122,6 +122,7 @@ class KernelCapture:
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
         self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
         self._last_step = 0
+        self._t_thread = 0  # the thread's CPU clock when the capture's current call began
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
         self.package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
@@ -173,7 +174,7 @@ class KernelCapture:
         atexit.register(self.stop)
 
     def _begin(self, with_schedule: bool) -> None:
-        t = time.thread_time_ns()
+        t = self._mark()
         t_wall = time.perf_counter_ns()
         with _Quiet():
             self.prof = self._make(with_schedule)  # imports torch.profiler (at the run's start: torch itself)
@@ -210,7 +211,7 @@ class KernelCapture:
         if not self.scheduled and self.stepped_by == source and self.steps == 1:
             # the whole run, and steps are marked: the cycle since the start ends here, and from now
             # on each cycle is EVERY steps, reduced as it ends
-            t = time.thread_time_ns()
+            t = self._mark()
             prof, self.prof = self.prof, None
             if prof is not None:
                 with _Quiet():
@@ -225,7 +226,7 @@ class KernelCapture:
                 if not self.recording:
                     self.begun -= 1
             return
-        t = time.thread_time_ns()
+        t = self._mark()
         before = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
         step_num = getattr(self.prof, "step_num", None)
         if before == "NONE" and step_num is not None and self._action(step_num + 1).name == "NONE":
@@ -237,6 +238,10 @@ class KernelCapture:
         if after.startswith("RECORD") and (not before.startswith("RECORD") or before == "RECORD_AND_SAVE"):
             self._note_start()
         self._spent(t)
+
+    def _mark(self) -> int:
+        self._t_thread = time.thread_time_ns()
+        return self._t_thread
 
     def _spent(self, t0_thread: int) -> None:
         ns = time.thread_time_ns() - t0_thread
@@ -260,6 +265,7 @@ class KernelCapture:
                                   package=self.package, files=self.files)
             del events
             self.cycles += 1
+            cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
             self.sink.add(cycle)
             if self.export:
                 path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
@@ -297,7 +303,7 @@ class KernelCapture:
         prof, self.prof = self.prof, None
         if prof is None:
             return
-        t = time.thread_time_ns()
+        t = self._mark()
         try:
             with _Quiet():
                 prof.stop()  # a cycle still recording ends here: on_trace_ready reduces it
@@ -316,7 +322,7 @@ class SpoolSink:
     def add(self, cycle: Any) -> None:
         from .wire import kernel_busy, kernel_counts, kernel_cycle, kernel_names, kernel_path
 
-        lines = [kernel_cycle(cycle.t0, cycle.t1, cycle.records)]
+        lines = [kernel_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))]
         for (path, dev), fig in cycle.figures.items():
             kid = self.paths.get(path)
             if kid is None:

@@ -27,7 +27,8 @@ they were). Records, first field the kind:
                                                            I/O counters read at a window's edge (t_ns, the
                                                            window's time): the process's /proc/self/io (empty
                                                            where unreadable) and the disks' /proc/diskstats
-    Y t0 t1 records                                        GPU kernels: a profiler cycle reduced (its span, device records)
+    Y t0 t1 records cost_ns                                GPU kernels: a profiler cycle reduced (its span, device records,
+                                                           the capture's own CPU so far)
     M kid function file line [function file line ...]      GPU kernels: a launch path (local id), outermost frame first
     U kid device bucket_ns b:ns,b:ns,...                   GPU kernels: the path's shared busy ns per bucket in the cycle
     J kid device name count time_ns [name count time_ns ...]  GPU kernels: the path's top kernel names in the cycle
@@ -212,8 +213,8 @@ def role(label: str) -> str:
     return f"{ROLE}\t{esc(label)}\n"
 
 
-def kernel_cycle(t0: int, t1: int, records: int) -> str:
-    return f"{KCYCLE}\t{int(t0)}\t{int(t1)}\t{int(records)}\n"
+def kernel_cycle(t0: int, t1: int, records: int, cost_ns: int = 0) -> str:
+    return f"{KCYCLE}\t{int(t0)}\t{int(t1)}\t{int(records)}\t{int(cost_ns)}\n"
 
 
 def kernel_path(kid: int, frames: tuple[tuple[str, str, int], ...]) -> str:

@@ -135,12 +135,14 @@ class KernelFold:
         self.counts: dict[str, int] = {}
         self.cycles = 0
         self.records = 0  # device records the cycles held
+        self.cost_ns = 0  # the capture's own CPU, as the program last said (charged to [energyprof] there)
         self.entries = 0
 
     # the sink the program's cycles (or the spool's records of them) arrive through
-    def add_cycle(self, t0: int, t1: int, records: int = 0) -> None:
+    def add_cycle(self, t0: int, t1: int, records: int = 0, cost_ns: int = 0) -> None:
         self.cycles += 1
         self.records += records
+        self.cost_ns = max(self.cost_ns, int(cost_ns))
         if t1 <= t0:
             return
         spans = self.spans
@@ -203,7 +205,7 @@ class KernelFold:
 
     def add(self, cycle: Any) -> None:
         """A reduced cycle (collect/kernels/reduce.Cycle), for a fold in the program's own process."""
-        self.add_cycle(cycle.t0, cycle.t1, cycle.records)
+        self.add_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))
         for (path, dev), fig in cycle.figures.items():
             self.add_busy(path, dev, cycle.bucket_ns, fig.busy)
             self.add_names(path, dev, fig.names)
@@ -306,7 +308,8 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
     names = {k: v for k, v in fold.names.items() if k[1] in devices}
     return KernelSplit(att, devices, inside, names, list(spans), fold.cycles, fold.records, dict(fold.counts),
                        clock_error_ns, {d: ns / 1e9 for d, ns in unmeasured.items()},
-                       fold={"paths": len(fold.busy), "entries": fold.entries, "cell_ns": fold.cell_ns})
+                       fold={"paths": len(fold.busy), "entries": fold.entries, "cell_ns": fold.cell_ns,
+                             "capture_cpu_ns": fold.cost_ns})
 
 
 def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:

@@ -427,7 +427,7 @@ class JobFeed:
         elif isinstance(r, KernelNames):
             self.kernels.add_names(self._kernel_paths[(p.pid, r.kid)], r.device, r.names)
         elif isinstance(r, KernelCycle):
-            self.kernels.add_cycle(r.t0, r.t1, r.records)
+            self.kernels.add_cycle(r.t0, r.t1, r.records, r.cost_ns)
         elif isinstance(r, KernelCounts):
             self.kernels.add_counts(r.counts)
 

@@ -103,6 +103,7 @@ class KernelCycle(NamedTuple):
     t0: int
     t1: int
     records: int  # device records it held
+    cost_ns: int = 0  # the capture's own CPU so far (charged to energyprof in the program)
 
 
 class KernelPath(NamedTuple):
@@ -192,7 +193,7 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
     wire.IO: lambda r: IoEdgeRecord(*wire.parse_io_edge(r)),
     wire.END: lambda r: EndRecord(),
-    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3])),
+    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3]), int(r[4]) if len(r) > 4 else 0),
     wire.KPATH: _kernel_path,
     wire.KBUSY: _kernel_busy,
     wire.KNAMES: _kernel_names,

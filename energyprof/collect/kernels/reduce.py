@@ -66,6 +66,7 @@ class Cycle:
     figures: dict[tuple[Path, int], PathFigures]  # (path, device) -> figures
     counts: dict[str, int]  # what could not be placed or linked, by reason
     records: int = 0  # device records seen
+    cost_ns: int = 0  # the capture's own CPU so far (set by the capture: charged to energyprof)
 
 
 def parse_python_name(name: str) -> Frame:
