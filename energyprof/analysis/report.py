@@ -23,6 +23,8 @@ from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
+from .forecast import forecast_views
+from ..facts.records import is_forecast
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -83,6 +85,8 @@ class ReportModel:
     sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
     # window name -> its windows' disk MB read (summed) and read IOPS (over their summed time), measured
     window_io: dict[str, dict[str, float]] = field(default_factory=dict)
+    # tracked loop -> its forecasts of its own total beside the outcome (analysis/forecast.forecast_views)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -129,6 +133,8 @@ class ReportModel:
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
         elif (self.profile.extra.get("io") or {}).get("absent"):
             out["io"] = {"absent": self.profile.extra["io"]["absent"]}
+        if self.forecasts:  # predicted during the run against what the passes measured
+            out["forecasts"] = self.forecasts
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -162,11 +168,14 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
                       and r.self_total_energy > 0),
                      key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
-    # the tracked loops' page-cache readings are facts of the training table, not spans: left out here
-    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows if not is_cache_fact(w)]
+    # the tracked loops' page-cache readings and forecasts are facts of the training table, not spans: left out here
+    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows
+                   if not is_cache_fact(w) and not is_forecast(w)]
     if figures is not None and options.carbon is not None:
-        for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
-            r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
+        # window_carbon has one figure per window of the profile: each row takes its own window's
+        grams = dict(zip(map(id, view.windows), window_carbon(view, figures, options.carbon)))
+        for r in window_rows:
+            r.carbon_g, r.cost = grams[id(r.window)], figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
     absent = (view.extra.get("io") or {}).get("absent")
     if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
@@ -187,6 +196,7 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         window_io=_window_io(view),
+        forecasts=forecast_views(profile),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
 
 

@@ -106,6 +106,10 @@ def build_run_parser() -> Parser:
     p.add_argument("--watch-cache", metavar="PATH", help="measure the page-cache residency of the files under PATH"
                    " at the run's start and end and at each energyprof.torch.track() pass's start and end, and record the"
                    " storage device behind it")
+    p.add_argument("--expect-epochs", type=int, metavar="N",
+                   help="the passes each energyprof.torch.track() loop will make (unless the program gives"
+                        " track(epochs=N)): after each, a forecast of the run's energy, time and carbon on stderr,"
+                        " kept in the profile; an energyprof flag, before the script, apart from the script's own --epochs")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 

@@ -93,6 +93,8 @@ class Options:
     sync: str | None = None
     gpu_kernels: bool = False  # the PyTorch profiler in the program: GPU joules on the launching lines
     gpu_kernel_steps: str | None = None  # "EVERY:ACTIVE[:WINDOWS]": profile only some steps (bounded cost)
+    # the passes a tracked loop (energyprof.torch.track) will make: a forecast of the run's total after each
+    expect_epochs: int | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in BOUNDS.items():
@@ -117,6 +119,9 @@ class Options:
                 raise OptionError("--power-trace replays a trace: add --sensor replay, or leave --sensor out")
             if "replay" in self.sensor and not self.power_trace:
                 raise OptionError("--sensor replay needs --power-trace FILE")
+        if self.expect_epochs is not None and (isinstance(self.expect_epochs, bool) or not isinstance(self.expect_epochs, int)
+                                               or not 1 <= self.expect_epochs <= 10_000_000):
+            raise OptionError(f"--expect-epochs must be a whole number from 1 to 10000000, not {self.expect_epochs!r}")
         if self.gpu_kernel_steps is not None:
             if not self.gpu_kernels:
                 raise OptionError("--gpu-kernel-steps bounds --gpu-kernels' profiler: give --gpu-kernels too")
