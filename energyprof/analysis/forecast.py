@@ -269,7 +269,7 @@ def fit(observations: Sequence[Mapping[str, Any]], confidence: float = CONFIDENC
             ranges[key] = [min(vals), max(vals)]
     model: dict[str, Any] = {
         "schema": SCHEMA,
-        "response": "log(energy per step in J): the machine's energy over the tracked loop's steps",
+        "response": "log(energy per step in J): the program's energy in the tracked loop's step windows",
         "columns": cols,
         "offered": cands,
         "coefficients": coef,
@@ -373,3 +373,72 @@ def forecast_views(profile: Any) -> dict[str, dict[str, Any]]:
                   for w in windows]
         out[loop] = forecast_outcome(found, passes)
     return out
+
+
+# ---------------------------------------------------------------- a saved profile as one observation
+
+
+def observation(profile: Any, loop: str = "step", name: str = "") -> dict[str, Any] | None:
+    """What a profile of a tracked loop says for the fit: FLOPs per step (its first step, counted by torch's
+    FlopCounterMode under `track(model=...)`), parameters, batch size, device and its power limit, energy
+    per step (the program's energy in the loop's step windows, the counted step left out), steps per pass
+    and the measured energy per pass (the counted step taken as the mean of the others). None when the loop
+    is not in the profile."""
+    from .training import breakdown
+
+    computes = [w for w in profile.windows if w.name == f"{loop}.compute"]
+    if not computes:
+        return None
+    b = breakdown(profile, loop)
+    counted = next((w.loop for w in sorted(computes, key=lambda w: w.start_s) if "flops" in w.loop), {})
+    samples = [r["samples"] for r in b["steps"] if r.get("samples")]
+    passes = len(b["end_of_data_waits"]) or b["epoch_count"] or 1
+    steps = b["step_count"]
+    device, limit = _device(profile.meta, int(counted.get("cuda_device", -1)))
+    # the step the FLOP counter ran in is slower (Python saw each operator): not a training step's energy
+    counted_step = next((int(w.index) for w in computes if "flops" in w.loop and w.index is not None), None)
+    per_step = _program_step_energy(profile, loop)
+    typical = [j for i, j in per_step.items() if i != counted_step] or list(per_step.values())
+    return {"name": name, "flops": counted.get("flops"), "params": b.get("parameters"),
+            "batch": statistics.median(samples) if samples else None, "device": device, "power_limit_w": limit,
+            "energy_per_step_j": statistics.fmean(typical) if typical else None,
+            "steps_per_epoch": steps / passes if steps else None, "epochs": passes,
+            # the counted step as the others: what an epoch costs without energyprof's counter
+            "energy_per_epoch_j": math.fsum(typical) * len(per_step) / len(typical) / passes if typical else None}
+
+
+def _program_step_energy(profile: Any, loop: str) -> dict[int, float]:
+    """Per step (index): the program's energy in its fetch and compute windows, under the run's idle policy
+    (the machine's where a window predates the program's figure). The program's, not the machine's: on a
+    shared machine, the part of the joules its own CPU time and devices account for."""
+    out: dict[int, float] = {}
+    for w in profile.windows:
+        if w.index is None or w.name not in (f"{loop}.fetch", f"{loop}.compute"):
+            continue
+        j = w.program_total_j if w.program_total_j is not None else w.total_j
+        out[int(w.index)] = out.get(int(w.index), 0.0) + j
+    computed = {int(w.index) for w in profile.windows if w.name == f"{loop}.compute" and w.index is not None}
+    return {i: j for i, j in out.items() if i in computed}
+
+
+def counted_loops(profile: Any) -> list[str]:
+    """The tracked loops of a profile whose first step's FLOPs were counted (`track(loader, model=...)`)."""
+    return sorted({w.name[: -len(".compute")] for w in profile.windows if w.name.endswith(".compute") and "flops" in w.loop})
+
+
+def _device(meta: Mapping[str, Any], cuda: int) -> tuple[str, float | None]:
+    """The device a model trained on, by name ("gpu: NAME" or "cpu: MODEL"), and its power limit (W) where
+    the run's settings read one (the GPU's enforced limit; the CPU package's long-term RAPL limit)."""
+    settings = meta.get("settings") or {}
+    if cuda >= 0:
+        gpus = settings.get("gpus") or []
+        g = next((x for x in gpus if x.get("index") == cuda), gpus[0] if len(gpus) == 1 else {})
+        return f"gpu: {g.get('name') or f'cuda:{cuda}'}", g.get("power_limit_w")
+    cpu = (meta.get("host") or {}).get("cpu_model") or "unknown"
+    limit = None
+    for zone, limits in sorted((settings.get("rapl") or {}).items()):
+        if "package" in zone and isinstance(limits, dict):
+            long_term = limits.get("long_term") or limits.get("constraint_0") or {}
+            limit = long_term.get("limit_w") if isinstance(long_term, dict) else None
+            break
+    return f"cpu: {cpu}", limit
