@@ -121,7 +121,7 @@ def _print_loo(label: str, loo: dict[str, Any], rows: bool) -> None:
         print(f"{label}: too few profiles to hold one out (4 or more, each device twice)")
         return
     print(f"{label}: median |error| {loo['median_abs_error'] * 100:.1f}%, max {loo['max_abs_error'] * 100:.1f}%,"
-          f" {loo['coverage'] * 100:.0f}% inside their 95% interval ({loo['n']} profiles)")
+          f" {loo['coverage'] * 100:.0f}% inside their 95% interval ({loo['n']} held out)")
     if rows:
         for r in loo["rows"]:
             print(f"    {r['name']}: measured {_j(r['measured_j'])}/step, predicted {_j(r['predicted_j'])}"

@@ -49,7 +49,10 @@ subcommands:
                         `sensors record` saves a power trace; see `energyprof sensors --help`
   gpu-trace TRACE.json[.gz] --power-trace POWER.csv
                         a saved PyTorch profiler trace's GPU energy on the lines that launched
-                        its kernels (--json, -o); see `energyprof gpu-trace --help` and docs/gpu.md"""
+                        its kernels (--json, -o); see `energyprof gpu-trace --help` and docs/gpu.md
+  estimate fit PROFILE.json... -o MODEL.json | estimate predict MODEL.json --flops F ...
+                        a training run's energy before it runs, from a model fitted on saved
+                        profiles; see `energyprof estimate --help` and docs/experiments.md"""
 
 
 def build_run_parser() -> Parser:
