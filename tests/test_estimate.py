@@ -149,3 +149,32 @@ def test_estimate_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
                  ["estimate"], ["estimate", "predict", "missing.json", "--flops", "1"]):
         proc = run_cli(args, tmp_path)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+@pytest.mark.torch
+def test_the_first_step_flops_are_counted_once_and_read_back(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof.drive.profiler import Profiler
+
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    B, IN, OUT = 16, 8, 4
+    model = torch.nn.Linear(IN, OUT, bias=False)
+    batches = [torch.randn(B, IN) for _ in range(3)]
+    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"))
+    prof.start()
+    tracked = ept.track(batches, model=model)
+    for _ in range(2):
+        for x in tracked:
+            model(x).sum().backward()
+    profile = prof.stop()
+    # forward: one B x IN x OUT product (2 FLOPs each); backward: the weight's gradient, another (the input
+    # needs none): FlopCounterMode counts 4 B IN OUT, on the first step's compute window only
+    counted = [w for w in profile.windows if "flops" in w.loop]
+    assert [(w.name, w.index, w.loop["flops"], w.loop["cuda_device"]) for w in counted] == [
+        ("step.compute", 0, 4.0 * B * IN * OUT, -1.0)]
+    assert tracked.flops == 4.0 * B * IN * OUT
+    o = F.observation(profile, "step", name="p")
+    assert (o["flops"], o["params"], o["batch"], o["steps_per_epoch"], o["epochs"]) == (4.0 * B * IN * OUT, IN * OUT, B, 3, 2)
+    assert o["device"].startswith("cpu: ") and o["energy_per_step_j"] > 0
+    assert F.counted_loops(profile) == ["step"]

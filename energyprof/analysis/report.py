@@ -23,7 +23,6 @@ from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
-from .forecast import forecast_views
 from ..facts.records import is_forecast
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
@@ -196,8 +195,18 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         window_io=_window_io(view),
-        forecasts=forecast_views(profile),
+        forecasts=_forecasts(profile),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
+
+
+def _forecasts(profile: Profile) -> dict[str, dict[str, Any]]:
+    """The tracked loops' forecasts beside their outcome; the maths' module (and `statistics`) only for a
+    profile that has some."""
+    if not any(is_forecast(w) for w in profile.windows):
+        return {}
+    from .forecast import forecast_views
+
+    return forecast_views(profile)
 
 
 def _window_io(profile: Profile) -> dict[str, dict[str, float]]:

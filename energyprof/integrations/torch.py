@@ -437,7 +437,9 @@ class TrackedLoader:
         w = f"{self.name}.forecast"
         prof.begin_window(w, k)
         _end_with_facts(prof, w, facts)
-        if _should_print(k, n) and _run_setting(prof, "quiet", "quiet") not in (True, "1"):
+        # one line per run, not per rank: a distributed job's other ranks keep theirs in the profile only
+        if _should_print(k, n) and _run_setting(prof, "quiet", "quiet") not in (True, "1") \
+                and os.environ.get("RANK", "0") in ("", "0"):
             _stderr_line(forecast_line(self.name, facts))
         send_epoch_metrics(self.name, k, facts)
 
