@@ -211,7 +211,8 @@ def _predict(ns: Any) -> int:
                        ("per_run_j", f"per run ({epochs:g} epochs)" if epochs else "")):
         if key in p:
             v = p[key]
-            line = f"  energy {label}: {_j(v['value'])} [{_j(v['low'])}, {_j(v['high'])}] ({conf}% prediction interval, estimated)"
+            line = (f"  energy {label}: {_j(v['value'])} [{_j(v['low'])}, {_j(v['high'])}]"
+                    f" ({conf}% prediction interval, estimated)")
             if measured is not None and key in p["measured"] and p["measured"][key]:
                 m = p["measured"][key]
                 line += f"; measured {_j(m)} ({(v['value'] - m) / m * 100:+.1f}%)"

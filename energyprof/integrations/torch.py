@@ -584,8 +584,6 @@ def forecast_line(loop: str, f: dict[str, float]) -> str:
             + f" ({int(round(f.get('confidence', 0.95) * 100))}% interval from {basis}; program energy, {kind} so far)")
 
 
-
-
 def _start_flop_count(model: Any) -> Any:
     """torch's FlopCounterMode, entered (None: no torch, a compiled model, or it would not start)."""
     torch = sys.modules.get("torch")

@@ -404,9 +404,9 @@ def _forecast_table(name: str, fc: dict[str, Any]) -> str:
         return f"<td>{e * 100:+.1f}%{mark}</td>"
 
     out = [f'  <h3>Forecast: {esc(name)}</h3>\n'
-           '  <p class="hint">Predicted during the run, after each epoch, for all of its passes (the program\'s energy,'
-           ' estimated from the epochs measured so far; interval at 95%, from the epochs\' spread, or after one epoch'
-           f' from its steps\'); {told}.</p>\n'
+           '  <p class="hint">Estimated during the run, after each epoch, for all of its passes from the epochs measured'
+           ' so far (the program\'s energy; 95% intervals from the epochs\' spread, after one epoch from its steps\');'
+           f' {told}.</p>\n'
            '  <div class="table-wrap"><table class="windows forecast">\n'
            '    <thead><tr><th>after epoch</th><th>energy predicted</th><th>error</th><th>time predicted</th>'
            '<th>error</th><th>carbon predicted</th><th>interval from</th></tr></thead>\n    <tbody>\n']
