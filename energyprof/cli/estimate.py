@@ -34,6 +34,8 @@ def build_estimate_parser() -> Parser:
     f.add_argument("--loop", action="append", metavar="NAME",
                    help="only the tracked loop of this name (track(name=...)); repeatable. Default: every loop"
                         " whose FLOPs were counted, each an observation")
+    f.add_argument("--idle", choices=("share", "all"),
+                   help="the idle policy the energy per step is taken under (default: the profiles' own, when they agree)")
     f.add_argument("--columns", help="offer only these columns, comma-separated, in order (e.g. 1,log_flops):"
                    " the default offers 1, log_flops, device=*, log_flops*device=*, log_params, log_batch, log_power_limit")
     pr = sub.add_parser("predict", help="predict a configuration's energy per step, epoch and run")
@@ -61,23 +63,33 @@ def estimate_cmd(argv: list[str]) -> int:
 # ---------------------------------------------------------------- fit
 
 
-def _observations(paths: list[str], loops: list[str] | None) -> list[dict[str, Any]]:
-    """One observation per tracked loop of each profile: the loops named, else every loop with FLOPs."""
+def _observations(paths: list[str], loops: list[str] | None, idle: str | None = None) -> list[dict[str, Any]]:
+    """One observation per tracked loop of each profile: the loops named, else every loop with FLOPs; the
+    program's energy under `idle` (None: each profile's own policy, which must agree)."""
     from ..analysis.forecast import counted_loops, observation
     from ..facts.profile import ProfileFormatError, load
 
     out = []
+    policies = set()
     for path in paths:
         try:
             profile = load(path)
+            if idle is not None:
+                profile = profile.with_policy(idle)
         except ProfileFormatError as exc:
             raise UsageError(f"{path}: {exc}") from None
+        policies.add(profile.idle_policy)
+        if len(policies) > 1:
+            raise UsageError(f"{path}: the profiles were run under different idle policies ({', '.join(sorted(policies))}):"
+                             " choose one with --idle")
         names = loops or counted_loops(profile)
         if not names:
             raise UsageError(f"{path}: no tracked loop has FLOPs: track it with energyprof.torch.track(loader,"
                              " model=model) under a profile")
         for loop in names:
             obs = observation(profile, loop, name=path if len(names) == 1 and not loops else f"{path}:{loop}")
+            if obs is not None:
+                obs["idle_policy"] = profile.idle_policy
             if obs is None:
                 raise UsageError(f"{path}: no loop tracked as {loop!r} (energyprof.torch.track(loader, name={loop!r}))")
             if not obs["flops"]:
@@ -93,7 +105,7 @@ def _fit(ns: Any) -> int:
     from ..analysis import forecast as F
     from ..store.files import write_text
 
-    obs = _observations(ns.profiles, ns.loop)
+    obs = _observations(ns.profiles, ns.loop, ns.idle)
     if len(obs) < 3:
         raise UsageError(f"a fit needs at least 3 tracked loops with FLOPs, not {len(obs)}")
     columns = [c.strip() for c in ns.columns.split(",") if c.strip()] if ns.columns else None
@@ -101,6 +113,7 @@ def _fit(ns: Any) -> int:
         model = F.fit(obs, columns=columns)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    model["idle_policy"] = obs[0]["idle_policy"]
     write_text(ns.output, json.dumps(model, indent=1, allow_nan=False) + "\n")
     print(f"fitted log(energy per step) on {len(obs)} tracked loops: columns {', '.join(model['columns'])}"
           f" (offered: {', '.join(model['offered'])})")
@@ -167,7 +180,8 @@ def _predict(ns: Any) -> int:
     model = _load_model(ns.model)
     measured: dict[str, Any] | None = None
     if ns.source:
-        found = _observations([ns.source], [ns.loop] if ns.loop else None)
+        policy = model.get("idle_policy")
+        found = _observations([ns.source], [ns.loop] if ns.loop else None, policy if policy in ("share", "all") else None)
         if len(found) != 1:
             raise UsageError(f"{ns.source} has {len(found)} loops with FLOPs: choose one with --loop")
         measured = found[0]
