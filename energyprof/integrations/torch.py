@@ -556,12 +556,19 @@ def _stderr_line(text: str) -> None:
         os.write(2, (text + "\n").encode("utf-8", "replace"))
 
 
-def send_epoch_metrics(loop: str, epoch: int, metrics: dict[str, float]) -> None:
-    """The forecast after each epoch to the run's live sinks (MLflow, InfluxDB, Prometheus).
-
-    CALL SITE for the live-export sinks: no per-epoch metric sink exists in this tree yet; when one does,
-    it is called here (off the program's time, never raising)."""
-    return None
+def send_epoch_metrics(loop: str, epoch: int, metrics: dict[str, float]) -> bool:
+    """The forecast after each epoch to the run's live sinks (MLflow metrics, InfluxDB, a Prometheus
+    pushgateway) as `forecast.<loop>.<figure>` at step = epochs done, through the live export's
+    `energyprof.output.live.log_metrics` (which never blocks or raises, and sends nothing where no live
+    export runs). The one call site: a tree without that module sends nothing. False: nothing was sent."""
+    try:
+        from ..output.live import log_metrics  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    try:
+        return bool(log_metrics({f"forecast.{loop}.{k}": v for k, v in metrics.items()}, step=epoch))
+    except Exception:  # noqa: BLE001 - a figure is never worth the program's run
+        return False
 
 
 def forecast_line(loop: str, f: dict[str, float]) -> str:
