@@ -173,3 +173,22 @@ def test_expect_epochs_prints_one_line_per_forecast_on_stderr_only(tmp_path: Pat
     assert quiet.returncode == 0 and "forecast" not in quiet.stderr
     bad = run_cli(["--expect-epochs", "0", "loop.py"], tmp_path)
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--expect-epochs" in bad.stderr
+
+
+def test_forecasts_reach_mlflow_through_the_live_export(tmp_path: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("energyprof.output.live") is None:
+        pytest.skip("this tree has no live export (energyprof.output.live)")
+    mlflow = pytest.importorskip("mlflow")
+    (tmp_path / "loop.py").write_text(LOOP)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_cli(["--power-trace", "trace.csv", "--expect-epochs", "3", "--mlflow", "-q", "loop.py"], tmp_path,
+                   env={"MLFLOW_TRACKING_URI": uri})
+    assert proc.returncode == 0, proc.stderr
+    client = mlflow.MlflowClient(tracking_uri=uri)
+    runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]
+    key = "energyprof.forecast.step.epochs_done"
+    history = [(m.step, m.value) for r in runs for m in client.get_metric_history(r.info.run_id, key)]
+    assert sorted(history) == [(1, 1.0), (2, 2.0)]
