@@ -31,14 +31,14 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         "sync": options.sync or "",
         "gpu_kernels": "1" if options.gpu_kernels else "0",
         "gpu_kernel_steps": options.gpu_kernel_steps or "",
-        # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
-        # under the run's idle policy: the agent holds no policy of its own)
-        "carbon": ",".join(repr(x) for x in carbon_setting(options)),
-        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
         # energyprof.torch.track()'s forecast: the passes to forecast, whether to print it, the sensors' period
         "epochs": str(options.expect_epochs or ""),
         "quiet": "1" if options.quiet else "0",
         "sensor_interval": repr(float(options.sensor_interval)),
+        # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
+        # under the run's idle policy: the agent holds no policy of its own)
+        "carbon": ",".join(repr(x) for x in carbon_setting(options)),
+        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
     }
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     if options.watch_cache:  # energyprof.torch.track() measures it at each pass's start and end
