@@ -79,13 +79,13 @@ class ReportModel:
     own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # tracked loop -> its forecasts of its own total beside the outcome (analysis/forecast.forecast_views)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)
     # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
     # whether their energy is the program's
     sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
     # window name -> its windows' disk MB read (summed) and read IOPS (over their summed time), measured
     window_io: dict[str, dict[str, float]] = field(default_factory=dict)
-    # tracked loop -> its forecasts of its own total beside the outcome (analysis/forecast.forecast_views)
-    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def total_energy_j(self) -> float:
@@ -189,13 +189,12 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None), sampled, exact)
     return ReportModel(
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top, top_by_self=top_by_self,
-        chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
+        chart=chart, windows=window_rows, window_groups=window_groups(window_rows), forecasts=_forecasts(profile),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         window_io=_window_io(view),
-        forecasts=_forecasts(profile),
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
 
 

@@ -59,6 +59,8 @@ class Options:
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
     watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
+    # the passes a tracked loop (energyprof.torch.track) will make: a forecast of the run's total after each
+    expect_epochs: int | None = None
     interval: float = DEFAULT_INTERVAL
     sensor_interval: float = DEFAULT_SENSOR_INTERVAL
     idle: str = DEFAULT_POLICY
@@ -93,8 +95,6 @@ class Options:
     sync: str | None = None
     gpu_kernels: bool = False  # the PyTorch profiler in the program: GPU joules on the launching lines
     gpu_kernel_steps: str | None = None  # "EVERY:ACTIVE[:WINDOWS]": profile only some steps (bounded cost)
-    # the passes a tracked loop (energyprof.torch.track) will make: a forecast of the run's total after each
-    expect_epochs: int | None = None
 
     def __post_init__(self) -> None:
         for name, (low, high, unit) in BOUNDS.items():
