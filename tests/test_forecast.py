@@ -69,6 +69,8 @@ def test_a_forecast_window_reads_back_as_a_typed_fact_and_old_profiles_have_none
     assert f is not None and (f.loop, f.epochs_done, f.epochs, f.made_at_s) == ("step", 2, 4, 3.0)
     assert f.energy_j == pytest.approx(21.0 + 2 * 10.5) and f.by_steps is False
     assert read_forecast(Window(name="epoch", index=0)) is None
+    crafted = Window(name="step.forecast", index=1, loop={**facts, "energy_j": -5.0})
+    assert read_forecast(crafted) is None  # a crafted file's impossible figures are left out, not a failed report
     old = Profile.from_dict(json.loads(OLD_PROFILE))
     assert old.forecasts == []
 

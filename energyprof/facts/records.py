@@ -220,9 +220,16 @@ def is_forecast(w: Window) -> bool:
 
 def read_forecast(w: Window) -> Forecast | None:
     """The forecast a `<loop>.forecast` window carries, checked (a profile file can be crafted); None when the
-    window is not one."""
+    window is not one, or carries figures no forecast has (a negative energy): the report leaves it out."""
     if not is_forecast(w):
         return None
+    try:
+        return _forecast(w)
+    except ProfileFormatError:
+        return None
+
+
+def _forecast(w: Window) -> Forecast:
     f = w.loop
 
     def opt(key: str) -> float | None:
