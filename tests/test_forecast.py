@@ -42,10 +42,13 @@ def test_epoch_interval_is_the_t_prediction_interval_of_the_remaining_sum() -> N
 
 
 def test_one_epoch_interval_from_its_steps_and_what_they_cannot_see() -> None:
-    steps = [1.0, 1.2, 0.8, 1.0]  # cv = 0.1633
+    steps = [1.0, 1.2, 0.8, 1.0]  # cv = 0.1633: an epoch of 4 such steps varies by 0.0816 of itself
     p = F.project_total([5.0], 3, steps, unseen=0.02)
     cv = statistics.stdev(steps) / statistics.fmean(steps)
     half = t_quantile(0.975, 3) * cv * math.sqrt(1 / (2 * 4) + 1 / 4) * 2 * 5.0 + 2 * 5.0 * 0.02
+    # steps all alike: the epochs' spread is taken to be EPOCH_CV_FLOOR at least
+    flat = F.project_total([5.0], 3, [1.0, 1.0, 1.0, 1.0])
+    assert flat["high"] == pytest.approx(15.0 + t_quantile(0.975, 3) * F.EPOCH_CV_FLOOR * math.sqrt(1 / 2 + 1) * 10.0)
     assert p["basis"] == "steps" and p["value"] == 15.0
     assert p["high"] == pytest.approx(15.0 + half) and p["low"] == pytest.approx(15.0 - half)
     # no spread to measure: a point without an interval, never a zero-width one

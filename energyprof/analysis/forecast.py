@@ -29,6 +29,10 @@ from .stats import t_quantile
 
 CONFIDENCE = 0.95
 RANGE_FACTOR = 2.0  # a configuration beyond [min / 2, max x 2] of the profiles' values is refused
+# After one epoch, each epoch's total is taken to vary by at least this share of itself: one epoch cannot show
+# what varies between epochs. Identical 0.2 s epochs measured 0.4-3% apart on a busy 2-core machine while
+# the spread of their steps, taken as independent, predicted 0.1-0.3%.
+EPOCH_CV_FLOOR = 0.02
 COLLINEAR = 0.05  # a column whose part not explained by the columns already in is below 5% of its spread
 SCHEMA = "energyprof.estimate/1"
 
@@ -43,7 +47,8 @@ def project_total(done: Sequence[float], epochs: int, steps: Sequence[float] = (
     Returns {"value", "low", "high", "basis", "epochs_used", "df"}: `basis` is "epochs" (the spread
     of the stable epochs), "steps" (one epoch: the spread of `steps`, that epoch's per-step values,
     scaled to the epoch's total), "complete" (nothing left to forecast) or None (no spread to
-    measure: low and high are None). The low end never falls below what the k epochs spent.
+    measure: low and high are None). The low end never falls below what the k epochs spent. After one
+    epoch the per-epoch spread is at least EPOCH_CV_FLOOR.
     `unseen`: with one epoch, the share of it that its steps' spread cannot speak for: the part outside
     its steps (the pass's start, its final empty fetch), seen once, and the sensors' resolution (one
     reading period over the epoch's time). The interval takes it whole, as a bound, beside the steps'
@@ -73,10 +78,11 @@ def project_total(done: Sequence[float], epochs: int, steps: Sequence[float] = (
         q = len(steps)
         m = statistics.fmean(steps)
         if m > 0:
-            cv = statistics.stdev(steps) / m
+            # an epoch of q independent steps varies by cv / sqrt(q) of itself (EPOCH_CV_FLOOR at least); the
+            # left epochs to come are left such draws, and the one epoch seen is one more (the mean's error)
+            per_epoch = max(statistics.stdev(steps) / m / math.sqrt(q), EPOCH_CV_FLOOR)
             df = q - 1
-            # each future epoch is q steps of that spread: the sum of left*q draws, plus the mean's error
-            rel = cv * math.sqrt(1.0 / (left * q) + 1.0 / q)
+            rel = per_epoch * math.sqrt(1.0 / left + 1.0)
             half = t_quantile(0.5 + confidence / 2.0, df) * rel * left * mean + left * mean * min(max(unseen, 0.0), 1.0)
             basis = "steps"
     if half is None:
@@ -96,10 +102,12 @@ def forecast_facts(energies: Sequence[float] | None, times: Sequence[float], epo
     cannot see (`project_total`'s `unseen`: the epoch outside its steps, `sensor_period_s` over its time)."""
     k = len(times)
     out: dict[str, float] = {"epochs_done": float(k), "epochs": float(epochs), "confidence": confidence}
-    unseen = 0.0
+    outside = resolution = 0.0
     if k == 1 and step_times and times[0] > 0:
-        unseen = max(1.0 - math.fsum(step_times) / times[0], 0.0) + max(sensor_period_s, 0.0) / times[0]
-    t = project_total(times, epochs, step_times, confidence, unseen)
+        outside = max(1.0 - math.fsum(step_times) / times[0], 0.0)
+        resolution = max(sensor_period_s, 0.0) / times[0]  # the energy's, not the clock's
+    t = project_total(times, epochs, step_times, confidence, outside)
+    unseen = outside + resolution
     _put(out, "time", "s", t)
     if energies is not None and len(energies) == k:
         e = project_total(energies, epochs, step_times, confidence, unseen)
