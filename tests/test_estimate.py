@@ -8,6 +8,7 @@ import json
 import math
 import random
 import statistics
+import time
 from pathlib import Path
 
 import pytest
@@ -161,12 +162,14 @@ def test_the_first_step_flops_are_counted_once_and_read_back(tmp_path: Path) -> 
     B, IN, OUT = 16, 8, 4
     model = torch.nn.Linear(IN, OUT, bias=False)
     batches = [torch.randn(B, IN) for _ in range(3)]
-    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"))
+    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"), idle="all",
+                    sensor_interval=0.01)
     prof.start()
     tracked = ept.track(batches, model=model)
     for _ in range(2):
         for x in tracked:
             model(x).sum().backward()
+            time.sleep(0.01)  # steps of a few sensor periods: each holds energy
     profile = prof.stop()
     # forward: one B x IN x OUT product (2 FLOPs each); backward: the weight's gradient, another (the input
     # needs none): FlopCounterMode counts 4 B IN OUT, on the first step's compute window only
