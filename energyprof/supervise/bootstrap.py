@@ -34,7 +34,10 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
         # under the run's idle policy: the agent holds no policy of its own)
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
-        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
+        # the program's window() blocks say which MLflow run is active as they end; the supervisor logs them
+        "mlflow": "1" if options.mlflow else "0",
+        # energyprof.output.live.log_metrics in the program hands its figures to the supervisor's sinks
+        "live": "1" if options.mlflow or options.influx or options.pushgateway else "0",
     }
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     if options.watch_cache:  # energyprof.torch.track() measures it at each pass's start and end
