@@ -16,7 +16,8 @@ import pytest
 from conftest import run_cli
 from energyprof.facts.profile import load
 from energyprof.output import live
-from live_servers import closed_port, influx, pushgateway, silent_server  # noqa: F401 - fixtures
+
+pytest_plugins = ("live_servers",)  # the servers' fixtures: influx, pushgateway, closed_port, silent_server
 
 PROGRAM = """\
 import time

@@ -27,7 +27,7 @@ from .spool import Spool
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Callable
+    from typing import Any
 
 
 
