@@ -6,6 +6,8 @@ the sources, is the profile's."""
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
 import sys
 import time
@@ -116,6 +118,12 @@ def test_the_api_and_log_metrics_send_to_influx(tmp_path: Path, influx) -> None:
     assert sorted((r["step"], r["forecast_energy_j"]) for r in metrics) == [("0", 10.0), ("1", 11.0)]
     assert len(influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")) == 2
     assert not live.log_metrics({"x": 1.0})  # the run is over: nowhere to send
+    # docs/grafana-energyprof.json: every panel's query reads this run's points
+    dash = json.loads((Path(__file__).parent.parent / "docs" / "grafana-energyprof.json").read_text())
+    for panel in dash["panels"]:
+        q = panel["targets"][0]["query"]
+        q = q.replace("$host", ".*").replace("$run", re.escape(run)).replace("$timeFilter", "time > now() - 10m")
+        assert influx.query(q.replace("$__interval", "1s")), panel["title"]
 
 
 def test_a_supervised_programs_log_metrics_reach_the_sinks(tmp_path: Path, influx) -> None:
