@@ -159,9 +159,8 @@ class Profiler:
     def _start_live(self, own: OwnClocks) -> None:
         """influx=, pushgateway=, mlflow=: the live export's threads (their CPU is energyprof's), fed from
         the collector's tick; MLflow is imported here, once, before the program's first window."""
-        from ..output.live import live_wanted
-
-        if not live_wanted(self.options):
+        o = self.options
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return
         from ..output.live import LedgerWatch, LiveExport
 

@@ -763,8 +763,3 @@ def _to_supervisor(values: dict[str, float], step: int | None, run: str | None) 
     finally:
         os.close(fd)
     return True
-
-
-def live_wanted(options: Any) -> bool:
-    return bool(getattr(options, "influx", None) or getattr(options, "pushgateway", None) or getattr(options, "mlflow", False))
-

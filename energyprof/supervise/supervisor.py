@@ -124,10 +124,8 @@ class Supervisor:
     def _start_live(self, ledger: Ledger, feed: JobFeed, collector: Collector, spool: str) -> Any:
         """--influx, --pushgateway, --mlflow: the live export's threads, fed from the collector's tick
         (output/live.py); None without them."""
-        from ..output.live import live_wanted
-
         o = self.options
-        if not live_wanted(o):
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return None
         from ..facts.measurement import carbon_setting
         from ..output.live import LedgerWatch, LiveExport
