@@ -7,14 +7,18 @@ mlflow (`pip install 'energyprof[mlflow]'`, the light `mlflow-skinny` client is 
 imported only when something is logged. Everything goes to one run through `MlflowClient`, so
 logging into a run other than the active one never changes which run is active.
 
-With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged live as its block
-ends (`log_window`), in the process that opened it: the program's active run if it has one, else a
-run this module creates without making it active (the program's own `mlflow.start_run()` still
-works). The end-of-run `log_model` then skips what was already logged to its run.
+With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged live once its block
+ends (`log_window`), never on the program's time: from a thread of energyprof's own (output/live.py;
+in process its CPU is `[energyprof]`, and MLflow is imported once, as the profile starts), into the
+program's active run if it had one when the block ended (the program's thread notes it), else a run
+this module creates without making it active (the program's own `mlflow.start_run()` still works).
+The end-of-run `log_model` then skips what was already logged to its run.
 
 Under the supervisor the program and the supervisor are two processes, and one program must give
 one run: the supervisor creates the run before the program starts (`open_run`, which also proves
-the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. Windows go to the
+the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. The supervisor logs the
+program's windows itself once it has charged them (the program's process never imports MLflow for
+energyprof; its agent writes down the program's active run in the spool). Windows go to the
 program's active run if it has one (and say so on energyprof's run, tag `energyprof.program_run`),
 else to energyprof's; the supervisor's totals follow the windows, and an energyprof run left
 empty is deleted.
