@@ -596,21 +596,23 @@ class LedgerWatch:
         self._metrics_offset = 0
 
     def __call__(self, t_ns: int) -> None:
-        ctx = self.lock if self.lock is not None else _nolock
-        with ctx:
-            self._windows()
-            if t_ns >= self._next:
-                self._next = t_ns + int(PERIOD_S * 1e9)
-                self._figures()
         if self.spool is not None and t_ns >= self._metrics_at:
             self._metrics_at = t_ns + int(PERIOD_S * 1e9 / 4)
             self._program_metrics()
+        if not self.export.points and not self.blocks and not self._blocks:  # MLflow alone: only window() blocks
+            return
+        with self.lock if self.lock is not None else _nolock:
+            self._windows()
+            if t_ns >= self._next and self.export.points:
+                self._next = t_ns + int(PERIOD_S * 1e9)
+                self._figures()
 
     def final(self) -> None:
         """After the collector's last tick (the ledger finished): the windows left, the last figures."""
         with self.lock if self.lock is not None else _nolock:
             self._windows(final=True)
-            self._figures()
+            if self.export.points:
+                self._figures()
         if self.spool is not None:
             self._program_metrics()
 
@@ -642,7 +644,7 @@ class LedgerWatch:
 
     def _windows(self, final: bool = False) -> None:
         led = self.ledger
-        if len(led.windows) > self._seen:
+        if len(led.windows) > self._seen and self.export.points:
             self._pending.extend(led.windows[self._seen:])
             self._seen = len(led.windows)
         if self.blocks:
