@@ -387,3 +387,22 @@ def test_mlflow_costs_the_program_nothing_at_a_flat_power(tmp_path: Path, store:
     client = mlflow.MlflowClient()
     (run,) = client.search_runs([client.search_experiments()[0].experiment_id])
     assert [s for s, _ in _history(client, run.info.run_id, "energyprof.window.epoch.energy_j")] == [0, 1, 2]
+
+
+def test_log_metrics_reaches_the_run_the_windows_go_to(tmp_path: Path, store: str) -> None:
+    """`energyprof.output.live.log_metrics` (a forecast after each epoch) lands in the program's run at its step."""
+    import time
+
+    from energyprof import energy_profile
+    from energyprof.output.live import log_metrics
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    client = mlflow.MlflowClient()
+    with mlflow.start_run() as active:
+        with energy_profile(mlflow=True, power_trace=str(trace), idle="all", quiet=True):
+            for epoch in range(2):
+                time.sleep(0.02)
+                assert log_metrics({"forecast_energy_j": 100.0 + epoch}, step=epoch)
+    history = _history(client, active.info.run_id, "energyprof.forecast_energy_j")
+    assert history == [(0, 100.0), (1, 101.0)]
