@@ -205,3 +205,32 @@ def test_line_protocol_and_exposition_escape_names() -> None:
     assert live.line_protocol(p) == r"energyprof_window,host=h,run=r,source=cpu,window=a\ b\,c\=d seconds=1.5 7"
     text = live.exposition({("energyprof_window_seconds", (("window", 'say "hi"\n'),)): 2.0})
     assert text == '# TYPE energyprof_window_seconds gauge\nenergyprof_window_seconds{window="say \\"hi\\"\\n"} 2.0\n'
+
+
+def test_a_full_buffer_drops_its_oldest_and_the_end_gives_up_at_its_deadline() -> None:
+    """The bounded buffer: a sink stuck in a request holds nothing up; what overflows is counted, and so is
+    what the end's deadline leaves (the request in flight included)."""
+    import threading
+
+    class Stuck:  # a server that never answers, as the sink's thread sees it
+        kind, url = "stuck", ""
+
+        def __init__(self) -> None:
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def send(self, items, timeout):
+            self.entered.set()
+            self.release.wait(30)
+            return len(items)
+
+    sink = Stuck()
+    ch = live.Channel(sink, capacity=4)
+    ch.put([0])
+    assert sink.entered.wait(30)  # the thread took item 0 and is stuck sending it
+    ch.put(range(1, 11))  # ten more into a buffer of four: 1-6 dropped, 7-10 held
+    assert (ch.dropped, list(ch.items)) == (6, [7, 8, 9, 10])
+    ch.close(time.monotonic() + 0.05)
+    assert (ch.sent, ch.dropped) == (0, 11)  # the four held and the one in flight, given up at the deadline
+    ch.put([11])
+    assert ch.dropped == 12  # after the end, nothing is taken
+    sink.release.set()

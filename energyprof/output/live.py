@@ -182,9 +182,10 @@ class InfluxSink:
 
     def send(self, items: list[Any], timeout: float) -> int:
         points = [p for p in items if isinstance(p, Point)]
-        if points:
+        lines = [line_protocol(p) for p in points if any(math.isfinite(v) for v in p.fields.values())]
+        if lines:
             t = self.target
-            body = "".join(line_protocol(p) + "\n" for p in points).encode()
+            body = "".join(line + "\n" for line in lines).encode()
             _request(t.scheme, t.host, t.port, "POST", t.path, body,
                      {"Content-Type": "text/plain; charset=utf-8", **t.headers}, timeout)
         return len(points)
@@ -230,15 +231,17 @@ class MlflowSink:
 
         self.lock = threading.Lock()
         self.closed = False
+        self.handed_over = 0  # items left to the end-of-run log (which logs what is not in the run yet): not lost
 
     def send(self, items: list[Any], timeout: float) -> int:
         from . import mlflow as ml
 
         n = 0
-        for item in items:
+        for k, item in enumerate(items):
             with self.lock:
                 if self.closed:  # the end-of-run log has taken over: it logs what is left, once
-                    raise SendError("the run ended first")
+                    self.handed_over += len(items) - k
+                    return n
                 if isinstance(item, WindowBlock):
                     ml.log_window(item.m, item.name, item.index, program_run=item.program_run)
                 elif isinstance(item, Metrics):
@@ -276,6 +279,11 @@ def metric_name(measurement: str, name: str) -> str:
     return out if not out[:1].isdigit() else "_" + out
 
 
+def _label(name: str) -> str:
+    out = "".join(c if c.isascii() and (c.isalnum() or c == "_") else "_" for c in name)
+    return out if out and not out[0].isdigit() else "_" + out
+
+
 def exposition(values: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> str:
     """Prometheus text format, every metric a gauge."""
     by_name: dict[str, list[tuple[tuple[tuple[str, str], ...], float]]] = {}
@@ -285,7 +293,7 @@ def exposition(values: dict[tuple[str, tuple[tuple[str, str], ...]], float]) -> 
     for name in sorted(by_name):
         lines.append(f"# TYPE {name} gauge")
         for labels, v in sorted(by_name[name]):
-            inner = ",".join(f'{metric_name("", k)[1:]}="{_escape(val, chr(34))}"' for k, val in labels)
+            inner = ",".join(f'{_label(k)}="{_escape(val, chr(34))}"' for k, val in labels)
             value = repr(float(v)) if math.isfinite(v) else ("NaN" if math.isnan(v) else ("+Inf" if v > 0 else "-Inf"))
             lines.append(f"{name}{{{inner}}} {value}" if inner else f"{name} {value}")
     return "\n".join(lines) + "\n"
@@ -308,6 +316,8 @@ class Channel:
         self.deadline: float | None = None  # set at the end: nothing is sent after it
         self.cond = threading.Condition(threading.Lock())
         self.busy = False
+        self.inflight = 0
+        self.abandoned = False  # the run's end gave up on the request in flight (its points counted as dropped)
         self.stopping = False
         from ..collect.collector import _Thread
 
@@ -336,7 +346,7 @@ class Channel:
                 if not self.items and self.stopping:
                     return
                 batch = [self.items.popleft() for _ in range(min(BATCH, len(self.items)))]
-                self.busy = True
+                self.busy, self.inflight = True, len(batch)
             try:
                 self._send(batch)
             finally:
@@ -347,15 +357,18 @@ class Channel:
     def _send(self, batch: list[Any]) -> None:
         now = time.monotonic()
         end = self.deadline
-        if now < self.retry_at and (end is None or self.retry_at < end):
-            self._drop(batch)  # resting after a failure: what comes meanwhile is lost, counted
+        if now < self.retry_at and end is None:
+            self._drop(batch)  # resting after a failure: what comes meanwhile is lost, counted (the end is tried)
             return
         timeout = SEND_TIMEOUT_S if end is None else min(SEND_TIMEOUT_S, end - now)
         if timeout <= 0:
             self._drop(batch)
             return
         try:
-            self.sent += self.sink.send(batch, timeout)
+            sent = self.sink.send(batch, timeout)
+            with self.cond:
+                if not self.abandoned:
+                    self.sent += sent
         except Exception as exc:  # noqa: BLE001 - a sink's failure costs points, never the run
             self._drop(batch)
             self.retry_at = time.monotonic() + RETRY_S
@@ -364,7 +377,8 @@ class Channel:
 
     def _drop(self, batch: list[Any]) -> None:
         with self.cond:
-            self.dropped += len(batch)
+            if not self.abandoned:  # counted already, when the run's end gave up on it
+                self.dropped += len(batch)
 
     def close(self, deadline: float) -> None:
         """Send what is held until `deadline` (time.monotonic()); whatever is left then is dropped."""
@@ -376,9 +390,13 @@ class Channel:
                 self.cond.wait(max(0.0, deadline - time.monotonic()))
             left = len(self.items)
             self.items.clear()
-            self.dropped += left
-            if self.busy:  # a request still in flight: lost as far as the run can tell
-                self.busy = False
+            if hasattr(self.sink, "handed_over"):
+                self.sink.handed_over += left
+            else:
+                self.dropped += left
+            if self.busy:  # a request still in flight at the deadline: lost as far as the run can tell
+                self.abandoned = True
+                self.dropped += self.inflight
         closed = getattr(self.sink, "lock", None)
         if closed is not None:  # MLflow: the end-of-run log logs what this thread has not
             if closed.acquire(timeout=max(0.0, deadline - time.monotonic())):
@@ -389,6 +407,8 @@ class Channel:
 
     def report(self) -> dict[str, Any]:
         out: dict[str, Any] = {"sink": self.sink.kind, "sent": self.sent, "dropped": self.dropped}
+        if getattr(self.sink, "handed_over", 0):
+            out["left_to_the_end_of_run_log"] = self.sink.handed_over
         if self.sink.url:
             out["url"] = self.sink.url
         if self.error:
