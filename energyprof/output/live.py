@@ -21,8 +21,9 @@ Never at the program's cost: the collector's tick (energyprof's thread) only app
 buffer, and each sink sends from a thread of its own with short socket timeouts. A server that is
 slow, refuses or never answers loses points, counted, never time: when the buffer is full the oldest
 are dropped, a failing sink rests RETRY_S before it tries again (dropping what comes meanwhile), and
-the run's end waits at most FINISH_WAIT_S for everything sinks still hold. Drops are one line on
-stderr and a note in the profile. Under `python -m energyprof` all of this runs in the supervisor;
+the run's end waits at most FINISH_WAIT_S for everything sinks still hold. Drops are counted per
+sink in the profile's `meta.live_export` and said in a note (the console summary prints it; one
+line on stderr where no summary is shown). Under `python -m energyprof` all of this runs in the supervisor;
 in-process (the decorator, `with energy_profile()`, `Monitor`) on invisible threads whose CPU is
 charged to `[energyprof]`. Only the standard library (http.client): no dependency.
 """
