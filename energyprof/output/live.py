@@ -563,7 +563,7 @@ def dropped_line(summary: dict[str, Any]) -> str | None:
             parts.append(f"{s['sink']}{where}: {s['dropped']} dropped, {s['sent']} sent{why}")
     if not parts:
         return None
-    return "energyprof: live export lost points (the run was not slowed): " + "; ".join(parts)
+    return "energyprof: live export lost points (the program was not slowed): " + "; ".join(parts)
 
 
 def record_in_profile(profile: Any, summary: dict[str, Any]) -> None:
