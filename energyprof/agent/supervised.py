@@ -17,7 +17,8 @@ import sys
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
     ENV, LABEL_PENDING, REPLY_SUFFIX, SPAWN_MAIN, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line,
-    gpu as gpu_line, header as header_line, note as note_line, parse_replies, role as role_line, window_begin, window_end
+    gpu as gpu_line, header as header_line, io_edge as io_line, note as note_line, parse_replies, role as role_line,
+    window_begin, window_end
 )
 from .hooks import install as install_hooks
 from .qualnames import learn
@@ -56,6 +57,7 @@ class Agent:
         self._stopped = False
         self._tail_written = False  # stop() ran to its end (a SIGTERM in the middle of it waits for it)
         self.replies = _Replies(config, self.pid)
+        self._io: Any = None  # the window edges' I/O reader (`_io_edge`), made at the first edge: None, or False for none
 
     def start(self, label: str = "") -> None:
         env = os.environ
@@ -162,20 +164,44 @@ class Agent:
             pass  # the window goes to energyprof's run
 
     # -- the Profiler-like surface the program may use -----------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> int:
-        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it; `t_ns`:
+        the start the caller read itself (the power-limit optimizer's edge)."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_begin(t, str(name), index))
+        self._io_edge(t)
         return t
 
-    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None) -> int:
+    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> int:
         """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`);
-        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it."""
+        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it; `t_ns`: the
+        end the caller read itself."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_end(t, None if name is None else str(name), reply, facts))
+        self._io_edge(t)
         return t
+
+    def _io_edge(self, t: int) -> None:
+        """The I/O counters at a window's edge, read now (this process's /proc/self/io, then the disks the
+        supervisor counts): a window's bytes are their differences at its own edges, not figures
+        interpolated between the supervisor's ticks. About 20 us an edge; nothing where --io is off."""
+        io = self._io
+        if io is None:
+            names = self.config.get("io_disks")
+            if names is None or not os.path.exists("/proc/self/io"):
+                self._io = False
+                return
+            from .iostat import reading
+
+            io = self._io = (reading, frozenset(n for n in names.split(",") if n))
+        elif io is False:
+            return
+        proc, disks = io[0](io[1])
+        if proc is not None or disks:
+            self.spool.event(io_line(t, proc, disks))
 
     def window(self, name: str, index: int | None = None) -> Any:
         return _Window(self, name, index)

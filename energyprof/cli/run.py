@@ -409,9 +409,10 @@ def set_knobs(plan: list[tuple[Any, float]]) -> tuple[Any, dict[str, Any]]:
     keeper = Keeper()
     record: dict[str, Any] = {}
     try:
+        found = {knob.name: knob.read() for knob, _ in plan}  # before any change: overlapping knobs share files
         for knob, value in plan:
             keeper.set(knob, value)
-            record[knob.name] = {"value": value, "original": knob.original, "unit": knob.unit}
+            record[knob.name] = {"value": value, "original": found[knob.name], "unit": knob.unit}
     except KnobError as exc:
         keeper.close()
         raise UsageError(f"--knob: {exc}") from None

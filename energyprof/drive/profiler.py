@@ -85,6 +85,7 @@ class Profiler:
         self._sampler: Any = None
         self._ledger: Ledger | None = None
         self._kernels: Any = None  # gpu_kernels=True: the PyTorch profiler's capture
+        self._io: Any = None  # collect/io.py: this process's I/O and the disks', each tick and at each window's edges
         self._discovery_notes: list[str] = []
         self._notes: list[dict[str, Any]] = []
         self._started_wall = 0.0
@@ -129,10 +130,13 @@ class Profiler:
         own = OwnClocks()
         self._feed = LocalFeed(self._ledger, own, children=o.children, rss=o.memory != "off",
                                rss_children=o.memory_children)
+        from ..collect.io import IoRecorder
+
+        self._io = IoRecorder(lambda: self._pid)  # what `python -m energyprof` records: /proc/PID/io and the disks
         self._collector = Collector(
             found.sensors, self._feed, o.sensor_interval, own,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
-            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
+            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, extras=[self._io],
         )
         self._started_wall = time.time()
         self._start_live(own)
@@ -278,10 +282,11 @@ class Profiler:
         return _active is self
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
-        self._begin(name, index)
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge)."""
+        self._begin(name, index, t_ns)
 
-    def _begin(self, name: str, index: int | None) -> int:
+    def _begin(self, name: str, index: int | None, t_ns: int | None = None) -> int:
         """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
         if self._feed is None:
             return -1
@@ -289,15 +294,27 @@ class Profiler:
         with self._window_lock:
             k = self._windows_begun
             self._windows_begun += 1
-            self._feed.begin_window(name, index)
+            t = self._feed.begin_window(name, index, t_ns)
+        self._io_edge(t)
         return k
 
-    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None) -> None:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> None:
         """End the last window opened under `name`; `facts`: numbers measured about the span
-        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile."""
+        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile; `t_ns`: the
+        end the caller read itself (perf_counter_ns)."""
         if self._feed is not None:
             self._cuda_sync()
-            self._feed.end_window(name, facts)
+            self._io_edge(self._feed.end_window(name, facts, t_ns))
+
+    def _io_edge(self, t_ns: int) -> None:
+        """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's
+        bytes are their differences at its edges, not figures interpolated between the collector's ticks."""
+        if self._io is not None:
+            try:
+                self._io.read_edge(t_ns)
+            except Exception:  # noqa: BLE001 - an I/O figure is never worth the program's run
+                pass
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
@@ -398,6 +415,9 @@ class Profiler:
         assert self._ledger is not None and self._collector is not None
         assert self._feed is not None
         children = sorted(self._feed.child_processes.values(), key=lambda c: c["pid"])
-        return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
-                             notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
-                             peak_rss_exact_bytes=peak, child_processes=children)
+        profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status),
+                                notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
+                                peak_rss_exact_bytes=peak, child_processes=children)
+        if self._io is not None:  # collect/io.py: counters on the windows' clock, as a supervised run's
+            profile.extra["io"] = self._io.fact(self._ledger.first_ns)
+        return profile

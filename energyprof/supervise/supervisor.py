@@ -61,7 +61,9 @@ class Supervisor:
         inbox: signals.Inbox | None = None
         try:
             inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
-            launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
+            io_disks = set(self.io.disks) if self.io.available else None
+            launch = Launch(self.command, self.executable, child_env(o, spool, io_disks=io_disks),
+                            signals.child_dispositions(ignored),
                             o.checkpoint)
         except OSError as exc:
             if inbox is not None:
@@ -75,6 +77,8 @@ class Supervisor:
             self.discovery_notes = found.notes
             feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
                            rss=o.memory != "off", policy=o.idle)
+            # I/O read at a window's edge: the program's own counters go with the main process's series
+            feed.on_io_edge = lambda pid, t, proc, disks: self.io.edge(t, proc if pid == self.pid else None, disks)
             rank = self.extra_meta.get("distributed")
             if isinstance(rank, dict) and rank.get("local_world_size", 1) > 1:  # one rank of several on this node
                 ledger.node_ranks, feed.peers_root = int(rank["local_world_size"]), os.getppid()
