@@ -13,6 +13,7 @@ import os
 from typing import Any
 
 FIXTURE = os.path.join(os.path.dirname(__file__), "fixtures", "zeus__profile_data__A40+resnet50+gpu0.csv")
+V100 = os.path.join(os.path.dirname(__file__), "fixtures", "zeus__profile_data__V100+resnet50+gpu0.csv")
 WINDOW_STEPS = 40  # Zeus's profile window the table was recorded over
 TIME_SCALE = 1e-3  # a 24 s window becomes 24 simulated ms
 
@@ -38,7 +39,7 @@ class NVMLError(Exception):
 
 class SimGpu:
     def __init__(self, table: dict[float, tuple[float, float]], default_w: float | None = None,
-                 settable: bool = True) -> None:
+                 settable: bool = True, time_scale: float = TIME_SCALE) -> None:
         self.table = table
         self.min_w, self.max_w = min(table), max(table)
         self.limit_w = default_w if default_w is not None else self.max_w
@@ -46,11 +47,12 @@ class SimGpu:
         self.clock_s = 0.0
         self.energy_j = 0.0
         self.sets: list[float] = []
+        self.time_scale = time_scale
 
     def step(self) -> None:
         """One training step at the current limit: the table's per-step time and power."""
         energy, elapsed = self.table[self.limit_w]
-        dt = elapsed / WINDOW_STEPS * TIME_SCALE
+        dt = elapsed / WINDOW_STEPS * self.time_scale
         self.clock_s += dt
         self.energy_j += energy / elapsed * dt
 

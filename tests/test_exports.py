@@ -185,3 +185,36 @@ def _fixed(g_per_kwh: float, pue: float = 1.0, price: float | None = None):
     from energyprof.carbon.intensity import Intensity
 
     return CarbonSettings(Intensity(g_per_kwh, "given", "as given"), pue=pue, price_per_kwh=price)
+
+
+def _two_policies() -> Profile:
+    """A replayed run (40 W for 2 s, 2 cores, the program using 1 of the 1.5 busy): both policies' figures."""
+    from energyprof.core.recording import Recording, Sample, Tick
+    from energyprof.core.tree import attribute
+
+    S = 1_000_000_000
+    rec = Recording(sources=[{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}])
+    a = rec.stacks.intern([("main", "m.py", 1), ("a", "m.py", 5)])
+    b = rec.stacks.intern([("main", "m.py", 1), ("b", "m.py", 9)])
+    rec.ticks = [Tick(k * S // 10, (40.0 * k / 10,), k * S // 10, 0, 15 * k * S // 100) for k in range(21)]
+    rec.samples = [Sample(k * S // 10, (k + 1) * S // 10, a if k < 12 else b, S // 10) for k in range(20)]
+    return attribute(rec, "share", cpus=2)
+
+
+@pytest.mark.parametrize("policy", ["share", "all"])
+def test_the_csv_root_row_is_the_programs_energy(policy: str) -> None:
+    """Defect: the CSV's root row held the machine's energy (idle and energyprof's own included), where
+    the report's headline and table show the program's under the idle policy."""
+    model = m(_two_policies(), idle=policy, carbon=_fixed(100.0, pue=1.5, price=0.3))
+    assert model.policy == policy and model.program_j > 0
+    rows = list(csv.DictReader(io.StringIO(exports.csv_text(model))))
+    root = next(r for r in rows if model.is_root(next(x for x in model.rows if x.function == r["function"]
+                                                       and x.file == r["file"])))
+    assert float(root["energy_j"]) == pytest.approx(model.program_j, rel=1e-12)
+    assert float(root["energy_j[cpu]"]) == pytest.approx(model.totals.attributed_j["cpu"], rel=1e-12)
+    assert float(root["share"]) == 1.0
+    assert float(root["machine_share"]) == pytest.approx(model.program_j / model.total_energy_j)
+    assert float(root["carbon_g"]) == pytest.approx(model.carbon.program_g)
+    assert float(root["cost"]) == pytest.approx(model.carbon.program_cost)
+    if policy == "share":
+        assert model.program_j < model.total_energy_j - 1.0  # the idle is a row of its own, not in the root's

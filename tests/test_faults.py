@@ -281,9 +281,15 @@ def fake_rapl(root: Path) -> Path:
 def test_sensor_returning_garbage_is_dropped_and_the_run_goes_on(here):
     root = fake_rapl(here / "powercap")
     script(here, "s.py", f"""
-        import time
+        import os, time
         pkg = {str(root / 'intel-rapl:0' / 'energy_uj')!r}
-        time.sleep(0.4)
+        end = time.perf_counter() + 0.4
+        uj = 0
+        while time.perf_counter() < end:  # a counter that counts (one that stands still is judged frozen)
+            uj += 10_000
+            open(pkg + ".tmp", "w").write(f"{{uj}}\\n")
+            os.replace(pkg + ".tmp", pkg)  # whole, as sysfs gives it: never an empty file to read
+            time.sleep(0.005)
         open(pkg, "w").write("garbage\\n")
         time.sleep(0.6)
         print("still running")

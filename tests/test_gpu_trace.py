@@ -111,6 +111,9 @@ def test_report_and_compare_read_the_gpu_profile(tmp_path):
     (["--power-trace", "{missing}"], "cannot read power trace"),
     (["--power-trace", "{power}", "--update-period", "0"], "--update-period"),
     (["--power-trace", "{power}"], "needs --json"),
+    (["--power-trace", "{power}", "--power-offset", "nan"], "--power-offset"),
+    (["--power-trace", "{power}", "--sensor-error", "1.5"], "--sensor-error"),
+    (["--power-trace", "{power}", "--peak-power", "-3"], "--peak-power"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, args, words):
     (tmp_path / "cpu.csv").write_text("t_s,cpu\n0,10\n")
@@ -130,3 +133,19 @@ def test_a_file_that_is_not_a_trace_is_refused(tmp_path):
     r = run_cli(["gpu-trace", str(bad), "--power-trace", str(tmp_path / "p.csv"), "--json", str(tmp_path / "o.json")],
                 tmp_path)
     assert r.returncode == 2 and "traceEvents" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_console_lists_gpu_idle_and_each_lines_bar(tmp_path):
+    power = tmp_path / "power.csv"
+    power.write_text("t_s,gpu:0\n0,300\n")
+    r = run_cli(["gpu-trace", str(SYNTHETIC), "--power-trace", str(power), "--json", str(tmp_path / "g.json")], tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    # 82% of the GPU's energy: no record busy (the summary's "top functions" leaves it out)
+    (idle,) = [ln for ln in lines if ln.strip().endswith("[GPU idle]")]
+    assert "24.6 J" in idle and "82.0%" in idle
+    (device,) = [ln for ln in lines if ln.strip().startswith("gpu:0") and "kernels" in ln]
+    assert "kernels 5.4 J (18.0%)" in device and "[GPU idle] 24.6 J (82.0%)" in device
+    (forward,) = [ln for ln in lines if "forward  model.py:20" in ln and "\u00b1" in ln]
+    assert "3.9 J \u00b1 195 mJ" in forward  # the GEMM and relu; a flat power: the sensor's 5% alone
+    assert lines.index(idle) < [i for i, ln in enumerate(lines) if ln.startswith("energyprof: wrote")][0]

@@ -109,6 +109,40 @@ def test_kill_9_of_energyprof_restores(setup):
             pass
 
 
+@pytest.mark.parametrize("how", ["kill", "sigterm"])
+def test_overlapping_knobs_then_kill_9_of_energyprof_restore_every_file(setup, how):
+    """`cpu_max_freq` (every CPU) then `cpu_max_freq:0` write CPU 0's file twice: its original is the one found
+    before the first change, so CPU 0 comes back to 3 GHz, not to the 2 GHz of the first knob."""
+    d, env = setup
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--knob",
+                             "cpu_max_freq=2000000", "--knob", "cpu_max_freq:0=1000000", "--json", "p.json", "-o",
+                             "p.html", "prog.py", "1", "hang"], cwd=d, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert trees.max_freqs(d / "cpu") == [1_000_000, 2_000_000]
+        proc.send_signal(signal.SIGKILL if how == "kill" else signal.SIGTERM)  # energyprof itself, not its program
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]), trees.max_freqs(d / "cpu")
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def test_overlapping_knobs_record_the_originals_found_before_any_change(setup):
+    d, env = setup
+    res = energyprof(["-q", "--power-trace", "trace.csv", "--knob", "cpu_max_freq=2000000", "--knob",
+                      "cpu_max_freq:0=1000000", "--json", "p.json", "-o", "p.html", "prog.py", "1"], d, env)
+    assert res.returncode == 0, res.stderr
+    assert (d / "seen.log").read_text() == "1 1000000\n"
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]
+    assert load(str(d / "p.json")).meta["knobs"] == {
+        "cpu_max_freq:all": {"value": 2_000_000, "original": 3_000_000, "unit": "kHz"},
+        "cpu_max_freq:0": {"value": 1_000_000, "original": 3_000_000, "unit": "kHz"}}
+
+
 def test_sweep_grid_by_knob_interleaved_with_exact_energies(setup):
     d, env = setup
     res = energyprof(["sweep", "--grid", "n=1,3", "--knob", "cpu_max_freq=1000000,2000000", "--repeats", "2",
@@ -171,6 +205,8 @@ def test_sweep_program_energy_is_within_the_machines(setup):
     (["--grid", "n=1", "--objective", "slowdown:0.5", "--", "x", "{n}"], "slowdown factor must be >= 1"),
     (["--grid", "n=1", "--objective", "fast", "--", "x", "{n}"], "one of energy, time, edp"),
     (["--knob", "cpu_max_freq=1:5:1", "--", "x"], "outside its range"),
+    (["--knob", "cpu_max_freq=1000000", "--knob", "cpu_max_freq:0=2000000", "--", "x"],
+     "cpu_max_freq and cpu_max_freq:0 set the same knob"),  # one knob under two names
     (["--", "x"], "nothing to sweep"),
     (["--grid", "n=1", "--repeats", "0", "--", "x", "{n}"], "--repeats must be at least 1")])
 def test_sweep_bad_input_is_one_line(setup, args, why):

@@ -270,4 +270,41 @@ def test_keeper_refuses_out_of_range_before_starting(tmp_path):
     keeper = Keeper()
     with pytest.raises(KnobError):
         keeper.set(k, 1)
-    assert keeper._proc is None and trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
+    assert keeper._pipe is None and trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
+
+
+FORKER = """
+import os, sys, time
+from energyprof.knobs import cpufreq
+from energyprof.knobs.keeper import Keeper
+keeper = Keeper()
+keeper.set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
+keeper.set(next(k for k in cpufreq.discover() if k.index == "all"), 2000000)
+child = os.fork()
+if child == 0:  # a forked worker that outlives its parent
+    time.sleep(120)
+    os._exit(0)
+print(child, flush=True)
+time.sleep(120)
+"""
+
+
+def test_a_forked_child_does_not_keep_the_knobs_changed_after_kill_9_of_the_setter(tmp_path):
+    """The keeper process restores when the setter's pipe closes: a forked child (a DataLoader worker) that
+    lives on must not hold it open. Overlapping knobs: CPU 0 back to its original, not to 1 GHz."""
+    trees.cpufreq_tree(tmp_path / "cpu", cur=3_600_000)
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", FORKER], env=env, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    child = int(proc.stdout.readline())
+    try:
+        assert trees.max_freqs(tmp_path / "cpu") == [2_000_000, 2_000_000]
+        proc.kill()
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(tmp_path / "cpu") == [3_600_000, 3_600_000])
+        os.kill(child, 0)  # the child still lives
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass

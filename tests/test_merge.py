@@ -17,6 +17,7 @@ from energyprof.facts.profile import IDLE_NODE
 from energyprof.facts.profile import SELF_NODE
 from energyprof.facts.profile import Node
 from energyprof.facts.profile import Profile
+from energyprof.facts.profile import Process
 from energyprof.facts.profile import Totals
 
 from conftest import run_cli
@@ -317,3 +318,60 @@ def test_merged_profiles_keep_each_nodes_io() -> None:
     # one node, one run: its io as it was (shifted to the job's clock), so its windows' MB read still come from it
     one = merge([a])
     assert io_in_span(io_of(one), 0.0, 2.0)["disk_read_mb"] == pytest.approx(4000 * 512 / 1e6)
+
+
+# ---------------------------------------------------------------- the processes rows add up under either policy
+
+
+def _with_processes(p: Profile, pid: int) -> Profile:
+    """A rank's profile with its processes table as the ledger writes it: the rank and a worker, their
+    energies under the profile's policy and the other's beside them, each adding up to the program."""
+    from energyprof.record import replace
+
+    prog, prog_all = p.totals.attributed_j["cpu"], p.root.children[0].other_policy_self_energy_j["cpu"]
+    procs = [Process(pid, None, "python train.py", "main", energy_j={"cpu": 0.75 * prog},
+                     other_policy_energy_j={"cpu": 0.75 * prog_all}),
+             Process(pid + 1, pid, "python -c worker", "worker", energy_j={"cpu": 0.25 * prog},
+                     other_policy_energy_j={"cpu": 0.25 * prog_all})]
+    return replace(p, processes=procs)
+
+
+def _rows_add_up(p: Profile) -> None:
+    for policy in ("share", "all"):
+        q = p.with_policy(policy)
+        rows = sum(sum(proc.energy_j.values()) for proc in q.processes)
+        assert rows == pytest.approx(sum(q.totals.attributed_j.values()), rel=1e-9, abs=1e-9), policy
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["h1", "h2"]), st.floats(1.0, 1e4), st.floats(0.0, 1.0),
+                          st.floats(0.0, 0.1), st.floats(0.3, 1.0)), min_size=1, max_size=4),
+       st.sampled_from(["share", "all"]))
+def test_merged_processes_rows_equal_the_program_under_both_policies(ranks, run_under) -> None:
+    """Defect: with `--idle all` a joined job's processes rows summed 1.65% below the program: merge scales
+    the ranks' `all` figures so a node's ranks share its program energy, and left their processes' as they
+    were. They are scaled alike now, and under `share` they still add up."""
+    profiles = []
+    for r, (host, machine, share, own_f, all_f) in enumerate(ranks):
+        own = own_f * machine
+        prog = share * (machine - own) / len(ranks)
+        rank = _with_processes(_rank_profile(host, r, machine, prog, own, all_f * (machine - own), 1.0), 1000 * r)
+        _rows_add_up(rank)
+        profiles.append(rank.with_policy(run_under))
+    job = merge(profiles)
+    assert job.idle_policy == run_under and len(job.processes) == 2 * len(ranks)
+    _rows_add_up(job)
+
+
+def test_a_real_runs_processes_rows_equal_the_program_under_both_policies(two_nodes: Path) -> None:
+    """Defect: `report --idle all` kept the processes rows of the run's own policy (share): 74% below the
+    program in a run with a child. Each row keeps both policies' figures, as the tree's nodes do."""
+    for name in ("a", "b", "job"):
+        p = load(two_nodes / f"{name}.json")
+        assert p.processes and all(proc.other_policy_energy_j is not None for proc in p.processes)
+        _rows_add_up(p)
+    res = run_cli(["report", "job.json", "--idle", "all", "--json", "all.json", "-q"], cwd=two_nodes)
+    assert res.returncode == 0, res.stderr
+    again = load(two_nodes / "all.json")
+    assert again.idle_policy == "all"
+    _rows_add_up(again)

@@ -17,6 +17,7 @@ from energyprof.collect.sensors.gpu import nvml_device
 from energyprof.knobs.base import KnobError
 from energyprof.knobs.nvml import NvmlPowerLimit
 from energyprof.optimize import PowerLimitOptimizer
+import knob_trees
 import sim_gpu
 from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
 
@@ -490,3 +491,145 @@ def test_a_gpu_lost_mid_training_stops_the_optimizer_not_the_training():
     with pytest.warns(RuntimeWarning, match="PowerLimitOptimizer stopped"):
         run(plo, gpu, 200)
     assert not plo.enabled and gpu.limit_w == 200  # restored when it stopped
+
+
+# ---------------------------------------------------------------- every end of the program restores the limit
+
+# The GPU's limit lives in a file (tests/sim_pynvml.py), so what is left after the program is gone can be read,
+# and the keeper's process reaches the GPU through the same binding.
+KILLED_SCRIPT = textwrap.dedent("""
+    import os, signal, sys, time
+    sys.path.insert(0, {tests!r})
+    import sim_pynvml
+    from energyprof.optimize import PowerLimitOptimizer, Energy
+    plo = PowerLimitOptimizer(objective=Energy(), gpus=[0], binding=sim_pynvml, clock=lambda: sim_pynvml.clock_s,
+                              sync=lambda: None)
+    for _ in range(120):  # two windows measured: now at the third limit
+        plo.on_step_begin()
+        sim_pynvml.step()
+        plo.on_step_end()
+    print("lowered", sim_pynvml.limit_w(), os.getpid(), flush=True)
+    how = sys.argv[1]
+    if how == "sigterm":
+        os.kill(os.getpid(), signal.SIGTERM)  # the default action: no atexit, no finally
+    elif how == "os_exit":
+        os._exit(0)
+    time.sleep(120)  # killed with -9 by the test
+""")
+
+
+@pytest.mark.parametrize("supervised,how", [(s, h) for s in (False, True) for h in ("sigterm", "os_exit", "kill")]
+                         + [(True, "kill-energyprof")])
+def test_the_optimizer_restores_the_limit_however_the_program_ends(tmp_path, supervised, how):
+    import signal
+
+    import sim_pynvml
+
+    state = tmp_path / "gpu-limit"
+    sim_pynvml.reset(260, str(state))
+    (tmp_path / "prog.py").write_text(KILLED_SCRIPT.format(tests=TESTS))
+    (tmp_path / "trace.csv").write_text("t_s,gpu\n0,100\n")
+    env = dict(os.environ, SIM_GPU_STATE=str(state),
+               PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    cmd = [sys.executable, "prog.py", how]
+    if supervised:
+        cmd = [sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "-o", "p.html", "--", *cmd]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline().split()
+        assert line[:2] == ["lowered", "250.0"], (line, proc.stderr.read() if proc.poll() is not None else "")
+        if how == "kill":
+            os.kill(int(line[2]), signal.SIGKILL)  # the program itself
+        elif how == "kill-energyprof":
+            proc.kill()  # energyprof first, then what is left of the run (its program) at once
+            proc.wait(timeout=60)
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=60)
+        assert knob_trees.wait_for(lambda: sim_pynvml.limit_w(str(state)) == 260), sim_pynvml.limit_w(str(state))
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# ---------------------------------------------------------------- the first window holds nothing of energyprof's
+
+# A V100 (Zeus's ResNet-50 sweep) at 1/40 of its time: the 250 W window lasts 0.667 s. The clock is the simulated
+# GPU's time plus this thread's CPU time: what the host does between steps (energyprof's own imports included)
+# lengthens a synchronous step, and CPU time, unlike the wall clock, does not grow on a loaded machine. The margins
+# are the table's: the 250 W window wins Time() by 15 ms and keeps 175 W out of MaxSlowdown(1.1) by 2.5 ms, where
+# importing energyprof.drive.profiler costs 28-93 ms. The run starts in a fresh interpreter, so that import is real.
+V100_SCRIPT = textwrap.dedent("""
+    import sys, time
+    sys.path.insert(0, {tests!r})
+    from sim_gpu import V100, FakeNvml, SimGpu, load_table, run
+    from energyprof.optimize import MaxSlowdown, PowerLimitOptimizer, Time
+    gpu = SimGpu(load_table(V100), time_scale=1 / 40)
+    plo = PowerLimitOptimizer(objective={objective}, gpus=[0], binding=FakeNvml([gpu]),
+                              clock=lambda: gpu.clock_s + time.thread_time(), sync=lambda: None)
+    run(plo, gpu, 7 * 50)
+    print(plo.optimal_limit_w, plo.windows[250.0][1], plo.windows[225.0][1], flush=True)
+""")
+
+
+@pytest.mark.parametrize("supervised", [False, True], ids=["plain", "python-m-energyprof"])
+@pytest.mark.parametrize("objective,expected", [("Time()", 250.0), ("MaxSlowdown(1.1)", 200.0)])
+def test_the_simulated_v100_picks_the_tables_answer_from_the_first_window(tmp_path, objective, expected, supervised):
+    table = load_table(sim_gpu.V100)
+    assert brute(table, Time()) == 250 and brute(table, MaxSlowdown(1.1)) == 200  # and Zeus's
+    (tmp_path / "prog.py").write_text(V100_SCRIPT.format(tests=TESTS, objective=objective))
+    (tmp_path / "trace.csv").write_text("t_s,gpu\n0,100\n")
+    cmd = [sys.executable, "prog.py"]
+    if supervised:
+        cmd = [sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "-o", "p.html", "--", *cmd]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    chosen, t250, t225 = (float(v) for v in p.stdout.split())
+    assert t250 < t225, (t250, t225, table[250][1] / 40)
+    assert chosen == expected, (chosen, t250, table[250][1] / 40)
+
+
+ONE_FIGURE_SCRIPT = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from sim_gpu import V100, FakeNvml, SimGpu, load_table, run
+    from energyprof.optimize import PowerLimitOptimizer, Time
+    gpu = SimGpu(load_table(V100), time_scale=1 / 40)
+    plo = PowerLimitOptimizer(objective=Time(), warmup_steps=1, profile_steps=4, gpus=[0], binding=FakeNvml([gpu]),
+                              sync=lambda: None)  # the default clock: the profile's
+    run(plo, gpu, 7 * 5)
+    print(repr(plo.windows), flush=True)
+""")
+
+
+@pytest.mark.parametrize("supervised", [False, True], ids=["in-process", "python-m-energyprof"])
+def test_a_windows_time_is_one_figure_in_the_optimizer_and_the_profile(tmp_path, supervised):
+    """The window the profile keeps and the optimizer's own measurement of it are the same instants: its time
+    is one figure (under `python -m energyprof` it read 0.6701 s, and its stored facts 0.6884 s)."""
+    from energyprof.facts.profile import load
+
+    script = ONE_FIGURE_SCRIPT.format(tests=TESTS)
+    if not supervised:  # the in-process profile around the same program
+        script = script.replace("run(plo, gpu, 7 * 5)\n", "from energyprof.drive.profiler import Profiler\n"
+                                "prof = Profiler(quiet=True, summary=False, gpus=False)\n"
+                                "prof.start()\nrun(plo, gpu, 7 * 5)\n"
+                                "open('p.json', 'w').write(prof.stop().to_json())\n")
+        assert "prof.start()" in script
+    (tmp_path / "prog.py").write_text(script)
+    (tmp_path / "trace.csv").write_text("t_s,gpu\n0,100\n")
+    cmd = [sys.executable, "prog.py"]
+    if supervised:
+        cmd = [sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--json", "p.json", "-o",
+               "p.html", "--", *cmd]
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([os.path.dirname(TESTS), os.environ.get("PYTHONPATH", "")]))
+    p = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr
+    measured = eval(p.stdout.strip())
+    windows = [w for w in load(str(tmp_path / "p.json")).windows if w.name.startswith("power_limit:")]
+    assert len(windows) == 7
+    for w in windows:
+        assert w.time_s == w.loop["window_time_s"] == measured[w.loop["limit_w"]][1], (w.name, w.time_s, w.loop)

@@ -81,3 +81,37 @@ def test_a_window_row_shows_the_programs_energy_and_the_machines_in_its_own_colu
     assert "machine per window" in table
     each = page[page.index("Each window"):]
     assert "27 J</td><td>40 J" in each and "30 J</td><td>42 J" in each  # program, then machine, per window
+
+
+def test_a_name_with_a_lone_surrogate_is_escaped_in_the_page_and_every_export(monkeypatch) -> None:
+    """Defect: a kernel or function name holding a lone surrogate ("\\ud800", which has no UTF-8 form) broke
+    the page (the JSON was written). Names are escaped whatever their code points: the page shows the
+    escape as text, its data block gives the scripts the name itself, and every export is written."""
+    import gzip
+
+    from energyprof.render.html import unpacked_json
+
+    p = small_profile()
+    bad = "bad\ud800name"
+    node = next(n for n, d in p.walk() if d == 2)
+    node.function, node.file = bad, "/src/f\udfffile.py"
+    p.meta["target"] = "t\ud800.py"
+    model = build(p, RenderOptions())
+    kernel = SimpleNamespace(name="volta\ud800sgemm", count=1, time_s=0.1, joules=0.5)
+    device = SimpleNamespace(source="gpu:0", energy_j=1.0, idle_j=0.1, busy_s=0.5, update_period_s=0.1, short_share=0.5)
+    panel = {"devices": [device], "functions": [{"function": bad, "file": "f.py", "line": 1, "joules": 1.0,
+                                                  "error_j": 0.1, "busy_s": 0.1, "kernels": [kernel]}], "more": 0}
+    monkeypatch.setattr(gpu_module, "gpu_panel", lambda m: panel)
+    page = render_html_bytes(model).decode("utf-8")  # valid UTF-8, no surrogate in it
+    assert render_html(model) == page  # the page as a string (a notebook shows it) is the same
+    assert "volta\\ud800sgemm" in page and "t\\ud800.py" in page
+    block = page.split('data-encoding="deflate">', 1)[1].split("</script>", 1)[0]
+    names = repr(unpacked_json(block))  # repr shows a lone surrogate as \ud800, a backslash as \\
+    assert "bad\\ud800name" in names and "bad\\\\ud800name" not in names  # the scripts get the name as it was
+    table = renderers()
+    for name in ("json", "speedscope", "folded", "csv", "pprof"):
+        out = table[name](model)
+        raw = out if isinstance(out, bytes) else out.encode("utf-8", "backslashreplace")
+        if name == "pprof":
+            raw = gzip.decompress(raw)
+        assert b"ud800" in raw, name

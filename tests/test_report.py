@@ -496,3 +496,51 @@ def test_an_opened_import_shows_its_heaviest_modules_by_name() -> None:
     assert {"import pkg.a", "import pkg.c", "import pkg.e"} <= set(names)
     # nothing is lost: the group holds every joule of the import
     assert group.value_e == pytest.approx(0.2 + 11.5 + 6 * 5 * 0.001)
+
+
+@pytest.mark.parametrize("where, value, needle", [
+    (("nodes", 2, "self_energy_j", "cpu"), 10 ** 400, "nodes[2].self_energy_j[cpu] is an integer of about 10**400"),
+    (("nodes", 2, "self_samples"), 10 ** 400, "nodes[2].self_samples"),
+    (("nodes", 2, "self_time_s"), 10 ** 308, "nodes[2].self_time_s"),
+    (("meta", "host", "memory_bytes"), 10 ** 400, "meta.host.memory_bytes"),
+    (("nodes", 2, "self_energy_j", "cpu"), 1e308, "nodes[2].self_energy_j[cpu] is 1e+308"),
+], ids=["energy-10**400", "samples-10**400", "time-10**308", "meta-10**400", "energy-1e308"])
+def test_a_huge_number_is_one_line_and_exit_2(tmp_path: Path, where: tuple, value, needle: str) -> None:
+    """Defect: a profile with 10**400 (or a finite 1e308 whose sums leave a float's range) made `report`
+    exit 1 with a traceback or "Out of range float values". It is one line naming the field, exit 2."""
+    import json
+
+    doc = small_profile().to_table()
+    at = doc
+    for key in where[:-1]:
+        at = at[key]
+    at[where[-1]] = value
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    res = subprocess.run([sys.executable, "-m", "energyprof", "report", "p.json", "-o", "r.html"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120, check=False)
+    assert res.returncode == 2, res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("energyprof: error:"), res.stderr
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_large_numbers_within_the_bound_are_rendered(tmp_path: Path) -> None:
+    """Up to 1e100 a profile renders (page, JSON, CSV), however odd its figures."""
+    import json
+
+    from energyprof.facts.profile import load
+    from energyprof.render.html import render_html_bytes
+    from energyprof.render.registry import renderers
+
+    doc = small_profile().to_table()
+    for n in doc["nodes"]:
+        n["self_energy_j"] = {k: v * 1e99 for k, v in n["self_energy_j"].items()}
+    for part in ("energy_j", "attributed_j", "energyprof_j", "idle_j"):
+        doc["totals"][part] = {k: v * 1e99 for k, v in doc["totals"][part].items()}
+    doc["nodes"][1]["self_samples"] = 10 ** 100
+    doc["meta"]["host"]["memory_bytes"] = 10 ** 100
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    model = build(load(tmp_path / "p.json"))
+    assert b"<html" in render_html_bytes(model)
+    assert json.loads(renderers()["json"](model))["meta"]["host"]["memory_bytes"] == 10 ** 100
+    assert renderers()["csv"](model).count("\n") == len(model.rows) + 1

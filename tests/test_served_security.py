@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+import knob_trees
+
 ROOT = Path(__file__).resolve().parents[1]
 
 pytestmark = pytest.mark.skipif(
@@ -52,16 +54,23 @@ SERVER = textwrap.dedent("""
             with open(self.path, "w") as f:
                 f.write(f"{value:g}\\n")
 
-    mode, sock, pc, group, knobfile, idle = sys.argv[1:]
+    mode, sock, pc, group, knobfile, idle, control, read_s, res_uj, set_s = sys.argv[1:]
+    control = None if control == "-" else control
+    limits = dict(idle_timeout_s=float(idle), read_interval_s=float(read_s), energy_resolution_uj=int(res_uj),
+                  set_interval_s=float(set_s))
     knobs = [FileKnob(knobfile)]
-    if mode == "gpu":  # a simulated A40 behind a stand-in NVML binding, found by the knob registry
+    if mode in ("gpu", "machine"):  # knobs found by the registry: a simulated A40 behind a stand-in NVML binding
         sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(server.__file__)), "..", "tests"))
         from sim_gpu import FakeNvml, SimGpu, load_table
         from energyprof.knobs.registry import discover
-        knobs = discover(nvml=FakeNvml([SimGpu(load_table())]), kinds=("gpu_power_limit",))
+        if mode == "gpu":
+            knobs = discover(nvml=FakeNvml([SimGpu(load_table())]), kinds=("gpu_power_limit",))
+        else:  # fake powercap and cpufreq trees, and a GPU whose limit is a file: the keeper's process reaches all
+            import sim_pynvml
+            knobs = discover(powercap_root=pc, nvml=sim_pynvml)
         mode = "reader"
     if mode == "reader":
-        reader = server.Reader(sock, pc, group, knobs, idle_timeout_s=float(idle))
+        reader = server.Reader(sock, pc, group, knobs, control_group=control, **limits)
         srv, run = reader.server, reader.serve_forever
     else:  # a misconfigured socket (0666 in an open folder): the peer check alone must still refuse
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -70,7 +79,8 @@ SERVER = textwrap.dedent("""
         listener.listen(64)
         listener.setblocking(False)
         read, _ = server.rapl_reader(pc)
-        srv = server.Server(listener, read, knobs, grp.getgrnam(group).gr_gid, idle_timeout_s=float(idle))
+        srv = server.Server(listener, read, knobs, grp.getgrnam(group).gr_gid,
+                            control_gid=grp.getgrnam(control).gr_gid if control else None, **limits)
         run = srv.serve_forever
     signal.signal(signal.SIGTERM, lambda *a: srv.stop())
     print("ready", flush=True)
@@ -109,12 +119,13 @@ def _make_zone(root: Path, name: str, label: str, energy_uj: int = 1000) -> Path
 @pytest.fixture(scope="module")
 def accounts():
     tag = uuid.uuid4().hex[:6]
-    group, member, outsider = f"epg{tag}", f"epm{tag}", f"epo{tag}"
+    group, control, member, controller, outsider = f"epg{tag}", f"epc{tag}", f"epm{tag}", f"epk{tag}", f"epo{tag}"
     made = []
     try:
-        subprocess.run(["groupadd", group], check=True, capture_output=True)
-        made.append(("groupdel", group))
-        for user, extra in ((member, ["-G", group]), (outsider, [])):
+        for g in (group, control):
+            subprocess.run(["groupadd", g], check=True, capture_output=True)
+            made.append(("groupdel", g))
+        for user, extra in ((member, ["-G", group]), (controller, ["-G", f"{group},{control}"]), (outsider, [])):
             subprocess.run(["useradd", "-M", "-N", "-s", "/bin/false", *extra, user], check=True, capture_output=True)
             made.insert(0, ("userdel", user))
         python = next((p for p in ("/usr/bin/python3", "/usr/local/bin/python3", sys.executable)
@@ -122,7 +133,7 @@ def accounts():
         if python is None:
             pytest.skip("no python that the throwaway user may run")
         yield {"group": group, "gid": grp.getgrnam(group).gr_gid, "member": member, "outsider": outsider,
-               "python": python}
+               "control": control, "controller": controller, "python": python}
     finally:
         for cmd, name in made:
             subprocess.run([cmd, name], capture_output=True)
@@ -164,12 +175,13 @@ def base():
 
 
 class Reader:
-    def __init__(self, mode: str, sock: Path, base: Path, group: str, idle: float = 10.0) -> None:
+    def __init__(self, mode: str, sock: Path, base: Path, group: str, idle: float = 10.0, control: str | None = None,
+                 read_s: float = 0.0, res_uj: int = 1, set_s: float = 0.0, env: dict[str, str] | None = None) -> None:
         self.log = open(base / f"reader-{uuid.uuid4().hex[:4]}.log", "w+")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
         self.proc = subprocess.Popen([sys.executable, "-c", SERVER, mode, str(sock), str(base / "pc"), group,
-                                      str(base / "knob"), str(idle)], stdout=subprocess.PIPE, stderr=self.log,
-                                     text=True, env=env)
+                                      str(base / "knob"), str(idle), control or "-", str(read_s), str(res_uj),
+                                      str(set_s)], stdout=subprocess.PIPE, stderr=self.log, text=True, env=env)
         line = self.proc.stdout.readline()
         if line.strip() != "ready":
             self.stop()
@@ -456,18 +468,19 @@ HOLD = textwrap.dedent("""
 
 def test_a_member_sets_a_gpu_power_limit_within_range_through_the_reader(accounts, base):
     """Issue 26's promise through the reader: the GPU's limit, found by the knob registry (a simulated
-    A40 behind a stand-in NVML binding), set within 100-300 W by a member, restored when they leave;
-    out of range, a path, or an outsider refused."""
+    A40 behind a stand-in NVML binding), set within 100-300 W by a member of the control group, restored
+    when they leave; out of range, a path, a member of the read group only, or an outsider refused."""
     sock = base / "run" / "rapl.sock"
-    reader = Reader("gpu", sock, base, accounts["group"])
+    reader = Reader("gpu", sock, base, accounts["group"], control=accounts["control"])
     try:
-        listed, set_ok, read_back, too_low = _ask(accounts, "member", sock, "knobs", "set gpu_power_limit:0 200",
+        assert "may read but not set" in _ask(accounts, "member", sock, "set gpu_power_limit:0 200")[0]
+        listed, set_ok, read_back, too_low = _ask(accounts, "controller", sock, "knobs", "set gpu_power_limit:0 200",
                                                    "knobs", "set gpu_power_limit:0 50")
         assert '"name":"gpu_power_limit:0","value":300.0,"low":100.0,"high":300.0' in listed
         assert set_ok == '{"ok":"gpu_power_limit:0","value":200.0}' and '"value":200.0' in read_back
         assert "outside its range" in too_low
         assert _wait_for(lambda: '"value":300.0' in _ask(accounts, "member", sock, "knobs")[0])  # restored
-        assert _ask(accounts, "member", sock, "set /dev/nvidia0 1") == ["CLOSED"]
+        assert _ask(accounts, "controller", sock, "set /dev/nvidia0 1") == ["CLOSED"]
         assert _ask(accounts, "outsider", sock, "set gpu_power_limit:0 200")[0] in ("CLOSED", "REFUSED 13")
         assert "gpu_power_limit:0" in reader.text() and "refused" in reader.text().lower()
     finally:
@@ -477,25 +490,25 @@ def test_a_member_sets_a_gpu_power_limit_within_range_through_the_reader(account
 def test_knobs_within_range_for_members_and_restored_on_disconnect(accounts, base):
     sock = base / "run" / "rapl.sock"
     knob = base / "knob"
-    reader = Reader("reader", sock, base, accounts["group"])
+    reader = Reader("reader", sock, base, accounts["group"], control=accounts["control"])
     try:
         listed, set_ok, read_back, too_high, unknown = _ask(
-            accounts, "member", sock, "knobs", f"set {KNOB} 250", "knobs", f"set {KNOB} 999", "set no_such:0 1")
+            accounts, "controller", sock, "knobs", f"set {KNOB} 250", "knobs", f"set {KNOB} 999", "set no_such:0 1")
         assert '"name":"test_power_limit:0","value":200.0,"low":100.0,"high":300.0' in listed and '"unit":"W"' in listed
         assert set_ok == '{"ok":"test_power_limit:0","value":250.0}' and '"value":250.0' in read_back
         assert "outside its range" in too_high and "no knob named no_such:0" in unknown
         assert _wait_for(lambda: knob.read_text() == "200\n")  # the client disconnected: restored
-        assert _ask(accounts, "member", sock, "set ../../etc/passwd 1") == ["CLOSED"]  # not in the grammar
+        assert _ask(accounts, "controller", sock, "set ../../etc/passwd 1") == ["CLOSED"]  # not in the grammar
 
-        held = _popen_as(accounts["member"], [accounts["python"], "-c", HOLD, str(sock), f"set {KNOB} 150"],
+        held = _popen_as(accounts["controller"], [accounts["python"], "-c", HOLD, str(sock), f"set {KNOB} 150"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert '"value":150.0' in held.stdout.readline() and knob.read_text() == "150\n"
-        assert "another client" in _ask(accounts, "member", sock, f"set {KNOB} 120")[0]
+        assert "another client" in _ask(accounts, "controller", sock, f"set {KNOB} 120")[0]
         held.kill()  # SIGKILL: the reader sees the connection end and restores
         held.wait(timeout=10)
         assert _wait_for(lambda: knob.read_text() == "200\n")
 
-        held = _popen_as(accounts["member"], [accounts["python"], "-c", HOLD, str(sock), f"set {KNOB} 300"],
+        held = _popen_as(accounts["controller"], [accounts["python"], "-c", HOLD, str(sock), f"set {KNOB} 300"],
                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert '"value":300.0' in held.stdout.readline() and knob.read_text() == "300\n"
         reader.stop()  # SIGTERM with a knob still set: restored on the way out, socket removed
@@ -504,3 +517,128 @@ def test_knobs_within_range_for_members_and_restored_on_disconnect(accounts, bas
         held.wait(timeout=10)
     finally:
         reader.stop() if not reader.log.closed else None
+
+
+# ---------------------------------------------------------------- every knob comes back, whoever set it
+
+# Several requests on one connection, each reply printed, then held open until told (or killed).
+HOLD_MANY = textwrap.dedent("""
+    import socket, sys
+    s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb")
+    for req in sys.argv[2:]:
+        f.write(req.encode() + b"\\n"); f.flush()
+        print(f.readline().decode().strip(), flush=True)
+    print("held", flush=True)
+    sys.stdin.readline()
+""")
+
+
+def _machine(base: Path) -> dict[str, str]:
+    """Fake powercap and cpufreq trees (root's files, as in /sys) and a simulated GPU whose limit is a file:
+    every knob the registry finds, each reachable from the reader's keeper process."""
+    zone = base / "pc" / "intel-rapl:0"
+    (zone / "constraint_0_name").write_text("long_term\n")
+    (zone / "constraint_0_power_limit_uw").write_text("65000000\n")
+    (zone / "constraint_0_max_power_uw").write_text("125000000\n")
+    knob_trees.cpufreq_tree(base / "cpu", cpus=2, cur=3_600_000)
+    import sim_pynvml
+
+    sim_pynvml.reset(300, str(base / "gpu-limit"))
+    return {"ENERGYPROF_CPUFREQ_ROOT": str(base / "cpu"), "SIM_GPU_STATE": str(base / "gpu-limit")}
+
+
+def _originals(base: Path) -> bool:
+    import sim_pynvml
+
+    return (knob_trees.max_freqs(base / "cpu") == [3_600_000, 3_600_000]
+            and (base / "pc/intel-rapl:0/constraint_0_power_limit_uw").read_text().strip() == "65000000"
+            and sim_pynvml.limit_w(str(base / "gpu-limit")) == 300)
+
+
+def _hold(accounts, sock: Path, *requests: str) -> tuple[subprocess.Popen, list[str]]:
+    held = _popen_as(accounts["controller"], [accounts["python"], "-c", HOLD_MANY, str(sock), *requests],
+                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert held.stdout is not None
+    replies = [held.stdout.readline().strip() for _ in requests]
+    assert held.stdout.readline().strip() == "held", replies
+    return held, replies
+
+
+def test_overlapping_knobs_share_one_original_through_the_reader(accounts, base):
+    """`cpu_max_freq:0` and `cpu_max_freq:all` write the same file: CPU 0 to 1 GHz, then all to 2 GHz, and
+    leaving puts CPU 0 back at its 3.6 GHz (it stayed at 1 GHz), as does the reader's SIGTERM."""
+    sock = base / "run" / "rapl.sock"
+    env = _machine(base)
+    reader = Reader("machine", sock, base, accounts["group"], control=accounts["control"], env=env)
+    try:
+        replies = _ask(accounts, "controller", sock, "set cpu_max_freq:0 1000000", "set cpu_max_freq:all 2000000")
+        assert all('"ok"' in r for r in replies), replies
+        assert knob_trees.wait_for(lambda: _originals(base)), knob_trees.max_freqs(base / "cpu")
+        held, replies = _hold(accounts, sock, "set cpu_max_freq:0 1000000", "set cpu_max_freq:all 2000000")
+        assert all('"ok"' in r for r in replies) and knob_trees.max_freqs(base / "cpu") == [2_000_000, 2_000_000]
+        reader.stop()  # SIGTERM with both still set
+        assert _originals(base), knob_trees.max_freqs(base / "cpu")
+        held.kill()
+        held.wait(timeout=10)
+    finally:
+        reader.stop() if not reader.log.closed else None
+
+
+def test_kill_9_of_the_reader_restores_what_its_clients_held(accounts, base):
+    """A RAPL limit at 25 W (of 65), a GPU limit at 125 W (of 300) and CPU 0 at 1 GHz, held by a client
+    when the reader is killed with -9: the reader's keeper process puts each back."""
+    sock = base / "run" / "rapl.sock"
+    env = _machine(base)
+    reader = Reader("machine", sock, base, accounts["group"], control=accounts["control"], env=env)
+    held = None
+    try:
+        held, replies = _hold(accounts, sock, "set cpu_power_limit:0 25", "set gpu_power_limit:0 125",
+                              "set cpu_max_freq:0 1000000")
+        assert all('"ok"' in r for r in replies), replies
+        assert not _originals(base)
+        reader.proc.kill()
+        reader.proc.wait(timeout=10)
+        assert knob_trees.wait_for(lambda: _originals(base)), (
+            knob_trees.max_freqs(base / "cpu"), (base / "pc/intel-rapl:0/constraint_0_power_limit_uw").read_text(),
+            (base / "gpu-limit").read_text(), reader.text())
+    finally:
+        if held is not None:
+            held.kill()
+            held.wait(timeout=10)
+        reader.stop() if not reader.log.closed else None
+
+
+def test_the_two_scopes_and_the_rate_limits_over_the_socket(accounts, base):
+    """The read group reads (rounded, one fresh reading per interval per user) and cannot set; the control
+    group sets within range, one change per interval; root reads the kernel's own figure, unlimited."""
+    sock = base / "run" / "rapl.sock"
+    counter = base / "pc" / "intel-rapl:0" / "energy_uj"
+    counter.write_text("1234567\n")
+    knob = base / "knob"
+    # intervals of 60 s: within one test every second request is certainly inside them
+    reader = Reader("reader", sock, base, accounts["group"], control=accounts["control"], read_s=60.0, res_uj=1000,
+                    set_s=60.0)
+    try:
+        first = _ask(accounts, "member", sock, "read")[0]
+        assert '"energy_uj":1234000' in first and '"resolution_uj":1000' in first, first
+        counter.write_text("2345678\n")
+        again = _ask(accounts, "member", sock, "read", "read")  # a new connection, the same user
+        assert again == [first, first]
+        as_root = _ask_root(sock, "read")[0]
+        assert '"energy_uj":2345678' in as_root and "resolution_uj" not in as_root
+        refused = _ask(accounts, "member", sock, f"set {KNOB} 250", f"restore {KNOB}")
+        assert all("may read but not set" in r for r in refused) and knob.read_text() == "200\n"
+        ok, too_soon = _ask(accounts, "controller", sock, f"set {KNOB} 250", f"set {KNOB} 260")
+        assert '"ok"' in ok and "at most one change per 60 s" in too_soon, (ok, too_soon)
+        assert _wait_for(lambda: knob.read_text() == "200\n")  # 260 never written; 250 restored on leaving
+        assert "at most one change" in _ask(accounts, "controller", sock, f"set {KNOB} 150")[0]  # per user
+        assert '"ok"' in _ask_root(sock, f"set {KNOB} 150")[0]  # root: no pace
+    finally:
+        reader.stop()
+    assert knob.read_text() == "200\n"
+
+
+def _ask_root(sock: Path, *requests: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", ASK, str(sock), *requests], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split("\n")[:-1]

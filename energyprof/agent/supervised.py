@@ -2,9 +2,9 @@
 
 The bootstrap calls `start_agent` in every Python process of a run of `python -m energyprof`.
 What the program may call (`window`, `begin_window`, `end_window`, `measure`) is reached
-through `energyprof.drive.profiler.active_profiler()`, which hands in the Measurement class and,
-with `--mlflow`, the logging of windows: nothing of energyprof's outside `agent/` is imported
-here.
+through `energyprof.drive.profiler.active_profiler()`, which hands in the Measurement class:
+nothing of energyprof's outside `agent/` is imported here (with `--mlflow` the supervisor logs the
+windows; the program's process never imports MLflow for energyprof).
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ import sys
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
     ENV, LABEL_PENDING, REPLY_SUFFIX, SPAWN_MAIN, SPOOL_SUFFIX, alloc as alloc_line, end as end_line, exception as exception_line,
-    gpu as gpu_line, header as header_line, note as note_line, parse_replies, role as role_line, window_begin, window_end
+    gpu as gpu_line, header as header_line, io_edge as io_line, note as note_line, parse_replies, role as role_line,
+    window_begin, window_end
 )
 from .hooks import install as install_hooks
 from .qualnames import learn
@@ -27,7 +28,7 @@ from .spool import Spool
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Callable
+    from typing import Any
 
 
 
@@ -56,6 +57,7 @@ class Agent:
         self._stopped = False
         self._tail_written = False  # stop() ran to its end (a SIGTERM in the middle of it waits for it)
         self.replies = _Replies(config, self.pid)
+        self._io: Any = None  # the window edges' I/O reader (`_io_edge`), made at the first edge: None, or False for none
 
     def start(self, label: str = "") -> None:
         env = os.environ
@@ -132,21 +134,74 @@ class Agent:
     def note(self, message: str) -> None:
         self.spool.event(note_line(message))
 
+    _mlflow_run: str | None = None
+
+    def note_mlflow_run(self) -> None:
+        """--mlflow: the supervisor logs each window() block (on its own thread: MLflow's work is never the
+        program's), into the program's active run if it has one. That run is this thread's, known only
+        here, and only where the program imported mlflow itself: written down in the spool when it
+        changes (`<pid>.mlflow-run`), before the window's end record, so the supervisor finds it there."""
+        mlflow = sys.modules.get("mlflow")
+        if mlflow is None:
+            return
+        try:
+            active = mlflow.active_run()
+            run = active.info.run_id if active is not None else ""
+        except Exception:  # noqa: BLE001 - a stubbed or half-imported mlflow is no run
+            return
+        if run == (self._mlflow_run or "") or (not run and self._mlflow_run is None):
+            return
+        self._mlflow_run = run
+        try:
+            path = os.path.join(self.config["spool"], f"{self.pid}.mlflow-run")
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                os.write(fd, run.encode())
+            finally:
+                os.close(fd)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass  # the window goes to energyprof's run
+
     # -- the Profiler-like surface the program may use -----------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> int:
-        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it."""
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> int:
+        """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it; `t_ns`:
+        the start the caller read itself (the power-limit optimizer's edge)."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_begin(t, str(name), index))
+        self._io_edge(t)
         return t
 
-    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None) -> int:
+    def end_window(self, name: str | None = None, reply: bool = False, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> int:
         """Mark a window's end; with `reply`, the supervisor writes its figures back (`_Replies`);
-        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it."""
+        `facts`: numbers measured about the span (a tracked loop's pipeline time), kept with it; `t_ns`: the
+        end the caller read itself."""
         self._cuda_sync()
-        t = _perf()
+        t = _perf() if t_ns is None else int(t_ns)
         self.spool.event(window_end(t, None if name is None else str(name), reply, facts))
+        self._io_edge(t)
         return t
+
+    def _io_edge(self, t: int) -> None:
+        """The I/O counters at a window's edge, read now (this process's /proc/self/io, then the disks the
+        supervisor counts): a window's bytes are their differences at its own edges, not figures
+        interpolated between the supervisor's ticks. About 20 us an edge; nothing where --io is off."""
+        io = self._io
+        if io is None:
+            names = self.config.get("io_disks")
+            if names is None or not os.path.exists("/proc/self/io"):
+                self._io = False
+                return
+            from .iostat import reading
+
+            io = self._io = (reading, frozenset(n for n in names.split(",") if n))
+        elif io is False:
+            return
+        proc, disks = io[0](io[1])
+        if proc is not None or disks:
+            self.spool.event(io_line(t, proc, disks))
 
     def window(self, name: str, index: int | None = None) -> Any:
         return _Window(self, name, index)
@@ -188,15 +243,11 @@ class _Window:
         return self.m
 
     def __exit__(self, *exc: Any) -> None:
+        if self.agent.config.get("mlflow") == "1":  # the supervisor logs the block, into the program's run if any
+            self.agent.note_mlflow_run()
         t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
         self.m.time_s = (t1 - t0) / 1e9
         self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
-        log = _handed.get("log_window")
-        if log is not None:  # live, in this process: the program's active run
-            try:
-                log(self.m, self.name, self.index)
-            except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
-                self.agent.note(f"a window could not be logged to MLflow: {type(exc).__name__}: {exc}")
 
 
 SIGTERM_LOCK_WAIT_S = 0.5
@@ -270,13 +321,10 @@ def bound() -> bool:
     return "measurement" in _handed
 
 
-def bind(measurement: Any, log_window: Callable[..., None] | None = None) -> None:
-    """Hand in what the window calls build: the Measurement class and, with --mlflow, the
-    logging of a window in the program's active run. `energyprof.drive.profiler` does it, in the
-    program, where energyprof is imported anyway."""
+def bind(measurement: Any) -> None:
+    """Hand in what the window calls build: the Measurement class. `energyprof.drive.profiler` does
+    it, in the program, where energyprof is imported anyway."""
     _handed["measurement"] = measurement
-    if log_window is not None:
-        _handed["log_window"] = log_window
 
 
 def current() -> Agent | None:

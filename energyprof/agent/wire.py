@@ -23,6 +23,10 @@ they were). Records, first field the kind:
     P label                                                the process's node, once multiprocessing handed it its
                                                            target (a spawn or forkserver child): its header said
                                                            LABEL_PENDING, and `P` with no label means none
+    I t_ns rchar,wchar,syscr,syscw,read_bytes,write_bytes name:reads,rsect,writes,wsect,busy_ms;... .
+                                                           I/O counters read at a window's edge (t_ns, the
+                                                           window's time): the process's /proc/self/io (empty
+                                                           where unreadable) and the disks' /proc/diskstats
 
 The window back-channel (`<spool>/<pid>.windows`, written by the supervisor, read by the
 agent) is one line per charged window: `start end estimated ids energy program`, the program's
@@ -41,7 +45,7 @@ from __future__ import annotations
 VERSION = 2
 HEADER, FRAME, STACK, TICK, SAMPLE, WINDOW = "H", "F", "K", "T", "s", "W"
 ALLOC, EXCEPTION, NOTE, LOST, GPU, END, NEXT = "A", "E", "N", "L", "G", "Z", "R"
-THREADS, ROLE = "C", "P"
+THREADS, ROLE, IO = "C", "P", "I"
 # A header's label while the process does not yet know what it runs: a multiprocessing child started
 # by spawn or forkserver learns its target (a pool's worker loop, say) only after its interpreter
 # started, and says so in a ROLE record. Never a node's name (escaped, it travels as `\0`).
@@ -122,7 +126,7 @@ def sample(sid: int, cpu: int, main: bool) -> str:
     return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\t\n"
 
 
-_FIELDS = {TICK: 7, SAMPLE: 5}
+_FIELDS = {TICK: 7, SAMPLE: 5, IO: 5}
 
 
 def complete(r: list[str]) -> bool:
@@ -152,6 +156,22 @@ def window_facts(text: str) -> dict[str, float]:
         except ValueError:
             continue
     return out
+
+
+def io_edge(t_ns: int, proc: tuple[int, ...] | None, disks: dict[str, tuple[int, ...]]) -> str:
+    """I/O counters at a window's edge (agent/iostat.py reads them)."""
+    text = ";".join(f"{esc(name)}:{','.join(map(str, values))}" for name, values in disks.items())
+    return f"{IO}\t{t_ns}\t{'' if proc is None else ','.join(map(str, proc))}\t{text}\t\n"
+
+
+def parse_io_edge(r: list[str]) -> tuple[int, tuple[int, ...] | None, dict[str, tuple[int, ...]]]:
+    """(t_ns, the process's counters or None, the disks' counters) of an `I` record."""
+    proc = tuple(int(v) for v in r[2].split(",")) if r[2] else None
+    disks = {}
+    for part in r[3].split(";") if r[3] else ():
+        name, _, values = part.rpartition(":")
+        disks[unesc(name)] = tuple(int(v) for v in values.split(","))
+    return int(r[1]), proc, disks
 
 
 def alloc(function: str, file: str, line: int, size: int) -> str:

@@ -1,4 +1,7 @@
-"""A span's I/O from the profile's recorded counters (collect/io.py writes them): MB, IOPS, busy share. Pure."""
+"""A span's I/O from the profile's recorded counters (collect/io.py writes them): MB, IOPS, busy share. Pure.
+
+The counters are read at every tick and at every window's edge, so a window's figures are the counters'
+differences at readings taken at its own edges; any other span's ends are interpolated between readings."""
 
 from __future__ import annotations
 
@@ -9,7 +12,12 @@ SECTOR = 512
 
 
 def _at(t: list[float], values: list[int], x: float) -> float:
-    """A cumulative counter at time x: linear between readings, flat outside them."""
+    """A cumulative counter at time x: linear between readings, flat outside them. A series shorter than
+    the clock (a disk that went away, in a profile written before disks kept their own readings) holds
+    the first readings' times: it is read over those, and held at its last value after them."""
+    if len(values) != len(t):
+        n = min(len(values), len(t))
+        t, values = t[:n], values[:n]
     if not t:
         return 0.0
     k = bisect.bisect_right(t, x)
@@ -64,11 +72,16 @@ def read_rates(io: dict[str, Any] | None, max_points: int) -> dict[str, list[flo
     sector = io.get("sector_bytes", SECTOR)
     step = max(1, -(-(len(t) - 1) // max(1, max_points)))
     out: dict[str, list[float]] = {"t_s": [], "mb_s": [], "iops": []}
+    def moved(series: list[int], a: int, b: int) -> int:  # a short series (a disk gone) holds its last value
+        if not series:
+            return 0
+        return max(0, series[min(b, len(series) - 1)] - series[min(a, len(series) - 1)])
+
     for a in range(0, len(t) - 1, step):
         b = min(a + step, len(t) - 1)
         dt = t[b] - t[a]
-        sectors = sum(max(0, d["read_sectors"][b] - d["read_sectors"][a]) for d in disks)
-        reads = sum(max(0, d["reads"][b] - d["reads"][a]) for d in disks)
+        sectors = sum(moved(d["read_sectors"], a, b) for d in disks)
+        reads = sum(moved(d["reads"], a, b) for d in disks)
         out["t_s"].append(t[a])
         out["mb_s"].append(sectors * sector / 1e6 / dt if dt > 0 else 0.0)
         out["iops"].append(reads / dt if dt > 0 else 0.0)

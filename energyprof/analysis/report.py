@@ -86,6 +86,7 @@ class ReportModel:
     sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
     # window name -> its windows' disk MB read (summed) and read IOPS (over their summed time), measured
     window_io: dict[str, dict[str, float]] = field(default_factory=dict)
+    io_method: str | None = None  # how the I/O figures were counted, for Methodology (None without I/O)
 
     @property
     def total_energy_j(self) -> float:
@@ -179,6 +180,10 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     absent = (view.extra.get("io") or {}).get("absent")
     if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
         notes.append(Note("io", f"{absent}: no MB read, IOPS or disk busy time in this report"))
+    counted = (view.extra.get("io") or {}).get("counted")
+    # which block devices the disk figures add up, and where a window's bytes come from (Methodology only)
+    io_method = (f"disk I/O (/proc/diskstats) counts the {counted}; a window's bytes are the counters read at its own"
+                 " edges, in the program") if counted else None
     chart = prune(grouped_tree(view), options.max_chart_nodes)
     t = view.totals
     rss = [r for r in view.timeline.rss_bytes if r]
@@ -194,7 +199,7 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
-        window_io=_window_io(view),
+        window_io=_window_io(view), io_method=io_method,
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
 
 

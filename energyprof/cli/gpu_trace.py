@@ -3,15 +3,22 @@
 The power log is the replay CSV (collect/sensors/replay.py): `t_s` then one column per source in
 watts; its `gpu:N` columns are device N. `t_s` = 0 is the trace's earliest event, or
 `--power-offset S` seconds after it (negative: before it).
+
+The trace is read as a stream (collect/kernels/jsonstream.py): memory follows the events kept,
+not the file. A file that is not a trace this reader takes is one line on stderr and exit 2.
+Backward's kernels go under backward()'s caller > [backward] > the forward line (core/autograd.py);
+what could not be linked is counted in a note, in meta["backward"] and on the console.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 from typing import Any
 
 from .common import PROG, Parser, UsageError, build_options
+from ..core.kernels import DEFAULT_SENSOR_ERROR
 
 
 def build_gpu_trace_parser() -> Parser:
@@ -23,7 +30,13 @@ def build_gpu_trace_parser() -> Parser:
     p.add_argument("--power-offset", type=float, default=0.0, metavar="S",
                    help="the trace time (s after its earliest event) of the power log's t_s = 0 (default 0)")
     p.add_argument("--update-period", type=float, metavar="S",
-                   help="the power sensor's update period, for error bars (default: the log's median row spacing)")
+                   help="the power sensor's update period (default: the log's median row spacing)")
+    p.add_argument("--sensor-error", type=float, default=DEFAULT_SENSOR_ERROR, metavar="FRACTION",
+                   help="the power sensor's relative error, for error bars (default %(default)s: NVML's stated "
+                        "accuracy of its power reading)")
+    p.add_argument("--peak-power", type=float, metavar="W",
+                   help="the GPU's peak power (its power limit), for error bars: the power inside a sample is taken "
+                        "to stay between 0 and it (default: the log's highest sample)")
     p.add_argument("-o", "--output", help="HTML report path")
     p.add_argument("--json", help="save the profile as JSON (energyprof report and compare read it)")
     p.add_argument("-q", "--quiet", action="store_true", help="print nothing of energyprof's own")
@@ -31,22 +44,39 @@ def build_gpu_trace_parser() -> Parser:
 
 
 def gpu_trace_cmd(argv: list[str]) -> int:
+    import io
+    import sys
+
     from ..collect.kernels import kineto
     from ..collect.sensors.replay import TraceError, load_trace
-    from ..core.gpu_tree import build_gpu_profile
+    from ..core.gpu_tree import profile_from
+    from ..core.kernels import attribute, tree_nodes
     from ..output.writer import write_outputs
     from ..facts.profile import Note
     from ..facts.profile import Source
+    from ..render.gpu import gpu_console, line_group
 
     ns = build_gpu_trace_parser().parse_args(argv)
     if ns.output is None and ns.json is None:
         raise UsageError("gpu-trace needs --json OUT and/or -o OUT.html")
     if ns.update_period is not None and not ns.update_period > 0:
         raise UsageError(f"--update-period must be a positive number of seconds, not {ns.update_period}")
+    if not 0 <= ns.sensor_error < 1:
+        raise UsageError(f"--sensor-error must be a fraction in [0, 1), not {ns.sensor_error}")
+    if not math.isfinite(ns.power_offset):
+        raise UsageError(f"--power-offset must be a number of seconds, not {ns.power_offset}")
+    if ns.peak_power is not None and not 0 < ns.peak_power < 1e7:
+        raise UsageError(f"--peak-power must be a positive number of watts, not {ns.peak_power}")
     try:
         trace = kineto.load(ns.trace)
+    except kineto.TraceFormatError as exc:
+        raise UsageError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - a trace this reader did not foresee: one line, never a traceback
+        why = f"{type(exc).__name__}: {str(exc)[:200]}".replace("\n", " ")
+        raise UsageError(f"trace {ns.trace}: cannot read it ({why})") from None
+    try:
         power = load_trace(ns.power_trace)
-    except (kineto.TraceFormatError, TraceError) as exc:
+    except TraceError as exc:
         raise UsageError(str(exc)) from None
     columns = {c: _device(c) for c in power.columns}
     gpus = {d: c for c, d in columns.items() if d is not None}
@@ -67,26 +97,64 @@ def gpu_trace_cmd(argv: list[str]) -> int:
     if trace.unmatched:
         notes.append(Note("gpu-launch", f"{trace.unmatched} device record(s) have no runtime call of the same correlation "
                           "in the trace: their joules sit on [launch not in trace]"))
+    if trace.skipped:
+        notes.append(Note("gpu-trace-skipped", f"{trace.skipped} complete event(s) of the trace have no usable time "
+                          "(missing, not a number, or out of range) and were left out", {"events": trace.skipped}))
     if not trace.has_python:
         notes.append(Note("gpu-no-stacks", "the trace has no Python stacks (profiled without with_stack=True): kernels "
                           "sit on their launching operators under [GPU kernels by operator]"))
     sources = [Source(id=f"gpu:{d}", component=f"gpu:{d}", method="measured", sensor="replay", tier="integrated",
-                      update_period_s=period_s or None, detail={"power_trace": str(ns.power_trace)})
+                      update_period_s=period_s or None, detail={"power_trace": str(ns.power_trace)},
+                      extra={"relative_error": ns.sensor_error})
                for d in sorted(gpus)]
+    bw = trace.backward
     meta: dict[str, Any] = {"target": str(ns.trace), "command": ["gpu-trace", str(ns.trace)], "kind": "gpu-trace",
                             "trace": {**trace.meta, "unix_start_ns": trace.unix_base_ns + trace.start_ns},
-                            "power_offset_s": ns.power_offset, "time_is": "GPU busy time"}
-    profile = build_gpu_profile(trace.kernels, intervals, {d: period_s * 1e9 for d in gpus}, start_ns=trace.start_ns,
-                                end_ns=trace.end_ns, meta=meta, sources=sources, notes=notes)
+                            "power_offset_s": ns.power_offset, "time_is": "GPU busy time",
+                            "backward": {"ops": bw.ops, "linked_ops": bw.linked_ops, "unlinked_ops": dict(bw.unlinked_ops),
+                                         "records": bw.records, "linked_records": bw.linked_records,
+                                         "unlinked_records": dict(bw.unlinked_records), "flow_events": bw.flows}}
+    att = attribute(((k.stack, k.device, k.name, k.start_ns, k.end_ns) for k in trace.kernels), intervals,
+                    {d: period_s * 1e9 for d in gpus}, sensor_error=ns.sensor_error,
+                    peak_w=None if ns.peak_power is None else {d: ns.peak_power for d in gpus},
+                    groups=lambda stack: tree_nodes(stack) + (line_group(stack),))
+    if bw.records:
+        unlinked_j = sum(fig.joules for path in bw.unlinked_paths for fig in att.stacks.get(path, {}).values())
+        meta["backward"]["unlinked_j"] = unlinked_j
+        reasons = "; ".join(f"{r}: {n}" for r, n in sorted(bw.unlinked_records.items(), key=lambda x: -x[1]))
+        notes.append(Note("gpu-backward", (
+            f"{bw.linked_records} of {bw.records} device record(s) launched by backward ops sit under [backward] on the "
+            f"forward line that made them ({bw.linked_ops} of {bw.ops} backward ops linked by sequence number"
+            f"{' and fwdbwd flows' if bw.flows else ''})" + (
+                f"; {bw.unlinked_records_total} record(s), {unlinked_j:.6g} J, could not be linked and sit under "
+                f"[backward] on their backward ops ({reasons})" if bw.unlinked_records_total else "")),
+            {"records": bw.records, "linked_records": bw.linked_records, "unlinked_records": dict(bw.unlinked_records),
+             "unlinked_j": unlinked_j}))
+    bound = "the given peak" if ns.peak_power is not None else "the log's highest sample"
+    peaks = ", ".join(f"gpu:{d} {e.peak_w:.4g} W" for d, e in sorted(att.devices.items()))
+    notes.append(Note("gpu-error-bars", (
+        f"GPU error bars: the joules a power sample could move between lines that share it, for power inside a sample "
+        f"between 0 and {bound} ({peaks}), plus "
+        f"the sensor's {100 * ns.sensor_error:.3g}%"),
+        {"sensor_error": ns.sensor_error, "peak_w": {str(d): e.peak_w for d, e in sorted(att.devices.items())}}))
+    profile = profile_from(att, start_ns=trace.start_ns, end_ns=trace.end_ns, meta=meta, sources=sources, notes=notes,
+                           records=len(trace.kernels))
     try:
         options = build_options(argparse.Namespace(), inputs=(ns.trace, ns.power_trace), keep_checkpoint=False,
                                 json=ns.json, output=ns.output, quiet=ns.quiet)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    console = io.StringIO()
     try:
-        write_outputs(profile, options)
+        write_outputs(profile, options, stream=console)
     except OSError:
         return 1
+    finally:  # the GPU's lines, [GPU idle] among them, before the files written
+        text = console.getvalue()
+        if text:
+            lines = text.splitlines(keepends=True)
+            at = next((i for i, ln in enumerate(lines) if ln.startswith("energyprof: wrote")), len(lines))
+            sys.stderr.write("".join(lines[:at]) + gpu_console(att, bw) + "".join(lines[at:]))
     return 0
 
 

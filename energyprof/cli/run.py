@@ -113,6 +113,11 @@ def build_run_parser() -> Parser:
     p.add_argument("--watch-cache", metavar="PATH", help="measure the page-cache residency of the files under PATH"
                    " at the run's start and end and at each energyprof.torch.track() pass's start and end, and record the"
                    " storage device behind it")
+    p.add_argument("--influx", metavar="URL",
+                   help="send power and energy per source each second, each window and the carbon to InfluxDB while the"
+                        " program runs: http://HOST:8086/DB (1.x), or http://HOST:8086?org=ORG&bucket=B with $INFLUX_TOKEN (2.x)")
+    p.add_argument("--pushgateway", metavar="URL",
+                   help="push the same figures to a Prometheus pushgateway (http://HOST:9091) while the program runs")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 
@@ -411,9 +416,10 @@ def set_knobs(plan: list[tuple[Any, float]]) -> tuple[Any, dict[str, Any]]:
     keeper = Keeper()
     record: dict[str, Any] = {}
     try:
+        found = {knob.name: knob.read() for knob, _ in plan}  # before any change: overlapping knobs share files
         for knob, value in plan:
             keeper.set(knob, value)
-            record[knob.name] = {"value": value, "original": knob.original, "unit": knob.unit}
+            record[knob.name] = {"value": value, "original": found[knob.name], "unit": knob.unit}
     except KnobError as exc:
         keeper.close()
         raise UsageError(f"--knob: {exc}") from None

@@ -49,19 +49,70 @@ def list_cmd(argv: list[str]) -> int:
 
     found = sensors.survey(ns.powercap_root)
     try:
-        print(format_listing(found))
+        print(format_listing(found, check_counters(found.sensors)))
     finally:
         for s in found.sensors:
             s.close()
     return 0
 
 
-def format_listing(found: Any) -> str:
+CHECK_BUDGET_S = 2.0  # the longest the listing watches the counters (an NVML counter is judged after 1 s)
+CHECK_READ_S = 0.005
+
+
+def check_counters(found: list[Any], budget_s: float = CHECK_BUDGET_S) -> dict[str, str]:
+    """Which counters count: each one is read while this process keeps a CPU busy, until it has moved
+    or stood still long enough to be condemned (the rule a run applies: base.FrozenWatch), at most
+    `budget_s`. A GPU's is judged by what its driver says of its power and utilisation. Returns
+    {source id: why it is not a sensor} for those that counted nothing."""
+    t0 = time.perf_counter_ns()
+    counters = []
+    for s in found:
+        if s.tier != "counter":
+            continue
+        try:
+            s.start(t0)
+        except Exception:  # noqa: BLE001 - a counter that cannot start is not judged here
+            continue
+        counters.append(s)
+    if not counters:
+        return {}
+    first = {s.id: None for s in counters}
+    settled: set[str] = set()
+    end = t0 + int(budget_s * 1e9)
+    while len(settled) < len(counters) and time.perf_counter_ns() < end:
+        spin = time.perf_counter_ns() + int(CHECK_READ_S * 1e9)
+        while time.perf_counter_ns() < spin:  # the CPU busy, so a CPU counter has something to count
+            pass
+        t = time.perf_counter_ns()
+        for s in counters:
+            if s.id in settled:
+                continue
+            try:
+                v = float(s.read(t))
+            except Exception:  # noqa: BLE001
+                settled.add(s.id)
+                continue
+            if first[s.id] is None:
+                first[s.id] = v
+            elif v != first[s.id] or s.frozen is not None:
+                settled.add(s.id)
+    return {s.id: s.frozen for s in counters if s.frozen is not None}
+
+
+def format_listing(found: Any, frozen: dict[str, str] | None = None) -> str:
+    frozen = frozen or {}
     lines = ["found:" if found.sensors else "found: no energy sensor (a run uses the model: estimated figures)"]
     for s in found.sensors:
         period = f"every {s.update_period_s:g} s" if s.update_period_s else "period unknown"
         how = s.detail.get("reading") or s.detail.get("domain") or s.detail.get("event") or ""
-        lines.append(f"  {s.id:<16} {s.sensor:<13} {s.method:<9} {s.tier:<10} {period:<16} {how}")
+        method = "FROZEN" if s.id in frozen else s.method
+        lines.append(f"  {s.id:<16} {s.sensor:<13} {method:<9} {s.tier:<10} {period:<16} {how}")
+    if frozen:
+        lines.append("not counting (a run reads these no longer once it sees it: the model, or the GPU's power,"
+                     " takes over, labelled):")
+        for sid, why in frozen.items():
+            lines.append(f"  {sid:<16} {why}")
     if found.missing:
         lines.append("missing (and the step that enables each):")
         for name, step in found.missing.items():
@@ -172,8 +223,19 @@ def serve_cmd(argv: list[str]) -> int:
                "range) over a Unix socket to root and the members of a group (docs/sensors.md). The recommended "
                "deployment is the systemd socket unit: see --print-unit.")
     p.add_argument("--socket", default=None, help=f"socket path (default $ENERGYPROF_SENSOR_SOCKET or {DEFAULT_SOCKET})")
-    p.add_argument("--group", default=None, help="the group whose members may connect (socket 0660 root:GROUP, folder "
-                   "0750 root:GROUP); without it, only root may (socket 0600)")
+    p.add_argument("--group", default=None, help="the group whose members may read the counters (socket 0660 "
+                   "root:GROUP, folder 0750 root:GROUP); without it, only root may (socket 0600)")
+    p.add_argument("--control-group", default=None, help="the group whose members may also set knobs within range "
+                   "(they need the socket too: make them members of --group); without it, only root sets knobs")
+    p.add_argument("--read-interval", type=float, default=server.READ_INTERVAL_S, metavar="S",
+                   help="clients other than root: at most one fresh reading per S seconds per user (the power"
+                   f" side channel; default {server.READ_INTERVAL_S:g}, 0: no limit)")
+    p.add_argument("--energy-resolution", type=int, default=server.ENERGY_RESOLUTION_UJ, metavar="UJ",
+                   help="clients other than root: counters rounded down to UJ microjoules (default "
+                   f"{server.ENERGY_RESOLUTION_UJ}, 1: the kernel's own)")
+    p.add_argument("--set-interval", type=float, default=server.SET_INTERVAL_S, metavar="S",
+                   help=f"clients other than root: at most one knob change per S seconds per user (default "
+                   f"{server.SET_INTERVAL_S:g})")
     p.add_argument("--check", action="store_true", help="say what would be served, where and to whom; change nothing")
     p.add_argument("--print-unit", action="store_true", help="print the systemd socket and service units")
     p.add_argument("--idle-timeout", type=float, default=server.IDLE_TIMEOUT_S, help=argparse.SUPPRESS)
@@ -181,12 +243,16 @@ def serve_cmd(argv: list[str]) -> int:
     ns = p.parse_args(argv)
     if ns.print_unit:
         return unit_cmd([])
+    if ns.read_interval < 0 or ns.set_interval < 0 or ns.energy_resolution < 1:
+        raise OptionError("--read-interval and --set-interval take seconds >= 0, --energy-resolution microjoules >= 1")
     path = ns.socket or default
     knobs = _discover_knobs(ns.powercap_root)
     if ns.check:
-        return _check(path, ns.group, ns.powercap_root, knobs)
+        return _check(path, ns.group, ns.powercap_root, knobs, ns.control_group)
     try:
-        reader = server.Reader(path, ns.powercap_root, ns.group, knobs, idle_timeout_s=ns.idle_timeout)
+        reader = server.Reader(path, ns.powercap_root, ns.group, knobs, control_group=ns.control_group,
+                               idle_timeout_s=ns.idle_timeout, read_interval_s=ns.read_interval,
+                               energy_resolution_uj=ns.energy_resolution, set_interval_s=ns.set_interval)
     except (ValueError, OSError) as exc:
         raise OptionError(str(exc)) from None
 
@@ -197,23 +263,27 @@ def serve_cmd(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, stop)
     what = ", ".join(reader.zones + [k.name for k in knobs])
     print(f"{PROG}: serving {what} on {path}" + (" (socket from systemd)" if reader.activated else "")
-          + (f" to group {ns.group}" if ns.group else " to root only"), file=sys.stderr, flush=True)
+          + (f" to group {ns.group}" if ns.group else " to root only")
+          + (f"; knobs set by root and group {ns.control_group}" if ns.control_group else "; knobs set by root only"),
+          file=sys.stderr, flush=True)
     reader.serve_forever()  # restores every knob a client set and removes its socket when stopped
     return 0
 
 
-def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[Any]) -> int:
+def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[Any],
+           control_group: str | None = None) -> int:
     import grp
     import pwd
 
     from ..serve import server
 
     problems = []
+    sock_group = group or control_group  # the socket is the read group's, or the control group's alone
     _, zones = server.rapl_reader(powercap_root)
     print(f"zones: {', '.join(zones) or 'none readable'}")
     print(f"knobs: {', '.join(k.name for k in knobs) or 'none'}")
-    print(f"socket: {path} (mode {'0660' if group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
-          + (f", group {group})" if group else ")"))
+    print(f"socket: {path} (mode {'0660' if sock_group else '0600'}, owner {pwd.getpwuid(os.geteuid()).pw_name}"
+          + (f", group {sock_group})" if sock_group else ")"))
     folder = os.path.dirname(os.path.abspath(path))
     try:
         st = os.lstat(folder)
@@ -223,8 +293,8 @@ def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[
         except server.ServeError as exc:
             problems.append(str(exc))
     except FileNotFoundError:
-        print(f"folder: {folder} would be created, mode {'0750' if group else '0700'}, owner "
-              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {group}" if group else ""))
+        print(f"folder: {folder} would be created, mode {'0750' if sock_group else '0700'}, owner "
+              f"{pwd.getpwuid(os.geteuid()).pw_name}" + (f", group {sock_group}" if sock_group else ""))
     if group:
         try:
             g = grp.getgrnam(group)
@@ -233,7 +303,14 @@ def _check(path: str, group: str | None, powercap_root: str | None, knobs: list[
         except KeyError:
             problems.append(f"no group named {group!r} (create it: sudo groupadd --system {group})")
     else:
-        print("group: none; only root may connect")
+        print("group: none; only root" + (" and the control group" if control_group else "") + " may connect")
+    print(f"control group: {control_group}; its members may set knobs within range" if control_group
+          else "control group: none; only root may set knobs")
+    if control_group:
+        try:
+            grp.getgrnam(control_group)
+        except KeyError:
+            problems.append(f"no group named {control_group!r} (create it: sudo groupadd --system {control_group})")
     if not zones and not knobs:
         problems.append("nothing to serve: no readable RAPL counter and no knob")
     if os.geteuid() != 0:

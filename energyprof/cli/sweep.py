@@ -79,18 +79,21 @@ def _grid(specs: list[str]) -> list[tuple[str, list[str]]]:
 def _knobs(specs: list[str], powercap_root: str | None) -> list[tuple[str, list[str]]]:
     """Every knob spec checked against the machine's knobs and ranges now, before the first run."""
     from ..knobs.base import KnobError, num
-    from ..knobs.registry import discover, parse_spec, resolve
+    from ..knobs.registry import discover, overlap, parse_spec, resolve
 
     if not specs:
         return []
     try:
         parsed = [parse_spec(t) for t in specs]
-        resolve(parsed, discover(powercap_root=powercap_root, kinds=tuple({s.kind for s in parsed})))
+        resolved = resolve(parsed, discover(powercap_root=powercap_root, kinds=tuple({s.kind for s in parsed})))
     except KnobError as exc:
         raise UsageError(f"--knob: {exc}") from None
     names = [s.name for s in parsed]
     if len(set(names)) != len(names):
         raise UsageError("--knob: the same knob given twice")
+    both = overlap(resolved)  # one knob under two names: the sweep's axes would not be independent
+    if both is not None:
+        raise UsageError(f"--knob: {both}")
     return [(s.name, [num(v) for v in s.values]) for s in parsed]
 
 

@@ -28,7 +28,7 @@ from .probes import OwnClocks
 from ..store.files import remove
 from ..store.files import write_text
 from ..core.recording import Sample, Tick
-from .sensors.base import Sensor
+from .sensors.base import Continued, Sensor
 
 CHILD_POLL_S = 0.5
 
@@ -261,13 +261,57 @@ class Collector:
         with self._lock:
             self.feed.on_tick(t, tuple(energy), shares or None)
             self.ticks += 1
+        for i, s in enumerate(self.sensors):
+            if s.frozen is not None and self.alive[i] and energy[i] is not None:
+                self._replace_frozen(i, t, energy[i])
         for extra in list(self.extras):
             try:
-                extra(t)
+                extra(time.perf_counter_ns())  # read now: the sensors' reads took time since t
             except Exception as exc:  # noqa: BLE001 - an extra reading is not worth the run
                 self.extras.remove(extra)
                 self.notes.append({"kind": "collector-error",
                                    "message": f"{type(extra).__name__} stopped reading: {type(exc).__name__}: {exc}"})
+
+    def _replace_frozen(self, i: int, t_ns: int, joules: float) -> None:
+        """A counter that stood still while its component was busy is not a sensor: the source carries
+        on from its figure so far with the sensor's fallback (the model, or a GPU's power readings),
+        relabelled in the ledger's sources, or is dropped where there is none; a note says which."""
+        s = self.sensors[i]
+        at = max(0, t_ns - self.t0_ns) / 1e9
+        try:
+            new = s.fallback()
+        except Exception as exc:  # noqa: BLE001 - no fallback: dropped like a sensor that failed
+            new, why = None, f"{s.frozen}; its fallback failed ({type(exc).__name__}: {exc})"
+        else:
+            why = s.frozen or ""
+        if new is not None:
+            try:
+                relay = Continued(s, new, t_ns, joules, at)
+            except Exception as exc:  # noqa: BLE001
+                new.close()
+                new, why = None, f"{why}; its fallback failed to start ({type(exc).__name__}: {exc})"
+        if new is None:
+            self._drop(i, why, t_ns)
+            self.ledger.sources[i]["frozen"] = why
+            self._close(s)
+            return
+        with self._lock:
+            self.sensors[i] = relay
+            src = self.ledger.sources[i]
+            src.clear()
+            src.update(relay.describe())
+        self._close(s)
+        kind = f"{relay.method} by {relay.sensor}" + (f" ({relay.tier})" if relay.tier != "model" else "")
+        self.notes.append({"kind": "sensor-frozen", "source": s.id, "at_s": round(at, 3),
+                           "message": f"sensor {s.id} ({s.sensor}) replaced at {at:.2f} s: {why}; from then on "
+                                      f"{s.id} is {kind}, and before then it holds the counter's own figure"})
+
+    @staticmethod
+    def _close(s: Sensor) -> None:
+        try:
+            s.close()
+        except Exception:  # noqa: BLE001
+            pass
 
     def _drop(self, i: int, why: str, t_ns: int) -> None:
         if not self.alive[i]:
@@ -370,11 +414,18 @@ class LocalFeed:
             else:
                 led.end_window(ev[1], ev[2], facts=ev[3])
 
-    def begin_window(self, name: str, index: int | None) -> None:
-        self.queue.append(("begin", time.perf_counter_ns(), name, index))
+    def begin_window(self, name: str, index: int | None, t_ns: int | None = None) -> int:
+        """Queue a window's start; `t_ns`: the edge the caller read (perf_counter_ns), so its own figure
+        and the window's agree. Returns the start's time."""
+        t = time.perf_counter_ns() if t_ns is None else int(t_ns)
+        self.queue.append(("begin", t, name, index))
+        return t
 
-    def end_window(self, name: str | None, facts: dict[str, float] | None = None) -> None:
-        self.queue.append(("end", time.perf_counter_ns(), name, facts))
+    def end_window(self, name: str | None, facts: dict[str, float] | None = None, t_ns: int | None = None) -> int:
+        """Queue a window's end (at `t_ns` when the caller read it); returns its time (perf_counter_ns)."""
+        t = time.perf_counter_ns() if t_ns is None else int(t_ns)
+        self.queue.append(("end", t, name, facts))
+        return t
 
     def _children_cpu_ns(self, t: int) -> int:
         """Reaped children (exact) plus live ones (polled every CHILD_POLL_S)."""

@@ -316,7 +316,7 @@ def _add_member(job: _Job, m: _Member, holder: Node, host: str, scale: dict[str,
             holder.children.append(_scaled_copy(c, scale))
     offset = job.offset(m.start)
     job.windows.extend(_window_on_job_clock(w, offset, m.rank, host, scale) for w in p.windows)
-    job.processes.extend(_process_of_job(proc, m.rank, host) for proc in p.processes)
+    job.processes.extend(_process_of_job(proc, m.rank, host, scale) for proc in p.processes)
     who = f"rank {m.rank}" if m.rank is not None else host
     for n in p.notes:
         if not any(x.message == n.message for x in job.notes):
@@ -356,12 +356,17 @@ def _window_on_job_clock(w: Window, offset: float, rank: int | None, host: str, 
                   loop=dict(w.loop))
 
 
-def _process_of_job(proc: Process, rank: int | None, host: str) -> Process:
-    """A member's process in the job's processes table: its main process is the rank's."""
+def _process_of_job(proc: Process, rank: int | None, host: str, scale: dict[str, float] | None) -> Process:
+    """A member's process in the job's processes table: its main process is the rank's. Its `all` figures are
+    scaled as its tree's are, so the rows add up to the job's program under either policy."""
     rank_of = proc.rank if proc.rank is not None else (rank if proc.role == "main" else None)
     role = "rank" if proc.role == "main" and rank is not None else proc.role
+    other = proc.other_policy_energy_j
+    if other is not None and scale:
+        other = {s: v * scale.get(s, 1.0) for s, v in other.items()}
     return Process(proc.pid, proc.parent_pid, proc.command, role, rank_of, proc.local_rank, proc.cpu_time_s,
-                   dict(proc.energy_j), proc.peak_rss_bytes, proc.exit, host=host)
+                   dict(proc.energy_j), proc.peak_rss_bytes, proc.exit, host=host,
+                   other_policy_energy_j=dict(other) if other is not None else None)
 
 
 def _add_machine_facts(job: _Job, machine: _Member, host: str) -> None:

@@ -262,6 +262,9 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
     short-lived to have a row."""
     table = getattr(ledger, "process_table", None)
     ledger_rows = table(policy) if table is not None else []
+    # the other policy's figures beside them, as every node keeps them, so the rows add up to the program
+    # under either (`report --idle`, a merged job)
+    other = {r["pid"]: r["energy_j"] for r in table(other_policy(policy))} if ledger_rows and table is not None else {}
     rows = ledger_rows or [{**c, "role": c.get("role", "child")} for c in child_processes]
     out = []
     for r in rows:
@@ -269,6 +272,8 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
             out.append(r)
         else:
             known = {k: v for k, v in dict(r).items() if k in field_names(Process)}
+            if known.get("pid") in other:
+                known["other_policy_energy_j"] = other[known["pid"]]
             out.append(Process(**known))
     rest = cpu_s - sum(p.cpu_time_s for p in out)
     main = next((i for i, p in enumerate(out) if p.role == "main"), None)

@@ -16,6 +16,8 @@ from typing import TextIO
 
 from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
+from ..store.files import ProtectedLink
+from ..store.files import check_link
 from ..setup.options import OUTPUTS
 from ..setup.options import Options
 from ..setup.options import OptionError
@@ -50,6 +52,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
         raise OptionError(f"--watch-cache: {options.watch_cache}: no such file or folder")
     if options.emissions_csv is not None:
         check_writable(options.emissions_csv, "--emissions-csv")
+        _check_appendable(options.emissions_csv, "--emissions-csv")
         from ..output.emissions import check_header
 
         try:
@@ -136,6 +139,10 @@ def check_writable(path: str, what: str) -> None:
     if descriptor(path) is not None:
         return  # an open descriptor (/dev/stdout) is written through; nothing is created
     try:
+        check_link(path)  # another user's link in a shared sticky folder (/tmp) is not followed
+    except ProtectedLink as exc:
+        raise OptionError(f"{what}: {exc}") from None
+    try:
         p = Path(os.path.realpath(path))  # a symlink is written through to its target
         if p.is_dir():
             raise OptionError(f"{what}: {path} is a directory")
@@ -158,6 +165,20 @@ def check_writable(path: str, what: str) -> None:
                           f" {limit - TEMP_AFFIXES} for a file written safely)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+
+
+def _check_appendable(path: str, what: str) -> None:
+    """A log that is appended to and whose header is read back (the emissions CSV): a regular file, a new
+    one or a device; a FIFO or socket would block or fail only at the run's end."""
+    if descriptor(path) is not None:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket"
+        raise OptionError(f"{what}: {path} is {kind}; the log is appended to and its header read back: give a file")
 
 
 def keep_old_checkpoint(path: str) -> str | None:

@@ -46,10 +46,7 @@ def active_profiler() -> Any:
     agent = supervised.current() if supervised is not None else None
     if agent is not None and not supervised.bound():
         # The agent imports nothing of energyprof's: what its windows build is handed in here.
-        log_window = None
-        if agent.config.get("mlflow") == "1":
-            from ..output.mlflow import log_window
-        supervised.bind(Measurement, log_window)
+        supervised.bind(Measurement)
     return agent
 
 
@@ -88,6 +85,7 @@ class Profiler:
         self._sampler: Any = None
         self._ledger: Ledger | None = None
         self._kernels: Any = None  # gpu_kernels=True: the PyTorch profiler's capture
+        self._io: Any = None  # collect/io.py: this process's I/O and the disks', each tick and at each window's edges
         self._discovery_notes: list[str] = []
         self._notes: list[dict[str, Any]] = []
         self._started_wall = 0.0
@@ -99,6 +97,8 @@ class Profiler:
         self._window_lock = threading.Lock()
         self._windows_begun = 0
         self._carbon = carbon_setting(self.options)
+        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live.py) and its watch
+        self._watch: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, target: str | None = None, _anchor: int | None = None) -> Profiler:
@@ -112,6 +112,8 @@ class Profiler:
             self._start(target, _anchor if _anchor is not None else anchor_depth(sys._getframe(1)))
         except BaseException:
             self._teardown()
+            if self._live is not None:
+                self._live.finish(None, wait_s=0.0)
             with _active_lock:
                 _active = None
             raise
@@ -128,12 +130,16 @@ class Profiler:
         own = OwnClocks()
         self._feed = LocalFeed(self._ledger, own, children=o.children, rss=o.memory != "off",
                                rss_children=o.memory_children)
+        from ..collect.io import IoRecorder
+
+        self._io = IoRecorder(lambda: self._pid)  # what `python -m energyprof` records: /proc/PID/io and the disks
         self._collector = Collector(
             found.sensors, self._feed, o.sensor_interval, own,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
-            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
+            checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, extras=[self._io],
         )
         self._started_wall = time.time()
+        self._start_live(own)
         if o.gpu_kernels:
             self._start_kernels()
         self._cuda_sync()
@@ -153,6 +159,20 @@ class Profiler:
         self._sampler = kind(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
                              alloc=alloc, own_idents=own.idents)
         self._sampler.start()
+
+    def _start_live(self, own: OwnClocks) -> None:
+        """influx=, pushgateway=, mlflow=: the live export's threads (their CPU is energyprof's), fed from
+        the collector's tick; MLflow is imported here, once, before the program's first window."""
+        o = self.options
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
+            return
+        from ..output.live import LedgerWatch, LiveExport
+
+        assert self._collector is not None and self._ledger is not None
+        self._live = LiveExport(self.options, own=own, started_wall=self._started_wall)
+        self._live.carbon = self._carbon
+        self._watch = LedgerWatch(self._live, self._ledger, self.options.idle, self._collector._lock)
+        self._collector.extras.append(self._watch)
 
     def _start_kernels(self) -> None:
         """gpu_kernels=True: the PyTorch profiler in this process until stop (torch imported here, lazily)."""
@@ -244,9 +264,15 @@ class Profiler:
             table = self._ledger.stacks
             self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
                                                        for fr, size in allocations])
+        if self._watch is not None:
+            self._watch.final()
         self.profile = self._build(exit_status, peak)
         if self._kernels is not None:
             self._attach_kernels(self.profile)
+        if self._live is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
+            from ..output.live import finish_run
+
+            finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary, self._watch.last())
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile
@@ -256,10 +282,11 @@ class Profiler:
         return _active is self
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
-        self._begin(name, index)
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge)."""
+        self._begin(name, index, t_ns)
 
-    def _begin(self, name: str, index: int | None) -> int:
+    def _begin(self, name: str, index: int | None, t_ns: int | None = None) -> int:
         """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
         if self._feed is None:
             return -1
@@ -267,15 +294,27 @@ class Profiler:
         with self._window_lock:
             k = self._windows_begun
             self._windows_begun += 1
-            self._feed.begin_window(name, index)
+            t = self._feed.begin_window(name, index, t_ns)
+        self._io_edge(t)
         return k
 
-    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None) -> None:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> None:
         """End the last window opened under `name`; `facts`: numbers measured about the span
-        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile."""
+        (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile; `t_ns`: the
+        end the caller read itself (perf_counter_ns)."""
         if self._feed is not None:
             self._cuda_sync()
-            self._feed.end_window(name, facts)
+            self._io_edge(self._feed.end_window(name, facts, t_ns))
+
+    def _io_edge(self, t_ns: int) -> None:
+        """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's
+        bytes are their differences at its edges, not figures interpolated between the collector's ticks."""
+        if self._io is not None:
+            try:
+                self._io.read_edge(t_ns)
+            except Exception:  # noqa: BLE001 - an I/O figure is never worth the program's run
+                pass
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
@@ -300,18 +339,10 @@ class Profiler:
         finally:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
-            if self.options.mlflow:  # live, as the block ends: this read pays the wait for m's figures
-                self._log_window(m, name, index)
+            if self._live is not None:  # MLflow logs it on energyprof's thread, which pays the wait for m's figures
+                from ..output.live import program_mlflow_run
 
-    def _log_window(self, m: Measurement, name: str, index: int | None) -> None:
-        try:
-            from ..output.mlflow import log_window
-
-            log_window(m, name, index)
-        except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
-            if not any(n["kind"] == "mlflow" for n in self._notes):
-                self._notes.append({"kind": "mlflow", "message": f"a window could not be logged to MLflow: "
-                                    f"{type(exc).__name__}: {exc}"})
+                self._live.window_block(m, name, index, program_mlflow_run())
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window
@@ -384,6 +415,9 @@ class Profiler:
         assert self._ledger is not None and self._collector is not None
         assert self._feed is not None
         children = sorted(self._feed.child_processes.values(), key=lambda c: c["pid"])
-        return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
-                             notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
-                             peak_rss_exact_bytes=peak, child_processes=children)
+        profile = build_profile(self._ledger, self.options.idle, self._meta(exit_status),
+                                notes=run_notes(self.options, [*self._collector.notes, *self._notes]),
+                                peak_rss_exact_bytes=peak, child_processes=children)
+        if self._io is not None:  # collect/io.py: counters on the windows' clock, as a supervised run's
+            profile.extra["io"] = self._io.fact(self._ledger.first_ns)
+        return profile

@@ -16,7 +16,7 @@ from typing import Any, Iterator
 from ..record import field, record, replace
 from .policy import DEFAULT_POLICY, IDLE_POLICIES
 from ..store.files import write_text
-from .records import (Note, Process, ProfileFormatError, Source, Timeline, Totals, Window, energy, get_field,
+from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
@@ -259,8 +259,13 @@ class Profile:
         meta["idle_policy"] = policy
         windows = [replace(w, program_energy_j=dict(w.other_policy_program_energy_j),
                             other_policy_program_energy_j=dict(w.program_energy_j)) for w in self.windows]
+        # A process's figures under the other policy; a profile written before processes kept them has none:
+        # unknown (a dash), never the first policy's figures under the second's name.
+        processes = [replace(p, energy_j=dict(p.other_policy_energy_j or {}),
+                             other_policy_energy_j=dict(p.energy_j) if p.other_policy_energy_j is not None else None)
+                     for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
-                       list(self.processes), dict(self.extra))
+                       processes, dict(self.extra))
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
@@ -337,6 +342,7 @@ class Profile:
             if policy not in IDLE_POLICIES:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}
+            _bounded_free_form(data, meta, extra)
             processes = [read_process(p) for p in get_field(data, "processes", list, [])]
             return cls(meta=meta, sources=[read_source(s, "sources") for s in get_field(data, "sources", list)],
                        totals=read_totals(get_field(data, "totals", dict)), root=root,
@@ -347,6 +353,19 @@ class Profile:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:
             raise ProfileFormatError(f"profile is missing or mangles a field: {exc}") from None
+
+
+def _bounded_free_form(data: dict[str, Any], meta: dict[str, Any], extra: dict[str, Any]) -> None:
+    """The numbers the checked readers do not type (meta, sources' details, notes, a process's exit, the
+    timeline's function table, extra sections such as io) are read by the renderers too: within LARGEST."""
+    bounded(meta, "meta")
+    bounded(extra, "profile")
+    for key in ("sources", "notes", "processes"):
+        if isinstance(data.get(key), list):
+            bounded(data[key], key)
+    timeline = data.get("timeline")
+    if isinstance(timeline, dict):
+        bounded({k: timeline.get(k) for k in ("functions", "active")}, "timeline")
 
 
 def load(path: str | os.PathLike[str]) -> Profile:
@@ -372,6 +391,8 @@ def read_json(path: str | os.PathLike[str]) -> Any:
         raise ProfileFormatError(f"{path} is not valid JSON (truncated or corrupt?): {exc.msg} at line {exc.lineno}") from None
     except RecursionError:
         raise ProfileFormatError(f"{path} nests deeper than this Python can read") from None
+    except ValueError as exc:  # an integer of more digits than Python converts (sys.set_int_max_str_digits)
+        raise ProfileFormatError(f"{path} holds a number this Python cannot read: {exc}") from None
 
 
 # ---------------------------------------------------------------- checked reading

@@ -153,6 +153,9 @@ class Process(_Record):
     peak_rss_bytes: int | None = None
     exit: dict[str, Any] | None = None
     host: str | None = None  # the node it ran on, in a profile joined from several
+    # the other idle policy's energy (as Node and Window keep it), so the rows add up to the program under
+    # either; None in profiles written before it was kept
+    other_policy_energy_j: dict[str, float] | None = None
 
 
 @record
@@ -259,12 +262,64 @@ def get_field(d: dict[str, Any], key: str, kind: type, default: Any = ...) -> An
     return value
 
 
+# No figure a profile holds comes near this (joules, seconds, bytes, counts); sums, squares and ratios of
+# numbers past it would leave a float's range, and a report of them would be no report. A crafted file
+# holding one is refused with one line (a 10**400 once failed deep in the renderers).
+LARGEST = 1e100
+_LARGEST_INT = 10 ** 100
+
+
+def too_large(value: Any) -> bool:
+    """A JSON number past LARGEST (or not finite); a Python int of any size is compared exactly."""
+    if isinstance(value, bool):
+        return False
+    if isinstance(value, int):
+        return abs(value) > _LARGEST_INT
+    return isinstance(value, float) and not (math.isfinite(value) and abs(value) <= LARGEST)
+
+
+def shown(value: Any) -> str:
+    """A number for a one-line message: a huge integer by its size, not its thousand digits."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > 10 ** 15:
+        return f"{'-' if value < 0 else ''}an integer of about 10**{int(abs(value).bit_length() * 0.30103)}"
+    return repr(value)
+
+
+def past_largest(value: Any, where: str) -> ProfileFormatError:
+    return ProfileFormatError(f"{where} is {shown(value)}, past what a profile's figures can be (at most 1e100)")
+
+
+def bounded(value: Any, where: str) -> None:
+    """Every number in a free-form part (meta, a source's detail, a note's details): within LARGEST."""
+    todo = [(value, where)]
+    while todo:
+        v, w = todo.pop()
+        if isinstance(v, dict):
+            todo.extend((x, f"{w}.{k}") for k, x in v.items())
+        elif isinstance(v, list):
+            todo.extend((x, f"{w}[{i}]") for i, x in enumerate(v))
+        elif too_large(v):
+            if isinstance(v, float) and not math.isfinite(v):
+                raise ProfileFormatError(f"{w} is {v!r}, not a finite number")
+            raise past_largest(v, w)
+
+
 def number(value: Any, where: str, nonneg: bool = True) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ProfileFormatError(f"{where} must be a finite number, not {value!r}")
+    kind = type(value)
+    if kind is float:  # the common case first: a profile holds hundreds of thousands of numbers
+        if not -LARGEST <= value <= LARGEST:  # NaN fails both comparisons
+            _refuse_number(value, where)
+    elif kind is bool or not isinstance(value, (int, float)) or too_large(value):
+        _refuse_number(value, where)
     if nonneg and value < 0:
         raise ProfileFormatError(f"{where} must not be negative ({value!r})")
     return float(value)
+
+
+def _refuse_number(value: Any, where: str) -> None:
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and (isinstance(value, int) or math.isfinite(value)):
+        raise past_largest(value, where)
+    raise ProfileFormatError(f"{where} must be a finite number, not {value!r}")
 
 
 def integer(value: Any, where: str, optional: bool = False) -> int | None:
@@ -272,6 +327,8 @@ def integer(value: Any, where: str, optional: bool = False) -> int | None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise ProfileFormatError(f"{where} must be an integer, not {value!r}")
+    if too_large(value):
+        raise past_largest(value, where)
     return value
 
 
@@ -353,8 +410,8 @@ def _numbers(raw: Any, where: str) -> dict[str, float]:
         raise ProfileFormatError(f"{where} must be an object")
     out = {}
     for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ProfileFormatError(f"{where}.{k} must be a number")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or too_large(v):
+            raise ProfileFormatError(f"{where}.{k} must be a number within 1e100")
         out[str(k)] = float(v)
     return out
 
@@ -411,4 +468,6 @@ def read_process(raw: Any) -> Process:
                    energy_j=energy(raw.get("energy_j", {}), f"{w}.energy_j") or {},
                    peak_rss_bytes=optional_bytes(raw, "peak_rss_bytes", w),
                    exit=raw.get("exit") if isinstance(raw.get("exit"), dict) else None,
-                   host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"))
+                   host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"),
+                   other_policy_energy_j=energy(raw.get("other_policy_energy_j"), f"{w}.other_policy_energy_j",
+                                                optional=True))

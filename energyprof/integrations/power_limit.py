@@ -11,8 +11,15 @@ over the ranks, so every rank chooses the same limit, and `Cost` is given the re
 
 A knob it cannot read, range or set is found at construction (it sets the current value back, which
 needs the same privilege as any other value): one warning line and the optimizer does nothing, or a
-`KnobError` with `strict=True`. Never a failure mid-training. At exit (atexit, `on_train_end`, or
-leaving a `with` block) the original values are restored, or the chosen one kept with `keep=True`.
+`KnobError` with `strict=True`. Never a failure mid-training. Every change goes through this process's
+keeper (knobs/keeper.py): at `on_train_end`, leaving a `with` block, or a normal exit the originals are
+restored in this process (or the chosen one kept with `keep=True`); after a signal's default action,
+`os._exit` or kill -9 the keeper's process restores them.
+
+Everything it needs is in place before its first window opens (the profile's hooks imported and
+bound at construction), and a window's edges are read after the profile's window opens and before it
+closes, at the same instants when the clock is the default: the time the optimizer chooses from is
+the window's time in the profile.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ import warnings
 from typing import Any, Callable, Sequence
 
 from ..analysis.optimize import Energy, Objective
+from ..knobs import keeper as _keeper
 from ..knobs.base import Knob, KnobError
 
 WINDOW_PREFIX = "power_limit"
@@ -84,6 +92,8 @@ class PowerLimitOptimizer:
         self.disabled_reason: str | None = None
         self.knobs: list[Knob] = []
         self._closed = False
+        self._keeper = _keeper.shared()
+        self._active: Callable[[], Any] = (lambda: profiler) if profiler is not None else _no_profile
         error: KnobError | None = None
         try:
             self._setup(gpus, knobs, energy, binding)
@@ -95,8 +105,7 @@ class PowerLimitOptimizer:
             error = KnobError("another rank cannot set its limit, so no rank changes its limit (ranks measure together)")
         if error is not None:
             self.disabled_reason = str(error)
-            for k in self.knobs:
-                _quiet_restore(k)
+            self._restore()
             if strict:
                 raise error
             warnings.warn(f"energyprof PowerLimitOptimizer disabled: {error}", RuntimeWarning, stacklevel=2)
@@ -106,6 +115,13 @@ class PowerLimitOptimizer:
         self._steps = 0
         self._start: tuple[float, float] | None = None
         self._open_window: str | None = None
+        if profiler is None:
+            # The profile's hooks are imported, and under `python -m energyprof` bound, now: imported at the first
+            # window's start they cost 28-93 ms of a 0.67 s window (a V100's 250 W window read 0.69-0.77 s).
+            from ..drive.profiler import active_profiler
+
+            self._active = active_profiler
+            active_profiler()
         atexit.register(self.close)
         self._apply(self.candidates[0])
 
@@ -132,11 +148,7 @@ class PowerLimitOptimizer:
         self.max_limit_w = high
         self.candidates = candidates(low, high, self.step_w)
         for k in self.knobs:  # the privilege check: set the value it has (the same call any limit needs)
-            try:
-                k.set(k.read())
-            except KnobError:
-                k.original = None  # nothing was changed, so nothing to restore
-                raise
+            self._keeper.set(k, k.read(), owner=self)
         self._energy()
 
     # -- Zeus's callbacks ---------------------------------------------------------------------
@@ -170,17 +182,18 @@ class PowerLimitOptimizer:
     def _step_begin(self) -> None:
         if self.state == "warmup" and self._steps >= self.warmup_steps:
             self._sync()
-            self._start = (self._energy(), self._clock())
+            t0 = self._begin_profiler_window()  # first: the profile's own work stays outside the measured span
+            self._start = (self._energy(), t0)
             self.state, self._steps = "profiling", 0
-            self._begin_profiler_window()
 
     def _step_end(self) -> None:
         self._steps += 1
         if self.state == "profiling" and self._steps >= self.profile_steps:
             self._sync()
-            e1, t1 = self._energy(), self._clock()
+            t1 = self._now()
+            e1 = self._energy()
             assert self._start is not None
-            energy, elapsed = self._reduce(e1 - self._start[0], t1 - self._start[1])
+            energy, elapsed = self._reduce(e1 - self._start[0], self._elapsed(self._start[1], t1))
             limit = self.candidates[self._index]
             self.windows[limit] = (energy, elapsed)
             facts = {"limit_w": limit, "window_energy_j": energy, "window_time_s": elapsed,
@@ -188,12 +201,12 @@ class PowerLimitOptimizer:
             self._index += 1
             self._steps = 0
             if self._index < len(self.candidates):
-                self._end_profiler_window(facts)
+                self._end_profiler_window(facts, t1)
                 self.state = "warmup"
                 self._apply(self.candidates[self._index])
             else:
                 self.optimal_limit_w = self.objective.choose(self.windows, self.max_limit_w, self.world_size())
-                self._end_profiler_window({**facts, "chosen_w": self.optimal_limit_w})  # the last window carries the choice
+                self._end_profiler_window({**facts, "chosen_w": self.optimal_limit_w}, t1)  # the last carries the choice
                 self._apply(self.optimal_limit_w)
                 self.state = "optimal"
 
@@ -232,35 +245,51 @@ class PowerLimitOptimizer:
     def _apply(self, limit: float) -> None:
         for k in self.knobs:
             try:
-                k.set(limit)
+                self._keeper.set(k, limit, owner=self)
             except KnobError as exc:  # checked at construction; if it fails now, stop, never crash training
                 self.enabled, self.disabled_reason = False, str(exc)
                 warnings.warn(f"energyprof PowerLimitOptimizer stopped: {exc}", RuntimeWarning, stacklevel=3)
                 self.close()
                 return
 
-    def _prof(self) -> Any:
-        if self._profiler is not None:
-            return self._profiler
-        from ..drive.profiler import active_profiler
+    def _now(self) -> float:
+        """A window's edge: with the default clock, perf_counter_ns, the profile's own clock, handed to the
+        profile as its mark, so the window's time is one figure in the optimizer and in the profile."""
+        return time.perf_counter_ns() if self._clock is time.perf_counter else self._clock()
 
-        return active_profiler()
+    def _elapsed(self, t0: float, t1: float) -> float:
+        return (t1 - t0) / 1e9 if self._clock is time.perf_counter else t1 - t0
 
-    def _begin_profiler_window(self) -> None:
-        prof = self._prof()
-        if prof is not None:
-            self._open_window = f"{WINDOW_PREFIX}:{self.candidates[self._index]:g}W"
-            prof.begin_window(self._open_window)
-
-    def _end_profiler_window(self, facts: dict[str, float]) -> None:
-        """End the profile's window with what the optimizer measured (kept as the window's `loop` facts):
-        a window cut by an epoch's end says `discarded`, and the report leaves it out of the sweep."""
-        prof = self._prof()
-        if prof is not None and self._open_window is not None:
+    def _begin_profiler_window(self) -> float:
+        """Open the profile's window and read the start edge after it (the profile's work stays outside)."""
+        prof = self._active()
+        if prof is None:
+            return self._now()
+        self._open_window = f"{WINDOW_PREFIX}:{self.candidates[self._index]:g}W"
+        t0 = self._now()
+        if self._clock is time.perf_counter:
             try:
-                prof.end_window(self._open_window, facts=facts)
-            except TypeError:  # a Monitor keeps no facts
-                prof.end_window(self._open_window)
+                prof.begin_window(self._open_window, t_ns=t0)
+                return t0
+            except TypeError:  # a profiler that takes no mark of ours (a Monitor): its own, then ours
+                pass
+        prof.begin_window(self._open_window)
+        return self._now()
+
+    def _end_profiler_window(self, facts: dict[str, float], t1: float | None = None) -> None:
+        """End the profile's window with what the optimizer measured (kept as the window's `loop` facts):
+        a window cut by an epoch's end says `discarded`, and the report leaves it out of the sweep. `t1`: the
+        end the optimizer read, given to the profile as its mark where the clock is the default."""
+        prof = self._active()
+        if prof is not None and self._open_window is not None:
+            t_ns = int(t1) if t1 is not None and self._clock is time.perf_counter else None
+            try:
+                prof.end_window(self._open_window, facts=facts, t_ns=t_ns)
+            except TypeError:
+                try:
+                    prof.end_window(self._open_window, facts=facts)
+                except TypeError:  # a Monitor keeps no facts
+                    prof.end_window(self._open_window)
         self._open_window = None
 
     def table(self) -> list[dict[str, Any]]:
@@ -274,9 +303,13 @@ class PowerLimitOptimizer:
             return
         self._closed = True
         if self.keep and self.state == "optimal" and self.enabled:
+            self._keeper.release(self)
             return
-        for k in self.knobs:
-            _quiet_restore(k)
+        self._restore()
+
+    def _restore(self) -> None:
+        for line in self._keeper.restore(owner=self):  # at exit: said, never raised
+            print(f"energyprof: {line}", file=sys.stderr)
 
     def __enter__(self) -> "PowerLimitOptimizer":
         return self
@@ -285,8 +318,5 @@ class PowerLimitOptimizer:
         self.close()
 
 
-def _quiet_restore(knob: Knob) -> None:
-    try:
-        knob.restore()
-    except Exception as exc:  # noqa: BLE001 - at exit: say so, never raise
-        print(f"energyprof: could not restore {knob.name}: {exc}", file=sys.stderr)
+def _no_profile() -> Any:
+    return None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Knob, KnobError, KnobRange
+from .base import Knob, KnobError, KnobPart, KnobRange, Part
 
 
 def _binding() -> Any:
@@ -42,12 +42,27 @@ class AmdPowerCap(Knob):
         info = _info(self.lib, self.handle, self.name)
         return KnobRange(float(info["min_power_cap"]) / 1e6, float(info["max_power_cap"]) / 1e6)
 
+    def parts(self) -> list[Part]:
+        return [_CapPart(self)]
+
     def _write(self, value: float) -> None:
         try:
             self.lib.amdsmi_set_power_cap(self.handle, 0, int(round(value * 1e6)))
         except Exception as exc:
             raise KnobError(f"{self.name}: amdsmi cannot set the power cap to {value:g} W: {exc}"
                             " (root, or energyprof sensors serve, can)") from None
+
+
+class _CapPart(KnobPart):
+    def __init__(self, knob: AmdPowerCap) -> None:
+        super().__init__(knob, f"amdsmi:{knob.index}:power_cap")
+
+    def record(self, value: str) -> dict[str, Any] | None:
+        # Another process finds the GPU again through `import amdsmi`: only when that is the binding used here
+        # (a stand-in object's state lives and dies with this process).
+        if getattr(self.knob.lib, "__name__", None) != "amdsmi":
+            return None
+        return {"name": self.knob.name, "value": float(value)}
 
 
 def discover(lib: Any = None) -> list[Knob]:

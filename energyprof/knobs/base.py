@@ -4,10 +4,15 @@ A knob is named `KIND:INDEX` (`gpu_power_limit:0`, `cpu_power_limit:0`, `cpu_max
 `jetson_power_mode:0`). Values are floats in the knob's unit (W, kHz, or a mode number). The first
 `set()` remembers the value found, so `restore()` puts back what was there before energyprof
 touched it, however many times it was set in between.
+
+What a knob writes is its `parts()`: a file, or a device's field. Two knobs may write the same part
+(`cpu_max_freq:all` and `cpu_max_freq:0` both write CPU 0's file), so the keeper (keeper.py), which
+every change goes through, keeps originals by part, not by knob name.
 """
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
 from typing import Any
 
@@ -34,6 +39,69 @@ class KnobRange:
         if self.choices:
             return value in self.choices
         return self.low <= value <= self.high
+
+
+class Part:
+    """One thing a knob writes, named by `key` (a file's absolute path, or a device and field): the keeper
+    reads it before the first change, writes it back, and tells its process how to write it back."""
+
+    key: str = ""
+
+    def read(self) -> str:
+        raise NotImplementedError
+
+    def write(self, value: str) -> None:
+        raise NotImplementedError
+
+    def record(self, value: str) -> dict[str, Any] | None:
+        """How another process (the keeper's) writes `value` back once this one is gone; None where only
+        this process can (a stand-in device held in its memory, which goes with it)."""
+        raise NotImplementedError
+
+
+class FilePart(Part):
+    """A sysfs file written whole (cpufreq's scaling_max_freq, powercap's power_limit_uw)."""
+
+    def __init__(self, path: str, owner: str) -> None:
+        self.key = os.path.abspath(path)  # the keeper runs in another folder
+        self.owner = owner
+
+    def read(self) -> str:
+        try:
+            with open(self.key) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise KnobError(f"cannot read {self.key}: {exc.strerror or exc}") from None
+
+    def write(self, value: str) -> None:
+        try:
+            with open(self.key, "w") as f:
+                f.write(value)
+        except OSError as exc:
+            raise KnobError(f"{self.owner}: cannot write {self.key}: {exc.strerror or exc} (root, or energyprof"
+                            " sensors serve, can)") from None
+
+    def record(self, value: str) -> dict[str, Any]:
+        return {"files": [[self.key, value]]}
+
+
+class KnobPart(Part):
+    """A knob that is one field of one device, written through the knob itself: the default part."""
+
+    def __init__(self, knob: "Knob", key: str | None = None) -> None:
+        self.knob = knob
+        self.key = key or f"knob:{knob.name}"
+
+    def read(self) -> str:
+        return repr(float(self.knob.read()))
+
+    def write(self, value: str) -> None:
+        self.knob._write(float(value))
+
+    def record(self, value: str) -> dict[str, Any] | None:
+        # A knob of the program's own making: only this process knows how to reach its device (finding it again
+        # by name could reach another device of that kind).
+        return None
 
 
 class Knob(ABC):
@@ -69,10 +137,9 @@ class Knob(ABC):
         if self.original is None:
             self.original = self.read()
 
-    def restore_record(self) -> dict[str, Any]:
-        """How another process puts the original back once this one is gone (the keeper): by default it
-        finds the knob again by name; knobs that are files or commands say so directly."""
-        return {"name": self.name, "kind": self.kind, "index": self.index, "value": self.original}
+    def parts(self) -> list[Part]:
+        """What this knob writes: by default one part, the knob itself."""
+        return [KnobPart(self)]
 
     def set(self, value: float) -> None:
         self.check(value)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from .base import Knob, KnobError, KnobRange
+from .base import FilePart, Knob, KnobError, KnobRange, Part
 
 ROOT_ENV = "ENERGYPROF_CPUFREQ_ROOT"
 DEFAULT_ROOT = "/sys/devices/system/cpu"
@@ -49,14 +48,14 @@ class MaxFreq(Knob):
         high = min(_read_khz(d / "cpuinfo_max_freq") for d in self.dirs)
         return KnobRange(low, high)
 
+    def parts(self) -> list[Part]:
+        """One file per CPU: `all` and `N` share CPU N's file, and so its original."""
+        return [FilePart(str(d / "scaling_max_freq"), self.name) for d in self.dirs]
+
     def remember(self) -> None:
         if self._originals is None:
             self._originals = [_read_khz(d / "scaling_max_freq") for d in self.dirs]
         super().remember()
-
-    def restore_record(self) -> dict[str, Any]:
-        return {"name": self.name, "files": [[os.path.abspath(d / "scaling_max_freq"), str(int(v))]
-                                             for d, v in zip(self.dirs, self._originals or [])]}
 
     def restore(self) -> None:
         if self._originals is not None:

@@ -6,10 +6,12 @@ too; a GPU named explicitly uses the binding even where the driver check fails.
 
 from __future__ import annotations
 
+import sys
+import types
 from typing import Any
 
 from ..collect.sensors.gpu import nvml_device
-from .base import Knob, KnobError, KnobRange
+from .base import Knob, KnobError, KnobRange, Part
 
 
 class NvmlPowerLimit(Knob):
@@ -53,9 +55,60 @@ class NvmlPowerLimit(Knob):
     def _write(self, value: float) -> None:
         self._call("nvmlDeviceSetPowerManagementLimit", int(round(value * 1000)))
 
+    def parts(self) -> list[Part]:
+        return [_LimitPart(self)]
+
     def energy_j(self) -> float:
         """The GPU's energy counter (J since the driver loaded): the optimizer's window reader."""
         return self._call("nvmlDeviceGetTotalEnergyConsumption") / 1000.0
+
+
+def binding_ref(nv: Any) -> list[Any] | None:
+    """How another process imports the same binding: [module name, folder to put on sys.path or None], or None
+    where the binding is an object of this process (a stand-in whose GPU lives and dies with it)."""
+    if not isinstance(nv, types.ModuleType) or sys.modules.get(nv.__name__) is not nv:
+        return None
+    path = getattr(nv, "__file__", None)
+    if not path:
+        return None
+    import os
+
+    root = os.path.dirname(os.path.abspath(path))
+    for _ in range(nv.__name__.count(".") + (os.path.basename(path).startswith("__init__.") and 1 or 0)):
+        root = os.path.dirname(root)
+    return [nv.__name__, root]
+
+
+class _LimitPart(Part):
+    """The limit in mW, as NVML takes it: what is read is written back exactly."""
+
+    def __init__(self, knob: NvmlPowerLimit) -> None:
+        self.knob = knob
+        self.key = f"nvml:{knob.index}:power_limit"
+
+    def read(self) -> str:
+        return str(int(self.knob._call("nvmlDeviceGetPowerManagementLimit")))
+
+    def write(self, value: str) -> None:
+        self.knob._call("nvmlDeviceSetPowerManagementLimit", int(value))
+
+    def record(self, value: str) -> dict[str, Any] | None:
+        ref = binding_ref(self.knob._nv)
+        if ref is None:
+            return None
+        return {"nvml": int(self.knob.index), "mw": int(value), "binding": ref, "name": self.knob.name}
+
+
+def restore_limit(index: int, mw: int, ref: list[Any]) -> None:
+    """The keeper's process: set GPU `index`'s limit back through the binding named by `ref`."""
+    import importlib
+
+    name, root = ref
+    if root is not None and root not in sys.path:
+        sys.path.insert(0, root)
+    nv = importlib.import_module(name)
+    nv.nvmlInit()
+    nv.nvmlDeviceSetPowerManagementLimit(nv.nvmlDeviceGetHandleByIndex(int(index)), int(mw))
 
 
 def discover(binding: Any = None) -> list[NvmlPowerLimit]:

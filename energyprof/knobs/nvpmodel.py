@@ -14,7 +14,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from .base import Knob, KnobError, KnobRange
+from .base import Knob, KnobError, KnobPart, KnobRange, Part
 
 CONF_ENV = "ENERGYPROF_NVPMODEL_CONF"
 DEFAULT_CONF = "/etc/nvpmodel.conf"
@@ -66,9 +66,16 @@ class PowerMode(Knob):
     def _write(self, value: float) -> None:
         _run(["-m", str(int(value))])
 
-    def restore_record(self) -> dict[str, Any]:
-        assert self.original is not None
-        return {"name": self.name, "argv": [shutil.which("nvpmodel") or "nvpmodel", "-m", str(int(self.original))]}
+    def parts(self) -> list[Part]:
+        return [_ModePart(self)]
+
+
+class _ModePart(KnobPart):
+    def __init__(self, knob: PowerMode) -> None:
+        super().__init__(knob, "nvpmodel:mode")
+
+    def record(self, value: str) -> dict[str, Any]:
+        return {"argv": [shutil.which("nvpmodel") or "nvpmodel", "-m", str(int(float(value)))]}
 
 
 def discover() -> list[Knob]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
 
-from .base import Knob, KnobError, KnobRange
+from .base import FilePart, Knob, KnobError, KnobRange, Part
 
 ROOT_ENV = "ENERGYPROF_POWERCAP_ROOT"
 DEFAULT_ROOT = "/sys/class/powercap"
@@ -51,10 +50,8 @@ class RaplLimit(Knob):
             raise KnobError(f"{self.name}: the kernel gives no maximum for {self._file('power_limit_uw')}")
         return KnobRange(MIN_W, high)
 
-    def restore_record(self) -> dict[str, Any]:
-        assert self.original is not None
-        path = os.path.abspath(self._file("power_limit_uw"))  # the keeper runs in another folder
-        return {"name": self.name, "files": [[path, str(int(round(self.original * 1e6)))]]}
+    def parts(self) -> list[Part]:
+        return [FilePart(str(self._file("power_limit_uw")), self.name)]
 
     def _write(self, value: float) -> None:
         path = self._file("power_limit_uw")

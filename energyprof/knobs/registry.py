@@ -122,6 +122,19 @@ def resolve(specs: list[Spec], knobs: list[Knob]) -> list[tuple[Spec, list[Knob]
     return out
 
 
+def overlap(resolved: list[tuple[Spec, list[Knob]]]) -> str | None:
+    """Two specs that write the same part (`cpu_max_freq` and `cpu_max_freq:0` both write CPU 0's file):
+    a line naming them, or None. A sweep's axes must be independent."""
+    seen: dict[str, str] = {}
+    for spec, knobs in resolved:
+        for knob in knobs:
+            for part in knob.parts():
+                other = seen.setdefault(part.key, spec.name)
+                if other != spec.name:
+                    return f"{other} and {spec.name} set the same knob ({part.key})"
+    return None
+
+
 def find(name: str, **where: Any) -> Knob:
     """The knob named `KIND:INDEX`, found again (the keeper, restoring in another process)."""
     kind = name.partition(":")[0]

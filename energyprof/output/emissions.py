@@ -146,6 +146,9 @@ def _text(value: Any) -> str:
 def check_header(path: str) -> list[str] | None:
     """The header of an existing, non-empty emissions.csv (None: new or empty). A file with other
     columns is refused (codecarbon would move it aside): ValueError with one line."""
+    from ..store.files import check_link
+
+    check_link(path)  # the header of a file behind another user's link is not read either
     if not (os.path.isfile(path) and os.path.getsize(path) > 0):
         return None
     with open(path, newline="", encoding="utf-8") as f:
@@ -160,7 +163,13 @@ def check_header(path: str) -> list[str] | None:
 
 
 def append(path: str, new_rows: list[dict[str, Any]]) -> None:
-    """Append to an emissions.csv in the file's own column order, writing the header if the file is new."""
+    """Append to an emissions.csv in the file's own column order, writing the header if the file is new.
+    Written as every output is (store/files.py): another user's link in a shared sticky folder is not
+    followed, and a FIFO never blocks the run's end."""
+    import io
+
+    from ..store.files import append_text
+
     header = check_header(path)
     needs_newline = False
     if header is not None:
@@ -168,11 +177,12 @@ def append(path: str, new_rows: list[dict[str, Any]]) -> None:
             f.seek(-1, os.SEEK_END)
             needs_newline = f.read(1) not in (b"\n", b"\r")
     order = header or list(COLUMNS)
-    with open(path, "a", newline="", encoding="utf-8") as f:
-        if needs_newline:
-            f.write("\n")
-        w = csv.writer(f)
-        if header is None:
-            w.writerow(order)
-        for row in new_rows:
-            w.writerow([_text(row.get(c, "")) for c in order])
+    out = io.StringIO()
+    if needs_newline:
+        out.write("\n")
+    w = csv.writer(out)
+    if header is None:
+        w.writerow(order)
+    for row in new_rows:
+        w.writerow([_text(row.get(c, "")) for c in order])
+    append_text(path, out.getvalue())

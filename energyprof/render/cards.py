@@ -103,7 +103,8 @@ def methodology(model: ReportModel) -> dict[str, Any]:
         "processes": model.processes,
         # above the chart only what warns that figures may be off; how a figure was made goes to Methodology
         "notes": [n.message for n in model.notes if n.kind not in METHOD_NOTES],
-        "method_notes": [n.message for n in model.notes if n.kind in METHOD_NOTES],
+        "method_notes": [n.message for n in model.notes if n.kind in METHOD_NOTES]
+        + ([model.io_method] if model.io_method else []),
         "host": meta.get("host") or {},
         "settings": _settings_lines(meta.get("settings")),
         "exit": meta.get("exit") or {},

@@ -155,8 +155,10 @@ def folded_text(model: ReportModel) -> str:
 def csv_text(model: ReportModel) -> str:
     """One row per function (merged over call paths), per-source columns, the same as the table.
 
-    `share` is of the program's energy, as in the report (the root's row is the program: 1);
-    `machine_share` of everything measured. Times are summed over threads and processes, so they
+    `share` is of the program's energy, as in the report; the root's row is the program, as in the HTML
+    table: its energy (inclusive and per source, and its carbon) is the program's under the profile's idle
+    policy, never the machine's (the idle and energyprof's own are rows of their own), so its share is 1
+    and its `machine_share` the program's part of everything measured. Times are summed over threads and processes, so they
     can exceed the run's wall time. `self_relative_error` belongs beside self energy (from the
     function's own samples), `relative_error` beside inclusive energy; carbon and cost columns
     appear when carbon is on."""
@@ -175,21 +177,23 @@ def csv_text(model: ReportModel) -> str:
     if c is not None:
         header += ["carbon_g"] + (["cost"] if c.price_per_kwh is not None else [])
     writer.writerow(header)
+    program = model.totals.attributed_j  # the program_j that every share is of, per source
     for row in model.rows:
-        cells: list = [spreadsheet_safe(row.function), spreadsheet_safe(row.file), row.line,
-                       row.self_total_energy, row.total_energy]
-        for sid in sources:
-            cells += [row.self_energy_j.get(sid, 0.0), row.energy_j.get(sid, 0.0)]
-        self_err, err = row.self_relative_error, row.relative_error
         energy = model.row_energy(row)
+        by_source = program if model.is_root(row) else row.energy_j
+        cells: list = [spreadsheet_safe(row.function), spreadsheet_safe(row.file), row.line,
+                       row.self_total_energy, energy]
+        for sid in sources:
+            cells += [row.self_energy_j.get(sid, 0.0), by_source.get(sid, 0.0)]
+        self_err, err = row.self_relative_error, row.relative_error
         share = model.share(energy)
         cells += ["" if share is None else share, energy / total if total else "", row.self_time_s, row.time_s,
                   row.self_cpu_time_s, row.cpu_time_s, row.self_samples, row.samples,
                   "" if self_err is None else self_err, "" if err is None else err, row.paths]
         if c is not None:
-            cells.append(c.grams(row.energy_j))
+            cells.append(c.grams(by_source))
             if c.price_per_kwh is not None:
-                cells.append(c.cost(row.energy_j))
+                cells.append(c.cost(by_source))
         writer.writerow(cells)
     return out.getvalue()
 

@@ -48,14 +48,27 @@ def template_dir() -> Path:
 def render_html(model: ReportModel) -> str:
     """The whole page as one string (plotly.js, styles, scripts and data inlined)."""
     before, after = _without_gc(model)
-    return before + _plotly_js() + after
+    return _encodable(before) + _plotly_js() + _encodable(after)
+
+
+def _encodable(text: str) -> str:
+    """The text with each lone surrogate as its escape (as render_html_bytes writes it), so a notebook or
+    any writer can encode the page."""
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def render_html_bytes(model: ReportModel) -> bytes:
     """The same page as UTF-8, for a file: plotly.js's 1.2 MB go in as read, never decoded and encoded
     again (3 ms of an empty run's fixed cost)."""
     before, after = _without_gc(model)
-    return before.encode("utf-8") + _plotly_js_bytes() + after.encode("utf-8")
+    # A name with a lone surrogate (undecodable bytes in a path, a kernel name) has no UTF-8 form: it is
+    # written as its escape, \ud800, whatever its code points; in a JSON block that is the JSON escape of
+    # the same string, so the scripts read the name as it was.
+    return before.encode("utf-8", "backslashreplace") + _plotly_js_bytes() + after.encode("utf-8", "backslashreplace")
 
 
 def _without_gc(model: ReportModel) -> tuple[str, str]:
@@ -106,7 +119,7 @@ def packed_json(data: Any) -> str:
     import binascii
     import zlib
 
-    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8")
+    text = json.dumps(data, separators=(",", ":"), allow_nan=False, ensure_ascii=False).encode("utf-8", "backslashreplace")
     packer = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate: no zlib header or checksum to read
     return binascii.b2a_base64(packer.compress(text) + packer.flush(), newline=False).decode("ascii")
 

@@ -138,7 +138,7 @@ def pprof_bytes(model: ReportModel) -> bytes:
     if sources:
         tail += _int(14, s(types[0][0]))
     for text in s.table:  # string_table last: every index above is in it by now
-        out += _bytes(6, text.encode("utf-8"))
+        out += _bytes(6, text.encode("utf-8", "backslashreplace"))  # a lone surrogate as its escape
     return bytes(out + tail)
 
 

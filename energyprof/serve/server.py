@@ -6,6 +6,15 @@ or replace any entry in it; stale sockets are removed through that descriptor on
 and group are fixed at bind() itself (umask 0117 and the effective group switched to the served group
 for the bind), so the inode is born 0660 root:GROUP and nothing is chmod-ed or chown-ed by path
 afterwards. A folder the reader creates itself is made 0750 root:GROUP through its descriptor.
+
+Two scopes, two grants: the read group (`--group`) reads counters, the control group (`--control-group`)
+sets knobs; without a control group only root sets. Counters are a side channel (PLATYPUS,
+CVE-2020-8694: the kernel made them root-only), so reads to clients other than root are limited in rate
+(one fresh reading per `read_interval_s` per user, whatever its connections; sooner, the last one again)
+and rounded down to `energy_resolution_uj`; changes are limited to one per `set_interval_s` per user.
+
+Every change goes through the reader's own keeper (knobs/keeper.py), a separate process: a client's
+knobs come back when it leaves, all of them when the reader stops, and after a kill -9 of the reader too.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ from typing import Any, Callable
 
 from ..record import field, record
 from ..knobs.base import Knob, KnobError
+from ..knobs.keeper import Keeper
 from ..collect.sensors import served_protocol as protocol
 
 MAX_CONNECTIONS = 32
@@ -32,6 +42,9 @@ MAX_PER_UID = 8
 IDLE_TIMEOUT_S = 10.0
 MAX_PENDING_REPLY = 64 * 1024  # a client that does not read its replies is closed past this
 LOG_LINES_PER_S = 20
+READ_INTERVAL_S = 0.01  # clients other than root: one fresh reading per 10 ms per user
+ENERGY_RESOLUTION_UJ = 1000  # ... rounded down to 1 mJ (0.1% of 10 ms at 100 W)
+SET_INTERVAL_S = 0.1  # ... and one change per 100 ms per user
 
 
 class ServeError(ValueError):
@@ -243,19 +256,38 @@ class Conn:
     pid: int
     uid: int
     last: float
+    id: int = 0  # never reused (a file descriptor is): the owner of what this client set
+    privileged: bool = False  # root (or the reader's own user): no limits
+    can_set: bool = False  # root, or a member of the control group
     inbuf: bytearray = field(default_factory=bytearray)
     outbuf: bytearray = field(default_factory=bytearray)
-    knobs: set[str] = field(default_factory=set)
+
+
+@record
+class Pace:
+    """One user's last fresh reading and last change: the limits hold per user, however many connections."""
+    read_at: float = -1e18
+    reading: dict[str, Any] | None = None
+    set_at: float = -1e18
 
 
 class Server:
     def __init__(self, listener: socket.socket, read_zones: Callable[[], dict[str, Any]], knobs: list[Knob],
-                 gid: int | None, *, max_connections: int = MAX_CONNECTIONS, max_per_uid: int = MAX_PER_UID,
-                 idle_timeout_s: float = IDLE_TIMEOUT_S, log: Log | None = None) -> None:
+                 gid: int | None, *, control_gid: int | None = None, max_connections: int = MAX_CONNECTIONS,
+                 max_per_uid: int = MAX_PER_UID, idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 read_interval_s: float = READ_INTERVAL_S, energy_resolution_uj: int = ENERGY_RESOLUTION_UJ,
+                 set_interval_s: float = SET_INTERVAL_S, log: Log | None = None) -> None:
         self.listener = listener
         self.read_zones = read_zones
         self.knobs = {k.name: k for k in knobs}
+        self.keeper = Keeper()  # its own process: a kill -9 of the reader still restores what clients set
         self.gid = gid
+        self.control_gid = control_gid
+        self.read_interval_s = read_interval_s
+        self.energy_resolution_uj = max(1, int(energy_resolution_uj))
+        self.set_interval_s = set_interval_s
+        self.pace: dict[int, Pace] = {}
+        self._next_id = 0
         self.max_connections = max_connections
         self.max_per_uid = max_per_uid
         self.idle_timeout_s = idle_timeout_s
@@ -264,14 +296,22 @@ class Server:
         self.sel.register(listener, selectors.EVENT_READ, None)
         self.conns: dict[int, Conn] = {}
         self.per_uid: dict[int, int] = {}
-        self.holder: dict[str, int] = {}  # knob name -> fd of the connection that set it
         self.stopping = False
         self.closed = False
 
-    def allowed(self, conn: socket.socket, pid: int, uid: int, gid: int) -> bool:
+    def grants(self, conn: socket.socket, pid: int, uid: int, gid: int) -> tuple[bool, bool]:
+        """(may connect and read, may set knobs): root and the reader's own user both; the read group reads,
+        the control group reads and sets."""
         if uid == 0 or uid == os.geteuid():
-            return True
-        return self.gid is not None and self.gid in peer_groups(conn, pid, uid, gid)
+            return True, True
+        if self.gid is None and self.control_gid is None:
+            return False, False
+        groups = peer_groups(conn, pid, uid, gid)
+        control = self.control_gid is not None and self.control_gid in groups
+        return control or (self.gid is not None and self.gid in groups), control
+
+    def allowed(self, conn: socket.socket, pid: int, uid: int, gid: int) -> bool:
+        return self.grants(conn, pid, uid, gid)[0]
 
     def serve_forever(self, poll_s: float = 0.2) -> None:
         try:
@@ -303,7 +343,8 @@ class Server:
             except OSError:
                 conn.close()
                 continue
-            if not self.allowed(conn, pid, uid, gid):
+            may_read, may_set = self.grants(conn, pid, uid, gid)
+            if not may_read:
                 self.log(f"refused {_user(uid)} (pid {pid}): not root and not in the served group", "peer")
                 conn.close()  # nothing said: the refusal is the closed connection
                 continue
@@ -314,7 +355,9 @@ class Server:
                 conn.close()
                 continue
             conn.setblocking(False)
-            c = Conn(conn, pid, uid, time.monotonic())
+            self._next_id += 1
+            c = Conn(conn, pid, uid, time.monotonic(), id=self._next_id, privileged=uid in (0, os.geteuid()),
+                     can_set=may_set)
             self.conns[conn.fileno()] = c
             self.per_uid[uid] = self.per_uid.get(uid, 0) + 1
             self.sel.register(conn, selectors.EVENT_READ, c)
@@ -372,31 +415,48 @@ class Server:
 
     def _answer(self, c: Conn, req: protocol.Request) -> dict[str, Any]:
         if req.verb == "read":
-            return self.read_zones()
+            return self._read(c)
         if req.verb == "knobs":
             return {"knobs": [self._describe(k) for k in self.knobs.values()]}
         knob = self.knobs.get(req.name or "")
         if knob is None:
             self.log(f"refused {_user(c.uid)} (pid {c.pid}): {req.verb} of unknown knob {req.name}")
             return {"error": f"no knob named {req.name}"}
-        holder = self.holder.get(knob.name)
-        if holder is not None and holder != c.sock.fileno():
-            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {knob.name} is held by another client")
-            return {"error": f"{knob.name} is set by another client until it disconnects"}
+        if not c.can_set:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {req.verb} {knob.name}: not in the control group", "scope")
+            who = "root and the control group" if self.control_gid is not None else "root only (no --control-group)"
+            return {"error": f"{knob.name}: this user may read but not set knobs (set by {who})"}
+        now, pace = time.monotonic(), self.pace.setdefault(c.uid, Pace())
+        if not c.privileged and now - pace.set_at < self.set_interval_s:
+            self.log(f"refused {_user(c.uid)} (pid {c.pid}): {req.verb} {knob.name}: too soon", "rate")
+            return {"error": f"{knob.name}: at most one change per {self.set_interval_s:g} s for this user"}
+        pace.set_at = now
         try:
             if req.verb == "set":
                 assert req.value is not None
-                knob.set(req.value)
-                self.holder[knob.name] = c.sock.fileno()
-                c.knobs.add(knob.name)
+                self.keeper.set(knob, req.value, owner=c.id)
                 self.log(f"{_user(c.uid)} (pid {c.pid}) set {knob.name} to {req.value:g} {knob.unit}")
             else:
-                self._restore(knob)
-                c.knobs.discard(knob.name)
+                for line in self.keeper.restore(owner=c.id, knob=knob):
+                    self.log(f"could not restore {line}")
             return {"ok": knob.name, "value": knob.read()}
         except (KnobError, OSError) as exc:
             self.log(f"refused {_user(c.uid)} (pid {c.pid}): {exc}")
             return {"error": str(exc) if isinstance(exc, KnobError) else f"{knob.name} could not be changed"}
+
+    def _read(self, c: Conn) -> dict[str, Any]:
+        """The counters; for clients other than root, at most one fresh reading per read_interval_s (sooner:
+        the same reading again; per user) and each counter rounded down to energy_resolution_uj."""
+        if c.privileged:
+            return self.read_zones()
+        now, pace = time.monotonic(), self.pace.setdefault(c.uid, Pace())
+        if pace.reading is not None and now - pace.read_at < self.read_interval_s:
+            return pace.reading
+        res = self.energy_resolution_uj
+        got = self.read_zones()
+        zones = [{**z, "energy_uj": int(z["energy_uj"]) // res * res} for z in got.get("zones", [])]
+        pace.reading, pace.read_at = {"zones": zones, "period_s": self.read_interval_s, "resolution_uj": res}, now
+        return pace.reading
 
     @staticmethod
     def _describe(k: Knob) -> dict[str, Any]:
@@ -408,13 +468,6 @@ class Server:
         return {"name": k.name, "value": value, "low": rng.low, "high": rng.high, "step": rng.step,
                 "choices": list(rng.choices), "unit": k.unit}
 
-    def _restore(self, knob: Knob) -> None:
-        try:
-            knob.restore()
-        except (KnobError, OSError) as exc:
-            self.log(f"could not restore {knob.name}: {exc}")
-        self.holder.pop(knob.name, None)
-
     def _expire(self) -> None:
         cutoff = time.monotonic() - self.idle_timeout_s
         for c in [c for c in self.conns.values() if c.last < cutoff]:
@@ -425,9 +478,8 @@ class Server:
         fd = c.sock.fileno()
         if fd < 0 or self.conns.get(fd) is not c:
             return
-        for name in sorted(c.knobs):  # a client that disconnects or dies gives its knobs back
-            self._restore(self.knobs[name])
-        c.knobs.clear()
+        for line in self.keeper.restore(owner=c.id):  # a client that disconnects or dies gives its knobs back
+            self.log(f"could not restore {line}")
         self.sel.unregister(c.sock)
         del self.conns[fd]
         self.per_uid[c.uid] -= 1
@@ -444,10 +496,7 @@ class Server:
         self.closed = True
         for c in list(self.conns.values()):
             self._drop(c)
-        for name in list(self.holder):
-            self._restore(self.knobs[name])
-        for k in self.knobs.values():  # also knobs set by a client whose drop was cut short
-            self._restore(k)
+        self.keeper.close()  # also knobs set by a client whose drop was cut short; then its process goes
         try:
             self.sel.unregister(self.listener)
         except (KeyError, ValueError):
@@ -482,8 +531,9 @@ def rapl_reader(powercap_root: str | None) -> tuple[Callable[[], dict[str, Any]]
 class Reader:
     """The bound (or inherited) reader; close() restores the knobs and removes a socket it made."""
 
-    def __init__(self, path: str, powercap_root: str | None, group: str | None, knobs: list[Knob], **limits: Any) -> None:
-        gid = group_gid(group)
+    def __init__(self, path: str, powercap_root: str | None, group: str | None, knobs: list[Knob],
+                 control_group: str | None = None, **limits: Any) -> None:
+        gid, control_gid = group_gid(group), group_gid(control_group)
         read, self.zones = rapl_reader(powercap_root)
         if not self.zones and not knobs:
             raise ServeError("nothing to serve: no readable RAPL counter and no knob")
@@ -492,8 +542,9 @@ class Reader:
         listener = inherited_socket()
         self.activated = listener is not None
         if listener is None:
-            listener, self._dir_fd = bind(path, gid)
-        self.server = Server(listener, read, knobs, gid, **limits)
+            # the socket is the read group's (control members need it too), or the control group's alone
+            listener, self._dir_fd = bind(path, gid if gid is not None else control_gid)
+        self.server = Server(listener, read, knobs, gid, control_gid=control_gid, **limits)
 
     def serve_forever(self) -> None:
         try:

@@ -56,6 +56,8 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
+    influx: str | None = None  # live export: InfluxDB (output/live.py), http://HOST:8086/DB or ?org=&bucket=
+    pushgateway: str | None = None  # live export: a Prometheus pushgateway, http://HOST:9091
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
     watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
@@ -126,6 +128,16 @@ class Options:
             if not self.gpu_kernels:
                 raise OptionError("--gpu-kernel-steps bounds --gpu-kernels' profiler: give --gpu-kernels too")
             parse_kernel_steps(self.gpu_kernel_steps)
+        if self.influx is not None or self.pushgateway is not None:
+            from ..output.live import TargetError, influx_target, pushgateway_target
+
+            try:
+                if self.influx is not None:
+                    influx_target(self.influx)
+                if self.pushgateway is not None:
+                    pushgateway_target(self.pushgateway)
+            except TargetError as exc:
+                raise OptionError(str(exc)) from None
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")

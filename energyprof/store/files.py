@@ -9,18 +9,99 @@ An output never harms what it is written to:
 - an open descriptor (`--json /dev/stdout`, `/dev/fd/3`, `/proc/self/fd/3`) is written through
   that descriptor, at its offset: with stdout redirected to a file, the program's output already
   in it stays and the JSON follows it (a path re-opened with O_TRUNC, or replaced, would lose it);
-- a symlink is followed to its target, which is replaced; the link stays.
+- a symlink is followed to its target, which is replaced; the link stays. Not one the kernel's
+  protected_symlinks rule would refuse (a link in a world-writable sticky folder such as /tmp, owned
+  by neither the writer nor the folder's owner): reading the link and opening its target would step
+  around that rule, so root would write wherever another user's link points. It is refused
+  (`ProtectedLink`), whatever fs.protected_symlinks says;
+- a FIFO is opened without blocking: with no reader within FIFO_WAIT_S, or a reader that takes nothing
+  for FIFO_STALL_S, the write fails with one line (`NoReader`) instead of holding the run's end.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
 import sys
+import time
 
 _FD_FOLDER = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd")
 TEMP_AFFIXES = len(".") + len(".") + 8 + len(".tmp")  # what mkstemp adds to a name while it is written
+FIFO_WAIT_S = 1.0  # a FIFO with no reader for this long is not written
+FIFO_STALL_S = 30.0  # nor one whose reader takes nothing for this long
+
+
+class ProtectedLink(PermissionError):
+    """A symlink that the kernel's protected_symlinks rule would not follow: not written through."""
+
+
+class NoReader(OSError):
+    """A FIFO that no process reads (or whose reader stopped taking data)."""
+
+
+def protected_link(path: str) -> str | None:
+    """The first symlink on the way to `path` that the kernel's protected_symlinks rule refuses to follow
+    (in a world-writable sticky folder, owned neither by us nor by the folder's owner), else None."""
+    return _walk_links(path)[0]
+
+
+def resolve(path: str) -> str:
+    """os.path.realpath(path), the links followed one by one as the kernel follows them: ProtectedLink for
+    one its protected_symlinks rule refuses (realpath reads every link without that rule). The file is
+    then written at the path returned, which holds no link, so a link planted afterwards is replaced
+    (os.replace) or refused (O_NOFOLLOW), never followed."""
+    link, real = _walk_links(path)
+    if link is not None:
+        raise ProtectedLink(f"{link} is a symlink of another user in a world-writable sticky folder;"
+                            " not followed (the kernel's protected_symlinks rule): remove it or choose another name")
+    return real
+
+
+def check_link(path: str) -> None:
+    """Raise ProtectedLink (one line) where writing `path` would follow another user's link in a shared folder."""
+    resolve(path)
+
+
+def _walk_links(path: str) -> tuple[str | None, str]:
+    """(the first link the protected_symlinks rule refuses or None, the path with every link resolved)."""
+    whole = path if path.startswith("/") else os.path.join(os.getcwd(), path)  # not abspath: ".." after a link
+    todo = whole.split("/")[::-1]                                              # is the link target's parent
+    resolved = "/"
+    hops = 0
+    uid = os.geteuid() if hasattr(os, "geteuid") else None
+    while todo:
+        name = todo.pop()
+        if name in ("", "."):
+            continue
+        if name == "..":
+            resolved = os.path.dirname(resolved)
+            continue
+        candidate = os.path.join(resolved, name)
+        try:
+            st = os.lstat(candidate)
+        except OSError:  # not there (yet): the rest is a name, as realpath takes it
+            resolved = candidate
+            continue
+        if not stat.S_ISLNK(st.st_mode):
+            resolved = candidate
+            continue
+        hops += 1
+        try:
+            folder = os.stat(resolved)
+            target = os.readlink(candidate)
+        except OSError:
+            return None, os.path.realpath(path)
+        sticky_shared = folder.st_mode & stat.S_ISVTX and folder.st_mode & stat.S_IWOTH
+        if sticky_shared and uid is not None and st.st_uid not in (uid, folder.st_uid):
+            return candidate, candidate
+        if hops > 40:
+            return None, os.path.realpath(path)  # a loop: opening it fails with ELOOP
+        if target.startswith("/"):
+            resolved = "/"
+        todo.extend(target.split("/")[::-1])
+    return None, resolved
 
 
 def descriptor(path: str) -> tuple[int | None, int] | None:
@@ -62,18 +143,21 @@ def is_regular_target(path: str) -> bool:
 
 def write_text(path: str, data: str | bytes) -> None:
     """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise."""
-    raw = data.encode("utf-8") if isinstance(data, str) else data
+    # A lone surrogate (a name read from a program, undecodable bytes) has no UTF-8 form: it is written
+    # as its escape (\udc80), never a reason to lose the file.
+    raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     fd_target = descriptor(path)
     if fd_target is not None:
         _write_descriptor(path, fd_target, raw)
         return
-    real = os.path.realpath(path)  # follow a symlink: replace its target, keep the link
+    real = resolve(path)  # follow a symlink (not another user's in a shared folder): replace its target, keep the link
     try:
         mode = os.stat(real).st_mode
     except FileNotFoundError:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
-        fd = os.open(real, os.O_WRONLY)  # a device, FIFO or socket-like node: never replaced, never created
+        # a device, FIFO or socket-like node: never replaced, never created
+        fd = open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
             _write_all(fd, raw)
         finally:
@@ -93,6 +177,49 @@ def write_text(path: str, data: str | bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def append_text(path: str, data: str | bytes) -> None:
+    """Append `data` to `path` (created if new): an open descriptor or a device is written through, a FIFO
+    without blocking, a link only where the kernel's own rule would follow it."""
+    raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
+    fd_target = descriptor(path)
+    if fd_target is not None:
+        _write_descriptor(path, fd_target, raw)
+        return
+    real = resolve(path)
+    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    fd = open_through(real, flags, 0o666)
+    try:
+        _write_all(fd, raw)
+    finally:
+        os.close(fd)
+
+
+def open_through(path: str, flags: int, mode: int = 0o666) -> int:
+    """os.open that never blocks on a FIFO: its open waits at most FIFO_WAIT_S for a reader (NoReader after),
+    and the descriptor stays non-blocking, so a write waits for the reader in _write_all, bounded too."""
+    nonblock = getattr(os, "O_NONBLOCK", 0)
+    deadline = time.monotonic() + FIFO_WAIT_S
+    while True:
+        try:
+            fd = os.open(path, flags | nonblock, mode)
+            break
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: a FIFO with no reader (or a device that is not there)
+                raise
+            try:
+                fifo = stat.S_ISFIFO(os.stat(path).st_mode)
+            except OSError:
+                fifo = False
+            if not fifo:
+                raise
+            if time.monotonic() >= deadline:
+                raise NoReader(f"no process is reading the FIFO {path}") from None
+            time.sleep(0.01)
+    if nonblock and not stat.S_ISFIFO(os.fstat(fd).st_mode):
+        os.set_blocking(fd, True)  # a device or file: as an ordinary open would have it
+    return fd
 
 
 def _write_descriptor(path: str, target: tuple[int | None, int], raw: bytes) -> None:
@@ -116,7 +243,21 @@ def _write_descriptor(path: str, target: tuple[int | None, int], raw: bytes) -> 
 def _write_all(fd: int, raw: bytes) -> None:
     view = memoryview(raw)
     while view:
-        view = view[os.write(fd, view):]
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:  # a non-blocking FIFO whose reader has not taken the last write yet
+            if not _writable_within(fd, FIFO_STALL_S):
+                raise NoReader(f"the FIFO's reader took nothing for {FIFO_STALL_S:.0f} s") from None
+
+
+def _writable_within(fd: int, seconds: float) -> bool:
+    import select  # only for a FIFO whose reader is slower than the writer
+
+    if hasattr(select, "poll"):  # select() cannot take a descriptor past FD_SETSIZE (1024)
+        poller = select.poll()
+        poller.register(fd, select.POLLOUT)
+        return bool(poller.poll(seconds * 1000))
+    return bool(select.select([], [fd], [], seconds)[1])
 
 
 def remove(path: str) -> bool:

@@ -18,7 +18,10 @@ from ..setup.options import Options
 BOOT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "agent", "_boot")
 
 
-def child_env(options: Options, spool: str, base: dict[str, str] | None = None) -> dict[str, str]:
+def child_env(options: Options, spool: str, base: dict[str, str] | None = None,
+              io_disks: set[str] | None = None) -> dict[str, str]:
+    """The job's environment. `io_disks`: the disks the supervisor counts (collect/io.py), which each
+    process reads with its own /proc/self/io at its windows' edges; None: no I/O at the edges."""
     env = dict(os.environ if base is None else base)
     config = {
         "python": "%d.%d" % sys.version_info[:2],  # other interpreters on PATH leave the bootstrap at once
@@ -38,8 +41,13 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None) 
         # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
         # under the run's idle policy: the agent holds no policy of its own)
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
-        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
+        # the program's window() blocks say which MLflow run is active as they end; the supervisor logs them
+        "mlflow": "1" if options.mlflow else "0",
+        # energyprof.output.live.log_metrics in the program hands its figures to the supervisor's sinks
+        "live": "1" if options.mlflow or options.influx or options.pushgateway else "0",
     }
+    if io_disks is not None:
+        config["io_disks"] = ",".join(sorted(io_disks))
     env[ENV] = "\x1f".join(f"{k}={v}" for k, v in config.items())
     if options.watch_cache:  # energyprof.torch.track() measures it at each pass's start and end
         from ..collect.pagecache import WATCH_ENV as WATCH_CACHE_ENV  # ctypes and subprocess: only for this flag

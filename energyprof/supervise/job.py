@@ -12,7 +12,6 @@ plus the supervisor's.
 from __future__ import annotations
 
 import os
-import resource
 import time
 from collections import deque
 from typing import Any
@@ -28,8 +27,9 @@ from ..agent import wire
 from ..agent.wire import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
-from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, LostRecord, NoteRecord, Record, RoleRecord,
-                      SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds, parse_all, spool_started)
+from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, IoEdgeRecord, LostRecord, NoteRecord,
+                      Record, RoleRecord, SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds,
+                      parse_all, spool_started)
 from .stream import StreamReader
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
@@ -135,12 +135,18 @@ class JobFeed:
         self._last_walk = 0
         self._t_scan = 0
         self._final_cpu: int | None = None
+        # (pid, t_ns, its /proc/self/io, the disks') for each I/O reading at a window's edge (collect/io.py)
+        self.on_io_edge: Any = None
+        # What this process had reaped before the run: a shell that ran a command and then exec'd
+        # energyprof (`bash -c 'A && python -m energyprof ...'`) hands it A's CPU in RUSAGE_CHILDREN.
+        self._children_before_ns = probes.reaped_children_cpu_ns()
         self._finishing = False  # the program has ended: what is left is read once, and a forked child waits for no parent
         # Set by the supervisor once it has reaped the program: the readings after that wait for
         # finish(), which adds to the last of them the CPU no sampler saw (start-up, shutdown).
         # Released as they came, the last could be gone before finish(), and that CPU with it.
         self.program_ended = False
         self._replies: list[tuple[int, WindowTally]] = []  # ended windows whose figures go back (reply_windows)
+        self.blocks: list[tuple[int, WindowTally]] | None = None  # --mlflow: window() blocks, for the live export
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
         self.peers_root: int | None = None
@@ -177,8 +183,7 @@ class JobFeed:
         if self._raw and self.children:
             # CPU that no sampler saw (interpreter start-up and shutdown, the last flush a
             # SIGKILL lost) is in the kernel's figure for the waited-for program.
-            ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-            self._final_cpu = int((ru.ru_utime + ru.ru_stime) * 1e9)
+            self._final_cpu = max(0, probes.reaped_children_cpu_ns() - self._children_before_ns)
         self._release(None)
         self.ledger.finish()
         for p in self.procs.values():
@@ -385,6 +390,9 @@ class JobFeed:
             p.ids.stacks[r.sid] = self.table.stack_id(tuple(g for f in r.fids for g in frames[f]))
         elif isinstance(r, (WindowBegins, WindowEnds)):
             self._window(p, r)
+        elif isinstance(r, IoEdgeRecord):
+            if self.on_io_edge is not None:
+                self.on_io_edge(p.pid, r.t_ns, r.proc, r.disks)
         elif isinstance(r, AllocRecord):
             p.allocations.append((self.table.frame_id((r.function, r.file, r.line)) if r.function else None, r.size))
         elif isinstance(r, ExceptionRecord):
@@ -426,6 +434,8 @@ class JobFeed:
         w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)
         if w is not None and r.reply:  # a Measurement waits for it
             self._replies.append((p.pid, w))
+            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live.py)
+                self.blocks.append((p.pid, w))
 
     def _note(self, msg: str) -> None:
         if not any(n["message"] == msg for n in self.notes):

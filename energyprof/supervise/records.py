@@ -91,12 +91,19 @@ class RoleRecord(NamedTuple):
     label: str | None  # None: no role it knows of
 
 
+class IoEdgeRecord(NamedTuple):
+    """I/O counters read at a window's edge, at the window's time (agent/iostat.py)."""
+    t_ns: int
+    proc: tuple[int, ...] | None  # the process's /proc/self/io (iostat.PROC_FIELDS); None where unreadable
+    disks: dict[str, tuple[int, ...]]  # the disks' /proc/diskstats (iostat.DISK_FIELDS)
+
+
 class EndRecord(NamedTuple):
     """The process ended its stream."""
 
 
 Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
-               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, EndRecord]
+               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, IoEdgeRecord, EndRecord]
 
 
 _new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so
@@ -123,6 +130,7 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.GPU: lambda r: GpuRecord(),
     wire.THREADS: lambda r: _new(ThreadsRecord, (int(r[1]), int(r[2]))),
     wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
+    wire.IO: lambda r: IoEdgeRecord(*wire.parse_io_edge(r)),
     wire.END: lambda r: EndRecord(),
 }
 

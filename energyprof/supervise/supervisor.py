@@ -61,7 +61,9 @@ class Supervisor:
         inbox: signals.Inbox | None = None
         try:
             inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
-            launch = Launch(self.command, self.executable, child_env(o, spool), signals.child_dispositions(ignored),
+            io_disks = set(self.io.disks) if self.io.available else None
+            launch = Launch(self.command, self.executable, child_env(o, spool, io_disks=io_disks),
+                            signals.child_dispositions(ignored),
                             o.checkpoint)
         except OSError as exc:
             if inbox is not None:
@@ -75,6 +77,8 @@ class Supervisor:
             self.discovery_notes = found.notes
             feed = JobFeed(ledger, spool, follow_children=o.follow, children=o.children,
                            rss=o.memory != "off", policy=o.idle)
+            # I/O read at a window's edge: the program's own counters go with the main process's series
+            feed.on_io_edge = lambda pid, t, proc, disks: self.io.edge(t, proc if pid == self.pid else None, disks)
             rank = self.extra_meta.get("distributed")
             if isinstance(rank, dict) and rank.get("local_world_size", 1) > 1:  # one rank of several on this node
                 ledger.node_ranks, feed.peers_root = int(rank["local_world_size"]), os.getppid()
@@ -84,6 +88,7 @@ class Supervisor:
                                   checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
                                   extras=[self.io])
             self.started_wall = time.time()
+            watch = self._start_live(ledger, feed, collector, spool)
             collector.start()
         except BaseException as exc:
             launch.abort()
@@ -103,6 +108,8 @@ class Supervisor:
             self.status = self._wait(self.pid, inbox, launch, feed)
             feed.program_ended = True
             collector.stop()
+            if watch is not None:  # the windows the last ticks charged, the spool's last lines
+                watch.final()
             if o.gpu_kernels:  # the program's traces, read before the spool folder goes
                 from ..collect.kernels.capture import read_spans
                 from ..collect.kernels.capture import read_traces
@@ -111,7 +118,29 @@ class Supervisor:
         finally:
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
-        return self._build(ledger, feed, collector), self.status
+        profile = self._build(ledger, feed, collector)
+        if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
+            from ..output.live import finish_run
+
+            finish_run(watch.export, profile, not self.options.quiet and not self.options.summary, watch.last())
+        return profile, self.status
+
+    def _start_live(self, ledger: Ledger, feed: JobFeed, collector: Collector, spool: str) -> Any:
+        """--influx, --pushgateway, --mlflow: the live export's threads, fed from the collector's tick
+        (output/live.py); None without them."""
+        o = self.options
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
+            return None
+        from ..facts.measurement import carbon_setting
+        from ..output.live import LedgerWatch, LiveExport
+
+        export = LiveExport(o, started_wall=self.started_wall)
+        export.carbon = carbon_setting(o)
+        watch = LedgerWatch(export, ledger, o.idle, collector._lock, spool)
+        if o.mlflow:  # the program's window() blocks, logged here once charged
+            feed.blocks = watch.blocks
+        collector.extras.append(watch)
+        return watch
 
     def finish(self) -> None:
         """The outputs are written: energyprof ends normally, and the job's processes are the

@@ -23,7 +23,7 @@ __all__ = ["Discovery", "Sensor", "SensorError", "discover", "survey", "SENSORS"
 def _rapl(ctx: dict, explicit: bool) -> Discovery:
     from . import rapl, served
 
-    found = rapl.discover(ctx["powercap_root"])
+    found = rapl.discover(ctx["powercap_root"], cpu_tdp=ctx.get("cpu_tdp"))
     if not found.sensors:
         why = next((n for n in found.notes if n.startswith("RAPL")), "RAPL: not found").removeprefix("RAPL: ")
         if "permission denied" not in why:
@@ -39,7 +39,7 @@ def _rapl(ctx: dict, explicit: bool) -> Discovery:
 def _perf(ctx: dict, explicit: bool) -> Discovery:
     from . import perf
 
-    return perf.discover(explicit=explicit)
+    return perf.discover(explicit=explicit, cpu_tdp=ctx.get("cpu_tdp"))
 
 
 def _nvml(ctx: dict, explicit: bool) -> Discovery:

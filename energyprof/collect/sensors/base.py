@@ -10,7 +10,7 @@ refreshes the figure), both written into the profile's sources.
 from __future__ import annotations
 
 import threading
-from typing import Any, ClassVar, Mapping
+from typing import Any, Callable, ClassVar, Mapping
 
 from ...record import field, record
 
@@ -35,6 +35,9 @@ class Sensor:
     detail: dict[str, Any] = field(default_factory=dict)
     update_period_s: float | None = None  # how often the hardware refreshes the figure
     tier: str = "counter"  # one of TIERS
+    #: why this counter is not a sensor: it stood still while its component was busy (FrozenWatch);
+    #: the collector then reads `fallback()` in its place, or drops it, with a note
+    frozen: str | None = None
     #: whether the sensor tells this process's share of its source (`process_share()`, a GPU's
     #: process list); otherwise the ledger's rules share it (CPU time, or all of a GPU)
     per_process_share: ClassVar[bool] = False
@@ -48,6 +51,10 @@ class Sensor:
 
     def close(self) -> None:
         pass
+
+    def fallback(self) -> Sensor | None:
+        """What reads this source once its counter is found `frozen` (not started; None: nothing, dropped)."""
+        return None
 
     def describe(self) -> dict[str, Any]:
         out = {"id": self.id, "component": self.component, "method": self.method, "sensor": self.sensor,
@@ -81,6 +88,115 @@ class Discovery:
         self.notes.extend(other.notes)
         for k, v in other.missing.items():
             self.missing.setdefault(k, v)
+
+
+#: A counter is frozen when it stands still while its component is busy for this many of its update
+#: periods, and for at least FROZEN_CPU_S of the machine's CPU time (a CPU counter) or FROZEN_GPU_S of a
+#: GPU in use: /proc/stat counts in 10 ms ticks, a GPU's update period is detected from a few changes,
+#: and a counter written by a program (a fake tree) may stall with it on a loaded machine, so a
+#: counter is condemned only on a span far longer than its updates (a real RAPL counter moves every
+#: millisecond, an NVML one about every 100 ms).
+FROZEN_PERIODS = 5
+FROZEN_CPU_S = 0.25
+FROZEN_GPU_S = 1.0
+
+
+class FrozenWatch:
+    """Whether a cumulative counter stands still while its component is busy: then it is not a sensor.
+
+    `busy_s(t_ns)` is a cumulative figure of how busy the component has been, in seconds: the
+    machine's busy CPU time for RAPL and perf, the time the driver said the GPU was in use (its
+    utilisation or power) for NVML. It is asked only once the counter has not moved for `quiet_ns`
+    (a counter that moves at every read costs one comparison), and the counter is condemned once
+    it has stood still while `needed_s` of busy time went by, over at least `quiet_ns` of wall time.
+    """
+
+    def __init__(self, what: str, busy_s: Callable[[int], float], needed_s: float, quiet_ns: int,
+                 busy_text: str) -> None:
+        self.what, self.busy_s, self.needed_s, self.quiet_ns, self.busy_text = what, busy_s, needed_s, quiet_ns, busy_text
+        self.last: float | None = None
+        self.moved_ns: int | None = None  # when the counter was last seen to move (or first read)
+        self.base: tuple[int, float] | None = None  # (t_ns, busy_s) when the watch began asking
+        self.why: str | None = None
+
+    def saw(self, t_ns: int, raw: float) -> str | None:
+        """One reading of the raw counter at `t_ns`; the reason it is frozen, once it is."""
+        if raw != self.last or self.moved_ns is None:
+            self.last, self.moved_ns, self.base = raw, t_ns, None
+            return self.why
+        if self.why is not None or t_ns - self.moved_ns < self.quiet_ns:
+            return self.why
+        try:
+            busy = self.busy_s(t_ns)
+        except Exception:  # noqa: BLE001 - no figure of how busy it is: nothing can be said
+            return None
+        if self.base is None:
+            self.base = (t_ns, busy)
+            return None
+        t0, b0 = self.base
+        if busy - b0 >= self.needed_s and t_ns - self.moved_ns >= self.quiet_ns:
+            self.why = (f"{self.what} did not move in {(t_ns - self.moved_ns) / 1e9:.2f} s while "
+                        f"{self.busy_text.format(busy=busy - b0)}: it counts nothing, so it is not a sensor")
+        return self.why
+
+
+def cpu_busy_s(t_ns: int) -> float:
+    """The machine's busy CPU time, in CPU-seconds (all cores): how busy a CPU-class source was."""
+    from .. import probes
+
+    return probes.machine_busy_ns() / 1e9
+
+
+def cpu_watch(what: str, update_period_s: float) -> FrozenWatch:
+    """The watch of a CPU-class counter (RAPL, perf): busy is the machine's CPU time."""
+    needed = max(FROZEN_PERIODS * update_period_s, FROZEN_CPU_S)
+    return FrozenWatch(what, cpu_busy_s, needed, int(FROZEN_PERIODS * update_period_s * 1e9),
+                       "the machine's CPUs were busy for {busy:.2f} CPU-s")
+
+
+def model_for(component: str, cpu_tdp: float | None) -> Sensor | None:
+    """The model's sensor for a CPU-class component whose counter counts nothing: the CPU from its TDP
+    and utilisation, DRAM from the installed RAM (estimated); None for the whole platform (psys),
+    which the model has no figure for."""
+    from . import estimate
+
+    if component == "cpu":
+        return estimate.discover(cpu_tdp, want_ram=False).sensors[0]
+    if component == "dram":
+        from .. import probes
+
+        return estimate.RamModelSensor(probes.total_memory_bytes())
+    return None
+
+
+class Continued(Sensor):
+    """A source read by another sensor from some moment on: its figure carries on from where the
+    first left it (no jump), and it says what it replaces and why. Everything else is the new one's."""
+
+    def __init__(self, old: Sensor, new: Sensor, t_ns: int, joules: float, at_s: float) -> None:
+        detail = dict(new.detail)
+        detail["replaces"] = {"sensor": old.sensor, "method": old.method, "tier": old.tier, "from_s": round(at_s, 3),
+                              "why": old.frozen or ""}
+        super().__init__(id=old.id, component=old.component, method=new.method, sensor=new.sensor, detail=detail,
+                         update_period_s=new.update_period_s, tier=new.tier)
+        self.inner = new
+        self.offset = joules
+        self.per_process_share = new.per_process_share  # type: ignore[misc]  (the one it continues with)
+        new.start(t_ns)
+
+    def read(self, t_ns: int) -> float:
+        return self.offset + self.inner.read(t_ns)
+
+    def process_share(self) -> float:
+        return self.inner.process_share()  # type: ignore[attr-defined]
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __getattr__(self, name: str) -> Any:  # the new sensor's own surface (a GPU's share, its power samples)
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
 
 
 class WrapCounter:

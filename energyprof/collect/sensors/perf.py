@@ -19,7 +19,7 @@ import os
 import re
 from pathlib import Path
 
-from .base import Discovery, Sensor, SensorError
+from .base import Discovery, Sensor, SensorError, cpu_watch, model_for
 
 DEFAULT_ROOT = "/sys/bus/event_source/devices/power"
 PARANOID = "/proc/sys/kernel/perf_event_paranoid"
@@ -111,13 +111,17 @@ def read_count(fd: int) -> int:
 
 
 class PerfSensor(Sensor):
-    def __init__(self, source_id: str, component: str, event: str, fd: int, scale: float, cpu: int) -> None:
+    def __init__(self, source_id: str, component: str, event: str, fd: int, scale: float, cpu: int,
+                 cpu_tdp: float | None = None) -> None:
         super().__init__(id=source_id, component=component, method="measured", sensor="perf",
                          detail={"event": f"power/{event}/", "cpu": cpu, "scale_j": scale,
                                  "reading": "perf_event_open count x scale"},
                          update_period_s=0.001, tier="counter")
         self.fd, self.scale = fd, scale
         self._zero = 0
+        self.cpu_tdp = cpu_tdp  # the model's TDP, should the counter turn out to count nothing
+        # A VM's perf may offer power/energy-psys/ and count nothing on it, all run.
+        self._watch = cpu_watch(f"the perf event power/{event}/", 0.001)
 
     def start(self, t_ns: int) -> None:
         self._zero = self._count()
@@ -129,7 +133,13 @@ class PerfSensor(Sensor):
             raise SensorError(f"perf event {self.detail['event']}: {exc}") from None
 
     def read(self, t_ns: int) -> float:
-        return (self._count() - self._zero) * self.scale
+        count = self._count()
+        if self._watch.saw(t_ns, count) is not None:
+            self.frozen = self._watch.why
+        return (count - self._zero) * self.scale
+
+    def fallback(self) -> Sensor | None:
+        return model_for(self.component, self.cpu_tdp)
 
     def close(self) -> None:
         try:
@@ -146,7 +156,8 @@ def paranoid_level(path: str = PARANOID) -> int | None:
         return None
 
 
-def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: bool = False) -> Discovery:
+def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: bool = False,
+             cpu_tdp: float | None = None) -> Discovery:
     base = perf_root(root)
     if not (base / "events").is_dir():
         return Discovery.absent("perf", f"{base} has no events",
@@ -181,7 +192,7 @@ def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: b
                 found.notes.append(f"perf: cannot open power/{name}/ on CPU {cpu} ({exc.strerror or exc})")
                 continue
             sid = base_id if len(cpus) == 1 else f"{base_id}:{k}"
-            found.sensors.append(PerfSensor(sid, comp, name, fd, scale, cpu))
+            found.sensors.append(PerfSensor(sid, comp, name, fd, scale, cpu, cpu_tdp))
     if found.sensors:
         found.notes.append("perf: RAPL read through perf events (" + ", ".join(s.id for s in found.sensors) + ")")
     return found

@@ -12,7 +12,7 @@ import os
 import re
 from pathlib import Path
 
-from .base import Discovery, Sensor, SensorError, WrapCounter
+from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch, model_for
 
 DEFAULT_ROOT = "/sys/class/powercap"
 REUSE_NS = 500_000  # half the counter's update period (update_period_s)
@@ -36,9 +36,11 @@ class RaplSensor(Sensor):
     replaced under its name, as a fake tree may be, has no links left); otherwise the name is opened
     again, and the old number, no longer ours, is left alone."""
 
-    def __init__(self, source_id: str, component: str, zone: Path, name: str) -> None:
+    def __init__(self, source_id: str, component: str, zone: Path, name: str, cpu_tdp: float | None = None) -> None:
         super().__init__(id=source_id, component=component, method="measured", sensor="rapl",
                          detail={"zone": zone.name, "domain": name}, update_period_s=0.001)
+        self.cpu_tdp = cpu_tdp  # the model's TDP, should the counter turn out to count nothing
+        self._watch = cpu_watch(f"RAPL's {name} counter ({zone.name}/energy_uj)", 0.001)
         self.path = zone / "energy_uj"
         max_range = _read_number(zone / "max_energy_range_uj")
         self.detail["max_energy_range_uj"] = max_range
@@ -104,8 +106,14 @@ class RaplSensor(Sensor):
             self.start(t_ns)
             counter = self._counter
             assert counter is not None
-        self._at, self._joules = t_ns, counter.update(self._raw()) / 1e6
+        raw = self._raw()
+        self._at, self._joules = t_ns, counter.update(raw) / 1e6
+        if self._watch.saw(t_ns, raw) is not None:
+            self.frozen = self._watch.why
         return self._joules
+
+    def fallback(self) -> Sensor | None:
+        return model_for(self.component, self.cpu_tdp)
 
     def close(self) -> None:
         self._close_if_ours()
@@ -128,7 +136,7 @@ def _read_number(path: Path) -> float | None:
         return None
 
 
-def discover(root: str | None = None) -> Discovery:
+def discover(root: str | None = None, cpu_tdp: float | None = None) -> Discovery:
     base = powercap_root(root)
     found = Discovery()
     if not base.is_dir():
@@ -185,5 +193,5 @@ def discover(root: str | None = None) -> Discovery:
         except (OSError, ValueError) as exc:
             found.notes.append(f"RAPL: cannot read {energy} ({type(exc).__name__}: {exc})")
             continue
-        found.sensors.append(RaplSensor(sid, component, zone, name))
+        found.sensors.append(RaplSensor(sid, component, zone, name, cpu_tdp))
     return found

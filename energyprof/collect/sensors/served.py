@@ -44,6 +44,8 @@ class ServedClient:
         self._at: int | None = None
         self._last: dict[str, Any] = {}
         self.users = 0
+        self.period_s: float | None = None  # the reader's limits for this user, where it sets any
+        self.resolution_uj: int | None = None
 
     def fetch(self, t_ns: int | None = None) -> dict[str, dict[str, Any]]:
         from . import served_protocol as protocol
@@ -59,7 +61,9 @@ class ServedClient:
                 raise SensorError(f"the energyprof sensor reader at {self.path} stopped answering ({exc})") from None
             if not line:
                 raise SensorError(f"the energyprof sensor reader at {self.path} closed the connection")
-            self._last = {z["id"]: z for z in protocol.decode(line)["zones"]}
+            reply = protocol.decode(line)
+            self._last = {z["id"]: z for z in reply["zones"]}
+            self.period_s, self.resolution_uj = reply.get("period_s"), reply.get("resolution_uj")
             self._at = t_ns
             return self._last
 
@@ -75,10 +79,12 @@ class ServedClient:
 
 class ServedSensor(Sensor):
     def __init__(self, client: ServedClient, zone: dict[str, Any]) -> None:
+        detail = {"domain": zone.get("domain"), "via": f"energyprof sensors serve ({client.path})",
+                  "max_energy_range_uj": zone.get("max_energy_range_uj")}
+        if client.resolution_uj:  # the reader rounds this user's counters (the power side channel)
+            detail["resolution_uj"] = client.resolution_uj
         super().__init__(id=zone["id"], component=zone["component"], method="measured", sensor="rapl",
-                         detail={"domain": zone.get("domain"), "via": f"energyprof sensors serve ({client.path})",
-                                 "max_energy_range_uj": zone.get("max_energy_range_uj")},
-                         update_period_s=0.001, tier="counter")
+                         detail=detail, update_period_s=max(0.001, float(client.period_s or 0.0)), tier="counter")
         self.client = client
         client.users += 1
         self._max = zone.get("max_energy_range_uj")

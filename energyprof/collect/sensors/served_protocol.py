@@ -3,6 +3,7 @@
 A request is one line of at most MAX_LINE bytes:
 
     read                 -> {"zones": [{"id", "component", "domain", "energy_uj", "max_energy_range_uj"}]}
+                            (+ "period_s", "resolution_uj" where the reader limits this user's reads)
     knobs                -> {"knobs": [{"name", "value", "low", "high", "step", "choices", "unit"}]}
     set NAME VALUE       -> {"ok": NAME, "value": V}   or {"error": "..."}
     restore NAME         -> {"ok": NAME, "value": V}   or {"error": "..."}

@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from ..base import Discovery, Sensor, SensorError, WrapCounter
+from ..base import FROZEN_GPU_S, FROZEN_PERIODS, Discovery, FrozenWatch, Sensor, SensorError, WrapCounter
 from . import nvml_device
 from .numbering import GpuInfo, cuda_bus_ids_from_torch, parse_bus_id, text, visible_order
 from .nvml_device import GpuError, NvmlDevice, Session, error_text, init_note, load_binding
@@ -27,6 +27,7 @@ DETECT_BUDGET_S = 0.3  # total time spent polling for update periods, all GPUs t
 DETECT_POLL_S = 0.001
 DEFAULT_UPDATE_PERIOD_S = 0.1  # A100/H100 refresh power about every 100 ms (FIELD-NOTES)
 COUNTER_RANGE_MJ = 2**64  # an unsigned 64-bit value: kept as int, a float cannot hold it
+BUSY_POWER_W = 1.0  # a GPU drawing more than this is doing something its energy counter must count
 
 __all__ = ["NvmlSensor", "discover", "detect_update_periods", "GpuInfo", "parse_bus_id", "visible_order",
            "DEFAULT_UPDATE_PERIOD_S", "DETECT_BUDGET_S", "SHARE_REFRESH_S", "READING_LABELS"]
@@ -136,6 +137,14 @@ class NvmlSensor(Sensor):
         self._last_w = 0.0
         self._closed = False
         self.samples = SampleBuffer(device.nv, device.handle)  # the driver's power samples, for the kernel split
+        period = update_period_s or DEFAULT_UPDATE_PERIOD_S
+        # A counter is judged once it has stood still for two of its updates: then the driver is asked
+        # whether the GPU draws power or is in use, and a counter flat over FROZEN_PERIODS updates of that
+        # (FROZEN_GPU_S at least) is not a sensor. A counter that moves never costs the extra calls.
+        self._busy = _GpuBusy(device)
+        self._watch = FrozenWatch(f"the NVML energy counter of {source_id}", self._busy,
+                                  max(FROZEN_PERIODS * period, FROZEN_GPU_S),
+                                  int(2 * period * 1e9), "the driver said the GPU was in use or drew power for {busy:.2f} s")
 
     def _call(self) -> float:
         try:
@@ -167,7 +176,10 @@ class NvmlSensor(Sensor):
             raw = self._call()
             if self._counter is None:
                 self._counter = WrapCounter(raw, COUNTER_RANGE_MJ)
-            return self._counter.update(raw) / 1000.0
+            joules = self._counter.update(raw) / 1000.0
+            if self._watch.saw(t_ns, raw) is not None:
+                self.frozen = self._watch.why
+            return joules
         watts = self._call() / 1000.0
         if self._last_t is None:
             self._last_t, self._last_w = t_ns, watts
@@ -177,6 +189,21 @@ class NvmlSensor(Sensor):
             self._joules += 0.5 * (self._last_w + watts) * dt
             self._last_t, self._last_w = t_ns, watts
         return self._joules
+
+    def fallback(self) -> Sensor | None:
+        """A frozen counter's GPU read by its power (the instant field, else the average), integrated;
+        None where the driver gives no power either (the GPU is then dropped)."""
+        if self.kind != "counter":
+            return None
+        for kind in ("instant", "average"):
+            try:
+                watts = reader(self.device, kind)() / 1000.0
+            except GpuError:
+                continue
+            if watts > 0:
+                detail = {**self.detail, "reading": READING_LABELS[kind]}
+                return NvmlSensor(self.id, self._session, self.gpu, self.device, kind, detail, self.update_period_s)
+        return None
 
     def process_share(self) -> float:
         """This process's share of the GPU, in [0, 1]; never raises, never blocks for long (share.py)."""
@@ -198,6 +225,36 @@ class NvmlSensor(Sensor):
         if not self._closed:
             self._closed = True
             self._session.release()
+
+
+class _GpuBusy:
+    """How long the driver has said the GPU was in use (utilisation above 0) or drawing power (above
+    BUSY_POWER_W), in seconds, summed over the spans between the times it is asked."""
+
+    def __init__(self, device: NvmlDevice) -> None:
+        self.device = device
+        self.last_ns: int | None = None
+        self.total_s = 0.0
+
+    def busy(self) -> bool:
+        try:
+            if self.device.utilization_gpu() > 0:
+                return True
+        except Exception:  # noqa: BLE001 - no utilisation figure: power says it
+            pass
+        for kind in ("instant", "average"):
+            try:
+                return reader(self.device, kind)() / 1000.0 > BUSY_POWER_W
+            except GpuError:
+                continue
+        raise SensorError("the driver says neither utilisation nor power")
+
+    def __call__(self, t_ns: int) -> float:
+        busy = self.busy()
+        if self.last_ns is not None and busy:
+            self.total_s += (t_ns - self.last_ns) / 1e9
+        self.last_ns = t_ns
+        return self.total_s
 
 
 def discover(binding: Any = None, env: dict[str, str] | None = None,

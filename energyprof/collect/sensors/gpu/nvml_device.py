@@ -161,6 +161,10 @@ class NvmlDevice:
         """nvmlDeviceGetPowerUsage: a 1 s moving average on Ampere and newer."""
         return float(self._call("nvmlDeviceGetPowerUsage"))
 
+    def utilization_gpu(self) -> float:
+        """The share of the last sample period in which a kernel ran, in percent (nvmlDeviceGetUtilizationRates)."""
+        return float(self._call("nvmlDeviceGetUtilizationRates").gpu)
+
     def compute_pids(self) -> set[int]:
         return {int(p.pid) for p in self._call("nvmlDeviceGetComputeRunningProcesses")}
 
