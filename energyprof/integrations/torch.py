@@ -527,7 +527,7 @@ class TrackedLoader:
         return {"name": self.name, **loop_breakdown(self.records(), warmup), "steps": self.records()}
 
 
-# -- the forecast and FLOPs: run settings, the line, counting -------------------------------------------------------------------------
+# -- the forecast and FLOPs: run settings, the line, counting ----------------------------------------
 def _run_setting(prof: Any, option: str, agent_key: str) -> Any:
     """A run option as the running profile holds it: a Profiler's or Monitor's Options, or under
     `python -m energyprof` the agent's configuration (numbers as floats, `quiet` as "1")."""
