@@ -2,9 +2,9 @@
 
 The bootstrap calls `start_agent` in every Python process of a run of `python -m energyprof`.
 What the program may call (`window`, `begin_window`, `end_window`, `measure`) is reached
-through `energyprof.drive.profiler.active_profiler()`, which hands in the Measurement class and,
-with `--mlflow`, the logging of windows: nothing of energyprof's outside `agent/` is imported
-here.
+through `energyprof.drive.profiler.active_profiler()`, which hands in the Measurement class:
+nothing of energyprof's outside `agent/` is imported here (with `--mlflow` the supervisor logs the
+windows; the program's process never imports MLflow for energyprof).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from .spool import Spool
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any, Callable
+    from typing import Any
 
 
 
@@ -143,6 +143,35 @@ class Agent:
     def note(self, message: str) -> None:
         self.spool.event(note_line(message))
 
+    _mlflow_run: str | None = None
+
+    def note_mlflow_run(self) -> None:
+        """--mlflow: the supervisor logs each window() block (on its own thread: MLflow's work is never the
+        program's), into the program's active run if it has one. That run is this thread's, known only
+        here, and only where the program imported mlflow itself: written down in the spool when it
+        changes (`<pid>.mlflow-run`), before the window's end record, so the supervisor finds it there."""
+        mlflow = sys.modules.get("mlflow")
+        if mlflow is None:
+            return
+        try:
+            active = mlflow.active_run()
+            run = active.info.run_id if active is not None else ""
+        except Exception:  # noqa: BLE001 - a stubbed or half-imported mlflow is no run
+            return
+        if run == (self._mlflow_run or "") or (not run and self._mlflow_run is None):
+            return
+        self._mlflow_run = run
+        try:
+            path = os.path.join(self.config["spool"], f"{self.pid}.mlflow-run")
+            fd = os.open(path + ".tmp", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0), 0o600)
+            try:
+                os.write(fd, run.encode())
+            finally:
+                os.close(fd)
+            os.replace(path + ".tmp", path)
+        except OSError:
+            pass  # the window goes to energyprof's run
+
     # -- the Profiler-like surface the program may use -----------------------------------
     def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> int:
         """Mark a window's start; returns its time (perf_counter_ns), as the profile will hold it; `t_ns`:
@@ -223,15 +252,11 @@ class _Window:
         return self.m
 
     def __exit__(self, *exc: Any) -> None:
+        if self.agent.config.get("mlflow") == "1":  # the supervisor logs the block, into the program's run if any
+            self.agent.note_mlflow_run()
         t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
         self.m.time_s = (t1 - t0) / 1e9
         self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
-        log = _handed.get("log_window")
-        if log is not None:  # live, in this process: the program's active run
-            try:
-                log(self.m, self.name, self.index)
-            except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
-                self.agent.note(f"a window could not be logged to MLflow: {type(exc).__name__}: {exc}")
 
 
 SIGTERM_LOCK_WAIT_S = 0.5
@@ -305,13 +330,10 @@ def bound() -> bool:
     return "measurement" in _handed
 
 
-def bind(measurement: Any, log_window: Callable[..., None] | None = None) -> None:
-    """Hand in what the window calls build: the Measurement class and, with --mlflow, the
-    logging of a window in the program's active run. `energyprof.drive.profiler` does it, in the
-    program, where energyprof is imported anyway."""
+def bind(measurement: Any) -> None:
+    """Hand in what the window calls build: the Measurement class. `energyprof.drive.profiler` does
+    it, in the program, where energyprof is imported anyway."""
     _handed["measurement"] = measurement
-    if log_window is not None:
-        _handed["log_window"] = log_window
 
 
 def current() -> Agent | None:

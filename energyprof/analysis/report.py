@@ -23,6 +23,7 @@ from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
+from ..facts.records import is_forecast
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -78,6 +79,8 @@ class ReportModel:
     own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
     # loader -> rank -> breakdown, when several ranks tracked loaders (then `training` is empty)
     training_ranks: dict[str, dict[int, dict[str, Any]]] = field(default_factory=dict)
+    # tracked loop -> its forecasts of its own total beside the outcome (analysis/forecast.forecast_views)
+    forecasts: dict[str, dict[str, Any]] = field(default_factory=dict)
     # sweeps inside the run (windows NAME:LABEL): name -> its points of energy against time, and
     # whether their energy is the program's
     sweeps: dict[str, tuple[list[WindowPoint], bool]] = field(default_factory=dict)
@@ -130,6 +133,8 @@ class ReportModel:
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
         elif (self.profile.extra.get("io") or {}).get("absent"):
             out["io"] = {"absent": self.profile.extra["io"]["absent"]}
+        if self.forecasts:  # predicted during the run against what the passes measured
+            out["forecasts"] = self.forecasts
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -163,11 +168,14 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
                       and r.self_total_energy > 0),
                      key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
-    # the tracked loops' page-cache readings are facts of the training table, not spans: left out here
-    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows if not is_cache_fact(w)]
+    # the tracked loops' page-cache readings and forecasts are facts of the training table, not spans: left out here
+    window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows
+                   if not is_cache_fact(w) and not is_forecast(w)]
     if figures is not None and options.carbon is not None:
-        for r, g in zip(window_rows, window_carbon(view, figures, options.carbon)):
-            r.carbon_g, r.cost = g, figures.cost(r.window.energy_j)
+        # window_carbon has one figure per window of the profile: each row takes its own window's
+        grams = dict(zip(map(id, view.windows), window_carbon(view, figures, options.carbon)))
+        for r in window_rows:
+            r.carbon_g, r.cost = grams[id(r.window)], figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
     absent = (view.extra.get("io") or {}).get("absent")
     if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
@@ -186,13 +194,23 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     memory = MemoryFigures(t.baseline_rss_bytes or (rss[0] if rss else None), sampled, exact)
     return ReportModel(
         profile=view, policy=view.idle_policy, sources=view.sources, totals=t, rows=rows, top=top, top_by_self=top_by_self,
-        chart=chart, windows=window_rows, window_groups=window_groups(window_rows),
+        chart=chart, windows=window_rows, window_groups=window_groups(window_rows), forecasts=_forecasts(profile),
         training=training_breakdowns(view), carbon=figures, notes=notes, processes=processes_of(view),
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
         window_io=_window_io(view), io_method=io_method,
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
+
+
+def _forecasts(profile: Profile) -> dict[str, dict[str, Any]]:
+    """The tracked loops' forecasts beside their outcome; the maths' module (and `statistics`) only for a
+    profile that has some."""
+    if not any(is_forecast(w) for w in profile.windows):
+        return {}
+    from .forecast import forecast_views
+
+    return forecast_views(profile)
 
 
 def _window_io(profile: Profile) -> dict[str, dict[str, float]]:

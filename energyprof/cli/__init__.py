@@ -10,6 +10,7 @@
     energyprof gpu-trace TRACE --power-trace CSV  gpu_trace.py
     energyprof sweep --grid ... --knob ... -- CMD sweep.py
     energyprof cache {drop,status} PATH           cache.py
+    energyprof estimate {fit,predict} ...         estimate.py
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from .common import PROG, UsageError
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace", "sweep", "cache"):
+    if argv and argv[0] in ("report", "compare", "merge", "sensors", "gpu-trace", "sweep", "cache", "estimate"):
         gc.enable()  # __main__ turned it off for start-up; only `run` keeps it off until the program starts
     try:
         if argv and argv[0] == "report":
@@ -55,6 +56,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from .cache import cache_cmd
 
             return cache_cmd(argv[1:])
+        if argv and argv[0] == "estimate":
+            from .estimate import estimate_cmd
+
+            return estimate_cmd(argv[1:])
         from .run import run
 
         return run(argv)

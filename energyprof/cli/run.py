@@ -49,7 +49,10 @@ subcommands:
                         `sensors record` saves a power trace; see `energyprof sensors --help`
   gpu-trace TRACE.json[.gz] --power-trace POWER.csv
                         a saved PyTorch profiler trace's GPU energy on the lines that launched
-                        its kernels (--json, -o); see `energyprof gpu-trace --help` and docs/gpu.md"""
+                        its kernels (--json, -o); see `energyprof gpu-trace --help` and docs/gpu.md
+  estimate fit PROFILE.json... -o MODEL.json | estimate predict MODEL.json --flops F ...
+                        a training run's energy before it runs, from a model fitted on saved
+                        profiles; see `energyprof estimate --help` and docs/experiments.md"""
 
 
 def build_run_parser() -> Parser:
@@ -105,12 +108,21 @@ def build_run_parser() -> Parser:
     p.add_argument("--gpu-kernel-steps", metavar="EVERY:ACTIVE[:WINDOWS]",
                    help="with --gpu-kernels: profile only ACTIVE steps of every EVERY (steps marked by"
                         " energyprof.torch.track), at most WINDOWS windows; the rest stays on the wall-time rule")
+    p.add_argument("--expect-epochs", type=int, metavar="N",
+                   help="the passes each energyprof.torch.track() loop will make (unless the program gives"
+                        " track(epochs=N)): after each, a forecast of the run's energy, time and carbon on stderr,"
+                        " kept in the profile; an energyprof flag, before the script, apart from the script's own --epochs")
     p.add_argument("--knob", action="append", metavar="KIND[:INDEX]=VALUE",
                    help="set a power knob for this run and put it back after (gpu_power_limit=W, cpu_power_limit=W,"
                         " cpu_max_freq=kHz, jetson_power_mode=N); repeatable; see docs/knobs.md")
     p.add_argument("--watch-cache", metavar="PATH", help="measure the page-cache residency of the files under PATH"
                    " at the run's start and end and at each energyprof.torch.track() pass's start and end, and record the"
                    " storage device behind it")
+    p.add_argument("--influx", metavar="URL",
+                   help="send power and energy per source each second, each window and the carbon to InfluxDB while the"
+                        " program runs: http://HOST:8086/DB (1.x), or http://HOST:8086?org=ORG&bucket=B with $INFLUX_TOKEN (2.x)")
+    p.add_argument("--pushgateway", metavar="URL",
+                   help="push the same figures to a Prometheus pushgateway (http://HOST:9091) while the program runs")
     p.add_argument("-m", dest="module", metavar="MODULE", help="run a library module as a script, like python -m")
     return p
 

@@ -81,6 +81,10 @@ class Monitor:
         self._first = self._read(t0)
         self._stop = threading.Event()
         self.poll_s = poll_s if poll_s is not None else self._default_poll()
+        self._live: Any = None  # influx=, pushgateway=: the live export (output/live.py), fed by the poller
+        self.live_summary: dict[str, Any] | None = None  # what it sent and dropped, once closed
+        if o.influx or o.pushgateway:
+            self._start_live()
         if self.poll_s:
             self._thread = _Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
 
@@ -92,15 +96,78 @@ class Monitor:
     def _poll(self) -> None:
         # The poller writes down its own CPU after each round, under the lock, so a window's edge
         # reads no thread clock: what it misses is the few microseconds between that note and
-        # the next wait, once a poll period.
+        # the next wait, once a poll period. The live export's threads are energyprof's too.
         assert self.poll_s is not None
         thread_ns = time.thread_time_ns
         while not self._stop.wait(self.poll_s):
             with self._lock:
                 t = time.perf_counter_ns()
-                for s in self.sensors:
-                    s.read(t)
-                self._own_ns = thread_ns()
+                energy = [float(s.read(t)) for s in self.sensors]
+                if self._live is not None:
+                    self._live_round(t, energy)
+                self._own_ns = thread_ns() + (self._live_own.read_ns() if self._live is not None else 0)
+
+    # -- live export ---------------------------------------------------------------------
+    def _start_live(self) -> None:
+        from ..collect.probes import OwnClocks
+        from ..output.live import PERIOD_S, LiveExport
+
+        self._live_own = OwnClocks()
+        self._live = LiveExport(self.options, own=self._live_own)
+        self._live.carbon = self._carbon
+        self._live_next = 0
+        self._live_last: tuple[int, list[float], list[float]] = (self._first[0], [0.0] * len(self.sensors),
+                                                                 [0.0] * len(self.sensors))
+        self._live_ended: list[tuple[Measurement, int]] = []  # windows ended, sent from the poller's thread
+        self.poll_s = min(self.poll_s or PERIOD_S, PERIOD_S)
+
+    def _live_round(self, t: int, energy: list[float] | None = None) -> None:
+        """On the poller's thread, under the lock: the windows that ended, and once a second the run's figures."""
+        from ..output.live import PERIOD_S
+
+        live = self._live
+        while self._live_ended:
+            m, t_end = self._live_ended.pop(0)
+            if m.energy_j is not None and m.program_energy_j is not None:  # the first read fills it, here
+                live.emit(live.window_points(m.name, m.index, m.time_s, live.wall_ns(t_end), m.energy_j, m.program_energy_j))
+        if energy is None or t < self._live_next:
+            return
+        self._live_next = t + int(PERIOD_S * 1e9)
+        machine, program = self._run_so_far(t, energy)
+        t0, m0, p0 = self._live_last
+        dt = (t - t0) / 1e9
+        pm = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(machine, m0)]
+        pp = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(program, p0)]
+        self._live_last = (t, machine, program)
+        live.emit(live.source_points(live.wall_ns(t), list(self._ids), machine, program, pm, pp))
+
+    def _run_so_far(self, t: int, energy: list[float]) -> tuple[list[float], list[float]]:
+        proc = _proc_ns() + _children_ns() - self._own_ns
+        a = self._account("<run>", None, self._first, (t, energy, proc, _busy_ns() if self._share else 0))
+        machine, program = a.machine(), a.program(self.policy)
+        return [machine.get(i, 0.0) for i in self._ids], [program.get(i, 0.0) for i in self._ids]
+
+    def _close_live(self) -> None:
+        from ..output.live import dropped_line
+
+        live = self._live
+        with self._lock:
+            self._live_round(time.perf_counter_ns())
+        total = self.measure()
+        ids = self._ids
+        t, m0, p0 = self._live_last
+        last = (live.wall_ns(t), dict(zip(ids, m0)), dict(zip(ids, p0)))
+        try:
+            self.live_summary = live.finish(last=last, totals=(dict(total.energy_j or {}), dict(total.program_energy_j or {})))
+        except Exception as exc:  # noqa: BLE001 - the export is never worth the program's run
+            self.live_summary = {"run": live.run, "sinks": [], "error": f"{type(exc).__name__}: {exc}"}
+        line = dropped_line(self.live_summary)
+        if line is not None:
+            self.notes.append(line.split(": ", 1)[1])
+            if not self.options.quiet:
+                import sys
+
+                print(line, file=sys.stderr, flush=True)
 
     def _read(self, t_ns: int | None = None) -> _Reading:
         # The hot path of a window (twice each): no lock without a poller to race, no
@@ -157,6 +224,8 @@ class Monitor:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2.0)
+        if self._live is not None and not self._live.finished:
+            self._close_live()
         for s in self.sensors:
             with contextlib.suppress(Exception):
                 s.close()
@@ -203,6 +272,8 @@ class Monitor:
         m = into if into is not None else Measurement(name=name, index=index)
         gpu = self._gpu_parts()
         m.defer(lambda m: fill_from_account(m, self._account(name, index, a, b, gpu), self.policy, *self._carbon))
+        if self._live is not None and name != "<run>":  # sent from the poller's thread, which fills it there
+            self._live_ended.append((m, b[0]))
         return m
 
 

@@ -46,10 +46,7 @@ def active_profiler() -> Any:
     agent = supervised.current() if supervised is not None else None
     if agent is not None and not supervised.bound():
         # The agent imports nothing of energyprof's: what its windows build is handed in here.
-        log_window = None
-        if agent.config.get("mlflow") == "1":
-            from ..output.mlflow import log_window
-        supervised.bind(Measurement, log_window)
+        supervised.bind(Measurement)
     return agent
 
 
@@ -110,6 +107,8 @@ class Profiler:
         self._window_lock = threading.Lock()
         self._windows_begun = 0
         self._carbon = carbon_setting(self.options)
+        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live.py) and its watch
+        self._watch: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self, target: str | None = None, _anchor: int | None = None) -> Profiler:
@@ -123,6 +122,8 @@ class Profiler:
             self._start(target, _anchor if _anchor is not None else anchor_depth(sys._getframe(1)))
         except BaseException:
             self._teardown()
+            if self._live is not None:
+                self._live.finish(None, wait_s=0.0)
             with _active_lock:
                 _active = None
             raise
@@ -148,6 +149,7 @@ class Profiler:
             checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval, extras=[self._io],
         )
         self._started_wall = time.time()
+        self._start_live(own)
         if o.gpu_kernels or (o.gpu_kernels is None and _uses_cuda()):
             self._start_kernels()
         self._cuda_sync()
@@ -167,6 +169,20 @@ class Profiler:
         self._sampler = kind(LocalSink(self._feed), o.interval, View(anchor=anchor), rss=o.memory != "off",
                              alloc=alloc, own_idents=own.idents)
         self._sampler.start()
+
+    def _start_live(self, own: OwnClocks) -> None:
+        """influx=, pushgateway=, mlflow=: the live export's threads (their CPU is energyprof's), fed from
+        the collector's tick; MLflow is imported here, once, before the program's first window."""
+        o = self.options
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
+            return
+        from ..output.live import LedgerWatch, LiveExport
+
+        assert self._collector is not None and self._ledger is not None
+        self._live = LiveExport(self.options, own=own, started_wall=self._started_wall)
+        self._live.carbon = self._carbon
+        self._watch = LedgerWatch(self._live, self._ledger, self.options.idle, self._collector._lock)
+        self._collector.extras.append(self._watch)
 
     def _start_kernels(self) -> None:
         """The PyTorch profiler in this process until stop, each cycle reduced in memory into a fold
@@ -268,7 +284,13 @@ class Profiler:
             table = self._ledger.stacks
             self._ledger.add_allocations(os.getpid(), [(table.frame_id(fr) if fr else None, size)
                                                        for fr, size in allocations])
+        if self._watch is not None:
+            self._watch.final()
         self.profile = self._build(exit_status, peak)
+        if self._live is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
+            from ..output.live import finish_run
+
+            finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary, self._watch.last())
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile
@@ -335,18 +357,10 @@ class Profiler:
         finally:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
-            if self.options.mlflow:  # live, as the block ends: this read pays the wait for m's figures
-                self._log_window(m, name, index)
+            if self._live is not None:  # MLflow logs it on energyprof's thread, which pays the wait for m's figures
+                from ..output.live import program_mlflow_run
 
-    def _log_window(self, m: Measurement, name: str, index: int | None) -> None:
-        try:
-            from ..output.mlflow import log_window
-
-            log_window(m, name, index)
-        except Exception as exc:  # noqa: BLE001 - logging is never worth the program's run
-            if not any(n["kind"] == "mlflow" for n in self._notes):
-                self._notes.append({"kind": "mlflow", "message": f"a window could not be logged to MLflow: "
-                                    f"{type(exc).__name__}: {exc}"})
+                self._live.window_block(m, name, index, program_mlflow_run())
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window

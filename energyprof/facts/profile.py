@@ -19,6 +19,7 @@ from ..store.files import write_text
 from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)
+from .records import Forecast, read_forecast
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -187,6 +188,12 @@ class Profile:
     @property
     def total_energy_j(self) -> float:
         return sum(self.totals.energy_j.values())
+
+    @property
+    def forecasts(self) -> list[Forecast]:
+        """The tracked loops' forecasts of their own totals (energyprof.torch.track(epochs=N)), in the order made."""
+        found = (read_forecast(w) for w in sorted(self.windows, key=lambda w: w.start_s))
+        return [f for f in found if f is not None]
 
     def source(self, source_id: str) -> Source:
         for s in self.sources:

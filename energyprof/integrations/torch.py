@@ -23,12 +23,29 @@ otherwise: `track` hands the loader's workers a timed collate function and a tim
 `worker_init_fn` for its own passes only, each worker times the dataset read plus collate of
 every batch and ships the figure back with the batch, and the loop unwraps it before the
 program sees the batch. The fetch stall is computed from these in `analysis.training`.
+
+The forecast. With the number of epochs known (`track(loader, epochs=N)`, or `--expect-epochs N` of
+`python -m energyprof`) and a profile running, each pass is a window `<name>.pass`, and after each pass
+but the last the tracker predicts the N passes' total energy (the program's), time and carbon with an
+interval (`analysis.forecast.forecast_facts`), prints it on stderr as one line of energyprof's (after
+epochs 1, 2, 3 and then every tenth of the run; `quiet` prints none) and keeps it in the profile as a
+zero-length window `<name>.forecast` whose facts are the figures (`facts.records.Forecast`). Reading a
+pass's energy waits for its last sensor reading (about one sensor period; under the supervisor, its reply),
+between passes, outside every pass's window.
+
+FLOPs. With `model` and a profile running, the program's first step runs under torch's
+`FlopCounterMode`: the FLOPs of that step as it ran (forward, backward and the optimizer step; the counter
+counts matrix products, convolutions and attention) are kept on its compute window (`flops`), with the
+device the model's parameters are on (`cuda_device`, -1 for the CPU): `energyprof estimate` fits energy
+per step on them. The counter slows that one step (Python sees each operator); a compiled model is not
+counted (its first step compiles it, and a dispatch mode there would change what is compiled).
 """
 
 from __future__ import annotations
 
 import contextlib
 import inspect
+import math
 import os
 import sys
 import time
@@ -209,7 +226,7 @@ class TrackedLoader:
 
     def __init__(self, loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
                  gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
-                 dataset: str | None = None) -> None:
+                 dataset: str | None = None, epochs: int | None = None) -> None:
         self.loader = loader
         self.optimizer = optimizer  # Zeus's callbacks (a PowerLimitOptimizer): called per pass and per step
         self.model = model  # its parameter count is kept with the first step of each pass
@@ -226,6 +243,12 @@ class TrackedLoader:
         self._pre_open: int | None = None
         self._current: int | None = None
         self._own_iterator: Any = None  # persistent workers started by a tracked pass
+        self.epochs = epochs  # passes the run will make (None: the run's --expect-epochs, if any)
+        self.forecasts: list[dict[str, float]] = []  # after each finished pass but the last (analysis.forecast)
+        self._passes_done: list[tuple[float | None, float, int]] = []  # per finished pass: energy, time, pass
+        self._pass_facts: dict[str, Any] = {}  # carbon setting and whether any energy was estimated
+        self._flop_mode: Any = None  # FlopCounterMode around the first step, while it runs
+        self.flops: float | None = None  # the first step's FLOPs (FlopCounterMode), once counted
 
     def __len__(self) -> int:
         return len(self.loader)  # type: ignore[arg-type]
@@ -269,6 +292,7 @@ class TrackedLoader:
         epoch = self.passes
         self.passes += 1
         workers = _workers(self.loader)
+        pass_window = self._begin_pass(prof, epoch)
         t0 = time.perf_counter_ns()
         it, started = self._iterate(workers)
         startup_ns = time.perf_counter_ns() - t0
@@ -307,6 +331,8 @@ class TrackedLoader:
                     self.end_waits_s.append((t_end - t) / 1e9)
                     measured_end = True
                     self._residency(prof, dataset, epoch, "end")
+                    self._end_pass(prof, pass_window, epoch, complete=True)
+                    pass_window = None
                     return
                 t_batch = time.perf_counter_ns()
                 wait_ns = t_batch - t
@@ -336,6 +362,8 @@ class TrackedLoader:
                     prof.begin_window(compute_w, step)
                 if self.optimizer is not None:
                     self.optimizer.on_step_begin()
+                if prof is not None and self.model is not None and self.flops is None and self._flop_mode is None:
+                    self._flop_mode = _start_flop_count(self.model)
                 yield batch
         finally:
             # the loop broke out, raised, or the generator was closed: end the open step
@@ -344,8 +372,88 @@ class TrackedLoader:
             self._current = None
             if not measured_end:  # a pass that broke out early ends here: its residency too
                 self._residency(prof, dataset, epoch, "end")
+            if pass_window is not None:  # a pass cut short: its window ends, no forecast counts it
+                self._end_pass(prof, pass_window, epoch, complete=False)
             if self.optimizer is not None:
                 self.optimizer.on_epoch_end()
+
+    # -- the forecast (analysis/forecast.py): a window per pass, a prediction after each ---------------
+    def _expected(self, prof: Any) -> int | None:
+        """The passes the run will make: `epochs=`, else the run's --expect-epochs (None: no forecast)."""
+        if self.epochs is not None:
+            return int(self.epochs)
+        n = _run_setting(prof, "expect_epochs", "epochs")
+        return int(n) if n else None
+
+    def _begin_pass(self, prof: Any, epoch: int) -> Any:
+        """Open the pass's window when a forecast is wanted: (context, Measurement), else None."""
+        if prof is None or not self._expected(prof) or not hasattr(prof, "window"):
+            return None
+        try:
+            cm = prof.window(f"{self.name}.pass", epoch)
+            return cm, cm.__enter__()
+        except Exception:  # noqa: BLE001 - a forecast is never worth the program's run
+            return None
+
+    def _end_pass(self, prof: Any, opened: Any, epoch: int, complete: bool) -> None:
+        if opened is None:
+            return
+        cm, m = opened
+        try:
+            cm.__exit__(None, None, None)
+        except Exception:  # noqa: BLE001
+            return
+        n = self._expected(prof)
+        if not complete or not n:
+            return
+        try:
+            self._forecast(prof, m, epoch, n)
+        except Exception:  # noqa: BLE001 - a forecast is never worth the program's run
+            pass
+
+    def _forecast(self, prof: Any, m: Measurement, epoch: int, n: int) -> None:
+        from ..analysis.forecast import forecast_facts
+
+        # reading a figure waits (bounded) for the pass's last sensor reading: between passes, in no pass
+        energy = m.program_total_j
+        self._passes_done.append((energy, float(m.time_s), epoch))
+        if m.estimated:
+            self._pass_facts["estimated"] = True
+        if m.intensity_g_per_kwh is not None:
+            self._pass_facts["carbon"] = (m.intensity_g_per_kwh, m.pue)
+        k = len(self._passes_done)
+        if k >= n:
+            return  # the run is done: its outcome is in the profile
+        energies = [e for e, _, _ in self._passes_done]
+        times = [t for _, t, _ in self._passes_done]
+        first = self._passes_done[0][2]
+        step_times = [s.time_s for s in self.steps if s.epoch == first] if k == 1 else []
+        g, pue = self._pass_facts.get("carbon", (None, 1.0))
+        period = _run_setting(prof, "sensor_interval", "sensor_interval")
+        facts = forecast_facts(energies if all(e is not None for e in energies) else None, times, n, step_times,
+                               g, pue, bool(self._pass_facts.get("estimated")), sensor_period_s=float(period or 0.0))
+        facts = {k2: v for k2, v in facts.items() if math.isfinite(v)}
+        self.forecasts.append(facts)
+        w = f"{self.name}.forecast"
+        prof.begin_window(w, k)
+        _end_with_facts(prof, w, facts)
+        # one line per run, not per rank: a distributed job's other ranks keep theirs in the profile only
+        if _should_print(k, n) and _run_setting(prof, "quiet", "quiet") not in (True, "1") \
+                and os.environ.get("RANK", "0") in ("", "0"):
+            _stderr_line(forecast_line(self.name, facts))
+        send_epoch_metrics(self.name, k, facts)
+
+    def _flop_facts(self) -> dict[str, float] | None:
+        """The first step's FLOPs and the model's device, once its counter is stopped (None: not counted)."""
+        mode, self._flop_mode = self._flop_mode, None
+        if mode is None:
+            return None
+        flops = _stop_flop_count(mode)
+        if flops is None:
+            self.flops = -1.0  # tried: not again
+            return None
+        self.flops = flops
+        return {"flops": flops, "cuda_device": float(_model_device(self.model))}
 
     def _residency(self, prof: Profiler | None, dataset: str | None, epoch: int, when: str) -> None:
         """The dataset's page-cache residency now, kept on the tracker and, as a zero-length window's facts
@@ -371,7 +479,7 @@ class TrackedLoader:
             self._pre_ns += time.perf_counter_ns() - self._pre_open
             self._pre_open = None
         if prof is not None:
-            prof.end_window(compute_w)
+            _end_with_facts(prof, compute_w, self._flop_facts())
         mem = gpu_memory() if self.gpu_memory else None
         if mem is not None:
             with contextlib.suppress(Exception):
@@ -419,9 +527,106 @@ class TrackedLoader:
         return {"name": self.name, **loop_breakdown(self.records(), warmup), "steps": self.records()}
 
 
+# -- the forecast and FLOPs: run settings, the line, counting ----------------------------------------
+def _run_setting(prof: Any, option: str, agent_key: str) -> Any:
+    """A run option as the running profile holds it: a Profiler's or Monitor's Options, or under
+    `python -m energyprof` the agent's configuration (numbers as floats, `quiet` as "1")."""
+    options = getattr(prof, "options", None)
+    if options is not None:
+        return getattr(options, option, None)
+    config = getattr(prof, "config", None)
+    raw = config.get(agent_key) if isinstance(config, dict) else None
+    if not raw or option == "quiet":
+        return raw or None
+    try:
+        return float(raw)
+    except ValueError:
+        return None
+
+
+def _should_print(k: int, n: int) -> bool:
+    """After epochs 1, 2 and 3, then every tenth of the run: a long run's stderr is not a forecast log."""
+    return k <= 3 or k % max(1, n // 10) == 0
+
+
+def _stderr_line(text: str) -> None:
+    """One line of energyprof's on the process's standard error (the descriptor: the program's sys.stderr may
+    be its own object), never on its stdout."""
+    with contextlib.suppress(OSError):
+        os.write(2, (text + "\n").encode("utf-8", "replace"))
+
+
+def send_epoch_metrics(loop: str, epoch: int, metrics: dict[str, float]) -> bool:
+    """The forecast after each epoch to the run's live sinks (MLflow metrics, InfluxDB, a Prometheus
+    pushgateway) as `forecast.<loop>.<figure>` at step = epochs done, through the live export's
+    `energyprof.output.live.log_metrics` (which never blocks or raises, and sends nothing where no live
+    export runs). The one call site: a tree without that module sends nothing. False: nothing was sent."""
+    try:
+        from ..output.live import log_metrics  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    try:
+        return bool(log_metrics({f"forecast.{loop}.{k}": v for k, v in metrics.items()}, step=epoch))
+    except Exception:  # noqa: BLE001 - a figure is never worth the program's run
+        return False
+
+
+def forecast_line(loop: str, f: dict[str, float]) -> str:
+    """The one line printed after an epoch: energy, time and carbon with their intervals."""
+    from ..render.format import fmt_energy, fmt_grams, fmt_seconds
+
+    def part(name: str, unit: str, fmt: Any) -> str:
+        v = f.get(f"{name}_{unit}")
+        if v is None:
+            return ""
+        lo, hi = f.get(f"{name}_low_{unit}"), f.get(f"{name}_high_{unit}")
+        return fmt(v) + (f" [{fmt(lo)}, {fmt(hi)}]" if lo is not None and hi is not None else " [no spread yet]")
+
+    k, n = int(f["epochs_done"]), int(f["epochs"])
+    pieces = [p for p in (part("energy", "j", fmt_energy), part("time", "s", fmt_seconds),
+                          part("carbon", "g", fmt_grams)) if p]
+    basis = "the first epoch's steps" if f.get("by_steps") else "the epochs' spread"
+    kind = "estimated" if f.get("estimated") else "measured"
+    return (f"energyprof: forecast for {loop!r} after epoch {k} of {n}: " + ", ".join(pieces)
+            + f" ({int(round(f.get('confidence', 0.95) * 100))}% interval from {basis}; program energy, {kind} so far)")
+
+
+def _start_flop_count(model: Any) -> Any:
+    """torch's FlopCounterMode, entered (None: no torch, a compiled model, or it would not start)."""
+    torch = sys.modules.get("torch")
+    if torch is None or hasattr(model, "_orig_mod") or type(model).__name__ == "OptimizedModule":
+        return None
+    try:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        mode = FlopCounterMode(display=False)
+        mode.__enter__()
+        return mode
+    except Exception:  # noqa: BLE001 - counting is never worth the program's run
+        return None
+
+
+def _stop_flop_count(mode: Any) -> float | None:
+    try:
+        mode.__exit__(None, None, None)
+        flops = float(mode.get_total_flops())
+    except Exception:  # noqa: BLE001
+        return None
+    return flops if flops > 0 and math.isfinite(flops) else None
+
+
+def _model_device(model: Any) -> int:
+    """The CUDA index of the model's first parameter, -1 on the CPU (or with no parameter)."""
+    try:
+        d = next(iter(model.parameters())).device
+    except Exception:  # noqa: BLE001
+        return -1
+    return int(d.index or 0) if getattr(d, "type", "cpu") == "cuda" else -1
+
+
 def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
           gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
-          dataset: str | None = None) -> TrackedLoader:
+          dataset: str | None = None, epochs: int | None = None) -> TrackedLoader:
     """Wrap a DataLoader (any iterable) so each step is split into wait, pipeline and compute.
 
     `profiler` defaults to the one running when the loop starts (none: timing only).
@@ -431,6 +636,9 @@ def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "
     `on_epoch_begin`/`on_epoch_end` called per pass and `on_step_begin`/`on_step_end` per step.
     Each step keeps its batch's samples (the first dimension of its first tensor); with `model`, its
     parameter count is kept too; with `dataset` (a folder or file), the fraction of it in the page
-    cache is measured at each pass's start and end (collect/pagecache.py).
+    cache is measured at each pass's start and end (collect/pagecache.py). With `epochs` (the passes the
+    run will make; default: the run's --expect-epochs), each pass but the last ends with a forecast of the
+    run's energy, time and carbon (see the module's docstring); with `model`, the first step's FLOPs are
+    counted.
     """
-    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer, model, dataset)
+    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer, model, dataset, epochs)

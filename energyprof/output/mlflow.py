@@ -7,14 +7,18 @@ mlflow (`pip install 'energyprof[mlflow]'`, the light `mlflow-skinny` client is 
 imported only when something is logged. Everything goes to one run through `MlflowClient`, so
 logging into a run other than the active one never changes which run is active.
 
-With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged live as its block
-ends (`log_window`), in the process that opened it: the program's active run if it has one, else a
-run this module creates without making it active (the program's own `mlflow.start_run()` still
-works). The end-of-run `log_model` then skips what was already logged to its run.
+With `mlflow=True` (`--mlflow`) each window opened with `window(...)` is logged live once its block
+ends (`log_window`), never on the program's time: from a thread of energyprof's own (output/live.py;
+in process its CPU is `[energyprof]`, and MLflow is imported once, as the profile starts), into the
+program's active run if it had one when the block ended (the program's thread notes it), else a run
+this module creates without making it active (the program's own `mlflow.start_run()` still works).
+The end-of-run `log_model` then skips what was already logged to its run.
 
 Under the supervisor the program and the supervisor are two processes, and one program must give
 one run: the supervisor creates the run before the program starts (`open_run`, which also proves
-the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. Windows go to the
+the store can be written) and hands its id down in ENERGYPROF_MLFLOW_RUN. The supervisor logs the
+program's windows itself once it has charged them (the program's process never imports MLflow for
+energyprof; its agent writes down the program's active run in the spool). Windows go to the
 program's active run if it has one (and say so on energyprof's run, tag `energyprof.program_run`),
 else to energyprof's; the supervisor's totals follow the windows, and an energyprof run left
 empty is deleted.
@@ -265,20 +269,26 @@ def _supervised_run(mlflow: Any, own: str) -> str:
     return own
 
 
-def log_window(m: Measurement, name: str, index: int | None, run: Any = None) -> str | None:
-    """Log one window's Measurement at step = its index (0 when None): `energyprof.window.<name>.energy_j`
-    (the machine's, all sources) and `.program_energy_j` (the program's part). To `run`, else the active
-    run, else the run this process created for its windows (created here, never made active).
+_ASK = object()  # log_window's program_run not given: the calling thread's active run
 
-    A Measurement not complete (its energy not all charged in time) is not logged: the end-of-run
-    log has the final figures. Returns the run id, or None when nothing was logged."""
+
+def log_window(m: Measurement, name: str, index: int | None, run: Any = None, program_run: Any = _ASK) -> str | None:
+    """Log one window's Measurement at step = its index (0 when None): `energyprof.window.<name>.energy_j`
+    (the machine's, all sources) and `.program_energy_j` (the program's part). To `run`, else the
+    program's active run (`program_run`: its id as the program's thread saw it when the window ended,
+    None for none; not given: this thread's active run), else the run this process created for its
+    windows (created here, never made active).
+
+    Live export (output/live.py) calls it from energyprof's own thread, so MLflow's work is never the
+    program's. A Measurement not complete (its energy not all charged in time) is not logged: the
+    end-of-run log has the final figures. Returns the run id, or None when nothing was logged."""
     total, program = m.total_j, m.program_total_j  # the first read waits for the window's figures
     if total is None or program is None or not m.complete:
         return None
     import mlflow
     from mlflow.entities import Metric
 
-    run_id = _run_id(run) if run is not None else _window_run(mlflow)
+    run_id = _run_id(run) if run is not None else _window_run(mlflow, program_run)
     key, step = f"{scope()}.window.{_key(str(name))}", 0 if index is None else int(index)
     now = int(time.time() * 1000)
     pairs = [(f"{key}.energy_j", total), (f"{key}.program_energy_j", program)]
@@ -287,20 +297,35 @@ def log_window(m: Measurement, name: str, index: int | None, run: Any = None) ->
     return run_id
 
 
-def _window_run(mlflow: Any) -> str:
-    """The active run, else the supervised job's run, else this process's own window run, created (not
-    activated) on first use. A supervised program's own run is named on the job's run, so the
+def log_metrics(values: dict[str, float], step: int | None = None, run: Any = None, program_run: Any = _ASK) -> str:
+    """Log the program's own figures (a forecast after each epoch) under `energyprof.<name>` at `step`
+    (0 when None), to the run `log_window` would choose. Returns the run id."""
+    import mlflow
+    from mlflow.entities import Metric
+
+    run_id = _run_id(run) if run is not None else _window_run(mlflow, program_run)
+    now, at = int(time.time() * 1000), 0 if step is None else int(step)
+    mlflow.MlflowClient().log_batch(run_id, metrics=[Metric(f"{scope()}.{_key(str(k))}", float(v), now, at)
+                                                     for k, v in values.items()])
+    return run_id
+
+
+def _window_run(mlflow: Any, program_run: Any = _ASK) -> str:
+    """The program's active run, else the supervised job's run, else this process's own window run, created
+    (not activated) on first use. A supervised program's own run is named on the job's run, so the
     supervisor's totals go where the windows went."""
     global _live_run
-    active = mlflow.active_run()
+    if program_run is _ASK:
+        active = mlflow.active_run()
+        program_run = active.info.run_id if active is not None else None
     job = os.environ.get(RUN_ENV)
     if job and scope() != PREFIX:
         return job  # one rank of a job: its windows go to the job's run, whatever run the rank started
-    if active is not None:
-        if job and active.info.run_id != job and active.info.run_id not in _named:
-            mlflow.MlflowClient().set_tag(job, PROGRAM_RUN_TAG, active.info.run_id)
-            _named.add(active.info.run_id)
-        return active.info.run_id
+    if program_run is not None:
+        if job and program_run != job and program_run not in _named:
+            mlflow.MlflowClient().set_tag(job, PROGRAM_RUN_TAG, program_run)
+            _named.add(program_run)
+        return program_run
     if job:
         return job
     if _live_run is None:

@@ -354,6 +354,8 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
         out.append("    </tbody>\n  </table></div>\n")
     for name, by_rank in m.training_ranks.items():
         out.append(_training_ranks(ctx, name, by_rank))
+    for name, fc in getattr(m, "forecasts", {}).items():
+        out.append(_forecast_table(name, fc))
     rows = ctx["window_rows"]
     out.append(f'  <details><summary>Each window (first {len(rows)})</summary>\n'
                '  <div class="table-wrap"><table class="windows">\n'
@@ -375,6 +377,46 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
                    f'<td>{esc(fmt_seconds(win.time_s))}{short}</td>'
                    f'<td>{esc(fmt_energy(r.program))}</td><td>{esc(fmt_energy(r.energy))}</td><td>{carbon}</td></tr>\n')
     out.append("    </tbody>\n  </table></div>\n  </details>\n</section>\n\n")
+    return "".join(out)
+
+
+def _forecast_table(name: str, fc: dict[str, Any]) -> str:
+    """A tracked loop's forecasts of its total (made during the run) against what its passes measured."""
+    outcome = fc.get("outcome")
+    n = fc.get("epochs")
+    if outcome:
+        told = (f'the {esc(n)} passes measured {esc(fmt_energy(outcome["energy_j"]))} in '
+                f'{esc(fmt_seconds(outcome["time_s"]))}')
+    else:
+        told = f'the run made {esc(fc.get("passes", 0))} of the {esc(n)} passes it forecast: no outcome to compare'
+
+    def cell(r: dict[str, Any], name: str, unit: str, fmt: Callable[[Any], str]) -> str:
+        v, lo, hi = r.get(f"{name}_{unit}"), r.get(f"{name}_low_{unit}"), r.get(f"{name}_high_{unit}")
+        if v is None:
+            return "<td></td>"
+        span = f' <span class="hint">[{esc(fmt(lo))} &ndash; {esc(fmt(hi))}]</span>' if lo is not None and hi is not None else ""
+        return f"<td>{esc(fmt(v))}{span}</td>"
+
+    def error(r: dict[str, Any], name: str) -> str:
+        e, inside = r.get(f"{name}_error"), r.get(f"{name}_inside")
+        if e is None:
+            return "<td></td>"
+        mark = "" if inside is None else (" inside" if inside else ' <span class="tag estimated">outside</span>')
+        return f"<td>{e * 100:+.1f}%{mark}</td>"
+
+    out = [f'  <h3>Forecast: {esc(name)}</h3>\n'
+           '  <p class="hint">Estimated during the run, after each epoch, for all of its passes from the epochs measured'
+           ' so far (the program\'s energy; 95% intervals from the epochs\' spread, after one epoch from its steps\');'
+           f' {told}.</p>\n'
+           '  <div class="table-wrap"><table class="windows forecast">\n'
+           '    <thead><tr><th>after epoch</th><th>energy predicted</th><th>error</th><th>time predicted</th>'
+           '<th>error</th><th>carbon predicted</th><th>interval from</th></tr></thead>\n    <tbody>\n']
+    for r in fc.get("rows", []):
+        basis = "steps" if r.get("by_steps") else "epochs"
+        out.append(f'<tr><td>{esc(r["epochs_done"])} of {esc(r["epochs"])}</td>{cell(r, "energy", "j", fmt_energy)}'
+                   f'{error(r, "energy")}{cell(r, "time", "s", fmt_seconds)}{error(r, "time")}'
+                   f'{cell(r, "carbon", "g", fmt_grams)}<td>{basis}</td></tr>\n')
+    out.append("    </tbody>\n  </table></div>\n")
     return "".join(out)
 
 

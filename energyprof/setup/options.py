@@ -56,9 +56,13 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
+    influx: str | None = None  # live export: InfluxDB (output/live.py), http://HOST:8086/DB or ?org=&bucket=
+    pushgateway: str | None = None  # live export: a Prometheus pushgateway, http://HOST:9091
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
     watch_cache: str | None = None  # a dataset folder: its page-cache residency at the run's and each tracked pass's ends
+    # the passes a tracked loop (energyprof.torch.track) will make: a forecast of the run's total after each
+    expect_epochs: int | None = None
     interval: float = DEFAULT_INTERVAL
     sensor_interval: float = DEFAULT_SENSOR_INTERVAL
     idle: str = DEFAULT_POLICY
@@ -120,6 +124,9 @@ class Options:
                 raise OptionError("--power-trace replays a trace: add --sensor replay, or leave --sensor out")
             if "replay" in self.sensor and not self.power_trace:
                 raise OptionError("--sensor replay needs --power-trace FILE")
+        if self.expect_epochs is not None and (isinstance(self.expect_epochs, bool) or not isinstance(self.expect_epochs, int)
+                                               or not 1 <= self.expect_epochs <= 10_000_000):
+            raise OptionError(f"--expect-epochs must be a whole number from 1 to 10000000, not {self.expect_epochs!r}")
         if self.gpu_kernel_steps is not None:
             if not self.gpu_kernels:
                 raise OptionError("--gpu-kernel-steps bounds --gpu-kernels' profiler: give --gpu-kernels too")
@@ -129,6 +136,16 @@ class Options:
                 raise OptionError("--gpu-kernel-trace writes --gpu-kernels' traces: give --gpu-kernels too")
             if not isinstance(self.gpu_kernel_trace, str) or not self.gpu_kernel_trace.strip():
                 raise OptionError(f"--gpu-kernel-trace needs a folder, not {self.gpu_kernel_trace!r}")
+        if self.influx is not None or self.pushgateway is not None:
+            from ..output.live import TargetError, influx_target, pushgateway_target
+
+            try:
+                if self.influx is not None:
+                    influx_target(self.influx)
+                if self.pushgateway is not None:
+                    pushgateway_target(self.pushgateway)
+            except TargetError as exc:
+                raise OptionError(str(exc)) from None
         chosen = [n for n in ("carbon_intensity", "carbon_intensity_trace", "cloud") if getattr(self, n) is not None]
         if len(chosen) > 1:
             raise OptionError("give only one of --carbon-intensity, --carbon-intensity-trace and --cloud")

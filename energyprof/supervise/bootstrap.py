@@ -35,10 +35,17 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None,
         "gpu_kernels": {True: "1", False: "0"}.get(options.gpu_kernels, "auto"),
         "gpu_kernel_trace": os.path.abspath(options.gpu_kernel_trace) if options.gpu_kernel_trace else "",
         "gpu_kernel_steps": options.gpu_kernel_steps or "",
+        # energyprof.torch.track()'s forecast: the passes to forecast, whether to print it, the sensors' period
+        "epochs": str(options.expect_epochs or ""),
+        "quiet": "1" if options.quiet else "0",
+        "sensor_interval": repr(float(options.sensor_interval)),
         # what a window's Measurement needs beside its energies (supervise/job.py writes those back,
         # under the run's idle policy: the agent holds no policy of its own)
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
-        "mlflow": "1" if options.mlflow else "0",  # windows log themselves live, in the program's process
+        # the program's window() blocks say which MLflow run is active as they end; the supervisor logs them
+        "mlflow": "1" if options.mlflow else "0",
+        # energyprof.output.live.log_metrics in the program hands its figures to the supervisor's sinks
+        "live": "1" if options.mlflow or options.influx or options.pushgateway else "0",
     }
     if io_disks is not None:
         config["io_disks"] = ",".join(sorted(io_disks))

@@ -147,6 +147,7 @@ class JobFeed:
         # Released as they came, the last could be gone before finish(), and that CPU with it.
         self.program_ended = False
         self._replies: list[tuple[int, WindowTally]] = []  # ended windows whose figures go back (reply_windows)
+        self.blocks: list[tuple[int, WindowTally]] | None = None  # --mlflow: window() blocks, for the live export
         # One rank of several on the node: the other ranks are the other descendants of this pid
         # (the launcher's agent); their CPU is what the ledger splits the node by under `all`.
         self.peers_root: int | None = None
@@ -454,6 +455,8 @@ class JobFeed:
         w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)
         if w is not None and r.reply:  # a Measurement waits for it
             self._replies.append((p.pid, w))
+            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live.py)
+                self.blocks.append((p.pid, w))
 
     def _note(self, msg: str) -> None:
         if not any(n["message"] == msg for n in self.notes):

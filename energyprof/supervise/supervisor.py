@@ -88,6 +88,7 @@ class Supervisor:
                                   checkpoint_path=o.checkpoint, checkpoint_interval_s=o.checkpoint_interval,
                                   extras=[self.io])
             self.started_wall = time.time()
+            watch = self._start_live(ledger, feed, collector, spool)
             collector.start()
         except BaseException as exc:
             launch.abort()
@@ -107,10 +108,34 @@ class Supervisor:
             self.status = self._wait(self.pid, inbox, launch, feed)
             feed.program_ended = True
             collector.stop()
+            if watch is not None:  # the windows the last ticks charged, the spool's last lines
+                watch.final()
         finally:
             inbox.close()
             shutil.rmtree(spool, ignore_errors=True)
-        return self._build(ledger, feed, collector), self.status
+        profile = self._build(ledger, feed, collector)
+        if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
+            from ..output.live import finish_run
+
+            finish_run(watch.export, profile, not self.options.quiet and not self.options.summary, watch.last())
+        return profile, self.status
+
+    def _start_live(self, ledger: Ledger, feed: JobFeed, collector: Collector, spool: str) -> Any:
+        """--influx, --pushgateway, --mlflow: the live export's threads, fed from the collector's tick
+        (output/live.py); None without them."""
+        o = self.options
+        if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
+            return None
+        from ..facts.measurement import carbon_setting
+        from ..output.live import LedgerWatch, LiveExport
+
+        export = LiveExport(o, started_wall=self.started_wall)
+        export.carbon = carbon_setting(o)
+        watch = LedgerWatch(export, ledger, o.idle, collector._lock, spool)
+        if o.mlflow:  # the program's window() blocks, logged here once charged
+            feed.blocks = watch.blocks
+        collector.extras.append(watch)
+        return watch
 
     def finish(self) -> None:
         """The outputs are written: energyprof ends normally, and the job's processes are the

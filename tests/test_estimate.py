@@ -1,0 +1,183 @@
+"""`energyprof estimate`: energy per step fitted on saved profiles (log FLOPs, device and its interaction,
+parameters, batch) and predicted for a new configuration with a prediction interval. The maths with known
+answers; real MLP training of 4 widths on the CPU at a replayed power predicting a fifth; refusals."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import statistics
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from energyprof.analysis import forecast as F
+from energyprof.analysis.stats import t_quantile
+
+
+def obs(flops: float, j: float, device: str = "cpu: A", params: float | None = None, batch: float | None = None,
+        name: str = "") -> dict:
+    return {"name": name, "flops": flops, "params": params, "batch": batch, "device": device, "power_limit_w": None,
+            "energy_per_step_j": j, "steps_per_epoch": 10}
+
+
+# -- the maths --------------------------------------------------------------------------------------
+def test_an_exact_power_law_is_recovered() -> None:
+    data = [obs(f, math.exp(-3.0) * f ** 0.8) for f in (1e6, 3e6, 1e7, 3e7, 1e8)]
+    m = F.fit(data)
+    assert m["columns"] == ["1", "log_flops"]
+    assert m["coefficients"] == pytest.approx([-3.0, 0.8])
+    p = F.predict(m, {"flops": 2e7, "device": "cpu: A"}, steps_per_epoch=50, epochs=4)
+    assert p["per_step_j"]["value"] == pytest.approx(math.exp(-3.0) * 2e7 ** 0.8)
+    assert p["per_run_j"]["value"] == pytest.approx(200 * p["per_step_j"]["value"])
+    assert m["loo"]["max_abs_error"] < 1e-9
+
+
+def test_the_interval_is_the_textbook_prediction_interval() -> None:
+    rng = random.Random(7)
+    xs = [1e6 * 2 ** i for i in range(6)]
+    data = [obs(f, math.exp(0.5 * math.log(f) - 5 + rng.gauss(0, 0.1))) for f in xs]
+    m = F.fit(data)
+    lx = [math.log(f) for f in xs]
+    ly = [math.log(o["energy_per_step_j"]) for o in data]
+    n, xbar, ybar = len(lx), statistics.fmean(lx), statistics.fmean(ly)
+    sxx = sum((x - xbar) ** 2 for x in lx)
+    slope = sum((x - xbar) * (y - ybar) for x, y in zip(lx, ly)) / sxx
+    icpt = ybar - slope * xbar
+    s = math.sqrt(sum((y - icpt - slope * x) ** 2 for x, y in zip(lx, ly)) / (n - 2))
+    x0 = math.log(5e6)
+    half = t_quantile(0.975, n - 2) * s * math.sqrt(1 + 1 / n + (x0 - xbar) ** 2 / sxx)
+    p = F.predict(m, {"flops": 5e6, "device": "cpu: A"})["per_step_j"]
+    assert p["value"] == pytest.approx(math.exp(icpt + slope * x0))
+    assert (p["low"], p["high"]) == (pytest.approx(math.exp(icpt + slope * x0 - half)),
+                                     pytest.approx(math.exp(icpt + slope * x0 + half)))
+
+
+def test_a_column_the_others_already_explain_is_left_out() -> None:
+    # parameters proportional to FLOPs (one batch size): log params is log FLOPs plus a constant
+    data = [obs(f, 1e-9 * f, params=f / 384, batch=64) for f in (1e6, 2e6, 4e6, 8e6, 16e6)]
+    m = F.fit(data)
+    assert "log_params" not in m["columns"] and "log_batch" not in m["columns"]  # collinear, constant
+
+
+def test_the_device_and_its_interaction_with_flops_matter() -> None:
+    """Two devices, one twice as fast per FLOP at large sizes and with a fixed cost per step at small ones:
+    FLOPs alone mispredicts both; the device and its interaction with FLOPs fit them (the study's finding)."""
+    rng = random.Random(3)
+    data = []
+    for f in (1e8, 3e8, 1e9, 3e9, 1e10, 3e10):
+        data.append(obs(f, 2e-10 * f ** 1.0 * math.exp(rng.gauss(0, 0.02)), "cpu: A", name=f"cpu {f:g}"))
+        data.append(obs(f, 3e-6 * f ** 0.5 * math.exp(rng.gauss(0, 0.02)), "gpu: B", name=f"gpu {f:g}"))
+    alone = F.leave_one_out(data, columns=["1", "log_flops"])
+    full = F.fit(data)
+    assert {"device=gpu: B", "log_flops*device=gpu: B"} <= set(full["columns"])
+    assert alone["median_abs_error"] > 0.5 and full["loo"]["median_abs_error"] < 0.05
+    assert F.outside_range(full, {"flops": 1e9, "device": "gpu: C"}).startswith("device 'gpu: C' is not among")
+
+
+def test_far_outside_the_range_is_refused_in_one_line() -> None:
+    m = F.fit([obs(f, 1e-9 * f) for f in (1e6, 2e6, 4e6)])
+    assert F.outside_range(m, {"flops": 8e6, "device": "cpu: A"}) is None  # 2x beyond: still in
+    why = F.outside_range(m, {"flops": 4e7, "device": "cpu: A"})
+    assert why is not None and "\n" not in why and "FLOPs per step" in why
+    assert F.outside_range(m, {"flops": 1e5, "device": "cpu: A"}) is not None
+
+
+# -- real MLP training on the CPU, profiled at a replayed power -------------------------------------------
+# Five widths in one run, each its own tracked loop, one epoch of each in turn: the machine's load (other
+# processes on its cores) falls on all of them alike. Run one after another, the same width measured up to
+# 2x apart on a busy two-core machine, and no fit survives that.
+MLP = """\
+import sys, torch
+import energyprof.torch as ept
+torch.manual_seed(0)
+torch.set_num_threads(1)
+IN, OUT, B, STEPS, EPOCHS = 512, 10, 64, 6, 4
+batches = [(torch.randn(B, IN), torch.randint(0, OUT, (B,))) for _ in range(STEPS)]
+runs = []
+for width in map(int, sys.argv[1:]):
+    model = torch.nn.Sequential(torch.nn.Linear(IN, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
+                                torch.nn.ReLU(), torch.nn.Linear(width, OUT))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    runs.append((model, opt, ept.track(batches, model=model, name=f"w{width}")))
+for epoch in range(EPOCHS):
+    for model, opt, tracked in runs:
+        for x, y in tracked:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+"""
+WIDTHS = (512, 724, 1024, 1448)
+HELD_OUT = 861  # inside the range
+
+
+@pytest.mark.torch
+@pytest.mark.slow
+def test_four_mlp_widths_predict_a_fifth_and_refuse_ten_times_beyond(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    (tmp_path / "mlp.py").write_text(MLP)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    proc = run_cli(["--power-trace", "trace.csv", "-q", "--json", "p.json", "-o", "p.html", "mlp.py",
+                    *map(str, (*WIDTHS, HELD_OUT))], tmp_path, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    loops = [a for w in WIDTHS for a in ("--loop", f"w{w}")]
+    fit = run_cli(["estimate", "fit", "p.json", *loops, "-o", "model.json"], tmp_path)
+    assert fit.returncode == 0, fit.stderr
+    assert "held out one at a time" in fit.stdout and "log_flops" in fit.stdout
+    model = json.loads((tmp_path / "model.json").read_text())
+    assert model["schema"] == F.SCHEMA and len(model["profiles"]) == 4 and model["range"]["flops"][0] > 0
+    pred = run_cli(["estimate", "predict", "model.json", "--from", "p.json", "--loop", f"w{HELD_OUT}", "--json"], tmp_path)
+    assert pred.returncode == 0, pred.stderr
+    out = json.loads(pred.stdout)
+    predicted, measured = out["per_epoch_j"]["value"], out["measured"]["per_epoch_j"]
+    assert abs(predicted - measured) <= 0.15 * measured, (predicted, measured, fit.stdout)
+    assert out["per_epoch_j"]["low"] < predicted < out["per_epoch_j"]["high"]
+    text = run_cli(["estimate", "predict", "model.json", "--from", "p.json", "--loop", f"w{HELD_OUT}"], tmp_path)
+    assert text.returncode == 0 and "energy per epoch (6 steps)" in text.stdout and "measured" in text.stdout
+    # ten times the largest profiled model's FLOPs: refused, one line, exit 2
+    far = run_cli(["estimate", "predict", "model.json", "--flops", str(10 * model["range"]["flops"][1]),
+                   "--params", "1e6", "--batch", "64"], tmp_path)
+    assert far.returncode == 2 and far.stdout == ""
+    assert len(far.stderr.strip().splitlines()) == 1 and "far outside the profiles' range" in far.stderr
+
+
+def test_estimate_refuses_bad_input_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "not-a-model.json").write_text('{"schema": "energyprof.profile/2"}')
+    for args in (["estimate", "fit", "a.json", "-o", "m.json"], ["estimate", "predict", "not-a-model.json", "--flops", "1e9"],
+                 ["estimate"], ["estimate", "predict", "missing.json", "--flops", "1"]):
+        proc = run_cli(args, tmp_path)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, (args, proc.stderr)
+
+
+@pytest.mark.torch
+def test_the_first_step_flops_are_counted_once_and_read_back(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof.drive.profiler import Profiler
+
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    B, IN, OUT = 16, 8, 4
+    model = torch.nn.Linear(IN, OUT, bias=False)
+    batches = [torch.randn(B, IN) for _ in range(3)]
+    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"), idle="all",
+                    sensor_interval=0.01)
+    prof.start()
+    tracked = ept.track(batches, model=model)
+    for _ in range(2):
+        for x in tracked:
+            model(x).sum().backward()
+            time.sleep(0.01)  # steps of a few sensor periods: each holds energy
+    profile = prof.stop()
+    # forward: one B x IN x OUT product (2 FLOPs each); backward: the weight's gradient, another (the input
+    # needs none): FlopCounterMode counts 4 B IN OUT, on the first step's compute window only
+    counted = [w for w in profile.windows if "flops" in w.loop]
+    assert [(w.name, w.index, w.loop["flops"], w.loop["cuda_device"]) for w in counted] == [
+        ("step.compute", 0, 4.0 * B * IN * OUT, -1.0)]
+    assert tracked.flops == 4.0 * B * IN * OUT
+    o = F.observation(profile, "step", name="p")
+    assert (o["flops"], o["params"], o["batch"], o["steps_per_epoch"], o["epochs"]) == (4.0 * B * IN * OUT, IN * OUT, B, 3, 2)
+    assert o["device"].startswith("cpu: ") and o["energy_per_step_j"] > 0
+    assert F.counted_loops(profile) == ["step"]

@@ -1,0 +1,236 @@
+"""Live export to real InfluxDB 1.x and Prometheus pushgateway servers started on loopback (tests/live_servers.py),
+and to dead ones: a closed port, and a server that accepts and never answers.
+
+Known answers: a replayed flat 40 W trace under `--idle all`; the last point's program energy, summed over
+the sources, is the profile's."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_cli
+from energyprof.facts.profile import load
+from energyprof.output import live
+
+pytest_plugins = ("live_servers",)  # the servers' fixtures: influx, pushgateway, closed_port, silent_server
+
+PROGRAM = """\
+import time
+import energyprof.torch
+t = time.perf_counter()
+while time.perf_counter() - t < 0.3:
+    pass
+for epoch in range(2):
+    with energyprof.torch.window("epoch", epoch):
+        time.sleep(0.6)
+print("done", flush=True)
+"""
+
+
+def _run(tmp_path: Path, *flags: str, program: str = PROGRAM, env: dict[str, str] | None = None):
+    (tmp_path / "t.csv").write_text("t_s,cpu,dram\n0,40,5\n")
+    (tmp_path / "w.py").write_text(program)
+    res = run_cli(["--power-trace", "t.csv", "--idle", "all", "--json", "p.json", "-o", "r.html", *flags, "w.py"],
+                  cwd=tmp_path, env=env)
+    return res, (load(tmp_path / "p.json") if (tmp_path / "p.json").exists() else None)
+
+
+def _program_j(profile) -> float:
+    return sum(profile.totals["attributed_j"].values())
+
+
+def test_a_run_under_influx_leaves_its_points(tmp_path: Path, influx) -> None:
+    res, profile = _run(tmp_path, "--influx", influx.url)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "done\n"
+    run = profile.meta["live_export"]["run"]
+    assert all(s["dropped"] == 0 and s["sent"] > 0 for s in profile.meta["live_export"]["sinks"])
+    rows = influx.rows(f"SELECT * FROM energyprof WHERE \"run\" = '{run}'")
+    assert {r["source"] for r in rows} == {"cpu", "dram"}
+    assert all(r["host"] == profile.meta["live_export"]["host"] for r in rows)
+    by_source = {s: sorted((r for r in rows if r["source"] == s), key=lambda r: r["time"]) for s in ("cpu", "dram")}
+    assert all(len(v) >= 2 for v in by_source.values())  # about once a second, then the final point
+    # the last point's cumulative program energy, summed over sources, is the profile's
+    last = sum(v[-1]["program_energy_joules"] for v in by_source.values())
+    assert last == pytest.approx(_program_j(profile), rel=1e-9)
+    assert by_source["cpu"][-1]["machine_energy_joules"] == pytest.approx(profile.totals["energy_j"]["cpu"], rel=1e-9)
+    # cumulative energy never steps back, and the power is the replayed 40 W wherever a second was charged
+    for v in by_source.values():
+        energies = [r["machine_energy_joules"] for r in v]
+        assert energies == sorted(energies)
+    assert [r["machine_power_watts"] for r in by_source["cpu"][:-1]] == pytest.approx([40.0] * (len(by_source["cpu"]) - 1))
+    # each window as it ended: the profile's figures
+    windows = influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")
+    got = sorted((r["window"], r["index"], r["source"], r["machine_energy_joules"], r["program_energy_joules"])
+                 for r in windows)
+    want = sorted((w["name"], float(w["index"]), sid, w["energy_j"][sid], w["program_energy_j"][sid])
+                  for w in profile.windows for sid in w["energy_j"])
+    assert [g[:3] for g in got] == [w[:3] for w in want]
+    assert [g[3:] for g in got] == pytest.approx([w[3:] for w in want])
+    # carbon at the end: the program's energy at the run's intensity
+    carbon = influx.rows(f"SELECT * FROM energyprof_carbon WHERE \"run\" = '{run}'")
+    assert {r["source"] for r in carbon} == {"cpu", "dram"}
+    g = carbon[0]["intensity_g_per_kwh"]
+    assert sum(r["program_grams"] for r in carbon) == pytest.approx(_program_j(profile) / 3.6e6 * g)
+
+
+def test_a_run_under_pushgateway_leaves_its_metrics(tmp_path: Path, pushgateway) -> None:
+    res, profile = _run(tmp_path, "--pushgateway", pushgateway.url)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "done\n"
+    run = profile.meta["live_export"]["run"]
+    samples = [(n, lab, v) for n, lab, v in pushgateway.scrape() if lab.get("run") == run]
+    energy = {lab["source"]: v for n, lab, v in samples if n == "energyprof_program_energy_joules"}
+    assert set(energy) == {"cpu", "dram"}
+    assert sum(energy.values()) == pytest.approx(_program_j(profile), rel=1e-9)
+    labels = next(lab for n, lab, v in samples if n == "energyprof_machine_power_watts")
+    assert labels["job"] == "energyprof" and labels["instance"] == profile.meta["live_export"]["host"]
+    assert {n for n, _, _ in samples} >= {"energyprof_machine_power_watts", "energyprof_program_power_watts",
+                                          "energyprof_machine_energy_joules", "energyprof_window_machine_energy_joules",
+                                          "energyprof_carbon_program_grams"}
+    last = max(w["index"] for w in profile.windows if w["name"] == "epoch")
+    index = {lab["source"]: v for n, lab, v in samples if n == "energyprof_window_index" and lab["window"] == "epoch"}
+    assert set(index.values()) == {float(last)}  # the window that ended last
+
+
+def test_the_api_and_log_metrics_send_to_influx(tmp_path: Path, influx) -> None:
+    from energyprof import energy_profile
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    with energy_profile(influx=influx.url, power_trace=str(trace), idle="all", quiet=True) as prof:
+        for epoch in range(2):
+            with prof.window("epoch", epoch):
+                time.sleep(0.3)
+            assert live.log_metrics({"forecast_energy_j": 10.0 + epoch}, step=epoch)
+    profile = prof.profile
+    run = profile.meta["live_export"]["run"]
+    rows = influx.rows(f"SELECT last(program_energy_joules) FROM energyprof WHERE \"run\" = '{run}' GROUP BY \"source\"")
+    assert sum(r["last"] for r in rows) == pytest.approx(_program_j(profile), rel=1e-9)
+    metrics = influx.rows(f"SELECT * FROM energyprof_metric WHERE \"run\" = '{run}'")
+    assert sorted((r["step"], r["forecast_energy_j"]) for r in metrics) == [("0", 10.0), ("1", 11.0)]
+    assert len(influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")) == 2
+    assert not live.log_metrics({"x": 1.0})  # the run is over: nowhere to send
+    # docs/grafana-energyprof.json: every panel's query reads this run's points
+    dash = json.loads((Path(__file__).parent.parent / "docs" / "grafana-energyprof.json").read_text())
+    for panel in dash["panels"]:
+        q = panel["targets"][0]["query"]
+        q = q.replace("$host", ".*").replace("$run", re.escape(run)).replace("$timeFilter", "time > now() - 10m")
+        assert influx.query(q.replace("$__interval", "1s")), panel["title"]
+
+
+def test_a_supervised_programs_log_metrics_reach_the_sinks(tmp_path: Path, influx) -> None:
+    program = ("import time\nfrom energyprof.output.live import log_metrics\n"
+               "for e in range(2):\n    time.sleep(0.2)\n    print(log_metrics({'forecast_energy_j': 5.0 * (e + 1)}, step=e))\n")
+    res, profile = _run(tmp_path, "--influx", influx.url, program=program)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == "True\nTrue\n"
+    run = profile.meta["live_export"]["run"]
+    metrics = influx.rows(f"SELECT * FROM energyprof_metric WHERE \"run\" = '{run}'")
+    assert sorted((r["step"], r["forecast_energy_j"]) for r in metrics) == [("0", 5.0), ("1", 10.0)]
+
+
+def test_a_monitor_sends_its_windows_and_figures(tmp_path: Path, pushgateway) -> None:
+    from energyprof import Monitor
+
+    trace = tmp_path / "t.csv"
+    trace.write_text("t_s,cpu\n0,40\n")
+    mon = Monitor(power_trace=str(trace), idle="all", pushgateway=pushgateway.url)
+    with mon.window("epoch", 0) as m:
+        time.sleep(0.3)
+    total = mon.measure()
+    mon.close()
+    run = mon.live_summary["run"]
+    assert mon.live_summary["sinks"][0]["dropped"] == 0
+    samples = [(n, lab, v) for n, lab, v in pushgateway.scrape() if lab.get("run") == run]
+    window = {n: v for n, lab, v in samples if lab.get("window") == "epoch"}
+    assert window["energyprof_window_machine_energy_joules"] == pytest.approx(m.total_j)
+    energy = {lab["source"]: v for n, lab, v in samples if n == "energyprof_program_energy_joules"}
+    assert sum(energy.values()) >= total.program_total_j  # the last point is at close, after measure()
+
+
+@pytest.mark.parametrize("dead", ["closed port", "accepts and never answers"])
+def test_a_dead_server_costs_the_program_nothing(tmp_path: Path, dead: str, closed_port: str, silent_server) -> None:
+    url = closed_port if dead == "closed port" else silent_server.url
+    (tmp_path / "w.py").write_text(PROGRAM)
+    plain = subprocess.run([sys.executable, "w.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    res, profile = _run(tmp_path, "--influx", f"{url}/energy", "--pushgateway", url)
+    assert plain.returncode == 0
+    assert (res.stdout, res.returncode) == (plain.stdout, plain.returncode)  # byte-equal output, same exit status
+    sinks = profile.meta["live_export"]["sinks"]
+    assert [s["sink"] for s in sinks] == ["influx", "pushgateway"]
+    for s in sinks:  # every point dropped and counted, and why
+        assert s["sent"] == 0 and s["dropped"] > 0 and s["error"]
+    assert sum(1 for n in profile.notes if n.kind == "live-export") == 1
+    lines = [line for line in res.stderr.splitlines() if "live export" in line]
+    assert len(lines) == 1 and "dropped" in lines[0]
+    if dead != "closed port":
+        assert silent_server.accepted >= 1  # it was reached, and never answered: the sends timed out
+    # The run's end waited at most FINISH_WAIT_S for the servers, and the program's own time holds no send:
+    # its CPU (the profile's, the sends are energyprof's) is what a plain run's loop costs, not a timeout's worth.
+    assert live.FINISH_WAIT_S <= 1.0 and live.SEND_TIMEOUT_S <= 1.0
+
+
+def test_bad_urls_are_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "w.py").write_text("open('ran', 'w').close()\n")
+    for flags in (["--influx", "ftp://x/db"], ["--influx", "http://127.0.0.1:8086"], ["--pushgateway", "nohost"],
+                  ["--influx", "http://127.0.0.1:8086?org=o&bucket=b"]):
+        res = run_cli([*flags, "w.py"], cwd=tmp_path, env={"INFLUX_TOKEN": ""})
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, (flags, res.stderr)
+        assert flags[0] in res.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_influx_2_requests_carry_org_bucket_and_token() -> None:
+    t = live.influx_target("http://h:8086?org=acme&bucket=power", {"INFLUX_TOKEN": "s3cret"})
+    assert (t.version, t.host, t.port) == (2, "h", 8086)
+    assert t.path == "/api/v2/write?org=acme&bucket=power&precision=ns"
+    assert t.headers == {"Authorization": "Token s3cret"}
+    t = live.influx_target("https://h/api/v2/write", {"INFLUX_TOKEN": "k", "INFLUX_ORG": "o", "INFLUX_BUCKET": "b"})
+    assert (t.scheme, t.port, t.path) == ("https", 8086, "/api/v2/write?org=o&bucket=b&precision=ns")
+    t = live.influx_target("http://h:8086/my db", {})
+    assert (t.version, t.path, t.headers) == (1, "/write?db=my%20db&precision=ns", {})
+
+
+def test_line_protocol_and_exposition_escape_names() -> None:
+    p = live.Point("energyprof_window", {"host": "h", "run": "r", "source": "cpu", "window": "a b,c=d"},
+                   {"seconds": 1.5, "nan": float("nan")}, 7)
+    assert live.line_protocol(p) == r"energyprof_window,host=h,run=r,source=cpu,window=a\ b\,c\=d seconds=1.5 7"
+    text = live.exposition({("energyprof_window_seconds", (("window", 'say "hi"\n'),)): 2.0})
+    assert text == '# TYPE energyprof_window_seconds gauge\nenergyprof_window_seconds{window="say \\"hi\\"\\n"} 2.0\n'
+
+
+def test_a_full_buffer_drops_its_oldest_and_the_end_gives_up_at_its_deadline() -> None:
+    """The bounded buffer: a sink stuck in a request holds nothing up; what overflows is counted, and so is
+    what the end's deadline leaves (the request in flight included)."""
+    import threading
+
+    class Stuck:  # a server that never answers, as the sink's thread sees it
+        kind, url = "stuck", ""
+
+        def __init__(self) -> None:
+            self.entered, self.release = threading.Event(), threading.Event()
+
+        def send(self, items, timeout):
+            self.entered.set()
+            self.release.wait(30)
+            return len(items)
+
+    sink = Stuck()
+    ch = live.Channel(sink, capacity=4)
+    ch.put([0])
+    assert sink.entered.wait(30)  # the thread took item 0 and is stuck sending it
+    ch.put(range(1, 11))  # ten more into a buffer of four: 1-6 dropped, 7-10 held
+    assert (ch.dropped, list(ch.items)) == (6, [7, 8, 9, 10])
+    ch.close(time.monotonic() + 0.05)
+    assert (ch.sent, ch.dropped) == (0, 11)  # the four held and the one in flight, given up at the deadline
+    ch.put([11])
+    assert ch.dropped == 12  # after the end, nothing is taken
+    sink.release.set()
