@@ -65,8 +65,8 @@ def test_a_python_child_costs_what_the_same_work_costs_in_process(here):
     assert sorted(r["role"] for r in rows) == ["child", "child", "main"]
     total = sum(r["energy_j"]["cpu"] for r in rows)
     assert total == pytest.approx(p.totals["attributed_j"]["cpu"], rel=1e-6)
-    fields = {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j", "peak_rss_bytes",
-              "exit", "host"}
+    fields = {"pid", "parent_pid", "command", "role", "rank", "local_rank", "cpu_time_s", "energy_j",
+              "other_policy_energy_j", "peak_rss_bytes", "exit", "host"}
     assert all(set(asdict(r)) == fields for r in rows)
     children = [r for r in rows if r["role"] == "child"]
     assert all(r["cpu_time_s"] > 0.1 and r["peak_rss_bytes"] > 1_000_000 for r in children)

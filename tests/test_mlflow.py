@@ -163,11 +163,19 @@ def _until(count, want: int, wait_s: float = 60.0) -> int:
     the program's time), or what it is after `wait_s`: a bound for a loaded machine, not a timing."""
     import time
 
+    def now() -> int:
+        try:
+            return count()
+        except Exception as e:  # noqa: BLE001 - mlflow's file store: a metric file read while its line is written
+            if "malformed" in str(e):
+                return 0
+            raise
+
     deadline = time.monotonic() + wait_s
-    n = count()
+    n = now()
     while n < want and time.monotonic() < deadline:
         time.sleep(0.02)
-        n = count()
+        n = now()
     return n
 
 
@@ -233,7 +241,12 @@ import time
 import mlflow
 import energyprof.torch
 def logged():
-    return len(mlflow.MlflowClient().get_metric_history(run.info.run_id, "energyprof.window.epoch.energy_j"))
+    try:
+        return len(mlflow.MlflowClient().get_metric_history(run.info.run_id, "energyprof.window.epoch.energy_j"))
+    except Exception as e:  # the file store's metric file read while its line is written
+        if "malformed" in str(e):
+            return 0
+        raise
 with mlflow.start_run() as run:
     for epoch in range(3):
         with energyprof.torch.window("epoch", epoch) as m:

@@ -19,6 +19,7 @@ import math
 import sys
 from typing import Any
 
+from ..facts.policy import IDLE_POLICIES
 from .common import PROG, Parser, UsageError
 
 
@@ -34,7 +35,7 @@ def build_estimate_parser() -> Parser:
     f.add_argument("--loop", action="append", metavar="NAME",
                    help="only the tracked loop of this name (track(name=...)); repeatable. Default: every loop"
                         " whose FLOPs were counted, each an observation")
-    f.add_argument("--idle", choices=("share", "all"),
+    f.add_argument("--idle", choices=IDLE_POLICIES,
                    help="the idle policy the energy per step is taken under (default: the profiles' own, when they agree)")
     f.add_argument("--columns", help="offer only these columns, comma-separated, in order (e.g. 1,log_flops):"
                    " the default offers 1, log_flops, device=*, log_flops*device=*, log_params, log_batch, log_power_limit")
@@ -181,7 +182,7 @@ def _predict(ns: Any) -> int:
     measured: dict[str, Any] | None = None
     if ns.source:
         policy = model.get("idle_policy")
-        found = _observations([ns.source], [ns.loop] if ns.loop else None, policy if policy in ("share", "all") else None)
+        found = _observations([ns.source], [ns.loop] if ns.loop else None, policy if policy in IDLE_POLICIES else None)
         if len(found) != 1:
             raise UsageError(f"{ns.source} has {len(found)} loops with FLOPs: choose one with --loop")
         measured = found[0]

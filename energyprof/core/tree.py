@@ -38,10 +38,12 @@ def attribute(recording: Recording, policy: str = "share", share_window_ns: int 
 
 def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: Iterable[Note | dict[str, Any]] = (),
                   peak_rss_exact_bytes: int | None = None,
-                  child_processes: Iterable[dict[str, Any]] = (), gpu: Any = None) -> Profile:
+                  child_processes: Iterable[dict[str, Any]] = (), gpu: Any = None,
+                  io: dict[str, Any] | None = None) -> Profile:
     """The fold's per-stack figures as a Profile of facts: the tree (under `policy`, with the other
     policy's self figures beside them), totals, windows, timeline, processes and notes. `gpu`: the
-    kernels' split of the GPU's energy (core/gpu_tree.KernelSplit), grafted while the tree is built."""
+    kernels' split of the GPU's energy (core/gpu_tree.KernelSplit), grafted while the tree is built;
+    `io`: the I/O counters' fact (collect/io.py), kept as read."""
     policy = check_policy(policy)
     ids = ledger.source_ids
     share = policy == "share"
@@ -71,7 +73,8 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
                    root=root, windows=_windows(ledger, start, policy, {p.pid: p.rank for p in processes}), timeline=timeline,
                    notes=_ledger_notes(ledger) + [_note(n) for n in notes] + gpu_notes, processes=processes,
-                   extra={**({"child_processes": children} if children else {}), **gpu_extra})  # child_processes: the /1 field
+                   extra={**({"child_processes": children} if children else {}), **gpu_extra,
+                          **({"io": io} if io is not None else {})})  # child_processes: the /1 field
 
 
 def _joules(ids: list[str], values: list[float]) -> dict[str, float]:

@@ -440,5 +440,5 @@ class Profiler:
                                         mode=self.options.gpu_kernels)
         return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
                              notes=[*run_notes(self.options, [*self._collector.notes, *self._notes]), *gpu_notes],
-                             peak_rss_exact_bytes=peak, child_processes=children, gpu=split)
-        self._io: Any = None  # collect/io.py: this process's I/O and the disks', each tick and at each window's edges
+                             peak_rss_exact_bytes=peak, child_processes=children, gpu=split,
+                             io=None if self._io is None else self._io.fact(self._ledger.first_ns))

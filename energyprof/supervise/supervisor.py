@@ -210,8 +210,8 @@ class Supervisor:
         split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
-                                peak_rss_exact_bytes=peak, gpu=split)
-        profile.extra["io"] = self.io.fact(ledger.first_ns)  # collect/io.py: counters on the windows' clock
+                                peak_rss_exact_bytes=peak, gpu=split,
+                                io=self.io.fact(ledger.first_ns))  # collect/io.py: counters on the windows' clock
         if self.options.watch_cache:
             self._watch_cache("end")
             from ..collect.settings import storage
