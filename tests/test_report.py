@@ -508,7 +508,6 @@ def test_an_opened_import_shows_its_heaviest_modules_by_name() -> None:
 def test_a_huge_number_is_one_line_and_exit_2(tmp_path: Path, where: tuple, value, needle: str) -> None:
     """Defect: a profile with 10**400 (or a finite 1e308 whose sums leave a float's range) made `report`
     exit 1 with a traceback or "Out of range float values". It is one line naming the field, exit 2."""
-    import json
 
     doc = small_profile().to_table()
     at = doc
@@ -526,7 +525,6 @@ def test_a_huge_number_is_one_line_and_exit_2(tmp_path: Path, where: tuple, valu
 
 def test_large_numbers_within_the_bound_are_rendered(tmp_path: Path) -> None:
     """Up to 1e100 a profile renders (page, JSON, CSV), however odd its figures."""
-    import json
 
     from energyprof.facts.profile import load
     from energyprof.render.html import render_html_bytes

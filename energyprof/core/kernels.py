@@ -53,6 +53,23 @@ Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.
 Interval = tuple[int, int, float]  # (t0_ns, t1_ns, joules)
 Span = tuple[int, int]  # (start_ns, end_ns)
 
+# python_function events that are not Python frames: C calls (named with an object's address, so
+# one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
+NOT_FRAMES = ("<built-in ", "nn.Module: ")
+
+
+def parse_python_name(name: str) -> Frame:
+    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole.
+
+    The profiler names a frame by its code's name (not its qualified name), its first line, and
+    its file less the sys.path entry that holds it (`torch/nn/modules/module.py`)."""
+    head, sep, func = name.partition("): ")
+    if sep:
+        file, paren, line = head.rpartition("(")
+        if paren and line.isdigit():
+            return (func, file, int(line))
+    return (name, "", 0)
+
 
 DEFAULT_SENSOR_ERROR = 0.05  # NVML: power "accurate to within +/- 5% of current power draw"
 IDLE_KEY = GPU_IDLE_NODE  # the bars' key for time with no record busy

@@ -20,7 +20,6 @@ from ..collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from ..collect.probes import OwnClocks
 from ..setup.options import Options
-from ..facts.profile import Note
 from ..facts.profile import Profile
 from ..agent.frames import anchor_depth
 from ..agent.sampler import HookSampler, Sampler, View

@@ -35,15 +35,13 @@ from typing import Any
 
 from ...record import field, record
 from ...core.autograd import BACKWARD_FRAME, EVALUATE_PREFIX, Autograd, Op
-from ...core.kernels import OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel  # noqa: F401  (the record this reader makes)
+from ...core.kernels import (NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel,  # noqa: F401  (the record this reader makes)
+                             parse_python_name)
 from .jsonstream import StreamError, TraceStream
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
                "memcpy": "memcpy", "memset": "memset"}  # lower-cased `cat` -> kind (older traces: Memcpy, Memset)
 RUNTIME_CATS = {"cuda_runtime", "cuda_driver", "runtime", "driver"}
-# python_function events that are not Python frames: C calls (named with an object's address, so
-# one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
-NOT_FRAMES = ("<built-in ", "nn.Module: ")
 META_KEYS = frozenset({"schemaVersion", "traceName", "with_stack", "baseTimeNanoseconds", "displayTimeUnit"})
 MAX_TS_US = 2.0 ** 62 / 1000  # |ts| and dur beyond this (about 146 years in us) are not a profiler's
 FLOW_CAT = "fwdbwd"
@@ -82,19 +80,6 @@ class KernelTrace:
     meta: dict[str, Any] = field(default_factory=dict)
     backward: BackwardLinks = field(default_factory=BackwardLinks)
     skipped: int = 0  # complete events without a usable ts/dur (missing, wrong type, out of range), left out
-
-
-def parse_python_name(name: str) -> Frame:
-    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole.
-
-    The profiler names a frame by its code's name (not its qualified name), its first line, and
-    its file less the sys.path entry that holds it (`torch/nn/modules/module.py`)."""
-    head, sep, func = name.partition("): ")
-    if sep:
-        file, paren, line = head.rpartition("(")
-        if paren and line.isdigit():
-            return (func, file, int(line))
-    return (name, "", 0)
 
 
 def load(path: str | Path) -> KernelTrace:

@@ -28,7 +28,7 @@ import os
 from typing import Any, Callable, Iterable, Sequence
 
 from ...core.autograd import Autograd, Op
-from ...core.kernels import OPERATOR_NODE, UNLAUNCHED_NODE, Frame
+from ...core.kernels import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
 from ...record import field, record
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
@@ -39,7 +39,6 @@ RUNTIME_KINDS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtim
 OP_KINDS = {"cpu_op", "user_annotation"}
 PROFILER_MARKS = ("ProfilerStep#",)  # record_functions the scheduled profiler wraps each step in
 FWDBWD_FLOW = 1  # Kineto's flow type joining the forward op to its backward op (ac2g, type 2, joins a launch to its kernel)
-NOT_FRAMES = ("<built-in ", "nn.Module: ")  # C calls named with an address, module marks: not frames
 SKIP_FILES = ("runpy", "<frozen runpy>")
 
 Path = tuple[Frame, ...]
@@ -67,16 +66,6 @@ class Cycle:
     counts: dict[str, int]  # what could not be placed or linked, by reason
     records: int = 0  # device records seen
     cost_ns: int = 0  # the capture's own CPU so far (set by the capture: charged to energyprof)
-
-
-def parse_python_name(name: str) -> Frame:
-    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole."""
-    head, sep, func = name.partition("): ")
-    if sep:
-        file, paren, line = head.rpartition("(")
-        if paren and line.isdigit():
-            return (func, file, int(line))
-    return (name, "", 0)
 
 
 class FullPaths:
@@ -139,7 +128,7 @@ class _Nest:
         self.spans = spans
         self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
         open_: list[int] = []
-        for i, (a, b, _) in enumerate(spans):
+        for i, (a, _end, _) in enumerate(spans):
             while open_ and spans[open_[-1]][1] < a:
                 open_.pop()
             self.outer.append(open_[-1] if open_ else -1)
