@@ -14,8 +14,9 @@ is spread over its own update period: from the tick at which its counter last mo
 which it moves again, never further back than twice its period (declared by the sensor, or detected
 from the gap between its last two moves), so a source that truly drew nothing for a while does not
 smear its next reading over the silence. A hardware counter whose period is not known yet (its first
-move) is spread back to its last reading that moved: a counter's jump was spent since then, whenever. The program's part of a jump is spread over the same span.
-Spreading moves energy between cells, never in or out of the grid: the cells still sum to the counter.
+move) is spread back to its last reading that moved: a counter's jump was spent since then, whenever.
+The program's part of a jump is spread over the same span. Spreading moves energy between cells, never
+in or out of the grid: the cells still sum to the counter.
 """
 
 from __future__ import annotations
