@@ -1,5 +1,6 @@
 """The chart's first screen: a lazy import inside a library call is an import group, as in the console;
-a wrapper that only calls one function shares its box with it."""
+a wrapper that only calls one function shares its box with it; a Ray or Dask job opens on its tasks, the
+engine's start-up one folded box."""
 
 from __future__ import annotations
 
