@@ -1,5 +1,6 @@
 """The chart's first screen: a lazy import inside a library call is an import group, as in the console;
-a wrapper that only calls one function shares its box with it."""
+a wrapper that only calls one function shares its box with it; a Ray or Dask job opens on its tasks, the
+engine's start-up one folded box."""
 
 from __future__ import annotations
 
@@ -51,3 +52,107 @@ def test_a_wrapper_that_only_calls_one_function_shares_its_box() -> None:
     assert trace["row"][box] == next(i for i, r in enumerate(model.rows) if r.function == "main")
     value = trace["value_e"]["v"]  # scaled by one power of ten for the whole column
     assert value[box] == value[crunch] + value[tidy]
+
+
+# --- engines: a Ray or Dask job opens on its tasks ----------------------------------------------------
+RAY = "/venv/lib/python3.11/site-packages/ray/"
+DIST = "/venv/lib/python3.11/site-packages/distributed/"
+STD = "/usr/lib/python3.11/"
+JOB = "/home/u/job.py"
+
+
+def _worker(pid: int, task_j: float) -> tuple:
+    """A Ray worker: its own start (importing ray) and one task, `burn`, that ran on it."""
+    return (f"[ray worker {pid}]", "", {}, 0.0, 0, [
+        ("<module>", RAY + "_private/workers/default_worker.py", {"cpu": 1.0}, 0.1, 10, [
+            ("<module>", RAY + "__init__.py", {"cpu": 3.0}, 0.3, 30, []),
+            ("Worker.main_loop", RAY + "_private/worker.py", {"cpu": 0.5}, 0.05, 5, [])]),
+        ("[ray task burn]", "", {}, 0.0, 0, [("burn", JOB, {"cpu": task_j}, task_j / 10, 100, [])])])
+
+
+def ray_job() -> object:
+    """ray.init started the raylet (from Popen), which started two workers; `burn` ran on both. A daemon
+    the engine started from a process of its own sits at the root."""
+    raylet = ("[ray daemon raylet]", "", {"cpu": 2.0}, 0.2, 0, [_worker(41, 6.0), _worker(42, 4.0)])
+    init = ("init", RAY + "_private/worker.py", {"cpu": 1.0}, 0.1, 10, [
+        ("Popen._execute_child", STD + "subprocess.py", {"cpu": 0.5}, 0.05, 5, [raylet])])
+    module = ("<module>", JOB, {"cpu": 0.5}, 0.05, 5, [init, ("<module>", RAY + "__init__.py", {"cpu": 5.0}, 0.5, 50, [])])
+    root = build(("<program>", "", {}, 0.0, 0, [module, ("[ray daemon runtime_env agent]", "", {"cpu": 1.5}, 0.1, 0, [])]))
+    return profile_from(root, [CPU], meta={"target": JOB})
+
+
+def dask_job() -> object:
+    """LocalCluster started two worker processes (one node, counted); `work`, shipped by value by cloudpickle
+    (file `<dynamic-code>`), ran on each worker's task thread."""
+    def thread(n: int, j: float) -> tuple:
+        return (f"[threads: {n}-Dask-Default-Threads x1]", "", {}, 0.0, 0, [
+            ("[dask task work]", "", {}, 0.0, 0, [("work", "<dynamic-code>", {"cpu": j}, j / 10, 100, [])])])
+
+    workers = ("[processes: dask worker x2]", "", {}, 0.0, 0, [
+        ("<module>", JOB, {"cpu": 0.4}, 0.04, 4, [("<module>", DIST + "__init__.py", {"cpu": 2.0}, 0.2, 20, [])]),
+        thread(0, 5.0), thread(1, 3.0)])
+    cluster = ("LocalCluster.__init__", DIST + "deploy/local.py", {"cpu": 0.5}, 0.05, 5, [
+        ("Condition.wait", STD + "threading.py", {}, 0.0, 0, [workers])])
+    module = ("<module>", JOB, {"cpu": 0.2}, 0.02, 2, [cluster])
+    return profile_from(build(("<program>", "", {}, 0.0, 0, [module])), [CPU], meta={"target": JOB})
+
+
+def _check_opens_on_tasks(model, unit: str, function: str, task_j: float, engine: str) -> None:
+    chart = model.chart
+    first = {c.function: c for c in chart.children}
+    assert unit in first, sorted(first)  # the task at the top, beside the program's own code
+    assert first[unit].value_e == task_j and {c.function for c in first[unit].children} == {function}
+    assert chart.value_e == model.profile.root.total_energy  # nothing lost or counted twice
+    units = [n for n in chart.preorder() if n.function.startswith(("[ray task", "[dask task"))]
+    assert units == [first[unit]]  # every run, on every worker, in one box
+    boxes = [n for n in chart.preorder() if n.kind == "group" and "start-up" in n.function]
+    assert [b.function for b in boxes] == [f"[{engine} start-up]"]
+    (box,) = boxes
+    inside = [n for n in box.preorder() if n is not box]
+    assert inside and all(n.group is box and n.kind in ("library", "import") for n in inside)  # folds as one box
+    assert function in {r.function for r in model.top}  # the task's function among the user's, with its share
+    assert sum(r.total_energy for r in model.own if r.function == function) == task_j
+
+
+def test_a_ray_job_opens_on_its_tasks_with_the_start_up_one_folded_box() -> None:
+    from energyprof.analysis.report import build as build_model
+
+    model = build_model(ray_job())
+    _check_opens_on_tasks(model, "[ray task burn]", "burn", 10.0, "ray")
+    box = next(n for n in model.chart.preorder() if n.function == "[ray start-up]")
+    names = {n.function for n in box.preorder()}
+    assert {"[ray worker 41]", "[ray worker 42]", "[ray daemon raylet]", "[ray daemon runtime_env agent]"} <= names
+    from energyprof.render.charts import icicle_trace
+
+    trace = icicle_trace(model, model.chart)  # the page's boxes: the task one level under the program
+    labels = [label or model.rows[row].function for label, row in zip(trace["labels"], trace["row"])]
+    task = next(i for i, label in enumerate(labels) if label.startswith("[ray task burn]"))
+    assert trace["parents"][task] == 0 and "[ray start-up]" in labels
+
+
+def test_a_dask_job_opens_on_its_tasks_and_code_shipped_by_value_is_the_users() -> None:
+    from energyprof.analysis.report import build as build_model
+
+    model = build_model(dask_job())
+    _check_opens_on_tasks(model, "[dask task work]", "work", 8.0, "dask")
+    box = next(n for n in model.chart.preorder() if n.function == "[dask start-up]")
+    assert "[processes: dask worker x2]" in {n.function for n in box.preorder()}
+
+
+def test_the_processes_table_names_engine_processes_by_role() -> None:
+    from energyprof.analysis.report import build as build_model
+    from energyprof.facts.records import Process
+    from energyprof.record import replace
+    from energyprof.render.cards import process_rows
+
+    raylet = RAY + "core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/s"
+    worker = "/usr/bin/python3 " + RAY + "_private/workers/default_worker.py --node-ip-address=127.0.0.1"
+    spawn = "/usr/bin/python3 -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)"
+    procs = [Process(1, None, "python job.py", "main"), Process(2, 1, raylet), Process(3, 2, worker),
+             Process(4, 1, spawn, "dask worker"), Process(5, 1, spawn)]
+    profile = replace(ray_job(), processes=procs)
+    roles = [r["role"] for r in process_rows(build_model(profile))["rows"]]
+    assert roles == ["the program", "ray daemon raylet", "ray worker", "dask worker", "child"]
+    from energyprof.engines.roles import process_role
+
+    assert process_role(spawn, "[processes: dask worker]") == "dask worker" and process_role(spawn) is None

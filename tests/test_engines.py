@@ -184,6 +184,33 @@ def test_each_run_of_a_task_is_a_window_of_its_worker(ray_local: tuple[object, d
     assert sum(w.program_energy_j["cpu"] for w in runs) <= program + 1e-9
 
 
+def opens_on_tasks(profile: object, units: list[str], engine: str) -> object:
+    """The report model's first screen: each task a box at the top of the chart (its runs on every worker
+    in one), the engine's start-up one folded box holding the workers, the task functions among the user's."""
+    from energyprof.analysis.report import build
+
+    model = build(profile)  # type: ignore[arg-type]
+    first = {c.function: c for c in model.chart.children}
+    assert set(units) <= set(first), sorted(first)
+    inside = [n.function for n in model.chart.preorder() if n.function.startswith(("[ray task", "[ray actor", "[dask task"))]
+    assert sorted(inside) == sorted(units)  # no task left under the start-up
+    assert all(first[u].value_e > 0 for u in units)
+    (box,) = [n for n in model.chart.preorder() if n.function == f"[{engine} start-up]"]
+    assert box.kind == "group" and all(n.group is box for n in box.preorder() if n is not box)
+    return model
+
+
+def test_a_ray_job_opens_on_its_tasks(ray_local: tuple[object, dict[str, float]]) -> None:
+    profile, _ = ray_local
+    model = opens_on_tasks(profile, [f"[ray task {n}]" for n in ("alpha", "beta", "gamma", "delta")]
+                           + ["[ray actor Counter.work]"], "ray")
+    assert {"alpha", "beta", "gamma", "delta", "burn"} <= {r.function for r in model.own}  # type: ignore[attr-defined]
+    from energyprof.render.cards import process_rows
+
+    roles = {r["role"] for r in process_rows(model)["rows"]}  # type: ignore[arg-type]
+    assert {"ray worker", "ray daemon raylet"} <= roles
+
+
 def test_a_two_node_ray_cluster_on_one_machine_counts_the_machine_once(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="the [ray] extra is not installed")
     profile, cpu = run_job(tmp_path, RAY_JOB, ["cluster", "2000000"])
@@ -203,6 +230,10 @@ def test_dask_local_cluster_tasks_are_units_of_work(tmp_path: Path) -> None:
         # each ran twice: one or two windows (two runs back to back on one thread, no sample between, are one)
         runs = [w for w in profile.windows if w.name == f"[dask task {name}]"]  # type: ignore[attr-defined]
         assert 1 <= len(runs) <= 2 and all(w.pid is not None and w.time_s > 0 for w in runs)
+    # the first screen: the tasks, their functions (shipped by value: `<dynamic-code>`) the user's; the workers by role
+    model = opens_on_tasks(profile, ["[dask task alpha]", "[dask task beta]"], "dask")
+    assert {"alpha", "beta"} <= {r.function for r in model.top}  # type: ignore[attr-defined]
+    assert [p.role for p in profile.processes].count("dask worker") == 2  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- the pure rule, on recorded stacks

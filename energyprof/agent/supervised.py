@@ -545,7 +545,9 @@ def _after_fork_child() -> None:
 
 # A pool's workers run one function (the pool's loop): one node for them all, named by their role.
 _POOL_WORKERS = {("multiprocessing.pool", "worker"): "[processes: pool worker]",
-                 ("concurrent.futures.process", "_process_worker"): "[processes: process pool worker]"}
+                 ("concurrent.futures.process", "_process_worker"): "[processes: process pool worker]",
+                 # a Dask nanny's worker process (distributed.process.AsyncProcess): its command line names nothing
+                 ("distributed.process", "_run"): "[processes: dask worker]"}
 
 
 def _role_of(proc: Any) -> str:

@@ -13,6 +13,7 @@ import re
 from ..record import field, record
 from ..facts.profile import Node
 from ..facts.profile import Profile
+from ..agent.units import UNIT_PREFIXES
 from .functions import is_library
 
 # The icicle builds one SVG element per node (~2.7 s for 5k nodes in headless Chromium), so the chart
@@ -155,7 +156,102 @@ def grouped_tree(profile: Profile) -> ChartNode:
             todo.append((child, existing))
     _fill_values(root)
     _keep_heaviest_imports(root)
+    if _engine_tasks_first(root):
+        _fill_values(root)
     return root
+
+
+# -- engines: the user's tasks first, the engine's start-up one folded box ------------------------
+# A Ray or Dask worker is started by the engine (ray.init, LocalCluster), so the profile holds it, and
+# every task it ran, under that call: ray.init held 92% of a chart whose tasks were out of sight. A
+# task is the unit the user asks about (`[ray task burn]`, `[dask task work]`, agent/units.py), so
+# the chart lifts each to the top, beside the program's own code, one box per task function (its runs
+# on every worker merged); what stays under the start-up call (the daemons, each worker's own start
+# and idle loop) folds into one box, `[ray start-up]` / `[dask start-up]`, until clicked.
+ENGINE_PROCESS_PREFIXES = ("[ray worker ", "[ray daemon ", "[dask worker", "[processes: dask worker")
+
+
+def _engine_of(unit: str) -> str:
+    return unit[1:].split(" ", 1)[0]  # "[ray task burn]" -> "ray"
+
+
+def _engine_tasks_first(root: ChartNode) -> bool:
+    """Lift every engine unit out of where its worker was started to the root, and fold the start-up
+    that held them into one box. False when the tree has no unit (nothing changed)."""
+    lifted: dict[str, ChartNode] = {c.function: c for c in root.children if c.function.startswith(UNIT_PREFIXES)}
+    startups: dict[int, tuple[ChartNode, str]] = {}
+    stack: list[tuple[ChartNode, list[ChartNode]]] = [(root, [])]
+    found: list[tuple[ChartNode, ChartNode, list[ChartNode]]] = []  # (unit, its parent, its ancestors)
+    while stack:
+        n, above = stack.pop()
+        for c in n.children:
+            if c.function.startswith(UNIT_PREFIXES) and n is not root:
+                found.append((c, n, above + [n]))
+            elif not c.function.startswith(UNIT_PREFIXES):
+                stack.append((c, above + [n]))
+    if not found:
+        return False
+    for unit, parent, above in found:
+        parent.children = [c for c in parent.children if c is not unit]
+        box = next((a for a in above if a.kind == "group"), None)
+        if box is not None:
+            startups.setdefault(id(box), (box, _engine_of(unit.function)))
+        unit.kind, unit.group = "user", None
+        held = lifted.get(unit.function)
+        if held is None:
+            lifted[unit.function] = unit
+            root.children.append(unit)
+        else:
+            _merge(held, unit)
+    for box, engine in startups.values():
+        box.function = f"[{engine} start-up]"
+        for c in [c for c in root.children if c.function.startswith(ENGINE_PROCESS_PREFIXES)]:
+            root.children.remove(c)  # a daemon the engine started from a process of its own: its start-up too
+            box.children.append(c)
+        _fold_into(box)
+    for _, _, above in found:
+        _drop_empty(above)
+    return True
+
+
+def _merge(into: ChartNode, other: ChartNode) -> None:
+    """`other`'s figures and children into `into` (same call path): children matched by function, file and line."""
+    for k, v in other.self_e.items():
+        into.self_e[k] = into.self_e.get(k, 0.0) + v
+    into.self_t += other.self_t
+    into.samples += other.samples
+    mine = {(c.function, c.file, c.line, c.kind): c for c in into.children}
+    for c in other.children:
+        twin = mine.get((c.function, c.file, c.line, c.kind))
+        if twin is None or c.folded or twin.folded:
+            into.children.append(c)
+        else:
+            _merge(twin, c)
+            for n in c.preorder():  # frames that pointed at the merged group box point at its twin
+                if n.group is c:
+                    n.group = twin
+    for n in into.preorder():
+        if n.group is other:
+            n.group = into
+
+
+def _fold_into(box: ChartNode) -> None:
+    """Every frame under `box` folds into it (the page draws a folded group as one box): the workers'
+    and daemons' nodes, their own imports and libraries, the user code a worker imported to start."""
+    for n in box.preorder():
+        if n is box:
+            continue
+        if n.kind == "group" or n.kind == "user":
+            n.kind = "library" if n.kind == "user" or not n.function.startswith("[import") else "import"
+        n.group = box
+
+
+def _drop_empty(nodes: list[ChartNode]) -> None:
+    """Remove, innermost first, the nodes a lift left with nothing (no self figures, no children)."""
+    for i in range(len(nodes) - 1, 0, -1):
+        n, parent = nodes[i], nodes[i - 1]
+        if not n.children and not any(n.self_e.values()) and n.self_t <= 0 and n in parent.children:
+            parent.children = [c for c in parent.children if c is not n]
 
 
 IMPORT_PATHS = 3  # an opened import group shows its few heaviest imports at each level, the rest as "other"

@@ -64,11 +64,19 @@ def program_folder(profile: Profile) -> str | None:
     return os.path.dirname(target) if os.path.isabs(target) and target.endswith(".py") else None
 
 
+# cloudpickle ships a function by value (the program's own `__main__` functions, its lambdas and closures)
+# and names its file "<dynamic-code>": a Dask task running it runs the user's code, wherever it came from.
+DYNAMIC_CODE = "<dynamic-code>"
+
+
 def is_own(function: str, file: str, parent_file: str, folder: str | None) -> bool:
     """A frame of the user's code: not a library or the import machinery, and in the program's folder
-    when that is known (so `<string>` and code from elsewhere are not the user's)."""
+    when that is known (so `<string>` and code from elsewhere are not the user's); code an engine
+    shipped by value (cloudpickle's `<dynamic-code>`) is the user's."""
     if function.startswith("[") or frame_kind(function, file, parent_file) != "user":
         return False
+    if file == DYNAMIC_CODE:
+        return True
     if folder is None:
         return True
     return bool(file) and os.path.normpath(file).startswith(os.path.normpath(folder) + os.sep)

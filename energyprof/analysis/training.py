@@ -40,7 +40,25 @@ def _windows(profile: Profile, rank: int | None = None) -> list[Window]:
 
 
 def _window_energy(w: Window) -> float:
-    return float(sum(w.energy_j.values()))
+    """The program's energy in the window (its part of every source, the same kind of figure as the
+    run's headline), read from the window's fact; the machine's in files written before windows held it."""
+    program = w.program_total_j
+    return float(program if program is not None else w.total_j)
+
+
+def _machine_energy(w: Window) -> float:
+    """Everything the sensors measured in the window: shown beside the program's, never in its place."""
+    return float(w.total_j)
+
+
+def _program_by_source(w: Window) -> dict[str, float]:
+    return dict(w.program_energy_j) if w.program_energy_j else dict(w.energy_j)
+
+
+def energy_of(windows: Iterable[Window]) -> str:
+    """Whose energy the breakdown's figures are: "program" when every window holds the program's part,
+    else "machine" (a file written before windows held it)."""
+    return "program" if all(w.program_total_j is not None for w in windows) else "machine"
 
 
 def _worker_nodes(profile: Profile, rank: int | None = None) -> list[Node]:
@@ -173,7 +191,11 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         "steps": rows,
         "epochs": per_epoch,
         "end_of_data_waits": _end_of_data_waits(fetches, used),
+        # whose energy every *_j figure here is: the program's part of each window ("program"), or the
+        # machine's in a file written before windows held the program's part ("machine")
+        "energy_of": energy_of(w for w in windows if w.name.startswith(f"{name}.")),
         "step_energy_j": _spread([r["energy_j"] for r in rows]),
+        "machine_step_energy_j": _spread([r["machine_energy_j"] for r in rows]),
         # the workers' processes as a whole (the tree has no time axis to split them per epoch);
         # None when the profile has no worker process nodes
         "workers_energy_j": _sum_energy(workers) if workers else None,
@@ -219,12 +241,14 @@ def _step_row(c: Window, f: Window | None, pre: list[Window], epochs: list[Windo
     # the preprocess windows are nested in compute: take them out so the phases are disjoint
     r["compute_s"] = max(c.time_s - r["preprocess_s"], 0.0)
     r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
-    by_source = dict(c.energy_j)
-    for sid, j in (f.energy_j if f else {}).items():
+    by_source = _program_by_source(c)
+    for sid, j in (_program_by_source(f) if f else {}).items():
         by_source[sid] = by_source.get(sid, 0.0) + j
-    r["by_source"] = by_source
+    r["by_source"] = by_source  # the program's, like every energy of the row
     r["time_s"] = r["wait_s"] + r["preprocess_s"] + r["compute_s"]
     r["energy_j"] = r["wait_j"] + r["preprocess_j"] + r["compute_j"]
+    # the machine's over the same phases (the preprocess windows are inside compute: counted once)
+    r["machine_energy_j"] = (_machine_energy(f) if f else 0.0) + max(_machine_energy(c), 0.0)
     r["fetch_s"], r["fetch_j"] = r["wait_s"], r["wait_j"]  # the names the report's template reads
     r["epoch"] = next((e.index for e in epochs if e.start_s <= r["start_s"] < e.end_s), None)
     r["samples"] = int(f.loop["samples"]) if f is not None and "samples" in f.loop else None
@@ -234,7 +258,8 @@ def _step_row(c: Window, f: Window | None, pre: list[Window], epochs: list[Windo
 
 def _end_of_data_waits(fetches: list[Window], used: set[int]) -> list[dict[str, Any]]:
     """The fetches of no step: next() found the loader exhausted."""
-    return [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f)}
+    return [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f),
+             "machine_energy_j": _machine_energy(f)}
             for i, f in enumerate(fetches) if i not in used]
 
 
@@ -251,6 +276,7 @@ def _epoch_rows(rows: list[dict[str, Any]], epochs: list[Window], loop: dict[str
         mine = [r for r in rows if r["epoch"] == e["epoch"]]
         e["samples"] = sum(r["samples"] for r in mine) if all(r["samples"] is not None for r in mine) else None
         e["energy_per_sample_j"] = e["energy_j"] / e["samples"] if e["samples"] else None
+        e["machine_energy_per_sample_j"] = e["machine_energy_j"] / e["samples"] if e["samples"] else None
         _add_epoch_disk(e, mine, epochs, io)
         if e["epoch"] in residency:  # the dataset's page-cache share at the epoch's start and end (measured)
             e["cache_start"], e["cache_end"] = residency[e["epoch"]]
@@ -312,20 +338,26 @@ def _residency_by_epoch(windows: list[Window], name: str, epochs: list[Window]) 
 
 def _per_unit(rows: list[dict[str, Any]], epochs: list[dict[str, Any]], fetches: list[Window]) -> dict[str, Any]:
     """The loop's energy per step, per sample and per epoch (the steps' energy, measured windows), with the
-    counts they divide by and the model's parameter count where the tracker recorded them."""
-    energy = sum(r["energy_j"] for r in rows)
+    counts they divide by and the model's parameter count where the tracker recorded them. The figures
+    are the program's (its part of each window, as the headline is); `machine_*` are the machine's over
+    the same windows, everything the sensors measured, shown beside them."""
     samples = [r["samples"] for r in rows]
     n_samples = sum(samples) if samples and all(x is not None for x in samples) else None
     whole = [e for e in epochs if e["epoch"] is not None]
     params = next((int(f.loop["parameters"]) for f in fetches if "parameters" in f.loop), None)
-    return {"training_energy_j": energy, "step_count": len(rows), "sample_count": n_samples,
-            "epoch_count": len(whole), "parameters": params,
-            "energy_per_step_j": energy / len(rows) if rows else None,
-            "energy_per_sample_j": energy / n_samples if n_samples else None,
-            "energy_per_epoch_j": sum(e["energy_j"] for e in whole) / len(whole) if whole else None}
+    out: dict[str, Any] = {"step_count": len(rows), "sample_count": n_samples, "epoch_count": len(whole),
+                           "parameters": params}
+    for prefix, key in (("", "energy_j"), ("machine_", "machine_energy_j")):
+        energy = sum(r[key] for r in rows)
+        out[f"{prefix}training_energy_j"] = energy
+        out[f"{prefix}energy_per_step_j"] = energy / len(rows) if rows else None
+        out[f"{prefix}energy_per_sample_j"] = energy / n_samples if n_samples else None
+        out[f"{prefix}energy_per_epoch_j"] = sum(e[key] for e in whole) / len(whole) if whole else None
+    return out
 
 
-_SUMMED = ("wait_s", "preprocess_s", "compute_s", "time_s", "wait_j", "preprocess_j", "compute_j", "energy_j")
+_SUMMED = ("wait_s", "preprocess_s", "compute_s", "time_s", "wait_j", "preprocess_j", "compute_j", "energy_j",
+           "machine_energy_j")
 
 
 def _saved_timings(fetches: list[Window], rows: list[dict[str, Any]]) -> list[dict[str, Any]] | None:

@@ -196,7 +196,9 @@ class Ledger:
         self.own_all = list(z)
         self.root_share = list(z)  # the program's, with no sample to carry it
         self.root_all = list(z)
-        self.timeline = Timeline(self.n, timeline_points, timeline_width_ns)
+        self.timeline = Timeline(self.n, timeline_points, timeline_width_ns,
+                                 periods_s=[s.get("update_period_s") for s in sources],
+                                 counters=[s.get("tier") == "counter" for s in sources])
         self.windows: list[WindowTally] = []
         self._open_windows: list[WindowTally] = []
         self._live_windows: list[WindowTally] = []
@@ -591,14 +593,15 @@ class Ledger:
         over its samples (CPU-class energy by CPU time, to wall time only where nothing of the program
         used CPU in the interval; GPU energy by wall time, to the processes using the GPU)."""
         carried = self._carried(weights.cpu)
-        prog_share_sum = prog_all_sum = 0.0
+        prog_share_by = [0.0] * self.n  # per source: the timeline spreads each over its counter's own period
+        prog_all_by = [0.0] * self.n
         for i, d in enumerate(de):
             if d == 0.0:
                 continue
             prog_share, own_share, prog_all, cf = parts[i]
             self._book_outside(i, d, prog_share, own_share, prog_all)
-            prog_share_sum += prog_share
-            prog_all_sum += prog_all
+            prog_share_by[i] = prog_share
+            prog_all_by[i] = prog_all
             w = weights.for_source(self.gpu[i])
             if w is weights.cpu and carried < 1.0:
                 prog_share, prog_all, cf = self._charge_unseen_cpu(i, weights.main, prog_share, prog_all, cf,
@@ -607,7 +610,7 @@ class Ledger:
                 self._spread(w, i, prog_share, prog_all, cf)
             else:
                 self._charge_root(i, prog_share, prog_all)
-        self.timeline.note_program(lo, hi, prog_share_sum, prog_all_sum)  # the program's power line
+        self.timeline.note_program(lo, hi, prog_share_by, prog_all_by)  # the program's power line
 
     def _book_outside(self, i: int, d: float, prog_share: float, own_share: float, prog_all: float) -> None:
         """What of source i's `d` joules is not the program's: energyprof's part (the fraction of the

@@ -6,26 +6,50 @@ Buckets are the cells of a uniform grid from the first tick: cell k is [origin +
 the same width however the ticks fell: one long first tick during `import torch` no longer
 widens every later bucket. When the run outgrows `max_points` cells, the width doubles and
 cells merge in pairs.
+
+A counter read faster than it moves (NVML's energy counter moves every ~100 ms; the ticks come every
+20-50 ms) reads zero, zero, zero, then a jump that holds the whole update period's energy. Drawn as it
+was read, that jump is one tick's power: a 700 W GPU drew 1,330 W in 20-ms cells. So a source's energy
+is spread over its own update period: from the tick at which its counter last moved to the tick at
+which it moves again, never further back than twice its period (declared by the sensor, or detected
+from the gap between its last two moves), so a source that truly drew nothing for a while does not
+smear its next reading over the silence. A hardware counter whose period is not known yet (its first
+move) is spread back to its last reading that moved: a counter's jump was spent since then, whenever.
+The program's part of a jump is spread over the same span. Spreading moves energy between cells, never
+in or out of the grid: the cells still sum to the counter.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 TIMELINE_POINTS = 1000
 STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"
 MIN_WIDTH_NS = 1_000_000  # the finest grid: 1 ms, finer than any sensor's update
+LOOKBACK_PERIODS = 2  # a counter's jump is spread back at most this many update periods
+MAX_HELD_SPANS = 4096  # tick ends whose spread spans wait for the program's part (charged a few ticks later)
 
 
 class Timeline:
     """Power, the program's share of it, and RSS per cell of a uniform grid."""
 
-    def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS, width_ns: int = MIN_WIDTH_NS) -> None:
+    def __init__(self, n_sources: int, max_points: int = TIMELINE_POINTS, width_ns: int = MIN_WIDTH_NS,
+                 periods_s: Sequence[float | None] | None = None, counters: Sequence[bool] | None = None) -> None:
         """`width_ns`: the starting cell width. A cell finer than both the stack sampling and the
         sensor reads holds nothing more (power is constant within a tick, a stack is seen once per
         interval), and each tick pays for every cell it spans: 1 ms cells under 50 ms ticks cost
-        the supervisor's tick ~130 us of its ~520 us on a 4 s run."""
+        the supervisor's tick ~130 us of its ~520 us on a 4 s run. `periods_s`: each source's
+        declared update period (None: not declared; then it is detected from the counter's moves);
+        `counters`: which sources are cumulative hardware counters (the rest integrate power samples or a model)."""
         self.n = n_sources
+        self.period_ns = [int((p or 0.0) * 1e9) if isinstance(p, (int, float)) and p > 0 else 0
+                          for p in (list(periods_s or []) + [None] * n_sources)[:n_sources]]
+        self.counter = [bool(c) for c in (list(counters or []) + [False] * n_sources)[:n_sources]]
+        self._moved: list[int | None] = [None] * n_sources  # per source: the tick end at which its counter last moved
+        self._gap: list[int] = [0] * n_sources  # per source: the time between its last two moves (ns)
+        # tick end -> each source's spread start, where one began before the tick: the program's part of
+        # that tick (charged once its samples are in) is spread over the same span
+        self._spans: dict[int, list[int]] = {}
         self.max_points = max_points
         self.width_ns = max(MIN_WIDTH_NS, int(width_ns))
         self.origin_ns: int | None = None
@@ -69,20 +93,73 @@ class Timeline:
             return
         if self.origin_ns is None:
             self.origin_ns = t0
+            self._moved = [t0] * self.n  # every counter is read at the start
         self._ensure(t1)
+        starts = self._starts(t0, t1, de)
         for k, hi, f in self._spread(t0, t1):
             cell = self.energy[k]
             for i, v in enumerate(de):
-                cell[i] += v * f
+                if starts[i] == t0:
+                    cell[i] += v * f
             if hi > self.t1[k]:
                 self.t1[k] = hi
             if rss > self.rss[k]:
                 self.rss[k] = rss
+        spread = [i for i in range(len(de)) if starts[i] < t0]
+        for i in spread:  # a jump that holds more than this tick: over the counter's own period
+            for k, _, f in self._spread(starts[i], t1):
+                self.energy[k][i] += de[i] * f
+        if spread:
+            self._spans[t1] = starts
+            if len(self._spans) > MAX_HELD_SPANS:  # never charged (a checkpoint restored without them)
+                del self._spans[next(iter(self._spans))]
 
-    def note_program(self, t0: int, t1: int, share_j: float, all_j: float) -> None:
-        """The program's energy over [t0, t1] under both idle policies, spread like the machine's."""
+    def _starts(self, t0: int, t1: int, de: list[float]) -> list[int]:
+        """Where each source's energy of the tick [t0, t1] is spread from: the tick's start, or, for
+        a counter that moves more slowly than it is read, the tick at which it last moved (at most
+        LOOKBACK_PERIODS of its declared or detected update period back)."""
+        starts = [t0] * len(de)
+        moved, gap = self._moved, self._gap
+        for i, v in enumerate(de):
+            if i >= self.n or v == 0.0:
+                continue
+            last = moved[i]
+            if last is not None:
+                period = max(self.period_ns[i], gap[i])
+                if last < t0 and period > 0:
+                    starts[i] = min(t0, max(last, t1 - LOOKBACK_PERIODS * period))
+                elif last < t0 and self.counter[i]:
+                    starts[i] = last
+                gap[i] = t1 - last
+            moved[i] = t1
+        return starts
+
+    def note_program(self, t0: int, t1: int, share_j: float | Sequence[float], all_j: float | Sequence[float]) -> None:
+        """The program's energy over [t0, t1] under both idle policies, spread like the machine's: given
+        per source, each source's part over the span its own energy of that tick was spread over."""
         if self.origin_ns is None or t1 <= t0:
             return
+        starts = self._spans.pop(t1, None)
+        while self._spans and next(iter(self._spans)) <= t1:  # ticks charged already, or never to be
+            del self._spans[next(iter(self._spans))]
+        if isinstance(share_j, (int, float)) or isinstance(all_j, (int, float)):
+            share, every = float(sum(share_j) if not isinstance(share_j, (int, float)) else share_j), \
+                float(sum(all_j) if not isinstance(all_j, (int, float)) else all_j)
+            self._note_program_span(t0, t1, share, every)
+            return
+        by_start: dict[int, list[float]] = {}
+        for i, (a, b) in enumerate(zip(share_j, all_j)):
+            if a == 0.0 and b == 0.0:
+                continue
+            # a tick that spans several of the counter's (coarsened while no sample came) keeps its own start
+            start = min(t0, starts[i]) if starts is not None and i < len(starts) else t0
+            acc = by_start.setdefault(start, [0.0, 0.0])
+            acc[0] += a
+            acc[1] += b
+        for start, (a, b) in by_start.items():
+            self._note_program_span(start, t1, a, b)
+
+    def _note_program_span(self, t0: int, t1: int, share_j: float, all_j: float) -> None:
         for k, _, f in self._spread(t0, t1):
             p = self.program[k]
             p[0] += share_j * f

@@ -4,7 +4,8 @@ Ray starts its workers and daemons itself (the raylet, the GCS, the dashboard an
 their command lines name them; a node that says `[ray worker 4242]` or `[ray daemon raylet]`
 tells the user what the process was without the 200-character command. Dask's workers are
 spawned by multiprocessing (`python -c "from multiprocessing.spawn ..."`), which names nothing:
-their tasks name themselves (agent/units.py).
+their agent names them once multiprocessing hands it its process object (`[processes: dask worker]`,
+one node for a nanny's workers, counted), and their tasks name themselves (agent/units.py).
 """
 
 from __future__ import annotations
@@ -42,3 +43,16 @@ def node_name(pid: int, command: str) -> str | None:
     if role is None:
         return None
     return f"[{role} {pid}]" if role.endswith("worker") else f"[{role}]"
+
+
+# A process's label, as its agent gave it, -> its role (the processes table's name for it).
+_LABEL_ROLES = (("[processes: dask worker", "dask worker"),)
+
+
+def process_role(command: str, label: str = "") -> str | None:
+    """An engine process's role from its agent's label or its command line (`dask worker`, `ray worker`,
+    `ray daemon raylet`); None for a process of no engine known here."""
+    for prefix, role in _LABEL_ROLES:
+        if label.startswith(prefix):
+            return role
+    return engine_role(command)

@@ -282,12 +282,25 @@ def _per_unit(b: Any) -> str:
     """Energy per sample and per epoch, and the model's size, where the loop recorded them."""
     text = ""
     if b.get("energy_per_sample_j") is not None:
-        text += f' Per sample {esc(fmt_energy(b["energy_per_sample_j"]))} ({esc(b.get("sample_count"))} samples)'
+        text += (f' Per sample {esc(fmt_energy(b["energy_per_sample_j"]))}'
+                 f'{_machine_beside(b, b.get("machine_energy_per_sample_j"))} ({esc(b.get("sample_count"))} samples)')
     if b.get("energy_per_epoch_j") is not None:
-        text += f', per epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}'
+        text += f', per epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}{_machine_beside(b, b.get("machine_energy_per_epoch_j"))}'
     if b.get("parameters"):
         text += f'; the model has {b["parameters"]:,} parameters'
     return text + "." if text else ""
+
+
+def _machine_beside(b: Any, machine: float | None) -> str:
+    """The machine's figure beside the program's (the breakdown's figures are the program's part of each window)."""
+    if machine is None or b.get("energy_of", "program") != "program":
+        return ""
+    return f" (the machine's: {esc(fmt_energy(machine))})"
+
+
+def _whose(b: Any) -> str:
+    return ("the program's, its part of each window like the total above" if b.get("energy_of", "program") == "program"
+            else "the machine's: this file's windows hold no program part")
 
 
 def _io_cols(b: Any) -> bool:
@@ -342,8 +355,9 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
     for name, b in m.training.items():
         step = b["step_energy_j"]
         out.append(f'  <h3>Training loop: {esc(name)} (fetch stall = {esc(b["stall_definition"])})</h3>\n'
-                   f'  <p class="hint">Step energy: mean {esc(fmt_energy(step["mean"]))}, spread (sd) '
-                   f'{esc(fmt_energy(step["stdev"]))} over {esc(step["n"])} steps.{_per_unit(b)}</p>\n'
+                   f'  <p class="hint">Energy here is {esc(_whose(b))}. Step energy: mean {esc(fmt_energy(step["mean"]))}'
+                   f'{_machine_beside(b, (b.get("machine_step_energy_j") or {}).get("mean"))},'
+                   f' spread (sd) {esc(fmt_energy(step["stdev"]))} over {esc(step["n"])} steps.{_per_unit(b)}</p>\n'
                    '  <div class="table-wrap"><table class="windows">\n'
                    f'    <thead><tr><th>epoch</th>{_TRAINING_HEAD}'
                    + ("<th>disk read (MB)</th><th>read IOPS</th><th>disk busy</th>" if _io_cols(b) else "")

@@ -22,6 +22,7 @@ from ..core.feed import Clock, HeldTicks
 from ..core.ledger import Ledger, WindowTally
 from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
+from ..engines.roles import process_role as engines_process_role
 from ..engines.unit_windows import UnitWindows
 from ..agent import wire
 from ..agent.wire import PROCESS_MARKER
@@ -313,7 +314,8 @@ class JobFeed:
         elif p.rank is not None and (parent is None or parent.rank != p.rank):
             p.role = "rank"
         else:
-            p.role = "worker" if p.label.startswith("[DataLoader worker") else "child"
+            p.role = "worker" if p.label.startswith("[DataLoader worker") else (engines_process_role(p.command, p.label)
+                                                                                or "child")
         # Known to the ledger from now on: a window a rank marks gets that rank's part, not the job's.
         self.ledger.note_process(p.pid, parent_pid=p.ppid, role=p.role)
         if p.role == "rank" or (p.main and p.rank is not None):
