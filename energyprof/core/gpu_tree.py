@@ -387,7 +387,8 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels]:
         devices_out[str(d)] = GpuDevice(sid, held[sid][0], dev.idle_j * idle_scale, dev.busy_s, dev.period_s, dev.short_j,
                                         dev.short_share, dev.unmeasured_busy_s + split.unmeasured_busy_s.get(d, 0.0),
                                         idle_error_j=dev.idle_error_j * scale[0] if dev.total_j > 0 else None,
-                                        split_share=inside[d], busy_lane=list(split.lanes.get(d, [])))
+                                        split_share=inside[d], other_policy_energy_j=held[sid][1],
+                                        busy_lane=list(split.lanes.get(d, [])))
     profiled_s = sum(b - a for a, b in split.spans) / 1e9
     gpu = GpuKernels(method="the program's GPU energy inside the profiled cycles split among its kernels by busy time"
                             " (reduced in the program from the PyTorch profiler's events); time with none busy is"

@@ -269,7 +269,8 @@ class Profile:
                              other_policy_energy_j=dict(p.energy_j) if p.other_policy_energy_j is not None else None)
                      for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
-                       processes, dict(self.extra), self.gpu_kernels)
+                       processes, dict(self.extra),
+                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None)
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:

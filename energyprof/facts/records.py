@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..record import field, fields, record
+from ..record import field, fields, record, replace
 
 
 class ProfileFormatError(ValueError):
@@ -520,6 +520,7 @@ class GpuDevice:
     unmeasured_busy_s: float = 0.0
     idle_error_j: float | None = None  # [GPU idle]'s bar (None in older profiles)
     split_share: float | None = None  # a run's capture: share of the measured energy inside the profiled cycles
+    other_policy_energy_j: float | None = None  # a run's capture: `energy_j` under the other idle policy
     busy_lane: list[list[float | None]] = field(default_factory=list)  # [start_s, end_s, busy_s or None], the timeline's
 
 
@@ -549,6 +550,35 @@ class GpuKernels:
     schedule: GpuSchedule | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know, kept for a round trip
 
+    def other_policy(self) -> GpuKernels:
+        """The same facts under the profile's other idle policy (Profile.with_policy). A run's capture
+        split the program's share of each device inside the profiled cycles, which the policies may
+        set differently: every figure of that device (joules, bars, idle) is scaled by the ratio of
+        the two shares, as the split itself scaled them. Devices without the other share kept, or with
+        no joules to scale, keep their figures."""
+        ratio = {int(d): v.other_policy_energy_j / v.energy_j for d, v in self.devices.items()
+                 if v.other_policy_energy_j is not None and v.energy_j > 0 and d.lstrip("-").isdigit()}
+        if not ratio:
+            return self
+        devices = {}
+        for d, v in self.devices.items():
+            r = ratio.get(int(d)) if d.lstrip("-").isdigit() else None
+            if r is None:
+                devices[d] = v
+                continue
+            devices[d] = replace(v, energy_j=v.other_policy_energy_j, other_policy_energy_j=v.energy_j,
+                                 idle_j=v.idle_j * r, idle_error_j=None if v.idle_error_j is None else v.idle_error_j * r)
+        stacks = []
+        for s in self.stacks:
+            r = ratio.get(s.device)
+            if r is None:
+                stacks.append(s)
+                continue
+            stacks.append(replace(s, joules=s.joules * r, error_j=s.error_j * r,
+                                  kernels=[replace(k, joules=k.joules * r) for k in s.kernels],
+                                  node_error_j=None if s.node_error_j is None else [e * r for e in s.node_error_j]))
+        return replace(self, devices=devices, stacks=stacks)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = dict(self.extra)
         out.update(method=self.method, records=self.records)
@@ -575,6 +605,8 @@ def _gpu_device_dict(d: GpuDevice) -> dict[str, Any]:
         out["idle_error_j"] = d.idle_error_j
     if d.split_share is not None:
         out["split_share"] = d.split_share
+    if d.other_policy_energy_j is not None:
+        out["other_policy_energy_j"] = d.other_policy_energy_j
     if d.busy_lane:
         out["busy_lane"] = [list(c) for c in d.busy_lane]
     return out
@@ -643,6 +675,7 @@ def _read_gpu_device(raw: Any, w: str) -> GpuDevice:
                      unmeasured_busy_s=number(raw.get("unmeasured_busy_s", 0.0), f"{w}.unmeasured_busy_s"),
                      idle_error_j=optional_number(raw, "idle_error_j", w),
                      split_share=optional_number(raw, "split_share", w),
+                     other_policy_energy_j=optional_number(raw, "other_policy_energy_j", w),
                      busy_lane=[[number(a, f"{w}.busy_lane", False), number(b, f"{w}.busy_lane", False),
                                  None if c is None else number(c, f"{w}.busy_lane")] for a, b, c in lane])
 
