@@ -146,8 +146,8 @@ def test_backward_goes_under_the_backward_call_then_the_forward_line(tmp_path, f
     assert "forward  model.py:5  (backward)" in err and "[GPU idle]" in err
     assert "backward: 3 of 4 device records" in err and "AccumulateGrad" in err
     # a flat power: no sample moves joules between lines; the bars are the sensor's 5%
-    (row,) = [s for s in p.extra["gpu_kernels"]["stacks"] if s["path"][-1][0] == "aten::addmm"]
-    assert row["error_j"] == pytest.approx(0.05 * J(100), rel=1e-9)
+    (row,) = [s for s in p.gpu_kernels.stacks if s.path[-1][0] == "aten::addmm"]
+    assert row.error_j == pytest.approx(0.05 * J(100), rel=1e-9)
 
 
 def test_without_python_stacks_the_link_uses_the_operator_chain(tmp_path):

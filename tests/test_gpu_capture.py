@@ -12,7 +12,7 @@ import pytest
 
 from energyprof.collect.kernels.reduce import reduce_events
 from energyprof.core.autograd import BACKWARD_FRAME
-from energyprof.core.gpu_tree import GPU_FIELD, KernelFold
+from energyprof.core.gpu_tree import KernelFold
 from energyprof.core.kernels import GPU_IDLE_NODE
 from kineto_events import MS, Step, training_step
 
@@ -82,11 +82,11 @@ def test_a_training_step_puts_forward_backward_and_optimizer_on_their_lines_to_1
     assert _child(prof.root, GPU_IDLE_NODE).self_energy_j[g] == pytest.approx(6.5, rel=1e-9)
     assert train.self_energy_j[g] == pytest.approx(0.0, abs=1e-12)  # nothing left on the wait
     assert train.energy_j["cpu"] == pytest.approx(0.5, rel=1e-9)  # CPU untouched
-    gpu = prof.extra[GPU_FIELD]
-    assert gpu["devices"]["0"]["split_share"] == pytest.approx(1.0)
-    assert gpu["unplaced"] == {"backward: AccumulateGrad (a leaf's gradient: no forward op)": 2}
-    rows = {tuple(r["path"][-1]): r for r in gpu["stacks"]}
-    assert {k["name"] for k in rows[("aten::mm", "", 0)]["kernels"]} in ({"fwd_gemm"}, {"bwd_gemm_a", "bwd_gemm_b"})
+    gpu = prof.gpu_kernels
+    assert gpu.devices["0"].split_share == pytest.approx(1.0)
+    assert gpu.unplaced == {"backward: AccumulateGrad (a leaf's gradient: no forward op)": 2}
+    rows = {tuple(r.path[-1]): r for r in gpu.stacks}
+    assert {k.name for k in rows[("aten::mm", "", 0)].kernels} in ({"fwd_gemm"}, {"bwd_gemm_a", "bwd_gemm_b"})
     assert any(n.kind == "gpu-kernels-split" and "100.0%" in n.message for n in prof.notes)
 
 
@@ -129,7 +129,7 @@ def test_outside_the_cycles_the_wall_time_rule_stays():
     assert train.self_energy_j["gpu:0"] == pytest.approx(10.0, rel=1e-9)
     assert _child(train, "forward").energy_j["gpu:0"] == pytest.approx(1.0, rel=1e-9)
     assert prof.root.energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-12)
-    assert prof.extra[GPU_FIELD]["devices"]["0"]["split_share"] == pytest.approx(0.5)
+    assert prof.gpu_kernels.devices["0"].split_share == pytest.approx(0.5)
     (note,) = [n for n in prof.notes if n.kind == "gpu-kernels-split"]
     assert "50.0%" in note.message and "where Python waited" in note.message
 
@@ -420,7 +420,7 @@ def test_through_the_capture_cycle_end_and_a_fwdbwd_flow():
     backward = _child(train_node, "backward")
     bwd = _child(backward, BACKWARD_FRAME[0])
     assert _child(bwd, "forward").energy_j["gpu:0"] == pytest.approx(2.0, rel=1e-9)
-    assert prof.extra[GPU_FIELD]["unplaced"] == {}
+    assert prof.gpu_kernels.unplaced == {}
 
 
 def test_a_forked_child_never_stops_its_parents_profiler(tmp_path):
@@ -516,19 +516,19 @@ print("done")
                     p for p in (str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")) if p)})
     assert r.returncode == 0 and r.stdout == "done\n" and r.stderr == "", r.stderr
     p = load(tmp_path / "o.json")
-    gpu = p.extra[GPU_FIELD]
-    dev = gpu["devices"]["0"]
-    assert gpu["cycles"] >= 3 and gpu["records"] >= 25  # cycles of 10 steps, each reduced as it ended
+    gpu = p.gpu_kernels
+    dev = gpu.devices["0"]
+    assert gpu.cycles >= 3 and gpu.records >= 25  # cycles of 10 steps, each reduced as it ended
     fwd = [n for n, _ in p.walk() if n.function == "forward" and n.file.endswith("prog.py")]
     assert len(fwd) == 1  # one function, one row: the sampler's and the kernels' `forward` met
     (mm,) = fwd[0].children  # one path for all steps: the profiler's ProfilerStep#N marks are not the program's
-    assert mm.function == "aten::mm" and len(gpu["stacks"]) == 1
-    assert mm.energy_j["gpu:0"] == pytest.approx(100.0 * dev["busy_s"], rel=1e-9)
-    assert dev["busy_s"] == pytest.approx(0.002 * gpu["records"], rel=1e-6)
-    assert 0 < dev["split_share"] < 1  # the exit after the last cycle stays on the wall-time rule
+    assert mm.function == "aten::mm" and len(gpu.stacks) == 1
+    assert mm.energy_j["gpu:0"] == pytest.approx(100.0 * dev.busy_s, rel=1e-9)
+    assert dev.busy_s == pytest.approx(0.002 * gpu.records, rel=1e-6)
+    assert 0 < dev.split_share < 1  # the exit after the last cycle stays on the wall-time rule
     assert p.root.energy_j["gpu:0"] == pytest.approx(p.totals.energy_j["gpu:0"], rel=1e-9)
     # the capture's own CPU (torch's import at the start, each cycle's reduction) is energyprof's
-    capture_ns = gpu["fold"]["capture_cpu_ns"]
+    capture_ns = gpu.fold["capture_cpu_ns"]
     assert capture_ns > 0 and p.totals.energyprof_cpu_time_s * 1e9 >= capture_ns
     (own,) = [n for n in p.root.children if n.function == "[energyprof]"]
     assert own.energy_j["cpu"] > 0 and p.totals.energyprof_j["cpu"] == pytest.approx(own.energy_j["cpu"])

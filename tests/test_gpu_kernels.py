@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from energyprof.agent.kernel_capture import clock_offset
 from energyprof.collect.kernels import kineto
-from energyprof.core.gpu_tree import GPU_FIELD, build_gpu_profile
+from energyprof.core.gpu_tree import build_gpu_profile
 from energyprof.core.kernels import GPU_IDLE_NODE, attribute, split_energy
 
 KINETO = Path(__file__).parent / "fixtures" / "kineto"
@@ -175,7 +175,7 @@ def test_mi250_kernels_get_power_times_busy_time_and_sum_to_the_gpu():
     steps = _step_power(t.start_ns, t.end_ns, 700_000)  # 0.7 ms: kernels straddle power changes
     power = {2: [(a, b, j) for a, b, j, _ in steps]}
     prof = build_gpu_profile(t.kernels, power, {2: 700_000}, start_ns=t.start_ns, end_ns=t.end_ns, meta={"target": "mi250"})
-    gpu = prof.extra[GPU_FIELD]
+    gpu = prof.gpu_kernels
     total = sum(j for _, _, j, _ in steps)
     # per-function GPU joules (the tree's leaves' self figures, [GPU idle] included) sum to the GPU's energy
     leaves = sum(n.self_energy_j.get("gpu:2", 0.0) for n, _ in prof.walk())
@@ -195,9 +195,9 @@ def test_mi250_kernels_get_power_times_busy_time_and_sum_to_the_gpu():
     mm = [n for n in prof.find("aten::mm")]
     assert len(mm) == 1 and mm[0].self_energy_j["gpu:2"] > 0
     labelled = prof.find(kineto.OPERATOR_NODE)
-    assert len(labelled) == 1 and labelled[0].energy_j["gpu:2"] == pytest.approx(total - gpu["devices"]["2"]["idle_j"])
+    assert len(labelled) == 1 and labelled[0].energy_j["gpu:2"] == pytest.approx(total - gpu.devices["2"].idle_j)
     idle = prof.find(GPU_IDLE_NODE)[0].self_energy_j["gpu:2"]
-    busy = gpu["devices"]["2"]["busy_s"]
+    busy = gpu.devices["2"].busy_s
     assert busy == pytest.approx(sum(k.duration_ns for k in t.kernels) / 1e9)
     assert 0 < idle < total
 
@@ -338,10 +338,10 @@ def graft_into(prof, kernels, power, period_ns, spans=None):
                           sources=[s.id for s in prof.sources])
     if split is None:
         return None
-    notes, extra = graft(prof.root, split)
+    notes, gpu = graft(prof.root, split)
     prof.root.fill_inclusive()
     prof.notes.extend(notes)
-    prof.extra.update(extra)
+    prof.gpu_kernels = gpu
     return split
 
 
@@ -365,8 +365,7 @@ def test_kernels_move_the_gpu_joules_from_the_sync_point_to_the_launching_line()
     assert prof.root.energy_j["gpu:0"] == pytest.approx(15.0, rel=1e-12)  # conservation, both policies
     other = sum((n.other_policy_self_energy_j or {}).get("gpu:0", 0.0) for n, _ in prof.walk())
     assert other == pytest.approx(30.0, rel=1e-12)
-    gpu = prof.extra[GPU_FIELD]
-    assert gpu["devices"]["0"]["busy_s"] == pytest.approx(0.05)
+    assert prof.gpu_kernels.devices["0"].busy_s == pytest.approx(0.05)
 
 
 def test_kernels_without_a_matching_gpu_source_keep_the_wall_time_rule():
@@ -476,7 +475,7 @@ def test_gpu_kernels_run_end_to_end_on_a_cpu_torch_program(tmp_path):
     assert len(notes) == 1 and "held no GPU kernel" in notes[0].message and notes[0].extra["cycles"] == 1
     assert "where Python waited" in notes[0].message
     assert p.totals.energy_j["gpu:0"] > 0
-    assert "gpu_kernels" not in p.extra
+    assert p.gpu_kernels is None
 
 
 def test_kernels_meet_a_region_profile_whose_outer_frames_were_cut():
@@ -593,5 +592,5 @@ def test_kernels_in_a_folded_run_use_the_timeline_power(tmp_path):
     assert prof.find(GPU_IDLE_NODE)[0].energy_j["gpu:0"] == pytest.approx(90.0, rel=1e-9)
     assert prof.root.energy_j["gpu:0"] == pytest.approx(total, rel=1e-12)
     assert prof.find("sync")[0].energy_j["cpu"] == pytest.approx(10.0)  # CPU untouched
-    gpu = prof.extra[GPU_FIELD]
-    assert gpu["clock_error_ns"] == 250 and gpu["devices"]["0"]["update_period_s"] == pytest.approx(0.1)
+    gpu = prof.gpu_kernels
+    assert gpu.clock_error_ns == 250 and gpu.devices["0"].update_period_s == pytest.approx(0.1)

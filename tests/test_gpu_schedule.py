@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from energyprof.core.gpu_tree import GPU_FIELD, clip_intervals
+from energyprof.core.gpu_tree import clip_intervals
 from energyprof.core.kernels import GPU_IDLE_NODE
 from energyprof.setup.options import OptionError
 from energyprof.setup.options import Options
@@ -48,8 +48,8 @@ def test_outside_the_windows_the_energy_stays_on_the_wall_time_rule():
     assert fwd_after == pytest.approx(fwd_before / 2 + 3.0)  # 30 ms busy of the window's 5 J
     assert prof.find(GPU_IDLE_NODE)[0].self_energy_j["gpu:0"] == pytest.approx(2.0)
     assert prof.root.energy_j["gpu:0"] == pytest.approx(before.root.energy_j["gpu:0"], rel=1e-12)  # conservation
-    sched = prof.extra[GPU_FIELD]["schedule"]
-    assert sched["profiled_share"]["0"] == pytest.approx(0.5) and sched["spans_ns"] == [[0, 50 * MS]]
+    sched = prof.gpu_kernels.schedule
+    assert sched.profiled_share["0"] == pytest.approx(0.5) and sched.spans_ns == [[0, 50 * MS]]
     (note,) = [n for n in prof.notes if n.kind == "gpu-kernels-split"]
     assert "1 window(s)" in note.message and "5.000 J" in note.message and "wall time" in note.message
     assert "50.0%" in note.message
@@ -142,7 +142,7 @@ def test_scheduled_run_end_to_end_and_the_tree_without_the_flag(tmp_path):
     assert r.returncode == 0, r.stderr
     off = load(tmp_path / "off.json")
     assert {"forward", "load", "spin"} <= {f for f, _ in _program_nodes(off, script)}
-    assert "gpu_kernels" not in off.extra and "gpu_kernels" not in on.extra
+    assert off.gpu_kernels is None and on.gpu_kernels is None
     # the tree with the flag and the scheduled profiler holds the same program nodes as the tree without
     assert {f for f, _ in _program_nodes(on, script) if f != "<module>"} == {f for f, _ in _program_nodes(off, script)
                                                                             if f != "<module>"}
@@ -202,8 +202,8 @@ def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
     assert prof.find(GPU_IDLE_NODE)[0].energy_j["gpu:0"] == pytest.approx(30.0, rel=1e-9)
     assert prof.find("sync")[0].energy_j["gpu:0"] == pytest.approx(150.0, rel=1e-9)  # outside: the wall-time rule
     assert prof.root.energy_j["gpu:0"] == pytest.approx(200.0, rel=1e-12)
-    assert prof.extra[GPU_FIELD]["schedule"]["profiled_share"]["0"] == pytest.approx(0.25)
-    lane = prof.extra[GPU_FIELD]["devices"]["0"]["busy_lane"]  # the timeline's 1 ms cells; forward ran 0.1-0.3 s
+    assert prof.gpu_kernels.schedule.profiled_share["0"] == pytest.approx(0.25)
+    lane = prof.gpu_kernels.devices["0"].busy_lane  # the timeline's 1 ms cells; forward ran 0.1-0.3 s
     assert len(lane) == 1000 and lane[0][0] == pytest.approx(0.0) and lane[-1][1] == pytest.approx(1.0)
     assert all(c[2] is None for c in lane if c[0] >= 0.5 - 1e-9)  # outside the window: not profiled, not idle
     busy = [c for c in lane if c[2]]

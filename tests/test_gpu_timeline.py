@@ -8,6 +8,7 @@ import pytest
 
 from energyprof.analysis.report import build
 from energyprof.core.gpu_tree import busy_per_cell
+from energyprof.facts.records import GpuDevice, GpuKernels
 from energyprof.render import charts
 from test_report import small  # noqa: F401 - the fixture
 
@@ -25,7 +26,7 @@ def test_busy_is_the_union_per_cell():
 def test_the_timeline_draws_each_devices_busy_share(small):  # noqa: F811
     lane = [[0.0, 0.5, 0.25], [0.5, 1.0, 0.5], [1.0, 2.0, 0.0], [2.0, 3.0, None]]
     prof = copy.deepcopy(small)  # the fixture is shared by the module
-    prof.extra["gpu_kernels"] = {"devices": {"0": {"source": "gpu:0", "busy_lane": lane}}}
+    prof.gpu_kernels = GpuKernels("kernels", devices={"0": GpuDevice("gpu:0", busy_lane=lane)})
     fig = charts.timeline_figure(build(prof))
     (busy,) = [t for t in fig["data"] if t["name"] == "gpu:0 busy (%)"]
     assert busy["yaxis"] == "y3" and fig["layout"]["yaxis3"]["range"] == [0, 100]

@@ -11,6 +11,7 @@ import pytest
 
 from conftest import run_cli
 from energyprof.facts.profile import load
+from energyprof.facts.records import GpuKernelSum
 
 KINETO = Path(__file__).parent / "fixtures" / "kineto"
 SYNTHETIC = KINETO / "synthetic_cuda_with_stack.json"
@@ -51,11 +52,10 @@ def test_synthetic_cuda_trace_known_answers(tmp_path):
     assert abs(leaves - 30.0) <= 1e-9 * 30.0
     forward = _node(p, *step, "forward")
     assert forward.file == "model.py" and forward.line == 20
-    gpu = p.extra["gpu_kernels"]
-    assert gpu["devices"]["0"]["busy_s"] == pytest.approx(0.018)  # the union: 10 + [20, 26) + 1 + 1 ms
-    (row,) = [s for s in gpu["stacks"] if s["path"][-1][0] == "aten::addmm"]
-    assert row["kernels"] == [{"name": "ampere_sgemm_128x64_nn", "count": 1, "time_s": pytest.approx(0.010),
-                               "joules": pytest.approx(3.0)}]
+    gpu = p.gpu_kernels
+    assert gpu.devices["0"].busy_s == pytest.approx(0.018)  # the union: 10 + [20, 26) + 1 + 1 ms
+    (row,) = [s for s in gpu.stacks if s.path[-1][0] == "aten::addmm"]
+    assert row.kernels == [GpuKernelSum("ampere_sgemm_128x64_nn", 1, pytest.approx(0.010), pytest.approx(3.0))]
     # the report's GPU panel lists forward with its GEMM and its joules
     html = tmp_path / "g.html"
     assert run_cli(["report", str(out), "-o", str(html), "-q"], tmp_path).returncode == 0
@@ -63,7 +63,7 @@ def test_synthetic_cuda_trace_known_answers(tmp_path):
     i = page.index('id="gpu"')
     assert "ampere_sgemm_128x64_nn" in page[i:] and "model.py:20" in page[i:]
     # a one-row log has no spacing to read an update period from: no error bar, nothing "short"
-    assert gpu["devices"]["0"]["short_j"] == 0.0
+    assert gpu.devices["0"].short_j == 0.0
 
 
 def test_power_offset_moves_the_log_against_the_trace(tmp_path):
@@ -92,9 +92,9 @@ def test_report_and_compare_read_the_gpu_profile(tmp_path):
     p = load(out)
     assert {"aten::mm", "[GPU idle]"} <= {n.function for n, _ in p.walk()}
     # the resolution note: every kernel here is far shorter than the log's 2 ms rows
-    dev = p.extra["gpu_kernels"]["devices"]["2"]
-    assert dev["update_period_s"] == pytest.approx(0.002)
-    assert dev["short_j"] == pytest.approx(dev["energy_j"] - dev["idle_j"], rel=1e-9)
+    dev = p.gpu_kernels.devices["2"]
+    assert dev.update_period_s == pytest.approx(0.002)
+    assert dev.short_j == pytest.approx(dev.energy_j - dev.idle_j, rel=1e-9)
     again = tmp_path / "again.html"
     r = run_cli(["report", str(out), "-o", str(again), "-q"], tmp_path)
     assert r.returncode == 0, r.stderr

@@ -1,19 +1,25 @@
-"""GPU figures per function from a profile's kernel table (`gpu_kernels`, core/gpu_tree.py). Pure.
+"""GPU figures per function from a profile's kernel facts (`Profile.gpu_kernels`, core/gpu_tree.py). Pure.
 
 A function's GPU joules are those of every launch stack it is on (counted once per stack, so a
-recursive function is not counted twice), with the kernels of those stacks merged by name. Its
-error bar is the sum of its kernels' (a worst case: their errors are not assumed to cancel).
+recursive function is not counted twice), with the kernels of those stacks merged by name.
+
+Its error bar: the stacks a function is on are those beneath the tree nodes where it first
+appears on a path (one node per caller), and each node's stacks are disjoint from another's. A
+node's bar is that of its stacks taken together (`GpuStack.node_error_j`): the samples they share
+only among themselves move nothing out of the node. The function's bar is the sum of its nodes'
+(worst cases are not assumed to cancel). A profile written before node bars were kept gives each
+node the sum of its stacks' bars, a wider bound.
 """
 
 from __future__ import annotations
 
-from typing import Any
-
-from ..record import field, record
 from ..facts.profile import Profile
+from ..facts.records import GpuDevice, GpuKernels, GpuKernelSum
+from ..record import field, record
 
-GPU_FIELD = "gpu_kernels"
 TOP_KERNELS = 10
+
+Frame = tuple[str, str, int]
 
 
 @record
@@ -24,48 +30,58 @@ class GpuFunction:
     joules: float = 0.0
     error_j: float = 0.0
     busy_s: float = 0.0
-    kernels: dict[str, dict[str, Any]] = field(default_factory=dict)
+    kernels: dict[str, GpuKernelSum] = field(default_factory=dict)
 
-    def top_kernels(self, n: int = TOP_KERNELS) -> list[dict[str, Any]]:
-        return sorted(self.kernels.values(), key=lambda k: -k["joules"])[:n]
+    def top_kernels(self, n: int = TOP_KERNELS) -> list[GpuKernelSum]:
+        return sorted(self.kernels.values(), key=lambda k: -k.joules)[:n]
 
 
-def gpu_table(profile: Profile) -> dict[str, Any] | None:
-    """The profile's kernel table, or None when it has none (a run without GPU kernels)."""
-    gpu = profile.extra.get(GPU_FIELD)
-    return gpu if isinstance(gpu, dict) and isinstance(gpu.get("stacks"), list) else None
+def gpu_table(profile: Profile) -> GpuKernels | None:
+    """The profile's kernel facts, or None when it has none (a run without GPU kernels)."""
+    return profile.gpu_kernels
 
 
 def gpu_functions(profile: Profile) -> list[GpuFunction]:
     """Every frame on a launch stack with its inclusive GPU figures, most joules first."""
-    gpu = gpu_table(profile)
+    gpu = profile.gpu_kernels
     if gpu is None:
         return []
-    rows: dict[tuple[str, str, int], GpuFunction] = {}
-    for stack in gpu["stacks"]:
-        seen: set[tuple[str, str, int]] = set()
-        for frame in stack.get("path", []):
-            key = (str(frame[0]), str(frame[1]), int(frame[2]))
-            if key in seen:
+    rows: dict[Frame, GpuFunction] = {}
+    nodes: dict[tuple[int, int, Frame], int] = {}  # (device, parent node, frame) -> node: the stacks' tree
+    counted: dict[Frame, set[int]] = {}  # a function's nodes whose bar it holds
+    for stack in gpu.stacks:
+        seen: set[Frame] = set()
+        parent = -1
+        for depth, frame in enumerate(stack.path):
+            node = nodes.setdefault((stack.device, parent, frame), len(nodes))
+            parent = node
+            if frame in seen:  # recursion: the outer node holds this stack already
                 continue
-            seen.add(key)
-            row = rows.get(key)
+            seen.add(frame)
+            row = rows.get(frame)
             if row is None:
-                row = rows[key] = GpuFunction(*key)
-            row.joules += float(stack.get("joules", 0.0))
-            row.error_j += float(stack.get("error_j", 0.0))
-            row.busy_s += float(stack.get("busy_s", 0.0))
-            for k in stack.get("kernels", []):
-                m = row.kernels.setdefault(str(k["name"]), {"name": str(k["name"]), "count": 0, "time_s": 0.0, "joules": 0.0})
-                m["count"] += int(k["count"])
-                m["time_s"] += float(k["time_s"])
-                m["joules"] += float(k["joules"])
+                row = rows[frame] = GpuFunction(*frame)
+            row.joules += stack.joules
+            row.busy_s += stack.busy_s
+            if stack.node_error_j is None:
+                row.error_j += stack.error_j
+            elif node not in counted.setdefault(frame, set()):
+                counted[frame].add(node)
+                row.error_j += stack.node_error_j[depth]
+            for k in stack.kernels:
+                m = row.kernels.get(k.name)
+                if m is None:
+                    m = row.kernels[k.name] = GpuKernelSum(k.name)
+                m.count += k.count
+                m.time_s += k.time_s
+                m.joules += k.joules
     return sorted(rows.values(), key=lambda r: -r.joules)
 
 
-def gpu_devices(profile: Profile) -> list[dict[str, Any]]:
-    """Per device: energy, idle, busy time and the share from records shorter than the sensor sees."""
-    gpu = gpu_table(profile)
+def gpu_devices(profile: Profile) -> list[tuple[str, GpuDevice]]:
+    """Per device (its number, its figures): energy, idle, busy time, the share from records shorter
+    than the sensor sees."""
+    gpu = profile.gpu_kernels
     if gpu is None:
         return []
-    return [dict(v, device=k) for k, v in sorted((gpu.get("devices") or {}).items())]
+    return sorted(gpu.devices.items())

@@ -5,7 +5,9 @@ when the trace has no Python stack), holding its kernels' joules under the sourc
 `[GPU idle]` holding each device's energy while none of this trace's records was busy. The
 process held the GPU all along, so `[GPU idle]` is part of the program's tree, and the tree sums
 to the GPU's energy. Node time is GPU busy time (an instant shared by k records counts 1/k).
-The per-stack kernel table and error bars go under the profile's `gpu_kernels` field.
+The per-stack kernel table and error bars are the profile's typed `gpu_kernels` facts
+(facts/records.GpuKernels), made while the tree is built: each stack with its own bar and the bar
+of every tree node on its path (the node's stacks taken together, core/kernels.attribute's groups).
 """
 
 from __future__ import annotations
@@ -21,14 +23,15 @@ from ..facts.profile import Note
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Totals
+from ..facts.records import GPU_KERNELS_FIELD, GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
-from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute
+from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
 
 
 Frame = tuple[str, str, int]
 
 TOP_KERNELS = 10
-GPU_FIELD = "gpu_kernels"
+GPU_FIELD = GPU_KERNELS_FIELD
 
 
 def source_id(device: int) -> str:
@@ -50,7 +53,7 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
     ids = [source_id(d) for d in sorted(att.devices)]
     root = Node(function=str(meta.get("target") or "<trace>"))
     index: dict[tuple[Frame, ...], Node] = {(): root}
-    stacks_out: list[dict[str, Any]] = []
+    stacks_out: list[GpuStack] = []
     for stack in sorted(att.stacks, key=lambda s: tuple(map(str, s))):
         node = _node_at(index, stack)
         for dev, fig in sorted(att.stacks[stack].items()):
@@ -58,10 +61,9 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
             node.self_energy_j[sid] = node.self_energy_j.get(sid, 0.0) + fig.joules
             node.self_time_s += fig.time_s
             top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
-            stacks_out.append({"path": [list(f) for f in stack], "device": dev, "joules": fig.joules,
-                               "error_j": fig.error_j, "busy_s": fig.time_s, "kernel_names": len(top),
-                               "kernels": [{"name": k.name, "count": k.count, "time_s": k.time_s, "joules": k.joules}
-                                           for k in top[:TOP_KERNELS]]})
+            stacks_out.append(GpuStack(list(stack), dev, fig.joules, fig.error_j, fig.time_s, len(top),
+                                       [GpuKernelSum(k.name, k.count, k.time_s, k.joules) for k in top[:TOP_KERNELS]],
+                                       node_bars(att, stack, dev)))
     idle = Node(function=GPU_IDLE_NODE, self_energy_j={source_id(d): e.idle_j for d, e in sorted(att.devices.items())})
     root.children.append(idle)
     root.fill_inclusive()
@@ -70,9 +72,8 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
     energy = {source_id(d): e.total_j for d, e in att.devices.items()}
     totals = Totals(energy_j=energy, attributed_j=dict(energy), energyprof_j={s: 0.0 for s in ids},
                     idle_j={s: 0.0 for s in ids}, duration_s=duration_s)
-    devices = {str(d): {"source": source_id(d), "energy_j": e.total_j, "idle_j": e.idle_j, "busy_s": e.busy_s,
-                        "update_period_s": e.period_s, "short_j": e.short_j, "short_share": e.short_share,
-                        "unmeasured_busy_s": e.unmeasured_busy_s}
+    devices = {str(d): GpuDevice(source_id(d), e.total_j, e.idle_j, e.busy_s, e.period_s, e.short_j, e.short_share,
+                                 e.unmeasured_busy_s, idle_error_j=e.idle_error_j)
                for d, e in sorted(att.devices.items())}
     all_notes = list(notes)
     for d, n in sorted(att.unpowered.items()):
@@ -89,10 +90,23 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
     full_meta = dict(meta)
     full_meta.setdefault("duration_s", duration_s)
     full_meta["idle_policy"] = "share"
-    gpu = {"method": "energy split among busy device records by busy time; overlapping records share; "
-                     "time with none busy is [GPU idle]", "records": records, "devices": devices, "stacks": stacks_out}
+    gpu = GpuKernels(method="energy split among busy device records by busy time; overlapping records share; "
+                            "time with none busy is [GPU idle]", devices=devices, stacks=stacks_out, records=records)
     return Profile(meta=full_meta, sources=list(sources) or [Source(id=s, component=s) for s in ids], totals=totals,
-                   root=root, notes=all_notes, extra={GPU_FIELD: gpu})
+                   root=root, notes=all_notes, gpu_kernels=gpu)
+
+
+def node_bars(att: Attribution, path: tuple[Frame, ...], device: int, scale: float = 1.0) -> list[float] | None:
+    """The bar of each tree node on a launch path (its prefixes, outermost first) on one device: the
+    attribution's group bar of every stack beneath the node; None when the attribution was made
+    without tree-node groups (then a node's bar can only be the sum of its stacks')."""
+    out = []
+    for depth in range(1, len(path) + 1):
+        bar = att.group_error_j.get(path[:depth], {}).get(device)
+        if bar is None:
+            return None
+        out.append(bar * scale)
+    return out
 
 
 def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> Node:
@@ -303,8 +317,10 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
                     pos += part
                     if e > s:
                         records.append((p, d, "", s, min(e, b)))
-    att = attribute(records, {d: clipped[d] for d in devices}, {d: float(period_ns.get(d, 0.0)) for d in devices})
-    att = Attribution({paths[p]: figs for p, figs in att.stacks.items()}, att.devices, att.unpowered)
+    # records are keyed by the path's index; the bars' groups are the path's tree nodes (its prefixes)
+    att = attribute(records, {d: clipped[d] for d in devices}, {d: float(period_ns.get(d, 0.0)) for d in devices},
+                    groups=lambda p: tree_nodes(paths[p]))
+    att = Attribution({paths[p]: figs for p, figs in att.stacks.items()}, att.devices, att.unpowered, att.group_error_j)
     names = {k: v for k, v in fold.names.items() if k[1] in devices}
     return KernelSplit(att, devices, inside, names, list(spans), fold.cycles, fold.records, dict(fold.counts),
                        clock_error_ns, {d: ns / 1e9 for d, ns in unmeasured.items()},
@@ -312,9 +328,9 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
                              "capture_cpu_ns": fold.cost_ns})
 
 
-def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
+def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels]:
     """The kernels' joules into a tree being built (core/tree.build_profile calls this before the
-    Profile exists; nothing edits a built Profile): (notes, the profile's `gpu_kernels` field).
+    Profile exists; nothing edits a built Profile): (notes, the profile's `gpu_kernels` facts).
 
     What the sampled tree holds for `gpu:N` inside the profiled cycles (the program's share of the
     GPU, under each idle policy) is kept as the total: it is split in proportion to the energy the
@@ -344,8 +360,8 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
                 held[sid][1] += other[sid] * (1.0 - keep[sid])
                 other[sid] *= keep[sid]
     index: dict[tuple[Frame, ...], Node] = {}
-    stacks_out = []
-    devices_out = {}
+    stacks_out: list[GpuStack] = []
+    devices_out: dict[str, GpuDevice] = {}
     for d, sid in devices.items():
         dev = att.devices[d]
         scale = [h / dev.total_j if dev.total_j > 0 else 0.0 for h in held[sid]]
@@ -358,30 +374,29 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
             names = split.names.get((path, d), {})
             time_ns = sum(v[1] for v in names.values()) or 1.0
             top = sorted(names.items(), key=lambda kv: -kv[1][1])
-            stacks_out.append({"path": [list(f) for f in path], "device": d, "joules": fig.joules * scale[0],
-                               "error_j": fig.error_j * scale[0], "busy_s": fig.time_s, "kernel_names": len(top),
-                               "kernels": [{"name": n, "count": int(v[0]), "time_s": v[1] / 1e9,
-                                            "joules": fig.joules * scale[0] * v[1] / time_ns}
-                                           for n, v in top[:TOP_KERNELS]]})
+            # the figures are the program's share (scale): the bars, linear in the joules, scale with them
+            stacks_out.append(GpuStack(list(path), d, fig.joules * scale[0], fig.error_j * scale[0], fig.time_s, len(top),
+                                       [GpuKernelSum(n, int(v[0]), v[1] / 1e9, fig.joules * scale[0] * v[1] / time_ns)
+                                        for n, v in top[:TOP_KERNELS]],
+                                       node_bars(att, path, d, scale[0])))
         idle = _meet(root, index, ((GPU_IDLE_NODE, "", 0),))
         _add(idle, sid, dev.idle_j * scale[0], dev.idle_j * scale[1])
         if dev.total_j <= 0 and (held[sid][0] or held[sid][1]):
             _add(idle, sid, held[sid][0], held[sid][1])  # no power seen in the cycles: nothing to split by
-        devices_out[str(d)] = {"source": sid, "energy_j": held[sid][0],
-                               "idle_j": dev.idle_j * (scale[0] if dev.total_j > 0 else 1.0), "busy_s": dev.busy_s,
-                               "update_period_s": dev.period_s, "short_j": dev.short_j, "short_share": dev.short_share,
-                               "unmeasured_busy_s": dev.unmeasured_busy_s + split.unmeasured_busy_s.get(d, 0.0),
-                               "split_share": inside[d]}
-        if d in split.lanes:
-            devices_out[str(d)]["busy_lane"] = split.lanes[d]
+        idle_scale = scale[0] if dev.total_j > 0 else 1.0
+        devices_out[str(d)] = GpuDevice(sid, held[sid][0], dev.idle_j * idle_scale, dev.busy_s, dev.period_s, dev.short_j,
+                                        dev.short_share, dev.unmeasured_busy_s + split.unmeasured_busy_s.get(d, 0.0),
+                                        idle_error_j=dev.idle_error_j * scale[0] if dev.total_j > 0 else None,
+                                        split_share=inside[d], other_policy_energy_j=held[sid][1],
+                                        busy_lane=list(split.lanes.get(d, [])))
     profiled_s = sum(b - a for a, b in split.spans) / 1e9
-    gpu = {"method": "the program's GPU energy inside the profiled cycles split among its kernels by busy time"
-                     " (reduced in the program from the PyTorch profiler's events); time with none busy is [GPU idle];"
-                     " outside the cycles, by wall time on the sampled stacks",
-           "records": split.records, "cycles": split.cycles, "clock_error_ns": split.clock_error_ns,
-           "devices": devices_out, "stacks": stacks_out, "unplaced": dict(split.counts), "fold": dict(split.fold),
-           "schedule": {"spans_ns": [[a, b] for a, b in split.spans[:1000]], "windows": len(split.spans),
-                        "profiled_s": profiled_s, "profiled_share": {str(d): inside[d] for d in devices}}}
+    gpu = GpuKernels(method="the program's GPU energy inside the profiled cycles split among its kernels by busy time"
+                            " (reduced in the program from the PyTorch profiler's events); time with none busy is"
+                            " [GPU idle]; outside the cycles, by wall time on the sampled stacks",
+                     devices=devices_out, stacks=stacks_out, records=split.records, cycles=split.cycles,
+                     clock_error_ns=split.clock_error_ns, unplaced=dict(split.counts), fold=dict(split.fold),
+                     schedule=GpuSchedule([[a, b] for a, b in split.spans[:1000]], len(split.spans), profiled_s,
+                                          {str(d): inside[d] for d in devices}))
     notes = []
     for d, sid in devices.items():
         share = inside[d]
@@ -395,7 +410,7 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], dict[str, Any]]:
              "cycles": split.cycles}))
     for reason, n in sorted(split.counts.items()):
         notes.append(Note("gpu-kernels-unplaced", f"--gpu-kernels: {n} {reason}", {"reason": reason, "count": n}))
-    return notes, {GPU_FIELD: gpu}
+    return notes, gpu
 
 
 def clip_intervals(intervals: Sequence[Interval], spans: Sequence[tuple[int, int]]) -> list[Interval]:

@@ -57,11 +57,11 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     cpu_s = _headline_cpu_s(ledger)
     root.children.extend(_special_nodes(root, ledger, cpu_s, (own, own_other), (idle, idle_other)))
     gpu_notes: list[Note] = []
-    gpu_extra: dict[str, Any] = {}
+    gpu_facts = None
     if gpu is not None:
         from .gpu_tree import graft
 
-        gpu_notes, gpu_extra = graft(root, gpu)
+        gpu_notes, gpu_facts = graft(root, gpu)
     _close_tree(root, ledger, alloc, duration_s, peak_rss_exact_bytes)
     timeline = Timeline(**_timeline(ledger, start))
     totals = _totals(ledger, root, timeline, own, idle, duration_s, cpu_s, peak_rss_exact_bytes)
@@ -73,8 +73,9 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     return Profile(meta=full_meta, sources=[Source(**_source_fields(s)) for s in ledger.sources], totals=totals,
                    root=root, windows=_windows(ledger, start, policy, {p.pid: p.rank for p in processes}), timeline=timeline,
                    notes=_ledger_notes(ledger) + [_note(n) for n in notes] + gpu_notes, processes=processes,
-                   extra={**({"child_processes": children} if children else {}), **gpu_extra,
-                          **({"io": io} if io is not None else {})})  # child_processes: the /1 field
+                   extra={**({"child_processes": children} if children else {}),
+                          **({"io": io} if io is not None else {})},  # child_processes: the /1 field
+                   gpu_kernels=gpu_facts)
 
 
 def _joules(ids: list[str], values: list[float]) -> dict[str, float]:

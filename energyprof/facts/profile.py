@@ -20,6 +20,7 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
+from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -169,6 +170,7 @@ class Profile:
     notes: list[Note] = field(default_factory=list)
     processes: list[Process] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown top-level fields, kept for a round trip
+    gpu_kernels: GpuKernels | None = None  # the GPU's energy split among its kernels' launch stacks (None: no split)
 
     def __post_init__(self) -> None:
         # Accept /1-shaped dicts from Python callers; the records are what is kept.
@@ -180,6 +182,8 @@ class Profile:
             self.timeline = read_timeline(self.timeline or {})
         self.notes = [n if isinstance(n, Note) else read_note(n) for n in self.notes]
         self.processes = [p if isinstance(p, Process) else read_process(p) for p in self.processes]
+        if self.gpu_kernels is not None and not isinstance(self.gpu_kernels, GpuKernels):
+            self.gpu_kernels = read_gpu_kernels(self.gpu_kernels)
 
     @property
     def idle_policy(self) -> str:
@@ -265,7 +269,8 @@ class Profile:
                              other_policy_energy_j=dict(p.energy_j) if p.other_policy_energy_j is not None else None)
                      for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
-                       processes, dict(self.extra))
+                       processes, dict(self.extra),
+                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None)
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
@@ -293,6 +298,8 @@ class Profile:
             "notes": [n.to_dict() for n in self.notes],
             "processes": [p.to_dict() for p in self.processes],
         })
+        if self.gpu_kernels is not None:
+            out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -302,6 +309,8 @@ class Profile:
                     "totals": self.totals.to_dict(), "root": self.root.to_dict(),
                     "windows": [w.to_dict() for w in self.windows], "timeline": self.timeline.to_dict(),
                     "notes": [n.to_dict() for n in self.notes], "processes": [p.to_dict() for p in self.processes]})
+        if self.gpu_kernels is not None:
+            out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
         return out
 
     def to_json(self, derived: dict[str, Any] | None = None) -> str:
@@ -336,7 +345,7 @@ class Profile:
         try:
             root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
             known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
-                     "processes", "carbon", "derived"}
+                     "processes", "carbon", "derived", GPU_KERNELS_FIELD}
             meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", DEFAULT_POLICY)
             if policy not in IDLE_POLICIES:
@@ -348,7 +357,9 @@ class Profile:
                        totals=read_totals(get_field(data, "totals", dict)), root=root,
                        windows=[read_window(w) for w in get_field(data, "windows", list, [])],
                        timeline=read_timeline(get_field(data, "timeline", dict, {})),
-                       notes=[read_note(n) for n in get_field(data, "notes", list, [])], processes=processes, extra=extra)
+                       notes=[read_note(n) for n in get_field(data, "notes", list, [])], processes=processes, extra=extra,
+                       gpu_kernels=read_gpu_kernels(data[GPU_KERNELS_FIELD]) if data.get(GPU_KERNELS_FIELD) is not None
+                       else None)
         except ProfileFormatError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as exc:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..record import field, fields, record
+from ..record import field, fields, record, replace
 
 
 class ProfileFormatError(ValueError):
@@ -471,3 +471,238 @@ def read_process(raw: Any) -> Process:
                    host=None if raw.get("host") is None else string(raw.get("host"), f"{w}.host"),
                    other_policy_energy_j=energy(raw.get("other_policy_energy_j"), f"{w}.other_policy_energy_j",
                                                 optional=True))
+
+
+# ---------------------------------------------------------------- GPU kernels (core/gpu_tree.py)
+
+GPU_KERNELS_FIELD = "gpu_kernels"  # the profile's top-level field
+GpuFrame = tuple[str, str, int]  # (function, file, first line)
+
+
+@record
+class GpuKernelSum:
+    """The kernels of one name on one launch stack: how many, their time and their joules."""
+
+    name: str
+    count: int = 0
+    time_s: float = 0.0
+    joules: float = 0.0
+
+
+@record
+class GpuStack:
+    """One launch stack on one device: the joules of the kernels it launched and their error bar."""
+
+    path: list[GpuFrame]  # outermost frame first; operators and [backward] are frames with no file
+    device: int
+    joules: float = 0.0
+    error_j: float = 0.0  # this stack's own bar: the samples it shares with any other stack, plus the sensor's
+    busy_s: float = 0.0
+    kernel_names: int = 0  # names it launched; `kernels` keeps the heaviest
+    kernels: list[GpuKernelSum] = field(default_factory=list)
+    # node_error_j[i]: the bar of the tree node path[:i+1], i.e. of every stack on this device beneath it
+    # taken together (what they share among themselves moves nothing out of the node), plus the sensor's.
+    # None in profiles written before it: a node's bar is then the sum of its stacks' (a wider bound).
+    node_error_j: list[float] | None = None
+
+
+@record
+class GpuDevice:
+    """One device's figures inside the split."""
+
+    source: str
+    energy_j: float = 0.0
+    idle_j: float = 0.0
+    busy_s: float = 0.0
+    update_period_s: float = 0.0
+    short_j: float = 0.0  # joules of records shorter than the update period
+    short_share: float = 0.0
+    unmeasured_busy_s: float = 0.0
+    idle_error_j: float | None = None  # [GPU idle]'s bar (None in older profiles)
+    split_share: float | None = None  # a run's capture: share of the measured energy inside the profiled cycles
+    other_policy_energy_j: float | None = None  # a run's capture: `energy_j` under the other idle policy
+    busy_lane: list[list[float | None]] = field(default_factory=list)  # [start_s, end_s, busy_s or None], the timeline's
+
+
+@record
+class GpuSchedule:
+    """Which spans of a run the kernel capture profiled."""
+
+    spans_ns: list[list[int]] = field(default_factory=list)  # the first 1,000
+    windows: int = 0
+    profiled_s: float = 0.0
+    profiled_share: dict[str, float] = field(default_factory=dict)  # device -> share of its energy
+
+
+@record
+class GpuKernels:
+    """The GPU's energy split among the kernels' launch stacks (core/gpu_tree.py): the profile's
+    `gpu_kernels` field. Made while the tree is built; the tree holds the same joules on its nodes."""
+
+    method: str
+    devices: dict[str, GpuDevice] = field(default_factory=dict)  # device number (a string, as JSON keys) -> figures
+    stacks: list[GpuStack] = field(default_factory=list)
+    records: int = 0
+    cycles: int | None = None  # a run's capture; None for an offline trace
+    clock_error_ns: int | None = None
+    unplaced: dict[str, int] = field(default_factory=dict)  # reason -> device records not on their line
+    fold: dict[str, int] = field(default_factory=dict)  # the run's fold: paths, entries, cell width, capture CPU
+    schedule: GpuSchedule | None = None
+    extra: dict[str, Any] = field(default_factory=dict)  # fields this version does not know, kept for a round trip
+
+    def other_policy(self) -> GpuKernels:
+        """The same facts under the profile's other idle policy (Profile.with_policy). A run's capture
+        split the program's share of each device inside the profiled cycles, which the policies may
+        set differently: every figure of that device (joules, bars, idle) is scaled by the ratio of
+        the two shares, as the split itself scaled them. Devices without the other share kept, or with
+        no joules to scale, keep their figures."""
+        ratio = {int(d): v.other_policy_energy_j / v.energy_j for d, v in self.devices.items()
+                 if v.other_policy_energy_j is not None and v.energy_j > 0 and d.lstrip("-").isdigit()}
+        if not ratio:
+            return self
+        devices = {}
+        for d, v in self.devices.items():
+            r = ratio.get(int(d)) if d.lstrip("-").isdigit() else None
+            if r is None:
+                devices[d] = v
+                continue
+            devices[d] = replace(v, energy_j=v.other_policy_energy_j, other_policy_energy_j=v.energy_j,
+                                 idle_j=v.idle_j * r, idle_error_j=None if v.idle_error_j is None else v.idle_error_j * r)
+        stacks = []
+        for s in self.stacks:
+            r = ratio.get(s.device)
+            if r is None:
+                stacks.append(s)
+                continue
+            stacks.append(replace(s, joules=s.joules * r, error_j=s.error_j * r,
+                                  kernels=[replace(k, joules=k.joules * r) for k in s.kernels],
+                                  node_error_j=None if s.node_error_j is None else [e * r for e in s.node_error_j]))
+        return replace(self, devices=devices, stacks=stacks)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = dict(self.extra)
+        out.update(method=self.method, records=self.records)
+        for key in ("cycles", "clock_error_ns"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        out["devices"] = {d: _gpu_device_dict(v) for d, v in self.devices.items()}
+        out["stacks"] = [_gpu_stack_dict(s) for s in self.stacks]
+        if self.cycles is not None:  # a run's capture writes these, an offline trace has none
+            out["unplaced"] = dict(self.unplaced)
+            out["fold"] = dict(self.fold)
+        if self.schedule is not None:
+            s = self.schedule
+            out["schedule"] = {"spans_ns": [list(x) for x in s.spans_ns], "windows": s.windows, "profiled_s": s.profiled_s,
+                               "profiled_share": dict(s.profiled_share)}
+        return out
+
+
+def _gpu_device_dict(d: GpuDevice) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": d.source, "energy_j": d.energy_j, "idle_j": d.idle_j, "busy_s": d.busy_s,
+                           "update_period_s": d.update_period_s, "short_j": d.short_j, "short_share": d.short_share,
+                           "unmeasured_busy_s": d.unmeasured_busy_s}
+    if d.idle_error_j is not None:
+        out["idle_error_j"] = d.idle_error_j
+    if d.split_share is not None:
+        out["split_share"] = d.split_share
+    if d.other_policy_energy_j is not None:
+        out["other_policy_energy_j"] = d.other_policy_energy_j
+    if d.busy_lane:
+        out["busy_lane"] = [list(c) for c in d.busy_lane]
+    return out
+
+
+def _gpu_stack_dict(s: GpuStack) -> dict[str, Any]:
+    out: dict[str, Any] = {"path": [list(f) for f in s.path], "device": s.device, "joules": s.joules,
+                           "error_j": s.error_j, "busy_s": s.busy_s, "kernel_names": s.kernel_names,
+                           "kernels": [{"name": k.name, "count": k.count, "time_s": k.time_s, "joules": k.joules}
+                                       for k in s.kernels]}
+    if s.node_error_j is not None:
+        out["node_error_j"] = list(s.node_error_j)
+    return out
+
+
+def read_gpu_kernels(raw: Any) -> GpuKernels:
+    """The `gpu_kernels` field, checked (a profile can be crafted); a profile written when it was an
+    untyped object has the same shape, less the newer fields, which read as absent."""
+    w = GPU_KERNELS_FIELD
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(f"{w} must be an object")
+    devices_raw = raw.get("devices") or {}
+    stacks_raw = raw.get("stacks") or []
+    if not isinstance(devices_raw, dict) or not isinstance(stacks_raw, list):
+        raise ProfileFormatError(f"{w}.devices must be an object and {w}.stacks a list")
+    devices = {string(k, f"{w}.devices"): _read_gpu_device(v, f"{w}.devices[{k}]") for k, v in devices_raw.items()}
+    stacks = [_read_gpu_stack(s, f"{w}.stacks[{i}]") for i, s in enumerate(stacks_raw)]
+    schedule = None
+    if raw.get("schedule") is not None:
+        s = raw["schedule"]
+        if not isinstance(s, dict):
+            raise ProfileFormatError(f"{w}.schedule must be an object")
+        spans = s.get("spans_ns") or []
+        if not isinstance(spans, list) or not all(isinstance(x, list) and len(x) == 2 for x in spans):
+            raise ProfileFormatError(f"{w}.schedule.spans_ns must be a list of [start, end]")
+        schedule = GpuSchedule([[integer(a, f"{w}.schedule.spans_ns") or 0, integer(b, f"{w}.schedule.spans_ns") or 0]
+                                for a, b in spans],
+                               integer(s.get("windows", len(spans)), f"{w}.schedule.windows") or 0,
+                               number(s.get("profiled_s", 0.0), f"{w}.schedule.profiled_s"),
+                               _numbers(s.get("profiled_share") or {}, f"{w}.schedule.profiled_share"))
+    known = {"method", "devices", "stacks", "records", "cycles", "clock_error_ns", "unplaced", "fold", "schedule"}
+    extra = {k: v for k, v in raw.items() if k not in known}
+    bounded(extra, w)
+    return GpuKernels(method=str(raw.get("method", "")), devices=devices, stacks=stacks,
+                      records=integer(raw.get("records", 0), f"{w}.records") or 0,
+                      cycles=integer(raw.get("cycles"), f"{w}.cycles", optional=True),
+                      clock_error_ns=integer(raw.get("clock_error_ns"), f"{w}.clock_error_ns", optional=True),
+                      unplaced={str(k): int(v) for k, v in _numbers(raw.get("unplaced") or {}, f"{w}.unplaced").items()},
+                      fold={str(k): int(v) for k, v in _numbers(raw.get("fold") or {}, f"{w}.fold").items()},
+                      schedule=schedule, extra=extra)
+
+
+def _read_gpu_device(raw: Any, w: str) -> GpuDevice:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(f"{w} must be an object")
+    lane = raw.get("busy_lane") or []
+    if not isinstance(lane, list) or not all(isinstance(c, list) and len(c) == 3 for c in lane):
+        raise ProfileFormatError(f"{w}.busy_lane must be a list of [start_s, end_s, busy_s]")
+    return GpuDevice(source=string(raw.get("source", ""), f"{w}.source"),
+                     energy_j=number(raw.get("energy_j", 0.0), f"{w}.energy_j"),
+                     idle_j=number(raw.get("idle_j", 0.0), f"{w}.idle_j"),
+                     busy_s=number(raw.get("busy_s", 0.0), f"{w}.busy_s"),
+                     update_period_s=number(raw.get("update_period_s", 0.0), f"{w}.update_period_s"),
+                     short_j=number(raw.get("short_j", 0.0), f"{w}.short_j"),
+                     short_share=number(raw.get("short_share", 0.0), f"{w}.short_share"),
+                     unmeasured_busy_s=number(raw.get("unmeasured_busy_s", 0.0), f"{w}.unmeasured_busy_s"),
+                     idle_error_j=optional_number(raw, "idle_error_j", w),
+                     split_share=optional_number(raw, "split_share", w),
+                     other_policy_energy_j=optional_number(raw, "other_policy_energy_j", w),
+                     busy_lane=[[number(a, f"{w}.busy_lane", False), number(b, f"{w}.busy_lane", False),
+                                 None if c is None else number(c, f"{w}.busy_lane")] for a, b, c in lane])
+
+
+def _read_gpu_stack(raw: Any, w: str) -> GpuStack:
+    if not isinstance(raw, dict):
+        raise ProfileFormatError(f"{w} must be an object")
+    path_raw = raw.get("path") or []
+    if not isinstance(path_raw, list) or not all(isinstance(f, list) and len(f) == 3 for f in path_raw):
+        raise ProfileFormatError(f"{w}.path must be a list of [function, file, line]")
+    path = [(string(f[0], f"{w}.path"), string(f[1], f"{w}.path"), integer(f[2], f"{w}.path") or 0) for f in path_raw]
+    kernels_raw = raw.get("kernels") or []
+    if not isinstance(kernels_raw, list) or not all(isinstance(k, dict) for k in kernels_raw):
+        raise ProfileFormatError(f"{w}.kernels must be a list of objects")
+    kernels = [GpuKernelSum(string(k.get("name", ""), f"{w}.kernels.name"),
+                            integer(k.get("count", 0), f"{w}.kernels.count") or 0,
+                            number(k.get("time_s", 0.0), f"{w}.kernels.time_s"),
+                            number(k.get("joules", 0.0), f"{w}.kernels.joules")) for k in kernels_raw]
+    node_raw = raw.get("node_error_j")
+    node_error = None
+    if node_raw is not None:
+        if not isinstance(node_raw, list) or len(node_raw) != len(path):
+            raise ProfileFormatError(f"{w}.node_error_j must be a list of one number per frame of its path")
+        node_error = [number(x, f"{w}.node_error_j") for x in node_raw]
+    return GpuStack(path=path, device=integer(raw.get("device", 0), f"{w}.device") or 0,
+                    joules=number(raw.get("joules", 0.0), f"{w}.joules"),
+                    error_j=number(raw.get("error_j", 0.0), f"{w}.error_j"),
+                    busy_s=number(raw.get("busy_s", 0.0), f"{w}.busy_s"),
+                    kernel_names=integer(raw.get("kernel_names", len(kernels)), f"{w}.kernel_names") or 0,
+                    kernels=kernels, node_error_j=node_error)

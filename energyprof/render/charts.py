@@ -323,9 +323,9 @@ def timeline_figure(model: ReportModel) -> dict[str, Any] | None:
 
 def _gpu_busy(model: ReportModel, data: list[dict[str, Any]], layout: dict[str, Any]) -> None:
     """--gpu-kernels: each device's busy share of time (any kernel running), on a right-hand axis."""
-    devices = (model.profile.extra.get("gpu_kernels") or {}).get("devices") or {}
-    for d, dev in sorted(devices.items()):
-        lane = dev.get("busy_lane") or []
+    gpu = model.profile.gpu_kernels
+    for d, dev in sorted(gpu.devices.items() if gpu is not None else ()):
+        lane = dev.busy_lane
         if not lane:
             continue
         step = max(1, math.ceil(len(lane) / MAX_TIMELINE_POINTS))

@@ -10,18 +10,21 @@ MAX_ROWS = 40
 
 
 def gpu_panel(model: Any) -> dict[str, Any] | None:
-    devices = gpu_devices(model.profile)
-    if not devices:
+    gpu = gpu_table(model.profile)
+    devices = [{"device": d, "source": v.source, "energy_j": v.energy_j, "idle_j": v.idle_j, "busy_s": v.busy_s,
+                "update_period_s": v.update_period_s, "short_share": v.short_share}
+               for d, v in gpu_devices(model.profile)]
+    if gpu is None or not devices:
         return None
     functions = gpu_functions(model.profile)
+    # error_j: each function's bar from its tree nodes' (their stacks taken together), analysis/gpu.py
     rows = [{"function": f.function, "file": f.file, "line": f.line, "joules": f.joules, "error_j": f.error_j,
              "busy_s": f.busy_s, "kernels": f.top_kernels()} for f in functions[:MAX_ROWS]]
-    sched = (gpu_table(model.profile) or {}).get("schedule")
+    sched = gpu.schedule
     schedule = None
-    if sched:  # --gpu-kernel-steps: which spans were profiled, and how much energy they held
-        shares = sched.get("profiled_share") or {}
-        schedule = {"windows": len(sched.get("spans_ns") or []), "profiled_s": float(sched.get("profiled_s") or 0.0),
-                    "shares": [{"device": d, "percent": 100 * float(x)} for d, x in sorted(shares.items())]}
+    if sched is not None:  # --gpu-kernel-steps: which spans were profiled, and how much energy they held
+        schedule = {"windows": len(sched.spans_ns), "profiled_s": sched.profiled_s,
+                    "shares": [{"device": d, "percent": 100 * x} for d, x in sorted(sched.profiled_share.items())]}
     return {"devices": devices, "functions": rows, "more": max(0, len(functions) - MAX_ROWS), "schedule": schedule}
 
 
