@@ -38,6 +38,9 @@ SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liven
 LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams
 DESCENDANTS_NS = 250_000_000  # how often /proc is walked for processes without a stream (a walk opens a file per thread)
 NON_PYTHON_GRACE_NS = 300_000_000  # a new process this long without a stream is not Python (or not followed)
+# The program energyprof started with its own interpreter is Python: on a loaded machine its start can take
+# longer than the grace above, and placed as "not Python" it would be a node of its own under the root.
+PYTHON_MAIN_GRACE_NS = 5_000_000_000
 # A forked child's stream silent this long has its command line compared with its hello's (an exec?):
 # a few of its sampler's ticks, so the check costs a /proc read only where a stream went quiet.
 EXEC_SILENCE_NS = 50_000_000
@@ -127,6 +130,7 @@ class JobFeed:
         self.children = children
         self.rss = rss
         self.main_pid: int | None = None
+        self.main_python = False  # the program runs on energyprof's own interpreter (a script or -m)
         self.procs: dict[int, Proc] = {}
         self.readers: dict[str, Proc] = {}
         self.notes: list[dict[str, Any]] = []
@@ -495,7 +499,8 @@ class JobFeed:
             if pid in self.procs:
                 continue
             first = self._seen.setdefault(pid, now)
-            if (not self.follow and pid != main) or now - first >= NON_PYTHON_GRACE_NS:
+            grace = PYTHON_MAIN_GRACE_NS if pid == main and self.main_python else NON_PYTHON_GRACE_NS
+            if (not self.follow and pid != main) or now - first >= grace:
                 st = follow.stat(pid)
                 if st is None:
                     continue

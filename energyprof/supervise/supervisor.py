@@ -105,6 +105,7 @@ class Supervisor:
                 launch.abort()
                 raise SpawnError(f"cannot run {self.command[0]}: {exc.strerror or exc}") from None
             feed.main_pid = self.pid
+            feed.main_python = bool(self.command) and self.command[0] == sys.executable
             self.status = self._wait(self.pid, inbox, launch, feed)
             feed.program_ended = True
             collector.stop()
