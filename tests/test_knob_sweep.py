@@ -337,3 +337,24 @@ def test_sweep_never_follows_another_users_link_in_a_shared_folder(setup):
     res = energyprof([*args, sys.executable, "plant.py", str(shared), str(victim), "{n}"], d, env)
     assert res.returncode == 1 and "could not write the table" in res.stderr, res.stderr
     assert victim.read_text() == "keep\n" and os.path.islink(shared / "sweep.csv")
+
+
+def test_a_knob_claimed_by_another_process_is_one_line_before_the_program(setup, monkeypatch):
+    """A file held by another energyprof process (here the reader's keeper, in this one): a `--knob` run is
+    refused with one line and exit 2, the program never runs, and the holder's value stays."""
+    from energyprof.knobs import cpufreq
+    from energyprof.knobs.keeper import CLAIMS_ENV, Keeper
+
+    d, env = setup
+    monkeypatch.setenv(CLAIMS_ENV, str(d / "claims"))
+    env = {**env, CLAIMS_ENV: str(d / "claims")}
+    holder = Keeper()
+    try:
+        holder.set(next(k for k in cpufreq.discover(str(d / "cpu")) if k.index == "0"), 1_500_000, owner=1)
+        res = energyprof(["-q", "--power-trace", "trace.csv", "--knob", "cpu_max_freq=1200000", "prog.py", "1"], d, env)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert f"being changed by another energyprof process (pid {os.getpid()})" in res.stderr
+        assert not (d / "seen.log").exists() and trees.max_freqs(d / "cpu") == [1_500_000, 3_000_000]
+    finally:
+        holder.close()
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]

@@ -13,6 +13,7 @@ import pytest
 
 from energyprof.knobs import amdsmi, cpufreq, nvpmodel, rapl, registry
 from energyprof.knobs.base import KnobError
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 
 import knob_trees as trees
@@ -211,6 +212,7 @@ def test_resolve_checks_every_value_first(tmp_path):
 SETTER = """
 import os, signal, sys, time
 from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 how = sys.argv[1]
 keeper = Keeper()
@@ -276,6 +278,7 @@ def test_keeper_refuses_out_of_range_before_starting(tmp_path):
 FORKER = """
 import os, sys, time
 from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 keeper = Keeper()
 keeper.set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
@@ -384,14 +387,22 @@ def _kill_keepers(mark: str) -> None:
     assert pids
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
-    assert trees.wait_for(lambda: not any(Path(f"/proc/{p}/cmdline").exists()
-                                          and Path(f"/proc/{p}/cmdline").read_bytes() for p in pids))
+    assert trees.wait_for(lambda: all(_gone(p) for p in pids))
+
+
+def _gone(pid: int) -> bool:
+    """Dead, its descriptors closed (a zombie at most: the kernel closes them before it becomes one)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
 
 
 OWN_FOLDER = """
 import os, sys
 sys.path.insert(0, sys.argv[1])  # energyprof from a folder of the program's choosing, not from site-packages
 from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 Keeper().set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
 print("set", flush=True)
@@ -433,6 +444,7 @@ import os, signal, sys
 signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as many command-line programs do
 from energyprof.knobs import cpufreq
 from energyprof.knobs.base import KnobError
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 knobs = {k.name: k for k in cpufreq.discover()}
 keeper = Keeper()
@@ -483,3 +495,71 @@ def test_a_respawning_keeper_hands_the_originals_to_a_new_keeper_process(tmp_pat
     keeper._lost()  # as the kernel does at the reader's kill -9
     keeper.held.clear()
     assert trees.wait_for(lambda: trees.max_freqs(tmp_path) == [3_600_000, 3_600_000])
+
+
+# ---------------------------------------------------------------- the machine-wide claim
+
+
+def test_two_keepers_of_one_file_the_second_is_refused(tmp_path, monkeypatch):
+    """The reader's keeper holds CPU 0 for a client; a second keeper (a root `--knob` run, an optimizer) is
+    refused with one line instead of taking the changed value as its original; free again once restored."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
+    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
+    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
+    reader, run = Keeper(), Keeper()
+    try:
+        reader.set(knob, 1_000_000, owner=1)
+        with pytest.raises(KnobError, match=rf"is being changed by another energyprof process \(pid {os.getpid()}\)"):
+            run.set(knob, 2_000_000)
+        assert trees.max_freqs(tmp_path / "cpu") == [1_000_000] and not run.held
+        reader.restore(owner=1)
+        run.set(knob, 2_000_000)
+        run.close()
+        assert trees.max_freqs(tmp_path / "cpu") == [3_600_000]
+        assert list((tmp_path / "claims").iterdir()) == []
+    finally:
+        reader.close()
+        run.close()
+
+
+HOLDER = """
+import sys
+from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
+from energyprof.knobs.keeper import Keeper
+Keeper().set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
+print("set", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_claim_outlives_a_kill_9_of_its_setter_until_the_original_is_back(tmp_path, monkeypatch):
+    """Another process's claim refuses this one; after the setter's kill -9 its keeper process holds the
+    claim until the original is back, so the next setter takes the true original."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
+    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "set\n"
+    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
+    keeper = Keeper()
+    try:
+        with pytest.raises(KnobError, match=rf"another energyprof process \(pid {proc.pid}\)"):
+            keeper.set(knob, 2_000_000)
+        proc.kill()
+        proc.wait(timeout=60)
+
+        def taken() -> bool:
+            try:
+                keeper.set(knob, 2_000_000)
+                return True
+            except KnobError:
+                return False
+
+        assert trees.wait_for(taken)
+        assert keeper.held[next(iter(keeper.held))].original == "3600000"  # the true original, not 1 GHz
+    finally:
+        keeper.close()
+    assert trees.max_freqs(tmp_path / "cpu") == [3_600_000]

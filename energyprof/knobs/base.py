@@ -46,6 +46,7 @@ class Part:
     reads it before the first change, writes it back, and tells its process how to write it back."""
 
     key: str = ""
+    claimed: bool = False  # claimed machine-wide while changed (keeper.py): a file, which any process may reach
 
     def read(self) -> str:
         raise NotImplementedError
@@ -61,6 +62,8 @@ class Part:
 
 class FilePart(Part):
     """A sysfs file written whole (cpufreq's scaling_max_freq, powercap's power_limit_uw)."""
+
+    claimed = True
 
     def __init__(self, path: str, owner: str) -> None:
         # The file itself, every link followed: the keeper runs in another folder, and in real sysfs

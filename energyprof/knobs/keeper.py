@@ -16,21 +16,32 @@ its copy, so only the setter keeps it open. Writes use MSG_NOSIGNAL: a keeper pr
 SIGPIPE. The keeper process is detached (its parent is init), so a profiled program's processes do not
 include it.
 
+A file is also claimed machine-wide while it is changed (an exclusive flock on a record in
+/run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests): each process that sets knobs has its own keeper,
+and without the claim two of them would take each other's setting for an original. A second process
+finding the claim held is refused, one line. The claim's descriptor goes to the keeper process with the
+original, so after a kill -9 of the setter the claim is let go only once the original is back.
+
 Changes may belong to owners (the privileged reader's clients): a part held by one owner cannot be
 changed by another, and `restore(owner)` puts back only that owner's parts.
 """
 
 from __future__ import annotations
 
+import array
 import atexit
+import collections
+import fcntl
+import hashlib
 import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Hashable
+from typing import Any, Hashable
 
 from .base import Knob, KnobError, Part
 
@@ -45,10 +56,85 @@ class KeeperGone(KnobError):
 
 
 class _Held:
-    __slots__ = ("part", "original", "owner", "name")
+    __slots__ = ("part", "original", "owner", "name", "claim")
 
-    def __init__(self, part: Part, original: str, owner: Hashable, name: str) -> None:
-        self.part, self.original, self.owner, self.name = part, original, owner, name
+    def __init__(self, part: Part, original: str, owner: Hashable, name: str, claim: int | None = None) -> None:
+        self.part, self.original, self.owner, self.name, self.claim = part, original, owner, name, claim
+
+
+# ---------------------------------------------------------------- the machine-wide claim
+
+CLAIMS_ENV = "ENERGYPROF_KNOB_CLAIMS"
+DEFAULT_CLAIMS = "/run/energyprof/knobs"
+
+
+def _claims_folder() -> str | None:
+    """The folder of claims, made if missing: only one owned by root (or this user) and writable by no
+    one else is trusted; None without one (a user who cannot make it cannot write sysfs either)."""
+    folder = os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS
+    try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return None
+    return folder
+
+
+def _claim_path(key: str) -> str:
+    return os.path.join(os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS, hashlib.sha256(key.encode()).hexdigest()[:40] + ".claim")
+
+
+def _drop_claim(key: str, fd: int) -> None:
+    """A claim let go: its file removed while still locked (a newcomer then makes a new one), then closed."""
+    try:
+        if os.fstat(fd).st_ino == os.stat(_claim_path(key), follow_symlinks=False).st_ino:
+            os.unlink(_claim_path(key))
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _claim(part: Part, name: str) -> int | None:
+    """An exclusive flock on the claim of `part` (a file named by a hash of its real path), held while it is
+    changed: a second process (another reader, a root `--knob` run, an optimizer) that finds it held is
+    refused, one line. The descriptor is also handed to the keeper process, so the claim outlives a kill
+    -9 of the setter until its original is back."""
+    folder = _claims_folder() if part.claimed else None
+    if folder is None:
+        return None
+    path = _claim_path(part.key)
+    for _ in range(16):  # a claim file unlinked by its last holder between our open and our lock: open it again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise KnobError(f"{name}: cannot claim {part.key} in {folder}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                who = os.pread(fd, 64, 0).decode(errors="replace").split()[0]
+            except (OSError, IndexError):
+                who = "?"
+            os.close(fd)
+            raise KnobError(f"{name}: {part.key} is being changed by another energyprof process (pid {who})") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+        except OSError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {part.key}\n".encode(), 0)
+            return fd
+        os.close(fd)
+    raise KnobError(f"{name}: cannot claim {part.key}: its claim keeps changing")
+
+
+def _unclaim(held: _Held) -> None:
+    fd, held.claim = held.claim, None
+    if fd is not None:
+        _drop_claim(held.part.key, fd)
 
 
 class Keeper:
@@ -116,23 +202,36 @@ class Keeper:
                 os.close(sock.detach())  # the child's copy only; the setter's stays open
             except OSError:
                 pass
+        for held in self.held.values():  # nor its claims (the setter's copies keep them)
+            if held.claim is not None:
+                try:
+                    os.close(held.claim)
+                except OSError:
+                    pass
         self.held = {}
 
-    def _write(self, record: dict[str, Any]) -> None:
+    def _write(self, record: dict[str, Any], claim: int | None = None) -> None:
         assert self._sock is not None
+        data = (json.dumps({**record, "claim": True} if claim is not None else record) + "\n").encode()
         # MSG_NOSIGNAL: a keeper gone is an error here, never a SIGPIPE (a program may have set SIG_DFL)
-        self._sock.sendall((json.dumps(record) + "\n").encode(), socket.MSG_NOSIGNAL)
+        if claim is not None:  # the claim's descriptor rides with the line's first byte
+            # sendmsg itself: socket.send_fds drops its flags (MSG_NOSIGNAL) before Python 3.13
+            sent = self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [claim]))],
+                                      socket.MSG_NOSIGNAL)
+            data = data[sent:]
+        if data:
+            self._sock.sendall(data, socket.MSG_NOSIGNAL)
 
     def _lost(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
             sock.close()
 
-    def _send(self, record: dict[str, Any]) -> None:
+    def _send(self, record: dict[str, Any], claim: int | None = None) -> None:
         if self._sock is None:
             self._start()
         try:
-            self._write(record)
+            self._write(record, claim)
             return
         except OSError as exc:
             self._lost()
@@ -144,8 +243,8 @@ class Keeper:
             for key, held in self.held.items():
                 rec = held.part.record(held.original)
                 if rec is not None:
-                    self._write({"hold": key, "restore": rec})
-            self._write(record)
+                    self._write({"hold": key, "restore": rec}, held.claim)
+            self._write(record, claim)
         except OSError as exc:
             self._lost()
             raise KeeperGone(f"the process that restores knobs has gone ({exc.strerror or exc})") from None
@@ -170,11 +269,17 @@ class Keeper:
                         if part.key not in new and part.key not in before:
                             before[part.key] = (part, part.read())
                         continue
-                    original = part.read()
-                    record = part.record(original)
-                    if record is not None:  # before the change: a kill -9 right after still restores
-                        self._send({"hold": part.key, "restore": record})
-                    self.held[part.key] = _Held(part, original, owner, knob.name)
+                    claim = _claim(part, knob.name)  # refused while another process changes it
+                    try:
+                        original = part.read()
+                        record = part.record(original)
+                        if record is not None:  # before the change: a kill -9 right after still restores
+                            self._send({"hold": part.key, "restore": record}, claim)
+                    except BaseException:
+                        if claim is not None:
+                            _drop_claim(part.key, claim)
+                        raise
+                    self.held[part.key] = _Held(part, original, owner, knob.name, claim)
                     new.append(part.key)
                 if not self._registered:
                     atexit.register(self.close)
@@ -196,12 +301,14 @@ class Keeper:
 
     def _forget(self, keys: list[str]) -> None:
         for key in keys:
-            self.held.pop(key, None)
+            held = self.held.pop(key, None)
             if self._sock is not None:
                 try:
                     self._send({"restored": key})
                 except KnobError:
                     pass
+            if held is not None:
+                _unclaim(held)
 
     def release(self, owner: Hashable) -> list[str]:
         """Leave `owner`'s parts as they are now (an optimizer told to keep its choice): nothing restores them.
@@ -244,6 +351,7 @@ class Keeper:
                         self._send({"restored": key})
                     except KeeperGone:
                         lost = True  # the part is back anyway
+                _unclaim(held)
             if lost and not self.respawn and self.held:
                 errors += self.restore()  # the others too: nothing outside this process would put them back
         return errors
@@ -307,19 +415,41 @@ def _apply(record: dict[str, Any]) -> None:
         find(record["name"])._write(float(record["value"]))
 
 
-def keep(stream: IO[bytes]) -> int:
-    """Hold the originals read from `stream` until it closes, then write back those not yet restored,
-    newest first."""
+def keep(sock: socket.socket) -> int:
+    """Hold the originals read from `sock` (and the claims' descriptors that come with them) until it
+    closes, then write back those not yet restored, newest first; the claims go with this process."""
     held: dict[str, dict[str, Any]] = {}
-    for line in stream:
+    claims: dict[str, int] = {}
+    fds: collections.deque[int] = collections.deque()  # in the order of their lines: each came with its line's first byte
+    buf = b""
+    while True:
         try:
-            msg = json.loads(line)
-        except ValueError:
+            data, got, _, _ = socket.recv_fds(sock, 65536, 16)
+        except InterruptedError:
             continue
-        if "hold" in msg:
-            held.setdefault(msg["hold"], msg["restore"])  # the first original of a part is the one kept
-        elif "restored" in msg:
-            held.pop(msg["restored"], None)
+        except OSError:
+            break
+        fds.extend(got)
+        if not data:
+            break
+        buf += data
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            fd = fds.popleft() if msg.get("claim") and fds else None
+            if "hold" in msg:
+                held.setdefault(msg["hold"], msg["restore"])  # the first original of a part is the one kept
+                if fd is not None:
+                    old = claims.setdefault(msg["hold"], fd)
+                    if old != fd:
+                        os.close(fd)
+            elif "restored" in msg:
+                held.pop(msg["restored"], None)
+                if msg["restored"] in claims:
+                    os.close(claims.pop(msg["restored"]))
     failed = 0
     for key in reversed(list(held)):
         try:
@@ -327,6 +457,8 @@ def keep(stream: IO[bytes]) -> int:
         except Exception as exc:  # noqa: BLE001 - one part failing must not leave the others changed
             failed += 1
             print(f"energyprof: could not restore {key}: {exc}", file=sys.stderr)
+    for key, fd in claims.items():  # every original back: the claims go
+        _drop_claim(key, fd)
     return 1 if failed else 0
 
 
@@ -337,7 +469,7 @@ def main() -> int:
         os.write(0, READY)  # the setter waits for this before its first change
     except OSError:
         return 1  # the setter is gone already: nothing was changed
-    return keep(sys.stdin.buffer)
+    return keep(socket.socket(fileno=0))
 
 
 if __name__ == "__main__":
