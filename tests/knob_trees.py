@@ -9,14 +9,21 @@ import time
 from pathlib import Path
 
 
-def cpufreq_tree(root: Path, cpus: int = 2, cur: int = 3_000_000, low: int = 800_000, high: int = 3_600_000) -> Path:
+def cpufreq_tree(root: Path, cpus: int = 2, cur: int = 3_000_000, low: int = 800_000, high: int = 3_600_000,
+                 per_policy: int = 1) -> Path:
+    """As real sysfs lays it out: the files in cpufreq/policyM, and cpuN/cpufreq a link to ../cpufreq/policyM.
+    per_policy CPUs share one policy (an ARM cluster): their knobs write one file."""
+    (root / "cpufreq").mkdir(parents=True, exist_ok=True)
     for n in range(cpus):
-        d = root / f"cpu{n}" / "cpufreq"
-        d.mkdir(parents=True)
-        (d / "scaling_max_freq").write_text(f"{cur}\n")
-        (d / "cpuinfo_min_freq").write_text(f"{low}\n")
-        (d / "cpuinfo_max_freq").write_text(f"{high}\n")
-    (root / "cpufreq").mkdir(exist_ok=True)  # the policy folder every real tree has, not a CPU
+        m = n // per_policy
+        policy = root / "cpufreq" / f"policy{m}"
+        if not policy.exists():
+            policy.mkdir()
+            (policy / "scaling_max_freq").write_text(f"{cur}\n")
+            (policy / "cpuinfo_min_freq").write_text(f"{low}\n")
+            (policy / "cpuinfo_max_freq").write_text(f"{high}\n")
+        (root / f"cpu{n}").mkdir()
+        os.symlink(f"../cpufreq/policy{m}", root / f"cpu{n}" / "cpufreq")
     return root
 
 

@@ -293,3 +293,68 @@ def test_sweep_runs_its_configurations_as_ray_tasks(setup):
             assert r["energy_j"] == pytest.approx(WATTS * r["time_s"], rel=1e-9)
     for path in (d / "out").glob("run-*.json"):
         assert load(str(path)).meta["sweep"]["ray_host"] == socket.gethostname()
+
+
+def test_sweep_refuses_two_cpus_of_one_policy(tmp_path):
+    """CPUs 0 and 1 of one cpufreq policy (cpuN/cpufreq links to ../cpufreq/policy0, as on ARM) write one
+    file: as axes they would not be independent."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=2, per_policy=2)
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
+    res = energyprof(["sweep", "--knob", "cpu_max_freq:0=1000000", "--knob", "cpu_max_freq:1=2000000", "--",
+                      "true"], tmp_path, env)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+    assert "cpu_max_freq:0 and cpu_max_freq:1 set the same knob" in res.stderr
+
+
+PLANT = """
+import os, sys
+link = os.path.join(sys.argv[1], "sweep.csv")
+if not os.path.lexists(link):  # another user's link, made while the sweep runs
+    os.symlink(sys.argv[2], link)
+    os.lchown(link, 65534, 65534)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="making another user's link needs root")
+def test_sweep_never_follows_another_users_link_in_a_shared_folder(setup):
+    """`sweep --knob` runs as root: an --out in a sticky world-writable folder where another user planted
+    sweep.json or sweep.csv as a link is refused (before the first run, or when the table is written), and
+    the link's target is never written."""
+    d, env = setup
+    shared = d / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    victim = d / "victim"
+    victim.write_text("keep\n")
+    os.symlink(victim, shared / "sweep.json")
+    os.lchown(shared / "sweep.json", 65534, 65534)
+    args = ["sweep", "--grid", "n=1", "--out", str(shared), "--power-trace", "trace.csv", "--"]
+    res = energyprof([*args, sys.executable, "prog.py", "{n}"], d, env)
+    assert res.returncode == 2 and res.stderr.count("\n") == 1 and "not followed" in res.stderr, res.stderr
+    assert not (d / "seen.log").exists() and victim.read_text() == "keep\n"
+    os.unlink(shared / "sweep.json")
+    (d / "plant.py").write_text(PLANT)
+    res = energyprof([*args, sys.executable, "plant.py", str(shared), str(victim), "{n}"], d, env)
+    assert res.returncode == 1 and "could not write the table" in res.stderr, res.stderr
+    assert victim.read_text() == "keep\n" and os.path.islink(shared / "sweep.csv")
+
+
+def test_a_knob_claimed_by_another_process_is_one_line_before_the_program(setup, monkeypatch):
+    """A file held by another energyprof process (here the reader's keeper, in this one): a `--knob` run is
+    refused with one line and exit 2, the program never runs, and the holder's value stays."""
+    from energyprof.knobs import cpufreq
+    from energyprof.knobs.keeper import CLAIMS_ENV, Keeper
+
+    d, env = setup
+    monkeypatch.setenv(CLAIMS_ENV, str(d / "claims"))
+    env = {**env, CLAIMS_ENV: str(d / "claims")}
+    holder = Keeper()
+    try:
+        holder.set(next(k for k in cpufreq.discover(str(d / "cpu")) if k.index == "0"), 1_500_000, owner=1)
+        res = energyprof(["-q", "--power-trace", "trace.csv", "--knob", "cpu_max_freq=1200000", "prog.py", "1"], d, env)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert f"being changed by another energyprof process (pid {os.getpid()})" in res.stderr
+        assert not (d / "seen.log").exists() and trees.max_freqs(d / "cpu") == [1_500_000, 3_000_000]
+    finally:
+        holder.close()
+    assert trees.max_freqs(d / "cpu") == [3_000_000, 3_000_000]

@@ -13,6 +13,7 @@ import pytest
 
 from energyprof.knobs import amdsmi, cpufreq, nvpmodel, rapl, registry
 from energyprof.knobs.base import KnobError
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 
 import knob_trees as trees
@@ -211,6 +212,7 @@ def test_resolve_checks_every_value_first(tmp_path):
 SETTER = """
 import os, signal, sys, time
 from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 how = sys.argv[1]
 keeper = Keeper()
@@ -270,12 +272,13 @@ def test_keeper_refuses_out_of_range_before_starting(tmp_path):
     keeper = Keeper()
     with pytest.raises(KnobError):
         keeper.set(k, 1)
-    assert keeper._pipe is None and trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
+    assert keeper._sock is None and trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
 
 
 FORKER = """
 import os, sys, time
 from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
 from energyprof.knobs.keeper import Keeper
 keeper = Keeper()
 keeper.set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
@@ -308,3 +311,255 @@ def test_a_forked_child_does_not_keep_the_knobs_changed_after_kill_9_of_the_sett
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+# ---------------------------------------------------------------- shared policies, the keeper's start, its loss
+
+
+def test_cpus_of_one_policy_write_one_file_under_one_key(tmp_path):
+    """Real sysfs: cpuN/cpufreq links to ../cpufreq/policyM, and on ARM several CPUs share a policy. Two
+    knob names over one file are one part: a second owner is refused, and both leaving leaves the original."""
+    trees.cpufreq_tree(tmp_path, cpus=2, cur=3_600_000, per_policy=2)
+    policy = tmp_path / "cpufreq/policy0/scaling_max_freq"
+    knobs = {k.name: k for k in cpufreq.discover(str(tmp_path))}
+    assert {p.key for p in knobs["cpu_max_freq:0"].parts()} == {p.key for p in knobs["cpu_max_freq:1"].parts()} \
+        == {str(policy.resolve())}
+    keeper = Keeper()
+    try:
+        keeper.set(knobs["cpu_max_freq:0"], 1_000_000, owner="A")
+        with pytest.raises(KnobError, match="set by another client"):
+            keeper.set(knobs["cpu_max_freq:1"], 2_000_000, owner="B")
+        assert policy.read_text() == "1000000"
+        keeper.restore(owner="A")
+        assert int(policy.read_text()) == 3_600_000
+        keeper.set(knobs["cpu_max_freq:all"], 2_000_000, owner="B")  # one file written twice, one original
+        keeper.set(knobs["cpu_max_freq:1"], 1_000_000, owner="B")
+        keeper.restore(owner="B")
+        assert int(policy.read_text()) == 3_600_000 and not keeper.held
+    finally:
+        keeper.close()
+
+
+def test_a_refused_write_part_way_puts_back_the_owners_own_setting(tmp_path, monkeypatch):
+    """`cpu_max_freq:all` to 1 GHz refused at CPU 1 after CPU 0 was written: CPU 0 goes back to the 2 GHz this
+    owner had set (not left at the refused 1 GHz), and the originals are still held."""
+    trees.cpufreq_tree(tmp_path, cpus=2, cur=3_600_000)
+    every = next(k for k in cpufreq.discover(str(tmp_path)) if k.index == "all")
+    keeper = Keeper()
+    try:
+        keeper.set(every, 2_000_000, owner="A")
+        real = cpufreq.MaxFreq._write_one
+
+        def refuse_cpu1(self, d, value):  # the hardware refusing one CPU's value (as cpufreq may, EINVAL)
+            if d.parent.name == "cpu1" and value == 1_000_000:
+                raise KnobError("cpu_max_freq:all: cannot write cpu1: Invalid argument")
+            real(self, d, value)
+
+        monkeypatch.setattr(cpufreq.MaxFreq, "_write_one", refuse_cpu1)
+        with pytest.raises(KnobError, match="Invalid argument"):
+            keeper.set(every, 1_000_000, owner="A")
+        assert trees.max_freqs(tmp_path) == [2_000_000, 2_000_000]
+        keeper.restore(owner="A")
+        assert trees.max_freqs(tmp_path) == [3_600_000, 3_600_000]
+    finally:
+        keeper.close()
+
+
+def _is_keeper(cmdline: bytes) -> bool:
+    return b"energyprof.knobs.keeper import main" in cmdline or cmdline.endswith(b"-m\0energyprof.knobs.keeper\0")
+
+
+def _keepers(mark: str) -> list[int]:
+    """The keeper processes started by a setter whose environment holds `mark`."""
+    found = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and mark.encode() in Path(f"/proc/{pid}/environ").read_bytes() \
+                    and _is_keeper(Path(f"/proc/{pid}/cmdline").read_bytes()):
+                found.append(int(pid))
+        except OSError:
+            pass
+    return found
+
+
+def _kill_keepers(mark: str) -> None:
+    pids = _keepers(mark)
+    assert pids
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+    assert trees.wait_for(lambda: all(_gone(p) for p in pids))
+
+
+def _gone(pid: int) -> bool:
+    """Dead, its descriptors closed (a zombie at most: the kernel closes them before it becomes one)."""
+    try:
+        return "\nState:\tZ" in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+
+
+OWN_FOLDER = """
+import os, sys
+sys.path.insert(0, sys.argv[1])  # energyprof from a folder of the program's choosing, not from site-packages
+from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
+from energyprof.knobs.keeper import Keeper
+Keeper().set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
+print("set", flush=True)
+sys.stdin.readline()
+os._exit(0)  # no atexit: only the keeper process can restore
+"""
+
+
+def test_the_keeper_process_finds_energyprof_where_its_setter_did(tmp_path):
+    """A program that has energyprof from its own sys.path edit (an interpreter without it installed) gets a
+    keeper process that starts, and is ready before the change: os._exit after it still restores. Nothing
+    of the keeper's reaches the program's stderr."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(tmp_path / "venv")], check=True)
+    python = str(tmp_path / "venv/bin/python")
+    assert subprocess.run([python, "-c", "import energyprof"], env=trees.env_with(PYTHONPATH=""), cwd="/",
+                          capture_output=True).returncode != 0  # a fresh interpreter does not find it
+    trees.cpufreq_tree(tmp_path / "cpu", cur=3_600_000)
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH="")
+    proc = subprocess.Popen([python, "-c", OWN_FOLDER, str(ROOT)], env=env, cwd=tmp_path, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = proc.communicate("\n", timeout=60)
+    assert out == "set\n" and proc.returncode == 0, err
+    assert trees.wait_for(lambda: trees.max_freqs(tmp_path / "cpu") == [3_600_000, 3_600_000])
+    assert err == ""
+
+
+def test_a_keeper_that_never_answers_refuses_the_change(tmp_path, monkeypatch):
+    """No ready byte (the keeper process cannot start): one line, and nothing is changed."""
+    trees.cpufreq_tree(tmp_path, cur=3_600_000)
+    monkeypatch.setattr("energyprof.knobs.keeper._BOOT", "raise SystemExit(3)")
+    keeper = Keeper()
+    with pytest.raises(KnobError, match="did not start"):
+        keeper.set(next(k for k in cpufreq.discover(str(tmp_path)) if k.index == "0"), 1_000_000)
+    assert trees.max_freqs(tmp_path) == [3_600_000, 3_600_000] and not keeper.held and keeper._sock is None
+
+
+SIGPIPE_DFL = """
+import os, signal, sys
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # as many command-line programs do
+from energyprof.knobs import cpufreq
+from energyprof.knobs.base import KnobError
+from energyprof.knobs import keeper as keeper_module
+from energyprof.knobs.keeper import Keeper
+knobs = {k.name: k for k in cpufreq.discover()}
+keeper = Keeper()
+keeper.set(knobs["cpu_max_freq:0"], 1000000)
+print("set", flush=True)
+sys.stdin.readline()  # the test kills the keeper process here
+try:
+    keeper.set(knobs["cpu_max_freq:1"], 2000000)
+except KnobError as exc:
+    print("refused:", exc, flush=True)
+keeper.restore()
+print("goes on", flush=True)
+"""
+
+
+def test_a_keeper_gone_is_an_error_not_a_sigpipe(tmp_path):
+    """With SIGPIPE at its default action, a set after the keeper process died is refused (one line), what
+    was held goes back in-process, and the program goes on."""
+    trees.cpufreq_tree(tmp_path / "cpu", cur=3_600_000)
+    mark = f"EP_TEST_MARK={os.getpid()}-{tmp_path.name}"
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT),
+                         EP_TEST_MARK=mark.partition("=")[2])
+    proc = subprocess.Popen([sys.executable, "-c", SIGPIPE_DFL], env=env, stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout.readline() == "set\n"
+    _kill_keepers(mark)
+    out, err = proc.communicate("\n", timeout=60)
+    assert proc.returncode == 0, (proc.returncode, out, err)
+    assert "refused: the process that restores knobs has gone" in out and out.endswith("goes on\n")
+    assert trees.max_freqs(tmp_path / "cpu") == [3_600_000, 3_600_000]
+
+
+def test_a_respawning_keeper_hands_the_originals_to_a_new_keeper_process(tmp_path, monkeypatch):
+    """The reader's keeper: its keeper process killed, the next change starts another and gives it every
+    original still held; the reader's end then closing (its kill -9) restores them all."""
+    trees.cpufreq_tree(tmp_path, cpus=2, cur=3_600_000)
+    mark = f"{os.getpid()}-{tmp_path.name}"
+    monkeypatch.setenv("EP_TEST_MARK", mark)
+    knobs = {k.name: k for k in cpufreq.discover(str(tmp_path))}
+    keeper = Keeper(respawn=True)
+    keeper.set(knobs["cpu_max_freq:0"], 1_000_000, owner=1)
+    first = _keepers(f"EP_TEST_MARK={mark}")
+    _kill_keepers(f"EP_TEST_MARK={mark}")
+    keeper.set(knobs["cpu_max_freq:1"], 2_000_000, owner=2)
+    assert trees.max_freqs(tmp_path) == [1_000_000, 2_000_000]
+    assert set(_keepers(f"EP_TEST_MARK={mark}")) - set(first)
+    keeper._lost()  # as the kernel does at the reader's kill -9
+    keeper.held.clear()
+    assert trees.wait_for(lambda: trees.max_freqs(tmp_path) == [3_600_000, 3_600_000])
+
+
+# ---------------------------------------------------------------- the machine-wide claim
+
+
+def test_two_keepers_of_one_file_the_second_is_refused(tmp_path, monkeypatch):
+    """The reader's keeper holds CPU 0 for a client; a second keeper (a root `--knob` run, an optimizer) is
+    refused with one line instead of taking the changed value as its original; free again once restored."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
+    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
+    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
+    reader, run = Keeper(), Keeper()
+    try:
+        reader.set(knob, 1_000_000, owner=1)
+        with pytest.raises(KnobError, match=rf"is being changed by another energyprof process \(pid {os.getpid()}\)"):
+            run.set(knob, 2_000_000)
+        assert trees.max_freqs(tmp_path / "cpu") == [1_000_000] and not run.held
+        reader.restore(owner=1)
+        run.set(knob, 2_000_000)
+        run.close()
+        assert trees.max_freqs(tmp_path / "cpu") == [3_600_000]
+        assert list((tmp_path / "claims").iterdir()) == []
+    finally:
+        reader.close()
+        run.close()
+
+
+HOLDER = """
+import sys
+from energyprof.knobs import cpufreq
+from energyprof.knobs import keeper as keeper_module
+from energyprof.knobs.keeper import Keeper
+Keeper().set(next(k for k in cpufreq.discover() if k.index == "0"), 1000000)
+print("set", flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_the_claim_outlives_a_kill_9_of_its_setter_until_the_original_is_back(tmp_path, monkeypatch):
+    """Another process's claim refuses this one; after the setter's kill -9 its keeper process holds the
+    claim until the original is back, so the next setter takes the true original."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
+    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER], env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "set\n"
+    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
+    keeper = Keeper()
+    try:
+        with pytest.raises(KnobError, match=rf"another energyprof process \(pid {proc.pid}\)"):
+            keeper.set(knob, 2_000_000)
+        proc.kill()
+        proc.wait(timeout=60)
+
+        def taken() -> bool:
+            try:
+                keeper.set(knob, 2_000_000)
+                return True
+            except KnobError:
+                return False
+
+        assert trees.wait_for(taken)
+        assert keeper.held[next(iter(keeper.held))].original == "3600000"  # the true original, not 1 GHz
+    finally:
+        keeper.close()
+    assert trees.max_freqs(tmp_path / "cpu") == [3_600_000]

@@ -8,8 +8,10 @@ tmp file (the faked hardware). Timeouts here are hang guards, not measurements.
 from __future__ import annotations
 
 import grp
+import io
 import os
 import pwd
+import selectors
 import shutil
 import signal
 import socket
@@ -19,12 +21,15 @@ import sys
 import tempfile
 import textwrap
 import time
+import types
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import knob_trees
+from energyprof.knobs.base import Knob, KnobError, KnobRange
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -642,3 +647,120 @@ def _ask_root(sock: Path, *requests: str) -> list[str]:
     done = subprocess.run([sys.executable, "-c", ASK, str(sock), *requests], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     return done.stdout.split("\n")[:-1]
+
+
+# ---------------------------------------------------------------- the reader's keeper, in process
+
+
+class _TestKnob(Knob):
+    """A knob in memory that can be made to refuse every write (a device that stopped answering)."""
+    kind, unit = "test_power_limit", "W"
+
+    def __init__(self) -> None:
+        super().__init__("0")
+        self.value, self.broken = 200.0, False
+
+    def read(self) -> float:
+        return self.value
+
+    def range(self) -> KnobRange:
+        return KnobRange(100.0, 300.0)
+
+    def _write(self, value: float) -> None:
+        if self.broken:
+            raise KnobError(f"{self.name}: the device refused {value:g}")
+        self.value = value
+
+
+def _in_process(monkeypatch, **limits) -> tuple[Any, _TestKnob, io.StringIO, list[float]]:
+    from energyprof.serve import server
+
+    clock = [1000.0]
+    monkeypatch.setattr(server, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    listener, _ = socket.socketpair()
+    knob, log = _TestKnob(), io.StringIO()
+    srv = server.Server(listener, lambda: {"zones": []}, [knob], None, control_gid=None, log=server.Log(log), **limits)
+    return srv, knob, log, clock
+
+
+def _client(srv: Any, uid: int) -> Any:
+    """A connected client of `uid` that may set (what the accept loop makes of a control-group member)."""
+    from energyprof.serve import server
+
+    ours, _theirs = socket.socketpair()
+    srv._next_id += 1
+    c = server.Conn(ours, 4242, uid, 0.0, id=srv._next_id, privileged=False, can_set=True)
+    c._peer = _theirs  # kept open while the client is
+    srv.conns[ours.fileno()] = c
+    srv.per_uid[uid] = srv.per_uid.get(uid, 0) + 1
+    srv.sel.register(ours, selectors.EVENT_READ, c)
+    return c
+
+
+def test_a_part_that_cannot_be_restored_is_released_not_held_by_a_client_gone(monkeypatch):
+    """A client leaves and its knob cannot be put back: the reader says so and lets the part go, so the
+    next client may set it (held under the departed client it would refuse everyone until a restart)."""
+    from energyprof.collect.sensors import served_protocol as protocol
+
+    srv, knob, log, _ = _in_process(monkeypatch, set_interval_s=0.0)
+    try:
+        a, b = _client(srv, 50001), _client(srv, 50002)
+        assert srv._answer(a, protocol.Request("set", knob.name, 250.0)) == {"ok": knob.name, "value": 250.0}
+        knob.broken = True
+        srv._drop(a)
+        assert "could not restore" in log.getvalue() and f"released knob:{knob.name}" in log.getvalue()
+        knob.broken = False
+        assert srv._answer(b, protocol.Request("set", knob.name, 260.0)) == {"ok": knob.name, "value": 260.0}
+    finally:
+        srv.close()
+    assert knob.value == 250.0  # b's original: the value it found
+
+
+def test_the_restore_on_leaving_counts_against_the_set_rate(monkeypatch):
+    """One change per interval per user: set, leave (a restore, a change too), come back at once and set
+    again is refused until an interval after the restore."""
+    from energyprof.collect.sensors import served_protocol as protocol
+
+    srv, knob, _, clock = _in_process(monkeypatch, set_interval_s=10.0)
+    try:
+        a = _client(srv, 50001)
+        assert "ok" in srv._answer(a, protocol.Request("set", knob.name, 250.0))
+        clock[0] += 9.0
+        srv._drop(a)  # restored 9 s after the set
+        assert knob.value == 200.0
+        clock[0] += 2.0  # 11 s after the set, 2 s after the restore
+        again = _client(srv, 50001)
+        reply = srv._answer(again, protocol.Request("set", knob.name, 260.0))
+        assert "at most one change per 10 s" in reply.get("error", ""), reply
+        clock[0] += 8.0  # 10 s after the restore
+        assert "ok" in srv._answer(again, protocol.Request("set", knob.name, 260.0))
+        other = _client(srv, 50002)  # another user: a pace of its own
+        assert "set by another client" in srv._answer(other, protocol.Request("set", knob.name, 150.0))["error"]
+    finally:
+        srv.close()
+    assert knob.value == 200.0
+
+
+def test_cpus_of_one_policy_through_the_reader(accounts, base):
+    """CPUs 0 and 1 sharing cpufreq's policy0 (as on ARM): a client holding cpu_max_freq:0 holds the file, so
+    another's cpu_max_freq:1 is refused, and when the holder leaves the file is back at its original."""
+    sock = base / "run" / "rapl.sock"
+    knob_trees.cpufreq_tree(base / "cpu", cpus=2, cur=3_600_000, per_policy=2)
+    policy = base / "cpu/cpufreq/policy0/scaling_max_freq"
+    reader = Reader("machine", sock, base, accounts["group"], control=accounts["control"],
+                    env={"ENERGYPROF_CPUFREQ_ROOT": str(base / "cpu")})
+    held = None
+    try:
+        held, replies = _hold(accounts, sock, "set cpu_max_freq:0 1000000")
+        assert '"ok"' in replies[0], replies
+        refused = _ask_root(sock, "set cpu_max_freq:1 2000000")[0]
+        assert "set by another client" in refused and policy.read_text() == "1000000", refused
+        held.stdin.write("\n")
+        held.stdin.flush()
+        held.wait(timeout=10)
+        assert knob_trees.wait_for(lambda: int(policy.read_text()) == 3_600_000), reader.text()
+    finally:
+        if held is not None and held.poll() is None:
+            held.kill()
+            held.wait(timeout=10)
+        reader.stop()

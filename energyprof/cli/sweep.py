@@ -14,6 +14,7 @@ machine (heat, a neighbour) spreads over all of them instead of biasing one.
 from __future__ import annotations
 
 import csv
+import io
 import itertools
 import json
 import re
@@ -22,6 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..store.files import check_link, write_text
 from .common import PROG, Parser, UsageError
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -155,7 +157,7 @@ def _on_ray(address: str, runs: list[Any]) -> dict[str, int]:
         if text:
             doc = json.loads(text)
             doc.setdefault("meta", {}).setdefault("sweep", {})["ray_host"] = host
-            Path(f"{stem}.json").write_text(json.dumps(doc))
+            write_text(f"{stem}.json", json.dumps(doc))
         elif status == 0:
             status = 1  # ran, but left no profile where the driver can read it
         if status != 0 and err:
@@ -197,6 +199,11 @@ def sweep_cmd(argv: list[str]) -> int:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise UsageError(f"--out: cannot make {out}: {exc.strerror or exc}") from None
+    try:  # before the first run: a planted link is one line and exit 2, not a lost sweep at its end
+        for name in ("sweep.json", "sweep.csv", "sweep.html"):
+            check_link(str(out / name))
+    except OSError as exc:
+        raise UsageError(f"--out: {exc}") from None
     knob_names = {n for n, _ in knobs}
     forwarded = _forwarded(ns)
     results: list[RunResult] = []
@@ -245,14 +252,21 @@ def sweep_cmd(argv: list[str]) -> int:
              "energy": ns.energy, "power": "measured" if ns.power_trace is None else "replayed power trace",
              "best": best.to_json() if best is not None else None,
              "configurations": [s.to_json() for s in summaries]}
-    (out / "sweep.json").write_text(json.dumps(table, indent=1) + "\n")
-    with open(out / "sweep.csv", "w", newline="") as f:
+    # The one writer (store/files.py): a sweep over knobs runs as root, and another user's link planted in a
+    # shared sticky folder is refused there, not followed.
+    try:
+        write_text(str(out / "sweep.json"), json.dumps(table, indent=1) + "\n")
+        f = io.StringIO(newline="")
         w = csv.writer(f)
         w.writerow([_COLUMNS[0], *[n for n, _ in axes], *_COLUMNS[1:]])
         for s in summaries:
             w.writerow([s.index, *[s.values[n] for n, _ in axes], s.n, f"{s.time_s:.6g}", f"{s.time_std:.6g}",
                         f"{s.energy_j:.6g}", f"{s.energy_std:.6g}", int(s.pareto),
                         "" if s.score is None else f"{s.score:.6g}", int(best is not None and s.index == best.index)])
+        write_text(str(out / "sweep.csv"), f.getvalue())
+    except OSError as exc:
+        print(f"energyprof sweep: could not write the table in {out}: {exc.strerror or exc}", file=sys.stderr)
+        return 130 if stopped else 1
     if len(profiles) >= 2:
         _write_page(profiles, summaries, ns.window, ns.energy == "machine", str(out / "sweep.html"))
     if best is not None:

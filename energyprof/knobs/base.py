@@ -42,10 +42,11 @@ class KnobRange:
 
 
 class Part:
-    """One thing a knob writes, named by `key` (a file's absolute path, or a device and field): the keeper
+    """One thing a knob writes, named by `key` (a file's real path, or a device and field): the keeper
     reads it before the first change, writes it back, and tells its process how to write it back."""
 
     key: str = ""
+    claimed: bool = False  # claimed machine-wide while changed (keeper.py): a file, which any process may reach
 
     def read(self) -> str:
         raise NotImplementedError
@@ -62,8 +63,13 @@ class Part:
 class FilePart(Part):
     """A sysfs file written whole (cpufreq's scaling_max_freq, powercap's power_limit_uw)."""
 
+    claimed = True
+
     def __init__(self, path: str, owner: str) -> None:
-        self.key = os.path.abspath(path)  # the keeper runs in another folder
+        # The file itself, every link followed: the keeper runs in another folder, and in real sysfs
+        # cpuN/cpufreq is a link to ../cpufreq/policyM, which several CPUs share (on ARM, a cluster), so
+        # two knob names may write one file: one key, one owner, one original.
+        self.key = os.path.realpath(path)
         self.owner = owner
 
     def read(self) -> str:

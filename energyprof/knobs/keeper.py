@@ -5,14 +5,22 @@ whichever knob's name the change came under, so two knobs over the same file (`c
 `cpu_max_freq:0`) share one original. It writes the originals back in reverse order of change.
 
 In this process that happens at `restore()`/`close()` (and atexit). For every other end (a signal's
-default action, `os._exit`, kill -9 of the setter) there is a keeper process
-(`python -m energyprof.knobs.keeper`), started with the first change in its own session, holding the
-read end of a pipe: before each part's first change its original goes down the pipe as one JSON line,
-after an in-process restore a `restored` line takes it back. When the pipe closes with originals still
-held (the kernel closes it, whatever killed the setter) the keeper process writes them back, newest
-first, and exits. The write end is close-on-exec, and a forked child's copy is pointed at /dev/null, so
-only the setter's own end keeps the pipe open. The keeper process is detached (its parent is init), so a
-profiled program's processes do not include it.
+default action, `os._exit`, kill -9 of the setter) there is a keeper process, started with the first
+change in its own session, holding one end of a Unix socket pair as its stdin; the setter waits for its
+ready byte before changing anything. Before each part's first change its original goes down the socket
+as one JSON line, after an in-process restore a `restored` line takes it back. When the setter's end
+closes with originals still held (the kernel closes it, whatever killed the setter) the keeper process
+writes them back, newest first, and exits. The setter's end is close-on-exec, and a forked child closes
+its copy, so only the setter keeps it open. Writes use MSG_NOSIGNAL: a keeper process gone is an error
+(the held parts are put back in-process, or, for the reader, handed to a new keeper process), never a
+SIGPIPE. The keeper process is detached (its parent is init), so a profiled program's processes do not
+include it.
+
+A file is also claimed machine-wide while it is changed (an exclusive flock on a record in
+/run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests): each process that sets knobs has its own keeper,
+and without the claim two of them would take each other's setting for an original. A second process
+finding the claim held is refused, one line. The claim's descriptor goes to the keeper process with the
+original, so after a kill -9 of the setter the claim is let go only once the original is back.
 
 Changes may belong to owners (the privileged reader's clients): a part held by one owner cannot be
 changed by another, and `restore(owner)` puts back only that owner's parts.
@@ -20,35 +28,128 @@ changed by another, and `restore(owner)` puts back only that owner's parts.
 
 from __future__ import annotations
 
+import array
 import atexit
+import collections
+import fcntl
+import hashlib
 import json
 import os
 import signal
+import socket
+import stat
 import subprocess
 import sys
 import threading
-from typing import IO, Any, Hashable
+from typing import Any, Hashable
 
 from .base import Knob, KnobError, Part
 
 
 ANY: Any = object()  # restore(): every owner's parts
+START_WAIT_S = 10.0  # the keeper process answers within this, or no knob is changed
+READY = b"R"
+
+
+class KeeperGone(KnobError):
+    """The keeper process could not be reached: a change would have nothing to put it back."""
 
 
 class _Held:
-    __slots__ = ("part", "original", "owner", "name")
+    __slots__ = ("part", "original", "owner", "name", "claim")
 
-    def __init__(self, part: Part, original: str, owner: Hashable, name: str) -> None:
-        self.part, self.original, self.owner, self.name = part, original, owner, name
+    def __init__(self, part: Part, original: str, owner: Hashable, name: str, claim: int | None = None) -> None:
+        self.part, self.original, self.owner, self.name, self.claim = part, original, owner, name, claim
+
+
+# ---------------------------------------------------------------- the machine-wide claim
+
+CLAIMS_ENV = "ENERGYPROF_KNOB_CLAIMS"
+DEFAULT_CLAIMS = "/run/energyprof/knobs"
+
+
+def _claims_folder() -> str | None:
+    """The folder of claims, made if missing: only one owned by root (or this user) and writable by no
+    one else is trusted; None without one (a user who cannot make it cannot write sysfs either)."""
+    folder = os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS
+    try:
+        os.makedirs(folder, mode=0o755, exist_ok=True)
+        st = os.lstat(folder)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+        return None
+    return folder
+
+
+def _claim_path(key: str) -> str:
+    return os.path.join(os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS, hashlib.sha256(key.encode()).hexdigest()[:40] + ".claim")
+
+
+def _drop_claim(key: str, fd: int) -> None:
+    """A claim let go: its file removed while still locked (a newcomer then makes a new one), then closed."""
+    try:
+        if os.fstat(fd).st_ino == os.stat(_claim_path(key), follow_symlinks=False).st_ino:
+            os.unlink(_claim_path(key))
+    except OSError:
+        pass
+    os.close(fd)
+
+
+def _claim(part: Part, name: str) -> int | None:
+    """An exclusive flock on the claim of `part` (a file named by a hash of its real path), held while it is
+    changed: a second process (another reader, a root `--knob` run, an optimizer) that finds it held is
+    refused, one line. The descriptor is also handed to the keeper process, so the claim outlives a kill
+    -9 of the setter until its original is back."""
+    folder = _claims_folder() if part.claimed else None
+    if folder is None:
+        return None
+    path = _claim_path(part.key)
+    for _ in range(16):  # a claim file unlinked by its last holder between our open and our lock: open it again
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise KnobError(f"{name}: cannot claim {part.key} in {folder}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                who = os.pread(fd, 64, 0).decode(errors="replace").split()[0]
+            except (OSError, IndexError):
+                who = "?"
+            os.close(fd)
+            raise KnobError(f"{name}: {part.key} is being changed by another energyprof process (pid {who})") from None
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+        except OSError:
+            same = False
+        if same:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {part.key}\n".encode(), 0)
+            return fd
+        os.close(fd)
+    raise KnobError(f"{name}: cannot claim {part.key}: its claim keeps changing")
+
+
+def _unclaim(held: _Held) -> None:
+    fd, held.claim = held.claim, None
+    if fd is not None:
+        _drop_claim(held.part.key, fd)
 
 
 class Keeper:
-    """The parts one process has changed: `set` knobs through it, `restore` or `close` it at the end."""
+    """The parts one process has changed: `set` knobs through it, `restore` or `close` it at the end.
 
-    def __init__(self) -> None:
+    `respawn`: when the keeper process is found gone (a write to it fails), start a new one and hand it
+    every original still held (the privileged reader, which lives on). Otherwise what is held is put back
+    in this process and the change refused: nothing would put it back after a kill -9."""
+
+    def __init__(self, respawn: bool = False) -> None:
         self.held: dict[str, _Held] = {}  # part key -> its original; insertion order is the order of change
-        self._pipe: IO[bytes] | None = None  # the write end; the keeper process holds the read end
+        self._sock: socket.socket | None = None  # our end; the keeper process holds the other as its stdin
+        self.respawn = respawn
         self._registered = False
+        self._at_fork = False
         self._lock = threading.RLock()
 
     # -- the keeper process ------------------------------------------------------------------
@@ -56,48 +157,103 @@ class Keeper:
         """The keeper process, detached: its own session (a Ctrl-C or a SIGTERM to the setter's group does not
         reach it) and not a descendant of the setter (a profiled program's process list, CPU and energy are
         not charged with energyprof's keeper), started from / with -P so that the program's folder (a
-        json.py of its own) is not on its import path, and without the sampler's bootstrap."""
-        r, w = os.pipe()
+        json.py of its own) is not on its import path, and without the sampler's bootstrap. It imports
+        energyprof from where this process did (a program may have it from its own folder), and only
+        energyprof from there. Its output goes to /dev/null, never the program's. It answers one byte when
+        ready; without it within START_WAIT_S, KnobError and nothing is changed."""
+        import energyprof
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {k: v for k, v in os.environ.items() if k != "ENERGYPROF_AGENT"}
         safe = ["-P"] if sys.version_info >= (3, 11) else []
-        argv = [sys.executable, *safe, "-m", "energyprof.knobs.keeper"]
+        package_root = os.path.dirname(os.path.abspath(list(energyprof.__path__)[0]))
+        argv = [sys.executable, *safe, "-c", _BOOT, package_root]
         try:
             # a bare interpreter (-S: no site, a few ms) forks the keeper and leaves at once: the keeper's
-            # parent becomes init, and it holds the pipe's read end as its stdin
-            launcher = subprocess.Popen([sys.executable, "-S", *safe, "-c", _DETACH, *argv], stdin=r, env=env,
-                                        start_new_session=True, close_fds=True, cwd="/")
+            # parent becomes init, and it holds the socket's other end as its stdin
+            with open(os.devnull, "wb") as null:
+                launcher = subprocess.Popen([sys.executable, "-S", *safe, "-c", _DETACH, *argv], stdin=theirs,
+                                            stdout=null, stderr=null, env=env, start_new_session=True,
+                                            close_fds=True, cwd="/")
             launcher.wait()
+            ours.settimeout(START_WAIT_S)
+            ready = ours.recv(1)
+            ours.settimeout(None)
+        except OSError as exc:  # socket.timeout is one
+            ready, why = b"", getattr(exc, "strerror", None) or "no answer"
+        else:
+            why = "it exited at start"
         finally:
-            os.close(r)
-        self._pipe = os.fdopen(w, "wb")
-        os.register_at_fork(after_in_child=self._forget_in_child)
+            theirs.close()
+        if ready != READY:
+            ours.close()
+            raise KnobError(f"the process that restores knobs did not start ({why} within {START_WAIT_S:g} s);"
+                            " nothing changed")
+        self._sock = ours
+        if not self._at_fork:
+            os.register_at_fork(after_in_child=self._forget_in_child)
+            self._at_fork = True
 
     def _forget_in_child(self) -> None:
-        """A forked child (a DataLoader worker) must not keep the pipe open after the setter is gone."""
-        pipe, self._pipe = self._pipe, None
-        if pipe is not None:
-            try:  # the descriptor now points at /dev/null: the file object stays valid, its later close harmless
-                null = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(null, pipe.fileno(), inheritable=False)
-                os.close(null)
+        """A forked child (a DataLoader worker) must not keep the socket open after the setter is gone."""
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            try:
+                os.close(sock.detach())  # the child's copy only; the setter's stays open
             except OSError:
                 pass
-            self._orphan = pipe
+        for held in self.held.values():  # nor its claims (the setter's copies keep them)
+            if held.claim is not None:
+                try:
+                    os.close(held.claim)
+                except OSError:
+                    pass
         self.held = {}
 
-    def _send(self, record: dict[str, Any]) -> None:
-        if self._pipe is None:
+    def _write(self, record: dict[str, Any], claim: int | None = None) -> None:
+        assert self._sock is not None
+        data = (json.dumps({**record, "claim": True} if claim is not None else record) + "\n").encode()
+        # MSG_NOSIGNAL: a keeper gone is an error here, never a SIGPIPE (a program may have set SIG_DFL)
+        if claim is not None:  # the claim's descriptor rides with the line's first byte
+            # sendmsg itself: socket.send_fds drops its flags (MSG_NOSIGNAL) before Python 3.13
+            sent = self._sock.sendmsg([data], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [claim]))],
+                                      socket.MSG_NOSIGNAL)
+            data = data[sent:]
+        if data:
+            self._sock.sendall(data, socket.MSG_NOSIGNAL)
+
+    def _lost(self) -> None:
+        sock, self._sock = self._sock, None
+        if sock is not None:
+            sock.close()
+
+    def _send(self, record: dict[str, Any], claim: int | None = None) -> None:
+        if self._sock is None:
             self._start()
-        assert self._pipe is not None
         try:
-            self._pipe.write((json.dumps(record) + "\n").encode())
-            self._pipe.flush()
-        except (OSError, ValueError) as exc:  # the keeper died: changing a knob without it would risk leaving it changed
-            raise KnobError(f"the process that restores knobs has gone ({getattr(exc, 'strerror', None) or exc})") from None
+            self._write(record, claim)
+            return
+        except OSError as exc:
+            self._lost()
+            why = exc.strerror or str(exc)
+        if not self.respawn:
+            raise KeeperGone(f"the process that restores knobs has gone ({why})")
+        self._start()  # a new one, given every original still held, then this record
+        try:
+            for key, held in self.held.items():
+                rec = held.part.record(held.original)
+                if rec is not None:
+                    self._write({"hold": key, "restore": rec}, held.claim)
+            self._write(record, claim)
+        except OSError as exc:
+            self._lost()
+            raise KeeperGone(f"the process that restores knobs has gone ({exc.strerror or exc})") from None
 
     # -- changes -------------------------------------------------------------------------------
     def set(self, knob: Knob, value: float, owner: Hashable = None) -> None:
-        """Check `value`, keep the original of every part the knob writes that is not held yet, then write."""
+        """Check `value`, keep the original of every part the knob writes that is not held yet, then write.
+        Refused part-way (a file of several not written), every part goes back to what it was before this
+        call: its original, or, one this owner already held, the value it had set."""
         knob.check(value)
         with self._lock:
             parts = knob.parts()
@@ -105,53 +261,78 @@ class Keeper:
                 held = self.held.get(part.key)
                 if held is not None and held.owner != owner:
                     raise KnobError(f"{knob.name} is set by another client until it disconnects")
-            new = []
+            new: list[str] = []
+            before: dict[str, tuple[Part, str]] = {}
             try:
                 for part in parts:
                     if part.key in self.held:
+                        if part.key not in new and part.key not in before:
+                            before[part.key] = (part, part.read())
                         continue
-                    original = part.read()
-                    record = part.record(original)
-                    if record is not None:  # before the change: a kill -9 right after still restores
-                        self._send({"hold": part.key, "restore": record})
-                    self.held[part.key] = _Held(part, original, owner, knob.name)
+                    claim = _claim(part, knob.name)  # refused while another process changes it
+                    try:
+                        original = part.read()
+                        record = part.record(original)
+                        if record is not None:  # before the change: a kill -9 right after still restores
+                            self._send({"hold": part.key, "restore": record}, claim)
+                    except BaseException:
+                        if claim is not None:
+                            _drop_claim(part.key, claim)
+                        raise
+                    self.held[part.key] = _Held(part, original, owner, knob.name, claim)
                     new.append(part.key)
                 if not self._registered:
                     atexit.register(self.close)
                     self._registered = True
                 knob._write(value)
-            except BaseException:
-                # refused (no permission, a binding's error): what this call changed goes back, and is not held
-                for key in new:
+            except BaseException as exc:
+                # refused (no permission, a binding's error): what this call changed goes back, and what it
+                # newly held is not held
+                undo = [(self.held[k].part, self.held[k].original) for k in new] + list(before.values())
+                for part, text in undo:
                     try:
-                        self.held[key].part.write(self.held[key].original)
+                        part.write(text)
                     except Exception:  # noqa: BLE001 - the refusal above is the error to report
                         pass
                 self._forget(new)
+                if isinstance(exc, KeeperGone) and not self.respawn:
+                    self.restore()  # nothing outside this process would put them back now
                 raise
 
     def _forget(self, keys: list[str]) -> None:
         for key in keys:
-            self.held.pop(key, None)
-            if self._pipe is not None:
+            held = self.held.pop(key, None)
+            if self._sock is not None:
                 try:
                     self._send({"restored": key})
                 except KnobError:
                     pass
+            if held is not None:
+                _unclaim(held)
 
-    def release(self, owner: Hashable) -> None:
-        """Leave `owner`'s parts as they are now (an optimizer told to keep its choice): nothing restores them."""
+    def release(self, owner: Hashable) -> list[str]:
+        """Leave `owner`'s parts as they are now (an optimizer told to keep its choice): nothing restores them.
+        The keys released."""
         with self._lock:
-            self._forget([k for k, h in self.held.items() if h.owner == owner])
+            keys = [k for k, h in self.held.items() if h.owner == owner]
+            self._forget(keys)
+            return keys
+
+    def holds(self, owner: Hashable) -> bool:
+        with self._lock:
+            return any(h.owner == owner for h in self.held.values())
 
     def restore(self, owner: Hashable = ANY, knob: Knob | None = None) -> list[str]:
         """The originals back, newest change first: every part held, or those of `owner` (and of `knob`
         only, when given). One line per part that could not be restored, returned."""
         errors = []
+        lost = False
         with self._lock:
             keys = {p.key for p in knob.parts()} if knob is not None else None
             for key in reversed(list(self.held)):
-                held = self.held[key]
+                held = self.held.get(key)
+                if held is None:
+                    continue
                 if owner is not ANY and held.owner != owner:
                     continue
                 if keys is not None and key not in keys:
@@ -165,21 +346,24 @@ class Keeper:
                     errors.append(f"{held.name}: could not restore {key}: {exc}")
                     continue
                 del self.held[key]
-                if self._pipe is not None:
+                if self._sock is not None:
                     try:
                         self._send({"restored": key})
-                    except KnobError:
-                        pass  # the keeper process is gone; the part is back anyway
+                    except KeeperGone:
+                        lost = True  # the part is back anyway
+                _unclaim(held)
+            if lost and not self.respawn and self.held:
+                errors += self.restore()  # the others too: nothing outside this process would put them back
         return errors
 
     def close(self) -> None:
         """Restore everything, then let the keeper process go (it has nothing left to hold)."""
         errors = self.restore()
         with self._lock:
-            pipe, self._pipe = self._pipe, None
-        if pipe is not None:
+            sock, self._sock = self._sock, None
+        if sock is not None:
             try:
-                pipe.close()  # the keeper process reads the end, has nothing held, and exits
+                sock.close()  # the keeper process reads the end, has nothing held, and exits
             except OSError:
                 pass
         for line in errors:
@@ -199,8 +383,19 @@ def shared() -> Keeper:
 
 # ---------------------------------------------------------------- the keeper process
 
-# Run by `python -S -c`: fork the keeper (argv[1:]) and leave; the keeper keeps stdin (the pipe's read end).
+# Run by `python -S -c`: fork the keeper (argv[1:]) and leave; the keeper keeps stdin (its end of the socket).
 _DETACH = "import os, sys\nif os.fork() == 0:\n    os.execv(sys.argv[1], sys.argv[1:])\nos._exit(0)\n"
+
+# The keeper's start (`python -P -c _BOOT PACKAGE_ROOT`): energyprof from the folder the setter had it from,
+# and nothing else from there (a json.py beside it stays out of the keeper's imports).
+_BOOT = (
+    "import sys, importlib.machinery, importlib.util\n"
+    "spec = importlib.machinery.PathFinder.find_spec('energyprof', [sys.argv[1]])\n"
+    "if spec is None: raise SystemExit(3)\n"
+    "m = importlib.util.module_from_spec(spec); sys.modules['energyprof'] = m; spec.loader.exec_module(m)\n"
+    "from energyprof.knobs.keeper import main\n"
+    "raise SystemExit(main())\n"
+)
 
 
 def _apply(record: dict[str, Any]) -> None:
@@ -220,19 +415,41 @@ def _apply(record: dict[str, Any]) -> None:
         find(record["name"])._write(float(record["value"]))
 
 
-def keep(stream: IO[bytes]) -> int:
-    """Hold the originals read from `stream` until it closes, then write back those not yet restored,
-    newest first."""
+def keep(sock: socket.socket) -> int:
+    """Hold the originals read from `sock` (and the claims' descriptors that come with them) until it
+    closes, then write back those not yet restored, newest first; the claims go with this process."""
     held: dict[str, dict[str, Any]] = {}
-    for line in stream:
+    claims: dict[str, int] = {}
+    fds: collections.deque[int] = collections.deque()  # in the order of their lines: each came with its line's first byte
+    buf = b""
+    while True:
         try:
-            msg = json.loads(line)
-        except ValueError:
+            data, got, _, _ = socket.recv_fds(sock, 65536, 16)
+        except InterruptedError:
             continue
-        if "hold" in msg:
-            held.setdefault(msg["hold"], msg["restore"])  # the first original of a part is the one kept
-        elif "restored" in msg:
-            held.pop(msg["restored"], None)
+        except OSError:
+            break
+        fds.extend(got)
+        if not data:
+            break
+        buf += data
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            try:
+                msg = json.loads(line)
+            except ValueError:
+                continue
+            fd = fds.popleft() if msg.get("claim") and fds else None
+            if "hold" in msg:
+                held.setdefault(msg["hold"], msg["restore"])  # the first original of a part is the one kept
+                if fd is not None:
+                    old = claims.setdefault(msg["hold"], fd)
+                    if old != fd:
+                        os.close(fd)
+            elif "restored" in msg:
+                held.pop(msg["restored"], None)
+                if msg["restored"] in claims:
+                    os.close(claims.pop(msg["restored"]))
     failed = 0
     for key in reversed(list(held)):
         try:
@@ -240,13 +457,19 @@ def keep(stream: IO[bytes]) -> int:
         except Exception as exc:  # noqa: BLE001 - one part failing must not leave the others changed
             failed += 1
             print(f"energyprof: could not restore {key}: {exc}", file=sys.stderr)
+    for key, fd in claims.items():  # every original back: the claims go
+        _drop_claim(key, fd)
     return 1 if failed else 0
 
 
 def main() -> int:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)  # only the pipe's end says when to restore
-    return keep(sys.stdin.buffer)
+        signal.signal(sig, signal.SIG_IGN)  # only the socket's end says when to restore
+    try:
+        os.write(0, READY)  # the setter waits for this before its first change
+    except OSError:
+        return 1  # the setter is gone already: nothing was changed
+    return keep(socket.socket(fileno=0))
 
 
 if __name__ == "__main__":

@@ -280,7 +280,7 @@ class Server:
         self.listener = listener
         self.read_zones = read_zones
         self.knobs = {k.name: k for k in knobs}
-        self.keeper = Keeper()  # its own process: a kill -9 of the reader still restores what clients set
+        self.keeper = Keeper(respawn=True)  # its own process: a kill -9 of the reader still restores what clients set
         self.gid = gid
         self.control_gid = control_gid
         self.read_interval_s = read_interval_s
@@ -478,8 +478,17 @@ class Server:
         fd = c.sock.fileno()
         if fd < 0 or self.conns.get(fd) is not c:
             return
+        changed = self.keeper.holds(c.id)
         for line in self.keeper.restore(owner=c.id):  # a client that disconnects or dies gives its knobs back
             self.log(f"could not restore {line}")
+        # A part that could not be put back is let go, left as it is now: held under a client that is gone,
+        # it would refuse every other client until the reader restarts.
+        stuck = self.keeper.release(c.id)
+        if stuck:
+            self.log(f"released {', '.join(stuck)} of {_user(c.uid)} (pid {c.pid}), left at its value now:"
+                     " it could not be restored")
+        if changed and not c.privileged:  # the restore is a change too: set, leave, come back is no faster
+            self.pace.setdefault(c.uid, Pace()).set_at = time.monotonic()
         self.sel.unregister(c.sock)
         del self.conns[fd]
         self.per_uid[c.uid] -= 1
