@@ -227,3 +227,23 @@ def test_model_alone_keeps_the_parameter_count_and_counts_no_flops(tmp_path: Pat
     profile = prof.stop()
     assert tracked.flops is None and not [w for w in profile.windows if "flops" in w.loop]
     assert any(w.loop.get("parameters") == 32 for w in profile.windows)
+
+
+def test_predict_refuses_bad_numbers_and_a_damaged_range_in_one_line(tmp_path: Path) -> None:
+    """Steps per epoch and epochs must be positive finite numbers (nan, a negative count and inf gave a
+    traceback or a negative energy), a prediction past what a float holds is refused, and a model whose
+    range entry is not [low, high] is damaged: one line, exit 2, nothing on stdout."""
+    data = [obs(f, 1e-9 * f) for f in (1e9, 2e9, 4e9, 8e9)]
+    model = F.fit(data)
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "r.json").write_text(json.dumps({**model, "range": {"flops": [1e9]}}))
+    (tmp_path / "k.json").write_text(json.dumps({**model, "range": {"flops": [1e9, "8e9"]}}))
+    good = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--steps-per-epoch", "10", "--epochs", "3"],
+                   tmp_path)
+    assert good.returncode == 0 and "per run (3 epochs)" in good.stdout, good.stderr
+    for args in (["m.json", "--steps-per-epoch", "nan", "--json"], ["m.json", "--steps-per-epoch", "-100"],
+                 ["m.json", "--steps-per-epoch", "0"], ["m.json", "--steps-per-epoch", "10", "--epochs", "inf"],
+                 ["m.json", "--steps-per-epoch", "1e300", "--epochs", "1e300"], ["r.json"], ["k.json"]):
+        proc = run_cli(["estimate", "predict", *args[:1], "--flops", "2e9", *args[1:]], tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
