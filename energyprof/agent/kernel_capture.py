@@ -530,7 +530,13 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
 
 def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
-    the hook goes when the capture stops."""
+    the hook goes when the capture stops.
+
+    On by default, this runs on the sampler's thread, while the program may be iterating torch's global
+    hook dict inside optimizer.step(): an insertion in that moment would make the iteration raise. It is
+    left so: a copy of the dict swapped in would break the handles of hooks the program registered (their
+    remove() would act on the old dict), and the program's thread offers no point to register from where
+    the loop is not tracked. The window is one dict insertion, once a run."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
         import importlib
