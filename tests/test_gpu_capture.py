@@ -675,8 +675,10 @@ from energyprof.agent import kernel_capture as kc
 class Sink:
     def add(self, c): print("cycle", file=sys.stderr if 0 else sys.stdout)
     def note(self, t): print("note:", t)
-if sys.argv[1] == "on":
-    cap = kc.KernelCapture(Sink(), activities=[torch.profiler.ProfilerActivity.CPU], every=4, active=2, budget=None)
+if sys.argv[1] != "off":  # on: as on by default; a spec: asked for (--gpu-kernels --gpu-kernel-steps SPEC)
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    cap = (kc.KernelCapture(Sink(), activities=acts, every=4, active=2, budget=None) if sys.argv[1] == "on"
+           else kc.KernelCapture(Sink(), activities=acts, steps=sys.argv[1]))
     kc._capture = cap; cap.start(); kc._hook_optimizer(cap)
 m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
 def steps(n, mark=False):
@@ -688,35 +690,42 @@ def steps(n, mark=False):
 """
 
 
-def _armed(tmp_path, body: str, on: bool, what: str = "-"):
+def _armed(tmp_path, body: str, on: bool | str, what: str = "-"):
     import subprocess
     import sys
 
     script = tmp_path / "prog.py"
     script.write_text(_ARMED + body)
-    return subprocess.run([sys.executable, str(script), "on" if on else "off", what], capture_output=True,
+    mode = on if isinstance(on, str) else "on" if on else "off"
+    return subprocess.run([sys.executable, str(script), mode, what], capture_output=True,
                           text=True, cwd=tmp_path, timeout=300)
 
 
-def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tmp_path):
+@pytest.mark.parametrize("mode,before", [("on", 1), ("on", 2), ("on", 3), ("3:2", 1), ("3:2", 2), ("3:2", 3)])
+def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tmp_path, mode, before):
     """The program runs torch.profiler.profile around its loop while energyprof's capture is armed by
-    default: the program's trace keeps every one of its steps, its stderr is as under plain python, and
-    energyprof's capture stops for the run with a note (two sessions on one thread stop each other)."""
+    default (or asked for on a schedule), started with energyprof's between windows, preparing one
+    (warm-up) or recording one: the program's trace keeps every one of its steps, its stderr is as under
+    plain python, the run ends normally (a window prepared before the program's profiler and recorded
+    after it crashed the process), and energyprof's capture stops for the run (by default) or waits
+    (asked for), with a note. Two sessions on one thread stop each other."""
     pytest.importorskip("torch")
-    body = ("steps(3)\n"  # before the program's profiler: energyprof's windows run
+    body = (f"steps({before})\n"  # before the program's profiler: energyprof's windows run
             "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:\n"
             "    steps(30, mark=True)\n"
-            "print('kept', len({e.name for e in p.events() if e.name.startswith('mystep')}))\n")
-    plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, True)
+            "print('kept', len({e.name for e in p.events() if e.name.startswith('mystep')}))\n"
+            "steps(12)\n")
+    plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, mode)
     assert plain.returncode == armed.returncode == 0, armed.stderr
     assert "kept 30" in plain.stdout and "kept 30" in armed.stdout, armed.stdout
-    # no "disableProfiler called" from torch's C++; Kineto's own info lines (USDT ... profiler_start)
-    # are not the program's: Kineto reads its log level once, at energyprof's first window
-    def torch_lines(err):
+
+    def torch_lines(err):  # Kineto's info lines (USDT ... profiler_start): it reads its level once
         return [line for line in err.splitlines() if not line.startswith("USDT:")]
 
     assert torch_lines(armed.stderr) == torch_lines(plain.stderr) == []
     assert "the program runs its own PyTorch profiler" in armed.stdout
+    after = armed.stdout.split("kept 30")[1]
+    assert ("cycle" in after) == (mode != "on")  # asked for: windows again once the program's is off
 
 
 @pytest.mark.parametrize("kind", ["itt", "legacy", "nvtx"])

@@ -313,15 +313,20 @@ class KernelCapture:
         """A profiler is starting (torch's start hook): not energyprof's, and energyprof's records, so
         energyprof's window ends now (its cycle reduced) and the program's starts alone. On by default,
         the capture stops for the run; asked for, it waits until the program's profiler is off."""
-        if self._own_call or not self.live or not self._on or not self._ours():
+        if self._own_call or not self.live or self.prof is None or not self._ours():
             return
+        warming = getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP"
+        if not self._on and not warming:
+            return  # between windows: nothing of energyprof's is prepared or on
         prof, self.prof = self.prof, None
-        self._on = False
         t = self._mark()
+        if warming:
+            self._note_start()  # a prepared window ends empty, now: its cycle spans no time of the program's
+        self._on = False
         try:
             self._own_call = True
             with _Quiet():
-                prof.stop()  # on_trace_ready: the window so far reduced
+                prof.stop()  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
         except Exception:  # noqa: BLE001
             pass
         finally:
@@ -345,7 +350,10 @@ class KernelCapture:
             return False
         if self.by_default:
             self._give_up("the program runs its own PyTorch profiler", stop=False)
-        elif not self.skipped:
+            return True
+        if self.prof is not None and getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP":
+            self.prof = None  # its prepared session is the program's now: a fresh profiler once that one is off
+        if not self.skipped:
             note = getattr(self.sink, "note", None)
             if note is not None:
                 note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
