@@ -728,14 +728,16 @@ def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tm
     assert ("cycle" in after) == (mode != "on")  # asked for: windows again once the program's is off
 
 
+@pytest.mark.parametrize("before", [2, 3])
 @pytest.mark.parametrize("kind", ["itt", "legacy", "nvtx"])
-def test_a_legacy_or_itt_profiler_in_the_program_never_sees_an_exception(tmp_path, kind):
-    """The program's own legacy, ITT or NVTX profiler is on around its loop: its optimizer's step never
-    raises ("Profiler is already enabled on this thread"), and the capture stops with a note."""
+def test_a_legacy_or_itt_profiler_in_the_program_never_sees_an_exception(tmp_path, kind, before):
+    """The program's own legacy, ITT or NVTX profiler is on around its loop, started while energyprof's
+    prepares a window or records one: neither its start nor its optimizer's step raises ("Profiler is
+    already enabled on this thread"), and the capture stops with a note."""
     pytest.importorskip("torch")
     ctx = {"itt": "torch.autograd.profiler.emit_itt()", "legacy": "torch.autograd.profiler_legacy.profile()",
            "nvtx": "torch.autograd.profiler.emit_nvtx()"}[kind]
-    body = f"steps(2)\nwith {ctx}:\n    steps(20)\nprint('program ok')\n"
+    body = f"steps({before})\nwith {ctx}:\n    steps(20)\nprint('program ok')\n"
     r = _armed(tmp_path, body, True)
     if kind == "nvtx" and "not compiled with CUDA" in r.stderr:
         pytest.skip("no NVTX in this torch build")

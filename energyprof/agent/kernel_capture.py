@@ -126,8 +126,10 @@ def _watch_profiler_starts(capture: Any) -> None:
     once; the original always runs after, and nothing raises from the wrapper). Two sessions on one
     thread would stop each other, and the program's trace would come back empty."""
     _WATCHED[:] = [capture]
-    mod = sys.modules.get("torch.autograd.profiler")
-    for name in ("_prepare_profiler", "_run_on_profiler_start"):
+    for module, name in (("torch.autograd.profiler", "_prepare_profiler"),
+                         ("torch.autograd.profiler", "_run_on_profiler_start"),
+                         ("torch.autograd.profiler_legacy", "_enable_profiler_legacy")):  # the legacy profiler
+        mod = sys.modules.get(module)
         original = getattr(mod, name, None)
         if original is not None and not getattr(original, "_energyprof", False):
             setattr(mod, name, _watching(original))
