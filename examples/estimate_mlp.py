@@ -5,7 +5,7 @@
     energyprof estimate predict model.json --flops 4e8 --params 1.2e6 --batch 64 --steps-per-epoch 100 --epochs 10
 
 One epoch of each configuration in turn: whatever else the machine runs meanwhile falls on all of them
-alike. `track(loader, model=model)` counts each model's first-step FLOPs (torch's FlopCounterMode).
+alike. `track(loader, model=model, flops=True)` counts each model's first-step FLOPs (torch's FlopCounterMode).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def main() -> None:
             model = torch.nn.Sequential(torch.nn.Linear(args.inputs, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                         torch.nn.ReLU(), torch.nn.Linear(width, 10))
             opt = torch.optim.SGD(model.parameters(), lr=0.01)
-            runs.append((model, opt, ept.track(batches, model=model, name=f"w{width}-b{batch}")))
+            runs.append((model, opt, ept.track(batches, model=model, flops=True, name=f"w{width}-b{batch}")))
     for _ in range(args.epochs):
         for model, opt, tracked in runs:
             for x, y in tracked:

@@ -102,7 +102,7 @@ for width in map(int, sys.argv[1:]):
     model = torch.nn.Sequential(torch.nn.Linear(IN, width), torch.nn.ReLU(), torch.nn.Linear(width, width),
                                 torch.nn.ReLU(), torch.nn.Linear(width, OUT))
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
-    runs.append((model, opt, ept.track(batches, model=model, name=f"w{width}")))
+    runs.append((model, opt, ept.track(batches, model=model, flops=True, name=f"w{width}")))
 for epoch in range(EPOCHS):
     for model, opt, tracked in runs:
         for x, y in tracked:
@@ -165,7 +165,7 @@ def test_the_first_step_flops_are_counted_once_and_read_back(tmp_path: Path) -> 
     prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"), idle="all",
                     sensor_interval=0.01)
     prof.start()
-    tracked = ept.track(batches, model=model)
+    tracked = ept.track(batches, model=model, flops=True)
     for _ in range(2):
         for x in tracked:
             model(x).sum().backward()
@@ -181,3 +181,69 @@ def test_the_first_step_flops_are_counted_once_and_read_back(tmp_path: Path) -> 
     assert (o["flops"], o["params"], o["batch"], o["steps_per_epoch"], o["epochs"]) == (4.0 * B * IN * OUT, IN * OUT, B, 3, 2)
     assert o["device"].startswith("cpu: ") and o["energy_per_step_j"] > 0
     assert F.counted_loops(profile) == ["step"]
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("args", ["model=m", "model=m, flops=True"])
+def test_counting_flops_never_touches_a_compiled_program(tmp_path: Path, args: str) -> None:
+    """A program that compiles its model (torch.compile) and tracks its loop with `model=` (for the
+    parameter count) or asks for FLOPs: its graph is compiled as under plain python (a dispatch mode
+    around the first step would turn compilation off for the run) and torch prints nothing on its stderr."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(
+        "import sys, torch\nfrom torch._dynamo.testing import CompileCounter\n"
+        "from energyprof.drive.profiler import Profiler\nfrom energyprof.integrations.torch import track\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU())\n"
+        "cnt = CompileCounter(); compiled = torch.compile(m, backend=cnt)\n"
+        "opt = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "p = Profiler(quiet=True, summary=False, gpus=False, power_trace=sys.argv[1]); p.start()\n"
+        f"t = track([torch.ones(2, 4)] * 5, {args})\n"
+        "for x in t:\n    compiled(x).sum().backward(); opt.step()\n"
+        "p.stop()\nprint('graphs compiled:', cnt.frame_count, 'flops:', t.flops)\n")
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    r = subprocess.run([sys.executable, str(script), str(tmp_path / "flat.csv")], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "graphs compiled: 1 flops: None" and r.stderr == ""
+
+
+@pytest.mark.torch
+def test_model_alone_keeps_the_parameter_count_and_counts_no_flops(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof.drive.profiler import Profiler
+
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    model = torch.nn.Linear(8, 4, bias=False)
+    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"))
+    prof.start()
+    tracked = ept.track([torch.randn(16, 8) for _ in range(2)], model=model)
+    for x in tracked:
+        model(x).sum().backward()
+    profile = prof.stop()
+    assert tracked.flops is None and not [w for w in profile.windows if "flops" in w.loop]
+    assert any(w.loop.get("parameters") == 32 for w in profile.windows)
+
+
+def test_predict_refuses_bad_numbers_and_a_damaged_range_in_one_line(tmp_path: Path) -> None:
+    """Steps per epoch and epochs must be positive finite numbers (nan, a negative count and inf gave a
+    traceback or a negative energy), a prediction past what a float holds is refused, and a model whose
+    range entry is not [low, high] is damaged: one line, exit 2, nothing on stdout."""
+    data = [obs(f, 1e-9 * f) for f in (1e9, 2e9, 4e9, 8e9)]
+    model = F.fit(data)
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    (tmp_path / "r.json").write_text(json.dumps({**model, "range": {"flops": [1e9]}}))
+    (tmp_path / "k.json").write_text(json.dumps({**model, "range": {"flops": [1e9, "8e9"]}}))
+    good = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--steps-per-epoch", "10", "--epochs", "3"],
+                   tmp_path)
+    assert good.returncode == 0 and "per run (3 epochs)" in good.stdout, good.stderr
+    for args in (["m.json", "--steps-per-epoch", "nan", "--json"], ["m.json", "--steps-per-epoch", "-100"],
+                 ["m.json", "--steps-per-epoch", "0"], ["m.json", "--steps-per-epoch", "10", "--epochs", "inf"],
+                 ["m.json", "--steps-per-epoch", "1e300", "--epochs", "1e300"], ["r.json"], ["k.json"]):
+        proc = run_cli(["estimate", "predict", *args[:1], "--flops", "2e9", *args[1:]], tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)

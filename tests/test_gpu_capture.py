@@ -666,3 +666,126 @@ def test_a_full_disk_drops_a_cycles_figures_and_keeps_its_paths(tmp_path):
     assert kinds.count(wire.KPATH) == 3 and kinds.count(wire.LOST) == 1
     assert kinds.count(wire.KCYCLE) == 1 and kinds.count(wire.KBUSY) == 3  # the second cycle's only
     assert kinds.index(wire.KPATH) < kinds.index(wire.KBUSY)
+
+
+# A program with energyprof's capture armed as on by default (every 4 steps, 2 recorded; the optimizer's
+# step the cue), as the agent arms it once the program uses CUDA: here on the CPU activity, forced.
+_ARMED = """import sys, warnings, torch
+from energyprof.agent import kernel_capture as kc
+class Sink:
+    def add(self, c): print("cycle", file=sys.stderr if 0 else sys.stdout)
+    def note(self, t): print("note:", t)
+if sys.argv[1] != "off":  # on: as on by default; a spec: asked for (--gpu-kernels --gpu-kernel-steps SPEC)
+    acts = [torch.profiler.ProfilerActivity.CPU]
+    cap = (kc.KernelCapture(Sink(), activities=acts, every=4, active=2, budget=None) if sys.argv[1] == "on"
+           else kc.KernelCapture(Sink(), activities=acts, steps=sys.argv[1]))
+    kc._capture = cap; cap.start(); kc._hook_optimizer(cap)
+m = torch.nn.Linear(2, 2); opt = torch.optim.SGD(m.parameters(), lr=0.1)
+def steps(n, mark=False):
+    for i in range(n):
+        if sys.argv[2] == "warn":
+            warnings.warn("the program's own warning")  # shown once for this line
+        with torch.profiler.record_function(f"mystep{i}") if mark else torch.autograd.profiler.record_function("x"):
+            m(torch.ones(2)).sum().backward(); opt.step()
+"""
+
+
+def _armed(tmp_path, body: str, on: bool | str, what: str = "-"):
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(_ARMED + body)
+    mode = on if isinstance(on, str) else "on" if on else "off"
+    return subprocess.run([sys.executable, str(script), mode, what], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=300)
+
+
+@pytest.mark.parametrize("mode,before", [("on", 1), ("on", 2), ("on", 3), ("3:2", 1), ("3:2", 2), ("3:2", 3)])
+def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tmp_path, mode, before):
+    """The program runs torch.profiler.profile around its loop while energyprof's capture is armed by
+    default (or asked for on a schedule), started with energyprof's between windows, preparing one
+    (warm-up) or recording one: the program's trace keeps every one of its steps, its stderr is as under
+    plain python, the run ends normally (a window prepared before the program's profiler and recorded
+    after it crashed the process), and energyprof's capture stops for the run (by default) or waits
+    (asked for), with a note. Two sessions on one thread stop each other."""
+    pytest.importorskip("torch")
+    body = (f"steps({before})\n"  # before the program's profiler: energyprof's windows run
+            "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:\n"
+            "    steps(30, mark=True)\n"
+            "print('kept', len({e.name for e in p.events() if e.name.startswith('mystep')}))\n"
+            "steps(12)\n")
+    plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, mode)
+    assert plain.returncode == armed.returncode == 0, armed.stderr
+    assert "kept 30" in plain.stdout and "kept 30" in armed.stdout, armed.stdout
+
+    def torch_lines(err):  # Kineto's info lines (USDT ... profiler_start): it reads its level once
+        return [line for line in err.splitlines() if not line.startswith("USDT:")]
+
+    assert torch_lines(armed.stderr) == torch_lines(plain.stderr) == []
+    assert "the program runs its own PyTorch profiler" in armed.stdout
+    after = armed.stdout.split("kept 30")[1]
+    assert ("cycle" in after) == (mode != "on")  # asked for: windows again once the program's is off
+
+
+@pytest.mark.parametrize("before", [2, 3])
+@pytest.mark.parametrize("kind", ["itt", "legacy", "nvtx"])
+def test_a_legacy_or_itt_profiler_in_the_program_never_sees_an_exception(tmp_path, kind, before):
+    """The program's own legacy, ITT or NVTX profiler is on around its loop, started while energyprof's
+    prepares a window or records one: neither its start nor its optimizer's step raises ("Profiler is
+    already enabled on this thread"), and the capture stops with a note."""
+    pytest.importorskip("torch")
+    ctx = {"itt": "torch.autograd.profiler.emit_itt()", "legacy": "torch.autograd.profiler_legacy.profile()",
+           "nvtx": "torch.autograd.profiler.emit_nvtx()"}[kind]
+    body = f"steps({before})\nwith {ctx}:\n    steps(20)\nprint('program ok')\n"
+    r = _armed(tmp_path, body, True)
+    if kind == "nvtx" and "not compiled with CUDA" in r.stderr:
+        pytest.skip("no NVTX in this torch build")
+    assert r.returncode == 0 and "program ok" in r.stdout, r.stderr
+    assert "Traceback" not in r.stderr and "the program runs its own PyTorch profiler" in r.stdout
+
+
+def test_a_failing_capture_step_never_raises_into_the_program():
+    """Whatever the profiler raises at a step stays in energyprof: the capture stops, says why, and the
+    next steps do nothing."""
+    from energyprof.agent import kernel_capture as kc
+
+    notes = []
+
+    class Sink:
+        def note(self, text):
+            notes.append(text)
+
+    class Broken:
+        current_action = type("A", (), {"name": "RECORD"})()
+        step_num = 0
+
+        def step(self):
+            raise RuntimeError("Profiler is already enabled on this thread.")
+
+        def stop(self):
+            raise RuntimeError("not again")
+
+    cap = kc.KernelCapture(Sink(), every=4, active=2)
+    cap.live, cap.prof, cap.stepped_by = True, Broken(), "track"
+    kc.register(cap)
+    try:
+        kc.step()
+        kc.step()
+    finally:
+        kc.register(None)
+    assert not cap.live and cap.prof is None and "already enabled" in cap.failed
+    assert len(notes) == 1 and "already enabled" in notes[0]
+
+
+def test_the_programs_once_only_warnings_stay_once_only(tmp_path):
+    """A warning the program raises at every step shows once under plain python (the default action):
+    with the capture starting and stopping windows between, still once (its filters are installed once,
+    never entered and left around each transition, which would make Python forget what it showed)."""
+    pytest.importorskip("torch")
+    body = "steps(40)\n"
+    plain, armed = _armed(tmp_path, body, False, "warn"), _armed(tmp_path, body, True, "warn")
+    assert plain.returncode == armed.returncode == 0, armed.stderr
+    assert plain.stderr.count("UserWarning") == 1
+    assert armed.stderr == plain.stderr
+    assert armed.stdout.count("cycle") >= 5  # windows did open and close between the warnings

@@ -228,3 +228,37 @@ def test_window_edges_are_kept_exact_and_bounded(tmp_path: Path, monkeypatch: py
     fact = rec.fact(0)
     assert fact["edges_thinned"] and fact["window_edges"] <= 5
     assert all(len(v) == len(fact["t_s"]) for v in fact["disks"]["sda"].values())
+
+
+def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
+    """The counters read at a window's edge run on the program's thread: that thread's CPU for them
+    goes to energyprof (the sampler's charge), as the kernel capture's does."""
+    import time
+
+    from energyprof.agent import sampler
+    from energyprof.agent.supervised import Agent
+
+    burnt = []
+
+    def reading(disks):
+        t0 = time.thread_time_ns()
+        while time.thread_time_ns() - t0 < 2_000_000:  # 2 ms of this thread's CPU, whatever the load
+            pass
+        burnt.append(time.thread_time_ns() - t0)
+        return (1, 2, 3, 4, 5, 6), {}
+
+    events = []
+
+    class Fake:
+        _io = (reading, frozenset())
+        spool = type("S", (), {"event": staticmethod(events.append)})()
+        _io_read = getattr(Agent, "_io_read", None)
+
+    before = sampler._charged[0]
+    try:
+        Agent._io_edge(Fake(), 123)
+        charged = sampler._charged[0] - before
+    finally:
+        sampler._charged[0] = before
+    assert len(events) == 1 and events[0].startswith("I\t123")
+    assert charged >= burnt[0] >= 2_000_000

@@ -69,3 +69,25 @@ def test_a_spool_files_name_says_when_its_process_began() -> None:
     assert spool_started(f"123{wire.SPOOL_SUFFIX}") is None
     assert spool_started(f"123-x{wire.SPOOL_SUFFIX}") is None
     assert spool_started(f"123-5{wire.REPLY_SUFFIX}") is None
+
+
+def test_kernel_records_round_trip_and_a_cut_one_is_refused() -> None:
+    """The kernel records (cycle, path, busy, names, counts) end with a tab like ticks and samples: each
+    parses whole, and every prefix a failed write can leave (any cut, the writer ending the line at its
+    next write) parses to nothing, never to a record with a number cut short (busy 999 for 999999.5)."""
+    from energyprof.supervise.records import KernelBusy, KernelCounts, KernelCycle, KernelNames, KernelPath
+
+    lines = {
+        wire.kernel_cycle(10, 20, 7, 300): KernelCycle(10, 20, 7, 300),
+        wire.kernel_path(3, (("f", "a.py", 12), ("g", "b.py", 345))): KernelPath(3, (("f", "a.py", 12), ("g", "b.py", 345))),
+        wire.kernel_busy(3, 0, 1_000_000, {1: 250000.0, 2: 999999.5}): KernelBusy(3, 0, 1_000_000, {1: 250000.0, 2: 999999.5}),
+        wire.kernel_names(3, 0, {"gemm": [12, 4096.5], "relu": [3, 77.25]}): KernelNames(3, 0, {"gemm": (12, 4096.5),
+                                                                                              "relu": (3, 77.25)}),
+        wire.kernel_counts({"unlinked": 4, "no path": 15}): KernelCounts({"unlinked": 4, "no path": 15}),
+    }
+    for line, record in lines.items():
+        assert _one(line) == record
+        body = line[:-1]  # without its newline
+        for cut in range(1, len(body)):
+            (fields,) = wire.decode(wire.encode(body[:cut] + "\n"))
+            assert parse(fields) is None, body[:cut]

@@ -60,19 +60,15 @@ KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") 
 
 
 class _Quiet:
+    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr: Kineto reads its level
+    once, when it first starts, so the variable is set for that moment only (and never where the program
+    set its own). torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`):
+    entering and leaving `warnings.catch_warnings` at every start, step and stop would reset Python's
+    record of warnings already shown, and the program's once-per-line warnings would print again."""
+
     first = True  # Kineto reads its log level at its first start only
 
-    """torch's warnings from the profiler's start, step and stop off the program's stderr, and Kineto's
-    own log lines (`USDT: ... profiler_start`) off it too: Kineto reads its level once, when it first
-    starts, so the variable is set for that moment only (and never where the program set its own)."""
-
     def __enter__(self) -> None:
-        import warnings
-
-        self._catch = warnings.catch_warnings()
-        self._catch.__enter__()
-        for text in QUIET_WARNINGS:
-            warnings.filterwarnings("ignore", message=".*" + text)
         self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
         if self._env:
             os.environ[KINETO_LOG_ENV] = KINETO_QUIET
@@ -80,7 +76,36 @@ class _Quiet:
     def __exit__(self, *exc: Any) -> None:
         if self._env and os.environ.get(KINETO_LOG_ENV) == KINETO_QUIET:
             del os.environ[KINETO_LOG_ENV]
-        self._catch.__exit__(*exc)
+
+
+_FILTERED = False
+
+
+def _quiet_warnings() -> None:
+    """torch's profiler warnings that are energyprof's doing ignored, once per process: each filter names
+    the message and the warning's module (torch's profiler, or energyprof's capture that calls it), so the
+    program's own warnings are left as they were. Installed once: every change to the filters makes Python
+    forget which warnings were shown, so the program's once-only warnings may show once more, then never."""
+    global _FILTERED
+    if _FILTERED:
+        return
+    _FILTERED = True
+    import warnings
+
+    for text in QUIET_WARNINGS:
+        warnings.filterwarnings("ignore", message=".*" + text, module=r"(torch|energyprof)(\.|$)")
+
+
+def _foreign_profiler() -> bool:
+    """A PyTorch profiler is on (Kineto, legacy, ITT or NVTX) while energyprof's is not recording: the
+    program's own. Asked only where energyprof's profiler is off (no session, or between windows)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001 - no such call in this torch: go on as before
+        return False
 
 
 def _charge_own(ns: int) -> None:
@@ -89,6 +114,39 @@ def _charge_own(ns: int) -> None:
     charge = getattr(sampler, "charge_own", None)
     if charge is not None and ns > 0:
         charge(ns)
+
+
+_WATCHED: list[Any] = []  # the capture whose profiler is watched for the program's own starts (one)
+
+
+def _watch_profiler_starts(capture: Any) -> None:
+    """The program starting its own PyTorch profiler while energyprof's records: torch's profile calls
+    `torch.autograd.profiler._prepare_profiler` then `_run_on_profiler_start` just before it enables a
+    profiler (Kineto; ITT and NVTX the latter only), so energyprof's is stopped there first (each wrapped
+    once; the original always runs after, and nothing raises from the wrapper). Two sessions on one
+    thread would stop each other, and the program's trace would come back empty."""
+    _WATCHED[:] = [capture]
+    for module, name in (("torch.autograd.profiler", "_prepare_profiler"),
+                         ("torch.autograd.profiler", "_run_on_profiler_start"),
+                         ("torch.autograd.profiler_legacy", "_enable_profiler_legacy")):  # the legacy profiler
+        mod = sys.modules.get(module)
+        original = getattr(mod, name, None)
+        if original is not None and not getattr(original, "_energyprof", False):
+            setattr(mod, name, _watching(original))
+
+
+def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            for cap in _WATCHED:
+                cap._program_starts()
+        except Exception:  # noqa: BLE001 - never into the program
+            pass
+        return original(*args, **kwargs)
+
+    watched._energyprof = True  # type: ignore[attr-defined]
+    watched.__name__ = getattr(original, "__name__", "watched")
+    return watched
 
 
 class KernelCapture:
@@ -106,6 +164,10 @@ class KernelCapture:
         sched = _schedule(steps) if steps else None
         self.every, self.active, self.windows = sched if sched else (every or 1, active or 1, 0)
         self.scheduled = sched is not None or every is not None  # only some steps profiled
+        self.by_default = sched is None and every is not None  # on by default, not asked for
+        self.skipped = 0  # steps held back while the program's own profiler was on
+        self._on = False  # energyprof's profiler known to be recording (enabled in torch)
+        self._own_call = False  # energyprof's profiler is being started, stepped or stopped
         self.budget = budget  # the capture's CPU at most this share of the loop's time: EVERY doubles past it
         self.export = export
         self.prof: Any = None
@@ -165,13 +227,21 @@ class KernelCapture:
         return ProfilerAction.RECORD_AND_SAVE if pos == every - 1 else ProfilerAction.RECORD
 
     def start(self) -> None:
-        """Begin: the whole-run cycle at once; a scheduled capture waits for the first step."""
+        """Begin: the whole-run cycle at once; a scheduled capture waits for the first step. Never raises:
+        a capture that cannot start is given up, with a note."""
         self.live = True
-        if not self.scheduled:
-            self._begin(with_schedule=False)
         import atexit
 
         atexit.register(self.stop)
+        _quiet_warnings()
+        if not self.scheduled:
+            try:
+                if _foreign_profiler():
+                    self._give_up("the program runs its own PyTorch profiler", stop=False)
+                    return
+                self._begin(with_schedule=False)
+            except Exception as exc:  # noqa: BLE001 - the program goes on without the capture
+                self._give_up(f"{type(exc).__name__}: {exc}")
 
     def _begin(self, with_schedule: bool) -> None:
         t = self._mark()
@@ -183,7 +253,13 @@ class KernelCapture:
                 # the profiled span starts before torch was imported: no kernel of this program can have
                 # run meanwhile, so that time is the GPU's idle time, not where Python waited
                 self.t_start = t_wall
-            self.prof.start()
+            self._own_call = True
+            try:
+                self.prof.start()
+            finally:
+                self._own_call = False
+        _watch_profiler_starts(self)
+        self._on = not with_schedule or self._action(0).name.startswith("RECORD")
         self._spent(t)
 
     def _note_start(self) -> None:
@@ -195,9 +271,99 @@ class KernelCapture:
         self.running = running_frames(sys._current_frames().values())
 
     def step(self, source: str = "track") -> None:
-        """A step begins (energyprof.torch.track, or the optimizer's step): the profiler's cue."""
+        """A step begins (energyprof.torch.track, or the optimizer's step): the profiler's cue. Never
+        raises into the program: a capture that fails is stopped, with a note."""
         if not self.live or not self._ours():
             return
+        try:
+            self._step(source)
+        except Exception as exc:  # noqa: BLE001 - the program's step goes on; the capture stops here
+            self._give_up(f"{type(exc).__name__}: {exc}", in_hook=source == "optimizer")
+
+    def _give_up(self, why: str, stop: bool = True, in_hook: bool = False) -> None:
+        """The capture stopped for the rest of the run, with a note. Energyprof's own profiler is stopped
+        only where it is known to be recording (`stop`): one that failed to start or step may have left
+        the program's profiler as the one that is on, and stopping would end the program's. The optimizer
+        hook stays (inert) when this runs inside it: torch is iterating its hooks then."""
+        self.live = False
+        self.failed = why
+        prof, self.prof = self.prof, None
+        if prof is not None and stop and self._on:
+            try:
+                with _Quiet():
+                    prof.stop()
+            except Exception:  # noqa: BLE001
+                pass
+        self._on = False
+        self.recording = False
+        if not in_hook:
+            hook, self.hook = self.hook, None
+            if hook is not None:
+                try:
+                    hook.remove()
+                except Exception:  # noqa: BLE001
+                    pass
+        note = getattr(self.sink, "note", None)
+        if note is not None:
+            try:
+                note(f"--gpu-kernels: the PyTorch profiler capture stopped ({why}); kernels after this point are "
+                     "left out, and the GPU figures from then on are where Python waited")
+            except Exception:  # noqa: BLE001
+                pass
+
+    def _program_starts(self) -> None:
+        """A profiler is starting (torch's start hook): not energyprof's, and energyprof's records, so
+        energyprof's window ends now (its cycle reduced) and the program's starts alone. On by default,
+        the capture stops for the run; asked for, it waits until the program's profiler is off."""
+        if self._own_call or not self.live or self.prof is None or not self._ours():
+            return
+        warming = getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP"
+        if not self._on and not warming:
+            return  # between windows: nothing of energyprof's is prepared or on
+        prof, self.prof = self.prof, None
+        t = self._mark()
+        if warming:
+            self._note_start()  # a prepared window ends empty, now: its cycle spans no time of the program's
+        self._on = False
+        try:
+            self._own_call = True
+            with _Quiet():
+                prof.stop()  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            self._own_call = False
+        self._spent(t)
+        self.recording = False
+        if self.by_default:
+            self._give_up("the program runs its own PyTorch profiler", stop=False, in_hook=True)
+        elif not self.skipped:
+            self.skipped += 1
+            note = getattr(self.sink, "note", None)
+            if note is not None:
+                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
+                     "while it is on, and the steps it profiles are not in the kernel figures")
+
+    def _foreign(self) -> bool:
+        """The program's own profiler is on, where energyprof's would start or prepare a window: on by
+        default, the capture stops for the rest of the run (the program profiles itself); asked for
+        (--gpu-kernels), the window waits, the schedule held where it is, until the program's is off."""
+        if not _foreign_profiler():
+            return False
+        if self.by_default:
+            self._give_up("the program runs its own PyTorch profiler", stop=False)
+            return True
+        if self.prof is not None and getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP":
+            self.prof = None  # its prepared session is the program's now: a fresh profiler once that one is off
+        if not self.skipped:
+            note = getattr(self.sink, "note", None)
+            if note is not None:
+                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
+                     "while it is on, and the steps it profiles are not in the kernel figures")
+        self.skipped += 1
+        return True
+
+    def _step(self, source: str) -> None:
         if self.stepped_by is None:
             self.stepped_by = source
         elif source != self.stepped_by:
@@ -216,11 +382,12 @@ class KernelCapture:
             if prof is not None:
                 with _Quiet():
                     prof.stop()
+            self._on = False
             self.scheduled = True
             self.every = self.active = WHOLE_RUN_STEPS
             self._spent(t)
         if self.prof is None:
-            if self.scheduled:
+            if self.scheduled and not self._foreign():
                 self._begin(with_schedule=True)
                 self.recording = self._action(0).name.startswith("RECORD")
                 if not self.recording:
@@ -229,12 +396,21 @@ class KernelCapture:
         t = self._mark()
         before = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
         step_num = getattr(self.prof, "step_num", None)
-        if before == "NONE" and step_num is not None and self._action(step_num + 1).name == "NONE":
+        following = self._action(step_num + 1).name if step_num is not None else ""
+        if before == "NONE" and following == "NONE":
             self.prof.step()  # between windows: nothing starts or stops, nothing to keep off stderr
         else:
-            with _Quiet():
-                self.prof.step()
+            if not before.startswith("RECORD") and self._foreign():
+                self._spent(t)
+                return  # a window would start beside the program's own profiler: not now
+            self._own_call = True
+            try:
+                with _Quiet():
+                    self.prof.step()
+            finally:
+                self._own_call = False
         after = self.prof.current_action.name if hasattr(self.prof, "current_action") else ""
+        self._on = after.startswith("RECORD")
         if after.startswith("RECORD") and (not before.startswith("RECORD") or before == "RECORD_AND_SAVE"):
             self._note_start()
         self._spent(t)
@@ -303,6 +479,8 @@ class KernelCapture:
         prof, self.prof = self.prof, None
         if prof is None:
             return
+        if not self._on and _foreign_profiler():
+            return  # the program's profiler is the one on: stopping energyprof's would end the program's
         t = self._mark()
         try:
             with _Quiet():
@@ -362,7 +540,13 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
 
 def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
-    the hook goes when the capture stops."""
+    the hook goes when the capture stops.
+
+    On by default, this runs on the sampler's thread, while the program may be iterating torch's global
+    hook dict inside optimizer.step(): an insertion in that moment would make the iteration raise. It is
+    left so: a copy of the dict swapped in would break the handles of hooks the program registered (their
+    remove() would act on the old dict), and the program's thread offers no point to register from where
+    the loop is not tracked. The window is one dict insertion, once a run."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
         import importlib
@@ -384,5 +568,8 @@ def register(capture: KernelCapture | None) -> None:
 
 def step(source: str = "track") -> None:
     """A training step begins (energyprof.torch.track calls this): the scheduled profiler's cue."""
-    if _capture is not None:
-        _capture.step(source)
+    try:
+        if _capture is not None:
+            _capture.step(source)
+    except Exception:  # noqa: BLE001 - never into the program (KernelCapture.step already stops on failure)
+        pass

@@ -133,13 +133,19 @@ def sample(sid: int, cpu: int, main: bool) -> str:
     return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\t\n"
 
 
-_FIELDS = {TICK: 7, SAMPLE: 5, IO: 5}
+_FIELDS = {TICK: 7, SAMPLE: 5, IO: 5, KCYCLE: 6, KBUSY: 6}
+_ENDED = (KPATH, KNAMES, KCOUNTS)  # of any length: ended by a field no text can hold (`KEND`)
 
 
 def complete(r: list[str]) -> bool:
-    """A tick or sample line as written whole (other kinds: always)."""
+    """A line of numbers as written whole, so a line a failed write cut (the writer ends it at its next
+    write) is refused, not read with a number cut short: ticks, samples, I/O edges and the fixed kernel
+    records end with a tab (and have their length), the kernel records of any length with `KEND`
+    (other kinds: always)."""
     n = _FIELDS.get(r[0])
-    return n is None or (len(r) == n and r[-1] == "")
+    if n is not None:
+        return len(r) == n and r[-1] == ""
+    return r[0] not in _ENDED or (len(r) > 1 and r[-1] == "\0")
 
 
 def window_begin(t_ns: int, name: str, index: int | None) -> str:
@@ -213,26 +219,31 @@ def role(label: str) -> str:
     return f"{ROLE}\t{esc(label)}\n"
 
 
+# The end of a kernel record of any length: a field holding one NUL, which `esc` never leaves in a text
+# field and no number holds, so no cut of the line (even one ending at a tab) can end in it.
+KEND = "\t\0\n"
+
+
 def kernel_cycle(t0: int, t1: int, records: int, cost_ns: int = 0) -> str:
-    return f"{KCYCLE}\t{int(t0)}\t{int(t1)}\t{int(records)}\t{int(cost_ns)}\n"
+    return f"{KCYCLE}\t{int(t0)}\t{int(t1)}\t{int(records)}\t{int(cost_ns)}\t\n"
 
 
 def kernel_path(kid: int, frames: tuple[tuple[str, str, int], ...]) -> str:
-    return f"{KPATH}\t{kid}" + "".join(f"\t{esc(fn)}\t{esc(file)}\t{int(line)}" for fn, file, line in frames) + "\n"
+    return f"{KPATH}\t{kid}" + "".join(f"\t{esc(fn)}\t{esc(file)}\t{int(line)}" for fn, file, line in frames) + KEND
 
 
 def kernel_busy(kid: int, device: int, bucket_ns: int, busy: dict[int, float]) -> str:
     cells = ",".join(f"{int(b)}:{float(ns)!r}" for b, ns in sorted(busy.items()))
-    return f"{KBUSY}\t{kid}\t{int(device)}\t{int(bucket_ns)}\t{cells}\n"
+    return f"{KBUSY}\t{kid}\t{int(device)}\t{int(bucket_ns)}\t{cells}\t\n"
 
 
 def kernel_names(kid: int, device: int, names: dict[str, list[float]]) -> str:
     return (f"{KNAMES}\t{kid}\t{int(device)}"
-            + "".join(f"\t{esc(n)}\t{int(c)}\t{float(t)!r}" for n, (c, t) in names.items()) + "\n")
+            + "".join(f"\t{esc(n)}\t{int(c)}\t{float(t)!r}" for n, (c, t) in names.items()) + KEND)
 
 
 def kernel_counts(counts: dict[str, int]) -> str:
-    return f"{KCOUNTS}" + "".join(f"\t{esc(k)}\t{int(n)}" for k, n in counts.items()) + "\n"
+    return f"{KCOUNTS}" + "".join(f"\t{esc(k)}\t{int(n)}" for k, n in counts.items()) + KEND
 
 
 def next_file(name: str) -> str:

@@ -172,12 +172,28 @@ def _load_model(path: str) -> dict[str, Any]:
         ok = False
     if not ok:
         raise UsageError(f"{path}: a damaged model (its columns, coefficients and matrix do not agree)")
+    if not all(isinstance(d, str) for d in model["devices"]) or not all(
+            key in _RANGE_KEYS and isinstance(r, list) and len(r) == 2
+            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in r)
+            and r[0] <= r[1] for key, r in model["range"].items()):
+        raise UsageError(f"{path}: a damaged model (its range must give each of "
+                         f"{', '.join(_RANGE_KEYS)} as [low, high], positive numbers)")
     return model
+
+
+_RANGE_KEYS = ("flops", "params", "batch", "power_limit_w")
+
+
+def _positive(flag: str, v: float | None) -> None:
+    if v is not None and not (math.isfinite(v) and v > 0):
+        raise UsageError(f"{flag} must be a positive number, not {v!r}")
 
 
 def _predict(ns: Any) -> int:
     from ..analysis import forecast as F
 
+    _positive("--steps-per-epoch", ns.steps_per_epoch)
+    _positive("--epochs", ns.epochs)
     model = _load_model(ns.model)
     measured: dict[str, Any] | None = None
     if ns.source:
@@ -211,6 +227,9 @@ def _predict(ns: Any) -> int:
         p = F.predict(model, config, steps, epochs)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if not all(math.isfinite(v) for key in ("per_step_j", "per_epoch_j", "per_run_j") if key in p
+               for v in (p[key]["value"], p[key]["low"], p[key]["high"])):
+        raise UsageError("the prediction is beyond what a number holds: check --steps-per-epoch and --epochs")
     if why:
         p["extrapolated"] = why
     if measured is not None:

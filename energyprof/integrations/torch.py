@@ -33,12 +33,14 @@ zero-length window `<name>.forecast` whose facts are the figures (`facts.records
 pass's energy waits for its last sensor reading (about one sensor period; under the supervisor, its reply),
 between passes, outside every pass's window.
 
-FLOPs. With `model` and a profile running, the program's first step runs under torch's
-`FlopCounterMode`: the FLOPs of that step as it ran (forward, backward and the optimizer step; the counter
+FLOPs. Asked for with `flops=True` (and `model`), with a profile running, the program's first step runs
+under torch's `FlopCounterMode`: the FLOPs of that step as it ran (forward, backward and the optimizer step; the counter
 counts matrix products, convolutions and attention) are kept on its compute window (`flops`), with the
 device the model's parameters are on (`cuda_device`, -1 for the CPU): `energyprof estimate` fits energy
-per step on them. The counter slows that one step (Python sees each operator); a compiled model is not
-counted (its first step compiles it, and a dispatch mode there would change what is compiled).
+per step on them. The counter slows that one step (Python sees each operator). Never counted where
+torch.compile is in use (torch.compile called in the process, or the model compiled): a dispatch mode around a step turns
+compilation off for the whole run and makes torch warn on the program's stderr. Off by default: `model`
+alone keeps the parameter count only, and leaves the program's steps as they run.
 """
 
 from __future__ import annotations
@@ -226,8 +228,9 @@ class TrackedLoader:
 
     def __init__(self, loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
                  gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
-                 dataset: str | None = None, epochs: int | None = None) -> None:
+                 dataset: str | None = None, epochs: int | None = None, flops: bool = False) -> None:
         self.loader = loader
+        self.count_flops = bool(flops)  # the first step under FlopCounterMode, asked for only
         self.optimizer = optimizer  # Zeus's callbacks (a PowerLimitOptimizer): called per pass and per step
         self.model = model  # its parameter count is kept with the first step of each pass
         self.dataset = dataset  # the page-cache residency of the files under it, at each pass's start and end
@@ -362,7 +365,8 @@ class TrackedLoader:
                     prof.begin_window(compute_w, step)
                 if self.optimizer is not None:
                     self.optimizer.on_step_begin()
-                if prof is not None and self.model is not None and self.flops is None and self._flop_mode is None:
+                if (self.count_flops and prof is not None and self.model is not None and self.flops is None
+                        and self._flop_mode is None):
                     self._flop_mode = _start_flop_count(self.model)
                 yield batch
         finally:
@@ -592,9 +596,10 @@ def forecast_line(loop: str, f: dict[str, float]) -> str:
 
 
 def _start_flop_count(model: Any) -> Any:
-    """torch's FlopCounterMode, entered (None: no torch, a compiled model, or it would not start)."""
+    """torch's FlopCounterMode, entered (None: no torch, torch.compile in use, or it would not start). A
+    dispatch mode turns torch.compile off for the run and makes it warn: never where dynamo is loaded."""
     torch = sys.modules.get("torch")
-    if torch is None or hasattr(model, "_orig_mod") or type(model).__name__ == "OptimizedModule":
+    if torch is None or _compile_in_use(model):
         return None
     try:
         from torch.utils.flop_counter import FlopCounterMode
@@ -604,6 +609,18 @@ def _start_flop_count(model: Any) -> Any:
         return mode
     except Exception:  # noqa: BLE001 - counting is never worth the program's run
         return None
+
+
+# Loaded by torch.compile (every backend, at the call), not by torch's optimizers: torch._dynamo itself is
+# imported by every optimizer's construction, so its presence says nothing about compilation.
+_COMPILE_MODULES = ("torch._dynamo.repro.after_dynamo", "torch._dynamo.backends.common", "torch._dynamo.testing")
+
+
+def _compile_in_use(model: Any) -> bool:
+    """torch.compile called in this process, or the model a compiled one."""
+    if any(name in sys.modules for name in _COMPILE_MODULES):
+        return True
+    return hasattr(model, "_orig_mod") or type(model).__name__ == "OptimizedModule"
 
 
 def _stop_flop_count(mode: Any) -> float | None:
@@ -626,7 +643,7 @@ def _model_device(model: Any) -> int:
 
 def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "step",
           gpu_memory: bool = True, optimizer: Any = None, model: Any = None,
-          dataset: str | None = None, epochs: int | None = None) -> TrackedLoader:
+          dataset: str | None = None, epochs: int | None = None, flops: bool = False) -> TrackedLoader:
     """Wrap a DataLoader (any iterable) so each step is split into wait, pipeline and compute.
 
     `profiler` defaults to the one running when the loop starts (none: timing only).
@@ -638,7 +655,9 @@ def track(loader: Iterable[Any], profiler: Profiler | None = None, name: str = "
     parameter count is kept too; with `dataset` (a folder or file), the fraction of it in the page
     cache is measured at each pass's start and end (collect/pagecache.py). With `epochs` (the passes the
     run will make; default: the run's --expect-epochs), each pass but the last ends with a forecast of the
-    run's energy, time and carbon (see the module's docstring); with `model`, the first step's FLOPs are
-    counted.
+    run's energy, time and carbon (see the module's docstring); with `model` and `flops=True`, the first
+    step's FLOPs are counted (torch's FlopCounterMode, for `energyprof estimate`). Never where torch.compile
+    is in use (torch.compile called in the process, or the model compiled): the counter would turn compilation off for the
+    whole run and make torch warn on the program's stderr.
     """
-    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer, model, dataset, epochs)
+    return TrackedLoader(loader, profiler, name, gpu_memory, optimizer, model, dataset, epochs, flops)

@@ -152,6 +152,7 @@ def _window(r: list[str]) -> WindowBegins | WindowEnds:
 
 
 def _kernel_path(r: list[str]) -> KernelPath:
+    r = r[:-1]  # the end mark (wire.complete checked it)
     if (len(r) - 2) % 3:
         raise ValueError("a cut path")
     return KernelPath(int(r[1]), tuple((wire.unesc(r[i]), wire.unesc(r[i + 1]), int(r[i + 2])) for i in range(2, len(r), 3)))
@@ -166,12 +167,14 @@ def _kernel_busy(r: list[str]) -> KernelBusy:
 
 
 def _kernel_names(r: list[str]) -> KernelNames:
+    r = r[:-1]
     if (len(r) - 3) % 3:
         raise ValueError("cut names")
     return KernelNames(int(r[1]), int(r[2]), {wire.unesc(r[i]): (int(r[i + 1]), float(r[i + 2])) for i in range(3, len(r), 3)})
 
 
 def _kernel_counts(r: list[str]) -> KernelCounts:
+    r = r[:-1]
     if (len(r) - 1) % 2:
         raise ValueError("cut counts")
     return KernelCounts({wire.unesc(r[i]): int(r[i + 1]) for i in range(1, len(r), 2)})
@@ -193,7 +196,7 @@ _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
     wire.IO: lambda r: IoEdgeRecord(*wire.parse_io_edge(r)),
     wire.END: lambda r: EndRecord(),
-    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3]), int(r[4]) if len(r) > 4 else 0),
+    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3]), int(r[4])),
     wire.KPATH: _kernel_path,
     wire.KBUSY: _kernel_busy,
     wire.KNAMES: _kernel_names,
