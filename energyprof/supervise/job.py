@@ -158,11 +158,17 @@ class JobFeed:
         self.peers_root: int | None = None
         self._peer_cpu: dict[int, int] = {}
         self._last_peers = 0
-        # GPU kernels the program reduced (agent/kernel_capture.py): folded as they come, bounded by lines
-        from ..core.gpu_tree import KernelFold
-
-        self.kernels = KernelFold()
+        # GPU kernels the program reduced (agent/kernel_capture.py): folded as they come, bounded by lines;
+        # made at the first kernel record, so a run without them loads none of their maths
+        self.kernels: Any = None
         self._kernel_paths: dict[tuple[int, int], tuple[tuple[str, str, int], ...]] = {}  # (pid, kid) -> path
+
+    def _kernel_fold(self) -> Any:
+        if self.kernels is None:
+            from ..core.gpu_tree import KernelFold
+
+            self.kernels = KernelFold()
+        return self.kernels
 
     # -- the collector's tick ------------------------------------------------------------
     def on_tick(self, t: int, energy: tuple[float | None, ...], gpu_share: dict[str, float] | None) -> None:
@@ -430,13 +436,13 @@ class JobFeed:
         if isinstance(r, KernelPath):
             self._kernel_paths[(p.pid, r.kid)] = r.frames
         elif isinstance(r, KernelBusy):
-            self.kernels.add_busy(self._kernel_paths[(p.pid, r.kid)], r.device, r.bucket_ns, r.busy)
+            self._kernel_fold().add_busy(self._kernel_paths[(p.pid, r.kid)], r.device, r.bucket_ns, r.busy)
         elif isinstance(r, KernelNames):
-            self.kernels.add_names(self._kernel_paths[(p.pid, r.kid)], r.device, r.names)
+            self._kernel_fold().add_names(self._kernel_paths[(p.pid, r.kid)], r.device, r.names)
         elif isinstance(r, KernelCycle):
-            self.kernels.add_cycle(r.t0, r.t1, r.records, r.cost_ns)
+            self._kernel_fold().add_cycle(r.t0, r.t1, r.records, r.cost_ns)
         elif isinstance(r, KernelCounts):
-            self.kernels.add_counts(r.counts)
+            self._kernel_fold().add_counts(r.counts)
 
     def _sample(self, p: Proc, r: SampleRecord) -> None:
         sid = p.ids.stacks[r.sid]

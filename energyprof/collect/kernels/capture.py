@@ -10,7 +10,6 @@ offset it reads at each cycle's end (agent/kernel_capture.clock_offset).
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from typing import Any
 
@@ -21,6 +20,8 @@ DEV_ROOT_ENV = "ENERGYPROF_DEV_ROOT"  # a fake device tree, as ENERGYPROF_POWERC
 def unavailable() -> str | None:
     """Why --gpu-kernels cannot run here (one line), or None. Checked before the program starts,
     without importing torch (seconds) in the supervisor."""
+    import importlib.util  # only asked with --gpu-kernels: it brings contextlib, functools and more to every run
+
     if importlib.util.find_spec("torch") is None:
         return "--gpu-kernels needs PyTorch (its profiler records the kernels), and torch is not installed"
     root = os.environ.get(DEV_ROOT_ENV) or "/"
@@ -35,14 +36,13 @@ def kernel_split(fold: Any, ledger: Any, collector: Any, sources: list[Any], *, 
     is no kernel (torch never used the GPU, a CUDA program that is not PyTorch, no step profiled), the
     wall-time rule stays and a note says that its GPU figures are where Python waited. `mode`: the
     capture was asked for (True), on by default (None) or turned off (False)."""
-    from ...core.gpu_tree import WALL_TIME_NOTE, split_kernels, timeline_intervals
-    from ...facts.profile import Note
-
     ids = list(ledger.source_ids)
     gpus = [sid for sid in ids if sid.partition(":")[0] == "gpu" and sid.partition(":")[2].isdigit()]
     notes: list[Any] = []
-    if not gpus:
+    if not gpus:  # most runs: nothing of the kernels' maths is loaded for them
         return None, notes
+    from ...core.gpu_tree import WALL_TIME_NOTE, split_kernels, timeline_intervals
+    from ...facts.profile import Note
     if fold is None or not fold:
         if mode:
             why = ("no profiler cycle ended (no kernel capture ran: not PyTorch on the GPU, or no GPU work)"
