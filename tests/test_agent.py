@@ -260,7 +260,8 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     bare = subprocess.run([sys.executable, "-c", stdlib + show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stderr == bare.stderr == ""
     extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
-    assert extra <= {f"energyprof.agent{s}" for s in ("", ".wire", ".hooks", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units")}
+    agent = ("", ".wire", ".hooks", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units")
+    assert extra <= {f"energyprof.agent{s}" for s in agent}
     assert len(os.listdir(tmp_path / "spool")) == 1
 
 
@@ -462,7 +463,8 @@ def test_a_single_threaded_program_that_forks_is_not_warned_about_energyprofs_th
     """)
     res, ref = run_cli(profiled("forks.py"), cwd=here, timeout=240), plain(here, "forks.py")
     pids = re.compile(r"pid=\d+")
-    assert (res.returncode, res.stdout, pids.sub("pid=N", res.stderr)) == (ref.returncode, ref.stdout, pids.sub("pid=N", ref.stderr))
+    got = (res.returncode, res.stdout, pids.sub("pid=N", res.stderr))
+    assert got == (ref.returncode, ref.stdout, pids.sub("pid=N", ref.stderr))
     assert ref.stderr.count("multi-threaded") == (1 if sys.version_info >= (3, 12) else 0)
     # The decision itself, on every Python: a stand-in warning with CPython's text, muted only
     # while the program's own threads are one.

@@ -49,25 +49,30 @@ def test_a_sample_one_line_holds_whole_has_no_sharing_error():
 LINES = [("f",), ("f", "g"), ("f", "h"), ("k",)]
 
 
-@st.composite
-def fine_power(draw):
-    """Samples, each made of fine steps at their own power (0..peak), and records of a few lines."""
-    peak = 500.0
-    samples, fine, t = [], [], 0
-    for _ in range(draw(st.integers(1, 5))):
-        a, j = t, 0.0
+def fine_power(paths=tuple(LINES), record=lambda path, s, e: (path, s, e)):
+    """Samples, each made of fine steps at their own power (0..peak), and records of a few `paths`
+    (each made by `record(path, start, end)`): what the sensor saw and what truly happened inside."""
+
+    @st.composite
+    def draw_power(draw):
+        peak = 500.0
+        samples, fine, t = [], [], 0
         for _ in range(draw(st.integers(1, 5))):
-            w = draw(st.integers(1, 20)) * 1000
-            watts = draw(st.sampled_from([0.0, peak, 37.5, 120.0, 333.0]))
-            fine.append((t, t + w, watts * w / 1e9))
-            j += watts * w / 1e9
-            t += w
-        samples.append((a, t, j))
-    records = []
-    for _ in range(draw(st.integers(0, 12))):
-        s = draw(st.integers(0, t))
-        records.append((draw(st.sampled_from(LINES)), s, s + draw(st.integers(0, t // 2 + 1))))
-    return samples, fine, records, peak
+            a, j = t, 0.0
+            for _ in range(draw(st.integers(1, 5))):
+                w = draw(st.integers(1, 20)) * 1000
+                watts = draw(st.sampled_from([0.0, peak, 37.5, 120.0, 333.0]))
+                fine.append((t, t + w, watts * w / 1e9))
+                j += watts * w / 1e9
+                t += w
+            samples.append((a, t, j))
+        records = []
+        for _ in range(draw(st.integers(0, 12))):
+            s = draw(st.integers(0, t))
+            records.append(record(draw(st.sampled_from(paths)), s, s + draw(st.integers(0, t // 2 + 1))))
+        return samples, fine, records, peak
+
+    return draw_power()
 
 
 @settings(max_examples=400, deadline=None)

@@ -10,13 +10,13 @@ import json
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from energyprof.analysis.gpu import gpu_functions
 from energyprof.core.gpu_tree import profile_from
 from energyprof.core.kernels import attribute
 from energyprof.facts.profile import Profile, ProfileFormatError, load
 from energyprof.facts.records import GpuKernels
+from test_gpu_error_bars import fine_power  # the same known-answer power, drawn for tree stacks
 
 MS = 1_000_000
 FWD = ("forward", "model.py", 20)
@@ -108,29 +108,10 @@ F, G, H, K = ("f", "a.py", 1), ("g", "a.py", 5), ("h", "a.py", 9), ("k", "b.py",
 STACKS = [(F,), (F, G), (F, H), (K,), (K, G), (F, G, F)]
 
 
-@st.composite
-def fine_power(draw):
-    """Samples, each made of fine steps at their own power (0..peak), and kernels of a few stacks."""
-    peak = 500.0
-    samples, fine, t = [], [], 0
-    for _ in range(draw(st.integers(1, 5))):
-        a, j = t, 0.0
-        for _ in range(draw(st.integers(1, 5))):
-            w = draw(st.integers(1, 20)) * 1000
-            watts = draw(st.sampled_from([0.0, peak, 37.5, 120.0, 333.0]))
-            fine.append((t, t + w, watts * w / 1e9))
-            j += watts * w / 1e9
-            t += w
-        samples.append((a, t, j))
-    records = []
-    for _ in range(draw(st.integers(0, 12))):
-        s = draw(st.integers(0, t))
-        records.append((draw(st.sampled_from(STACKS)), 0, "k", s, s + draw(st.integers(0, t // 2 + 1))))
-    return samples, fine, records, peak
 
 
 @settings(max_examples=300, deadline=None)
-@given(fine_power())
+@given(fine_power(STACKS, lambda path, s, e: (path, 0, "k", s, e)))
 def test_the_true_error_lies_inside_each_functions_node_bar(case):
     samples, fine, records, peak = case
     truth = attribute(records, {0: fine}, {0: 0.0})

@@ -14,7 +14,7 @@ nbformat = pytest.importorskip("nbformat", reason="nbformat is not installed")
 nbclient = pytest.importorskip("nbclient", reason="nbclient is not installed")
 pytest.importorskip("ipykernel", reason="ipykernel is not installed")
 
-from energyprof.render.html import unpacked_json
+from energyprof.render.html import unpacked_json  # noqa: E402 - after the skips: no kernel, no module
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -297,12 +297,7 @@ class KernelCapture:
         self._on = False
         self.recording = False
         if not in_hook:
-            hook, self.hook = self.hook, None
-            if hook is not None:
-                try:
-                    hook.remove()
-                except Exception:  # noqa: BLE001
-                    pass
+            self._remove_hook()
         note = getattr(self.sink, "note", None)
         if note is not None:
             try:
@@ -465,17 +460,21 @@ class KernelCapture:
         while per_cycle > self.budget * step_ns * self.every and self.every < 1 << 20:
             self.every *= 2
 
+    def _remove_hook(self) -> None:
+        """Take the optimizer's post-step hook off (never from inside it: torch is iterating its hooks)."""
+        hook, self.hook = self.hook, None
+        if hook is not None:
+            try:
+                hook.remove()
+            except Exception:  # noqa: BLE001 - whatever torch says, the program goes on
+                pass
+
     def stop(self) -> None:
         """Stop: the open cycle is reduced (once; atexit calls it again)."""
         if not self._ours():
             return
         self.live = False
-        hook, self.hook = self.hook, None
-        if hook is not None:
-            try:
-                hook.remove()
-            except Exception:  # noqa: BLE001
-                pass
+        self._remove_hook()
         prof, self.prof = self.prof, None
         if prof is None:
             return

@@ -97,6 +97,7 @@ def _forget_after_fork() -> None:
     _targets.clear()
     _codes.clear()
     _names.clear()
+    _charged[0] = 0  # the parent's work charged to energyprof is the parent's, not this child's
 
 
 if hasattr(os, "register_at_fork"):

@@ -15,8 +15,9 @@ from ..record import field, record
 if TYPE_CHECKING:
     from .policy import IdlePolicy, WindowAccount
 
-# Nothing here imports at module level beyond energyprof.record (which imports only built-in modules) and _thread (built in): a supervised program's
-# process loads this module, and an import made there could pick up the program's own modules.
+# Nothing here imports at module level beyond energyprof.record (which imports only built-in modules)
+# and _thread (built in): a supervised program's process loads this module, and an import made there
+# could pick up the program's own modules.
 
 
 @record

@@ -398,9 +398,12 @@ def _forecast_table(name: str, fc: dict[str, Any]) -> str:
     """A tracked loop's forecasts of its total (made during the run) against what its passes measured."""
     outcome = fc.get("outcome")
     n = fc.get("epochs")
+    # the forecast's figures are of the sources it read: a model's estimate stays one, said so
+    how = "estimated" if any(r.get("estimated") for r in fc.get("rows", [])) else "measured"
     if outcome:
-        told = (f'the {esc(n)} passes measured {esc(fmt_energy(outcome["energy_j"]))} in '
-                f'{esc(fmt_seconds(outcome["time_s"]))}')
+        told = (f'the {esc(n)} passes {how} {esc(fmt_energy(outcome["energy_j"]))} in '
+                f'{esc(fmt_seconds(outcome["time_s"]))}'
+                + (' <span class="tag estimated">estimated</span>' if how == "estimated" else ""))
     else:
         told = f'the run made {esc(fc.get("passes", 0))} of the {esc(n)} passes it forecast: no outcome to compare'
 
