@@ -6,7 +6,10 @@ differences at readings taken at its own edges; any other span's ends are interp
 from __future__ import annotations
 
 import bisect
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SECTOR = 512
 

@@ -17,7 +17,10 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 SNAPSHOT = Path(__file__).resolve().parent.parent / "data" / "carbon-snapshot.json"
 SNAPSHOT_FORMAT = 1

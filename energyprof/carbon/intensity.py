@@ -19,10 +19,15 @@ import bisect
 import math
 import re
 from pathlib import Path
-from typing import Any, Protocol
 
 from ..record import record
 from . import data as carbon_data
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Protocol
+else:
+    from ..hints import Protocol
 
 
 

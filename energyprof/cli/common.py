@@ -7,14 +7,15 @@ imports neither the Options class nor the checks, which come with the first comm
 from __future__ import annotations
 
 import argparse
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..facts.policy import IDLE_POLICIES
 from ..setup.choices import OUTPUTS
 from ..setup.choices import OptionError
 from ..setup.choices import flag
 
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any, NoReturn
     from ..setup.options import Options
 
 DEFAULT_OUTPUT = "energyprof-report.html"

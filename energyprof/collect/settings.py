@@ -11,7 +11,10 @@ from __future__ import annotations
 import os
 import shutil
 from pathlib import Path
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must not hold the run's start
 

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Generic, TypeVar
+else:
+    from ..hints import Generic, TypeVar
 
 #: A reading waits no longer than this for a sampler to read past it (a C call holding the GIL).
 MAX_HOLD_NS = 2_000_000_000

@@ -21,7 +21,10 @@ in or out of the grid: the cells still sum to the counter.
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Sequence
+
 
 TIMELINE_POINTS = 1000
 STACKS_PER_BUCKET = 48  # stacks remembered per timeline bucket (the heaviest), for "when did f run"

@@ -12,7 +12,6 @@ import os
 import stat
 import sys
 from pathlib import Path
-from typing import TextIO
 
 from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
@@ -22,6 +21,10 @@ from ..setup.options import OUTPUTS
 from ..setup.options import Options
 from ..setup.options import OptionError
 from ..setup.options import flag
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import TextIO
 
 
 def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,

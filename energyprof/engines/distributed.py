@@ -11,9 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
 
 from ..record import record, replace
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 PLACEHOLDERS = ("rank", "local_rank", "node", "pid")
 GATHER_TIMEOUT_S = 10.0  # how long rank 0 waits for the other ranks' profiles after its program ended

@@ -9,9 +9,15 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Generic, Literal, NamedTuple, TypeVar
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Generic, Literal, NamedTuple, TypeVar
 
-IdlePolicy = Literal["share", "all"]
+    IdlePolicy = Literal["share", "all"]
+else:
+    from ..hints import Generic, NamedTuple, TypeVar
+
+    IdlePolicy = str  # to type checkers the literal above
 #: Every policy, the default first.
 IDLE_POLICIES: tuple[IdlePolicy, ...] = ("share", "all")
 DEFAULT_POLICY: IdlePolicy = "share"

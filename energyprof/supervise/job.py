@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
-from typing import Any
 
 from ..record import field, record
 from ..collect import probes
@@ -29,10 +28,16 @@ from ..agent.wire import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
 from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, IoEdgeRecord, LostRecord, NoteRecord,
-                      Record, RoleRecord, SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds,
+                      RoleRecord, SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds,
                       parse_all, spool_started)
 from .records import KernelBusy, KernelCounts, KernelCycle, KernelNames, KernelPath
 from .stream import StreamReader
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
+
+    from .records import Record
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
 LIST_NS = 40_000_000  # how often the spool folder is listed for new processes' streams

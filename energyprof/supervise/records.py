@@ -7,9 +7,13 @@ to None and costs that line only.
 
 from __future__ import annotations
 
-from typing import Callable, NamedTuple, Union
-
 from ..agent import wire
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, NamedTuple, Union
+else:
+    from ..hints import NamedTuple
 
 
 class TickRecord(NamedTuple):
@@ -136,9 +140,10 @@ class EndRecord(NamedTuple):
     """The process ended its stream."""
 
 
-Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
-               ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, IoEdgeRecord, EndRecord,
-               KernelCycle, KernelPath, KernelBusy, KernelNames, KernelCounts]
+if TYPE_CHECKING:  # for annotations alone: nothing at run time reads it
+    Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
+                   ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, IoEdgeRecord, EndRecord,
+                   KernelCycle, KernelPath, KernelBusy, KernelNames, KernelCounts]
 
 
 _new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so

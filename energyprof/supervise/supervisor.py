@@ -12,7 +12,6 @@ import shutil
 import sys
 import tempfile
 import time
-from typing import Any
 
 from ..collect.collector import Collector, open_sources
 from ..core.ledger import Ledger
@@ -27,6 +26,10 @@ from .launch import Launch, NoRoom, no_room
 from ..engines.distributed import gpu_ties
 from ..engines.distributed import hostname
 from .job import JobFeed
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Supervisor:
