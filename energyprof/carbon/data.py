@@ -16,13 +16,13 @@ import functools
 import importlib.util
 import json
 import os
-from pathlib import Path
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from pathlib import Path
     from typing import Any
 
-SNAPSHOT = Path(__file__).resolve().parent.parent / "data" / "carbon-snapshot.json"
+SNAPSHOT = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "data", "carbon-snapshot.json")
 SNAPSHOT_FORMAT = 1
 
 # What the lookups read, and which fields of each (None: the whole entry).
@@ -69,7 +69,7 @@ def _missing(relative: str) -> Any:
 
 def _read_json(folder: Path, relative: str) -> Any:
     try:
-        with open(folder / relative, encoding="utf-8") as fh:
+        with open(os.path.join(folder, relative), encoding="utf-8") as fh:
             return json.load(fh)
     except (OSError, json.JSONDecodeError) as exc:
         raise ValueError(f"cannot read codecarbon's {relative}: {exc}") from None
@@ -79,7 +79,7 @@ def _read_csv(folder: Path, relative: str) -> list[dict[str, str]]:
     import csv  # codecarbon's own files ([carbon]) only: the snapshot is JSON
 
     try:
-        with open(folder / relative, newline="", encoding="utf-8-sig") as fh:  # impact.csv starts with a BOM
+        with open(os.path.join(folder, relative), newline="", encoding="utf-8-sig") as fh:  # impact.csv starts with a BOM
             return list(csv.DictReader(fh))
     except OSError as exc:
         raise ValueError(f"cannot read codecarbon's {relative}: {exc}") from None
@@ -91,7 +91,11 @@ def codecarbon_folder() -> Path | None:
         spec = importlib.util.find_spec("codecarbon")
     except (ImportError, ValueError):
         return None
-    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+    if spec is None:
+        return None
+    from pathlib import Path  # only where codecarbon is installed (pandas then costs far more)
+
+    for loc in spec.submodule_search_locations or []:
         data = Path(loc) / "data"
         if data.is_dir():
             return data
@@ -137,7 +141,7 @@ def cpu_table_key() -> str:
     keyed by it is stale as soon as either file changes, and start-up need not ask for codecarbon's
     version or parse the snapshot."""
     folder = codecarbon_folder()
-    path = folder / CPUS if folder is not None else SNAPSHOT
+    path = os.path.join(folder, CPUS) if folder is not None else SNAPSHOT
     try:
         st = os.stat(path)
     except OSError:

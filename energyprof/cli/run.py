@@ -162,14 +162,12 @@ def _check_target(script: str | None, module: str | None) -> None:
         _check_module(module)
         return
     assert script is not None
-    from pathlib import Path  # not at the top: `--help` needs none of it
-
-    path = Path(script)
-    if not path.exists():
+    path = script or "."  # as pathlib reads an empty name
+    if not os.path.exists(path):
         raise UsageError(f"script not found: {script}")
-    if path.is_dir():
-        if (path / "__main__.py").is_file():
-            path = path / "__main__.py"
+    if os.path.isdir(path):
+        if os.path.isfile(os.path.join(path, "__main__.py")):
+            path = os.path.join(path, "__main__.py")
         else:
             raise UsageError(f"{script} is a directory, not a script")
     if not os.access(path, os.R_OK):
@@ -271,20 +269,20 @@ def default_checkpoint(json_path: str | None, output: str) -> str:
     """Beside the JSON (or the report when there is none); in the temporary folder when those
     are devices, descriptors or FIFOs (`-o /dev/null` must not write into /dev), or when a
     checkpoint's name beside them would be too long."""
-    from pathlib import Path
-
     from ..store.files import is_regular_target
     from ..drive.preflight import name_fits
 
     for base in (json_path, output):
         if not base or not is_regular_target(base):
             continue
-        p = Path(base)
-        if p.name in ("", ".", ".."):
+        folder, name = os.path.split(os.path.normpath(base))
+        if name in ("", ".", ".."):
             continue
-        candidate = p.with_name(p.stem + ".energyprof-checkpoint.json")
-        if name_fits(str(candidate)):
-            return str(candidate)
+        dot = name.rfind(".")
+        stem = name[:dot] if 0 < dot < len(name) - 1 else name  # pathlib's stem: "a.json" -> "a", ".x" and "a." kept
+        candidate = os.path.join(folder, stem + ".energyprof-checkpoint.json")
+        if name_fits(candidate):
+            return candidate
     import tempfile
 
     return os.path.join(tempfile.gettempdir(), f"energyprof-{os.getpid()}.checkpoint.json")

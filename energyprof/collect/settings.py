@@ -9,8 +9,8 @@ point them at fake sysfs trees; what cannot be read is left out, never guessed.
 from __future__ import annotations
 
 import os
-import shutil
-from pathlib import Path
+
+from ..store.files import find_program
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -19,19 +19,27 @@ if TYPE_CHECKING:
 COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must not hold the run's start
 
 
-def _read(path: Path) -> str | None:
+def _read(path: str) -> str | None:
     try:
-        return path.read_text(encoding="utf-8").strip()
+        with open(path, encoding="utf-8") as fh:
+            return fh.read().strip()
     except (OSError, UnicodeDecodeError):
         return None
 
 
-def _int(path: Path) -> int | None:
+def _int(path: str) -> int | None:
     text = _read(path)
     try:
         return int(text) if text is not None else None
     except ValueError:
         return None
+
+
+def _names(folder: str) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 def _one_or_all(values: dict[str, Any]) -> Any:
@@ -42,21 +50,22 @@ def _one_or_all(values: dict[str, Any]) -> Any:
 
 def cpufreq(sys_root: str = "/sys") -> dict[str, Any]:
     """Governor and scaling limits (kHz) across the CPUs that have cpufreq."""
-    base = Path(sys_root) / "devices/system/cpu"
-    cpus = sorted((p for p in base.glob("cpu[0-9]*") if (p / "cpufreq").is_dir()), key=lambda p: int(p.name[3:]))
+    base = os.path.join(sys_root, "devices/system/cpu")
+    cpus = sorted((n for n in _names(base) if n.startswith("cpu") and n[3:4].isdigit()
+                   and os.path.isdir(os.path.join(base, n, "cpufreq"))), key=lambda n: int(n[3:]))
     if not cpus:
         return {}
     out: dict[str, Any] = {}
     for key, name, reader in (("governor", "scaling_governor", _read), ("min_khz", "scaling_min_freq", _int),
                               ("max_khz", "scaling_max_freq", _int), ("hardware_max_khz", "cpuinfo_max_freq", _int),
                               ("driver", "scaling_driver", _read), ("epp", "energy_performance_preference", _read)):
-        values = {p.name: reader(p / "cpufreq" / name) for p in cpus}
+        values = {n: reader(os.path.join(base, n, "cpufreq", name)) for n in cpus}
         values = {k: v for k, v in values.items() if v is not None}
         if values:
             out[key] = _one_or_all(values)
-    boost = _int(base / "cpufreq/boost")
+    boost = _int(os.path.join(base, "cpufreq/boost"))
     if boost is None:
-        no_turbo = _int(base / "intel_pstate/no_turbo")
+        no_turbo = _int(os.path.join(base, "intel_pstate/no_turbo"))
         boost = None if no_turbo is None else 1 - no_turbo
     if boost is not None:
         out["boost"] = bool(boost)
@@ -65,23 +74,23 @@ def cpufreq(sys_root: str = "/sys") -> dict[str, Any]:
 
 def rapl_limits(powercap_root: str = "/sys/class/powercap") -> dict[str, Any]:
     """Each RAPL zone's power limits in W over their time windows, and whether the zone is enabled."""
-    root = Path(powercap_root)
-    if not root.is_dir():
+    if not os.path.isdir(powercap_root):
         return {}
     out: dict[str, Any] = {}
-    for zone in sorted(root.glob("intel-rapl:*")):
-        name = _read(zone / "name") or zone.name
+    for zone_name in sorted(n for n in _names(powercap_root) if n.startswith("intel-rapl:")):
+        zone = os.path.join(powercap_root, zone_name)
+        name = _read(os.path.join(zone, "name")) or zone_name
         limits: dict[str, Any] = {}
         for k in range(8):
-            uw = _int(zone / f"constraint_{k}_power_limit_uw")
+            uw = _int(os.path.join(zone, f"constraint_{k}_power_limit_uw"))
             if uw is None:
                 continue
-            label = _read(zone / f"constraint_{k}_name") or f"constraint_{k}"
-            window = _int(zone / f"constraint_{k}_time_window_us")
+            label = _read(os.path.join(zone, f"constraint_{k}_name")) or f"constraint_{k}"
+            window = _int(os.path.join(zone, f"constraint_{k}_time_window_us"))
             limits[label] = {"limit_w": uw / 1e6, **({"window_s": window / 1e6} if window is not None else {})}
-        enabled = _int(zone / "enabled")
+        enabled = _int(os.path.join(zone, "enabled"))
         if limits or enabled is not None:
-            out[f"{zone.name} ({name})"] = {**limits, **({"enabled": bool(enabled)} if enabled is not None else {})}
+            out[f"{zone_name} ({name})"] = {**limits, **({"enabled": bool(enabled)} if enabled is not None else {})}
     return out
 
 
@@ -134,7 +143,7 @@ def _optional(call: Callable[[], Any]) -> Any:
 
 
 def _command(argv: list[str]) -> str | None:
-    exe = shutil.which(argv[0])
+    exe = find_program(argv[0])
     if exe is None:
         return None
     import subprocess  # only where the tool is there (a Jetson's nvpmodel): not on every run
@@ -175,23 +184,24 @@ def storage(path: str, sys_root: str = "/sys") -> dict[str, Any]:
     except OSError as exc:
         return {"path": path, "error": exc.strerror or str(exc)}
     major, minor = os.major(st.st_dev), os.minor(st.st_dev)
-    link = Path(sys_root) / "dev/block" / f"{major}:{minor}"
-    if not link.exists():
+    link = os.path.join(sys_root, "dev/block", f"{major}:{minor}")
+    if not os.path.exists(link):
         return {"path": path, "device": f"{major}:{minor}", "kind": "no block device (tmpfs, overlay or network)"}
-    dev = link.resolve()
-    disk = dev.parent if (dev / "partition").exists() else dev
-    out: dict[str, Any] = {"path": path, "device": dev.name, "disk": disk.name}
-    model = _read(disk / "device/model")
+    dev = os.path.realpath(link)
+    disk = os.path.dirname(dev) if os.path.exists(os.path.join(dev, "partition")) else dev
+    disk_name = os.path.basename(disk)
+    out: dict[str, Any] = {"path": path, "device": os.path.basename(dev), "disk": disk_name}
+    model = _read(os.path.join(disk, "device/model"))
     if model:
         out["model"] = model
-    rotational = _int(disk / "queue/rotational")
-    removable = _int(disk / "removable")
-    resolved = str(disk)
-    if disk.name.startswith("mmcblk"):
+    rotational = _int(os.path.join(disk, "queue/rotational"))
+    removable = _int(os.path.join(disk, "removable"))
+    resolved = disk
+    if disk_name.startswith("mmcblk"):
         kind = "SD card or eMMC"
     elif "/usb" in resolved:
         kind = "USB disk"
-    elif disk.name.startswith("nvme"):
+    elif disk_name.startswith("nvme"):
         kind = "NVMe SSD"
     elif rotational == 1:
         kind = "HDD"

@@ -11,7 +11,6 @@ import importlib.util
 import os
 import stat
 import sys
-from pathlib import Path
 
 from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
@@ -67,7 +66,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
             raise OptionError(f"--emissions-csv: {exc}") from None
     for name in ("power_trace", "carbon_intensity_trace"):
         path = getattr(options, name)
-        if path is not None and not Path(path).is_file():
+        if path is not None and not os.path.isfile(path):
             raise OptionError(f"{flag(name)}: {path} is not a file")
     if options.power_trace is not None:
         from ..collect.sensors.replay import TraceError, load_trace
@@ -76,7 +75,7 @@ def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: b
             load_trace(options.power_trace)
         except TraceError as exc:
             raise OptionError(str(exc)) from None
-    if options.powercap_root is not None and not Path(options.powercap_root).is_dir():
+    if options.powercap_root is not None and not os.path.isdir(options.powercap_root):
         raise OptionError(f"--powercap-root: {options.powercap_root} is not a directory")
     if options.country is not None or options.region is not None or options.cloud is not None \
             or options.carbon_intensity_trace is not None:
@@ -149,23 +148,23 @@ def check_writable(path: str, what: str) -> None:
     except ProtectedLink as exc:
         raise OptionError(f"{what}: {exc}") from None
     try:
-        p = Path(os.path.realpath(path))  # a symlink is written through to its target
-        if p.is_dir():
+        real = os.path.realpath(path)  # a symlink is written through to its target
+        if os.path.isdir(real):
             raise OptionError(f"{what}: {path} is a directory")
     except OSError as exc:  # a name or path too long for the system, a loop of links
         raise OptionError(f"{what}: {path[:80]}{'...' if len(path) > 80 else ''}: {exc.strerror or exc}") from None
-    if p.name in ("", ".", ".."):
+    parent, name = os.path.split(real)
+    if name in ("", ".", ".."):
         raise OptionError(f"{what}: {path} is a directory")
-    parent = p.parent
-    if not parent.is_dir():
-        raise OptionError(f"{what}: folder {Path(path).parent} does not exist")
-    if p.exists():
-        if not os.access(p, os.W_OK):
+    if not os.path.isdir(parent):
+        raise OptionError(f"{what}: folder {os.path.dirname(os.path.normpath(path)) or '.'} does not exist")
+    if os.path.exists(real):
+        if not os.access(real, os.W_OK):
             raise OptionError(f"{what}: cannot write to {path} (permission denied)")
-        if not p.is_file():
+        if not os.path.isfile(real):
             return  # a device or FIFO is written through; its folder need not be writable
-    limit = _name_max(str(parent))
-    size = len(os.fsencode(p.name))
+    limit = _name_max(parent)
+    size = len(os.fsencode(name))
     if size + TEMP_AFFIXES > limit:
         raise OptionError(f"{what}: the file name is too long ({size} bytes; this folder takes names of up to"
                           f" {limit - TEMP_AFFIXES} for a file written safely)")
@@ -189,18 +188,18 @@ def _check_appendable(path: str, what: str) -> None:
 
 def keep_old_checkpoint(path: str) -> str | None:
     """Move a checkpoint left by an earlier run to the first free `NAME.N.json`; None if none was there."""
-    p = Path(path)
     if not is_regular_file(path):  # a device, a descriptor (/dev/stdout), a link: never moved
         return None
-    stem = p.name[:-len(".json")] if p.name.endswith(".json") else p.name
+    folder, name = os.path.split(os.path.normpath(path))
+    stem = name[:-len(".json")] if name.endswith(".json") else name
     for n in range(1, 10_000):
-        candidate = p.with_name(f"{stem}.{n}.json")
-        if not candidate.exists():
+        candidate = os.path.join(folder, f"{stem}.{n}.json")
+        if not os.path.exists(candidate):
             try:
-                os.link(p, candidate)  # never replaces an existing file, unlike rename
-                os.unlink(p)
+                os.link(path, candidate)  # never replaces an existing file, unlike rename
+                os.unlink(path)
             except OSError as exc:
                 raise OptionError(f"--checkpoint: an earlier run's checkpoint is at {path} and cannot be kept"
                                   f" ({exc.strerror or exc}); move it or choose another --checkpoint") from None
-            return str(candidate)
+            return candidate
     raise OptionError(f"--checkpoint: too many earlier checkpoints beside {path}; move them")

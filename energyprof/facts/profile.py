@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 from ..record import field, record, replace
 from .policy import DEFAULT_POLICY, IDLE_POLICIES
@@ -390,7 +389,8 @@ def load(path: str | os.PathLike[str]) -> Profile:
 def read_json(path: str | os.PathLike[str]) -> Any:
     """A JSON file, or ProfileFormatError with one line (NaN and Infinity are refused: not JSON)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with open(path, encoding="utf-8") as fh:
+            text = fh.read()
     except OSError as exc:
         raise ProfileFormatError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError:

@@ -59,10 +59,10 @@ def plotly_host() -> str:
 
 def frame_page(page: str) -> str:
     """The report page without plotly.js: it asks the notebook's page for it, runs it, then its own script."""
-    from ..render.html import _inline_script, _plotly_js, json_for_script, template_dir
+    from ..render.html import _inline_script, _plotly_js, json_for_script, template_text
 
     bundle = f"<script>{_plotly_js()}</script>"
-    app = f"<script>{_inline_script((template_dir() / 'report.js').read_text(encoding='utf-8'))}</script>"
+    app = f"<script>{_inline_script(template_text('report.js'))}</script>"
     at_bundle, at_app = page.rfind(bundle), page.rfind(app)
     if at_bundle < 0 or at_app < at_bundle:
         return page  # not the page this expects: keep it whole

@@ -26,15 +26,13 @@ if TYPE_CHECKING:
 def carbon_settings(options: Options) -> CarbonSettings:
     """Resolve where the intensity comes from (codecarbon's data, a trace file): the I/O before the
     pure arithmetic. Raises ValueError with one line for an unknown location or a bad trace."""
-    from pathlib import Path
-
     from ..analysis.carbon import CarbonSettings
     from ..carbon.intensity import load_trace
     from ..carbon.intensity import lookup
 
     trace = load_trace(options.carbon_intensity_trace) if options.carbon_intensity_trace else None
     return CarbonSettings(intensity=lookup(options), trace=trace,
-                          trace_name=Path(options.carbon_intensity_trace).name if trace else "",
+                          trace_name=os.path.basename(os.path.normpath(options.carbon_intensity_trace)) if trace else "",
                           pue=float(options.pue), price_per_kwh=options.price_per_kwh, currency=options.currency)
 
 

@@ -275,7 +275,7 @@ _SCRIPT = """
 
 
 def render_html(cmp: Comparison) -> str:
-    from .html import _inline_script, _plotly_js, json_for_script, template_dir
+    from .html import _inline_script, _plotly_js, json_for_script, template_text
 
     e = html.escape
     runs_rows = "".join(
@@ -299,7 +299,7 @@ def render_html(cmp: Comparison) -> str:
                "<div class='table-wrap'><table class='windows'><thead><tr><th>window</th>"
                f"{run_heads}<th>change</th></tr></thead><tbody>{win_rows}</tbody></table></div></section>"
                if cmp.windows else "")
-    styles = (template_dir() / "report.css").read_text(encoding="utf-8")
+    styles = template_text("report.css")
     noise = f"{cmp.verdict.interval.confidence * 100:g}%" if cmp.verdict is not None else ""
     verdict = f"<p class='verdict'>{e(verdict_text(cmp.verdict))}</p>" if cmp.verdict is not None else ""
     sub = (f"base: runs {', '.join(f'[{i}]' for i, r in enumerate(cmp.runs) if r.side == 'base')}; head: runs"

@@ -10,7 +10,6 @@ languages (JavaScript's toPrecision rule), so they agree digit for digit.
 from __future__ import annotations
 
 import math
-from decimal import ROUND_HALF_UP, Decimal
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -36,12 +35,27 @@ def sig(x: float, digits: int = DIGITS) -> str:
     if x == 0:
         return "0"
     sign = "-" if x < 0 else ""
-    d = Decimal(abs(x))
-    q = d.quantize(Decimal(1).scaleb(d.adjusted() - digits + 1), rounding=ROUND_HALF_UP)
-    s = format(q, "f")
-    if "." in s:
-        s = s.rstrip("0").rstrip(".")
+    # The float's exact value as a fraction, rounded half-up in integers: what decimal's quantize gives,
+    # without importing decimal (1.5 ms of every run's start).
+    n, d = abs(x).as_integer_ratio()
+    e = math.floor(math.log10(abs(x)))  # the leading digit's place, corrected where log10 rounds across a power
+    if _below(n, d, e):
+        e -= 1
+    elif not _below(n, d, e + 1):
+        e += 1
+    k = e - digits + 1  # the place of the last digit kept
+    num, den = (n, d * 10**k) if k >= 0 else (n * 10**-k, d)
+    r = (2 * num + den) // (2 * den)
+    if k >= 0:
+        return sign + str(r) + "0" * k
+    s = str(r).rjust(1 - k, "0")
+    s = (s[:k] + "." + s[k:]).rstrip("0").rstrip(".")
     return sign + s
+
+
+def _below(n: int, d: int, e: int) -> bool:
+    """n / d < 10**e, exactly."""
+    return n < d * 10**e if e >= 0 else n * 10**-e < d
 
 
 def _scaled(x: float, kind: str) -> str:

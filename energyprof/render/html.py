@@ -12,8 +12,8 @@ from __future__ import annotations
 import functools
 import gc
 import json
+import os
 import re
-from pathlib import Path
 
 from ..analysis.report import ReportModel
 from .cards import methodology, process_rows, rank_epoch_rows, summary_cards, sweep_choice
@@ -39,13 +39,25 @@ def header(model: ReportModel) -> dict[str, str]:
     return {"target": isolate(model.meta.get("target") or "profile")}
 
 
-def template_dir() -> Path:
+def template_dir() -> str:
     """The page's styles and scripts ship inside the wheel as energyprof/templates; a source checkout has them at the top."""
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here / "templates", here.parent / "templates"):
-        if (candidate / "report.js").is_file():
+    here = os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+    for candidate in (os.path.join(here, "templates"), os.path.join(os.path.dirname(here), "templates")):
+        if os.path.isfile(os.path.join(candidate, "report.js")):
             return candidate
     raise FileNotFoundError("energyprof's report templates are missing from this installation")
+
+
+def template_bytes(name: str) -> bytes:
+    """One file of the page's templates, as it ships."""
+    with open(os.path.join(template_dir(), name), "rb") as fh:
+        return fh.read()
+
+
+def template_text(name: str) -> str:
+    """One file of the page's templates as text (UTF-8, newlines as Python reads them)."""
+    with open(os.path.join(template_dir(), name), encoding="utf-8") as fh:
+        return fh.read()
 
 
 def render_html(model: ReportModel) -> str:
@@ -156,10 +168,10 @@ def _plotly_js() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js_bytes() -> bytes:
-    return re.sub(rb"</(script)", rb"<\\/\1", (template_dir() / "plotly-custom.min.js").read_bytes(), flags=re.IGNORECASE)
+    return re.sub(rb"</(script)", rb"<\\/\1", template_bytes("plotly-custom.min.js"), flags=re.IGNORECASE)
 
 
 def _shipped(name: str) -> str:
     """A file shipped beside the page, read as bytes and decoded once: through a text stream's newline
     translation, plotly.js's 1.2 MB took 5 ms, a twentieth of an empty run's whole fixed cost."""
-    return (template_dir() / name).read_bytes().decode("utf-8")
+    return template_bytes(name).decode("utf-8")

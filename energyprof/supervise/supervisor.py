@@ -8,9 +8,7 @@ however it ended, writes the outputs and ends the way the program did.
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 import time
 
 from ..collect.collector import Collector, open_sources
@@ -25,6 +23,7 @@ from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room
 from ..engines.distributed import gpu_ties
 from ..engines.distributed import hostname
+from ..store.files import private_folder, remove_tree
 from .job import JobFeed
 
 TYPE_CHECKING = False
@@ -60,7 +59,7 @@ class Supervisor:
         signals.reset_sigchld()
         o = self.options
         self._watch_cache("start")
-        spool = tempfile.mkdtemp(prefix="energyprof-")  # first: finding the temporary folder opens a file
+        spool = private_folder("energyprof-")  # first: where TMPDIR is unusable, tempfile's search opens files
         inbox: signals.Inbox | None = None
         try:
             inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
@@ -71,7 +70,7 @@ class Supervisor:
         except OSError as exc:
             if inbox is not None:
                 inbox.close()
-            shutil.rmtree(spool, ignore_errors=True)
+            remove_tree(spool)
             _say_no_room(exc)
             raise
         try:
@@ -96,7 +95,7 @@ class Supervisor:
         except BaseException as exc:
             launch.abort()
             inbox.close()
-            shutil.rmtree(spool, ignore_errors=True)
+            remove_tree(spool)
             _say_no_room(exc)
             raise
         self.launch = launch
@@ -116,7 +115,7 @@ class Supervisor:
                 watch.final()
         finally:
             inbox.close()
-            shutil.rmtree(spool, ignore_errors=True)
+            remove_tree(spool)
         profile = self._build(ledger, feed, collector)
         if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
             from ..output.live import finish_run

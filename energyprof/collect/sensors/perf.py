@@ -17,7 +17,6 @@ import errno
 import functools
 import os
 import re
-from pathlib import Path
 
 from .base import Discovery, Sensor, SensorError, cpu_watch, model_for
 
@@ -46,8 +45,13 @@ def perf_event_attr() -> type:
     return PerfEventAttr
 
 
-def perf_root(explicit: str | None = None) -> Path:
-    return Path(explicit or os.environ.get("ENERGYPROF_PERF_ROOT") or DEFAULT_ROOT)
+def perf_root(explicit: str | None = None) -> str:
+    return os.path.normpath(explicit or os.environ.get("ENERGYPROF_PERF_ROOT") or DEFAULT_ROOT)
+
+
+def _read(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
 
 
 def parse_event(text: str) -> int:
@@ -72,18 +76,18 @@ def parse_cpumask(text: str) -> list[int]:
     return cpus
 
 
-def events(root: Path) -> list[tuple[str, int, float, str]]:
+def events(root: str | os.PathLike[str]) -> list[tuple[str, int, float, str]]:
     """(event name, config, scale to joules, unit) for each energy event the PMU lists."""
     out = []
-    folder = root / "events"
-    for entry in sorted(folder.iterdir()):
-        if not re.fullmatch(r"energy-[a-z0-9]+", entry.name):
+    folder = os.path.join(root, "events")
+    for name in sorted(os.listdir(folder)):
+        if not re.fullmatch(r"energy-[a-z0-9]+", name):
             continue
-        config = parse_event(entry.read_text())
-        scale = float((folder / f"{entry.name}.scale").read_text().strip())
-        unit_file = folder / f"{entry.name}.unit"
-        unit = unit_file.read_text().strip() if unit_file.exists() else "Joules"
-        out.append((entry.name, config, scale, unit))
+        config = parse_event(_read(os.path.join(folder, name)))
+        scale = float(_read(os.path.join(folder, f"{name}.scale")).strip())
+        unit_file = os.path.join(folder, f"{name}.unit")
+        unit = _read(unit_file).strip() if os.path.exists(unit_file) else "Joules"
+        out.append((name, config, scale, unit))
     return out
 
 
@@ -159,13 +163,14 @@ def paranoid_level(path: str = PARANOID) -> int | None:
 def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: bool = False,
              cpu_tdp: float | None = None) -> Discovery:
     base = perf_root(root)
-    if not (base / "events").is_dir():
+    if not os.path.isdir(os.path.join(base, "events")):
         return Discovery.absent("perf", f"{base} has no events",
                                 "no `power` perf PMU (not an Intel/AMD CPU with RAPL, a VM, or not Linux)", explicit)
     found = Discovery()
     try:
-        pmu_type = int((base / "type").read_text().strip())
-        cpus = parse_cpumask((base / "cpumask").read_text()) if (base / "cpumask").exists() else [0]
+        pmu_type = int(_read(os.path.join(base, "type")).strip())
+        cpumask = os.path.join(base, "cpumask")
+        cpus = parse_cpumask(_read(cpumask)) if os.path.exists(cpumask) else [0]
         listed = events(base)
     except (OSError, ValueError) as exc:
         found.notes.append(f"perf: cannot read the power PMU's description under {base} ({exc})")

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-from pathlib import Path
 
 from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch, model_for
 
@@ -24,8 +23,8 @@ PERMISSION_FIX = (
 )
 
 
-def powercap_root(explicit: str | None = None) -> Path:
-    return Path(explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT)
+def powercap_root(explicit: str | None = None) -> str:
+    return os.path.normpath(explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT)
 
 
 class RaplSensor(Sensor):
@@ -36,13 +35,14 @@ class RaplSensor(Sensor):
     replaced under its name, as a fake tree may be, has no links left); otherwise the name is opened
     again, and the old number, no longer ours, is left alone."""
 
-    def __init__(self, source_id: str, component: str, zone: Path, name: str, cpu_tdp: float | None = None) -> None:
+    def __init__(self, source_id: str, component: str, zone: str, name: str, cpu_tdp: float | None = None) -> None:
+        zone_name = os.path.basename(zone)
         super().__init__(id=source_id, component=component, method="measured", sensor="rapl",
-                         detail={"zone": zone.name, "domain": name}, update_period_s=0.001)
+                         detail={"zone": zone_name, "domain": name}, update_period_s=0.001)
         self.cpu_tdp = cpu_tdp  # the model's TDP, should the counter turn out to count nothing
-        self._watch = cpu_watch(f"RAPL's {name} counter ({zone.name}/energy_uj)", 0.001)
-        self.path = zone / "energy_uj"
-        max_range = _read_number(zone / "max_energy_range_uj")
+        self._watch = cpu_watch(f"RAPL's {name} counter ({zone_name}/energy_uj)", 0.001)
+        self.path = os.path.join(zone, "energy_uj")
+        max_range = _read_number(os.path.join(zone, "max_energy_range_uj"))
         self.detail["max_energy_range_uj"] = max_range
         self._counter: WrapCounter | None = None
         self._max_range = max_range
@@ -119,7 +119,7 @@ class RaplSensor(Sensor):
         self._close_if_ours()
 
 
-def read_counter(path: Path) -> float:
+def read_counter(path: str) -> float:
     """One counter value. Non-blocking: a path that is not a sysfs file (a FIFO in a broken
     mount) gives an error instead of stalling the collector or start-up."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -129,9 +129,14 @@ def read_counter(path: Path) -> float:
         os.close(fd)
 
 
-def _read_number(path: Path) -> float | None:
+def _read_text(path: str) -> str:
+    with open(path) as fh:
+        return fh.read()
+
+
+def _read_number(path: str) -> float | None:
     try:
-        return float(path.read_text().strip())
+        return float(_read_text(path).strip())
     except (OSError, ValueError):
         return None
 
@@ -139,16 +144,17 @@ def _read_number(path: Path) -> float | None:
 def discover(root: str | None = None, cpu_tdp: float | None = None) -> Discovery:
     base = powercap_root(root)
     found = Discovery()
-    if not base.is_dir():
+    if not os.path.isdir(base):
         found.notes.append(f"RAPL: {base} does not exist (no powercap driver, not Linux, or not mounted)")
         return found
     zones = []
-    for entry in sorted(base.iterdir()):
-        m = ZONE_RE.match(entry.name)
+    for entry_name in sorted(os.listdir(base)):
+        m = ZONE_RE.match(entry_name)
         if not m:
             continue
+        entry = os.path.join(base, entry_name)
         try:
-            name = (entry / "name").read_text().strip()
+            name = _read_text(os.path.join(entry, "name")).strip()
         except OSError:
             continue
         zones.append((int(m.group(1)), m.group(2), entry, name))
@@ -158,7 +164,7 @@ def discover(root: str | None = None, cpu_tdp: float | None = None) -> Discovery
     packages = [z for z in zones if z[1] is None and z[3].startswith("package")]
     drams = [z for z in zones if z[3] == "dram"]
     psys = [z for z in zones if z[1] is None and z[3] == "psys"]
-    chosen: list[tuple[str, str, Path, str]] = []
+    chosen: list[tuple[str, str, str, str]] = []
     seen: set[str] = set()
     for pkg in packages:
         if pkg[3] in seen:
@@ -184,7 +190,7 @@ def discover(root: str | None = None, cpu_tdp: float | None = None) -> Discovery
         k = used.get(base_id, 0)
         used[base_id] = k + 1
         sid = base_id if counts[base_id] == 1 else f"{base_id}:{k}"
-        energy = zone / "energy_uj"
+        energy = os.path.join(zone, "energy_uj")
         try:
             read_counter(energy)
         except PermissionError:
