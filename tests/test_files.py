@@ -242,3 +242,43 @@ def test_a_fifo_whose_reader_takes_nothing_fails_in_a_bounded_time(tmp_path: Pat
     finally:
         release.set()
         reader.join(30)
+
+
+def test_a_private_folder_is_made_where_tempfile_would_make_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import shutil
+
+    from energyprof.store.files import find_program, private_folder, remove_tree
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    a, b = private_folder("energyprof-"), private_folder("energyprof-")
+    assert a != b and os.path.dirname(a) == str(tmp_path) and os.path.basename(a).startswith("energyprof-")
+    assert stat.S_IMODE(os.stat(a).st_mode) == 0o700
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "gone"))  # unusable: tempfile's own search decides
+    import tempfile
+
+    tempfile.tempdir = None
+    try:
+        c = private_folder("energyprof-")
+        assert os.path.isdir(c) and not c.startswith(str(tmp_path / "gone"))
+    finally:
+        tempfile.tempdir = None
+        os.rmdir(c)
+    # removal: everything inside, never through a link
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    os.makedirs(os.path.join(a, "sub", "deeper"))
+    (Path(a) / "sub" / "deeper" / "f").write_text("y")
+    (Path(a) / "f").write_text("z")
+    os.symlink(outside, os.path.join(a, "sub", "link"))
+    remove_tree(a)
+    assert not os.path.exists(a) and (outside / "keep").read_text() == "x"
+    remove_tree(a)  # already gone: nothing raised
+    remove_tree(b)
+    # the executable on PATH, as shutil.which finds it
+    for name in ("sh", "env", "no-such-program-here"):
+        assert find_program(name) == shutil.which(name)
+    (tmp_path / "tool").write_text("#!/bin/sh\n")
+    assert find_program("tool", path=str(tmp_path)) is None  # not executable
+    os.chmod(tmp_path / "tool", 0o755)
+    assert find_program("tool", path=str(tmp_path)) == str(tmp_path / "tool") == shutil.which("tool", path=str(tmp_path))
