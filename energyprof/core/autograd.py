@@ -29,10 +29,13 @@ profiled window) stays under `[backward]` on its backward ops, and is counted by
 
 from __future__ import annotations
 
-from typing import Callable, Iterable, Mapping, Sequence
 
 from ..record import field, record
 from .kernels import Frame
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Mapping, Sequence
 
 BACKWARD_FRAME: Frame = ("[backward]", "", 0)
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
@@ -247,7 +250,8 @@ def backward_path(caller: Sequence[Frame], forward_stack: Sequence[Frame], forwa
             + tuple(op_frame(n) for n in names))
 
 
-FramesAt = Callable[[int, int], Sequence[Frame]]  # (thread, t_ns) -> the Python frames running there, outermost first
+if TYPE_CHECKING:
+    FramesAt = Callable[[int, int], Sequence[Frame]]  # (thread, t_ns) -> the Python frames running there, outermost first
 
 
 class Autograd:

@@ -17,7 +17,6 @@ import functools
 import inspect
 import sys
 import threading
-from typing import Any, Callable, TypeVar
 
 from ..setup.options import Options
 from ..output.writer import write_outputs
@@ -27,7 +26,11 @@ from .profiler import expand_output_paths
 from .profiler import active_profiler
 from ..agent.frames import anchor_depth
 
-F = TypeVar("F", bound=Callable[..., Any])
+TYPE_CHECKING = False
+if TYPE_CHECKING:  # for type checkers alone: the decorator keeps the signature it wraps
+    from typing import Any, Callable, TypeVar
+
+    F = TypeVar("F", bound=Callable[..., Any])
 
 
 def _exit_status(exc: BaseException | None) -> dict[str, Any]:

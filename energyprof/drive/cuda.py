@@ -4,7 +4,10 @@ a process that has not imported torch has no CUDA work to wait for, and importin
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def _cuda() -> Any:

@@ -12,14 +12,17 @@ program and not the tool.
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import threading
 import time
-from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 from ....agent import own_threads
 from ..base import ChannelSensor, Discovery, PowerIntegrator
+from ....store.files import find_program
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 FIRST_READING_S = 5.0  # how long discovery waits for the tool's first reading
 _RUNNING: set[int] = set()  # the pids of the tools running now (an in-process profile leaves them out of the program's children)
@@ -41,7 +44,8 @@ class Reading:
         self.elapsed_ns = elapsed_ns
 
 
-Parser = Callable[[IO[bytes]], Iterator[Reading]]
+if TYPE_CHECKING:
+    Parser = Callable[[IO[bytes]], Iterator[Reading]]
 
 
 class SharedStream:
@@ -154,7 +158,7 @@ class ToolStream(SharedStream):
 
 def find_tool(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The tool's path on PATH (a stand-in of the same name is found the same way)."""
-    return shutil.which(name, path=(env or os.environ).get("PATH"))
+    return find_program(name, path=(env or os.environ).get("PATH"))
 
 
 def lines(stream: IO[bytes]) -> Iterable[str]:
