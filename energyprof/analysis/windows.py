@@ -9,7 +9,7 @@ from ..record import field, record
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Window
-from .training import breakdown
+from .training import breakdown, window_program_j
 
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution
 
@@ -31,8 +31,7 @@ class WindowRow:
     @property
     def program(self) -> float:
         """The program's part of it (the machine's in files written before windows held it)."""
-        program = self.window.program_total_j
-        return program if program is not None else self.window.total_j
+        return window_program_j(self.window)
 
 
 @record
