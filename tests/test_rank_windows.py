@@ -330,7 +330,7 @@ def test_the_per_rank_table_says_whose_energy_its_figures_are() -> None:
     m = build(_profile(thirds))
     program = section(render_html(m))
     assert "Energy here is the program&#39;s, its part of each window like the total above" in program
-    for rank, (_, steps) in RANKS.items():
+    for rank in RANKS:
         b = m.training_ranks["step"][rank]
         assert b["energy_of"] == "program"
         assert b["step_energy_j"]["mean"] == pytest.approx(b["machine_step_energy_j"]["mean"] / 3)

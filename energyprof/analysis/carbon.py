@@ -207,11 +207,12 @@ def span_figures(settings: CarbonSettings, start_unix: float, end_unix: float) -
     trace = settings.trace
     if trace is None:
         return fixed_figures(settings.intensity, settings)
-    g = trace.mean(start_unix, end_unix)
     found = settings.intensity
-    return CarbonFigures(g, f"time series ({settings.trace_name})", "the intensity trace's mean over the span",
-                         found.country, found.region, found.cloud, settings.pue, True, {}, g, settings.price_per_kwh,
-                         settings.currency if settings.price_per_kwh is not None else None)
+    figures = fixed_figures(Intensity(trace.mean(start_unix, end_unix), f"time series ({settings.trace_name})",
+                                      "the intensity trace's mean over the span", found.country, found.region,
+                                      found.cloud), settings)
+    figures.time_series = True
+    return figures
 
 
 def window_carbon(profile: Profile, figures: CarbonFigures, settings: CarbonSettings) -> list[float]:

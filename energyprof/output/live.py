@@ -13,12 +13,12 @@ estimated; carbon is always estimated):
 - each window as it is charged: `energyprof_window` (tag `window`: its name) with index, seconds,
   machine_energy_joules, program_energy_joules, machine_carbon_grams, program_carbon_grams;
 - at the end, from the finished profile: a last `energyprof` point whose program energy is the
-  profile's exactly, and `energyprof_carbon` (machine_grams, program_grams, intensity_g_per_kwh).
+  profile's exactly, and `energyprof_carbon` (machine_grams, program_grams, intensity_g_per_kwh);
+- `log_metrics({...})`: figures of the program's (a forecast after each epoch) as `energyprof_metric`.
 Carbon is priced by the report's arithmetic (analysis/carbon.py, `CarbonFigures.grams`): the end's from
 the finished profile exactly as the report prices it; a window's at the run's intensity, or with an
 intensity time series at its mean over the window (the report's figure wherever the window's power was
-even over it);
-- `log_metrics({...})`: figures of the program's (a forecast after each epoch) as `energyprof_metric`.
+even over it).
 For the pushgateway, a point's field is the metric `<measurement>_<field>` (`energyprof_program_energy_joules`),
 pushed (PUT) with every figure so far under /metrics/job/energyprof/instance/<host>/run/<run>.
 
