@@ -148,11 +148,65 @@ def test_the_processes_table_names_engine_processes_by_role() -> None:
     raylet = RAY + "core/src/ray/raylet/raylet --raylet_socket_name=/tmp/ray/s"
     worker = "/usr/bin/python3 " + RAY + "_private/workers/default_worker.py --node-ip-address=127.0.0.1"
     spawn = "/usr/bin/python3 -B -c from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)"
-    procs = [Process(1, None, "python job.py", "main"), Process(2, 1, raylet), Process(3, 2, worker),
-             Process(4, 1, spawn, "dask worker"), Process(5, 1, spawn)]
+    procs = [Process(1, None, "python job.py", "main"), Process(2, 1, raylet, "ray daemon raylet"),
+             Process(3, 2, worker, "ray worker"), Process(4, 1, spawn, "dask worker"), Process(5, 1, spawn),
+             Process(6, 1, worker)]
     profile = replace(ray_job(), processes=procs)
     roles = [r["role"] for r in process_rows(build_model(profile))["rows"]]
-    assert roles == ["the program", "ray daemon raylet", "ray worker", "dask worker", "child"]
+    # the role the facts hold, never one read again from the command line (pid 6 says child, as its JSON does)
+    assert roles == ["the program", "ray daemon raylet", "ray worker", "dask worker", "child", "child"]
     from energyprof.engines.roles import process_role
 
     assert process_role(spawn, "[processes: dask worker]") == "dask worker" and process_role(spawn) is None
+
+
+def test_a_childs_engine_role_is_a_fact_the_page_and_the_json_share(tmp_path) -> None:
+    """An in-process profile's child whose command line names it a Ray worker: its role is taken where the
+    collector first sees it, so the processes table, the profile's JSON and its re-render all say so."""
+    import json
+    import subprocess
+    import sys
+
+    from energyprof.analysis.report import build as build_model
+    from energyprof.collect.collector import LocalFeed
+    from energyprof.collect.probes import OwnClocks
+    from energyprof.core.ledger import Ledger
+    from energyprof.core.tree import build_profile
+    from energyprof.facts.profile import load
+    from energyprof.render.cards import process_rows
+
+    script = tmp_path / "ray" / "_private" / "workers" / "default_worker.py"
+    script.parent.mkdir(parents=True)
+    script.write_text("import sys\nsys.stdin.read()\n")  # lives until its stdin closes
+    child = subprocess.Popen([sys.executable, str(script), "--node-ip-address=127.0.0.1"], stdin=subprocess.PIPE)
+    try:
+        led = Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}])
+        feed = LocalFeed(led, OwnClocks())
+        feed._poll_live_children()
+    finally:
+        child.communicate(b"")
+    assert feed.child_processes[child.pid]["role"] == "ray worker"
+    profile = build_profile(led, "share", {"target": "job.py"}, child_processes=feed.child_processes.values())
+    (proc,) = [p for p in profile.processes if p.pid == child.pid]
+    assert proc.role == "ray worker"
+    profile.save(tmp_path / "p.json")
+    (saved,) = [p for p in json.loads((tmp_path / "p.json").read_text())["processes"] if p["pid"] == child.pid]
+    assert saved["role"] == "ray worker"
+    for model in (build_model(profile), build_model(load(tmp_path / "p.json"))):
+        (row,) = [r for r in process_rows(model)["rows"] if r["pid"] == child.pid]
+        assert row["role"] == "ray worker"
+
+
+def test_an_old_files_children_get_their_role_where_the_rows_are_built() -> None:
+    """A file written before processes were kept lists children under `child_processes`, with no role: the
+    analysis that builds the rows from it takes the role by the collector's rule, once, for every view."""
+    from energyprof.analysis.report import build as build_model
+    from energyprof.analysis.report import processes_of
+    from energyprof.record import replace
+    from energyprof.render.cards import process_rows
+
+    worker = "/usr/bin/python3 " + RAY + "_private/workers/default_worker.py --node-ip-address=127.0.0.1"
+    old = replace(ray_job(), processes=[], extra={"child_processes": [{"pid": 7, "command": worker, "cpu_time_s": 1.0},
+                                                                      {"pid": 8, "command": "sleep 1"}]})
+    assert [(p.pid, p.role) for p in processes_of(old)] == [(7, "ray worker"), (8, "child")]
+    assert [r["role"] for r in process_rows(build_model(old))["rows"]] == ["ray worker", "child"]

@@ -120,3 +120,15 @@ def test_spreading_conserves_the_counters_energy(reads: list[tuple[int, int]], p
     assert sum(p[0] for p in tl.program) == pytest.approx(total / 2, abs=1e-9)
     assert sum(p[1] for p in tl.program) == pytest.approx(total, abs=1e-9)
     assert len(tl.t0) <= 100
+
+
+def test_the_program_line_takes_per_source_figures_only() -> None:
+    """The ledger hands the program's energy per source; a single figure for all sources has no span
+    of its own to be spread over, so it is refused, not spread some other way."""
+    tl = Timeline(2, max_points=100)
+    tl.add(0, 10_000_000, [1.0, 2.0], 0)
+    with pytest.raises(TypeError):
+        tl.note_program(0, 10_000_000, 1.5, 3.0)  # type: ignore[arg-type]
+    tl.note_program(0, 10_000_000, [0.5, 1.0], [1.0, 2.0])
+    assert sum(p[0] for p in tl.program) == pytest.approx(1.5)
+    assert sum(p[1] for p in tl.program) == pytest.approx(3.0)

@@ -149,3 +149,35 @@ def test_the_console_lists_gpu_idle_and_each_lines_bar(tmp_path):
     (forward,) = [ln for ln in lines if "forward  model.py:20" in ln and "\u00b1" in ln]
     assert "3.9 J \u00b1 195 mJ" in forward  # the GEMM and relu; a flat power: the sensor's 5% alone
     assert lines.index(idle) < [i for i, ln in enumerate(lines) if ln.startswith("energyprof: wrote")][0]
+
+
+def test_the_console_and_the_page_give_the_same_figures_and_bars(tmp_path):
+    """One computation: gpu-trace's console lists the report's GPU panel rows (analysis/gpu.py over the
+    built profile), each with the page's joules and bar, and [GPU idle] with the profile's bar."""
+    import html as html_module
+    import re
+
+    from energyprof.render.format import fmt_energy
+
+    power = tmp_path / "power.csv"
+    # power that changes inside the trace's busy spans: records of different lines share samples, so the
+    # bars hold more than the sensor's error
+    power.write_text("t_s,gpu:0\n0,300\n0.004,120\n0.021,260\n0.024,90\n0.060,200\n")
+    out, page_path = tmp_path / "g.json", tmp_path / "g.html"
+    r = run_cli(["gpu-trace", str(SYNTHETIC), "--power-trace", str(power), "--json", str(out), "-o", str(page_path)],
+                tmp_path)
+    assert r.returncode == 0, r.stderr
+    row = re.compile(r"^\s+(\S+ \S+) \u00b1 (\S+ \S+)\s+\S+%\s+(.+)$")
+    console = [m.groups() for m in map(row.match, r.stderr.splitlines()) if m and m.group(3) != "[GPU idle]"]
+    page = page_path.read_text()
+    section = page[page.index('id="gpu"'):]
+    cells = re.findall(r"<tr><td><code>(.*?)</code></td><td>(.*?)</td><td>(.*?)</td><td>(.*?)</td>", section)
+    panel = [(html_module.unescape(j), html_module.unescape(e),
+              html_module.unescape(f) + (f"  {html_module.unescape(w)}" if w else "")) for f, w, j, e in cells]
+    assert len(console) == min(8, len(panel)) >= 4
+    assert console == panel[:len(console)]
+    assert any(e not in ("0 J", "") for _, e, _ in console)
+    # [GPU idle]: the profile's device figures and bar
+    dev = load(out).gpu_kernels.devices["0"]
+    (idle,) = [ln for ln in r.stderr.splitlines() if ln.strip().endswith("[GPU idle]") and "\u00b1" in ln]
+    assert f"{fmt_energy(dev.idle_j)} \u00b1 {fmt_energy(dev.idle_error_j)}" in idle

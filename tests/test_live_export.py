@@ -14,10 +14,13 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.facts.profile import load
 from energyprof.output import live
+from test_inprocess import SOURCES, job
 
 pytest_plugins = ("live_servers",)  # the servers' fixtures: influx, pushgateway, closed_port, silent_server
 
@@ -234,3 +237,76 @@ def test_a_full_buffer_drops_its_oldest_and_the_end_gives_up_at_its_deadline() -
     ch.put([11])
     assert ch.dropped == 12  # after the end, nothing is taken
     sink.release.set()
+
+
+def test_live_carbon_is_the_reports_and_every_point_says_its_method(tmp_path: Path, influx) -> None:
+    """An intensity time series (123 g/kWh all along): the live windows' and the end's grams are the
+    report's (analysis/carbon.py's arithmetic, not one world-average figure), and every point is tagged
+    measured or estimated (the replayed trace is measured; carbon, an intensity's estimate, is estimated)."""
+    from energyprof.analysis.report import RenderOptions
+    from energyprof.analysis.report import build
+    from energyprof.output.writer import carbon_settings
+    from energyprof.setup.options import Options
+
+    (tmp_path / "g.csv").write_text("timestamp,g_per_kwh\n2020-01-01T00:00:00Z,123\n")
+    res, profile = _run(tmp_path, "--influx", influx.url, "--carbon-intensity-trace", "g.csv", "--pue", "1.5")
+    assert res.returncode == 0, res.stderr
+    run = profile.meta["live_export"]["run"]
+    model = build(profile, RenderOptions(carbon=carbon_settings(Options(carbon_intensity_trace=str(tmp_path / "g.csv"),
+                                                                        pue=1.5))))
+    c = model.carbon
+    assert c is not None and c.intensity_g_per_kwh == pytest.approx(123.0)
+    # each window: the report's row (the machine's carbon) and the program's at the report's figures
+    rows = influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")
+    got: dict[int, list[float]] = {}
+    for r in rows:
+        g = got.setdefault(int(r["index"]), [0.0, 0.0])
+        g[0] += r["machine_carbon_grams"]
+        g[1] += r["program_carbon_grams"]
+    want = {int(r.window.index): [r.carbon_g, c.grams(r.window.program_energy_j)] for r in model.windows}
+    assert sorted(got) == sorted(want) == [0, 1]
+    for i in want:
+        assert got[i] == pytest.approx(want[i], rel=1e-9)
+    # the end: the report's carbon, per source and in all
+    end = influx.rows(f"SELECT * FROM energyprof_carbon WHERE \"run\" = '{run}'")
+    assert sum(r["program_grams"] for r in end) == pytest.approx(c.program_g, rel=1e-12)
+    assert sum(r["machine_grams"] for r in end) == pytest.approx(c.machine_g, rel=1e-12)
+    assert [r["intensity_g_per_kwh"] for r in end] == pytest.approx([123.0] * len(end))
+    # measured or estimated, on every point
+    figures = influx.rows(f"SELECT * FROM energyprof WHERE \"run\" = '{run}'")
+    assert figures and {r["method"] for r in figures + rows} == {"measured"}
+    assert {r["method"] for r in end} == {"estimated"}
+
+
+@settings(max_examples=30, deadline=None)
+@given(job(), st.sampled_from(["share", "all"]))
+def test_the_live_figures_are_the_ledgers_program_energy(data, policy) -> None:
+    """Mid-run (a tick still held for its samples), the once-a-second point's program energy is the ledger's
+    own figure (`Ledger.program_energy`, the processes table's sum), read through its public methods."""
+    from types import SimpleNamespace
+
+    from energyprof.core.ledger import Ledger
+
+    table, ticks, samples = data
+    led = Ledger(SOURCES, table, cpus=2)
+    led.note_process(10, role="main", parent_pid=1, command="python x.py")
+    led.note_process(11, role="child", parent_pid=10, command="python x.py")
+    for s in samples:
+        led.add_sample(s)
+    for tk in ticks:
+        led.add_tick(tk)
+    export = live.LiveExport(SimpleNamespace(), host="h", run="r")
+    sent: list = []
+    export.emit = sent.extend  # type: ignore[method-assign]  # no server: the points as they would go
+    try:
+        live.LedgerWatch(export, led, policy)._figures()
+    finally:
+        export.finish(wait_s=0.0)
+    rows = led.process_table(policy)
+    want = led.program_energy(policy)
+    for i, sid in enumerate(led.source_ids):
+        assert want[i] == pytest.approx(sum(r["energy_j"][sid] for r in rows), abs=1e-9)
+    if led.charged_ns is not None and led.charged_ns > (led.first_ns or 0):
+        got = {p.tags["source"]: p.fields["program_energy_joules"] for p in sent}
+        assert got == {sid: pytest.approx(want[i], abs=1e-12) for i, sid in enumerate(led.source_ids)}
+        assert {p.tags["method"] for p in sent} == {"measured"}

@@ -375,3 +375,79 @@ def test_a_real_runs_processes_rows_equal_the_program_under_both_policies(two_no
     again = load(two_nodes / "all.json")
     assert again.idle_policy == "all"
     _rows_add_up(again)
+
+
+# ---------------------------------------------------------------- GPU kernels
+
+MS = 1_000_000
+FORWARD = (("train", "t.py", 1), ("forward", "m.py", 5))
+BACKWARD = (("train", "t.py", 1), ("backward", "t.py", 9))
+
+
+def _gpu_rank_profile(host: str, rank: int, watts: list[float]) -> Profile:
+    """One rank's kernels on its node's gpu:0 (core/gpu_tree.py, as gpu-trace makes them): a forward GEMM
+    alone, then relu and a backward GEMM overlapping, under power that changes every 10 ms."""
+    from energyprof.core.gpu_tree import profile_from
+    from energyprof.core.kernels import attribute
+
+    kernels = [(FORWARD, 0, "gemm", 0, 10 * MS), (FORWARD, 0, "relu", 20 * MS, 24 * MS),
+               (BACKWARD, 0, "gemm_bwd", 22 * MS, 30 * MS)]
+    power = {0: [(k * 10 * MS, (k + 1) * 10 * MS, w * 0.01) for k, w in enumerate(watts)]}
+    att = attribute(iter(kernels), power, {0: 10 * MS})
+    meta = {"target": "train.py", "started_at": "2026-01-01T00:00:00+00:00",
+            "host": {"name": host, "boot_id": f"boot-{host}"},
+            "distributed": {"rank": rank, "world_size": 2, "host": host}}
+    return profile_from(att, start_ns=0, end_ns=len(watts) * 10 * MS, meta=meta, records=len(kernels))
+
+
+def test_merged_profiles_keep_their_gpu_kernels_each_rank_apart() -> None:
+    from energyprof.analysis.gpu import gpu_functions
+
+    a = _gpu_rank_profile("node-a", 0, [300.0, 100.0, 250.0, 50.0])
+    b = _gpu_rank_profile("node-b", 1, [200.0, 80.0, 120.0, 60.0, 40.0])
+    job = merge([a, b], ["a", "b"])
+    gpu = job.gpu_kernels
+    assert gpu is not None and gpu.records == 6
+    prefix = {0: (("[node node-a]", "", 0), ("[rank 0]", "", 0)), 1: (("[node node-b]", "", 0), ("[rank 1]", "", 0))}
+    # every stack kept, under the nodes its rank's samples went under, with its own figures
+    want = sorted((prefix[r] + tuple(map(tuple, s.path)), s.joules, s.error_j, s.busy_s)
+                  for r, p in ((0, a), (1, b)) for s in p.gpu_kernels.stacks)
+    got = sorted((tuple(map(tuple, s.path)), s.joules, s.error_j, s.busy_s) for s in gpu.stacks)
+    assert got == want
+    # the device: both nodes' gpu:0, added as the source is
+    da, db, d = a.gpu_kernels.devices["0"], b.gpu_kernels.devices["0"], gpu.devices["0"]
+    assert d.energy_j == pytest.approx(da.energy_j + db.energy_j)
+    assert d.idle_j == pytest.approx(da.idle_j + db.idle_j) and d.busy_s == pytest.approx(da.busy_s + db.busy_s)
+    assert d.idle_error_j == pytest.approx(da.idle_error_j + db.idle_error_j)
+    assert sum(s.joules for s in gpu.stacks) + d.idle_j == pytest.approx(job.totals.energy_j["gpu:0"], rel=1e-12)
+    conserved(job)
+    # the views: a function in both ranks holds both ranks' joules and bars; each rank's node its own
+    rows = {r.function: r for r in gpu_functions(job)}
+    alone = [{r.function: r for r in gpu_functions(p)} for p in (a, b)]
+    assert rows["forward"].joules == pytest.approx(alone[0]["forward"].joules + alone[1]["forward"].joules)
+    assert rows["forward"].error_j == pytest.approx(alone[0]["forward"].error_j + alone[1]["forward"].error_j)
+    assert rows["forward"].error_j > 0
+    for r, one in enumerate(alone):
+        rank = rows[f"[rank {r}]"]
+        assert rank.joules == pytest.approx(one["train"].joules) and rank.error_j == pytest.approx(one["train"].error_j)
+    # the tree holds the same joules as the kernel facts, rank by rank ([GPU idle] is in the rank's tree)
+    for r, p in ((0, a), (1, b)):
+        (node,) = job.find(f"[rank {r}]")
+        kernels_j = sum(s.joules for s in gpu.stacks if tuple(s.path[1]) == prefix[r][1])
+        assert kernels_j == pytest.approx(rows[f"[rank {r}]"].joules)
+        assert node.energy_j["gpu:0"] == pytest.approx(kernels_j + p.gpu_kernels.devices["0"].idle_j, rel=1e-12)
+
+
+def test_merge_subcommand_keeps_gpu_kernels(tmp_path: Path) -> None:
+    a = _gpu_rank_profile("node-a", 0, [300.0, 100.0, 250.0, 50.0])
+    b = _gpu_rank_profile("node-b", 1, [200.0, 80.0, 120.0, 60.0, 40.0])
+    a.save(tmp_path / "a.json")
+    b.save(tmp_path / "b.json")
+    res = run_cli(["merge", "a.json", "b.json", "-o", "job.json", "--html", "job.html", "-q"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    saved = load(tmp_path / "job.json").gpu_kernels
+    assert saved is not None
+    assert saved.to_dict() == merge([load(tmp_path / "a.json"), load(tmp_path / "b.json")], ["a.json", "b.json"]
+                                    ).gpu_kernels.to_dict()
+    page = (tmp_path / "job.html").read_text()
+    assert 'id="gpu"' in page and "gemm_bwd" in page

@@ -19,6 +19,7 @@ from energyprof.analysis.training import breakdown
 from energyprof.analysis.windows import WindowRow, window_groups
 from energyprof.facts.profile import Window
 from energyprof.record import asdict, replace
+from energyprof.render.format import fmt_energy
 from energyprof.render.html import render_html
 
 from conftest import run_cli
@@ -313,3 +314,27 @@ def test_rank_sections_render_in_chromium(browser, tracked_job: Path) -> None:  
     assert cells == [["0", "rank 0", "3"], ["0", "rank 1", "3"], ["1", "rank 0", "3"], ["1", "rank 1", "3"]]
     page.close()
 
+
+
+def test_the_per_rank_table_says_whose_energy_its_figures_are() -> None:
+    """As the single-process table does: the program's part of each window, the machine's beside it;
+    the machine's where the windows hold no program part."""
+    def section(html: str) -> str:
+        i = html.index('<section class="training-ranks">')
+        return html[i:html.index("</section>", i)]
+
+    machine_only = section(render_html(build(_profile(_ranked_windows()))))
+    assert "Energy here is the machine&#39;s: this file&#39;s windows hold no program part" in machine_only
+    # the program's part: a third of each window, so each rank's step mean is a third of the machine's
+    thirds = [{**w, "program_energy_j": {"cpu": w["energy_j"]["cpu"] / 3}} for w in _ranked_windows()]
+    m = build(_profile(thirds))
+    program = section(render_html(m))
+    assert "Energy here is the program&#39;s, its part of each window like the total above" in program
+    for rank in RANKS:
+        b = m.training_ranks["step"][rank]
+        assert b["energy_of"] == "program"
+        assert b["step_energy_j"]["mean"] == pytest.approx(b["machine_step_energy_j"]["mean"] / 3)
+        assert f"(the machine's: {fmt_energy(b['machine_step_energy_j']['mean'])})" in program
+    # a join of a rank whose windows hold the program's part and one whose windows do not: said per rank
+    mixed = [w if w["rank"] == 0 else {k: v for k, v in w.items() if k != "program_energy_j"} for w in thirds]
+    assert "for every rank but 1, whose figures are the machine&#39;s" in section(render_html(build(_profile(mixed))))

@@ -353,7 +353,7 @@ def test_timeline_buckets_are_uniform_after_one_long_first_tick() -> None:
     for a, b in zip(ticks, ticks[1:]):
         watts = 5.0 if a == 0 else 1.0
         tl.add(a, b, [watts * (b - a) / 1e9], 0)
-        tl.note_program(a, b, 0.25 * watts * (b - a) / 1e9, 0.5 * watts * (b - a) / 1e9)
+        tl.note_program(a, b, [0.25 * watts * (b - a) / 1e9], [0.5 * watts * (b - a) / 1e9])
     widths = [b - a for a, b in zip(tl.t0, tl.t1)]
     assert len(set(widths[:-1])) == 1 and widths[0] <= 16 * ms and widths[-1] <= widths[0]  # 11 s in <= 1,000 cells
     assert 500 <= len(tl.t0) <= 1000
@@ -376,7 +376,7 @@ def test_timeline_conserves_energy_and_stays_bounded(gaps: list[int]) -> None:
     t = 0
     for g in gaps:
         tl.add(t, t + g, [g * 1e-9], 0)
-        tl.note_program(t, t + g, g * 1e-9 / 2, g * 1e-9)
+        tl.note_program(t, t + g, [g * 1e-9 / 2], [g * 1e-9])
         t += g
     assert len(tl.t0) <= 100
     assert sum(e[0] for e in tl.energy) == pytest.approx(t * 1e-9)

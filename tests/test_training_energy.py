@@ -84,3 +84,30 @@ def test_a_file_whose_windows_hold_no_program_part_says_its_figures_are_the_mach
     b = build(old).training["step"]
     assert b["energy_of"] == "machine"
     assert b["energy_per_step_j"] == pytest.approx(WATTS * STEP_MS / 1000)
+
+
+def test_one_rule_for_a_windows_program_energy_in_every_view() -> None:
+    """The program's part of a window, else (a file written before windows held it) the machine's: the
+    report's window rows, the breakdown, the forecasts' passes and steps, and compare all read it from
+    one place, and say alike whether the figures are the program's."""
+    from energyprof.analysis.compare import _window_rows
+    from energyprof.analysis.forecast import _program_step_energy
+    from energyprof.analysis.training import energy_of, hold_program, window_program_j
+    from energyprof.analysis.windows import WindowRow
+    from energyprof.record import replace
+
+    new = tracked_loop("share")
+    old = replace(new, windows=[replace(w, program_energy_j={}, other_policy_program_energy_j={}) for w in new.windows])
+    for profile, program in ((new, True), (old, False)):
+        for w in profile.windows:
+            want = w.program_total_j if program else w.total_j
+            assert window_program_j(w) == pytest.approx(want) and WindowRow(w).program == window_program_j(w)
+        assert hold_program(profile.windows) is program
+        assert energy_of(profile.windows) == ("program" if program else "machine")
+        steps = _program_step_energy(profile, "step")
+        assert steps[0] == pytest.approx(sum(window_program_j(w) for w in profile.windows
+                                             if w.index == 0 and w.name in ("step.fetch", "step.compute")))
+    # compare: the program's part only where every run's windows hold it
+    mixed = [c for c in _window_rows([build(new), build(old)]) if c.name == "step.compute"]
+    assert [c.program for c in mixed] == [False]
+    assert [c.program for c in _window_rows([build(new), build(new)]) if c.name == "step.compute"] == [True]

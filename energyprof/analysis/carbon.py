@@ -185,9 +185,7 @@ def carbon(profile: Profile, settings: CarbonSettings) -> CarbonFigures:
                                 trace={"rows": len(trace.t), "first": trace.t[0], "last": trace.t[-1],
                                        "run_start": t0, "run_end": t0 + duration, "per_node": PER_NODE_TRACE})
     else:
-        figures = CarbonFigures(found.g_per_kwh, found.source, found.scope, found.country, found.region, found.cloud,
-                                settings.pue, False, {}, found.g_per_kwh, settings.price_per_kwh,
-                                settings.currency if settings.price_per_kwh is not None else None)
+        figures = fixed_figures(found, settings)
     t = profile.totals
     figures.program_g = figures.grams(t.attributed_j)
     figures.machine_g = figures.grams(t.energy_j)
@@ -195,6 +193,28 @@ def carbon(profile: Profile, settings: CarbonSettings) -> CarbonFigures:
     figures.machine_cost = figures.cost(t.energy_j)
     figures.equivalents = equivalents(figures.program_g, sum(t.attributed_j.values()) / J_PER_KWH * settings.pue)
     figures.notes = notes
+    return figures
+
+
+def fixed_figures(found: Intensity, settings: CarbonSettings) -> CarbonFigures:
+    """The figures of one intensity for every source (no time series)."""
+    return CarbonFigures(found.g_per_kwh, found.source, found.scope, found.country, found.region, found.cloud,
+                         settings.pue, False, {}, found.g_per_kwh, settings.price_per_kwh,
+                         settings.currency if settings.price_per_kwh is not None else None)
+
+
+def span_figures(settings: CarbonSettings, start_unix: float, end_unix: float) -> CarbonFigures:
+    """The figures that price energy spent over one span of wall time before the run's profile exists (a live
+    export's window or run so far): the run's fixed intensity, as `carbon` prices it; with a time series, its
+    mean over the span, which is `window_carbon`'s intensity for a window whose power was even over it."""
+    trace = settings.trace
+    if trace is None:
+        return fixed_figures(settings.intensity, settings)
+    found = settings.intensity
+    figures = fixed_figures(Intensity(trace.mean(start_unix, end_unix), f"time series ({settings.trace_name})",
+                                      "the intensity trace's mean over the span", found.country, found.region,
+                                      found.cloud), settings)
+    figures.time_series = True
     return figures
 
 

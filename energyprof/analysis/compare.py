@@ -33,6 +33,7 @@ from .own import program_folder
 from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
+from .training import hold_program
 from .windows import WindowRow
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
@@ -336,7 +337,7 @@ def _window_rows(models: Sequence[ReportModel]) -> list[WindowChange]:
     for name in names:
         rs = [g.get(name, []) for g in per_run]
         # the program's part where every run's windows hold it, else the machine's for all, alike
-        program = all(r.window.program_total_j is not None for x in rs for r in x)
+        program = hold_program(r.window for x in rs for r in x)
         rows.append(WindowChange(
             name, [len(x) for x in rs],
             [statistics.fmean(r.program if program else r.energy for r in x) if x else None for x in rs],

@@ -371,14 +371,15 @@ def leave_one_out(observations: Sequence[Mapping[str, Any]], confidence: float =
 def forecast_views(profile: Any) -> dict[str, dict[str, Any]]:
     """Per tracked loop that forecast its total: each forecast beside the outcome (`forecast_outcome`), the
     passes' energy being the program's under the run's idle policy, the one the forecasts were made under."""
+    from .training import window_program_j
+
     by_loop: dict[str, list[Any]] = {}
     for f in profile.forecasts:
         by_loop.setdefault(f.loop, []).append(f)
     out: dict[str, dict[str, Any]] = {}
     for loop, found in by_loop.items():
         windows = sorted((w for w in profile.windows if w.name == f"{loop}.pass"), key=lambda w: w.start_s)
-        passes = [{"energy_j": w.program_total_j if w.program_total_j is not None else w.total_j, "time_s": w.time_s}
-                  for w in windows]
+        passes = [{"energy_j": window_program_j(w), "time_s": w.time_s} for w in windows]
         out[loop] = forecast_outcome(found, passes)
     return out
 
@@ -419,12 +420,13 @@ def _program_step_energy(profile: Any, loop: str) -> dict[int, float]:
     """Per step (index): the program's energy in its fetch and compute windows, under the run's idle policy
     (the machine's where a window predates the program's figure). The program's, not the machine's: on a
     shared machine, the part of the joules its own CPU time and devices account for."""
+    from .training import window_program_j
+
     out: dict[int, float] = {}
     for w in profile.windows:
         if w.index is None or w.name not in (f"{loop}.fetch", f"{loop}.compute"):
             continue
-        j = w.program_total_j if w.program_total_j is not None else w.total_j
-        out[int(w.index)] = out.get(int(w.index), 0.0) + j
+        out[int(w.index)] = out.get(int(w.index), 0.0) + window_program_j(w)
     computed = {int(w.index) for w in profile.windows if w.name == f"{loop}.compute" and w.index is not None}
     return {i: j for i, j in out.items() if i in computed}
 

@@ -243,11 +243,14 @@ def processes_of(profile: Profile) -> list[Process]:
     legacy = profile.extra.get("child_processes")
     if not isinstance(legacy, list):
         return []
+    from ..engines.roles import process_role  # the rule the collector applies as it sees a child
+
     out = []
     for c in legacy:
         if isinstance(c, dict) and isinstance(c.get("pid"), int):
             cpu = c.get("cpu_time_s")
-            out.append(Process(pid=c["pid"], command=str(c.get("command", "")), role="child",
+            command = str(c.get("command", ""))
+            out.append(Process(pid=c["pid"], command=command, role=process_role(command) or "child",
                                cpu_time_s=float(cpu) if isinstance(cpu, (int, float)) else 0.0))
     return sorted(out, key=lambda p: p.pid)
 

@@ -42,11 +42,18 @@ def _windows(profile: Profile, rank: int | None = None) -> list[Window]:
     return [w for w in profile.windows if rank is None or w.rank == rank]
 
 
-def _window_energy(w: Window) -> float:
+def window_program_j(w: Window) -> float:
     """The program's energy in the window (its part of every source, the same kind of figure as the
-    run's headline), read from the window's fact; the machine's in files written before windows held it."""
+    run's headline), read from the window's fact; the machine's in files written before windows held it.
+    The one home of that rule: the report's window rows, the breakdown, the forecasts and compare read it."""
     program = w.program_total_j
     return float(program if program is not None else w.total_j)
+
+
+def hold_program(windows: Iterable[Window]) -> bool:
+    """Whether every window holds the program's part; False when one was written before windows held it,
+    and then a view shows the machine's figure for all of them alike."""
+    return all(w.program_total_j is not None for w in windows)
 
 
 def _machine_energy(w: Window) -> float:
@@ -61,7 +68,7 @@ def _program_by_source(w: Window) -> dict[str, float]:
 def energy_of(windows: Iterable[Window]) -> str:
     """Whose energy the breakdown's figures are: "program" when every window holds the program's part,
     else "machine" (a file written before windows held it)."""
-    return "program" if all(w.program_total_j is not None for w in windows) else "machine"
+    return "program" if hold_program(windows) else "machine"
 
 
 def _worker_nodes(profile: Profile, rank: int | None = None) -> list[Node]:
@@ -238,12 +245,12 @@ def _fetch_of(c: Window, fetches: list[Window], used: set[int]) -> Window | None
 def _step_row(c: Window, f: Window | None, pre: list[Window], epochs: list[Window]) -> dict[str, Any]:
     r: dict[str, Any] = {"step": int(c.index), "start_s": f.start_s if f else c.start_s}
     r["wait_s"] = f.time_s if f else 0.0
-    r["wait_j"] = _window_energy(f) if f else 0.0
+    r["wait_j"] = window_program_j(f) if f else 0.0
     r["preprocess_s"] = sum(p.time_s for p in pre)
-    r["preprocess_j"] = sum(_window_energy(p) for p in pre)
+    r["preprocess_j"] = sum(window_program_j(p) for p in pre)
     # the preprocess windows are nested in compute: take them out so the phases are disjoint
     r["compute_s"] = max(c.time_s - r["preprocess_s"], 0.0)
-    r["compute_j"] = max(_window_energy(c) - r["preprocess_j"], 0.0)
+    r["compute_j"] = max(window_program_j(c) - r["preprocess_j"], 0.0)
     by_source = _program_by_source(c)
     for sid, j in (_program_by_source(f) if f else {}).items():
         by_source[sid] = by_source.get(sid, 0.0) + j
@@ -261,7 +268,7 @@ def _step_row(c: Window, f: Window | None, pre: list[Window], epochs: list[Windo
 
 def _end_of_data_waits(fetches: list[Window], used: set[int]) -> list[dict[str, Any]]:
     """The fetches of no step: next() found the loader exhausted."""
-    return [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": _window_energy(f),
+    return [{"after_step": int(f.index) - 1, "time_s": f.time_s, "energy_j": window_program_j(f),
              "machine_energy_j": _machine_energy(f)}
             for i, f in enumerate(fetches) if i not in used]
 

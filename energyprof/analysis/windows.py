@@ -8,7 +8,7 @@ from ..record import field, record
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Window
-from .training import breakdown
+from .training import breakdown, window_program_j
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -34,8 +34,7 @@ class WindowRow:
     @property
     def program(self) -> float:
         """The program's part of it (the machine's in files written before windows held it)."""
-        program = self.window.program_total_j
-        return program if program is not None else self.window.total_j
+        return window_program_j(self.window)
 
 
 @record

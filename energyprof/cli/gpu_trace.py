@@ -53,11 +53,11 @@ def gpu_trace_cmd(argv: list[str]) -> int:
     from ..collect.kernels import kineto
     from ..collect.sensors.replay import TraceError, load_trace
     from ..core.gpu_tree import profile_from
-    from ..core.kernels import attribute, tree_nodes
+    from ..core.kernels import attribute
     from ..output.writer import write_outputs
     from ..facts.profile import Note
     from ..facts.profile import Source
-    from ..render.gpu import gpu_console, line_group
+    from ..render.gpu import gpu_console
 
     ns = build_gpu_trace_parser().parse_args(argv)
     if ns.output is None and ns.json is None:
@@ -119,8 +119,7 @@ def gpu_trace_cmd(argv: list[str]) -> int:
                                          "unlinked_records": dict(bw.unlinked_records), "flow_events": bw.flows}}
     att = attribute(((k.stack, k.device, k.name, k.start_ns, k.end_ns) for k in trace.kernels), intervals,
                     {d: period_s * 1e9 for d in gpus}, sensor_error=ns.sensor_error,
-                    peak_w=None if ns.peak_power is None else {d: ns.peak_power for d in gpus},
-                    groups=lambda stack: tree_nodes(stack) + (line_group(stack),))
+                    peak_w=None if ns.peak_power is None else {d: ns.peak_power for d in gpus})
     if bw.records:
         unlinked_j = sum(fig.joules for path in bw.unlinked_paths for fig in att.stacks.get(path, {}).values())
         meta["backward"]["unlinked_j"] = unlinked_j
@@ -157,7 +156,7 @@ def gpu_trace_cmd(argv: list[str]) -> int:
         if text:
             lines = text.splitlines(keepends=True)
             at = next((i for i, ln in enumerate(lines) if ln.startswith("energyprof: wrote")), len(lines))
-            sys.stderr.write("".join(lines[:at]) + gpu_console(att, bw) + "".join(lines[at:]))
+            sys.stderr.write("".join(lines[:at]) + gpu_console(profile) + "".join(lines[at:]))
     return 0
 
 

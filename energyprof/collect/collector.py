@@ -473,7 +473,11 @@ class LocalFeed:
                             cmd = " ".join(k.cmdline())[:200]
                         except Exception:  # noqa: BLE001
                             cmd = k.name()
-                        info = self.child_processes[k.pid] = {"pid": k.pid, "command": cmd, "cpu_time_s": 0.0}
+                        # its role is a fact, taken once here: every view (page, JSON) reads this field
+                        from ..engines.roles import process_role
+
+                        info = self.child_processes[k.pid] = {"pid": k.pid, "command": cmd, "cpu_time_s": 0.0,
+                                                              "role": process_role(cmd) or "child"}
                     info["cpu_time_s"] = max(info["cpu_time_s"], cpu_ns / 1e9)
                     total += cpu_ns
             except Exception:  # noqa: BLE001 - it ended while we looked

@@ -770,20 +770,41 @@ class Ledger:
         """So far `count` threads of process `pid` ran under the thread group whose node ends stack `sid`."""
         self.thread_counts.setdefault(pid, {})[sid] = count
 
+    @property
+    def charged_ns(self) -> int | None:
+        """The time up to which the ticks have been charged: the oldest tick still held (waiting for the
+        samples that cover it), else the last one; None before any tick."""
+        return self._ticks[0].t_ns if self._ticks else self.last_ns
+
+    def program_parts(self, policy: str) -> tuple[list[float], dict[int, list[float]]]:
+        """The program's energy so far per source under `policy`: what no sample carried, and each
+        process's part (their sum is the program's attributed energy so far)."""
+        check_policy(policy)
+        share = policy == "share"
+        return (list(self.root_share if share else self.root_all),
+                {proc: list(ps.share if share else ps.all) for proc, ps in self.procs.items()})
+
+    def program_energy(self, policy: str) -> list[float]:
+        """The program's energy so far per source under `policy` (the `process_table` rows' sum)."""
+        total, parts = self.program_parts(policy)
+        for row in parts.values():
+            for i, v in enumerate(row):
+                total[i] += v
+        return total
+
     def process_table(self, policy: str) -> list[dict[str, Any]]:
         """One row per followed process; their energies add up to the program's attributed
         energy (what no sample carried, and processes not listed, count as the main one's)."""
         check_policy(policy)
         if not self.process_info:
             return []
-        share = policy == "share"
         listed = self.process_info
         main = next((pid for pid, info in listed.items() if info.get("role") == "main"), next(iter(listed)))
         energy = {pid: [0.0] * self.n for pid in listed}
-        energy[main] = list(self.root_share if share else self.root_all)
-        for proc, ps in self.procs.items():
+        energy[main], parts = self.program_parts(policy)
+        for proc, part in parts.items():
             row = energy[proc if proc in listed else main]
-            for i, v in enumerate(ps.share if share else ps.all):
+            for i, v in enumerate(part):
                 row[i] += v
         out = []
         for pid, info in listed.items():

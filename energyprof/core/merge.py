@@ -19,9 +19,10 @@ import bisect
 import datetime as _dt
 from typing import Any
 
-from ..record import field, record
+from ..record import field, record, replace
 from ..facts.profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
     Totals, Window
+from ..facts.records import GpuDevice, GpuKernels, GpuSchedule, GpuStack
 from .ledger import remainder
 from ..facts.policy import PolicyError
 from ..facts.policy import check_policy
@@ -173,6 +174,15 @@ def _group_by_machine(members: list[_Member]) -> dict[str, list[_Member]]:
 
 
 @record
+class _GpuPart:
+    """One member's kernel facts as the job holds them: under the tree nodes its samples went under."""
+    kernels: GpuKernels
+    prefix: tuple[tuple[str, str, int], ...]  # the frames of `[node host]` and `[rank R]` above its tree, outermost first
+    offset_s: float  # where its clock's zero is on the job's
+    scale: dict[str, float]  # the factor on its `all` figures, per source (empty: 1)
+
+
+@record
 class _Job:
     """The joined job as it is built, machine by machine: its tree and the figures summed over its nodes."""
     root: Node
@@ -196,6 +206,7 @@ class _Job:
     own_cpu_s: float = 0.0
     peaks: list[int] = field(default_factory=list)
     io_by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    gpu: list[_GpuPart] = field(default_factory=list)  # each member's kernel facts, where it has them
 
     def offset(self, start: float | None) -> float:
         """Where a profile that started at `start` begins on the job's clock."""
@@ -236,8 +247,11 @@ def _join_run(job: _Job, group: list[_Member], host: str, parent: Node) -> float
     for m in group:
         _keep_sources(job.sources, m.profile)
     run = _run_energy(group, machine)
+    above = () if parent is job.root else ((parent.function, parent.file, parent.line),)
     for m in group:
-        _add_member(job, m, _rank_holder(job, m, parent, len(group)), host, run.scale_all if len(group) > 1 else None)
+        holder = _rank_holder(job, m, parent, len(group))
+        prefix = above + (() if holder is parent else ((holder.function, holder.file, holder.line),))
+        _add_member(job, m, holder, host, run.scale_all if len(group) > 1 else None, prefix)
     node_peak = sum(m.profile.totals.peak_rss_bytes or 0 for m in group)
     if node_peak:
         job.peaks.append(node_peak)
@@ -306,9 +320,11 @@ def _rank_holder(job: _Job, m: _Member, parent: Node, run_size: int) -> Node:
     return parent
 
 
-def _add_member(job: _Job, m: _Member, holder: Node, host: str, scale: dict[str, float] | None) -> None:
-    """One member's tree, windows, processes, notes and CPU into the job; `scale`: the factor on its `all`
-    figures (None: the run's only profile, its figures kept as they are)."""
+def _add_member(job: _Job, m: _Member, holder: Node, host: str, scale: dict[str, float] | None,
+                prefix: tuple[tuple[str, str, int], ...] = ()) -> None:
+    """One member's tree, windows, processes, kernel facts, notes and CPU into the job; `scale`: the factor on
+    its `all` figures (None: the run's only profile, its figures kept as they are); `prefix`: the frames of
+    the nodes above its tree (`holder` and its parent)."""
     p = m.profile
     _add_root_figures(holder, p.root, scale or {})
     for c in p.root.children:
@@ -317,6 +333,8 @@ def _add_member(job: _Job, m: _Member, holder: Node, host: str, scale: dict[str,
     offset = job.offset(m.start)
     job.windows.extend(_window_on_job_clock(w, offset, m.rank, host, scale) for w in p.windows)
     job.processes.extend(_process_of_job(proc, m.rank, host, scale) for proc in p.processes)
+    if p.gpu_kernels is not None:
+        job.gpu.append(_GpuPart(p.gpu_kernels, prefix, offset, dict(scale or {})))
     who = f"rank {m.rank}" if m.rank is not None else host
     for n in p.notes:
         if not any(x.message == n.message for x in job.notes):
@@ -412,7 +430,7 @@ def _job_profile(job: _Job, meta0: dict[str, Any], members: list[_Member], label
     try:
         return Profile(meta=meta, sources=list(job.sources.values()), totals=totals, root=root, windows=job.windows,
                        timeline=_timeline(job.timelines), notes=job.notes, processes=job.processes,
-                       extra=_merged_io(job.io_by_node))
+                       extra=_merged_io(job.io_by_node), gpu_kernels=_merged_gpu(job.gpu))
     except ProfileFormatError as exc:
         raise MergeError(str(exc)) from None
 
@@ -527,3 +545,124 @@ def _bucket(tl: Timeline, t: float) -> int | None:
         return None
     j = bisect.bisect_right(tl.start_s, t) - 1
     return j if 0 <= j < len(tl.end_s) and t < tl.end_s[j] else None
+
+
+# ---------------------------------------------------------------- GPU kernels
+
+
+def _merged_gpu(parts: list[_GpuPart]) -> GpuKernels | None:
+    """The members' kernel facts as one (facts/records.GpuKernels), as the tree joins their samples: each
+    launch stack under the `[node host]` and `[rank R]` nodes its member's tree went under, so ranks and
+    nodes stay apart; a device's figures summed over the members that used it, as the sources' are.
+
+    Bars: a node above a member's tree holds, on a device, every stack of the members beneath it; its bar is
+    the sum of their outermost nodes' bars (a bound: worst cases are not taken to cancel). A member with a
+    stack that has no node bars (an older file) gives its stacks none, and each then counts its own bar.
+    The other policy: a device's `other_policy_energy_j` sums the members' (each scaled as its tree's `all`
+    figures are); where members of one device were split at different ratios, its total under `all` is
+    exact and each stack's is its part of it."""
+    if not parts:
+        return None
+    top_bars: dict[tuple[int, int], dict[Any, float] | None] = {}  # (part, device) -> outermost node -> its bar
+    for i, part in enumerate(parts):
+        for st in part.kernels.stacks:
+            key = (i, st.device)
+            tops = top_bars.setdefault(key, {})
+            if tops is None:
+                continue
+            if st.node_error_j is None or not st.path:
+                top_bars[key] = None
+            else:
+                tops[tuple(st.path[0])] = st.node_error_j[0]
+    above: dict[tuple[int, Any], float] = {}  # (device, prefix) -> the bar of the node at that prefix
+    for (i, device), tops in top_bars.items():
+        if tops is None:
+            continue
+        prefix = parts[i].prefix
+        for depth in range(1, len(prefix) + 1):
+            key = (device, prefix[:depth])
+            above[key] = above.get(key, 0.0) + sum(tops.values())
+    stacks: list[GpuStack] = []
+    for i, part in enumerate(parts):
+        prefix = part.prefix
+        for st in part.kernels.stacks:
+            bars = None
+            if top_bars.get((i, st.device)) is not None and st.node_error_j is not None:
+                bars = [above[(st.device, prefix[:d])] for d in range(1, len(prefix) + 1)] + list(st.node_error_j)
+            stacks.append(replace(st, path=[*prefix, *(tuple(f) for f in st.path)], node_error_j=bars,
+                                  kernels=list(st.kernels)))
+    devices: dict[str, list[tuple[_GpuPart, GpuDevice]]] = {}
+    for part in parts:
+        for d, dev in part.kernels.devices.items():
+            devices.setdefault(d, []).append((part, dev))
+    cycles = [p.kernels.cycles for p in parts if p.kernels.cycles is not None]
+    clock = [p.kernels.clock_error_ns for p in parts if p.kernels.clock_error_ns is not None]
+    extra: dict[str, Any] = {}
+    for p in parts:
+        extra.update(p.kernels.extra)
+    return GpuKernels(method="; ".join(dict.fromkeys(p.kernels.method for p in parts)),
+                      devices={d: _merged_device(v) for d, v in sorted(devices.items())}, stacks=stacks,
+                      records=sum(p.kernels.records for p in parts), cycles=sum(cycles) if cycles else None,
+                      clock_error_ns=max(clock) if clock else None, unplaced=_summed(p.kernels.unplaced for p in parts),
+                      fold=_summed(p.kernels.fold for p in parts), schedule=_merged_schedule(parts), extra=extra)
+
+
+def _merged_device(held: list[tuple[_GpuPart, GpuDevice]]) -> GpuDevice:
+    """One device's figures over the members that used it: energies, times and bars summed, shares weighted
+    by energy, the busy lanes on the job's clock."""
+    devs = [d for _, d in held]
+    energy = sum(d.energy_j for d in devs)
+
+    def weighted(values: list[float | None]) -> float | None:
+        if any(v is None for v in values):
+            return None
+        return _weighted_mean(values, [d.energy_j for d in devs])  # type: ignore[arg-type]
+
+    other = [None if d.other_policy_energy_j is None else d.other_policy_energy_j * part.scale.get(d.source, 1.0)
+             for part, d in held]
+    idle_bars = [d.idle_error_j for d in devs]
+    lane = sorted(([c[0] + part.offset_s, c[1] + part.offset_s, c[2]] for part, d in held for c in d.busy_lane),
+                  key=lambda c: (c[0], c[1]))
+    return GpuDevice(devs[0].source, energy, sum(d.idle_j for d in devs), sum(d.busy_s for d in devs),
+                     max(d.update_period_s for d in devs), sum(d.short_j for d in devs),
+                     weighted([d.short_share for d in devs]) or 0.0, sum(d.unmeasured_busy_s for d in devs),
+                     idle_error_j=None if any(b is None for b in idle_bars) else sum(idle_bars),  # type: ignore[arg-type]
+                     split_share=weighted([d.split_share for d in devs]),
+                     other_policy_energy_j=None if any(o is None for o in other) else sum(other),  # type: ignore[arg-type]
+                     busy_lane=lane)
+
+
+def _merged_schedule(parts: list[_GpuPart]) -> GpuSchedule | None:
+    """The profiled spans of every member that ran its capture on a schedule (each span on its member's
+    clock), their count and time added, each device's profiled share weighted by its energy."""
+    held = [p.kernels for p in parts if p.kernels.schedule is not None]
+    if not held:
+        return None
+    by_device: dict[str, tuple[list[float], list[float]]] = {}
+    for k in held:
+        assert k.schedule is not None
+        for d, x in k.schedule.profiled_share.items():
+            xs, ws = by_device.setdefault(d, ([], []))
+            xs.append(x)
+            ws.append(k.devices[d].energy_j if d in k.devices else 0.0)
+    spans = [list(x) for k in held for x in k.schedule.spans_ns][:1000]  # type: ignore[union-attr]
+    return GpuSchedule(spans, sum(k.schedule.windows for k in held),  # type: ignore[union-attr]
+                       sum(k.schedule.profiled_s for k in held),  # type: ignore[union-attr]
+                       {d: _weighted_mean(xs, ws) for d, (xs, ws) in by_device.items()})
+
+
+def _weighted_mean(values: list[float], weights: list[float]) -> float:
+    """The mean of `values` weighted by `weights` (energies); the plain mean where they hold none."""
+    total = sum(weights)
+    if total > 0:
+        return sum(v * w for v, w in zip(values, weights)) / total
+    return sum(values) / len(values) if values else 0.0
+
+
+def _summed(dicts: Any) -> dict[str, Any]:
+    """Counts added over the members; a width (the fold's `cell_ns`) is the widest."""
+    out: dict[str, Any] = {}
+    for d in dicts:
+        for k, v in d.items():
+            out[k] = max(out.get(k, 0), v) if k.endswith("_ns") and not k.endswith("cpu_ns") else out.get(k, 0) + v
+    return out

@@ -137,19 +137,15 @@ class Timeline:
             moved[i] = t1
         return starts
 
-    def note_program(self, t0: int, t1: int, share_j: float | Sequence[float], all_j: float | Sequence[float]) -> None:
-        """The program's energy over [t0, t1] under both idle policies, spread like the machine's: given
-        per source, each source's part over the span its own energy of that tick was spread over."""
+    def note_program(self, t0: int, t1: int, share_j: Sequence[float], all_j: Sequence[float]) -> None:
+        """The program's energy over [t0, t1] under both idle policies, per source (as the ledger charges
+        it), spread like the machine's: each source's part over the span its own energy of that tick was
+        spread over."""
         if self.origin_ns is None or t1 <= t0:
             return
         starts = self._spans.pop(t1, None)
         while self._spans and next(iter(self._spans)) <= t1:  # ticks charged already, or never to be
             del self._spans[next(iter(self._spans))]
-        if isinstance(share_j, (int, float)) or isinstance(all_j, (int, float)):
-            share, every = float(sum(share_j) if not isinstance(share_j, (int, float)) else share_j), \
-                float(sum(all_j) if not isinstance(all_j, (int, float)) else all_j)
-            self._note_program_span(t0, t1, share, every)
-            return
         by_start: dict[int, list[float]] = {}
         for i, (a, b) in enumerate(zip(share_j, all_j)):
             if a == 0.0 and b == 0.0:

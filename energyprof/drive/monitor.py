@@ -118,6 +118,7 @@ class Monitor:
         self._live_own = OwnClocks()
         self._live = LiveExport(self.options, own=self._live_own)
         self._live.carbon = self._carbon
+        self._live.methods = {s["id"]: s["method"] for s in self.sources}  # each point says measured or estimated
         self._live_next = 0
         self._live_last: tuple[int, list[float], list[float]] = (self._first[0], [0.0] * len(self.sensors),
                                                                  [0.0] * len(self.sensors))

@@ -148,7 +148,7 @@ class Process(_Record):
     pid: int
     parent_pid: int | None = None
     command: str = ""
-    role: str = "child"  # main, child, rank, worker
+    role: str = "child"  # main, child, rank, worker, or an engine's (ray worker, ray daemon raylet, dask worker)
     rank: int | None = None
     local_rank: int | None = None
     cpu_time_s: float = 0.0

@@ -5,15 +5,20 @@ and MLflow's live window logging, all on threads of energyprof's own.
     python -m energyprof --influx 'http://HOST:8086?org=ORG&bucket=B'  # 2.x: INFLUX_TOKEN from the environment
     python -m energyprof --pushgateway http://HOST:9091 train.py       # Prometheus pushgateway
 
-What goes out (every point tagged with the host, the run and the source):
+What goes out (every point tagged with the host, the run, the source and its `method`, measured or
+estimated; carbon is always estimated):
 - about once a second, per source: `energyprof` with machine_power_watts, machine_energy_joules,
   program_power_watts, program_energy_joules (energy cumulative since the start, the program's
   under the run's idle policy), as far as the ledger has charged it;
 - each window as it is charged: `energyprof_window` (tag `window`: its name) with index, seconds,
-  machine_energy_joules, program_energy_joules, program_carbon_grams;
+  machine_energy_joules, program_energy_joules, machine_carbon_grams, program_carbon_grams;
 - at the end, from the finished profile: a last `energyprof` point whose program energy is the
   profile's exactly, and `energyprof_carbon` (machine_grams, program_grams, intensity_g_per_kwh);
 - `log_metrics({...})`: figures of the program's (a forecast after each epoch) as `energyprof_metric`.
+Carbon is priced by the report's arithmetic (analysis/carbon.py, `CarbonFigures.grams`): the end's from
+the finished profile exactly as the report prices it; a window's at the run's intensity, or with an
+intensity time series at its mean over the window (the report's figure wherever the window's power was
+even over it).
 For the pushgateway, a point's field is the metric `<measurement>_<field>` (`energyprof_program_energy_joules`),
 pushed (PUT) with every figure so far under /metrics/job/energyprof/instance/<host>/run/<run>.
 
@@ -434,7 +439,10 @@ class LiveExport:
         self.run = run or os.environ.get("ENERGYPROF_LIVE_RUN") or (
             time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(start)) + f"-{os.getpid()}")
         self.wall_offset_ns = time.time_ns() - time.perf_counter_ns()
-        self.carbon = None  # (g/kWh, PUE) for the windows' carbon, set by the driver
+        self.started_wall_ns = int(start * 1e9)
+        self.carbon = None  # (g/kWh, PUE) of the Measurements logged to MLflow, set by the driver
+        self.pricing = _carbon_settings(options)  # the report's carbon settings: the points' carbon
+        self.methods: dict[str, str] = {}  # source id -> measured or estimated, set by whoever feeds the points
         self.points: list[Channel] = []
         self.mlflow: Channel | None = None
         if getattr(options, "influx", None):
@@ -451,7 +459,20 @@ class LiveExport:
         return [*self.points, *([self.mlflow] if self.mlflow is not None else [])]
 
     def tags(self, source: str, **more: str) -> dict[str, str]:
-        return {"host": self.host, "run": self.run, "source": source, **more}
+        method = self.methods.get(source)
+        return {"host": self.host, "run": self.run, "source": source, **({"method": method} if method else {}), **more}
+
+    def span_carbon(self, start_wall_ns: int, end_wall_ns: int) -> Any:
+        """The figures (analysis/carbon.CarbonFigures) pricing energy spent over a span of wall time; None
+        where carbon is off."""
+        from ..analysis.carbon import CarbonSettings, span_figures
+
+        settings = self.pricing
+        if settings is None and self.carbon is not None:  # the driver's own (g/kWh, PUE)
+            from ..carbon.intensity import Intensity
+
+            settings = CarbonSettings(intensity=Intensity(self.carbon[0], "the run's setting", ""), pue=self.carbon[1])
+        return None if settings is None else span_figures(settings, start_wall_ns / 1e9, end_wall_ns / 1e9)
 
     def wall_ns(self, perf_ns: int) -> int:
         return perf_ns + self.wall_offset_ns
@@ -487,15 +508,18 @@ class LiveExport:
 
     def window_points(self, name: str, index: int | None, seconds: float, t_ns: int, machine: dict[str, float],
                       program: dict[str, float]) -> list[Point]:
-        g, pue = self.carbon if self.carbon is not None else (None, 1.0)
+        """A window's points, one per source, ending at wall time `t_ns`: its energy, and its carbon priced
+        as the report prices the window's."""
+        fig = self.span_carbon(t_ns - int(seconds * 1e9), t_ns)
         out = []
         for sid, em in machine.items():
             ep = program.get(sid, 0.0)
             fields = {"seconds": seconds, "machine_energy_joules": em, "program_energy_joules": ep}
             if index is not None:
                 fields["index"] = float(index)
-            if g is not None:
-                fields["program_carbon_grams"] = _grams(ep, g, pue)
+            if fig is not None:
+                fields["machine_carbon_grams"] = fig.grams({sid: em})
+                fields["program_carbon_grams"] = fig.grams({sid: ep})
             out.append(Point(f"{MEASUREMENT}_window", self.tags(sid, window=str(name)), fields, t_ns))
         return out
 
@@ -513,12 +537,19 @@ class LiveExport:
         if _current is self:
             _current = None
         try:
+            fig = None
             if profile is not None:
                 t = profile.totals
                 totals = ({k: float(v) for k, v in (t.get("energy_j") or {}).items()},
                           {k: float(v) for k, v in (t.get("attributed_j") or {}).items()})
+                for s in profile.sources:  # the profile says each source's method, whoever fed the points
+                    self.methods.setdefault(s.id, s.method)
+                if self.pricing is not None:
+                    from ..analysis.carbon import carbon
+
+                    fig = carbon(profile, self.pricing)  # the report's figures, to the last bit
             if totals is not None:
-                self.emit(self._final_points(*totals, last))
+                self.emit(self._final_points(*totals, last, fig))
         finally:
             deadline = time.monotonic() + wait_s
             for ch in self.channels:
@@ -526,12 +557,15 @@ class LiveExport:
         return self.summary()
 
     def _final_points(self, machine: dict[str, float], program: dict[str, float],
-                      last: tuple[int, dict[str, float], dict[str, float]] | None) -> list[Point]:
+                      last: tuple[int, dict[str, float], dict[str, float]] | None, fig: Any = None) -> list[Point]:
+        """The run's last points; its carbon priced by `fig` (the profile's CarbonFigures), else over the run's
+        span of wall time."""
         now = time.time_ns()
         t_last, m_last, p_last = last if last is not None else (None, {}, {})
         dt = (now - t_last) / 1e9 if t_last is not None and now > t_last else 0.0
         points = []
-        g, pue = self.carbon if self.carbon is not None else (None, 1.0)
+        if fig is None:
+            fig = self.span_carbon(self.started_wall_ns, now)
         for sid in machine:
             em, ep = machine[sid], program.get(sid, 0.0)
             pm = (em - m_last.get(sid, 0.0)) / dt if dt > 0 and sid in m_last else 0.0
@@ -539,18 +573,26 @@ class LiveExport:
             points.append(Point(MEASUREMENT, self.tags(sid), {"machine_power_watts": max(0.0, pm), "machine_energy_joules": em,
                                                                 "program_power_watts": max(0.0, pp), "program_energy_joules": ep},
                                 now))
-            if g is not None:
-                points.append(Point(f"{MEASUREMENT}_carbon", self.tags(sid),
-                                    {"machine_grams": _grams(em, g, pue), "program_grams": _grams(ep, g, pue),
-                                     "intensity_g_per_kwh": float(g), "pue": float(pue)}, now))
+            if fig is not None:  # carbon: an energy priced at an intensity, which is an estimate
+                points.append(Point(f"{MEASUREMENT}_carbon", {**self.tags(sid), "method": "estimated"},
+                                    {"machine_grams": fig.grams({sid: em}), "program_grams": fig.grams({sid: ep}),
+                                     "intensity_g_per_kwh": float(fig.by_source.get(sid, fig.default_g_per_kwh)),
+                                     "pue": float(fig.pue)}, now))
         return points
 
     def summary(self) -> dict[str, Any]:
         return {"run": self.run, "host": self.host, "sinks": [ch.report() for ch in self.channels]}
 
 
-def _grams(joules: float, g_per_kwh: float, pue: float) -> float:
-    return joules / 3.6e6 * pue * g_per_kwh
+def _carbon_settings(options: Any) -> Any:
+    """The report's carbon settings of the run's options (output/writer.carbon_settings: the intensity, an
+    intensity time series read, the PUE); None where they cannot be had (options are checked before the run)."""
+    try:
+        from .writer import carbon_settings
+
+        return carbon_settings(options)
+    except Exception:  # noqa: BLE001 - carbon is never worth the run's export
+        return None
 
 
 def dropped_line(summary: dict[str, Any]) -> str | None:
@@ -605,6 +647,8 @@ class LedgerWatch:
         self.export = export
         self.ledger = ledger
         self.policy = policy
+        for s in ledger.sources:
+            export.methods.setdefault(s["id"], s.get("method") or "measured")
         self.lock = lock
         self.spool = spool
         self.blocks: list[tuple[int, Any]] = []  # filled by the job feed (supervised runs only)
@@ -647,15 +691,11 @@ class LedgerWatch:
 
     def _figures(self) -> None:
         led = self.ledger
-        charged = led._ticks[0].t_ns if led._ticks else led.last_ns
+        charged = led.charged_ns
         if charged is None or charged <= (self._last[0] if self._last is not None else (led.first_ns or charged)):
             return  # nothing charged since the last figures (or at all)
-        share = self.policy == "share"
         machine = list(led.total)
-        program = list(led.root_share if share else led.root_all)
-        for ps in led.procs.values():
-            for i, v in enumerate(ps.share if share else ps.all):
-                program[i] += v
+        program = led.program_energy(self.policy)
         t0, m0, p0 = self._last if self._last is not None else (led.first_ns or charged, [0.0] * led.n, [0.0] * led.n)
         dt = (charged - t0) / 1e9
         pm = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(machine, m0)]

@@ -172,11 +172,7 @@ def role_name(p: Any, by_pid: dict[int, Any], ranked: bool) -> str:
         return "launcher" if ranked else "the program"
     if p.role == "worker":
         return "DataLoader worker" + of_rank
-    if p.role == "child":  # an engine's process in a profile written before roles were kept: its command says
-        from ..engines.roles import engine_role
-
-        return (engine_role(p.command) or "child") + of_rank
-    return p.role + of_rank
+    return p.role + of_rank  # an engine's role (ray worker, dask worker, ...) as the facts hold it
 
 
 def rank_epoch_rows(by_rank: dict[int, dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:

@@ -306,6 +306,17 @@ def _whose(b: Any) -> str:
             else "the machine's: this file's windows hold no program part")
 
 
+def _whose_ranks(by_rank: dict[int, Any]) -> str:
+    """Whose energy the per-rank table's figures are, said as the single-process table says it; per rank
+    where the ranks' files differ (a join of files written before and after windows held the program's part)."""
+    kinds = {r: b.get("energy_of", "program") for r, b in by_rank.items()}
+    if len(set(kinds.values())) <= 1:
+        return f"Energy here is {esc(_whose(next(iter(by_rank.values()), {})))}."
+    machine = ", ".join(str(r) for r, k in kinds.items() if k != "program")
+    return (f"Energy here is the program&#39;s (its part of each window) for every rank but {esc(machine)}, whose "
+            "figures are the machine&#39;s: their files&#39; windows hold no program part.")
+
+
 def _io_cols(b: Any) -> bool:
     return any("read_mb" in e for e in b["epochs"])
 
@@ -446,7 +457,7 @@ def _training_ranks(ctx: dict[str, Any], name: str, by_rank: dict[int, dict[str,
     out = ['  <section class="training-ranks">\n'
            f'  <h3>Training loop per rank: {esc(name)} (fetch stall = {esc(at(first, "stall_definition"))})</h3>\n'
            '  <p class="hint">Each rank\'s own steps; the ranks side by side. A rank that waits longer for data or computes '
-           'longer holds the others back at every synchronisation.</p>\n'
+           f'longer holds the others back at every synchronisation. {_whose_ranks(by_rank)}</p>\n'
            '  <div class="table-wrap"><table class="windows">\n'
            f'    <thead><tr><th>rank</th>{_TRAINING_HEAD}<th>step energy (mean &plusmn; sd)</th></tr></thead>\n    <tbody>\n']
 
@@ -461,7 +472,8 @@ def _training_ranks(ctx: dict[str, Any], name: str, by_rank: dict[int, dict[str,
                    f'<td>{esc(s(total(ep, "compute_s")))}</td>\n'
                    f'      <td>{"&ndash;" if stall is None else esc(stall)}</td>\n'
                    f'      <td>{esc(j(total(ep, "fetch_j")))}</td><td>{esc(j(total(ep, "compute_j")))}</td>\n'
-                   f'      <td>{esc(j(step["mean"]))} &plusmn; {esc(j(step["stdev"]))}</td></tr>\n')
+                   f'      <td>{esc(j(step["mean"]))} &plusmn; {esc(j(step["stdev"]))}'
+                   f'{_machine_beside(b, (b.get("machine_step_energy_j") or {}).get("mean"))}</td></tr>\n')
     out.append('    </tbody>\n  </table></div>\n  <details><summary>Per epoch and rank</summary>\n'
                '  <div class="table-wrap"><table class="windows">\n'
                f'    <thead><tr><th>epoch</th><th>rank</th>{_TRAINING_HEAD}</tr></thead>\n    <tbody>\n')
