@@ -42,10 +42,13 @@ import os
 import threading
 import time
 from collections import deque
-from typing import Any, Iterable
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from ..record import field, record
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 PERIOD_S = 1.0  # the figures' period
 CAPACITY = 4096  # points (or MLflow items) a sink holds before the oldest are dropped
