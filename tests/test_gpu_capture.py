@@ -789,3 +789,29 @@ def test_the_programs_once_only_warnings_stay_once_only(tmp_path):
     assert plain.stderr.count("UserWarning") == 1
     assert armed.stderr == plain.stderr
     assert armed.stdout.count("cycle") >= 5  # windows did open and close between the warnings
+
+
+def test_a_capture_that_gives_up_charges_its_last_reduction_to_energyprof(monkeypatch):
+    """The capture gives up while its profiler records (the program's own profiler, a failed step): the
+    stop reduces the open cycle on the program's thread, and that CPU is energyprof's, as on the normal
+    stop path: every nanosecond the capture spent is handed to the sampler, the give-up's included."""
+    pytest.importorskip("torch")
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from energyprof.agent import sampler
+    from energyprof.agent.kernel_capture import KernelCapture
+
+    charged: list[int] = []
+    monkeypatch.setattr(sampler, "charge_own", charged.append)
+    fold = KernelFold()
+    cap = KernelCapture(fold, activities=[ProfilerActivity.CPU])
+    cap.start()
+    x = torch.randn(16, 16)
+    for _ in range(3):
+        x = (x @ x).tanh()
+    before, spent = len(charged), cap.cost_ns
+    cap._give_up("the program runs its own PyTorch profiler")
+    assert cap.cycles == 1 and cap.prof is None and not cap.live  # the open cycle was reduced
+    assert len(charged) > before and cap.cost_ns > spent  # the reduction's CPU, charged
+    assert sum(charged) == cap.cost_ns

@@ -59,6 +59,10 @@ KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
 KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") off stderr
 
 
+WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
+           "and the steps it profiles are not in the kernel figures")
+
+
 class _Quiet:
     """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr: Kineto reads its level
     once, when it first starts, so the variable is set for that moment only (and never where the program
@@ -290,21 +294,36 @@ class KernelCapture:
         prof, self.prof = self.prof, None
         if prof is not None and stop and self._on:
             try:
-                with _Quiet():
-                    prof.stop()
+                self._stop_prof(prof)  # the open cycle reduced: energyprof's CPU, as on the normal stop path
             except Exception:  # noqa: BLE001
                 pass
         self._on = False
         self.recording = False
         if not in_hook:
             self._remove_hook()
+        self._note(f"--gpu-kernels: the PyTorch profiler capture stopped ({why}); kernels after this point are "
+                   "left out, and the GPU figures from then on are where Python waited")
+
+    def _note(self, text: str) -> None:
+        """A line for the report, through the sink's `note` where it has one; never raises into the program."""
         note = getattr(self.sink, "note", None)
         if note is not None:
             try:
-                note(f"--gpu-kernels: the PyTorch profiler capture stopped ({why}); kernels after this point are "
-                     "left out, and the GPU figures from then on are where Python waited")
+                note(text)
             except Exception:  # noqa: BLE001
                 pass
+
+    def _stop_prof(self, prof: Any, t0_thread: int | None = None) -> None:
+        """Stop energyprof's profiler (on_trace_ready reduces the open cycle inside): kept off stderr, and its
+        CPU (from `t0_thread`, else from now) charged to energyprof, whatever the stop raises."""
+        t = self._mark() if t0_thread is None else t0_thread
+        self._own_call = True
+        try:
+            with _Quiet():
+                prof.stop()
+        finally:
+            self._own_call = False
+            self._spent(t)
 
     def _program_starts(self) -> None:
         """A profiler is starting (torch's start hook): not energyprof's, and energyprof's records, so
@@ -321,23 +340,15 @@ class KernelCapture:
             self._note_start()  # a prepared window ends empty, now: its cycle spans no time of the program's
         self._on = False
         try:
-            self._own_call = True
-            with _Quiet():
-                prof.stop()  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
+            self._stop_prof(prof, t)  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
         except Exception:  # noqa: BLE001
             pass
-        finally:
-            self._own_call = False
-        self._spent(t)
         self.recording = False
         if self.by_default:
             self._give_up("the program runs its own PyTorch profiler", stop=False, in_hook=True)
         elif not self.skipped:
             self.skipped += 1
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
-                     "while it is on, and the steps it profiles are not in the kernel figures")
+            self._note(WAITING)
 
     def _foreign(self) -> bool:
         """The program's own profiler is on, where energyprof's would start or prepare a window: on by
@@ -351,10 +362,7 @@ class KernelCapture:
         if self.prof is not None and getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP":
             self.prof = None  # its prepared session is the program's now: a fresh profiler once that one is off
         if not self.skipped:
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
-                     "while it is on, and the steps it profiles are not in the kernel figures")
+            self._note(WAITING)
         self.skipped += 1
         return True
 
@@ -374,13 +382,13 @@ class KernelCapture:
             # on each cycle is EVERY steps, reduced as it ends
             t = self._mark()
             prof, self.prof = self.prof, None
-            if prof is not None:
-                with _Quiet():
-                    prof.stop()
-            self._on = False
+            try:
+                if prof is not None:
+                    self._stop_prof(prof, t)
+            finally:
+                self._on = False
             self.scheduled = True
             self.every = self.active = WHOLE_RUN_STEPS
-            self._spent(t)
         if self.prof is None:
             if self.scheduled and not self._foreign():
                 self._begin(with_schedule=True)
@@ -443,9 +451,7 @@ class KernelCapture:
                 prof.export_chrome_trace(path, use_python_export=True)
         except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
             self.failed = f"{type(exc).__name__}: {exc}"
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
+            self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
         finally:
             self.running = {}
         self._keep_to_budget()
@@ -480,13 +486,10 @@ class KernelCapture:
             return
         if not self._on and _foreign_profiler():
             return  # the program's profiler is the one on: stopping energyprof's would end the program's
-        t = self._mark()
         try:
-            with _Quiet():
-                prof.stop()  # a cycle still recording ends here: on_trace_ready reduces it
+            self._stop_prof(prof)  # a cycle still recording ends here: on_trace_ready reduces it
         except Exception as exc:  # noqa: BLE001
             self.failed = f"{type(exc).__name__}: {exc}"
-        self._spent(t)
 
 
 class SpoolSink:
