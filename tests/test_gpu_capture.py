@@ -815,3 +815,65 @@ def test_a_capture_that_gives_up_charges_its_last_reduction_to_energyprof(monkey
     assert cap.cycles == 1 and cap.prof is None and not cap.live  # the open cycle was reduced
     assert len(charged) > before and cap.cost_ns > spent  # the reduction's CPU, charged
     assert sum(charged) == cap.cost_ns
+
+
+_OWN_LEVEL = """import os, sys, torch
+import torch.autograd.profiler as tap
+from energyprof.agent import kernel_capture as kc
+seen = set()
+real = tap._run_on_profiler_start
+def spy(*a, **k):  # the program's environment at the moment any profiler starts (a child started then inherits it)
+    seen.add(os.environ.get("KINETO_LOG_LEVEL"))
+    return real(*a, **k)
+tap._run_on_profiler_start = spy
+class Sink:
+    def add(self, c): print("cycle")
+    def note(self, t): print("note:", t)
+if sys.argv[1] == "on":
+    cap = kc.KernelCapture(Sink(), activities=[torch.profiler.ProfilerActivity.CPU], steps="2:1")
+    kc.register(cap); cap.start()
+m = torch.nn.Linear(2, 2)
+def steps(n):
+    for _ in range(n):
+        kc.step()
+        m(torch.ones(2)).sum().backward()
+steps(6)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+    m(torch.ones(2)).sum()
+steps(6)
+if sys.argv[1] == "on":
+    cap.stop()
+print("seen", sorted(map(str, seen)), "end", os.environ.get("KINETO_LOG_LEVEL"))
+"""
+
+
+@pytest.mark.parametrize("user_level", [None, "2"])
+def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_were(tmp_path, user_level):
+    """energyprof's profiler cycles are kept off stderr without touching the program's environment: a
+    KINETO_LOG_LEVEL the user set (or its absence) is what the program sees at every moment, also while
+    energyprof's profiler starts; the program's own profiler logs at the level Kineto would have used
+    under plain python (its `profiler_start` lines, or the user's level's); the program's stderr is the
+    same as under plain python, torch's warnings included, but for times and ids in Kineto's lines."""
+    pytest.importorskip("torch")
+    import os
+    import re
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(_OWN_LEVEL)
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    if user_level is not None:
+        env["KINETO_LOG_LEVEL"] = user_level
+    plain, armed = (subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                                   cwd=tmp_path, timeout=300, env=env) for mode in ("off", "on"))
+    assert plain.returncode == armed.returncode == 0, armed.stderr
+    assert armed.stdout.count("cycle") >= 4  # energyprof's windows did start and stop around the program's
+    want = f"seen {[str(user_level)]} end {user_level}"
+    assert want in plain.stdout and want in armed.stdout, armed.stdout
+
+    def kineto(err):  # Kineto's lines carry the time and the process's ids: the rest must match
+        return [re.sub(r"^([A-Z]+):\S+ \S+ \d+:\d+ ", r"\1 ", line) for line in err.splitlines()]
+
+    assert "profiler_start" in plain.stderr  # Kineto's default level shows it: the program's own profiler's
+    assert kineto(armed.stderr) == kineto(plain.stderr)

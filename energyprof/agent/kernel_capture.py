@@ -22,6 +22,9 @@ from typing import Any, Callable
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
+# The note when the program's own profiler holds energyprof's windows back (said once a run)
+WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
+           "and the steps it profiles are not in the kernel figures")
 
 
 def clock_offset(rounds: int = 64, clock: Callable[[], int] = time.time_ns,
@@ -55,31 +58,80 @@ def _schedule(steps: str) -> tuple[int, int, int]:
 # What torch's profiler says on stderr that is energyprof's doing, not the program's.
 QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
                   "CUDA is not available", "Incorrect schedule")
-KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
-KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") off stderr
-
-
-WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
-           "and the steps it profiles are not in the kernel figures")
+# Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
+# from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
+KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
+KINETO_QUIET = 6  # above USDT (5): Kineto's USDT/STAGE lines ("profiler_start") off stderr
 
 
 class _Quiet:
-    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr: Kineto reads its level
-    once, when it first starts, so the variable is set for that moment only (and never where the program
-    set its own). torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`):
-    entering and leaving `warnings.catch_warnings` at every start, step and stop would reset Python's
-    record of warnings already shown, and the program's once-per-line warnings would print again."""
+    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr during energyprof's own
+    start, step or stop only, without touching the program's environment: Kineto's level is raised above
+    its lines for the call and set back after, to what it was, or to what Kineto set it to inside the
+    call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
+    hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
+    at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
+    torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`): entering and
+    leaving `warnings.catch_warnings` at every start, step and stop would reset Python's record of
+    warnings already shown, and the program's once-per-line warnings would print again."""
 
-    first = True  # Kineto reads its log level at its first start only
+    depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
+    restore: int | None = None  # the level to set back once the outermost call ends
 
     def __enter__(self) -> None:
-        self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
-        if self._env:
-            os.environ[KINETO_LOG_ENV] = KINETO_QUIET
+        _Quiet.depth += 1
+        if _Quiet.depth == 1:
+            _quiet_start()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._env and os.environ.get(KINETO_LOG_ENV) == KINETO_QUIET:
-            del os.environ[KINETO_LOG_ENV]
+        _Quiet.depth -= 1
+        if _Quiet.depth:
+            return
+        restore, _Quiet.restore = _Quiet.restore, None
+        level = _kineto_level()
+        if level is not None and restore is not None and level.value == KINETO_QUIET:
+            level.value = restore
+
+
+def _quiet_start() -> None:
+    """Inside energyprof's call: Kineto's level above its lines, the level found kept to set back after.
+    Called as the call begins, and from torch's start hook just before a profiler is enabled (after
+    Kineto's first start has set its level from the environment)."""
+    level = _kineto_level() if _Quiet.depth else None
+    if level is not None and level.value != KINETO_QUIET:
+        _Quiet.restore = level.value
+        level.value = KINETO_QUIET
+
+
+_LEVEL: list[Any] = []  # [Kineto's level as a ctypes int, or None where it is not found], looked up once
+
+
+def _kineto_level() -> Any:
+    """Kineto's log level in torch's loaded library (none is loaded that is not already); None before torch
+    is imported (looked up again later) or where no library holds it."""
+    if _LEVEL:
+        return _LEVEL[0]
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return None
+    found = None
+    try:
+        import ctypes
+        import glob
+
+        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+        mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
+        for path in sorted(glob.glob(os.path.join(libdir, "libtorch_cpu.*"))) + sorted(
+                glob.glob(os.path.join(libdir, "lib*kineto*"))) + sorted(glob.glob(os.path.join(libdir, "libtorch*"))):
+            try:
+                found = ctypes.c_int.in_dll(ctypes.CDLL(path, mode=mode), KINETO_LEVEL_SYMBOL)
+                break
+            except (OSError, ValueError, AttributeError):
+                continue
+    except Exception:  # noqa: BLE001 - no ctypes, an odd torch: Kineto's lines are left as they are
+        found = None
+    _LEVEL.append(found)
+    return found
 
 
 _FILTERED = False
@@ -142,6 +194,7 @@ def _watch_profiler_starts(capture: Any) -> None:
 def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
     def watched(*args: Any, **kwargs: Any) -> Any:
         try:
+            _quiet_start()  # energyprof's own start (a no-op otherwise): after Kineto's first start set its level
             for cap in _WATCHED:
                 cap._program_starts()
         except Exception:  # noqa: BLE001 - never into the program
@@ -257,12 +310,12 @@ class KernelCapture:
                 # the profiled span starts before torch was imported: no kernel of this program can have
                 # run meanwhile, so that time is the GPU's idle time, not where Python waited
                 self.t_start = t_wall
+            _watch_profiler_starts(self)  # before the start: its hook quiets Kineto's first start (_quiet_start)
             self._own_call = True
             try:
                 self.prof.start()
             finally:
                 self._own_call = False
-        _watch_profiler_starts(self)
         self._on = not with_schedule or self._action(0).name.startswith("RECORD")
         self._spent(t)
 
@@ -432,7 +485,6 @@ class KernelCapture:
         profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
         t_end = time.perf_counter_ns()
         self.recording = False
-        _Quiet.first = False  # a cycle was recorded: Kineto has started, and read its level
         try:
             from ..collect.kernels.reduce import FullPaths, reduce_events
 
