@@ -877,3 +877,69 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
 
     assert "profiler_start" in plain.stderr  # Kineto's default level shows it: the program's own profiler's
     assert kineto(armed.stderr) == kineto(plain.stderr)
+
+
+def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_hooks():
+    """On by default, the capture starts on the sampler's thread (the program was just seen using CUDA),
+    maybe while the program's main thread is inside optimizer.step() running torch's global post-step
+    hooks: a hook inserted then makes that loop raise in the program ("OrderedDict mutated during
+    iteration", where a hook of the program's follows). Here the program's own first hook holds
+    its step there while the capture starts: the step ends normally, the hook is registered on the main
+    thread once no step runs (asked again as the sampler's next period does), and it then counts steps."""
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from energyprof.agent import kernel_capture as kc
+
+    class Spool:
+        def event(self, line):
+            pass
+
+    m = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    inside, go = threading.Event(), threading.Event()
+
+    def programs_hook(*_a):
+        if not go.is_set():
+            inside.set()
+            go.wait(60)
+
+    mine = [register_optimizer_step_post_hook(programs_hook), register_optimizer_step_post_hook(lambda *_a: None)]
+    failed = []
+
+    def sampler():  # the sampler's check: CUDA in use, so the capture starts (as on by default)
+        try:
+            inside.wait(60)
+            kc.start_capture(Spool(), auto=True)
+        except BaseException as exc:  # noqa: BLE001
+            failed.append(exc)
+        finally:
+            go.set()
+
+    kc._capture = None
+    thread = threading.Thread(target=sampler)
+    try:
+        thread.start()
+        m(torch.ones(2)).sum().backward()
+        opt.step()  # the program's step, its hooks running while the capture starts
+        thread.join()
+        assert not failed
+        cap = kc._capture
+        assert cap is not None and cap.live
+        for _ in range(3):  # the sampler's next periods ask again; the main thread runs a few bytecodes
+            kc.hook_when_safe()
+            sum(range(100))
+        assert cap.hook is not None
+        steps = cap.steps
+        opt.step()
+        assert cap.steps == steps + 1
+    finally:
+        go.set()
+        thread.join()
+        for handle in mine:
+            handle.remove()
+        if kc._capture is not None:
+            kc._capture.stop()
+        kc._capture = None

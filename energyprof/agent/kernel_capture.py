@@ -239,6 +239,7 @@ class KernelCapture:
         self.cost_ns = 0  # CPU spent reducing and exporting
         self.failed: str | None = None
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
+        self.hook_asked = False  # the hook's registration waits on the main thread (hook_when_safe)
         self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
         self._last_step = 0
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
@@ -588,19 +589,14 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
             _capture = KernelCapture(SpoolSink(spool), steps=steps, export=export)
         _capture.start()
         if auto:
-            _hook_optimizer(_capture)
+            hook_when_safe()  # on the sampler's thread: the hook itself is registered on the main thread
     return _capture
 
 
 def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
-    the hook goes when the capture stops.
-
-    On by default, this runs on the sampler's thread, while the program may be iterating torch's global
-    hook dict inside optimizer.step(): an insertion in that moment would make the iteration raise. It is
-    left so: a copy of the dict swapped in would break the handles of hooks the program registered (their
-    remove() would act on the old dict), and the program's thread offers no point to register from where
-    the loop is not tracked. The window is one dict insertion, once a run."""
+    the hook goes when the capture stops. Called on a thread of the program's (the in-process Profiler's
+    start, or `_hook_on_main`), never beside a step that runs the hooks: see `hook_when_safe`."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
         import importlib
@@ -612,6 +608,68 @@ def _hook_optimizer(capture: KernelCapture) -> None:
     register = getattr(optim, "register_optimizer_step_post_hook", None)
     if register is not None:
         capture.hook = register(lambda *_a, **_k: step("optimizer"))
+
+
+_ON_MAIN: list[Any] = []  # the C callback `_hook_on_main`, made once and kept: C may call it until the process ends
+
+
+def hook_when_safe() -> None:
+    """The capture on by default starts on the sampler's thread (the program was just seen using CUDA), maybe
+    while the program is inside optimizer.step() running torch's global post-step hooks: a hook inserted
+    into that dict then makes the program's loop raise ("OrderedDict mutated during iteration"). A copy of
+    the dict swapped in instead would break the program's own hooks' handles (their remove() would act on
+    the old dict). So the hook is registered on the program's main thread, between two of its bytecodes
+    (CPython's pending call, Py_AddPendingCall), and only where no thread is inside an optimizer's step
+    then (`_hook_on_main`); otherwise the sampler asks again at its next period (agent/supervised.py).
+    Nothing is asked where the capture is not on by default, is stopped, or already has its hook."""
+    cap = _capture
+    if cap is None or not cap.by_default or not cap.live or cap.hook is not None or cap.hook_asked or not cap._ours():
+        return
+    try:
+        import ctypes
+
+        if not _ON_MAIN:
+            _ON_MAIN.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_hook_on_main))
+        cap.hook_asked = True
+        if ctypes.pythonapi.Py_AddPendingCall(_ON_MAIN[0], None) != 0:
+            cap.hook_asked = False  # CPython's queue is full: asked again at the next period
+    except Exception:  # noqa: BLE001 - no ctypes (another Python): steps come from a tracked loop only
+        cap.hook_asked = True
+
+
+def _hook_on_main(_arg: Any) -> int:
+    """On the main thread, between two of its bytecodes: the optimizer's hook registered unless a thread is
+    inside an optimizer's step (its frames in torch/optim/optimizer.py: the hooks may be running). Raises
+    nothing (C called it; what it raised would be printed on the program's stderr and lost); a Ctrl-C
+    that lands in here is handed back to the program."""
+    try:
+        t0 = time.thread_time_ns()
+        cap = _capture
+        if cap is not None:
+            cap.hook_asked = False
+            if cap.live and cap.hook is None and cap._ours() and not _in_optimizer_step():
+                _hook_optimizer(cap)
+        _charge_own(time.thread_time_ns() - t0)
+    except KeyboardInterrupt:
+        import _thread
+
+        _thread.interrupt_main()
+    except BaseException:  # noqa: BLE001 - never into the program
+        pass
+    return 0
+
+
+_OPTIMIZER_FILE = os.sep + os.path.join("torch", "optim", "optimizer.py")
+
+
+def _in_optimizer_step() -> bool:
+    """Some thread runs code of torch/optim/optimizer.py (its step wrapper runs the hooks' loops)."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(_OPTIMIZER_FILE):
+                return True
+            frame = frame.f_back
+    return False
 
 
 def register(capture: KernelCapture | None) -> None:

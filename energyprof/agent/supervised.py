@@ -125,6 +125,9 @@ class Agent:
         if _term is not None:
             _term.rescue()
         self._check_gpu()
+        capture = sys.modules.get("energyprof.agent.kernel_capture")
+        if capture is not None:  # the capture on by default: its optimizer hook, registered once safe
+            capture.hook_when_safe()
 
     def _check_gpu(self) -> None:
         """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
