@@ -230,22 +230,28 @@ def test_window_edges_are_kept_exact_and_bounded(tmp_path: Path, monkeypatch: py
     assert all(len(v) == len(fact["t_s"]) for v in fact["disks"]["sda"].values())
 
 
-def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
-    """The counters read at a window's edge run on the program's thread: that thread's CPU for them
-    goes to energyprof (the sampler's charge), as the kernel capture's does."""
+def _burning(burnt: list[int]):
+    """A stand-in for the edge's reading that burns 2 ms of this thread's CPU (whatever the load), saying how much."""
     import time
 
-    from energyprof.agent import sampler
-    from energyprof.agent.supervised import Agent
-
-    burnt = []
-
-    def reading(disks):
+    def reading(*_a):
         t0 = time.thread_time_ns()
-        while time.thread_time_ns() - t0 < 2_000_000:  # 2 ms of this thread's CPU, whatever the load
+        while time.thread_time_ns() - t0 < 2_000_000:
             pass
         burnt.append(time.thread_time_ns() - t0)
         return (1, 2, 3, 4, 5, 6), {}
+
+    return reading
+
+
+def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
+    """The counters read at a window's edge run on the program's thread: that thread's CPU for them
+    goes to energyprof (the sampler's charge), as the kernel capture's does."""
+    from energyprof.agent import sampler
+    from energyprof.agent.supervised import Agent
+
+    burnt: list[int] = []
+    reading = _burning(burnt)
 
     events = []
 
@@ -262,3 +268,24 @@ def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
         sampler._charged[0] = before
     assert len(events) == 1 and events[0].startswith("I\t123")
     assert charged >= burnt[0] >= 2_000_000
+
+
+def test_an_in_process_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
+    """energy_profile()'s windows read the counters at their edges on the program's thread too: that CPU
+    goes to energyprof (the sampler's charge), as under `python -m energyprof`."""
+    from energyprof.agent import sampler
+    from energyprof.drive.profiler import Profiler
+
+    burnt: list[int] = []
+    reading = _burning(burnt)
+
+    class Fake:
+        _io = type("R", (), {"read_edge": staticmethod(reading)})()
+
+    before = sampler._charged[0]
+    try:
+        Profiler._io_edge(Fake(), 123)
+        charged = sampler._charged[0] - before
+    finally:
+        sampler._charged[0] = before
+    assert len(burnt) == 1 and charged >= burnt[0] >= 2_000_000

@@ -326,12 +326,18 @@ class Profiler:
 
     def _io_edge(self, t_ns: int) -> None:
         """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's
-        bytes are their differences at its edges, not figures interpolated between the collector's ticks."""
+        bytes are their differences at its edges, not figures interpolated between the collector's ticks.
+        That CPU is energyprof's (sampler.charge_own), not the program's, as under `python -m energyprof`."""
         if self._io is not None:
+            from ..agent.sampler import charge_own
+
+            t0 = time.thread_time_ns()
             try:
                 self._io.read_edge(t_ns)
             except Exception:  # noqa: BLE001 - an I/O figure is never worth the program's run
                 pass
+            finally:
+                charge_own(time.thread_time_ns() - t0)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""
