@@ -244,10 +244,21 @@ def _burning(burnt: list[int]):
     return reading
 
 
+def _charged_by(edge, fake) -> int:
+    """The CPU ns an edge (`Agent._io_edge` or `Profiler._io_edge`, on `fake`) handed to the sampler as energyprof's."""
+    from energyprof.agent import sampler
+
+    before = sampler._charged[0]
+    try:
+        edge(fake, 123)
+        return sampler._charged[0] - before
+    finally:
+        sampler._charged[0] = before
+
+
 def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
     """The counters read at a window's edge run on the program's thread: that thread's CPU for them
     goes to energyprof (the sampler's charge), as the kernel capture's does."""
-    from energyprof.agent import sampler
     from energyprof.agent.supervised import Agent
 
     burnt: list[int] = []
@@ -260,12 +271,7 @@ def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
         spool = type("S", (), {"event": staticmethod(events.append)})()
         _io_read = getattr(Agent, "_io_read", None)
 
-    before = sampler._charged[0]
-    try:
-        Agent._io_edge(Fake(), 123)
-        charged = sampler._charged[0] - before
-    finally:
-        sampler._charged[0] = before
+    charged = _charged_by(Agent._io_edge, Fake())
     assert len(events) == 1 and events[0].startswith("I\t123")
     assert charged >= burnt[0] >= 2_000_000
 
@@ -273,7 +279,6 @@ def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
 def test_an_in_process_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
     """energy_profile()'s windows read the counters at their edges on the program's thread too: that CPU
     goes to energyprof (the sampler's charge), as under `python -m energyprof`."""
-    from energyprof.agent import sampler
     from energyprof.drive.profiler import Profiler
 
     burnt: list[int] = []
@@ -282,12 +287,7 @@ def test_an_in_process_edges_reading_is_charged_to_energyprof_not_the_program() 
     class Fake:
         _io = type("R", (), {"read_edge": staticmethod(reading), "available": True})()
 
-    before = sampler._charged[0]
-    try:
-        Profiler._io_edge(Fake(), 123)
-        charged = sampler._charged[0] - before
-    finally:
-        sampler._charged[0] = before
+    charged = _charged_by(Profiler._io_edge, Fake())
     assert len(burnt) == 1 and charged >= burnt[0] >= 2_000_000
 
 
