@@ -718,11 +718,7 @@ def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tm
     plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, mode)
     assert plain.returncode == armed.returncode == 0, armed.stderr
     assert "kept 30" in plain.stdout and "kept 30" in armed.stdout, armed.stdout
-
-    def torch_lines(err):  # Kineto's info lines (USDT ... profiler_start): it reads its level once
-        return [line for line in err.splitlines() if not line.startswith("USDT:")]
-
-    assert torch_lines(armed.stderr) == torch_lines(plain.stderr) == []
+    assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)  # the program's own profiler's lines only
     assert "the program runs its own PyTorch profiler" in armed.stdout
     after = armed.stdout.split("kept 30")[1]
     assert ("cycle" in after) == (mode != "on")  # asked for: windows again once the program's is off
@@ -817,6 +813,13 @@ def test_a_capture_that_gives_up_charges_its_last_reduction_to_energyprof(monkey
     assert sum(charged) == cap.cost_ns
 
 
+def _stderr_lines(err: str) -> list[str]:
+    """stderr's lines, Kineto's without the time and the process's ids they carry (`USDT:DATE TIME PID:TID`)."""
+    import re
+
+    return [re.sub(r"^([A-Z]+):\S+ \S+ \d+:\d+ ", r"\1 ", line) for line in err.splitlines()]
+
+
 _OWN_LEVEL = """import os, sys, torch
 import torch.autograd.profiler as tap
 from energyprof.agent import kernel_capture as kc
@@ -856,7 +859,6 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
     same as under plain python, torch's warnings included, but for times and ids in Kineto's lines."""
     pytest.importorskip("torch")
     import os
-    import re
     import subprocess
     import sys
 
@@ -871,12 +873,8 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
     assert armed.stdout.count("cycle") >= 4  # energyprof's windows did start and stop around the program's
     want = f"seen {[str(user_level)]} end {user_level}"
     assert want in plain.stdout and want in armed.stdout, armed.stdout
-
-    def kineto(err):  # Kineto's lines carry the time and the process's ids: the rest must match
-        return [re.sub(r"^([A-Z]+):\S+ \S+ \d+:\d+ ", r"\1 ", line) for line in err.splitlines()]
-
     assert "profiler_start" in plain.stderr  # Kineto's default level shows it: the program's own profiler's
-    assert kineto(armed.stderr) == kineto(plain.stderr)
+    assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)
 
 
 def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_hooks():
