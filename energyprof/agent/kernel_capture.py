@@ -595,8 +595,9 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
 
 def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
-    the hook goes when the capture stops. Called on a thread of the program's (the in-process Profiler's
-    start, or `_hook_on_main`), never beside a step that runs the hooks: see `hook_when_safe`."""
+    the hook goes when the capture stops. Called on the program's thread only: the in-process Profiler's
+    start (the program's own call, as registering a hook itself would be), or `_hook_on_main`; never from
+    the sampler's thread (see `hook_when_safe`)."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
         import importlib
@@ -663,7 +664,9 @@ _OPTIMIZER_FILE = os.sep + os.path.join("torch", "optim", "optimizer.py")
 
 
 def _in_optimizer_step() -> bool:
-    """Some thread runs code of torch/optim/optimizer.py (its step wrapper runs the hooks' loops)."""
+    """Some thread runs code of torch/optim/optimizer.py (its step wrapper runs the hooks' loops). Exact for
+    the main thread, which runs this; a program stepping optimizers on other threads as well is covered as
+    far as a look at their stacks goes (one could enter a step in the few bytecodes before the insertion)."""
     for frame in sys._current_frames().values():
         while frame is not None:
             if frame.f_code.co_filename.endswith(_OPTIMIZER_FILE):
