@@ -718,11 +718,7 @@ def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tm
     plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, mode)
     assert plain.returncode == armed.returncode == 0, armed.stderr
     assert "kept 30" in plain.stdout and "kept 30" in armed.stdout, armed.stdout
-
-    def torch_lines(err):  # Kineto's info lines (USDT ... profiler_start): it reads its level once
-        return [line for line in err.splitlines() if not line.startswith("USDT:")]
-
-    assert torch_lines(armed.stderr) == torch_lines(plain.stderr) == []
+    assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)  # the program's own profiler's lines only
     assert "the program runs its own PyTorch profiler" in armed.stdout
     after = armed.stdout.split("kept 30")[1]
     assert ("cycle" in after) == (mode != "on")  # asked for: windows again once the program's is off
@@ -789,3 +785,159 @@ def test_the_programs_once_only_warnings_stay_once_only(tmp_path):
     assert plain.stderr.count("UserWarning") == 1
     assert armed.stderr == plain.stderr
     assert armed.stdout.count("cycle") >= 5  # windows did open and close between the warnings
+
+
+def test_a_capture_that_gives_up_charges_its_last_reduction_to_energyprof(monkeypatch):
+    """The capture gives up while its profiler records (the program's own profiler, a failed step): the
+    stop reduces the open cycle on the program's thread, and that CPU is energyprof's, as on the normal
+    stop path: every nanosecond the capture spent is handed to the sampler, the give-up's included."""
+    pytest.importorskip("torch")
+    import torch
+    from torch.profiler import ProfilerActivity
+
+    from energyprof.agent import sampler
+    from energyprof.agent.kernel_capture import KernelCapture
+
+    charged: list[int] = []
+    monkeypatch.setattr(sampler, "charge_own", charged.append)
+    fold = KernelFold()
+    cap = KernelCapture(fold, activities=[ProfilerActivity.CPU])
+    cap.start()
+    x = torch.randn(16, 16)
+    for _ in range(3):
+        x = (x @ x).tanh()
+    before, spent = len(charged), cap.cost_ns
+    cap._give_up("the program runs its own PyTorch profiler")
+    assert cap.cycles == 1 and cap.prof is None and not cap.live  # the open cycle was reduced
+    assert len(charged) > before and cap.cost_ns > spent  # the reduction's CPU, charged
+    assert sum(charged) == cap.cost_ns
+
+
+def _stderr_lines(err: str) -> list[str]:
+    """stderr's lines, Kineto's without the time and the process's ids they carry (`USDT:DATE TIME PID:TID`)."""
+    import re
+
+    return [re.sub(r"^([A-Z]+):\S+ \S+ \d+:\d+ ", r"\1 ", line) for line in err.splitlines()]
+
+
+_OWN_LEVEL = """import os, sys, torch
+import torch.autograd.profiler as tap
+from energyprof.agent import kernel_capture as kc
+seen = set()
+real = tap._run_on_profiler_start
+def spy(*a, **k):  # the program's environment at the moment any profiler starts (a child started then inherits it)
+    seen.add(os.environ.get("KINETO_LOG_LEVEL"))
+    return real(*a, **k)
+tap._run_on_profiler_start = spy
+class Sink:
+    def add(self, c): print("cycle")
+    def note(self, t): print("note:", t)
+if sys.argv[1] == "on":
+    cap = kc.KernelCapture(Sink(), activities=[torch.profiler.ProfilerActivity.CPU], steps="2:1")
+    kc.register(cap); cap.start()
+m = torch.nn.Linear(2, 2)
+def steps(n):
+    for _ in range(n):
+        kc.step()
+        m(torch.ones(2)).sum().backward()
+steps(6)
+with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:
+    m(torch.ones(2)).sum()
+steps(6)
+if sys.argv[1] == "on":
+    cap.stop()
+print("seen", sorted(map(str, seen)), "end", os.environ.get("KINETO_LOG_LEVEL"))
+"""
+
+
+@pytest.mark.parametrize("user_level", [None, "2"])
+def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_were(tmp_path, user_level):
+    """energyprof's profiler cycles are kept off stderr without touching the program's environment: a
+    KINETO_LOG_LEVEL the user set (or its absence) is what the program sees at every moment, also while
+    energyprof's profiler starts; the program's own profiler logs at the level Kineto would have used
+    under plain python (its `profiler_start` lines, or the user's level's); the program's stderr is the
+    same as under plain python, torch's warnings included, but for times and ids in Kineto's lines."""
+    pytest.importorskip("torch")
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(_OWN_LEVEL)
+    env = {k: v for k, v in os.environ.items() if k != "KINETO_LOG_LEVEL"}
+    if user_level is not None:
+        env["KINETO_LOG_LEVEL"] = user_level
+    plain, armed = (subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True,
+                                   cwd=tmp_path, timeout=300, env=env) for mode in ("off", "on"))
+    assert plain.returncode == armed.returncode == 0, armed.stderr
+    assert armed.stdout.count("cycle") >= 4  # energyprof's windows did start and stop around the program's
+    want = f"seen {[str(user_level)]} end {user_level}"
+    assert want in plain.stdout and want in armed.stdout, armed.stdout
+    assert "profiler_start" in plain.stderr  # Kineto's default level shows it: the program's own profiler's
+    assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)
+
+
+def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_hooks():
+    """On by default, the capture starts on the sampler's thread (the program was just seen using CUDA),
+    maybe while the program's main thread is inside optimizer.step() running torch's global post-step
+    hooks: a hook inserted then makes that loop raise in the program ("OrderedDict mutated during
+    iteration", where a hook of the program's follows). Here the program's own first hook holds
+    its step there while the capture starts: the step ends normally, the hook is registered on the main
+    thread once no step runs (asked again as the sampler's next period does), and it then counts steps."""
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    from energyprof.agent import kernel_capture as kc
+
+    class Spool:
+        def event(self, line):
+            pass
+
+    m = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    inside, go = threading.Event(), threading.Event()
+
+    def programs_hook(*_a):
+        if not go.is_set():
+            inside.set()
+            go.wait(60)
+
+    mine = [register_optimizer_step_post_hook(programs_hook), register_optimizer_step_post_hook(lambda *_a: None)]
+    failed = []
+
+    def sampler():  # the sampler's check: CUDA in use, so the capture starts (as on by default)
+        try:
+            inside.wait(60)
+            kc.start_capture(Spool(), auto=True)
+        except BaseException as exc:  # noqa: BLE001
+            failed.append(exc)
+        finally:
+            go.set()
+
+    kc._capture = None
+    thread = threading.Thread(target=sampler)
+    try:
+        thread.start()
+        m(torch.ones(2)).sum().backward()
+        opt.step()  # the program's step, its hooks running while the capture starts
+        thread.join()
+        assert not failed
+        cap = kc._capture
+        assert cap is not None and cap.live
+        for _ in range(3):  # the sampler's next periods ask again; the main thread runs a few bytecodes
+            kc.hook_when_safe()
+            sum(range(100))
+        assert cap.hook is not None
+        steps = cap.steps
+        opt.step()
+        assert cap.steps == steps + 1
+    finally:
+        go.set()
+        thread.join()
+        for handle in mine:
+            handle.remove()
+        if kc._capture is not None:
+            kc._capture.stop()
+        kc._capture = None

@@ -230,22 +230,39 @@ def test_window_edges_are_kept_exact_and_bounded(tmp_path: Path, monkeypatch: py
     assert all(len(v) == len(fact["t_s"]) for v in fact["disks"]["sda"].values())
 
 
-def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
-    """The counters read at a window's edge run on the program's thread: that thread's CPU for them
-    goes to energyprof (the sampler's charge), as the kernel capture's does."""
+def _burning(burnt: list[int]):
+    """A stand-in for the edge's reading that burns 2 ms of this thread's CPU (whatever the load), saying how much."""
     import time
 
-    from energyprof.agent import sampler
-    from energyprof.agent.supervised import Agent
-
-    burnt = []
-
-    def reading(disks):
+    def reading(*_a):
         t0 = time.thread_time_ns()
-        while time.thread_time_ns() - t0 < 2_000_000:  # 2 ms of this thread's CPU, whatever the load
+        while time.thread_time_ns() - t0 < 2_000_000:
             pass
         burnt.append(time.thread_time_ns() - t0)
         return (1, 2, 3, 4, 5, 6), {}
+
+    return reading
+
+
+def _charged_by(edge, fake) -> int:
+    """The CPU ns an edge (`Agent._io_edge` or `Profiler._io_edge`, on `fake`) handed to the sampler as energyprof's."""
+    from energyprof.agent import sampler
+
+    before = sampler._charged[0]
+    try:
+        edge(fake, 123)
+        return sampler._charged[0] - before
+    finally:
+        sampler._charged[0] = before
+
+
+def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
+    """The counters read at a window's edge run on the program's thread: that thread's CPU for them
+    goes to energyprof (the sampler's charge), as the kernel capture's does."""
+    from energyprof.agent.supervised import Agent
+
+    burnt: list[int] = []
+    reading = _burning(burnt)
 
     events = []
 
@@ -254,11 +271,88 @@ def test_an_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
         spool = type("S", (), {"event": staticmethod(events.append)})()
         _io_read = getattr(Agent, "_io_read", None)
 
-    before = sampler._charged[0]
-    try:
-        Agent._io_edge(Fake(), 123)
-        charged = sampler._charged[0] - before
-    finally:
-        sampler._charged[0] = before
+    charged = _charged_by(Agent._io_edge, Fake())
     assert len(events) == 1 and events[0].startswith("I\t123")
     assert charged >= burnt[0] >= 2_000_000
+
+
+def test_an_in_process_edges_reading_is_charged_to_energyprof_not_the_program() -> None:
+    """energy_profile()'s windows read the counters at their edges on the program's thread too: that CPU
+    goes to energyprof (the sampler's charge), as under `python -m energyprof`."""
+    from energyprof.drive.profiler import Profiler
+
+    burnt: list[int] = []
+    reading = _burning(burnt)
+
+    class Fake:
+        _io = type("R", (), {"read_edge": staticmethod(reading), "available": True})()
+
+    charged = _charged_by(Profiler._io_edge, Fake())
+    assert len(burnt) == 1 and charged >= burnt[0] >= 2_000_000
+
+
+# -- --io off: nothing read ------------------------------------------------------------------------------------
+WINDOWS = """
+import sys
+from energyprof.integrations.torch import window
+for k in range(3):
+    with window("w"):
+        sum(range(1000))
+print(sorted(m for m in ("energyprof.agent.iostat",) if m in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("io", ["on", "off"])
+def test_io_off_reads_no_counter_in_a_supervised_run(tmp_path: Path, io: str) -> None:
+    """`python -m energyprof --io off`: the program's windows read no counter at their edges (the reader
+    is never even loaded in the program), the supervisor reads none at its ticks, and the profile says
+    I/O was off; with --io on (the default) the same program's edges are read."""
+    (tmp_path / "s.py").write_text(WINDOWS)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    proc = run_cli(["--io", io, "--power-trace", "trace.csv", "-q", "--json", "p.json", "-o", "r.html", "s.py"],
+                   tmp_path, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    saved = json.loads((tmp_path / "p.json").read_text())
+    if io == "off":
+        assert proc.stdout == "[]\n"  # the edges' reader never loaded: no edge was read
+        assert saved["io"] == {"absent": "I/O is not recorded in this run (--io off)"}
+        assert "I/O is not recorded in this run (--io off)" in (tmp_path / "r.html").read_text()
+    else:
+        assert proc.stdout == "['energyprof.agent.iostat']\n"
+        assert saved["io"]["window_edges"] == 6
+
+
+def test_io_off_is_a_choice_checked_before_the_program(tmp_path: Path) -> None:
+    (tmp_path / "s.py").write_text("print('ran')\n")
+    proc = run_cli(["--io", "sometimes", "s.py"], tmp_path, timeout=60)
+    assert proc.returncode == 2 and "ran" not in proc.stdout and "--io" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_io_off_reads_nothing_in_process(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """energy_profile(io="off"): no counter read at the collector's ticks or at the windows' edges (every
+    /proc and /sys read of the recorder goes through read_bytes or counted_disks: none is called), and
+    the profile says I/O was off."""
+    import energyprof.agent.iostat as iostat
+    import energyprof.collect.io as cio
+    from energyprof.drive.profiler import Profiler
+
+    reads: list[str] = []
+
+    def counting(path: str):
+        reads.append(path)
+        return None
+
+    monkeypatch.setattr(cio, "read_bytes", counting)
+    monkeypatch.setattr(iostat, "read_bytes", counting)
+    monkeypatch.setattr(cio, "counted_disks", lambda *a: reads.append("/sys") or set())
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    prof = Profiler(quiet=True, summary=False, power_trace=str(tmp_path / "trace.csv"), sensor_interval=0.01, io="off")
+    prof.start()
+    try:
+        for _ in range(3):
+            with prof.window("w"):
+                sum(range(1000))
+    finally:
+        profile = prof.stop()
+    assert reads == [] and profile.extra["io"] == {"absent": cio.OFF}

@@ -22,6 +22,9 @@ from typing import Any, Callable
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
+# The note when the program's own profiler holds energyprof's windows back (said once a run)
+WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
+           "and the steps it profiles are not in the kernel figures")
 
 
 def clock_offset(rounds: int = 64, clock: Callable[[], int] = time.time_ns,
@@ -55,27 +58,80 @@ def _schedule(steps: str) -> tuple[int, int, int]:
 # What torch's profiler says on stderr that is energyprof's doing, not the program's.
 QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
                   "CUDA is not available", "Incorrect schedule")
-KINETO_LOG_ENV = "KINETO_LOG_LEVEL"
-KINETO_QUIET = "6"  # above ERROR: Kineto's USDT/STAGE lines ("profiler_start") off stderr
+# Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
+# from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
+KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
+KINETO_QUIET = 6  # above USDT (5): Kineto's USDT/STAGE lines ("profiler_start") off stderr
 
 
 class _Quiet:
-    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr: Kineto reads its level
-    once, when it first starts, so the variable is set for that moment only (and never where the program
-    set its own). torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`):
-    entering and leaving `warnings.catch_warnings` at every start, step and stop would reset Python's
-    record of warnings already shown, and the program's once-per-line warnings would print again."""
+    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr during energyprof's own
+    start, step or stop only, without touching the program's environment: Kineto's level is raised above
+    its lines for the call and set back after, to what it was, or to what Kineto set it to inside the
+    call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
+    hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
+    at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
+    torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`): entering and
+    leaving `warnings.catch_warnings` at every start, step and stop would reset Python's record of
+    warnings already shown, and the program's once-per-line warnings would print again."""
 
-    first = True  # Kineto reads its log level at its first start only
+    depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
+    restore: int | None = None  # the level to set back once the outermost call ends
 
     def __enter__(self) -> None:
-        self._env = _Quiet.first and KINETO_LOG_ENV not in os.environ
-        if self._env:
-            os.environ[KINETO_LOG_ENV] = KINETO_QUIET
+        _Quiet.depth += 1
+        if _Quiet.depth == 1:
+            _quiet_start()
 
     def __exit__(self, *exc: Any) -> None:
-        if self._env and os.environ.get(KINETO_LOG_ENV) == KINETO_QUIET:
-            del os.environ[KINETO_LOG_ENV]
+        _Quiet.depth -= 1
+        if _Quiet.depth:
+            return
+        restore, _Quiet.restore = _Quiet.restore, None
+        level = _kineto_level()
+        if level is not None and restore is not None and level.value == KINETO_QUIET:
+            level.value = restore
+
+
+def _quiet_start() -> None:
+    """Inside energyprof's call: Kineto's level above its lines, the level found kept to set back after.
+    Called as the call begins, and from torch's start hook just before a profiler is enabled (after
+    Kineto's first start has set its level from the environment)."""
+    level = _kineto_level() if _Quiet.depth else None
+    if level is not None and level.value != KINETO_QUIET:
+        _Quiet.restore = level.value
+        level.value = KINETO_QUIET
+
+
+_LEVEL: list[Any] = []  # [Kineto's level as a ctypes int, or None where it is not found], looked up once
+
+
+def _kineto_level() -> Any:
+    """Kineto's log level in torch's loaded library (none is loaded that is not already); None before torch
+    is imported (looked up again later) or where no library holds it."""
+    if _LEVEL:
+        return _LEVEL[0]
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return None
+    found = None
+    try:
+        import ctypes
+        import glob
+
+        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+        mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
+        for path in sorted(glob.glob(os.path.join(libdir, "libtorch_cpu.*"))) + sorted(
+                glob.glob(os.path.join(libdir, "lib*kineto*"))) + sorted(glob.glob(os.path.join(libdir, "libtorch*"))):
+            try:
+                found = ctypes.c_int.in_dll(ctypes.CDLL(path, mode=mode), KINETO_LEVEL_SYMBOL)
+                break
+            except (OSError, ValueError, AttributeError):
+                continue
+    except Exception:  # noqa: BLE001 - no ctypes, an odd torch: Kineto's lines are left as they are
+        found = None
+    _LEVEL.append(found)
+    return found
 
 
 _FILTERED = False
@@ -138,6 +194,7 @@ def _watch_profiler_starts(capture: Any) -> None:
 def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
     def watched(*args: Any, **kwargs: Any) -> Any:
         try:
+            _quiet_start()  # energyprof's own start (a no-op otherwise): after Kineto's first start set its level
             for cap in _WATCHED:
                 cap._program_starts()
         except Exception:  # noqa: BLE001 - never into the program
@@ -182,6 +239,7 @@ class KernelCapture:
         self.cost_ns = 0  # CPU spent reducing and exporting
         self.failed: str | None = None
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
+        self.hook_asked = False  # the hook's registration waits on the main thread (hook_when_safe)
         self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
         self._last_step = 0
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
@@ -253,12 +311,12 @@ class KernelCapture:
                 # the profiled span starts before torch was imported: no kernel of this program can have
                 # run meanwhile, so that time is the GPU's idle time, not where Python waited
                 self.t_start = t_wall
+            _watch_profiler_starts(self)  # before the start: its hook quiets Kineto's first start (_quiet_start)
             self._own_call = True
             try:
                 self.prof.start()
             finally:
                 self._own_call = False
-        _watch_profiler_starts(self)
         self._on = not with_schedule or self._action(0).name.startswith("RECORD")
         self._spent(t)
 
@@ -290,21 +348,36 @@ class KernelCapture:
         prof, self.prof = self.prof, None
         if prof is not None and stop and self._on:
             try:
-                with _Quiet():
-                    prof.stop()
+                self._stop_prof(prof)  # the open cycle reduced: energyprof's CPU, as on the normal stop path
             except Exception:  # noqa: BLE001
                 pass
         self._on = False
         self.recording = False
         if not in_hook:
             self._remove_hook()
+        self._note(f"--gpu-kernels: the PyTorch profiler capture stopped ({why}); kernels after this point are "
+                   "left out, and the GPU figures from then on are where Python waited")
+
+    def _note(self, text: str) -> None:
+        """A line for the report, through the sink's `note` where it has one; never raises into the program."""
         note = getattr(self.sink, "note", None)
         if note is not None:
             try:
-                note(f"--gpu-kernels: the PyTorch profiler capture stopped ({why}); kernels after this point are "
-                     "left out, and the GPU figures from then on are where Python waited")
+                note(text)
             except Exception:  # noqa: BLE001
                 pass
+
+    def _stop_prof(self, prof: Any, t0_thread: int | None = None) -> None:
+        """Stop energyprof's profiler (on_trace_ready reduces the open cycle inside): kept off stderr, and its
+        CPU (from `t0_thread`, else from now) charged to energyprof, whatever the stop raises."""
+        t = self._mark() if t0_thread is None else t0_thread
+        self._own_call = True
+        try:
+            with _Quiet():
+                prof.stop()
+        finally:
+            self._own_call = False
+            self._spent(t)
 
     def _program_starts(self) -> None:
         """A profiler is starting (torch's start hook): not energyprof's, and energyprof's records, so
@@ -321,23 +394,15 @@ class KernelCapture:
             self._note_start()  # a prepared window ends empty, now: its cycle spans no time of the program's
         self._on = False
         try:
-            self._own_call = True
-            with _Quiet():
-                prof.stop()  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
+            self._stop_prof(prof, t)  # on_trace_ready: the window so far reduced (a prepared one would be clobbered)
         except Exception:  # noqa: BLE001
             pass
-        finally:
-            self._own_call = False
-        self._spent(t)
         self.recording = False
         if self.by_default:
             self._give_up("the program runs its own PyTorch profiler", stop=False, in_hook=True)
         elif not self.skipped:
             self.skipped += 1
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
-                     "while it is on, and the steps it profiles are not in the kernel figures")
+            self._note(WAITING)
 
     def _foreign(self) -> bool:
         """The program's own profiler is on, where energyprof's would start or prepare a window: on by
@@ -351,10 +416,7 @@ class KernelCapture:
         if self.prof is not None and getattr(getattr(self.prof, "current_action", None), "name", "") == "WARMUP":
             self.prof = None  # its prepared session is the program's now: a fresh profiler once that one is off
         if not self.skipped:
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait "
-                     "while it is on, and the steps it profiles are not in the kernel figures")
+            self._note(WAITING)
         self.skipped += 1
         return True
 
@@ -374,13 +436,13 @@ class KernelCapture:
             # on each cycle is EVERY steps, reduced as it ends
             t = self._mark()
             prof, self.prof = self.prof, None
-            if prof is not None:
-                with _Quiet():
-                    prof.stop()
-            self._on = False
+            try:
+                if prof is not None:
+                    self._stop_prof(prof, t)
+            finally:
+                self._on = False
             self.scheduled = True
             self.every = self.active = WHOLE_RUN_STEPS
-            self._spent(t)
         if self.prof is None:
             if self.scheduled and not self._foreign():
                 self._begin(with_schedule=True)
@@ -424,7 +486,6 @@ class KernelCapture:
         profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
         t_end = time.perf_counter_ns()
         self.recording = False
-        _Quiet.first = False  # a cycle was recorded: Kineto has started, and read its level
         try:
             from ..collect.kernels.reduce import FullPaths, reduce_events
 
@@ -443,9 +504,7 @@ class KernelCapture:
                 prof.export_chrome_trace(path, use_python_export=True)
         except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
             self.failed = f"{type(exc).__name__}: {exc}"
-            note = getattr(self.sink, "note", None)
-            if note is not None:
-                note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
+            self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
         finally:
             self.running = {}
         self._keep_to_budget()
@@ -480,13 +539,10 @@ class KernelCapture:
             return
         if not self._on and _foreign_profiler():
             return  # the program's profiler is the one on: stopping energyprof's would end the program's
-        t = self._mark()
         try:
-            with _Quiet():
-                prof.stop()  # a cycle still recording ends here: on_trace_ready reduces it
+            self._stop_prof(prof)  # a cycle still recording ends here: on_trace_ready reduces it
         except Exception as exc:  # noqa: BLE001
             self.failed = f"{type(exc).__name__}: {exc}"
-        self._spent(t)
 
 
 class SpoolSink:
@@ -533,19 +589,15 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
             _capture = KernelCapture(SpoolSink(spool), steps=steps, export=export)
         _capture.start()
         if auto:
-            _hook_optimizer(_capture)
+            hook_when_safe()  # on the sampler's thread: the hook itself is registered on the main thread
     return _capture
 
 
 def _hook_optimizer(capture: KernelCapture) -> None:
     """Every optimizer's step marks a step (torch's global post-step hook), for a loop not tracked;
-    the hook goes when the capture stops.
-
-    On by default, this runs on the sampler's thread, while the program may be iterating torch's global
-    hook dict inside optimizer.step(): an insertion in that moment would make the iteration raise. It is
-    left so: a copy of the dict swapped in would break the handles of hooks the program registered (their
-    remove() would act on the old dict), and the program's thread offers no point to register from where
-    the loop is not tracked. The window is one dict insertion, once a run."""
+    the hook goes when the capture stops. Called on the program's thread only: the in-process Profiler's
+    start (the program's own call, as registering a hook itself would be), or `_hook_on_main`; never from
+    the sampler's thread (see `hook_when_safe`)."""
     optim = sys.modules.get("torch.optim.optimizer")
     if optim is None and "torch" in sys.modules:  # the program uses torch already: its optimizer module is cheap
         import importlib
@@ -557,6 +609,70 @@ def _hook_optimizer(capture: KernelCapture) -> None:
     register = getattr(optim, "register_optimizer_step_post_hook", None)
     if register is not None:
         capture.hook = register(lambda *_a, **_k: step("optimizer"))
+
+
+_ON_MAIN: list[Any] = []  # the C callback `_hook_on_main`, made once and kept: C may call it until the process ends
+
+
+def hook_when_safe() -> None:
+    """The capture on by default starts on the sampler's thread (the program was just seen using CUDA), maybe
+    while the program is inside optimizer.step() running torch's global post-step hooks: a hook inserted
+    into that dict then makes the program's loop raise ("OrderedDict mutated during iteration"). A copy of
+    the dict swapped in instead would break the program's own hooks' handles (their remove() would act on
+    the old dict). So the hook is registered on the program's main thread, between two of its bytecodes
+    (CPython's pending call, Py_AddPendingCall), and only where no thread is inside an optimizer's step
+    then (`_hook_on_main`); otherwise the sampler asks again at its next period (agent/supervised.py).
+    Nothing is asked where the capture is not on by default, is stopped, or already has its hook."""
+    cap = _capture
+    if cap is None or not cap.by_default or not cap.live or cap.hook is not None or cap.hook_asked or not cap._ours():
+        return
+    try:
+        import ctypes
+
+        if not _ON_MAIN:
+            _ON_MAIN.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_hook_on_main))
+        cap.hook_asked = True
+        if ctypes.pythonapi.Py_AddPendingCall(_ON_MAIN[0], None) != 0:
+            cap.hook_asked = False  # CPython's queue is full: asked again at the next period
+    except Exception:  # noqa: BLE001 - no ctypes (another Python): steps come from a tracked loop only
+        cap.hook_asked = True
+
+
+def _hook_on_main(_arg: Any) -> int:
+    """On the main thread, between two of its bytecodes: the optimizer's hook registered unless a thread is
+    inside an optimizer's step (its frames in torch/optim/optimizer.py: the hooks may be running). Raises
+    nothing (C called it; what it raised would be printed on the program's stderr and lost); a Ctrl-C
+    that lands in here is handed back to the program."""
+    try:
+        t0 = time.thread_time_ns()
+        cap = _capture
+        if cap is not None:
+            cap.hook_asked = False
+            if cap.live and cap.hook is None and cap._ours() and not _in_optimizer_step():
+                _hook_optimizer(cap)
+        _charge_own(time.thread_time_ns() - t0)
+    except KeyboardInterrupt:
+        import _thread
+
+        _thread.interrupt_main()
+    except BaseException:  # noqa: BLE001 - never into the program
+        pass
+    return 0
+
+
+_OPTIMIZER_FILE = os.sep + os.path.join("torch", "optim", "optimizer.py")
+
+
+def _in_optimizer_step() -> bool:
+    """Some thread runs code of torch/optim/optimizer.py (its step wrapper runs the hooks' loops). Exact for
+    the main thread, which runs this; a program stepping optimizers on other threads as well is covered as
+    far as a look at their stacks goes (one could enter a step in the few bytecodes before the insertion)."""
+    for frame in sys._current_frames().values():
+        while frame is not None:
+            if frame.f_code.co_filename.endswith(_OPTIMIZER_FILE):
+                return True
+            frame = frame.f_back
+    return False
 
 
 def register(capture: KernelCapture | None) -> None:

@@ -125,6 +125,9 @@ class Agent:
         if _term is not None:
             _term.rescue()
         self._check_gpu()
+        capture = sys.modules.get("energyprof.agent.kernel_capture")
+        if capture is not None:  # the capture on by default: its optimizer hook, registered once safe
+            capture.hook_when_safe()
 
     def _check_gpu(self) -> None:
         """Say once that this process uses CUDA (through torch), so GPU energy goes to it."""
@@ -199,7 +202,10 @@ class Agent:
         supervisor counts): a window's bytes are their differences at its own edges, not figures
         interpolated between the supervisor's ticks. About 20-35 us an edge, on the program's thread: that
         CPU is charged to energyprof (sampler.charge_own), not the program. The two reads still add to the
-        program's rchar and syscr (two calls, a few hundred bytes an edge); nothing where --io is off."""
+        program's rchar and syscr (two calls, a few hundred bytes an edge). Nothing is read where --io is off
+        or the system has no such counters: the supervisor then hands no disks (`io_disks`) to the program."""
+        if self._io is False:
+            return
         t0 = time.thread_time_ns()
         try:
             self._io_read(t)

@@ -15,6 +15,7 @@ import sys
 from .._version import __version__
 from ..setup.choices import DEFAULT_INTERVAL
 from ..setup.choices import DEFAULT_SENSOR_INTERVAL
+from ..setup.choices import IO_MODES
 from ..setup.choices import MEMORY_MODES
 from ..setup.choices import OUTPUTS
 from ..setup.choices import SAMPLERS
@@ -84,6 +85,9 @@ def build_run_parser() -> Parser:
     p.add_argument("--memory", default="rss", metavar=allowed(MEMORY_MODES),
                    help="rss (default, cheap), exact (tracemalloc: slow) or off")
     p.add_argument("--memory-children", action="store_true", help="count child processes' memory in RSS")
+    p.add_argument("--io", default="on", metavar=allowed(IO_MODES),
+                   help="on (default): the program's and the disks' I/O counters, at each tick and window edge;"
+                        " off: none read")
     p.add_argument("--no-peak-reset", dest="peak_reset", action="store_false",
                    help="do not reset the kernel's peak-RSS mark (VmHWM) to measure decorated calls' exact peaks")
     p.add_argument("--no-children", dest="children", action="store_false",

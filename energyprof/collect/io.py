@@ -37,6 +37,7 @@ SECTOR = 512  # diskstats counts 512-byte sectors whatever the device's own sect
 MAX_POINTS = 4000  # past this, every other tick's reading is let go: the counters stay exact at the ones kept
 MAX_EDGES = 8000  # window edges kept exact (a few MB of JSON at most); past this every other one is let go (the fact says so)
 ABSENT = "I/O is not recorded on this system (/proc/PID/io and /proc/diskstats are Linux's)"
+OFF = "I/O is not recorded in this run (--io off)"
 COUNTED = ("physical disks (block devices with no device beneath them): a volume stacked on others (LVM,"
            " dm-crypt, md) is counted through its disks, once")
 _SKIPPED = ("loop", "ram", "zram")
@@ -111,10 +112,13 @@ class IoRecorder:
     """Called by the collector at each tick; `edge` takes the readings at a window's edge. Keeps the
     counters as read, and writes them out aligned on one clock (`fact`)."""
 
-    def __init__(self, pid: Callable[[], int | str | None], proc_root: str = "/proc", sys_root: str = "/sys") -> None:
+    def __init__(self, pid: Callable[[], int | str | None], proc_root: str = "/proc", sys_root: str = "/sys",
+                 off: bool = False) -> None:
+        """`off` (--io off): nothing is read, not even to find the disks, and the fact says I/O was off."""
         self.pid = pid
         self.proc_root, self.sys_root = proc_root, sys_root
-        self.available = sys.platform.startswith("linux") and os.path.exists(os.path.join(proc_root, "diskstats"))
+        self.off = off
+        self.available = not off and sys.platform.startswith("linux") and os.path.exists(os.path.join(proc_root, "diskstats"))
         self.disks = counted_disks(sys_root) if self.available else set()
         self._listed: frozenset[str] = frozenset()  # the names /proc/diskstats gave last
         self.t_ns: list[int] = []
@@ -197,7 +201,7 @@ class IoRecorder:
         and every window edge on one sorted clock. At a time where a series has no reading of its own, its
         value is interpolated between its neighbours (held flat outside them)."""
         if not self.available:
-            return {"absent": ABSENT}
+            return {"absent": OFF if self.off else ABSENT}
         with self._lock:
             ticks = list(self.t_ns)
             process = {k: list(v) for k, v in self.process.items()}

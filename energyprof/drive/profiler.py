@@ -141,7 +141,8 @@ class Profiler:
                                rss_children=o.memory_children)
         from ..collect.io import IoRecorder
 
-        self._io = IoRecorder(lambda: self._pid)  # what `python -m energyprof` records: /proc/PID/io and the disks
+        # what `python -m energyprof` records: /proc/PID/io and the disks (io="off": nothing read)
+        self._io = IoRecorder(lambda: self._pid, off=o.io == "off")
         self._collector = Collector(
             found.sensors, self._feed, o.sensor_interval, own,
             sensor_timeout_s=o.sensor_timeout, checkpoint=self._checkpoint_header,
@@ -326,12 +327,19 @@ class Profiler:
 
     def _io_edge(self, t_ns: int) -> None:
         """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's
-        bytes are their differences at its edges, not figures interpolated between the collector's ticks."""
-        if self._io is not None:
+        bytes are their differences at its edges, not figures interpolated between the collector's ticks.
+        That CPU is energyprof's (sampler.charge_own), not the program's, as under `python -m energyprof`;
+        nothing is read where I/O is off (io="off") or not on this system."""
+        if self._io is not None and self._io.available:
+            from ..agent.sampler import charge_own
+
+            t0 = time.thread_time_ns()
             try:
                 self._io.read_edge(t_ns)
             except Exception:  # noqa: BLE001 - an I/O figure is never worth the program's run
                 pass
+            finally:
+                charge_own(time.thread_time_ns() - t0)
 
     def _cuda_sync(self) -> None:
         """With sync="cuda", wait for launched GPU work so a boundary holds all its energy."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 SAMPLERS = ("threads", "pyinstrument")
 MEMORY_MODES = ("rss", "exact", "off")
+IO_MODES = ("on", "off")  # --io: the I/O counters (/proc/PID/io, /proc/diskstats) read, or none at all
 OUTPUTS = ("json", "output", "speedscope", "folded", "csv", "pprof")  # the JSON first: it is the one to keep
 #: The sensor backends `--sensor` may name (collect/sensors/ implements each one).
 SENSORS = ("rapl", "perf", "nvml", "amdsmi", "tegrastats", "jtop", "powermetrics", "macmon", "model", "replay")

@@ -15,6 +15,7 @@ from ..facts.policy import IDLE_POLICIES
 from .choices import CARBON_OPTIONS
 from .choices import DEFAULT_INTERVAL
 from .choices import DEFAULT_SENSOR_INTERVAL
+from .choices import IO_MODES
 from .choices import MEMORY_MODES
 from .choices import OUTPUTS
 from .choices import SAMPLERS
@@ -78,6 +79,8 @@ class Options:
     memory: str = "rss"
     memory_children: bool = False
     peak_reset: bool = True
+    # I/O: "off" reads no counter at all (no /proc/PID/io, /proc/diskstats or /sys/block, at ticks or at window edges)
+    io: str = "on"
     # carbon and cost
     country: str | None = None
     region: str | None = None
@@ -109,6 +112,7 @@ class Options:
         _choice("idle", self.idle, IDLE_POLICIES)
         _choice("sampler", self.sampler, SAMPLERS)
         _choice("memory", self.memory, MEMORY_MODES)
+        _choice("io", self.io, IO_MODES)
         if self.sync not in (None, "cuda"):
             raise OptionError(f"--sync must be 'cuda' or left out, not {self.sync!r}")
         for name in OUTPUTS + ("emissions_csv", "checkpoint", "power_trace", "carbon_intensity_trace", "powercap_root"):

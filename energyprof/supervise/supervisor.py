@@ -49,7 +49,8 @@ class Supervisor:
         self.launch: Launch | None = None
         from ..collect.io import IoRecorder
 
-        self.io = IoRecorder(lambda: self.pid)  # the program's I/O and the disks', read with the sensors' tick
+        # the program's I/O and the disks', read with the sensors' tick and at its windows' edges (--io off: none)
+        self.io = IoRecorder(lambda: self.pid, off=options.io == "off")
         self.page_cache: list[dict[str, Any]] = []  # --watch-cache: residency at the run's start and end
 
     def run(self) -> tuple[Profile, int]:
