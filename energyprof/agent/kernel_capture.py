@@ -18,7 +18,10 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Any, Callable
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
