@@ -117,9 +117,9 @@ def test_cpu_charged_on_a_thread_comes_off_that_thread_not_the_main_one():
 
 def test_a_charge_on_the_main_thread_is_taken_from_its_next_cpu_when_a_tick_holds_too_little():
     """The main thread charges CPU that earlier ticks already gave its samples (the work spanned them):
-    the tick after the charge holds less than it, and what was taken was clamped there. Now the rest
-    is owed and taken from the main thread's next CPU, so the samples add up to the process's CPU less
-    energyprof's, and energyprof's figure holds the whole charge once the main thread has run enough."""
+    the tick after the charge holds less than it. What it could not cover was dropped at zero, so it
+    was counted twice (in energyprof's figure and the program's samples); now it is owed and taken
+    from the main thread's next CPU, and the samples add up to the process's CPU less energyprof's."""
     charged = 50_000_000
     sink = Sink()
     s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)

@@ -381,10 +381,11 @@ class Sampler:
         self._wake.acquire()
         self._statm: int | None = None
         self._statm_id: tuple[int, int] | None = None
-        self.own_cpu_ns = 0  # this thread's CPU plus the charges taken off the program's threads
+        self.own_cpu_ns = 0  # this thread's CPU plus the CPU charged to energyprof since it started
         self._charges_seen: dict[int, int] = {}  # `_charged_by` as this sampler last read it
         self._owed: dict[int, int] = {}  # kernel thread id -> CPU ns charged to energyprof not yet taken off it
         self._taken = 0  # charged CPU ns taken off the program's threads so far
+        self._charged_in = 0  # charged CPU ns read so far (what is not taken yet is owed)
         self._charged_seen = 0  # `_charged` as this sampler last read it (no change: no charge to read)
         self.ident: int | None = None
         self.native_id: int | None = None
@@ -535,7 +536,7 @@ class Sampler:
         taken = self._taken
         if self._owed or _charged[0] != self._charged_seen:
             native, departed = self._take_charges(deltas, nids, departed, native)
-        self.own_cpu_ns = own_thread + self._taken
+        self.own_cpu_ns = own_thread + self._charged_in
         rss = self._rss()
         sink = self.sink
         sink.tick(t0, t1, proc, self.own_cpu_ns, rss)
@@ -597,11 +598,14 @@ class Sampler:
                       native: int) -> tuple[int, list[tuple[int, str, int]]]:
         """Take the CPU charged to energyprof (`charge_own`) off the thread that burnt it: a thread with its
         own clock here loses it from its delta, the main thread (and a `_thread` thread, whose CPU is the
-        main thread's here) from `native`. A charge comes after the work, which may have spanned ticks that
-        already gave that CPU to the thread: what a tick's CPU cannot cover stays owed and is taken from the
-        same thread's next CPU, never more than it burnt (taken off another thread, or clamped at zero, it
-        would be counted twice: in energyprof's figure and in the thread's). What a thread still owes as it
-        ends is dropped: its CPU was all the program's samples' already. Edits `deltas` in place."""
+        main thread's here) from `native`; the tick's own figure holds the charge as it is read.
+
+        A charge comes after the work, which may have spanned ticks that already gave that CPU to the
+        thread's samples (they cannot be taken back): what a tick's CPU cannot cover stays owed and is
+        taken from the same thread's next CPU, never more than it burns. Taken off another thread, or
+        dropped at zero, it was counted twice: in energyprof's figure and in the program's samples. What
+        a thread still owes as it ends, or at the end of the run, stays counted twice (the charge says
+        how much, not when: the work's own ticks would need it as it runs). Edits `deltas` in place."""
         owed = self._owed
         seen = self._charges_seen
         self._charged_seen = _charged[0]  # read first: a charge made from here on is read again next tick
@@ -610,6 +614,7 @@ class Sampler:
             new = total - seen.get(nid, 0)
             if new > 0 and nid != self.native_id:  # the sampler's own thread: its clock holds it already
                 owed[nid] = owed.get(nid, 0) + new
+                self._charged_in += new
         self._charges_seen = now
         taken = 0
         if owed:
