@@ -62,7 +62,7 @@ WORKLOAD = """
 # sum is off only by the first and last edge, one sample at most. A sample held at most 26 ms of CPU
 # alone and 25 ms beside two CPU hogs (measured: the 10 ms interval plus up to three 5 ms GIL
 # hand-offs), so SAMPLE_CPU_S = 30 ms. 6M iterations (~0.25 s a light call) keep those 3 samples at
-# about a tenth of light's CPU, so the test still tells CPU from wall time.
+# about a tenth of light's CPU.
 SAMPLE_CPU_S = 0.030
 N_BURN = 6_000_000
 
