@@ -22,8 +22,11 @@ for _name in ("SIGINT", "SIGQUIT", "SIGHUP"):
 # The modules that start torchrun, Ray clusters, MLflow's store or a browser, heaviest first (seconds on a
 # quiet machine, in benchmarks/README.md). Two workers take one module at a time in collection order, so
 # these go first: started last, one of them runs alone while the other worker has nothing left.
-HEAVY_MODULES = ("test_distributed", "test_report_browser", "test_engines", "test_torch", "test_mlflow",
-                 "test_rank_windows", "test_follow", "test_signals", "test_report_lenet")
+# test_gpu_capture starts some thirty torch programs (150 s alone on a busy machine), test_knob_sweep a
+# Ray cluster (26 s alone, 131 s for its Ray test in a suite beside two CPU hogs).
+HEAVY_MODULES = ("test_distributed", "test_report_browser", "test_engines", "test_gpu_capture", "test_torch",
+                 "test_mlflow", "test_knob_sweep", "test_rank_windows", "test_follow", "test_signals",
+                 "test_report_lenet")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -180,7 +180,7 @@ def test_expect_epochs_prints_one_line_per_forecast_on_stderr_only(tmp_path: Pat
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "--expect-epochs" in bad.stderr
 
 
-def test_forecasts_reach_mlflow_through_the_live_export(tmp_path: Path) -> None:
+def test_forecasts_reach_mlflow_through_the_live_export(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import importlib.util
 
     if importlib.util.find_spec("energyprof.output.live") is None:
@@ -188,9 +188,12 @@ def test_forecasts_reach_mlflow_through_the_live_export(tmp_path: Path) -> None:
     mlflow = pytest.importorskip("mlflow")
     (tmp_path / "loop.py").write_text(LOOP)
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # A folder store: SQLite's is opened by migrating its schema (seconds on a loaded machine), and
+    # test_mlflow covers it; what is tested here is the forecasts' way there
+    uri = (tmp_path / "mlruns").as_uri()
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
     proc = run_cli(["--power-trace", "trace.csv", "--expect-epochs", "3", "--mlflow", "-q", "loop.py"], tmp_path,
-                   env={"MLFLOW_TRACKING_URI": uri})
+                   env={"MLFLOW_TRACKING_URI": uri, "MLFLOW_ALLOW_FILE_STORE": "true"})
     assert proc.returncode == 0, proc.stderr
     client = mlflow.MlflowClient(tracking_uri=uri)
     runs = [r for e in client.search_experiments() for r in client.search_runs([e.experiment_id])]

@@ -701,8 +701,29 @@ def _armed(tmp_path, body: str, on: bool | str, what: str = "-"):
                           text=True, cwd=tmp_path, timeout=300)
 
 
+def _own_profiler_body(before: int) -> str:
+    return (f"steps({before})\n"  # before the program's profiler: energyprof's windows run
+            "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:\n"
+            "    steps(30, mark=True)\n"
+            "print('kept', len({e.name for e in p.events() if e.name.startswith('mystep')}))\n"
+            "steps(12)\n")
+
+
+@pytest.fixture(scope="module")
+def plain_own_profiler(tmp_path_factory):
+    """The program of each `before` under plain python, run once for both modes (a torch start each)."""
+    runs: dict[int, object] = {}
+
+    def plain(before: int):
+        if before not in runs:
+            runs[before] = _armed(tmp_path_factory.mktemp("plain"), _own_profiler_body(before), False)
+        return runs[before]
+    return plain
+
+
 @pytest.mark.parametrize("mode,before", [("on", 1), ("on", 2), ("on", 3), ("3:2", 1), ("3:2", 2), ("3:2", 3)])
-def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tmp_path, mode, before):
+def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tmp_path, mode, before,
+                                                                            plain_own_profiler):
     """The program runs torch.profiler.profile around its loop while energyprof's capture is armed by
     default (or asked for on a schedule), started with energyprof's between windows, preparing one
     (warm-up) or recording one: the program's trace keeps every one of its steps, its stderr is as under
@@ -710,12 +731,7 @@ def test_the_programs_own_profiler_keeps_its_trace_beside_the_default_capture(tm
     after it crashed the process), and energyprof's capture stops for the run (by default) or waits
     (asked for), with a note. Two sessions on one thread stop each other."""
     pytest.importorskip("torch")
-    body = (f"steps({before})\n"  # before the program's profiler: energyprof's windows run
-            "with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p:\n"
-            "    steps(30, mark=True)\n"
-            "print('kept', len({e.name for e in p.events() if e.name.startswith('mystep')}))\n"
-            "steps(12)\n")
-    plain, armed = _armed(tmp_path, body, False), _armed(tmp_path, body, mode)
+    plain, armed = plain_own_profiler(before), _armed(tmp_path, _own_profiler_body(before), mode)
     assert plain.returncode == armed.returncode == 0, armed.stderr
     assert "kept 30" in plain.stdout and "kept 30" in armed.stdout, armed.stdout
     assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)  # the program's own profiler's lines only

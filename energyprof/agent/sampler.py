@@ -60,11 +60,18 @@ _clock_ns = getattr(time, "clock_gettime_ns", None)
 
 
 _charged = [0]  # CPU ns energyprof burnt on the program's threads (the kernel capture's reduction): its own
+# The same, by the kernel id of the thread that burnt it (cumulative): a sampler takes each charge off
+# that thread's CPU, not off the main thread's (a capture stepped on a training thread while the main
+# thread waits in `join` burnt nothing there to take it from).
+_charged_by: dict[int, int] = {}
 
 
 def charge_own(ns: int) -> None:
-    """Count `ns` of CPU, burnt on a program thread for energyprof, as energyprof's own: the next tick's
-    own CPU holds it, so it leaves the program's figure (and its main thread's) for `[energyprof]`."""
+    """Count `ns` of CPU, burnt on the calling program thread for energyprof, as energyprof's own: the
+    samplers take it off that thread's CPU (at the next tick, or the next ones that hold enough of it)
+    and add it to their own, so it leaves the program's figure for `[energyprof]`."""
+    nid = _thread.get_native_id()
+    _charged_by[nid] = _charged_by.get(nid, 0) + ns
     _charged[0] += ns
 
 
@@ -98,6 +105,7 @@ def _forget_after_fork() -> None:
     _codes.clear()
     _names.clear()
     _charged[0] = 0  # the parent's work charged to energyprof is the parent's, not this child's
+    _charged_by.clear()
 
 
 if hasattr(os, "register_at_fork"):
@@ -373,7 +381,12 @@ class Sampler:
         self._wake.acquire()
         self._statm: int | None = None
         self._statm_id: tuple[int, int] | None = None
-        self.own_cpu_ns = 0
+        self.own_cpu_ns = 0  # this thread's CPU plus the CPU charged to energyprof since it started
+        self._charges_seen: dict[int, int] = {}  # `_charged_by` as this sampler last read it
+        self._owed: dict[int, int] = {}  # kernel thread id -> CPU ns charged to energyprof not yet taken off it
+        self._taken = 0  # charged CPU ns taken off the program's threads so far
+        self._charged_in = 0  # charged CPU ns read so far (what is not taken yet is owed)
+        self._charged_seen = 0  # `_charged` as this sampler last read it (no change: no charge to read)
         self.ident: int | None = None
         self.native_id: int | None = None
         self.failed: BaseException | None = None
@@ -453,7 +466,9 @@ class Sampler:
             if self not in _running:
                 _running.append(self)
             prev_t, prev_proc = _perf(), _proc_ns()
-            self.own_cpu_ns = _own_ns() + _charged[0]
+            self._charged_seen = _charged[0]
+            self._charges_seen = dict(_charged_by)  # charged before this sampler ran: not its to take
+            own_thread = self.own_cpu_ns = _own_ns()
             if self.view.pid is not None and prev_proc > self.own_cpu_ns:
                 # A followed child's CPU before this thread ran (its interpreter's start-up; for a fork, the
                 # at-fork hooks) is its own: its process node's, just before the first tick, where its clock
@@ -478,10 +493,9 @@ class Sampler:
                 now = _perf()
                 frames = sys._current_frames()
                 proc = _proc_ns()
-                own, before = _own_ns() + _charged[0], self.own_cpu_ns
-                self.own_cpu_ns = own
-                busy = proc - prev_proc - (own - before)
-                self._one(prev_t, now, frames, busy, proc)
+                before, own_thread = own_thread, _own_ns()
+                # The program's CPU with what it burnt for energyprof still in: `_one` takes that off
+                busy = self._one(prev_t, now, frames, proc - prev_proc - (own_thread - before), proc, own_thread)
                 if self.watch is not None and self.watch():
                     self.watch = None
                 main = frames.get(self.main_ident)
@@ -508,7 +522,9 @@ class Sampler:
                 _departures.clear()
             self._done.release()
 
-    def _one(self, t0: int, t1: int, frames: dict[int, FrameType], d_proc: int, proc: int) -> None:
+    def _one(self, t0: int, t1: int, frames: dict[int, FrameType], d_proc: int, proc: int, own_thread: int) -> int:
+        """One tick: `d_proc` is the process's CPU since the last one less this thread's; returns the
+        program's (less what it burnt for energyprof)."""
         table = _threading_table()
         if table and not _departures_hooked:
             _hook_departures()
@@ -517,6 +533,10 @@ class Sampler:
             table = _threading_table()
         deltas, nids, departed = self._thread_cpu_deltas(frames, table)
         native = d_proc - sum(deltas.values()) - sum(cpu for _, _, cpu in departed)
+        taken = self._taken
+        if self._owed or _charged[0] != self._charged_seen:
+            native, departed = self._take_charges(deltas, nids, departed, native)
+        self.own_cpu_ns = own_thread + self._charged_in
         rss = self._rss()
         sink = self.sink
         sink.tick(t0, t1, proc, self.own_cpu_ns, rss)
@@ -572,6 +592,58 @@ class Sampler:
             sink.sample(sid, cpu, False)
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
+        return d_proc - (self._taken - taken)
+
+    def _take_charges(self, deltas: dict[int, int], nids: dict[int, int], departed: list[tuple[int, str, int]],
+                      native: int) -> tuple[int, list[tuple[int, str, int]]]:
+        """Take the CPU charged to energyprof (`charge_own`) off the thread that burnt it: a thread with its
+        own clock here loses it from its delta, the main thread (and a `_thread` thread, whose CPU is the
+        main thread's here) from `native`; the tick's own figure holds the charge as it is read.
+
+        A charge comes after the work, which may have spanned ticks that already gave that CPU to the
+        thread's samples (they cannot be taken back): what a tick's CPU cannot cover stays owed and is
+        taken from the same thread's next CPU, never more than it burns. Taken off another thread, or
+        dropped at zero, it was counted twice: in energyprof's figure and in the program's samples. What
+        a thread still owes as it ends, or at the end of the run, stays counted twice (the charge says
+        how much, not when: the work's own ticks would need it as it runs). Edits `deltas` in place."""
+        owed = self._owed
+        seen = self._charges_seen
+        self._charged_seen = _charged[0]  # read first: a charge made from here on is read again next tick
+        now = dict(_charged_by)  # one copy (atomic)
+        for nid, total in now.items():
+            new = total - seen.get(nid, 0)
+            if new > 0 and nid != self.native_id:  # the sampler's own thread: its clock holds it already
+                owed[nid] = owed.get(nid, 0) + new
+                self._charged_in += new
+        self._charges_seen = now
+        taken = 0
+        if owed:
+            for ident, nid in nids.items():
+                debt = owed.get(nid)
+                if debt and ident in deltas:
+                    take = min(debt, max(0, deltas[ident]))
+                    deltas[ident] -= take
+                    taken += take
+                    owed[nid] = debt - take
+            if departed:
+                kept = []
+                for nid, name, cpu in departed:
+                    take = min(owed.pop(nid, 0), max(0, cpu))
+                    taken += take
+                    kept.append((nid, name, cpu - take))
+                departed = kept
+            clocked = set(nids.values())
+            for nid in [n for n in owed if n not in clocked]:
+                if native <= 0:
+                    break
+                take = min(owed[nid], native)  # the main thread's, or a thread with no clock here
+                native -= take
+                taken += take
+                owed[nid] -= take
+            for nid in [n for n, debt in owed.items() if debt <= 0]:
+                del owed[nid]
+        self._taken += taken
+        return native, departed
 
     def _thread_cpu_deltas(self, frames: dict[int, FrameType], table: dict[int, Any] | None = None, first: bool = False
                            ) -> tuple[dict[int, int], dict[int, int], list[tuple[int, str, int]]]:
