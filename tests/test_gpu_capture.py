@@ -893,6 +893,50 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
     assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)
 
 
+def test_the_default_captures_optimizer_hook_lands_while_the_main_thread_waits_in_join():
+    """A program that trains on a thread while its main thread waits in `join()` runs no bytecode on the
+    main thread, so a pending call never runs there: after one period unanswered the sampler registers
+    the hook itself, once no thread is inside a step, and the training thread's steps are counted."""
+    torch = pytest.importorskip("torch")
+    import threading
+
+    from energyprof.agent import kernel_capture as kc
+
+    class Spool:
+        def event(self, line):
+            pass
+
+    m = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    seen: dict[str, object] = {}
+
+    main = threading.main_thread().ident
+
+    def train() -> None:
+        import sys
+        import time
+
+        while sys._current_frames()[main].f_code.co_name != "_wait_for_tstate_lock":
+            time.sleep(0.001)  # until the main thread is inside join()
+        time.sleep(0.05)  # and past its last bytecode there, into the wait itself
+        kc.start_capture(Spool(), auto=True)  # as the sampler does once CUDA is seen
+        cap = kc._capture
+        for _period in range(3):  # the agent's periods ask again
+            kc.hook_when_safe()
+            for _ in range(3):
+                m(torch.ones(2)).sum().backward()
+                opt.step()
+        seen.update(hook=cap.hook, steps=cap.steps)
+        cap.stop()
+
+    kc._capture = None
+    thread = threading.Thread(target=train)
+    thread.start()
+    thread.join()  # the main thread waits in C: no pending call runs until it returns
+    assert seen["hook"] is not None
+    assert 6 <= seen["steps"] <= 9  # registered by the second period, each step counted once
+
+
 def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_hooks():
     """On by default, the capture starts on the sampler's thread (the program was just seen using CUDA),
     maybe while the program's main thread is inside optimizer.step() running torch's global post-step

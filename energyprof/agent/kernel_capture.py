@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import time
 
 TYPE_CHECKING = False
@@ -243,6 +244,7 @@ class KernelCapture:
         self.failed: str | None = None
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
         self.hook_asked = False  # the hook's registration waits on the main thread (hook_when_safe)
+        self.hook_asked_periods = 0  # the sampler's periods since it asked
         self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
         self._last_step = 0
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
@@ -615,6 +617,7 @@ def _hook_optimizer(capture: KernelCapture) -> None:
 
 
 _ON_MAIN: list[Any] = []  # the C callback `_hook_on_main`, made once and kept: C may call it until the process ends
+_HOOK_LOCK = threading.Lock()  # the pending call on the main thread and the sampler's fallback: one registers
 
 
 def hook_when_safe() -> None:
@@ -625,10 +628,29 @@ def hook_when_safe() -> None:
     the old dict). So the hook is registered on the program's main thread, between two of its bytecodes
     (CPython's pending call, Py_AddPendingCall), and only where no thread is inside an optimizer's step
     then (`_hook_on_main`); otherwise the sampler asks again at its next period (agent/supervised.py).
+    A main thread that runs no bytecode for a whole period (it waits in `join()` while another thread
+    trains) never runs a pending call: then, at the next period, the hook is registered here on the
+    sampler's thread, once a look at every thread's stack finds none inside a step (the few bytecodes
+    between that look and the insertion are the window left).
     Nothing is asked where the capture is not on by default, is stopped, or already has its hook."""
     cap = _capture
-    if cap is None or not cap.by_default or not cap.live or cap.hook is not None or cap.hook_asked or not cap._ours():
+    if cap is None or not cap.by_default or not cap.live or cap.hook is not None or not cap._ours():
         return
+    if cap.hook_asked:
+        if cap.hook_asked_periods < 1:  # the main thread gets one period to run the pending call
+            cap.hook_asked_periods += 1
+            return
+        # Never waits, and imports nothing under the lock (the main thread may be importing the optimizer's
+        # module, and its pending call waits on this lock): the next period tries again.
+        if "torch.optim.optimizer" not in sys.modules or not _HOOK_LOCK.acquire(blocking=False):
+            return
+        try:  # the pending call may run at the same time: one hook only
+            if cap.live and cap.hook is None and not _in_optimizer_step():
+                _hook_optimizer(cap)
+        finally:
+            _HOOK_LOCK.release()
+        return
+    cap.hook_asked_periods = 0
     try:
         import ctypes
 
@@ -650,9 +672,10 @@ def _hook_on_main(_arg: Any) -> int:
         t0 = time.thread_time_ns()
         cap = _capture
         if cap is not None:
-            cap.hook_asked = False
-            if cap.live and cap.hook is None and cap._ours() and not _in_optimizer_step():
-                _hook_optimizer(cap)
+            with _HOOK_LOCK:
+                cap.hook_asked = False
+                if cap.live and cap.hook is None and cap._ours() and not _in_optimizer_step():
+                    _hook_optimizer(cap)
         _charge_own(time.thread_time_ns() - t0)
     except KeyboardInterrupt:
         import _thread
