@@ -137,3 +137,29 @@ def test_a_charge_on_the_main_thread_is_taken_from_its_next_cpu_when_a_tick_hold
     own_charge = sampler._charged[0] - before_charged
     assert sink.ticks[-1][1] - sink.ticks[0][1] >= own_charge
     assert abs(sink.conserved()) <= SKEW_NS, sink.conserved()
+
+
+def test_the_charges_of_threads_that_ended_are_forgotten():
+    """A server that starts a thread per request, each charging a window's I/O read: the charges are
+    read and the ended threads' entries go, so what every charging tick copies does not grow with the
+    threads the run ever had. The charges still reach energyprof's figure."""
+    sink = Sink()
+    s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)
+    before_charged, before_entries = sampler._charged[0], set(sampler._charged_by)
+    s.start()
+    try:
+        while len(sink.ticks) < 2:
+            time.sleep(0.002)
+        for _ in range(40):
+            t = threading.Thread(target=lambda: sampler.charge_own(spin(200_000)))
+            t.start()
+            t.join()
+        n = len(sink.ticks)
+        while len(sink.ticks) < n + 3:  # the last departures read
+            time.sleep(0.002)
+    finally:
+        s.stop()
+    own_charge = sampler._charged[0] - before_charged
+    assert own_charge >= 40 * 200_000
+    assert set(sampler._charged_by) - before_entries == set(), len(sampler._charged_by)
+    assert sink.ticks[-1][1] - sink.ticks[0][1] >= own_charge

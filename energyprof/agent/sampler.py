@@ -536,6 +536,8 @@ class Sampler:
         taken = self._taken
         if self._owed or _charged[0] != self._charged_seen:
             native, departed = self._take_charges(deltas, nids, departed, native)
+        if departed and _charged_by:
+            self._forget_charges(departed)
         self.own_cpu_ns = own_thread + self._charged_in
         rss = self._rss()
         sink = self.sink
@@ -593,6 +595,16 @@ class Sampler:
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
         return d_proc - (self._taken - taken)
+
+    def _forget_charges(self, departed: list[tuple[int, str, int]]) -> None:
+        """An ended thread's charges, all read, are forgotten: a server that starts a thread per request
+        would otherwise pile up one entry per thread id, copied at every tick that charges. Kept where
+        the id charged again since it was read (a new thread reusing it): read at the next tick."""
+        seen = self._charges_seen
+        for nid, _name, _cpu in departed:
+            if nid in seen and _charged_by.get(nid) == seen[nid]:
+                _charged_by.pop(nid, None)
+                del seen[nid]
 
     def _take_charges(self, deltas: dict[int, int], nids: dict[int, int], departed: list[tuple[int, str, int]],
                       native: int) -> tuple[int, list[tuple[int, str, int]]]:
