@@ -170,7 +170,7 @@ def per_sample_us(samples: int = 5000) -> float:
         sampler._thread_cpu_deltas(sys._current_frames(), first=True)
         c = time.process_time_ns()
         for i in range(samples):
-            sampler._one(0, 1, sys._current_frames(), 1000, 1000)
+            sampler._one(0, 1, sys._current_frames(), 1000, 1000, 0)
             if i % 4 == 0:
                 spool.flush()
         return (time.process_time_ns() - c) / samples / 1e3

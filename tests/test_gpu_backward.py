@@ -142,8 +142,11 @@ def test_backward_goes_under_the_backward_call_then_the_forward_line(tmp_path, f
     assert bw["unlinked_j"] == pytest.approx(J(10), rel=1e-9)
     (note,) = [n for n in p.notes if n.kind == "gpu-backward"]
     assert "3 of 4" in note.message and "AccumulateGrad" in note.message
-    # the console: the lines with their bars, backward marked, [GPU idle], what was not linked
-    assert "forward  model.py:5  (backward)" in err and "[GPU idle]" in err
+    # the console, as the page's GPU panel: the forward line's row holds its forward and its backward
+    # (3x the forward's kernel: 100 us + 200 us at a flat power), with its bar; [GPU idle]; what was not linked
+    (row,) = [line for line in err.splitlines() if line.rstrip().endswith("forward  model.py:5") and " ± " in line]
+    assert row.split()[:2] == ["60", "mJ"], row  # J(300) of the J(1000) the 200 W log holds over 1 ms
+    assert "[GPU idle]" in err
     assert "backward: 3 of 4 device records" in err and "AccumulateGrad" in err
     # a flat power: no sample moves joules between lines; the bars are the sensor's 5%
     (row,) = [s for s in p.gpu_kernels.stacks if s.path[-1][0] == "aten::addmm"]

@@ -400,7 +400,7 @@ def test_a_thread_caught_between_its_departure_and_its_removal_is_counted_once()
     try:
         assert worker.ident in frames and worker.ident in threading._active
         sampler_mod._departures.append((worker.native_id, "ending", 0))  # what `_delete`'s hook does first
-        s._one(0, 1, frames, 0, 0)
+        s._one(0, 1, frames, 0, 0, 0)
     finally:
         sampler_mod._departures.clear()
         release.set()
