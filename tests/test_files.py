@@ -282,3 +282,14 @@ def test_a_private_folder_is_made_where_tempfile_would_make_it(tmp_path: Path, m
     assert find_program("tool", path=str(tmp_path)) is None  # not executable
     os.chmod(tmp_path / "tool", 0o755)
     assert find_program("tool", path=str(tmp_path)) == str(tmp_path / "tool") == shutil.which("tool", path=str(tmp_path))
+    monkeypatch.chdir(tmp_path)  # an empty PATH finds nothing; an empty entry is the current folder
+    for path in ("", ":/nonexistent", "/nonexistent:", os.pathsep.join(["/nonexistent", str(tmp_path)])):
+        assert find_program("tool", path=path) == shutil.which("tool", path=path), path
+    # a folder given as a symlink is not walked, and a link swapped in for a folder inside is not followed
+    d = private_folder("energyprof-")
+    os.symlink(outside, os.path.join(d, "was-a-folder"))
+    link = tmp_path / "link-to-outside"
+    os.symlink(outside, link)
+    remove_tree(str(link))
+    remove_tree(d)
+    assert link.is_symlink() and (outside / "keep").read_text() == "x" and not os.path.exists(d)

@@ -251,6 +251,11 @@ def test_the_default_checkpoint_goes_beside_the_json_or_to_the_temporary_folder(
     assert default_checkpoint(None, str(here / "r.html")) == str(here / "r.energyprof-checkpoint.json")
     assert os.path.dirname(default_checkpoint(None, long)) == str(spool)
     assert os.path.dirname(default_checkpoint("/dev/stdout", "/dev/null")) == str(spool)
+    # `..` after a symlink is the link target's parent, as the kernel reads it: beside the JSON there
+    (here / "real" / "nested").mkdir(parents=True)
+    os.symlink(here / "real" / "nested", here / "link")
+    made = default_checkpoint(str(here / "link" / ".." / "p.json"), str(here / "r.html"))
+    assert os.path.realpath(os.path.dirname(made)) == str(here / "real") and made.endswith("p.energyprof-checkpoint.json")
 
 
 # -- facts first -----------------------------------------------------------------------------------

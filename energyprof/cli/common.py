@@ -40,7 +40,10 @@ class Parser(argparse.ArgumentParser):
         # of every run's start. The width is read as shutil reads it, once a parser.
         if self._width is None:
             self._width = terminal_columns() - 2
-        return self.formatter_class(prog=self.prog, width=self._width)  # type: ignore[call-arg]
+        formatter = self.formatter_class(prog=self.prog, width=self._width)  # type: ignore[call-arg]
+        if hasattr(formatter, "_set_color"):  # 3.14's colours, as argparse's own _get_formatter sets them
+            formatter._set_color(getattr(self, "color", False))
+        return formatter
 
 
 def terminal_columns() -> int:

@@ -279,7 +279,7 @@ def default_checkpoint(json_path: str | None, output: str) -> str:
     for base in (json_path, output):
         if not base or not is_regular_target(base):
             continue
-        folder, name = os.path.split(os.path.normpath(base))
+        folder, name = os.path.split(base.rstrip(os.sep) or base)  # `..` kept: it is read after symlinks
         if name in ("", ".", ".."):
             continue
         dot = name.rfind(".")

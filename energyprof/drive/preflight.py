@@ -7,6 +7,7 @@ starts, so a ten-hour run never ends in "cannot write". Options validation itsel
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import stat
@@ -149,7 +150,7 @@ def check_writable(path: str, what: str) -> None:
         raise OptionError(f"{what}: {exc}") from None
     try:
         real = os.path.realpath(path)  # a symlink is written through to its target
-        if os.path.isdir(real):
+        if _is_dir(real):
             raise OptionError(f"{what}: {path} is a directory")
     except OSError as exc:  # a name or path too long for the system, a loop of links
         raise OptionError(f"{what}: {path[:80]}{'...' if len(path) > 80 else ''}: {exc.strerror or exc}") from None
@@ -157,7 +158,7 @@ def check_writable(path: str, what: str) -> None:
     if name in ("", ".", ".."):
         raise OptionError(f"{what}: {path} is a directory")
     if not os.path.isdir(parent):
-        raise OptionError(f"{what}: folder {os.path.dirname(os.path.normpath(path)) or '.'} does not exist")
+        raise OptionError(f"{what}: folder {os.path.dirname(path.rstrip(os.sep) or path) or '.'} does not exist")
     if os.path.exists(real):
         if not os.access(real, os.W_OK):
             raise OptionError(f"{what}: cannot write to {path} (permission denied)")
@@ -170,6 +171,19 @@ def check_writable(path: str, what: str) -> None:
                           f" {limit - TEMP_AFFIXES} for a file written safely)")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+
+
+def _is_dir(path: str) -> bool:
+    """A folder, as pathlib's is_dir says: no such path is not one, but a name too long for the system
+    raises its OSError (reported in one line), where os.path.isdir would say False."""
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:
+        if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            return False
+        raise
+    except ValueError:
+        return False
 
 
 def _check_appendable(path: str, what: str) -> None:
@@ -190,7 +204,7 @@ def keep_old_checkpoint(path: str) -> str | None:
     """Move a checkpoint left by an earlier run to the first free `NAME.N.json`; None if none was there."""
     if not is_regular_file(path):  # a device, a descriptor (/dev/stdout), a link: never moved
         return None
-    folder, name = os.path.split(os.path.normpath(path))
+    folder, name = os.path.split(path.rstrip(os.sep) or path)  # `..` kept: it is read after symlinks
     stem = name[:-len(".json")] if name.endswith(".json") else name
     for n in range(1, 10_000):
         candidate = os.path.join(folder, f"{stem}.{n}.json")

@@ -311,33 +311,64 @@ def private_folder(prefix: str) -> str:
     return tempfile.mkdtemp(prefix=prefix)
 
 
+_DIR_FLAGS = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0) | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def remove_tree(folder: str) -> None:
-    """Remove a folder of energyprof's own and everything in it, ignoring what cannot be removed (as
-    `shutil.rmtree(folder, ignore_errors=True)`); symlinks inside are removed, never followed."""
+    """Remove a folder of energyprof's own and everything in it, ignoring what cannot be removed, as
+    `shutil.rmtree(folder, ignore_errors=True)` does: walked by descriptor, so a symlink is removed,
+    never followed, even one swapped in for a folder during the walk; `folder` itself a symlink: nothing."""
     try:
-        entries = list(os.scandir(folder))
+        fd = os.open(folder, _DIR_FLAGS)
     except OSError:
-        entries = []
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                remove_tree(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
+        return
+    try:
+        _clear(fd)
+    finally:
+        os.close(fd)
     try:
         os.rmdir(folder)
     except OSError:
         pass
 
 
+def _clear(fd: int) -> None:
+    try:
+        entries = list(os.scandir(fd))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                sub = os.open(entry.name, _DIR_FLAGS, dir_fd=fd)
+                try:
+                    _clear(sub)
+                finally:
+                    os.close(sub)
+                os.rmdir(entry.name, dir_fd=fd)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+        except OSError:
+            pass
+
+
 def find_program(name: str, path: str | None = None) -> str | None:
-    """The executable `name` on PATH (or `path`), as `shutil.which` finds it on POSIX; None if none."""
-    if os.sep in name:
+    """The executable `name` on PATH (or `path`), as `shutil.which` finds it on POSIX: an empty PATH
+    finds nothing, an empty entry of it is the current folder (the name returned as given); None if none."""
+    if os.path.dirname(name):
         return name if os.access(name, os.X_OK) and not os.path.isdir(name) else None
-    for folder in (path if path is not None else os.environ.get("PATH", os.defpath)).split(os.pathsep):
-        candidate = os.path.join(folder or os.curdir, name)
+    if path is None:
+        path = os.environ.get("PATH")
+        if path is None:
+            try:
+                path = os.confstr("CS_PATH")
+            except (AttributeError, ValueError):
+                path = None
+            path = path or os.defpath
+    if not path:
+        return None
+    for folder in path.split(os.pathsep):
+        candidate = os.path.join(folder, name)
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
     return None

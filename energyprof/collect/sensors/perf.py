@@ -46,7 +46,7 @@ def perf_event_attr() -> type:
 
 
 def perf_root(explicit: str | None = None) -> str:
-    return os.path.normpath(explicit or os.environ.get("ENERGYPROF_PERF_ROOT") or DEFAULT_ROOT)
+    return explicit or os.environ.get("ENERGYPROF_PERF_ROOT") or DEFAULT_ROOT
 
 
 def _read(path: str) -> str:

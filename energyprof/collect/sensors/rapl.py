@@ -24,7 +24,7 @@ PERMISSION_FIX = (
 
 
 def powercap_root(explicit: str | None = None) -> str:
-    return os.path.normpath(explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT)
+    return explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT
 
 
 class RaplSensor(Sensor):
