@@ -34,6 +34,10 @@ class _NamedTupleMeta(type):
         if not bases:  # NamedTuple itself
             return super().__new__(mcs, typename, bases, ns)
         annotations: dict[str, Any] = ns.get("__annotations__", {})
+        if not annotations and "__annotate__" in ns:  # 3.14's lazy annotations (a module without the future import)
+            import annotationlib
+
+            annotations = annotationlib.call_annotate_function(ns["__annotate__"], annotationlib.Format.FORWARDREF)
         fields = list(annotations)
         defaults = []
         for name in fields:
