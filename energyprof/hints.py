@@ -16,6 +16,7 @@ writes itself, `_replace` and `_fields`. Type checkers read typing's own names i
 
 from __future__ import annotations
 
+import sys
 from collections import namedtuple as _namedtuple
 
 TYPE_CHECKING = False
@@ -34,10 +35,12 @@ class _NamedTupleMeta(type):
         if not bases:  # NamedTuple itself
             return super().__new__(mcs, typename, bases, ns)
         annotations: dict[str, Any] = ns.get("__annotations__", {})
-        if not annotations and "__annotate__" in ns:  # 3.14's lazy annotations (a module without the future import)
+        if not annotations and sys.version_info >= (3, 14):  # lazy annotations (a module without the future import)
             import annotationlib
 
-            annotations = annotationlib.call_annotate_function(ns["__annotate__"], annotationlib.Format.FORWARDREF)
+            annotate = annotationlib.get_annotate_from_class_namespace(ns)
+            if annotate is not None:
+                annotations = annotationlib.call_annotate_function(annotate, annotationlib.Format.FORWARDREF)
         fields = list(annotations)
         defaults = []
         for name in fields:
