@@ -893,6 +893,18 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
     assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)
 
 
+class _NoSpool:
+    """Where the capture's records would go: nowhere (these tests look at its hook and steps)."""
+
+    def event(self, line: str) -> None:
+        pass
+
+
+def _linear_and_sgd(torch):
+    m = torch.nn.Linear(2, 2)
+    return m, torch.optim.SGD(m.parameters(), lr=0.1)
+
+
 def test_the_default_captures_optimizer_hook_lands_while_the_main_thread_waits_in_join():
     """A program that trains on a thread while its main thread waits in `join()` runs no bytecode on the
     main thread, so a pending call never runs there: after one period unanswered the sampler registers
@@ -902,12 +914,7 @@ def test_the_default_captures_optimizer_hook_lands_while_the_main_thread_waits_i
 
     from energyprof.agent import kernel_capture as kc
 
-    class Spool:
-        def event(self, line):
-            pass
-
-    m = torch.nn.Linear(2, 2)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, opt = _linear_and_sgd(torch)
     seen: dict[str, object] = {}
 
     main = threading.main_thread().ident
@@ -919,7 +926,7 @@ def test_the_default_captures_optimizer_hook_lands_while_the_main_thread_waits_i
         while sys._current_frames()[main].f_code.co_name != "_wait_for_tstate_lock":
             time.sleep(0.001)  # until the main thread is inside join()
         time.sleep(0.05)  # and past its last bytecode there, into the wait itself
-        kc.start_capture(Spool(), auto=True)  # as the sampler does once CUDA is seen
+        kc.start_capture(_NoSpool(), auto=True)  # as the sampler does once CUDA is seen
         cap = kc._capture
         for _period in range(3):  # the agent's periods ask again
             kc.hook_when_safe()
@@ -951,12 +958,7 @@ def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_h
 
     from energyprof.agent import kernel_capture as kc
 
-    class Spool:
-        def event(self, line):
-            pass
-
-    m = torch.nn.Linear(2, 2)
-    opt = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, opt = _linear_and_sgd(torch)
     inside, go = threading.Event(), threading.Event()
 
     def programs_hook(*_a):
@@ -970,7 +972,7 @@ def test_the_default_captures_optimizer_hook_never_lands_while_a_step_runs_the_h
     def sampler():  # the sampler's check: CUDA in use, so the capture starts (as on by default)
         try:
             inside.wait(60)
-            kc.start_capture(Spool(), auto=True)
+            kc.start_capture(_NoSpool(), auto=True)
         except BaseException as exc:  # noqa: BLE001
             failed.append(exc)
         finally:

@@ -4,9 +4,11 @@ burnt it, never off another, and counts it once."""
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from energyprof.agent import sampler
 from energyprof.agent.wire import THREAD_FRAME_PREFIX
@@ -67,6 +69,25 @@ def spin(ns: int) -> int:
     return time.thread_time_ns() - t0
 
 
+@contextlib.contextmanager
+def sampling(sink: Sink, ticks_after: int = 2) -> Iterator[None]:
+    """A 2-ms sampler over the block: two ticks read before it, `ticks_after` more after it (a thread
+    that ended in the block is read at a tick after), then stopped."""
+    s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)
+    s.start()
+    try:
+        _ticks(sink, 2)
+        yield
+        _ticks(sink, len(sink.ticks) + ticks_after)
+    finally:
+        s.stop()
+
+
+def _ticks(sink: Sink, n: int) -> None:
+    while len(sink.ticks) < n:
+        time.sleep(0.002)
+
+
 def test_cpu_charged_on_a_thread_comes_off_that_thread_not_the_main_one():
     """A thread (a training loop's, say) burns CPU for energyprof, charges it, and goes on with the
     program's work; the main thread meanwhile burns its own. The thread's samples carry what it burnt
@@ -84,21 +105,12 @@ def test_cpu_charged_on_a_thread_comes_off_that_thread_not_the_main_one():
         burnt["thread"] = time.thread_time_ns() - t0
 
     sink = Sink()
-    s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)
     before_charged = sampler._charged[0]
-    s.start()
-    try:
-        while len(sink.ticks) < 2:
-            time.sleep(0.002)
+    with sampling(sink):  # the worker's departure is read at a tick after it ended
         worker = threading.Thread(target=work, name="charger")
         worker.start()
         main_burnt = spin(100_000_000)
         worker.join()
-        n = len(sink.ticks)
-        while len(sink.ticks) < n + 2:  # the worker's departure is read at a tick after it ended
-            time.sleep(0.002)
-    finally:
-        s.stop()
     own_charge = sampler._charged[0] - before_charged
     assert own_charge >= charged
 
@@ -121,19 +133,10 @@ def test_a_charge_on_the_main_thread_is_taken_from_its_next_cpu_when_a_tick_hold
     from the main thread's next CPU, and the samples add up to the process's CPU less energyprof's."""
     charged = 50_000_000
     sink = Sink()
-    s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)
     before_charged = sampler._charged[0]
-    s.start()
-    try:
-        while len(sink.ticks) < 2:
-            time.sleep(0.002)
+    with sampling(sink):
         sampler.charge_own(spin(charged))
         spin(2 * charged)
-        n = len(sink.ticks)
-        while len(sink.ticks) < n + 2:
-            time.sleep(0.002)
-    finally:
-        s.stop()
     own_charge = sampler._charged[0] - before_charged
     assert sink.ticks[-1][1] - sink.ticks[0][1] >= own_charge
     assert abs(sink.conserved()) <= SKEW_NS, sink.conserved()
@@ -144,21 +147,12 @@ def test_the_charges_of_threads_that_ended_are_forgotten():
     read and the ended threads' entries go, so what every charging tick copies does not grow with the
     threads the run ever had. The charges still reach energyprof's figure."""
     sink = Sink()
-    s = sampler.Sampler(sink, 0.002, sampler.View(), rss=False)
     before_charged, before_entries = sampler._charged[0], set(sampler._charged_by)
-    s.start()
-    try:
-        while len(sink.ticks) < 2:
-            time.sleep(0.002)
+    with sampling(sink, ticks_after=3):  # the last departures read
         for _ in range(40):
             t = threading.Thread(target=lambda: sampler.charge_own(spin(200_000)))
             t.start()
             t.join()
-        n = len(sink.ticks)
-        while len(sink.ticks) < n + 3:  # the last departures read
-            time.sleep(0.002)
-    finally:
-        s.stop()
     own_charge = sampler._charged[0] - before_charged
     assert own_charge >= 40 * 200_000
     assert set(sampler._charged_by) - before_entries == set(), len(sampler._charged_by)
