@@ -152,6 +152,7 @@ def test_ranks_and_spawned_multiprocessing_children(here, env):
         def launch():
             procs = [subprocess.Popen([sys.executable, "worker.py"], env=dict(os.environ, RANK=str(r), LOCAL_RANK=str(r)))
                      for r in range(2)]
+            burn(300_000)  # CPU of its own: waiting alone, it may hold no sampled CPU on a loaded machine
             for pr in procs:
                 pr.wait()
 
