@@ -16,8 +16,8 @@ log lines stay off the program's stderr.
 from __future__ import annotations
 
 import os
+import _thread
 import sys
-import threading
 import time
 
 TYPE_CHECKING = False
@@ -617,7 +617,9 @@ def _hook_optimizer(capture: KernelCapture) -> None:
 
 
 _ON_MAIN: list[Any] = []  # the C callback `_hook_on_main`, made once and kept: C may call it until the process ends
-_HOOK_LOCK = threading.Lock()  # the pending call on the main thread and the sampler's fallback: one registers
+# the pending call on the main thread and the sampler's fallback: one registers. From `_thread`: importing
+# `threading` on the sampler's thread would make that thread the program's main one (3.10: exit then hangs)
+_HOOK_LOCK = _thread.allocate_lock()
 
 
 def hook_when_safe() -> None:
