@@ -386,48 +386,6 @@ def test_on_by_default_only_where_the_program_uses_cuda_through_torch(tmp_path):
     assert "where Python waited" in note.message and "did not run" in note.message
 
 
-def test_the_capture_started_on_the_samplers_thread_leaves_the_programs_main_thread_its_own(tmp_path):
-    """The capture on by default starts on the sampler's thread once the program's CUDA is seen. Nothing it
-    loads there may import `threading`: imported first on another thread, `threading` takes that thread for
-    the program's main one (`main_thread()` wrong; on 3.10 the program's exit then waits on the sampler
-    forever). A stand-in torch says CUDA is initialised; the program waits until the capture's module is
-    loaded, then imports `threading` itself and asks which thread is main."""
-    from conftest import run_cli
-
-    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
-    script = tmp_path / "prog.py"
-    script.write_text(
-        "import sys, time, types\n"
-        "sys.modules['torch'] = types.SimpleNamespace(cuda=types.SimpleNamespace(is_initialized=lambda: True))\n"
-        "end = time.monotonic() + 60\n"
-        "while 'energyprof.agent.kernel_capture' not in sys.modules and time.monotonic() < end:\n"
-        "    time.sleep(0.01)\n"
-        "print('capture loaded' if 'energyprof.agent.kernel_capture' in sys.modules else 'capture not loaded')\n"
-        "print('threading loaded before' if 'threading' in sys.modules else 'threading not loaded')\n"
-        "import threading\n"
-        "print(threading.main_thread().ident == threading.get_ident())\n")
-    r = run_cli(["--power-trace", str(tmp_path / "p.csv"), "-q", "--json", str(tmp_path / "o.json"), str(script)],
-                tmp_path, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines()[0::2] == ["capture loaded", "True"], (r.stdout, r.stderr)
-
-
-def test_loading_the_capture_imports_no_threading():
-    """The capture's module is loaded on the sampler's thread: were `threading` imported there first, it
-    would take that thread for the program's main one (a program that had not imported it yet: a clean
-    interpreter's start does not). Checked in an interpreter without site (whose .pth files may import it)."""
-    import os
-    import subprocess
-    import sys
-
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = ("import sys; assert 'threading' not in sys.modules; import energyprof.agent.kernel_capture as k;"
-            " print(k.__file__, 'threading' in sys.modules)")
-    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True, timeout=60,
-                         env=dict(os.environ, PYTHONPATH=root), check=True).stdout.split()
-    assert out == [os.path.join(root, "energyprof", "agent", "kernel_capture.py"), "False"], out
-
-
 def test_through_the_capture_cycle_end_and_a_fwdbwd_flow():
     """The same step through the capture's own cycle end (`on_trace_ready` with the profiler's events in
     memory) into the in-process fold; the backward op here carries no sequence number, only Kineto's

@@ -190,3 +190,21 @@ def test_idle_node_is_kept_with_nothing_under_all() -> None:
     idle = [c for c in everything.root.children if c.function == IDLE_NODE]
     assert idle and idle[0].total_energy == 0.0 and (idle[0].other_policy_self_energy_j or {}).get("cpu", 0) > 0
     assert IDLE_NODE not in {r.function for r in build(everything).rows}  # and not shown
+
+
+def test_a_damaged_gpu_kernels_record_is_one_line_naming_the_field() -> None:
+    import pytest
+
+    from energyprof.facts import records
+    from energyprof.facts.profile import ProfileFormatError
+
+    for reader, raw, said in (
+            (records._read_gpu_device, [], "d must be an object"),
+            (records._read_gpu_device, {"busy_lane": [[0.0, 1.0]]}, "d.busy_lane must be a list of [start_s, end_s, busy_s]"),
+            (records._read_gpu_stack, {"path": "f"}, "d.path must be a list of [function, file, line]"),
+            (records._read_gpu_stack, {"path": [["f", "a.py", 1]], "kernels": [1]}, "d.kernels must be a list of objects")):
+        with pytest.raises(ProfileFormatError) as err:
+            reader(raw, "d")
+        assert str(err.value) == said
+    lane = records._read_gpu_device({"busy_lane": [[0.0, 1.0, None]]}, "d").busy_lane
+    assert lane == [[0.0, 1.0, None]]

@@ -12,7 +12,7 @@ from ..record import field, fields, record, replace
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, Callable
 
 
 class ProfileFormatError(ValueError):
@@ -662,12 +662,27 @@ def read_gpu_kernels(raw: Any) -> GpuKernels:
                       schedule=schedule, extra=extra)
 
 
-def _read_gpu_device(raw: Any, w: str) -> GpuDevice:
+def _object(raw: Any, w: str) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise ProfileFormatError(f"{w} must be an object")
-    lane = raw.get("busy_lane") or []
-    if not isinstance(lane, list) or not all(isinstance(c, list) and len(c) == 3 for c in lane):
-        raise ProfileFormatError(f"{w}.busy_lane must be a list of [start_s, end_s, busy_s]")
+    return raw
+
+
+def _items(raw: dict[str, Any], key: str, w: str, ok: Callable[[Any], bool], what: str) -> list[Any]:
+    """`raw[key]`, a list whose every item passes `ok` (absent: empty); else one line naming the field."""
+    items = raw.get(key) or []
+    if not isinstance(items, list) or not all(ok(x) for x in items):
+        raise ProfileFormatError(f"{w}.{key} must be {what}")
+    return items
+
+
+def _triple(x: Any) -> bool:
+    return isinstance(x, list) and len(x) == 3
+
+
+def _read_gpu_device(raw: Any, w: str) -> GpuDevice:
+    raw = _object(raw, w)
+    lane = _items(raw, "busy_lane", w, _triple, "a list of [start_s, end_s, busy_s]")
     return GpuDevice(source=string(raw.get("source", ""), f"{w}.source"),
                      energy_j=number(raw.get("energy_j", 0.0), f"{w}.energy_j"),
                      idle_j=number(raw.get("idle_j", 0.0), f"{w}.idle_j"),
@@ -684,15 +699,10 @@ def _read_gpu_device(raw: Any, w: str) -> GpuDevice:
 
 
 def _read_gpu_stack(raw: Any, w: str) -> GpuStack:
-    if not isinstance(raw, dict):
-        raise ProfileFormatError(f"{w} must be an object")
-    path_raw = raw.get("path") or []
-    if not isinstance(path_raw, list) or not all(isinstance(f, list) and len(f) == 3 for f in path_raw):
-        raise ProfileFormatError(f"{w}.path must be a list of [function, file, line]")
+    raw = _object(raw, w)
+    path_raw = _items(raw, "path", w, _triple, "a list of [function, file, line]")
     path = [(string(f[0], f"{w}.path"), string(f[1], f"{w}.path"), integer(f[2], f"{w}.path") or 0) for f in path_raw]
-    kernels_raw = raw.get("kernels") or []
-    if not isinstance(kernels_raw, list) or not all(isinstance(k, dict) for k in kernels_raw):
-        raise ProfileFormatError(f"{w}.kernels must be a list of objects")
+    kernels_raw = _items(raw, "kernels", w, lambda k: isinstance(k, dict), "a list of objects")
     kernels = [GpuKernelSum(string(k.get("name", ""), f"{w}.kernels.name"),
                             integer(k.get("count", 0), f"{w}.kernels.count") or 0,
                             number(k.get("time_s", 0.0), f"{w}.kernels.time_s"),
