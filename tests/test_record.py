@@ -167,8 +167,7 @@ class _Holder:
 
 def test_a_run_makes_its_records_without_dataclasses_or_inspect(tmp_path: Any) -> None:
     """The supervisor of an empty run, report and JSON written, imports neither: the cost this module
-    exists to save (inspect, ast, dis, tokenize come with dataclasses); nor typing, whose names the
-    run's modules take from energyprof.hints (2.7 ms of every run's CPU, and its NamedTuple's checks)."""
+    exists to save (inspect, ast, dis, tokenize come with dataclasses)."""
     probe = ("import atexit, json, runpy, sys\n"
              "out = sys.argv[1]\n"
              "atexit.register(lambda: json.dump(sorted(sys.modules), open(out, 'w')))\n"
@@ -185,4 +184,4 @@ def test_a_run_makes_its_records_without_dataclasses_or_inspect(tmp_path: Any) -
     at_start = set(json.loads(subprocess.run([sys.executable, "-c", "import json, sys; print(json.dumps(sorted(sys.modules)))"],
                                              capture_output=True, text=True, check=True, timeout=60).stdout))
     assert "energyprof.facts.profile" in loaded and "energyprof.record" in loaded
-    assert not (loaded - at_start) & {"dataclasses", "inspect", "ast", "dis", "tokenize", "typing"}
+    assert not (loaded - at_start) & {"dataclasses", "inspect", "ast", "dis", "tokenize"}

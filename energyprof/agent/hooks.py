@@ -10,10 +10,7 @@ calls the original with the same status; nothing else about `_exit` changes.
 from __future__ import annotations
 
 import os
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Callable
+from typing import Callable
 
 _original_exit = os._exit
 _on_exit: list[Callable[[], None]] = []

@@ -19,10 +19,7 @@ import os
 import _thread
 import sys
 import time
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps

@@ -14,10 +14,7 @@ from __future__ import annotations
 import _thread
 import os
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable
 
 __all__ = ["start", "leave_signals_to_the_program"]
 

@@ -13,10 +13,7 @@ from __future__ import annotations
 
 import sys
 from types import CodeType, FrameType
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
+from typing import Any, Callable
 
 __all__ = ["qualname", "learn", "learn_function"]
 

@@ -20,6 +20,7 @@ import os
 import sys
 import time
 from types import CodeType, FrameType
+from typing import Any, Callable
 
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
@@ -27,10 +28,6 @@ from .units import units
 from .wire import PROCESS_MARKER, THREAD_FRAME_PREFIX
 
 _LEARN_NAMES = sys.version_info < (3, 11)  # 3.10's code objects have no co_qualname (qualnames.py)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}

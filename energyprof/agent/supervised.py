@@ -13,6 +13,7 @@ import _thread
 import os
 import sys
 import time
+from typing import TYPE_CHECKING, Any
 
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
@@ -26,11 +27,8 @@ from .qualnames import learn
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, charge_own, codes_of, filtered
 from .spool import Spool
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from types import FrameType
-    from typing import Any
-
 
 
 class Agent:

@@ -7,16 +7,13 @@ intensity comes from (a country, a region, a time series) is resolved before thi
 from __future__ import annotations
 
 import bisect
+from typing import Any
 
 from ..record import field, record
 from ..carbon.intensity import (J_PER_KWH, PER_NODE_TRACE, WORLD_AVERAGE_G_PER_KWH, WORLD_AVERAGE_SCOPE,
                          WORLD_AVERAGE_SOURCE, Intensity, IntensityTrace, _parse_time)
 from ..facts.profile import Profile
 from ..facts.profile import Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # Equivalents. Each factor is a published number; `per` is what one unit costs.
 EQUIVALENTS: tuple[dict[str, Any], ...] = (

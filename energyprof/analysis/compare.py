@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any, Sequence
 
 from ..record import field, record
 from ..facts.profile import Node, group_role
@@ -34,10 +35,6 @@ from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 from .training import hold_program
 from .windows import WindowRow
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
 

@@ -23,12 +23,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from typing import Any, Iterable, Mapping, Sequence
 
 from .stats import t_quantile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping, Sequence
 
 CONFIDENCE = 0.95
 RANGE_FACTOR = 2.0  # a configuration beyond [min / 2, max x 2] of the profiles' values is refused

@@ -6,10 +6,7 @@ differences at readings taken at its own edges; any other span's ends are interp
 from __future__ import annotations
 
 import bisect
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 SECTOR = 512
 

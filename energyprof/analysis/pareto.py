@@ -8,13 +8,11 @@ point too, labelled by its index. Across runs the points of each run are put sid
 
 from __future__ import annotations
 
+from typing import Sequence
+
 
 from ..record import record
 from ..facts.profile import Window
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Sequence
 
 
 def front(points: Sequence[tuple[float, float]]) -> list[bool]:

@@ -7,6 +7,7 @@ saved profile re-renders with another idle policy or carbon setting without bein
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 from ..record import field, record
 from ..facts.profile import SPECIAL_NODES
@@ -25,10 +26,6 @@ from .training import is_cache_fact
 from ..facts.records import is_forecast
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 @record(frozen=True)

@@ -3,10 +3,7 @@ differently. Pure: collect/settings.py reads them, this only looks at what was r
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
-
+from typing import Any
 
 
 def flatten(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:

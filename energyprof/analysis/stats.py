@@ -12,12 +12,9 @@ from __future__ import annotations
 import math
 import statistics
 from statistics import NormalDist
+from typing import Sequence
 
 from ..record import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Sequence
 
 CONFIDENCE = 0.95  # two-sided: the gate fails on its lower end, 97.5% one-sided
 

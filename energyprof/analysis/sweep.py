@@ -10,13 +10,10 @@ Objectives (`--objective`), each over the configurations' means:
 from __future__ import annotations
 
 import statistics
+from typing import Any, Sequence
 
 from ..record import field, record
 from .pareto import front
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
 
 
 class ObjectiveError(ValueError):

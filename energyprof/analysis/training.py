@@ -19,15 +19,12 @@ The predicted wait is shown beside the observed one; when they disagree by more 
 from __future__ import annotations
 
 import re
+from typing import Any, Iterable, Mapping
 
 from ..facts.profile import Node
 from ..facts.profile import Profile
 from ..facts.profile import Window
 from .io import io_in_span, io_of
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Mapping
 
 DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so
 NOISE_FLOOR = 0.05  # ...unless the gap is under this share of the epoch's loop time (both near zero)

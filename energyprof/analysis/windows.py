@@ -3,16 +3,14 @@ for a sensor's updates. Pure."""
 
 from __future__ import annotations
 
+from typing import Iterable
+
 
 from ..record import field, record
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Window
 from .training import breakdown, window_program_j
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable
 
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution
 

@@ -16,11 +16,10 @@ import functools
 import importlib.util
 import json
 import os
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any
 
 SNAPSHOT = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "data", "carbon-snapshot.json")
 SNAPSHOT_FORMAT = 1

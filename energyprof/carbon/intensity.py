@@ -18,17 +18,13 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..record import record
 from . import data as carbon_data
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
     from pathlib import Path
-    from typing import Any, Protocol
-else:
-    from ..hints import Protocol
-
 
 
 class Where(Protocol):

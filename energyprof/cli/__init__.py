@@ -17,13 +17,10 @@ from __future__ import annotations
 
 import gc
 import sys
+from typing import Sequence
 
 from ..setup.choices import OptionError
 from .common import PROG, UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,12 +4,9 @@ say how much of it is there, for cold- and warm-cache experiments without root's
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from .common import PROG, Parser, UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def build_cache_parser() -> Parser:

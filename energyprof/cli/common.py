@@ -9,15 +9,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..facts.policy import IDLE_POLICIES
 from ..setup.choices import OUTPUTS
 from ..setup.choices import OptionError
 from ..setup.choices import flag
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, NoReturn
     from ..setup.options import Options
 
 DEFAULT_OUTPUT = "energyprof-report.html"
@@ -101,7 +100,6 @@ def add_idle_flag(p: argparse.ArgumentParser, default: str | None) -> None:
                    help="share: charge the program its CPU share of the machine's energy; all: charge it"
                         " everything (a dedicated machine)" + ("" if default else
                                                                 "; default: the policy the run used"))
-
 
 
 def build_options(ns: argparse.Namespace, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,

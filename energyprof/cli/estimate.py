@@ -17,13 +17,10 @@ from __future__ import annotations
 import json
 import math
 import sys
+from typing import Any
 
 from ..facts.policy import IDLE_POLICIES
 from .common import PROG, Parser, UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def build_estimate_parser() -> Parser:

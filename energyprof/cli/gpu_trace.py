@@ -15,13 +15,10 @@ from __future__ import annotations
 import argparse
 import math
 import statistics
+from typing import Any
 
 from .common import PROG, Parser, UsageError, build_options
 from ..core.kernels import DEFAULT_SENSOR_ERROR
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def build_gpu_trace_parser() -> Parser:

@@ -11,6 +11,7 @@ import argparse
 import gc
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Sequence
 
 from .._version import __version__
 from ..setup.choices import DEFAULT_INTERVAL
@@ -24,9 +25,7 @@ from ..setup.choices import flag
 from .common import (DEFAULT_JOB_JSON, DEFAULT_OUTPUT, PROG, Parser, UsageError, add_idle_flag, add_output_flags,
                      allowed, build_options)
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Sequence
     from ..setup.options import Options
 
 

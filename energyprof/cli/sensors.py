@@ -17,15 +17,12 @@ import os
 import signal
 import sys
 import time
+from typing import Any, Sequence
 
 from ..setup.options import SENSORS
 from ..setup.options import Options
 from ..setup.options import OptionError
 from .common import PROG, Parser, UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
 
 
 def sensors_cmd(argv: Sequence[str]) -> int:

@@ -21,13 +21,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..store.files import check_link, write_text
 from .common import PROG, Parser, UsageError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 MAX_RUNS = 10_000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from ..core.ledger import Ledger
 from ..core.tree import build_profile
@@ -10,10 +12,6 @@ from ..facts.profile import Profile
 from ..facts.profile import ProfileFormatError
 from ..facts.profile import read_json
 from ..facts.policy import DEFAULT_POLICY
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 CHECKPOINT_KIND = "energyprof.checkpoint/1"
 

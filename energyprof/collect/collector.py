@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from collections import deque
+from typing import Any, Callable, Protocol
 
 from . import probes
 from ..agent import own_threads
@@ -28,12 +29,6 @@ from ..store.files import remove
 from ..store.files import write_text
 from ..core.recording import Sample, Tick
 from .sensors.base import Continued, Sensor
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Protocol
-else:
-    from ..hints import Protocol
 
 CHILD_POLL_S = 0.5
 

@@ -26,12 +26,9 @@ import os
 import sys
 import threading
 import time
+from typing import Any, Callable
 
 from ..agent.iostat import DISK_FIELDS, PROC_FIELDS, parse_diskstats, parse_proc_io, read_bytes
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 SECTOR = 512  # diskstats counts 512-byte sectors whatever the device's own sector size
 MAX_POINTS = 4000  # past this, every other tick's reading is let go: the counters stay exact at the ones kept

@@ -8,12 +8,10 @@ was seen. The exact peak of a profiled call comes from the kernel's VmHWM
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from ..facts.profile import Profile
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def summary(profile: Profile, first_tick: Any) -> dict[str, Any]:

@@ -26,10 +26,7 @@ import random
 import stat
 import sys
 import time
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterator
+from typing import Any, Iterator
 
 MAX_FILES = 2000  # past this many files, a sample of them is asked (about 10 ms per 1,000 small files)
 PAGE = mmap.PAGESIZE

@@ -9,12 +9,9 @@ point them at fake sysfs trees; what cannot be read is left out, never guessed.
 from __future__ import annotations
 
 import os
+from typing import Any, Callable
 
 from ..store.files import find_program
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must not hold the run's start
 

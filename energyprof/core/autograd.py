@@ -29,13 +29,11 @@ profiled window) stays under `[backward]` on its backward ops, and is counted by
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
+
 
 from ..record import field, record
 from .kernels import Frame
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Callable, Iterable, Mapping, Sequence
 
 BACKWARD_FRAME: Frame = ("[backward]", "", 0)
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "

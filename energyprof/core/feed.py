@@ -14,12 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Iterator
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Generic, TypeVar
-else:
-    from ..hints import Generic, TypeVar
+from typing import Generic, TypeVar
 
 #: A reading waits no longer than this for a sampler to read past it (a C call holding the GIL).
 MAX_HOLD_NS = 2_000_000_000

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+from typing import Any, Iterable, Sequence
 
 from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
@@ -25,10 +26,6 @@ from ..facts.profile import Totals
 from ..facts.records import GPU_KERNELS_FIELD, GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable, Sequence
 
 
 Frame = tuple[str, str, int]
@@ -122,7 +119,6 @@ def _node_at(index: dict[tuple[Frame, ...], Node], stack: tuple[Frame, ...]) -> 
             index[path[:-1]].children.append(node)
             index[path] = node
     return index[stack]
-
 
 
 # ---------------------------------------------------------------- a live run: kernels and samples, one tree

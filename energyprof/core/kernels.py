@@ -42,12 +42,9 @@ sensor's update period (their own power is unresolved: their figures are the int
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Callable, Hashable, Iterable, Sequence
 
 from ..record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Callable, Hashable, Iterable, Sequence
 
 GPU_IDLE_NODE = "[GPU idle]"
 OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Collection
+from typing import Any, NamedTuple
 
 from ..record import field, record
 from ..facts.profile import CHILDREN_NODE
@@ -38,12 +39,6 @@ from .recording import Sample, StackTable, Tick
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, NamedTuple
-else:
-    from ..hints import NamedTuple
 
 GPU_PREFIX = "gpu"
 CHILD_FRAME = (CHILDREN_NODE, "", 0)

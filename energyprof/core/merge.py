@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import datetime as _dt
+from typing import Any
 
 from ..record import field, record, replace
 from ..facts.profile import IDLE_NODE, SELF_NODE, Node, Note, Process, Profile, ProfileFormatError, Source, Timeline, \
@@ -26,10 +27,6 @@ from .ledger import remainder
 from ..facts.policy import PolicyError
 from ..facts.policy import check_policy
 from ..facts.policy import common_policy
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 NODE_PREFIX = "[node "
 RANK_PREFIX = "[rank "

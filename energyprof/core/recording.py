@@ -10,14 +10,9 @@ into a `Ledger` (core/ledger.py) as they arrive, so memory follows distinct stac
 from __future__ import annotations
 
 import threading
+from typing import Any, NamedTuple
 
 from ..record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, NamedTuple
-else:
-    from ..hints import NamedTuple
 
 Frame = tuple[str, str, int]  # (function, file, first line)
 

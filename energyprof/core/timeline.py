@@ -21,9 +21,7 @@ in or out of the grid: the cells still sum to the counter.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
+from typing import Any, Sequence
 
 
 TIMELINE_POINTS = 1000

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any, Iterable
+
 
 from ..facts.profile import (IDLE_NODE, SELF_NODE, THREAD_PREFIX, UNSAMPLED_CPU_NODE, UNSAMPLED_CPU_SHOWN, Node, Note, Process,
                        Profile, Source, Timeline, Totals, Window)
@@ -11,10 +13,6 @@ from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
 from ..facts.records import field_names
 from ..record import replace
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable
 
 
 def attribute(recording: Recording, policy: str = "share", share_window_ns: int = DEFAULT_SHARE_WINDOW_NS,

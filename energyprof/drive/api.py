@@ -17,6 +17,7 @@ import functools
 import inspect
 import sys
 import threading
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..setup.options import Options
 from ..output.writer import write_outputs
@@ -26,10 +27,7 @@ from .profiler import expand_output_paths
 from .profiler import active_profiler
 from ..agent.frames import anchor_depth
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:  # for type checkers alone: the decorator keeps the signature it wraps
-    from typing import Any, Callable, TypeVar
-
     F = TypeVar("F", bound=Callable[..., Any])
 
 

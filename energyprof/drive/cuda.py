@@ -4,10 +4,7 @@ a process that has not imported torch has no CUDA work to wait for, and importin
 from __future__ import annotations
 
 import sys
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 def _cuda() -> Any:

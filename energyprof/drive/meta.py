@@ -9,15 +9,12 @@ import math
 import os
 import sys
 import time
+from typing import Any
 
 from .._version import __version__
 from ..collect import memory, probes
 from ..core.ledger import Ledger
 from ..setup.options import Options
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 # `platform` and `datetime` are not imported on a run's path (with the regular expressions platform's

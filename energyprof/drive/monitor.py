@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
+from typing import Any, Callable
 
 from ..collect import probes
 from ..collect.collector import _Thread, find_sources
@@ -29,10 +30,6 @@ from ..facts.measurement import any_estimated
 from ..facts.measurement import carbon_setting
 from ..facts.measurement import fill_from_account
 from ..setup.options import Options
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 POLL_S = {"nvml-power": 0.1, "counter": 1.0}
 _perf, _proc_ns = time.perf_counter_ns, time.process_time_ns

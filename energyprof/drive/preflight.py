@@ -12,6 +12,7 @@ import importlib.util
 import os
 import stat
 import sys
+from typing import TextIO
 
 from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
@@ -21,10 +22,6 @@ from ..setup.options import OUTPUTS
 from ..setup.options import Options
 from ..setup.options import OptionError
 from ..setup.options import flag
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import TextIO
 
 
 def preflight(options: Options, inputs: tuple[str, ...] = (), keep_checkpoint: bool = True,

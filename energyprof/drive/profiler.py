@@ -7,6 +7,7 @@ import os
 import sys
 import threading
 import time
+from typing import Any, Iterator
 
 from ..collect import probes
 from ..core.ledger import Ledger
@@ -23,10 +24,6 @@ from ..facts.profile import Profile
 from ..agent.frames import anchor_depth
 from ..agent.sampler import HookSampler, Sampler, View
 from .meta import checkpoint_header, run_meta, run_notes  # noqa: F401  (the drivers' shared run metadata)
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterator
 
 _active_lock = threading.Lock()
 WINDOW_WAIT_S = 0.5  # the longest a window's end waits for its energy to be charged

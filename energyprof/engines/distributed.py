@@ -12,12 +12,9 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Mapping
+from typing import Any
 
 from ..record import record, replace
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 PLACEHOLDERS = ("rank", "local_rank", "node", "pid")
 GATHER_TIMEOUT_S = 10.0  # how long rank 0 waits for the other ranks' profiles after its program ended

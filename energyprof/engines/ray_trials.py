@@ -15,10 +15,7 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
+from typing import Any, Sequence
 
 # What a run needs of the sweep's environment on another machine: energyprof's own settings.
 _PASSED = ("ENERGYPROF_", "PYTHONPATH")

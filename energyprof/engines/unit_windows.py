@@ -11,13 +11,11 @@ back on one thread, with no sample between them, are one window.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from ..agent.wire import THREAD_FRAME_PREFIX
 from ..agent.units import UNIT_PREFIXES
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class UnitWindows:

@@ -8,12 +8,11 @@ from a model, not a counter) and `complete` (every joule of the window was in wh
 from __future__ import annotations
 
 import _thread
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from ..record import field, record
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable
     from .policy import IdlePolicy, WindowAccount
 
 # Nothing here imports at module level beyond energyprof.record (which imports only built-in modules)

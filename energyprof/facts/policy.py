@@ -9,14 +9,11 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Generic, Literal, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
+if TYPE_CHECKING:
     IdlePolicy = Literal["share", "all"]
 else:
-    from ..hints import Generic, NamedTuple, TypeVar
-
     IdlePolicy = str  # to type checkers the literal above
 #: Every policy, the default first.
 IDLE_POLICIES: tuple[IdlePolicy, ...] = ("share", "all")

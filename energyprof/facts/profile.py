@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Any, Iterator
 
 from ..record import field, record, replace
 from .policy import DEFAULT_POLICY, IDLE_POLICIES
@@ -19,10 +20,6 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterator
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",

@@ -7,12 +7,9 @@ and readers that check every field's type and value, because a profile file can 
 from __future__ import annotations
 
 import math
+from typing import Any, Callable
 
 from ..record import field, fields, record, replace
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 
 class ProfileFormatError(ValueError):

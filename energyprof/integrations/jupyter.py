@@ -17,10 +17,9 @@ from __future__ import annotations
 import html
 import shlex
 import sys
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
     from ..analysis.report import ReportModel
 
 IFRAME_HEIGHT_PX = 760

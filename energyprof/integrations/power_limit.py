@@ -29,14 +29,11 @@ import os
 import sys
 import time
 import warnings
+from typing import Any, Callable, Sequence
 
 from ..analysis.optimize import Energy, Objective
 from ..knobs import keeper as _keeper
 from ..knobs.base import Knob, KnobError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Sequence
 
 WINDOW_PREFIX = "power_limit"
 

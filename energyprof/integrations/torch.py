@@ -51,6 +51,7 @@ import math
 import os
 import sys
 import time
+from typing import Any, Callable, Iterable, Iterator, NamedTuple
 
 from ..record import asdict, record
 from ..analysis.training import breakdown, loop_breakdown, stall_s
@@ -59,12 +60,6 @@ from ..drive.profiler import Profiler
 from ..drive.profiler import active_profiler
 from ..drive.cuda import cuda_sync
 from ..drive.cuda import gpu_memory
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Iterator, NamedTuple
-else:
-    from ..hints import NamedTuple
 
 __all__ = ["cuda_sync", "gpu_memory", "window", "track", "TrackedLoader", "StepRecord", "breakdown"]
 

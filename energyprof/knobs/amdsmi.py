@@ -6,12 +6,10 @@ discovery does the same), so a stand-in binding reaches the knob without a GPU.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from .base import Knob, KnobError, KnobPart, KnobRange, Part
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def _binding() -> Any:

@@ -41,12 +41,9 @@ import stat
 import subprocess
 import sys
 import threading
+from typing import Any, Hashable
 
 from .base import Knob, KnobError, Part
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Hashable
 
 
 ANY: Any = object()  # restore(): every owner's parts

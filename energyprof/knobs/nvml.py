@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import sys
 import types
+from typing import Any
 
 from ..collect.sensors.gpu import nvml_device
 from .base import Knob, KnobError, KnobRange, Part
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class NvmlPowerLimit(Knob):

@@ -12,12 +12,9 @@ import re
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 from .base import Knob, KnobError, KnobPart, KnobRange, Part
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 CONF_ENV = "ENERGYPROF_NVPMODEL_CONF"
 DEFAULT_CONF = "/etc/nvpmodel.conf"

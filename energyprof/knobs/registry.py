@@ -7,13 +7,10 @@ without an index means every knob of that kind (`cpu_max_freq` means `cpu_max_fr
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..record import record
 from .base import Knob, KnobError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 KINDS = ("gpu_power_limit", "cpu_power_limit", "cpu_max_freq", "jetson_power_mode")
 MAX_VALUES = 1000  # a typo like 1:1000000:1 is a mistake, not a sweep

@@ -13,12 +13,11 @@ import csv
 import datetime as _dt
 import os
 import uuid
+from typing import TYPE_CHECKING, Any
 
 from ..carbon.intensity import J_PER_KWH
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
     from ..analysis.report import ReportModel
 
 # codecarbon 3.x's EmissionsData fields, in its order: the file's header.

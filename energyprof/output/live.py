@@ -43,12 +43,9 @@ import threading
 import time
 from collections import deque
 from urllib.parse import parse_qsl, quote, urlsplit
+from typing import Any, Iterable
 
 from ..record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Iterable
 
 PERIOD_S = 1.0  # the figures' period
 CAPACITY = 4096  # points (or MLflow items) a sink holds before the oldest are dropped

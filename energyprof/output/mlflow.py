@@ -40,10 +40,9 @@ import re
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
     from ..analysis.report import RenderOptions, ReportModel
     from ..facts.measurement import Measurement
     from ..facts.profile import Profile

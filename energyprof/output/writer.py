@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING, TextIO
 
 from ..store.files import write_text
 from ..setup.choices import OUTPUTS
 from ..setup.choices import flag
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import TextIO
     from ..setup.options import Options
     from ..analysis.carbon import CarbonSettings
     from ..analysis.report import RenderOptions

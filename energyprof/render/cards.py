@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from ..record import field, record
 from ..analysis.report import ReportModel
 from .charts import path_shortener
 from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 IDLE_POLICIES = {
     "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "

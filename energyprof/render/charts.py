@@ -10,6 +10,7 @@ import functools
 import math
 import re
 import zlib
+from typing import Any
 
 from ..analysis.chart import ChartNode, module_name
 from ..analysis.functions import is_library
@@ -21,10 +22,6 @@ from ..facts.profile import SELF_NODE
 from ..facts.profile import SPECIAL_NODES
 from ..facts.profile import Source
 from .format import format_spec
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_TIMELINE_POINTS = 3000
 MAX_WINDOW_SHADES = 200

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import statistics
+from typing import Any
 
 from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
 from ..analysis.own import short_path
@@ -17,10 +18,6 @@ from ..store.files import write_text
 from ..facts.profile import SPECIAL_NODES
 from .charts import pareto_figure
 from .format import fmt_energy, fmt_seconds
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_ROWS_TEXT = 15
 MAX_ROWS_HTML = 500

@@ -9,16 +9,13 @@ from __future__ import annotations
 
 import io
 import json
+from typing import Iterable, Iterator
 
 from ..analysis.functions import FunctionKey, node_key
 from ..analysis.report import ReportModel
 from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
 from ..facts.profile import Node
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Iterable, Iterator
 
 SPEEDSCOPE_SCHEMA = "https://www.speedscope.app/file-format-schema.json"
 MICRO = 1_000_000

@@ -10,10 +10,7 @@ languages (JavaScript's toPrecision rule), so they agree digit for digit.
 from __future__ import annotations
 
 import math
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 DASH = "\u2013"
 DIGITS = 3

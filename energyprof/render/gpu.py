@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 
 from ..analysis.gpu import gpu_devices, gpu_functions, gpu_table
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_ROWS = 40
 

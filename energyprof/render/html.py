@@ -14,14 +14,11 @@ import gc
 import json
 import os
 import re
+from typing import Any
 
 from ..analysis.report import ReportModel
 from .cards import methodology, process_rows, rank_epoch_rows, summary_cards, sweep_choice
 from .charts import report_data
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_WINDOW_ROWS = 200
 # Where plotly.js goes, put in after the page is written, so its 1.2 MB is copied once. Escaped

@@ -8,12 +8,10 @@ are (html.py made them safe for a <script> or <style> element).
 
 from __future__ import annotations
 
+from typing import Any, Callable, Iterable
+
 
 from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 _MISSING = object()

@@ -15,14 +15,11 @@ from __future__ import annotations
 import datetime as _dt
 import gzip
 import re
+from typing import Any
 
 from ..analysis.report import ReportModel
 from ..facts.profile import Node
 from .exports import _paths, integer_weights
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 NANO = 1_000_000_000
 MICRO = 1_000_000

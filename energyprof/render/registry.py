@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
 
-TYPE_CHECKING = False
+
 if TYPE_CHECKING:
-    from typing import Callable
     from ..analysis.report import ReportModel
 
 

@@ -30,15 +30,12 @@ import struct
 import sys
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 from ..record import field, record
 from ..knobs.base import Knob, KnobError
 from ..knobs.keeper import Keeper
 from ..collect.sensors import served_protocol as protocol
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 MAX_CONNECTIONS = 32
 MAX_PER_UID = 8

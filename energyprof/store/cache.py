@@ -15,10 +15,7 @@ from __future__ import annotations
 import json
 import os
 import stat
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
+from typing import Any
 
 
 def folder() -> str | None:

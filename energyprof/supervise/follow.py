@@ -10,13 +10,10 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 from ..collect.probes import PROC, read_proc
 from ..engines import roles as engines
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import time
 from collections import deque
+from typing import TYPE_CHECKING, Any
 
 from ..record import field, record
 from ..collect import probes
@@ -33,10 +34,7 @@ from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuR
 from .records import KernelBusy, KernelCounts, KernelCycle, KernelNames, KernelPath
 from .stream import StreamReader
 
-TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any
-
     from .records import Record
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness

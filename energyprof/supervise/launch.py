@@ -24,13 +24,10 @@ import select
 import signal
 import sys
 import time
+from typing import Any, Callable
 
 from ..collect.probes import PROC, descendant_pids, portable
 from .signals import FORWARDED
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 PR_SET_PDEATHSIG = 1
 GRACE_S = 2.0  # between the watcher's SIGTERM and its SIGKILL

@@ -7,13 +7,9 @@ to None and costs that line only.
 
 from __future__ import annotations
 
-from ..agent import wire
+from typing import TYPE_CHECKING, Callable, NamedTuple, Union
 
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Callable, NamedTuple, Union
-else:
-    from ..hints import NamedTuple
+from ..agent import wire
 
 
 class TickRecord(NamedTuple):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 from ..collect.collector import Collector, open_sources
 from ..core.ledger import Ledger
@@ -25,10 +26,6 @@ from ..engines.distributed import gpu_ties
 from ..engines.distributed import hostname
 from ..store.files import private_folder, remove_tree
 from .job import JobFeed
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 class Supervisor:

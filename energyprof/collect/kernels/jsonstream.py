@@ -19,10 +19,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO, Any, Iterator
+from typing import Any, IO, Iterator
 
 CHUNK = 1 << 20  # characters read at a time
 MAX_VALUE_CHARS = 64 << 20  # the largest single event (or top-level value) taken

@@ -31,16 +31,13 @@ import math
 import sys
 import zlib
 from pathlib import Path
+from typing import Any
 
 from ...record import field, record
 from ...core.autograd import BACKWARD_FRAME, EVALUATE_PREFIX, Autograd, Op
 from ...core.kernels import (NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel,  # noqa: F401  (the record this reader makes)
                              parse_python_name)
 from .jsonstream import StreamError, TraceStream
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
                "memcpy": "memcpy", "memset": "memset"}  # lower-cased `cat` -> kind (older traces: Memcpy, Memset)
@@ -380,6 +377,5 @@ def _int(v: Any) -> int | None:
         except ValueError:
             return None
     return None
-
 
 

@@ -25,14 +25,11 @@ from __future__ import annotations
 
 import bisect
 import os
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from ...core.autograd import Autograd, Op
 from ...core.kernels import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
 from ...record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Sequence
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
 TOP_NAMES = 10

@@ -12,13 +12,10 @@ given, on any platform. Every backend not found leaves the step that would enabl
 from __future__ import annotations
 
 import sys
+from typing import Callable, Sequence
 
 from ...setup.options import SENSORS
 from .base import Discovery, Sensor, SensorError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Callable, Sequence
 
 __all__ = ["Discovery", "Sensor", "SensorError", "discover", "survey", "SENSORS"]
 

@@ -10,12 +10,9 @@ refreshes the figure), both written into the profile's sources.
 from __future__ import annotations
 
 import threading
+from typing import Any, Callable, ClassVar, Mapping
 
 from ...record import field, record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, ClassVar, Mapping
 
 #: How a source's joules come about, best first: a cumulative hardware counter; power samples
 #: integrated over time (trapezoids of instantaneous values, or interval means times their

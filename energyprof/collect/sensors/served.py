@@ -10,12 +10,9 @@ from __future__ import annotations
 
 import os
 import threading
+from typing import Any
 
 from .base import Discovery, Sensor, SensorError, WrapCounter
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 # Where the reader listens. The grammar (served_protocol) and the socket module are imported only
 # once a reader is there: every run's discovery looks for it, few machines have one.

@@ -16,12 +16,9 @@ from __future__ import annotations
 import json
 import math
 import re
+from typing import Any
 
 from ...record import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 MAX_LINE = 256  # bytes, newline included: the longest request is `set ` + a knob name + a number
 _NAME = re.compile(r"[a-z_]{1,40}:[A-Za-z0-9_.-]{1,40}\Z")

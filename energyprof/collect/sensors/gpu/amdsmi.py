@@ -16,6 +16,7 @@ ties NVML's GPUs (numbering.py does the ordering for both).
 from __future__ import annotations
 
 import time
+from typing import Any, Callable, Mapping
 
 from ..base import Discovery, Sensor, SensorError, WrapCounter
 from . import AMDSMI_INSTALL
@@ -23,10 +24,6 @@ from .numbering import GpuInfo, parse_bus_id, text, visible_order
 from .nvml import _optional
 from .nvml_device import GpuError, NotSupported
 from .share import ProcessShare
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable, Mapping
 
 BINDING: Any = None  # a module with amdsmi's names (tests inject a fake); None: `import amdsmi`
 CHECK_S = 0.5  # how long the counter is watched against power at start (Zeus uses 0.5 s)

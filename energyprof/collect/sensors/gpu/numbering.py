@@ -13,12 +13,9 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Any
 
 from ....record import record
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 
 def text(value: Any) -> str:

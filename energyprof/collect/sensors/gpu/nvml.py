@@ -14,6 +14,7 @@ Numbering is numbering.py's, NVML calls nvml_device.py's, the process share shar
 from __future__ import annotations
 
 import time
+from typing import Any, Callable
 
 from ..base import FROZEN_GPU_S, FROZEN_PERIODS, Discovery, FrozenWatch, Sensor, SensorError, WrapCounter
 from . import nvml_device
@@ -21,10 +22,6 @@ from .numbering import GpuInfo, cuda_bus_ids_from_torch, parse_bus_id, text, vis
 from .nvml_device import GpuError, NvmlDevice, Session, error_text, init_note, load_binding
 from .power_samples import SampleBuffer, to_intervals
 from .share import SHARE_REFRESH_S, ProcessShare
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Callable
 
 DETECT_BUDGET_S = 0.3  # total time spent polling for update periods, all GPUs together
 DETECT_POLL_S = 0.001
@@ -115,7 +112,6 @@ READING_LABELS = {
     "instant": "instant power field (NVML_FI_DEV_POWER_INSTANT), integrated by trapezoids",
     "average": "nvmlDeviceGetPowerUsage (a 1 s average on Ampere and newer), integrated by trapezoids",
 }
-
 
 
 class NvmlSensor(Sensor):

@@ -12,12 +12,9 @@ from __future__ import annotations
 import os
 import sys
 import threading
+from typing import Any
 
 from ..base import SensorError
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 BINDING: Any = None  # a module object with pynvml's names; None: `import pynvml` (nvidia-ml-py)
 

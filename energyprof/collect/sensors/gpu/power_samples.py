@@ -15,10 +15,7 @@ averaged), so an AMD GPU keeps the ticks' power.
 from __future__ import annotations
 
 import time
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any, Sequence
+from typing import Any, Sequence
 
 TOTAL_POWER_SAMPLES = 0  # nvmlSamplingType_t NVML_TOTAL_POWER_SAMPLES
 MAX_SAMPLES = 300_000  # ~100 min at 20 ms (~30 MB): past this the split uses the ticks' power for the whole run

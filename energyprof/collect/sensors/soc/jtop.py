@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Any
 
 from ....agent import own_threads
 from ..base import Discovery, split_total
 from . import rails
 from .stream import SharedStream, channel_sensors
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Any
 
 BINDING: Any = None  # a module with a `jtop` class (tests inject a fake); None: `import jtop`
 INTERVAL_S = 0.5  # jtop refreshes from its service; faster asks add load, not resolution

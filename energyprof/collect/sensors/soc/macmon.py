@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import IO, Iterator
 
 from ..base import Discovery, split_total
 from .powermetrics import component
 from .stream import Reading, find_tool, from_tool, lines
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO, Iterator
 
 INTERVAL_MS = 100
 PARTS = {"cpu_power": "cpu", "gpu_power": "gpu:0", "ane_power": "ane", "ram_power": "dram",

@@ -16,13 +16,10 @@ import os
 import plistlib
 import re
 import sys
+from typing import Any, IO, Iterator
 
 from ..base import Discovery, split_total
 from .stream import Reading, find_tool, from_tool
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO, Any, Iterator
 
 INTERVAL_MS = 100
 PARTS = {"CPU": "cpu", "GPU": "gpu:0", "ANE": "ane", "DRAM": "dram"}

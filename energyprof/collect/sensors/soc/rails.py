@@ -12,12 +12,9 @@ the second is tegrastats' running mean since it started and is never used.
 from __future__ import annotations
 
 import re
+from typing import Mapping
 
 from ..base import split_total
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import Mapping
 
 #: `NAME cur/avg` (old L4T, no unit), `NAME curmW/avgmW`, JetPack 7's `NAME curmW/avgmW/maxmW`.
 #: The lookahead stops a field with another unit (`RAM 896/7859MB`) from matching.

@@ -15,14 +15,11 @@ import os
 import subprocess
 import threading
 import time
+from typing import TYPE_CHECKING, Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ....agent import own_threads
 from ..base import ChannelSensor, Discovery, PowerIntegrator
 from ....store.files import find_program
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 
 FIRST_READING_S = 5.0  # how long discovery waits for the tool's first reading
 _RUNNING: set[int] = set()  # the pids of the tools running now (an in-process profile leaves them out of the program's children)

@@ -6,14 +6,12 @@ trapezoids, the input rail split into its measured parts plus `other`.
 
 from __future__ import annotations
 
+from typing import IO, Iterator
+
 
 from ..base import Discovery
 from . import on_jetson, rails  # noqa: F401 - on_jetson is also this backend's
 from .stream import Reading, find_tool, from_tool, lines
-
-TYPE_CHECKING = False
-if TYPE_CHECKING:
-    from typing import IO, Iterator
 
 INTERVAL_MS = 100
 ENABLE = ("tegrastats ships with every Jetson's L4T (/usr/bin/tegrastats); on other machines there is no "
