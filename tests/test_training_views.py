@@ -247,3 +247,22 @@ def test_every_view_gives_the_same_forward_and_backward():
         forward, backward = r["forward_j"], r["backward_j"]
         assert f'{r["function"]} {fmt_energy(r["energy_j"])}' in line
         assert f'({fmt_percent(backward, forward + backward)} backward' in line
+
+
+# -- the GPU's kernels, linked by the existing capture (a synthetic Kineto trace through gpu-trace) -----
+def test_a_gpu_step_gives_each_line_its_forward_and_backward(tmp_path):
+    from test_gpu_backward import J, _run, step_trace
+
+    p, _ = _run(tmp_path, step_trace())
+    m = build(p)
+    assert m.backward_split
+    (row,) = [r for r in m.rows if r.function == "forward" and r.file == "model.py"]
+    # the forward line's kernel (100 us) and its backward's two GEMMs (200 us) at a flat 200 W
+    assert m.row_phases(row) == pytest.approx((J(100), J(200)), rel=1e-9)
+    assert [r.function for r in m.modules] == ["forward"]
+    (line,) = [x for x in render_summary(m).splitlines() if "heaviest modules" in x]
+    assert f"forward {fmt_energy(J(300))}" in line and "(66.7% backward" in line
+    # the training rule on the same tree: backward() holds the pass (220 us), the rest is forward
+    s = tree_split(p.root)
+    assert s.backward_j == pytest.approx(J(220), rel=1e-9)
+    assert s.total_j == pytest.approx(p.root.total_energy, rel=1e-9)
