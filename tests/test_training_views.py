@@ -266,3 +266,25 @@ def test_a_gpu_step_gives_each_line_its_forward_and_backward(tmp_path):
     s = tree_split(p.root)
     assert s.backward_j == pytest.approx(J(220), rel=1e-9)
     assert s.total_j == pytest.approx(p.root.total_energy, rel=1e-9)
+
+
+def test_a_real_tracked_loop_with_epochs_counts_its_passes(tmp_path):
+    """track(loader, epochs=3) under the in-process profiler at a replayed flat power, no `epoch` window:
+    the report's training table has 3 epochs, each its steps' energy."""
+    import time
+
+    import energyprof.torch as ept
+    from energyprof import Profiler
+
+    trace = tmp_path / "flat.csv"
+    trace.write_text("t_s,cpu\n0,50\n")
+    prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(trace), idle="all", sensor_interval=0.01)
+    prof.start()
+    tracked = ept.track(range(3), epochs=3)
+    for _ in range(3):
+        for _ in tracked:
+            time.sleep(0.01)
+    b = build(prof.stop()).training["step"]
+    assert b["epoch_count"] == 3 and b["epochs_from"] == "step.pass"
+    assert [e["steps"] for e in b["epochs"]] == [3, 3, 3]
+    assert b["energy_per_epoch_j"] == pytest.approx(sum(r["energy_j"] for r in b["steps"]) / 3, rel=1e-9)

@@ -8,7 +8,7 @@ from typing import Any
 from ..record import field, record
 from ..analysis.report import ReportModel
 from .charts import path_shortener
-from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
+from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
 
 IDLE_POLICIES = {
     "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "
@@ -97,14 +97,10 @@ def modules_card(model: ReportModel) -> Card:
         forward, backward = model.row_phases(row) or (0.0, 0.0)
         total = forward + backward
         err, berr = row.relative_error, row.backward_relative_error
-        lines.append((f"{row.function}: {fmt_energy(total)}{_pm(err)} = forward {fmt_energy(forward)} + backward"
-                      f" {fmt_energy(backward)}{_pm(berr)} ({pct(backward, total)} backward)", method))
+        lines.append((f"{row.function}: {fmt_energy(total)}{fmt_error(err)} = forward {fmt_energy(forward)} + backward"
+                      f" {fmt_energy(backward)}{fmt_error(berr)} ({pct(backward, total)} backward)", method))
     first = model.modules[0]
     return Card("Modules: forward + backward", f"{first.function} {fmt_energy(model.row_energy(first))}", lines, "modules")
-
-
-def _pm(err: float | None) -> str:
-    return "" if err is None else f" \u00b1{err * 100:.0f}%"
 
 
 #: notes that say how a figure was made, not that it may be wrong: they belong in Methodology

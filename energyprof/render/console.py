@@ -6,7 +6,7 @@ from ..analysis.report import ReportModel
 from ..facts.profile import GROUP_PREFIXES, Node
 from ..analysis.phases import MODULES_SHOWN
 from .charts import path_shortener
-from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
+from .format import fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
 GROUPS_SHOWN = 4  # the libraries and imports after the user's functions: a summary, not the table
@@ -77,14 +77,10 @@ def heaviest_modules(model: ReportModel, shown: int = MODULES_SHOWN) -> str:
         forward, backward = model.row_phases(row) or (0.0, 0.0)
         total = forward + backward
         err, berr = row.relative_error, row.backward_relative_error
-        parts.append(f"{row.function} {fmt_energy(total)}{_plus_minus(err)} ({fmt_percent(backward, total)} backward"
-                     f"{_plus_minus(berr)})")
+        parts.append(f"{row.function} {fmt_energy(total)}{fmt_error(err)} ({fmt_percent(backward, total)} backward"
+                     f"{fmt_error(berr)})")
     return (f"  heaviest modules (forward + backward, {_methods(model)}; \u00b1 = sampling error, 1/sqrt(samples)): "
             + ", ".join(parts))
-
-
-def _plus_minus(err: float | None) -> str:
-    return "" if err is None else f" \u00b1{err * 100:.0f}%"
 
 
 def _error(samples: int) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
-from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
+from .format import fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 _MISSING = object()
@@ -292,7 +292,8 @@ def _per_unit(b: Any) -> str:
         text += (f' Per sample {esc(fmt_energy(b["energy_per_sample_j"]))}'
                  f'{_machine_beside(b, b.get("machine_energy_per_sample_j"))} ({esc(b.get("sample_count"))} samples)')
     if b.get("energy_per_epoch_j") is not None:
-        text += f'{", per" if text else " Per"} epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}{_machine_beside(b, b.get("machine_energy_per_epoch_j"))}'
+        text += (f'{", per" if text else " Per"} epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}'
+                 f'{_machine_beside(b, b.get("machine_energy_per_epoch_j"))}')
     if b.get("parameters"):
         text += f'; the model has {b["parameters"]:,} parameters'
     return text + "." if text else ""
@@ -339,10 +340,7 @@ def _phases_hint(b: Any) -> str:
     ph = b.get("phases")
     if not ph:
         return ""
-    j = fmt_energy
-
-    def pm(err: Any) -> str:
-        return "" if err is None else f" \u00b1{err * 100:.0f}%"
+    j, pm = fmt_energy, fmt_error
     return (f' Compute: forward {esc(j(ph["forward_j"]))}, backward {esc(j(ph["backward_j"]))}'
             f'{esc(pm(ph["backward_relative_error"]))}, optimizer {esc(j(ph["optimizer_j"]))}'
             f'{esc(pm(ph["optimizer_relative_error"]))} <span class="tag estimated">{esc(ph["method"])}</span>'
