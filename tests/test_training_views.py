@@ -288,3 +288,17 @@ def test_a_real_tracked_loop_with_epochs_counts_its_passes(tmp_path):
     assert b["epoch_count"] == 3 and b["epochs_from"] == "step.pass"
     assert [e["steps"] for e in b["epochs"]] == [3, 3, 3]
     assert b["energy_per_epoch_j"] == pytest.approx(sum(r["energy_j"] for r in b["steps"]) / 3, rel=1e-9)
+
+
+def test_the_page_and_the_json_give_each_epoch_the_same_three_phases():
+    from energyprof.render.html import render_html
+
+    m = build(baler_profile(windows=step_windows(COMPUTES, per_pass=2)))
+    training = json.loads(json.dumps(m.derived()))["training"]["step"]
+    html = render_html(m)
+    for e in training["epochs"]:
+        cells = "".join(f"<td>{fmt_energy(e[k])}</td>" for k in ("forward_j", "backward_j", "optimizer_j"))
+        assert cells in html
+        assert e["forward_j"] + e["backward_j"] + e["optimizer_j"] == pytest.approx(e["compute_j"], abs=1e-9)
+    ph = training["phases"]
+    assert f"backward {fmt_energy(ph['backward_j'])}" in html and "estimated" in html

@@ -409,7 +409,9 @@ def loop_split(profile: Profile, name: str, rank: int | None = None) -> Split | 
     """The tree's backward and optimizer energy that belong to this loop (None: none). With several tracked
     loops (train and validation), only those whose compute ran beside backward's or the optimizer's frames
     (the timeline's functions) share it, in proportion to their compute energy."""
-    root = (profile.find(f"[rank {rank}]") if rank is not None else []) or [profile.root]
+    root = profile.find(f"[rank {rank}]") if rank is not None else [profile.root]
+    if not root:  # a rank's loop in a tree with no node of that rank: the others' backward is not its own
+        return None
     split = tree_split(root[0])
     if split.backward_j <= 0 and split.optimizer_j <= 0:
         return None
