@@ -210,24 +210,29 @@ def test_the_bar_is_one_sensor_interval_of_the_windows_power_at_each_edge() -> N
     assert edge_error_j(1.0, 0.0, 0.05) == 1.0
 
 
-def test_a_tests_window_holds_its_energy_exactly_at_a_known_power() -> None:
-    """A ledger fed a constant 20 W and a program holding a third of the machine's busy CPU: each test's row is
-    its span's program energy, its budgeted call beside it."""
+def two_tests(b_ms: int = 400) -> object:
+    """A ledger fed a constant 20 W, the program holding a third of the machine's busy CPU throughout: test a
+    from 100 to 400 ms, test b (budgeted, its call from 100 ms in to 100 ms before its end) for `b_ms` after it."""
     cpu = {"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}
     ms = 1_000_000
     led = Ledger([cpu], cpus=2)
-    ticks = [Tick(k * 100 * ms, (20.0 * k * 0.1,), k * 50 * ms, 0, k * 150 * ms) for k in range(11)]
+    ticks = [Tick(k * 100 * ms, (20.0 * k * 0.1,), k * 50 * ms, 0, k * 150 * ms) for k in range(b_ms // 100 + 7)]
     led.add_tick(ticks[0])
     led.begin_window(100 * ms, "t.py::a")
     led.end_window(400 * ms, "t.py::a", facts={"test": 1.0, "outcome": 0.0})
     led.begin_window(400 * ms, "t.py::b")
     led.begin_window(500 * ms, "t.py::b [call]")
-    led.end_window(700 * ms, "t.py::b [call]")
-    led.end_window(800 * ms, "t.py::b", facts={"test": 1.0, "outcome": 1.0, "budget_j": 0.5})
+    led.end_window((300 + b_ms) * ms, "t.py::b [call]")
+    led.end_window((400 + b_ms) * ms, "t.py::b", facts={"test": 1.0, "outcome": 1.0, "budget_j": 0.5})
     for tick in ticks[1:]:
         led.add_tick(tick)
     led.finish()
-    profile = build_profile(led, "share", {"target": "pytest", "sensor_interval_s": 0.1})
+    return build_profile(led, "share", {"target": "pytest", "sensor_interval_s": 0.1})
+
+
+def test_a_tests_window_holds_its_energy_exactly_at_a_known_power() -> None:
+    """Each test's row is its span's program energy, its budgeted call beside it."""
+    profile = two_tests()
     a, b = rows_of_tests(profile)
     assert (a.nodeid, a.outcome, b.nodeid, b.outcome) == ("t.py::a", "passed", "t.py::b", "failed")
     assert a.energy_j == pytest.approx(20.0 * 0.3 / 3, rel=1e-9)
@@ -237,3 +242,17 @@ def test_a_tests_window_holds_its_energy_exactly_at_a_known_power() -> None:
     lines = per_test_lines(profile)
     assert lines[0].startswith("  tests: 2, costliest first") and "t.py::b  call 1.33 J over budget 500 mJ" in lines[1]
     assert "t.py::a" in per_test_section(profile)
+
+
+def test_compare_names_the_tests_that_got_costlier(tmp_path: Path) -> None:
+    """Test b runs three times as long in the head; a is unchanged: b is costlier beyond the bars, a is not."""
+    two_tests(400).save(tmp_path / "base.json")
+    two_tests(1200).save(tmp_path / "head.json")
+    proc = run_cli(["compare", "base.json", "head.json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = proc.stdout[proc.stdout.index("Tests, head against base"):]
+    assert text.startswith("Tests, head against base (1 of 2 costlier, marked *; 95% interval: one run on a side")
+    line_b = next(ln for ln in text.splitlines() if ln.endswith("t.py::b"))
+    line_a = next(ln for ln in text.splitlines() if ln.endswith("t.py::a"))
+    assert line_b.startswith("  *") and "+200.0%" in line_b
+    assert line_a.startswith("   ") and "+0.0%" in line_a

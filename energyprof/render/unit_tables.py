@@ -15,6 +15,7 @@ from .format import fmt_energy, fmt_seconds
 
 TESTS_SHOWN = 10  # the costliest tests in the console summary: a summary, not the table
 REQUESTS_SHOWN = 10
+MAX_TESTS_COMPARED = 30
 
 
 def _esc(value: Any) -> str:
@@ -108,3 +109,26 @@ def _tokens_html(run: TokenRun) -> str:
                    f'<td>{_esc(fmt_energy(r.j_per_output_token))}</td><td>{_esc(fmt_energy(r.mlenergy_j))}</td></tr>\n')
     out.append("    </tbody>\n  </table></div>\n</section>\n\n")
     return "".join(out)
+
+
+# -- compare ------------------------------------------------------------------------------------
+def tests_compare_text(base: list[Any], head: list[Any]) -> str:
+    """The tests that ran on both sides, head against base; empty when no test did."""
+    from ..analysis.tests_compare import changes_of_tests
+
+    changes = changes_of_tests(base, head)
+    if not changes:
+        return ""
+    costlier = [c for c in changes if c.costlier]
+    n = changes[0].interval.n
+    how = (f"Welch's t over {n[0]} and {n[1]} runs, never narrower than the tests' bars" if changes[0].interval.df
+           is not None else "one run on a side: the tests' bars alone, which cannot see run-to-run noise")
+    lines = ["", f"Tests, head against base ({len(costlier)} of {len(changes)} costlier, marked *; "
+             f"{changes[0].interval.confidence * 100:g}% interval: {how}):"]
+    for c in changes[:MAX_TESTS_COMPARED]:
+        pct = "" if c.pct is None else f" {c.pct:+.1f}%"
+        lines.append(f"  {'*' if c.costlier else ' '} {fmt_energy(c.base_j):>9} -> {fmt_energy(c.head_j):>9}{pct}"
+                     f" (change {fmt_energy(c.interval.low)} to {fmt_energy(c.interval.high)})  {c.nodeid}")
+    if len(changes) > MAX_TESTS_COMPARED:
+        lines.append(f"  ... {len(changes) - MAX_TESTS_COMPARED} more")
+    return "\n".join(lines) + "\n"
