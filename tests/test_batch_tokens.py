@@ -202,3 +202,43 @@ def test_hugging_face_generate_is_split_per_row_without_code(tmp_path: Path) -> 
     run = token_run(second)
     assert sum(r.energy_j for r in run.requests) == pytest.approx(sum(w.program_total_j for w in second), rel=1e-9)
     assert all(r.energy_j > 0 for r in run.requests)
+
+
+IN_PROCESS = """
+import torch
+import transformers
+
+import energyprof
+from energyprof.batches import hook_generate
+
+hook_generate()
+torch.manual_seed(0)
+config = transformers.GPT2Config(n_layer=1, n_embd=32, n_head=2, vocab_size=100, n_positions=64, pad_token_id=0)
+model = transformers.GPT2LMHeadModel(config).eval()
+ids = torch.tensor([[0, 5, 6], [7, 8, 9]])
+mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
+with energyprof.energy_profile(power_trace="trace.csv", json="q.json", output="q.html", quiet=True), torch.no_grad():
+    model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, min_new_tokens=3, do_sample=False,
+                   pad_token_id=0)
+model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0)  # no profile
+print("ok")
+"""
+
+
+@pytest.mark.torch
+def test_in_process_generate_is_split_once_hooked(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    import subprocess
+    import sys
+
+    (tmp_path / "gen.py").write_text(textwrap.dedent(IN_PROCESS))
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,40\n")
+    proc = subprocess.run([sys.executable, "gen.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+    run = token_run(load(tmp_path / "q.json").windows)
+    assert run is not None and run.steps == 3
+    rows = {r.request: r for r in run.requests}
+    assert sorted(rows) == ["g0.0", "g0.1"]
+    assert (rows["g0.0"].prefill_tokens, rows["g0.1"].prefill_tokens) == (2.0, 3.0)
+    assert rows["g0.0"].output_tokens == rows["g0.1"].output_tokens == 3

@@ -187,6 +187,15 @@ def test_the_plugin_is_not_loaded_by_a_plain_pytest(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120).stdout
 
 
+def test_under_the_supervisor_the_plugin_comes_by_itself_and_p_no_turns_it_off(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "test_x.py").write_text("def test_x():\n    pass\n")
+    args = ["-q", "--power-trace", "trace.csv", "-o", "r.html", "-m", "pytest", "--markers", "-p", "no:cacheprovider"]
+    assert "@pytest.mark.energy_budget" in run_cli(args, cwd=tmp_path).stdout
+    off = run_cli([*args, "-p", "no:energyprof.pytest_plugin"], cwd=tmp_path)
+    assert off.returncode == 0 and "energy_budget" not in off.stdout
+
+
 def report(when: str, outcome: str, **extra: object) -> SimpleNamespace:
     return SimpleNamespace(when=when, outcome=outcome, **extra)
 

@@ -82,6 +82,8 @@ class _Finder:
         after = _AFTER.pop(name, None)
         if after is None:
             return None
+        if not _AFTER and self in sys.meta_path:  # nothing left to watch: the import system as it was
+            sys.meta_path.remove(self)
         spec = sys.modules["_frozen_importlib_external"].PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
