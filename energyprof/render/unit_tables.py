@@ -16,6 +16,7 @@ from .format import fmt_energy, fmt_seconds
 TESTS_SHOWN = 10  # the costliest tests in the console summary: a summary, not the table
 REQUESTS_SHOWN = 10
 MAX_TESTS_COMPARED = 30
+TESTS_ON_PAGE = 500  # one row a test: a large suite's page lists its costliest
 
 
 def _esc(value: Any) -> str:
@@ -66,13 +67,15 @@ def tokens_lines(profile: Any) -> list[str]:
 
 # -- the page -----------------------------------------------------------------------------------
 def per_test_section(profile: Any) -> str:
-    rows = rows_of_tests(profile)
-    if not rows:
+    every = rows_of_tests(profile)
+    if not every:
         return ""
+    rows = every if len(every) <= TESTS_ON_PAGE else sorted(every, key=lambda r: -r.energy_j)[:TESTS_ON_PAGE]
+    shown = "" if rows is every else f" The {len(rows)} costliest of {len(every)} tests, costliest first."
     out = ['<section id="tests" class="panel">\n  <h2>Tests</h2>\n'
            '  <p class="hint">Each test is a window from its setup&#39;s start to its teardown&#39;s end: the program&#39;s '
            'energy in it, the same kind of figure as the total above. &plusmn; is where its edges fall within a sensor '
-           'interval. A budget (<code>@pytest.mark.energy_budget</code>) judges the call phase alone.</p>\n'
+           f'interval. A budget (<code>@pytest.mark.energy_budget</code>) judges the call phase alone.{shown}</p>\n'
            '  <div class="table-wrap"><table class="windows">\n'
            '    <thead><tr><th>test</th><th>energy</th><th>&plusmn;</th><th></th><th>time</th><th>outcome</th>'
            '<th>budget</th></tr></thead>\n    <tbody>\n']
