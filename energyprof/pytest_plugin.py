@@ -52,11 +52,24 @@ def _session_options(config: Any) -> dict[str, Any]:
         key, sep, value = item.partition("=")
         if not sep:
             raise pytest.UsageError(f"--energyprof-opt takes KEY=VALUE, not {item!r}")
-        opts[key.strip().replace("-", "_")] = value
+        opts[key.strip().replace("-", "_")] = _value(value.strip())
     for key in ("json", "output"):
         if config.getoption(f"energyprof_{key}"):
             opts[key] = config.getoption(f"energyprof_{key}")
     return opts
+
+
+def _value(text: str) -> object:
+    """A command line's text as the option's value: true/false, a number, or the text itself (a path, a name)."""
+    flags = {"true": True, "yes": True, "on": True, "false": False, "no": False, "off": False}
+    if text.lower() in flags:
+        return flags[text.lower()]
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
 
 
 class TestUnits:

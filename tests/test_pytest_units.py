@@ -166,7 +166,8 @@ def test_in_process_plugin_writes_the_windows_and_checks_budgets(tmp_path: Path)
     env = {**os.environ, "UNIT_CPU_S": "0.05"}
     proc = subprocess.run([sys.executable, "-m", "pytest", *PYTEST_ARGS, "-p", "energyprof",
                            "--energyprof-json", "q.json", "--energyprof-output", "q.html",
-                           "--energyprof-opt", "power_trace=trace.csv", "--energyprof-opt", "quiet=true"],
+                           "--energyprof-opt", "power_trace=trace.csv", "--energyprof-opt", "quiet=true",
+                           "--energyprof-opt", "sensor_interval=0.01"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert results(proc.stdout)["test_suite.py::test_three_units"] == "FAILED"
@@ -174,6 +175,18 @@ def test_in_process_plugin_writes_the_windows_and_checks_budgets(tmp_path: Path)
     assert set(rows) == {f"test_suite.py::{n}" for n in ("test_one_unit", "test_three_units", "test_skipped",
                                                           "test_xfailed")}
     assert all(r.energy_j > 0 for r in rows.values())
+    assert "energyprof:" not in proc.stderr  # quiet=true: no summary
+    assert load(tmp_path / "q.json").meta["sensor_interval_s"] == 0.01
+
+
+@pytest.mark.parametrize(("opt", "line"), [("bogus=1", "energyprof: unknown option(s): bogus"),
+                                           ("quiet", "--energyprof-opt takes KEY=VALUE, not 'quiet'")])
+def test_a_bad_option_is_pytests_usage_error_before_any_test(tmp_path: Path, opt: str, line: str) -> None:
+    (tmp_path / "test_x.py").write_text("def test_x():\n    print('ran')\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-s", "-p", "no:cacheprovider", "-p", "energyprof",
+                           "--energyprof-opt", opt, "test_x.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == pytest.ExitCode.USAGE_ERROR, proc.stdout + proc.stderr
+    assert line in proc.stderr and "ran" not in proc.stdout
 
 
 def test_the_plugin_is_not_loaded_by_a_plain_pytest(tmp_path: Path) -> None:
