@@ -83,6 +83,7 @@ class TestUnits:
         self.outcomes: dict[str, list[Any]] = {}  # node id -> its reports so far
         self.calls: dict[str, Any] = {}  # node id -> the Measurement of its call phase (budgeted tests)
         self.open: set[str] = set()
+        self.exitstatus: int | None = None
 
     # -- the profile -------------------------------------------------------------------------
     def _profiler(self) -> Any:
@@ -107,11 +108,14 @@ class TestUnits:
         self.session = _Session(options, "pytest")
         self.session.start(0)
 
+    def pytest_sessionfinish(self, session: Any, exitstatus: int) -> None:
+        self.exitstatus = int(exitstatus)
+
     @pytest.hookimpl(tryfirst=True)
     def pytest_unconfigure(self, config: Any) -> None:
         session, self.session = self.session, None
-        if session is not None:
-            session.finish(None)
+        if session is not None:  # the profile ends as pytest does: with its exit status
+            session.finish(None if self.exitstatus is None else SystemExit(self.exitstatus))
 
     # -- each test -----------------------------------------------------------------------------
     @pytest.hookimpl(hookwrapper=True)

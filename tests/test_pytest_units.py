@@ -176,7 +176,8 @@ def test_in_process_plugin_writes_the_windows_and_checks_budgets(tmp_path: Path)
                                                           "test_xfailed")}
     assert all(r.energy_j > 0 for r in rows.values())
     assert "energyprof:" not in proc.stderr  # quiet=true: no summary
-    assert load(tmp_path / "q.json").meta["sensor_interval_s"] == 0.01
+    meta = load(tmp_path / "q.json").meta
+    assert meta["sensor_interval_s"] == 0.01 and meta["exit"] == {"status": "exit", "code": 1}
 
 
 @pytest.mark.parametrize(("opt", "line"), [("bogus=1", "energyprof: unknown option(s): bogus"),
