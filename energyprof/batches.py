@@ -136,7 +136,8 @@ def _wrap_generate(generate: Any) -> Any:
         from .drive.profiler import active_profiler
 
         prof = active_profiler()
-        beams = kwargs.get("num_beams") or getattr(getattr(self, "generation_config", None), "num_beams", 1) or 1
+        config = kwargs.get("generation_config") or getattr(self, "generation_config", None)
+        beams = kwargs.get("num_beams") or getattr(config, "num_beams", 1) or 1
         if prof is None or int(beams) != 1 or "assistant_model" in kwargs or not hasattr(self, "register_forward_hook"):
             return generate(self, *args, **kwargs)
         steps = _GenerateSteps(prof, next(_calls), _eos_ids(self, kwargs))
