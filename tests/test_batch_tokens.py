@@ -220,6 +220,8 @@ mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
 with energyprof.energy_profile(power_trace="trace.csv", json="q.json", output="q.html", quiet=True), torch.no_grad():
     model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=3, min_new_tokens=3, do_sample=False,
                    pad_token_id=0)
+    beams = transformers.GenerationConfig(num_beams=2, max_new_tokens=2, do_sample=False, pad_token_id=0)
+    model.generate(input_ids=ids, attention_mask=mask, generation_config=beams)  # beam search: not split
 model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=2, do_sample=False, pad_token_id=0)  # no profile
 print("ok")
 """
