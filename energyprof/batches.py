@@ -24,9 +24,10 @@ import itertools
 import threading
 from typing import Any, Iterator, Sequence
 
+from .analysis.tokens import REQUEST_PREFIX, WINDOWS
+
 PHASES = ("prefill", "decode")
-WINDOW = {"prefill": "[batch prefill]", "decode": "[batch decode]"}
-REQUEST_PREFIX = "req:"
+WINDOW = {phase: name for name, phase in WINDOWS.items()}  # each phase's window name, one home: analysis/tokens.py
 _calls = itertools.count()
 
 
