@@ -4,6 +4,8 @@ decode apart (`energyprof.batch`), and Hugging Face `generate` recognised withou
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -13,7 +15,7 @@ from hypothesis import strategies as st
 
 import energyprof
 from conftest import run_cli
-from energyprof.analysis.tokens import split_step, token_run
+from energyprof.analysis.tokens import split_step, steps, token_run
 from energyprof.batches import step_facts
 from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Tick
@@ -110,7 +112,12 @@ def test_each_request_gets_its_tokens_share_of_each_step_prefill_and_decode_apar
 
 
 def test_the_tokens_table_in_the_summary_and_on_the_page() -> None:
+    from energyprof.analysis.report import build
+
     profile = scripted_run()
+    # each step is a row of the tokens table, not of the Windows table, which it would flood
+    model = build(profile)
+    assert len(profile.windows) == len(LOOP) and not model.windows and not model.window_groups
     lines = tokens_lines(profile)
     assert lines[0].startswith(f"  batched steps: {len(LOOP)}, 4 requests, ")
     assert any(line.endswith("  C") for line in lines[1:])
@@ -175,6 +182,11 @@ def test_hugging_face_generate_is_split_per_row_without_code(tmp_path: Path) -> 
     proc = run_cli(["-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html", "gen.py", "out.json"],
                    cwd=tmp_path, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    plain = subprocess.run([sys.executable, "gen.py", "plain.json"], cwd=tmp_path, capture_output=True, timeout=600)
+    assert plain.returncode == 0, plain.stderr[-3000:]
+    # the program's own output, unchanged: the tokens it generated and what it printed, byte for byte
+    assert (tmp_path / "out.json").read_bytes() == (tmp_path / "plain.json").read_bytes()
+    assert proc.stdout == plain.stdout.decode()
     out = json.loads((tmp_path / "out.json").read_text())
     eos = out["eos"]
 
@@ -182,19 +194,23 @@ def test_hugging_face_generate_is_split_per_row_without_code(tmp_path: Path) -> 
         return row.index(eos) + 1 if eos in row else len(row)
 
     profile = load(tmp_path / "p.json")
-    steps = [w for w in profile.windows if w.name in ("[batch prefill]", "[batch decode]")]
-    first = [w for w in steps if any(k.startswith("req:g0.") for k in w.loop)]
-    second = [w for w in steps if any(k.startswith("req:g1.") for k in w.loop)]
-    # one prefill forward, then one decode forward per further new token, every row in the first call
-    assert [w.name for w in first] == ["[batch prefill]"] + ["[batch decode]"] * 5
-    assert first[0].loop == {"req:g0.0": 3.0, "req:g0.1": 4.0, "req:g0.2": 5.0}  # the masks' ones: no padding
-    assert all(w.loop == {"req:g0.0": 1.0, "req:g0.1": 1.0, "req:g0.2": 1.0} for w in first[1:])
+    # during generate only the steps' edges were marked (no tensor read); their rows come after it returned
+    assert all(set(w.loop) == {"call"} for w in profile.windows if w.name in ("[batch prefill]", "[batch decode]"))
+    split = steps(profile.windows)
+    first = [(w, tokens) for w, _, tokens in split if w.loop["call"] == 0]
+    second_steps = [(w, tokens) for w, _, tokens in split if w.loop["call"] == 1]
+    second = [w for w, _ in second_steps]
+    # one prefill, then one decode per further new token, every row in the first call
+    assert [w.name for w, _ in first] == ["[batch prefill]"] + ["[batch decode]"] * 5
+    assert first[0][1] == {"g0.0": 3.0, "g0.1": 4.0, "g0.2": 5.0}  # the masks' ones: no padding
+    assert all(tokens == {"g0.0": 1.0, "g0.1": 1.0, "g0.2": 1.0} for _, tokens in first[1:])
     # in the second, row 0 stops after its second token: the decodes after it serve the others only
     counts = [produced(row) for row in out["second"]]
     assert counts[0] <= 2 < max(counts)
     assert len(second) == max(counts)
-    for k, step in enumerate(second[1:], start=1):  # decode k feeds each row its k-th new token
-        assert step.loop == {f"req:g1.{r}": 1.0 for r, n in enumerate(counts) if n > k}
+    for k, (_, tokens) in enumerate(second_steps[1:], start=1):  # decode k feeds each row its k-th new token
+        assert tokens == {f"g1.{r}": 1.0 for r, n in enumerate(counts) if n > k}
+    second = second + [w for w in profile.windows if w.name == "[batch rows]" and w.loop["call"] == 1]
     rows = {r.request: r for r in token_run(second).requests}
     for i, n in enumerate(counts):
         assert rows[f"g1.{i}"].output_tokens == n
@@ -231,9 +247,6 @@ print("ok")
 def test_in_process_generate_is_split_once_hooked(tmp_path: Path) -> None:
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    import subprocess
-    import sys
-
     (tmp_path / "gen.py").write_text(textwrap.dedent(IN_PROCESS))
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,40\n")
     proc = subprocess.run([sys.executable, "gen.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
@@ -244,3 +257,17 @@ def test_in_process_generate_is_split_once_hooked(tmp_path: Path) -> None:
     assert sorted(rows) == ["g0.0", "g0.1"]
     assert (rows["g0.0"].prefill_tokens, rows["g0.1"].prefill_tokens) == (2.0, 3.0)
     assert rows["g0.0"].output_tokens == rows["g0.1"].output_tokens == 3
+
+
+def test_two_processes_requests_of_the_same_name_stay_two_requests() -> None:
+    from dataclasses import replace
+
+    windows = scripted_run().windows
+    both = [replace(w, pid=1) for w in windows] + [replace(w, pid=2, start_s=w.start_s + 100) for w in windows]
+    run = token_run(both)
+    assert run is not None and run.steps == 2 * len(LOOP)
+    assert sorted((r.pid, r.request) for r in run.requests) == [(p, q) for p in (1, 2) for q in "ABCD"]
+    alone = {r.request: r for r in token_run(windows).requests}
+    for r in run.requests:  # each process's A is the A of a run alone: nothing of the other's merged in
+        assert r.energy_j == pytest.approx(alone[r.request].energy_j, abs=1e-12)
+        assert r.output_tokens == alone[r.request].output_tokens

@@ -227,13 +227,34 @@ def test_outcome_as_pytest_counts_it(reports: list[SimpleNamespace], expected: s
     assert OUTCOMES[outcome_code(reports)] == expected
 
 
-def test_the_bar_is_one_sensor_interval_of_the_windows_power_at_each_edge() -> None:
-    assert edge_error_j(10.0, 2.0, 0.05) == pytest.approx(0.5)  # 5 W x 0.05 s x 2
-    assert edge_error_j(1.0, 0.01, 0.05) == 1.0  # never more than the figure
+def test_the_bar_is_the_program_energy_of_the_interval_each_edge_cuts() -> None:
+    assert edge_error_j(10.0, 2.0, 0.05, (10.0, 40.0)) == pytest.approx(2.5)  # 10 W x 0.05 s + 40 W x 0.05 s
+    assert edge_error_j(10.0, 2.0, 0.05) == pytest.approx(0.5)  # no power at the edges: 5 W x 0.05 s x 2
+    assert edge_error_j(1.0, 0.01, 0.05) == pytest.approx(10.0)  # not capped by the figure: 100 W x 0.05 s x 2
     assert edge_error_j(1.0, 0.0, 0.05) == 1.0
 
 
-def two_tests(b_ms: int = 400) -> object:
+def test_a_short_tests_bar_reads_the_timelines_power_at_its_edges() -> None:
+    """A 10 ms test between two 100 ms sensor readings, where the program draws 10 W before 1 s and 40 W after:
+    its bar is 10 W x 0.1 s + 40 W x 0.1 s = 5 J, far more than its 0.25 J, as it should be."""
+    from conftest_report import CPU, profile_from
+
+    from energyprof.facts.profile import Node, Timeline, Window
+
+    root = Node(function="<root>", file="", line=0, self_time_s=2.0, self_samples=1, self_energy_j={"cpu": 1.0})
+    root.fill_inclusive()
+    test = Window(name="t.py::a", start_s=0.995, end_s=1.005, time_s=0.01, energy_j={"cpu": 0.3},
+                  program_energy_j={"cpu": 0.25}, loop={"test": 1.0, "outcome": 0.0})
+    profile = profile_from(root, [CPU], windows=[test])
+    buckets = [i * 0.1 for i in range(20)]
+    profile.timeline = Timeline(t_s=[b + 0.05 for b in buckets], start_s=buckets, end_s=[b + 0.1 for b in buckets],
+                                program_w={profile.idle_policy: [10.0 if b < 0.95 else 40.0 for b in buckets]})
+    profile.meta["sensor_interval_s"] = 0.1
+    (row,) = rows_of_tests(profile)
+    assert row.energy_j == pytest.approx(0.25) and row.error_j == pytest.approx(5.0, rel=1e-12)
+
+
+def two_tests(b_ms: int = 400, epoch: bool = False) -> object:
     """A ledger fed a constant 20 W, the program holding a third of the machine's busy CPU throughout: test a
     from 100 to 400 ms, test b (budgeted, its call from 100 ms in to 100 ms before its end) for `b_ms` after it."""
     cpu = {"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}
@@ -241,12 +262,16 @@ def two_tests(b_ms: int = 400) -> object:
     led = Ledger([cpu], cpus=2)
     ticks = [Tick(k * 100 * ms, (20.0 * k * 0.1,), k * 50 * ms, 0, k * 150 * ms) for k in range(b_ms // 100 + 7)]
     led.add_tick(ticks[0])
+    if epoch:  # a window of the program's own around both tests
+        led.begin_window(50 * ms, "epoch", 0)
     led.begin_window(100 * ms, "t.py::a")
     led.end_window(400 * ms, "t.py::a", facts={"test": 1.0, "outcome": 0.0})
     led.begin_window(400 * ms, "t.py::b")
     led.begin_window(500 * ms, "t.py::b [call]")
     led.end_window((300 + b_ms) * ms, "t.py::b [call]")
     led.end_window((400 + b_ms) * ms, "t.py::b", facts={"test": 1.0, "outcome": 1.0, "budget_j": 0.5})
+    if epoch:
+        led.end_window((450 + b_ms) * ms, "epoch")
     for tick in ticks[1:]:
         led.add_tick(tick)
     led.finish()
@@ -279,3 +304,55 @@ def test_compare_names_the_tests_that_got_costlier(tmp_path: Path) -> None:
     line_a = next(ln for ln in text.splitlines() if ln.endswith("t.py::a"))
     assert line_b.startswith("  *") and "+200.0%" in line_b
     assert line_a.startswith("   ") and "+0.0%" in line_a
+
+
+def test_tests_and_their_calls_are_rows_of_the_tests_table_not_of_the_windows_table() -> None:
+    from energyprof.analysis.report import build
+
+    profile = two_tests(epoch=True)
+    assert {w.name for w in profile.windows} == {"epoch", "t.py::a", "t.py::b", "t.py::b [call]"}
+    model = build(profile)
+    assert [r.window.name for r in model.windows] == ["epoch"]
+    assert [g.name for g in model.window_groups] == ["epoch"]
+    assert [r.nodeid for r in rows_of_tests(profile)] == ["t.py::a", "t.py::b"]
+
+
+
+AGENT_MODULES = {"energyprof", "energyprof.agent"} | {f"energyprof.agent.{m}" for m in (
+    "autoload", "hooks", "iostat", "own_threads", "qualnames", "sampler", "spool", "supervised", "units", "wire")}
+LIST_MODULES = "sorted(m for m in sys.modules if m.startswith('energyprof'))"
+
+
+def test_a_supervised_program_loads_only_the_agent_and_a_pytest_run_a_few_modules_more(tmp_path: Path) -> None:
+    """What energyprof puts in the program's `sys.modules`: the agent, for a program that imports neither pytest
+    nor transformers; for a pytest run, the plugin, the names its windows take, and a budget's Measurement
+    (no driver, no analysis, no renderer: those are the supervisor's)."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "plain.py").write_text(f"import json, sys\nprint(json.dumps({LIST_MODULES}))\n")
+    proc = run_cli(["-q", "--power-trace", "trace.csv", "-o", "r.html", "plain.py"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    import json
+
+    plain = set(json.loads(proc.stdout))
+    assert plain <= AGENT_MODULES, plain - AGENT_MODULES
+    (tmp_path / "test_m.py").write_text(textwrap.dedent(f"""
+        import json, sys
+
+        import pytest
+
+
+        @pytest.mark.energy_budget(joules=1e9)
+        def test_budget():
+            pass
+
+
+        def test_modules():  # after the budgeted test: all its check needed is loaded
+            with open("mods.json", "w") as f:
+                json.dump({LIST_MODULES}, f)
+        """))
+    proc = run_cli(["-q", "--power-trace", "trace.csv", "-o", "r.html", "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "test_m.py"], cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    extra = set(json.loads((tmp_path / "mods.json").read_text())) - AGENT_MODULES
+    assert extra <= {"energyprof.pytest_plugin", "energyprof.agent.current", "energyprof.agent.unit_names",
+                     "energyprof.facts", "energyprof.facts.measurement", "energyprof.record"}, extra

@@ -84,8 +84,14 @@ def step_windows(computes: list[float], per_pass: int, pass_windows: bool = True
     return out
 
 
-def baler_profile(backward_node: bool = True, windows: list[Window] | None = None):
-    return profile_from(baler_tree(backward_node), [CPU], windows=windows or [])
+def baler_profile(backward_node: bool = True, windows: list[Window] | None = None, backward_until: float = 20.0):
+    """With a timeline of one-second buckets: backward() seen beside the forward in those before `backward_until`."""
+    p = profile_from(baler_tree(backward_node), [CPU], windows=windows or [])
+    fns = [["Tensor.backward", f"{TORCH}/_tensor.py", 570], ["Encoder.forward", MODEL, 10]]
+    p.timeline = type(p.timeline)(t_s=[0.5 + i for i in range(20)], start_s=[float(i) for i in range(20)],
+                                  end_s=[float(i + 1) for i in range(20)], functions=fns,
+                                  active=[[0, 1] if i < backward_until else [1] for i in range(20)])
+    return p
 
 
 # -- the rule -----------------------------------------------------------------------------------------
@@ -196,13 +202,32 @@ def test_a_forward_only_loop_gets_no_backward():
     train = step_windows(COMPUTES, per_pass=2, pass_windows=False)
     val = [Window(name=w.name.replace("step", "val"), index=w.index, start_s=w.start_s + 10, end_s=w.end_s + 10,
                   time_s=w.time_s, energy_j=w.energy_j, program_energy_j=w.program_energy_j) for w in train]
-    p = baler_profile(windows=train + val)
-    fns = [["Tensor.backward", f"{TORCH}/_tensor.py", 570], ["Encoder.forward", MODEL, 10]]
-    p.timeline = type(p.timeline)(t_s=[0.5 + i for i in range(20)], start_s=[float(i) for i in range(20)],
-                                  end_s=[float(i + 1) for i in range(20)], functions=fns,
-                                  active=[[0, 1] if i < 4 else [1] for i in range(20)])
+    p = baler_profile(windows=train + val, backward_until=4)
     assert breakdown(p, "val")["phases"] is None
     assert breakdown(p, "step")["phases"]["backward_j"] == pytest.approx(BACKWARD_J, abs=1e-9)
+
+
+def test_one_forward_only_loop_beside_untracked_training_gets_no_backward():
+    """Only `val` is tracked; the training beside it (backward, the optimizer) is not: none of the tree's
+    backward or optimizer energy is val's (this gave val all of it before)."""
+    val = [Window(name=w.name.replace("step", "val"), index=w.index, start_s=w.start_s + 10, end_s=w.end_s + 10,
+                  time_s=w.time_s, energy_j=w.energy_j, program_energy_j=w.program_energy_j)
+           for w in step_windows(COMPUTES, per_pass=2, pass_windows=False)]
+    assert breakdown(baler_profile(windows=val, backward_until=4), "val")["phases"] is None
+    # the same loop seen beside backward is a training loop: all of it is its own
+    ph = breakdown(baler_profile(windows=val), "val")["phases"]
+    assert ph["backward_j"] == pytest.approx(BACKWARD_J, abs=1e-9)
+
+
+def test_without_evidence_no_loop_gets_backward():
+    """No timeline (nothing says which loop ran beside backward): no loop is given any, one or several."""
+    train = step_windows(COMPUTES, per_pass=2, pass_windows=False)
+    val = [Window(name=w.name.replace("step", "val"), index=w.index, start_s=w.start_s + 10, end_s=w.end_s + 10,
+                  time_s=w.time_s, energy_j=w.energy_j, program_energy_j=w.program_energy_j) for w in train]
+    for windows in (train, train + val):
+        p = profile_from(baler_tree(), [CPU], windows=windows)
+        assert not p.timeline
+        assert all(breakdown(p, name)["phases"] is None for name in {w.name.split(".")[0] for w in windows})
 
 
 def test_the_passes_of_track_epochs_are_the_epochs():

@@ -2,17 +2,18 @@
 
 Under `python -m energyprof`, a process that runs pytest gets energyprof's pytest plugin (each test
 a window, budgets checked), and a process that uses Hugging Face transformers gets its batched
-`generate` split per row (energyprof/batches.py). Nothing of either is imported to find out: a
-finder on `sys.meta_path` waits for the module in question to be imported by the program, lets it
-load as it would, and then:
-- `_pytest.config`: its `get_config` asks the new config's plugin manager to import
-  `energyprof.pytest_plugin`, exactly as `-p energyprof.pytest_plugin` would (so `-p no:...`
-  still turns it off). Neither the program's argv nor its environment changes, so a pytest in
-  another environment that the program starts never hears of it.
-- `transformers.generation.utils`: `energyprof.batches.hook_generate` wraps its `generate`.
-Where energyprof itself cannot be imported (a program in another environment with the same
-Python), nothing happens. The agent imports nothing of energyprof's: the plugin is imported by
-pytest, the hook by name, only in a program that has just imported what they serve.
+`generate` split per row (agent/generate.py). Nothing of either is imported to find out: a finder
+on `sys.meta_path` waits for the module in question to be imported by the program, lets it load as
+it would (the spec the path finder gives, the module's `__loader__` its own loader), and then:
+- `_pytest.config`: its `get_config` asks the new config's plugin manager to load
+  `energyprof.pytest_plugin`, exactly as `-p energyprof.pytest_plugin` would (pytest imports it, so
+  `-p no:...` still turns it off). Neither the program's argv nor its environment changes, so a
+  pytest in another environment that the program starts never hears of it.
+- `transformers.generation.utils`: agent/generate.py wraps its `generate` (a sibling: the agent
+  imports nothing above it).
+The finder leaves `sys.meta_path` as soon as both modules have loaded; until then it is its first
+entry (docs/testing.md). Asking where a module is (`importlib.util.find_spec`) without importing it
+uses up nothing: the addition runs when the module is executed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ import sys
 from typing import Any, Callable
 
 PYTEST_PLUGIN = "energyprof.pytest_plugin"
-GENERATE_HOOK = ("energyprof.batches", "hook_generate")
 
 
 def _pytest_config(module: Any) -> None:
@@ -42,11 +42,9 @@ def _pytest_config(module: Any) -> None:
 
 
 def _generation_utils(module: Any) -> None:
-    try:
-        hook = getattr(__import__(GENERATE_HOOK[0], fromlist=[GENERATE_HOOK[1]]), GENERATE_HOOK[1])
-    except Exception:  # noqa: BLE001 - energyprof is not importable here: generate runs as it is
-        return
-    hook(module)
+    from .generate import hook_generate
+
+    hook_generate(module)
 
 
 _AFTER: dict[str, Callable[[Any], None]] = {
@@ -55,19 +53,36 @@ _AFTER: dict[str, Callable[[Any], None]] = {
 }
 
 
-class _Then:
-    """A module's own loader, with `after` run once the module has loaded (its failure is ignored)."""
+def _done(name: str) -> Callable[[Any], None] | None:
+    """The addition for `name`, once; the finder leaves the import system when none is left."""
+    after = _AFTER.pop(name, None)
+    if not _AFTER:
+        for finder in [f for f in sys.meta_path if isinstance(f, _Finder)]:
+            sys.meta_path.remove(finder)
+    return after
 
-    def __init__(self, loader: Any, after: Callable[[Any], None]) -> None:
-        self._loader, self._after = loader, after
+
+class _Then:
+    """A module's own loader, with the addition run once the module has executed (its failure is ignored).
+    The module keeps its own loader as `__loader__` and in its spec."""
+
+    def __init__(self, loader: Any, name: str) -> None:
+        self._loader, self._name = loader, name
 
     def create_module(self, spec: Any) -> Any:
         return self._loader.create_module(spec)
 
     def exec_module(self, module: Any) -> None:
+        module.__loader__ = self._loader
+        spec = getattr(module, "__spec__", None)
+        if spec is not None and spec.loader is self:
+            spec.loader = self._loader
         self._loader.exec_module(module)
+        after = _done(self._name)
+        if after is None:
+            return
         try:
-            self._after(module)
+            after(module)
         except Exception:  # noqa: BLE001 - the program's import succeeded; energyprof's addition is optional
             pass
 
@@ -79,15 +94,12 @@ class _Finder:
     """Finds nothing itself: for a watched module, the spec the path finder gives, its loader wrapped."""
 
     def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        after = _AFTER.pop(name, None)
-        if after is None:
+        if name not in _AFTER:
             return None
-        if not _AFTER and self in sys.meta_path:  # nothing left to watch: the import system as it was
-            sys.meta_path.remove(self)
         spec = sys.modules["_frozen_importlib_external"].PathFinder.find_spec(name, path, target)
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        spec.loader = _Then(spec.loader, after)
+        spec.loader = _Then(spec.loader, name)
         return spec
 
 
@@ -101,5 +113,11 @@ def install() -> None:
         return
     _installed = True
     for name in [n for n in _AFTER if n in sys.modules]:
-        _AFTER.pop(name)(sys.modules[name])  # already loaded (a fork of a process that had it): now
-    sys.meta_path.insert(0, _Finder())
+        after = _done(name)  # already loaded (a fork of a process that had it): now
+        if after is not None:
+            try:
+                after(sys.modules[name])
+            except Exception:  # noqa: BLE001 - as above
+                pass
+    if _AFTER:
+        sys.meta_path.insert(0, _Finder())

@@ -226,8 +226,10 @@ class Agent:
         if proc is not None or disks:
             self.spool.event(io_line(t, proc, disks))
 
-    def window(self, name: str, index: int | None = None) -> Any:
-        return _Window(self, name, index)
+    def window(self, name: str, index: int | None = None, reply_wait_s: float | None = None) -> Any:
+        """`reply_wait_s`: the longest the first read of a figure waits for the supervisor's reply
+        (REPLY_WAIT_S unless given: a budget's check waits longer, rather than go unchecked)."""
+        return _Window(self, name, index, REPLY_WAIT_S if reply_wait_s is None else float(reply_wait_s))
 
     def measure(self) -> Any:
         """The run so far, as far as this process can know it: its time only (the supervisor
@@ -254,10 +256,10 @@ class _Window:
     """A window of a supervised program. Its energy is charged by the supervisor, from sensors
     read once for the whole job; once charged, the supervisor writes the window's figures back
     (`reply_windows`), and the Measurement takes them on the first read of a figure, waiting
-    at most REPLY_WAIT_S for them."""
+    at most `wait_s` (REPLY_WAIT_S) for them."""
 
-    def __init__(self, agent: Agent, name: str, index: int | None) -> None:
-        self.agent, self.name, self.index = agent, name, index
+    def __init__(self, agent: Agent, name: str, index: int | None, wait_s: float) -> None:
+        self.agent, self.name, self.index, self.wait_s = agent, name, index, wait_s
         self._t0 = 0
 
     def __enter__(self) -> Any:
@@ -270,7 +272,7 @@ class _Window:
             self.agent.note_mlflow_run()
         t0, t1 = self._t0, self.agent.end_window(self.name, reply=True)
         self.m.time_s = (t1 - t0) / 1e9
-        self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1))
+        self.m.defer(lambda m: self.agent.replies.fill(m, t0, t1, self.wait_s))
 
 
 SIGTERM_LOCK_WAIT_S = 0.5
@@ -318,8 +320,8 @@ class _Replies:
         self.offset += end + 1
         self.seen.update(parse_replies(data[:end + 1]))
 
-    def fill(self, m: Any, t0: int, t1: int) -> None:
-        deadline = _perf() + int(REPLY_WAIT_S * 1e9)
+    def fill(self, m: Any, t0: int, t1: int, wait_s: float = REPLY_WAIT_S) -> None:
+        deadline = _perf() + int(wait_s * 1e9)
         while (t0, t1) not in self.seen:
             self._read()
             if (t0, t1) in self.seen or _perf() >= deadline:
@@ -329,7 +331,7 @@ class _Replies:
             f = self.seen.pop((t0, t1), None)
         if f is None:
             m.energy_j = m.program_energy_j = None
-            m.complete, m.note = False, SUPERVISED_NOTE.format(wait=REPLY_WAIT_S)
+            m.complete, m.note = False, SUPERVISED_NOTE.format(wait=wait_s)
             return
         m.estimated, m.energy_j, m.program_energy_j = f  # the program's part under the run's policy, as the supervisor chose
         m.intensity_g_per_kwh, m.pue = self.carbon

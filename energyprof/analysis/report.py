@@ -22,6 +22,8 @@ from .functions import FunctionRow, function_rows
 from .phases import has_backward_node, module_keys
 from .own import Group, own_first
 from .io import io_in_span, io_of
+from .tests_table import names_of_tests
+from .tokens import is_batch_window
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
 from ..facts.records import is_forecast
@@ -185,9 +187,11 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
                       and r.self_total_energy > 0),
                      key=lambda r: -r.self_total_energy)[:options.top_functions]
     figures = carbon(view, options.carbon) if options.carbon is not None else None
-    # the tracked loops' page-cache readings and forecasts are facts of the training table, not spans: left out here
+    # the tracked loops' page-cache readings and forecasts are facts of the training table, not spans: left out here;
+    # so are the tests (and their call phases) and the batched steps, each a row of its own table, not of this one
+    tests = names_of_tests(view)
     window_rows = [WindowRow(w, short_for(w, view.sources)) for w in view.windows
-                   if not is_cache_fact(w) and not is_forecast(w)]
+                   if not is_cache_fact(w) and not is_forecast(w) and w.name not in tests and not is_batch_window(w)]
     if figures is not None and options.carbon is not None:
         # window_carbon has one figure per window of the profile: each row takes its own window's
         grams = dict(zip(map(id, view.windows), window_carbon(view, figures, options.carbon)))

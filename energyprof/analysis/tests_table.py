@@ -8,20 +8,24 @@ facts say it is a test (`test`), how it ended (`outcome`, a code into OUTCOMES) 
 A row's energy is the program's part of the window, under the profile's idle policy (the same
 kind of figure as the run's headline). Its bar (`error_j`) is where its edges fall: the ledger
 spreads each sensor interval's energy evenly over the interval, so the energy of the work done
-between an edge and the interval's own edge can land on the wrong side of it. At most one
-interval's worth at each edge: the window's mean power times one sensor interval, twice.
+between an edge and the interval's own edge can land on the wrong side of it. At most the
+program's energy of the interval each edge cuts: its power there (the timeline's) times one sensor
+interval, at each edge, the two added; where the timeline does not say, the window's mean power.
+The bar is not capped by the figure: a test shorter than an interval can be all in question.
 """
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+import bisect
+
 
 from ..record import record
 from ..facts.profile import Profile, Window
+from ..agent.unit_names import CALL_SUFFIX, OUTCOMES, outcome_code
 from .training import window_program_j
 
-CALL_SUFFIX = " [call]"
-OUTCOMES = ("passed", "failed", "skipped", "error", "xfailed", "xpassed")
+__all__ = ["CALL_SUFFIX", "OUTCOMES", "TestRow", "edge_error_j", "outcome_code", "rows_of_tests"]
+
 
 
 @record
@@ -45,29 +49,38 @@ class TestRow:
         return self.budget_j is not None and self.call_j is not None and self.call_j > self.budget_j
 
 
-def outcome_code(reports: Iterable[Any]) -> int:
-    """How a test ended, from its phases' reports (pytest's TestReport: `when`, `outcome`, `wasxfail`),
-    as pytest's own summary counts it: an error in setup or teardown is an error, unless the call failed."""
-    by_phase = {r.when: r for r in reports}
-    setup, call, teardown = by_phase.get("setup"), by_phase.get("call"), by_phase.get("teardown")
-    name = "passed"
-    if setup is not None and setup.outcome != "passed":
-        name = "error" if setup.outcome == "failed" else ("xfailed" if hasattr(setup, "wasxfail") else "skipped")
-    elif call is not None:
-        if hasattr(call, "wasxfail"):
-            name = "xfailed" if call.outcome == "skipped" else "xpassed"
-        elif call.outcome != "passed":
-            name = call.outcome
-    if name == "passed" and teardown is not None and teardown.outcome == "failed":
-        name = "error"
-    return OUTCOMES.index(name)
+def edge_error_j(energy_j: float, time_s: float, sensor_interval_s: float,
+                 edge_power_w: tuple[float | None, float | None] = (None, None)) -> float:
+    """The bar of a window's figure from where its edges fall (module docstring): the program's energy in the
+    sensor interval each edge cuts, its power there (`edge_power_w`, start and end) times one interval; an edge
+    whose power is not known takes the window's mean power. Never capped: a short test's bar can exceed its
+    figure, and then it does."""
+    mean = abs(energy_j) / time_s if time_s > 0 else None
+    bar = 0.0
+    for power in edge_power_w:
+        if power is None:
+            if mean is None:
+                return abs(energy_j)  # no span and no power: all of it is in question
+            power = mean
+        bar += abs(power) * sensor_interval_s
+    return bar
 
 
-def edge_error_j(energy_j: float, time_s: float, sensor_interval_s: float) -> float:
-    """The bar of a window's figure from where its edges fall (module docstring), never more than the figure."""
-    if time_s <= 0:
-        return abs(energy_j)
-    return min(abs(energy_j), 2.0 * abs(energy_j) / time_s * sensor_interval_s)
+def program_power_at(profile: Profile, t_s: float) -> float | None:
+    """The program's power (all sources, the profile's idle policy) in the timeline's bucket holding `t_s`;
+    None without a timeline there. The ledger spreads each sensor interval evenly, so a bucket inside an
+    interval holds that interval's power; a coarser one, the mean of those it spans."""
+    tl = profile.timeline
+    program = tl.program_w.get(profile.idle_policy) or []
+    i = bisect.bisect_right(tl.start_s, t_s) - 1
+    if 0 <= i < len(program) and i < len(tl.end_s) and tl.start_s[i] <= t_s <= tl.end_s[i]:
+        return float(program[i])
+    return None
+
+
+def window_edge_error_j(profile: Profile, w: Window, energy_j: float, sensor_interval_s: float) -> float:
+    return edge_error_j(energy_j, w.time_s, sensor_interval_s,
+                        (program_power_at(profile, w.start_s), program_power_at(profile, w.end_s)))
 
 
 def is_test(w: Window) -> bool:
@@ -91,7 +104,7 @@ def rows_of_tests(profile: Profile) -> list[TestRow]:
         energy = window_program_j(w)
         code = int(w.loop.get("outcome", 0))
         call = _call_inside(calls.get((w.name, w.pid), []), w)
-        rows.append(TestRow(w.name, energy, edge_error_j(energy, w.time_s, interval), w.time_s,
+        rows.append(TestRow(w.name, energy, window_edge_error_j(profile, w, energy, interval), w.time_s,
                             OUTCOMES[code] if 0 <= code < len(OUTCOMES) else "unknown", estimated,
                             w.loop.get("budget_j"), None if call is None else window_program_j(call), w.pid))
     return rows

@@ -24,10 +24,9 @@ from typing import Iterable
 
 from ..record import field, record
 from ..facts.profile import Profile, Window
+from ..agent.unit_names import CALL_FACT, DECODES_PREFIX, REQUEST_PREFIX, ROWS_WINDOW, WINDOWS
 from .training import window_program_j
 
-WINDOWS = {"[batch prefill]": "prefill", "[batch decode]": "decode"}
-REQUEST_PREFIX = "req:"
 
 
 @record
@@ -42,6 +41,7 @@ class RequestTokens:
     prefill_steps: int = 0
     decode_steps: int = 0
     mlenergy_j: float | None = None  # what the ML.ENERGY method would give it
+    pid: int | None = None  # the process that served it: requests are told apart by (pid, request)
 
     @property
     def energy_j(self) -> float:
@@ -92,9 +92,43 @@ class TokenRun:
         return sum(r.mlenergy_j or 0.0 for r in self.requests)
 
 
+def is_batch_window(w: Window) -> bool:
+    """A batched step's window, or a `generate` call's rows: rows of the tokens table, not of the Windows table."""
+    return w.name in WINDOWS or w.name == ROWS_WINDOW
+
+
 def step_tokens(w: Window) -> dict[str, float]:
     """A step's requests and the tokens each added, from its window's facts."""
     return {k[len(REQUEST_PREFIX):]: v for k, v in w.loop.items() if k.startswith(REQUEST_PREFIX)}
+
+
+def steps(windows: Iterable[Window]) -> list[tuple[Window, str, dict[str, float]]]:
+    """Every batched step among `windows`, in time order: its window, its phase, its requests' tokens.
+    A batched `generate`'s steps read their rows' tokens from their call's `[batch rows]` window
+    (energyprof/unit_names.py): the prefill adds each row's prompt, the k-th decode one token for each row
+    that took part in at least k decodes. Calls are told apart by process."""
+    ordered = sorted(windows, key=lambda w: w.start_s)
+    rows: dict[tuple[int | None, float], Window] = {
+        (w.pid, w.loop.get(CALL_FACT, -1.0)): w for w in ordered if w.name == ROWS_WINDOW}
+    decodes: dict[tuple[int | None, float], int] = {}
+    out = []
+    for w in ordered:
+        phase = WINDOWS.get(w.name)
+        if phase is None:
+            continue
+        tokens = step_tokens(w)
+        call = w.loop.get(CALL_FACT)
+        if not tokens and call is not None:
+            key = (w.pid, call)
+            summary = rows.get(key)
+            prompts = step_tokens(summary) if summary is not None else {}
+            if phase == "prefill":
+                tokens = prompts
+            else:
+                decodes[key] = k = decodes.get(key, 0) + 1
+                tokens = {r: 1.0 for r in prompts if summary.loop.get(DECODES_PREFIX + r, 0.0) >= k}
+        out.append((w, phase, tokens))
+    return out
 
 
 def split_step(energy_j: float, tokens: dict[str, float]) -> dict[str, float]:
@@ -108,24 +142,21 @@ def split_step(energy_j: float, tokens: dict[str, float]) -> dict[str, float]:
 
 
 def token_run(windows: Iterable[Window]) -> TokenRun | None:
-    """The batched steps among `windows` split per request (module docstring); None without any."""
+    """The batched steps among `windows` split per request (module docstring); None without any.
+    Requests are told apart by process: two processes' `g0.0` are two requests."""
     run = TokenRun()
-    by_request: dict[str, RequestTokens] = {}
-    for w in sorted(windows, key=lambda w: w.start_s):
-        phase = WINDOWS.get(w.name)
-        if phase is None:
-            continue
+    by_request: dict[tuple[int | None, str], RequestTokens] = {}
+    for w, phase, tokens in steps(windows):
         energy = window_program_j(w)
-        tokens = step_tokens(w)
         run.steps += 1
         if phase == "prefill":
             run.prefill_j += energy
         else:
             run.decode_j += energy
         for request, joules in split_step(energy, tokens).items():
-            row = by_request.get(request)
+            row = by_request.get((w.pid, request))
             if row is None:
-                row = by_request[request] = RequestTokens(request)
+                row = by_request[(w.pid, request)] = RequestTokens(request, pid=w.pid)
             if phase == "prefill":
                 row.prefill_j += joules
                 row.prefill_tokens += tokens[request]

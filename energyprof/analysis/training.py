@@ -406,9 +406,10 @@ def split_steps(rows: list[dict[str, Any]], split: Split | None) -> dict[str, An
 
 
 def loop_split(profile: Profile, name: str, rank: int | None = None) -> Split | None:
-    """The tree's backward and optimizer energy that belong to this loop (None: none). With several tracked
-    loops (train and validation), only those whose compute ran beside backward's or the optimizer's frames
-    (the timeline's functions) share it, in proportion to their compute energy."""
+    """The tree's backward and optimizer energy that belong to this loop (None: none). Only loops whose compute
+    ran beside backward's or the optimizer's frames (the timeline's functions) share it, in proportion to their
+    compute energy: one tracked loop too (a forward-only loop beside untracked training gets none), and
+    without that evidence (no timeline) none gets any."""
     root = profile.find(f"[rank {rank}]") if rank is not None else [profile.root]
     if not root:  # a rank's loop in a tree with no node of that rank: the others' backward is not its own
         return None
@@ -419,9 +420,7 @@ def loop_split(profile: Profile, name: str, rank: int | None = None) -> Split | 
     for w in _windows(profile, rank):
         if w.name.endswith(".compute") and w.index is not None:
             computes.setdefault(w.name[:-len(".compute")], []).append(w)
-    if len(computes) <= 1:
-        return split
-    training = _training_loops(profile, computes) or set(computes)
+    training = _training_loops(profile, computes)
     if name not in training:
         return None
     energy = {n: sum(window_program_j(w) for w in ws) for n, ws in computes.items()}
