@@ -260,7 +260,7 @@ def test_in_process_generate_is_split_once_hooked(tmp_path: Path) -> None:
 
 
 def test_two_processes_requests_of_the_same_name_stay_two_requests() -> None:
-    from dataclasses import replace
+    from energyprof.record import replace
 
     windows = scripted_run().windows
     both = [replace(w, pid=1) for w in windows] + [replace(w, pid=2, start_s=w.start_s + 100) for w in windows]
@@ -271,3 +271,78 @@ def test_two_processes_requests_of_the_same_name_stay_two_requests() -> None:
     for r in run.requests:  # each process's A is the A of a run alone: nothing of the other's merged in
         assert r.energy_j == pytest.approx(alone[r.request].energy_j, abs=1e-12)
         assert r.output_tokens == alone[r.request].output_tokens
+
+
+class _Ids:
+    ndim, shape = 2, (2, 3)
+
+
+class _Mixin:
+    """The generation module's shape as hook_generate sees it: a generate that prepares each step's inputs."""
+
+    def prepare_inputs_for_generation(self, input_ids: object, **kwargs: object) -> dict[str, object]:
+        return {"input_ids": input_ids}
+
+    def generate(self, *args: object, fail: bool = False, **kwargs: object) -> object:
+        self.prepare_inputs_for_generation(_Ids(), attention_mask=None)
+        if fail:
+            raise KeyError("the program's own")
+        return "sequences"
+
+
+class _Broken:
+    """A profile whose window calls fail."""
+
+    def begin_window(self, *args: object, **kwargs: object) -> None:
+        raise RuntimeError("energyprof's part failed")
+
+    end_window = begin_window
+
+
+def test_generate_runs_as_it_is_when_energyprofs_part_fails(monkeypatch: pytest.MonkeyPatch) -> None:
+    from types import SimpleNamespace
+
+    from energyprof.agent import generate as gen
+
+    class Mixin(_Mixin):
+        pass
+
+    assert gen.hook_generate(SimpleNamespace(GenerationMixin=Mixin))
+    monkeypatch.setattr(gen, "running", lambda: _Broken())
+    model = Mixin()
+    assert model.generate() == "sequences"  # the step's window failed: the call's result is its own
+    assert "prepare_inputs_for_generation" not in vars(model)  # and the model is as it was
+    with pytest.raises(KeyError, match="the program's own"):
+        model.generate(fail=True)
+    assert "prepare_inputs_for_generation" not in vars(model)
+    monkeypatch.setattr(gen, "running", lambda: (_ for _ in ()).throw(RuntimeError("no profile to ask")))
+    assert model.generate() == "sequences"  # failing to find the profile: generate as it is
+
+
+AUTOLOAD = """
+import importlib.util
+import sys
+
+from energyprof.agent import autoload
+
+autoload.install()
+finder = sys.meta_path[0]
+assert type(finder).__name__ == "_Finder"
+assert importlib.util.find_spec("transformers.generation.utils") is not None  # asked about, not imported
+assert "transformers.generation.utils" not in sys.modules and "transformers.generation.utils" in autoload._AFTER
+import transformers.generation.utils as gu
+assert getattr(gu.GenerationMixin.generate, "__energyprof_generate__", False)  # the import still got the hook
+assert type(gu.__loader__).__name__ == "SourceFileLoader" and gu.__spec__.loader is gu.__loader__
+assert finder in sys.meta_path  # pytest is still watched for
+import _pytest.config
+assert _pytest.config.get_config.__wrapped__ is not None and type(_pytest.config.__loader__).__name__ == "SourceFileLoader"
+assert finder not in sys.meta_path  # both seen: the import system as it was
+print("ok")
+"""
+
+
+@pytest.mark.torch
+def test_the_import_watch_is_used_up_by_the_import_not_by_a_question(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    proc = subprocess.run([sys.executable, "-c", AUTOLOAD], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]

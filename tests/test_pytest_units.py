@@ -356,3 +356,53 @@ def test_a_supervised_program_loads_only_the_agent_and_a_pytest_run_a_few_module
     extra = set(json.loads((tmp_path / "mods.json").read_text())) - AGENT_MODULES
     assert extra <= {"energyprof.pytest_plugin", "energyprof.agent.current", "energyprof.agent.unit_names",
                      "energyprof.facts", "energyprof.facts.measurement", "energyprof.record"}, extra
+
+
+RERUN_CONFTEST = '''
+import pytest
+from _pytest.runner import runtestprotocol
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_protocol(item, nextitem):
+    """As pytest-rerunfailures does: the whole protocol again while an attempt fails, the last one reported."""
+    item.ihook.pytest_runtest_logstart(nodeid=item.nodeid, location=item.location)
+    for _ in range(3):
+        reports = runtestprotocol(item, nextitem=nextitem, log=False)
+        if all(r.passed or r.skipped for r in reports):
+            break
+    for r in reports:
+        item.ihook.pytest_runtest_logreport(report=r)
+    item.ihook.pytest_runtest_logfinish(nodeid=item.nodeid, location=item.location)
+    return True
+'''
+
+FLAKY = '''
+import pytest
+
+ATTEMPTS = []
+
+
+@pytest.mark.energy_budget(joules=1e9)
+def test_flaky():
+    ATTEMPTS.append(1)
+    assert len(ATTEMPTS) == 2  # fails once, then passes
+'''
+
+
+def test_a_rerun_test_is_one_window_holding_every_attempt_and_the_last_ones_outcome(tmp_path: Path) -> None:
+    (tmp_path / "conftest.py").write_text(RERUN_CONFTEST)
+    (tmp_path / "test_r.py").write_text(FLAKY)
+    (tmp_path / "pytest.ini").write_text(INI)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "energyprof",
+                           "--energyprof-json", "q.json", "--energyprof-opt", "power_trace=trace.csv",
+                           "--energyprof-opt", "quiet=true", "test_r.py"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    profile = load(tmp_path / "q.json")
+    (test,) = [w for w in profile.windows if w.name == "test_r.py::test_flaky"]
+    calls = [w for w in profile.windows if w.name == "test_r.py::test_flaky [call]"]
+    assert len(calls) == 2 and all(test.start_s <= c.start_s and c.end_s <= test.end_s for c in calls)
+    (row,) = rows_of_tests(profile)
+    assert row.outcome == "passed"
