@@ -26,6 +26,7 @@ from energyprof.render.unit_tables import tokens_lines, tokens_section
 CPU = {"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}
 WATTS = 30.0
 MS = 1_000_000
+INTERVAL_S = 0.01  # the sensor's interval: a tick every 10 ms
 SHARE = 1 / 3  # every 10 ms the program burns 5 ms of CPU and the machine 15 ms: its share of the busy CPU
 
 
@@ -69,7 +70,7 @@ def scripted_run():
     for tick in ticks[1:]:
         led.add_tick(tick)
     led.finish()
-    return build_profile(led, "share", {"target": "serve.py"})
+    return build_profile(led, "share", {"target": "serve.py", "sensor_interval_s": INTERVAL_S})
 
 
 def expected() -> dict[str, dict[str, float]]:
@@ -123,6 +124,25 @@ def test_the_tokens_table_in_the_summary_and_on_the_page() -> None:
     assert any(line.endswith("  C") for line in lines[1:])
     page = tokens_section(profile)
     assert '<section id="tokens"' in page and "ML.ENERGY" in page
+
+
+def test_each_step_has_the_edge_bar_of_a_test_and_says_measured_or_estimated() -> None:
+    """A step's bar is the program's energy of the sensor interval each edge cuts (10 W x 10 ms at both);
+    a request's, its token share of its steps' bars. The label follows the sources' method."""
+    from energyprof.analysis.tokens import profile_tokens
+    from energyprof.record import replace
+
+    profile = scripted_run()
+    run = profile_tokens(profile)
+    step_bar = 2 * WATTS * SHARE * INTERVAL_S
+    assert run.error_j == pytest.approx(len(LOOP) * step_bar, rel=1e-9)
+    for r in run.requests:
+        share = sum(t[r.request] / sum(t.values()) for _, t, _ in LOOP if r.request in t)
+        assert r.error_j == pytest.approx(step_bar * share, rel=1e-9)
+    assert not run.estimated and "\u00b1" in tokens_lines(profile)[0] and " measured;" in tokens_lines(profile)[0]
+    profile.sources = [replace(s, method="estimated") for s in profile.sources]
+    assert " estimated;" in tokens_lines(profile)[0] and "measured" not in tokens_lines(profile)[0]
+    assert "<td>estimated</td>" in tokens_section(profile) and "measured" not in tokens_section(profile)
 
 
 @settings(max_examples=200, deadline=None)

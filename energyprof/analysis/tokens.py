@@ -20,11 +20,12 @@ energies add up to the steps' energy.
 
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 from ..record import field, record
 from ..facts.profile import Profile, Window
 from ..agent.unit_names import CALL_FACT, DECODES_PREFIX, REQUEST_PREFIX, ROWS_WINDOW, WINDOWS
+from .tests_table import window_edge_error_j
 from .training import window_program_j
 
 
@@ -41,6 +42,7 @@ class RequestTokens:
     prefill_steps: int = 0
     decode_steps: int = 0
     mlenergy_j: float | None = None  # what the ML.ENERGY method would give it
+    error_j: float = 0.0  # its token share of each of its steps' bars, added
     pid: int | None = None  # the process that served it: requests are told apart by (pid, request)
 
     @property
@@ -64,6 +66,8 @@ class TokenRun:
     prefill_j: float = 0.0
     decode_j: float = 0.0
     steps: int = 0
+    error_j: float = 0.0  # the steps' bars added (analysis/tests_table.py: where each step's edges fall)
+    estimated: bool = False  # any source's figures estimated, not measured
 
     @property
     def energy_j(self) -> float:
@@ -141,22 +145,28 @@ def split_step(energy_j: float, tokens: dict[str, float]) -> dict[str, float]:
     return {r: energy_j * t / total for r, t in tokens.items()}
 
 
-def token_run(windows: Iterable[Window]) -> TokenRun | None:
+def token_run(windows: Iterable[Window], bar: Callable[[Window, float], float] | None = None,
+              estimated: bool = False) -> TokenRun | None:
     """The batched steps among `windows` split per request (module docstring); None without any.
-    Requests are told apart by process: two processes' `g0.0` are two requests."""
-    run = TokenRun()
+    Requests are told apart by process: two processes' `g0.0` are two requests. `bar`: a step's bar from
+    its window and energy (none without it); a request's bar is its token share of its steps' bars."""
+    run = TokenRun(estimated=estimated)
     by_request: dict[tuple[int | None, str], RequestTokens] = {}
     for w, phase, tokens in steps(windows):
         energy = window_program_j(w)
+        error = bar(w, energy) if bar is not None else 0.0
+        run.error_j += error
         run.steps += 1
         if phase == "prefill":
             run.prefill_j += energy
         else:
             run.decode_j += energy
+        errors = split_step(error, tokens)
         for request, joules in split_step(energy, tokens).items():
             row = by_request.get((w.pid, request))
             if row is None:
                 row = by_request[(w.pid, request)] = RequestTokens(request, pid=w.pid)
+            row.error_j += errors[request]
             if phase == "prefill":
                 row.prefill_j += joules
                 row.prefill_tokens += tokens[request]
@@ -175,4 +185,7 @@ def token_run(windows: Iterable[Window]) -> TokenRun | None:
 
 
 def profile_tokens(profile: Profile) -> TokenRun | None:
-    return token_run(profile.windows)
+    """The profile's batched steps, each with the tests' edge bar, measured or estimated as its sources are."""
+    interval = float(profile.meta.get("sensor_interval_s") or 0.05)
+    return token_run(profile.windows, lambda w, energy: window_edge_error_j(profile, w, energy, interval),
+                     any(s.method != "measured" for s in profile.sources))

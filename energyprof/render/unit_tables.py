@@ -58,11 +58,22 @@ def tokens_lines(profile: Any) -> list[str]:
     out = [f"  batched steps: {run.steps}, {len(run.requests)} requests, {run.output_tokens:g} output tokens;"
            f" {fmt_energy(run.j_per_token)} per output token (the ML.ENERGY method: "
            f"{fmt_energy(run.steady_j_per_token)} steady state, {fmt_energy(run.mlenergy_j)} in all"
-           f" against {fmt_energy(run.energy_j)} measured)"]
+           f" against {fmt_energy(run.energy_j)} \u00b1 {fmt_energy(run.error_j)} {_tokens_how(run)};"
+           " \u00b1 = where the steps' edges fall within a sensor interval)"]
     for r in sorted(run.requests, key=lambda r: -r.energy_j)[:REQUESTS_SHOWN]:
-        out.append(f"    {fmt_energy(r.energy_j):>9}  prefill {fmt_energy(r.prefill_j):>9}  decode {fmt_energy(r.decode_j):>9}"
-                   f"  {fmt_energy(r.j_per_output_token)}/token  {r.request}")
+        out.append(f"    {fmt_energy(r.energy_j):>9} \u00b1{fmt_energy(r.error_j):<8}  prefill {fmt_energy(r.prefill_j):>9}"
+                   f"  decode {fmt_energy(r.decode_j):>9}  {fmt_energy(r.j_per_output_token)}/token  {_request(run, r)}")
     return out
+
+
+def _tokens_how(run: TokenRun) -> str:
+    return "estimated" if run.estimated else "measured"
+
+
+def _request(run: TokenRun, r: Any) -> str:
+    """A request's name, with its process where requests came from several (each process names its own)."""
+    several = len({q.pid for q in run.requests}) > 1
+    return f"{r.request} (pid {r.pid})" if several else r.request
 
 
 # -- the page -----------------------------------------------------------------------------------
@@ -101,13 +112,17 @@ def _tokens_html(run: TokenRun) -> str:
            'decode token. The ML.ENERGY column gives each request the decode steps&#39; energy per token times its '
            f'output tokens. Per output token: {_esc(fmt_energy(run.j_per_token))}; steady state (decode): '
            f'{_esc(fmt_energy(run.steady_j_per_token))}; the ML.ENERGY method apportions '
-           f'{_esc(fmt_energy(run.mlenergy_j))} of the {_esc(fmt_energy(run.energy_j))} measured.</p>\n'
+           f'{_esc(fmt_energy(run.mlenergy_j))} of the {_esc(fmt_energy(run.energy_j))} &plusmn; '
+           f'{_esc(fmt_energy(run.error_j))} {_tokens_how(run)}. &plusmn; is where the steps&#39; edges fall within a '
+           'sensor interval, each request its token share of its steps&#39;.</p>\n'
            '  <div class="table-wrap"><table class="windows">\n'
-           '    <thead><tr><th>request</th><th>prefill</th><th>decode</th><th>total</th><th>prompt tokens</th>'
-           '<th>output tokens</th><th>per output token</th><th>ML.ENERGY method</th></tr></thead>\n    <tbody>\n']
+           '    <thead><tr><th>request</th><th>prefill</th><th>decode</th><th>total</th><th>&plusmn;</th><th></th>'
+           '<th>prompt tokens</th><th>output tokens</th><th>per output token</th><th>ML.ENERGY method</th></tr>'
+           '</thead>\n    <tbody>\n']
     for r in run.requests:
-        out.append(f'<tr><td class="fn">{_esc(r.request)}</td><td>{_esc(fmt_energy(r.prefill_j))}</td>'
+        out.append(f'<tr><td class="fn">{_esc(_request(run, r))}</td><td>{_esc(fmt_energy(r.prefill_j))}</td>'
                    f'<td>{_esc(fmt_energy(r.decode_j))}</td><td>{_esc(fmt_energy(r.energy_j))}</td>'
+                   f'<td>{_esc(fmt_energy(r.error_j))}</td><td>{_tokens_how(run)}</td>'
                    f'<td>{r.prefill_tokens:g}</td><td>{r.output_tokens:g}</td>'
                    f'<td>{_esc(fmt_energy(r.j_per_output_token))}</td><td>{_esc(fmt_energy(r.mlenergy_j))}</td></tr>\n')
     out.append("    </tbody>\n  </table></div>\n</section>\n\n")
