@@ -366,3 +366,22 @@ def test_the_import_watch_is_used_up_by_the_import_not_by_a_question(tmp_path: P
     pytest.importorskip("transformers")
     proc = subprocess.run([sys.executable, "-c", AUTOLOAD], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr[-3000:]
+
+
+def test_a_generate_call_whose_rows_were_never_read_is_not_split() -> None:
+    from energyprof.facts.profile import Window
+
+    def step(name: str, t: float, call: float, pid: int) -> Window:
+        return Window(name=name, start_s=t, end_s=t + 0.1, time_s=0.1, energy_j={"cpu": 2.0},
+                      program_energy_j={"cpu": 1.0}, loop={"call": call}, pid=pid)
+
+    rows = Window(name="[batch rows]", start_s=0.2, end_s=0.2, pid=7,
+                  loop={"call": 0.0, "req:g0.0": 3.0, "decodes:g0.0": 1.0, "req:g0.1": 1.0, "decodes:g0.1": 0.0})
+    read = [step("[batch prefill]", 0.0, 0.0, 7), step("[batch decode]", 0.1, 0.0, 7), rows]
+    unread = [step("[batch prefill]", 1.0, 0.0, 8), step("[batch decode]", 1.1, 0.0, 8)]  # another process's call 0
+    assert token_run(unread) is None
+    run = token_run(read + unread)
+    assert run.steps == 2 and {(r.pid, r.request) for r in run.requests} == {(7, "g0.0"), (7, "g0.1")}
+    by = {r.request: r for r in run.requests}
+    assert (by["g0.0"].prefill_j, by["g0.1"].prefill_j, by["g0.0"].decode_j) == pytest.approx((0.75, 0.25, 1.0))
+    assert (by["g0.0"].output_tokens, by["g0.1"].output_tokens) == (2.0, 1.0)

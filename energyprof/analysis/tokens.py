@@ -110,7 +110,8 @@ def steps(windows: Iterable[Window]) -> list[tuple[Window, str, dict[str, float]
     """Every batched step among `windows`, in time order: its window, its phase, its requests' tokens.
     A batched `generate`'s steps read their rows' tokens from their call's `[batch rows]` window
     (energyprof/unit_names.py): the prefill adds each row's prompt, the k-th decode one token for each row
-    that took part in at least k decodes. Calls are told apart by process."""
+    that took part in at least k decodes; a call without that window is left out. Calls are told apart by
+    process."""
     ordered = sorted(windows, key=lambda w: w.start_s)
     rows: dict[tuple[int | None, float], Window] = {
         (w.pid, w.loop.get(CALL_FACT, -1.0)): w for w in ordered if w.name == ROWS_WINDOW}
@@ -125,7 +126,9 @@ def steps(windows: Iterable[Window]) -> list[tuple[Window, str, dict[str, float]
         if not tokens and call is not None:
             key = (w.pid, call)
             summary = rows.get(key)
-            prompts = step_tokens(summary) if summary is not None else {}
+            if summary is None:  # a call whose rows were never read (it failed, or changed shape): not split
+                continue
+            prompts = step_tokens(summary)
             if phase == "prefill":
                 tokens = prompts
             else:
