@@ -134,7 +134,7 @@ def test_one_run_per_side_on_40_and_60_watts_fails_a_ten_percent_limit(tmp_path:
         res = run_cli(["-q", "--idle", "all", "--power-trace", f"p{watts}.csv", "--json", f"w{watts}.json",
                        "-o", "/dev/null", "work.py", "1.5"], cwd=tmp_path, timeout=300, env={"ENERGYPROF_PORTABLE": "1"})
         assert res.returncode == 0, res.stderr
-    res = run_cli(["compare", "w40.json", "w60.json", "--fail-above", "10", "-q"], cwd=tmp_path)
+    res = run_cli(["compare", "w40.json", "w60.json", "--idle", "all", "--fail-above", "10", "-q"], cwd=tmp_path)
     pct = float(re.search(r"program energy ([+-]\d+\.\d)%", res.stderr).group(1))
     assert pct > 10
     assert res.returncode == 1 and res.stderr.rstrip().endswith("FAIL"), res.stderr
