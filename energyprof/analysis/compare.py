@@ -355,6 +355,7 @@ def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[in
 
 ACTIVE = "program active energy"
 LOAD_STEP = 0.05  # one run per side: loads this far apart (of the machine's CPU) are said to differ
+LOAD_FLOOR = 0.01  # with repeats, a difference below 1% of the machine's CPU is /proc/stat's 10 ms ticks
 
 
 def active_energy(p: Profile) -> float | None:
@@ -388,15 +389,17 @@ def run_gate(base: Sequence[Run], head: Sequence[Run], confidence: float = CONFI
 def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad],
                     confidence: float = CONFIDENCE) -> LoadDifference | None:
     """The sides' loads, when they differ beyond what the repeats separate (Welch's interval of other
-    processes' CPU share excludes no difference), or, with a side of one run, by LOAD_STEP or more."""
+    processes' CPU share excludes no difference, and by LOAD_FLOOR or more), or, with a side of one run, by
+    LOAD_STEP or more."""
     if not base or not head:
         return None
     a, b = [x.others_share for x in base], [x.others_share for x in head]
+    step = abs(statistics.fmean(b) - statistics.fmean(a))
     if len(a) >= 2 and len(b) >= 2:
         spread = welch(a, b, confidence)
-        differ = spread.low > 0 or spread.high < 0
+        differ = (spread.low > 0 or spread.high < 0) and step >= LOAD_FLOOR
     else:
-        differ = abs(statistics.fmean(b) - statistics.fmean(a)) >= LOAD_STEP
+        differ = step >= LOAD_STEP
     if not differ:
         return None
     usage_a, usage_b = statistics.fmean(x.usage for x in base), statistics.fmean(x.usage for x in head)
