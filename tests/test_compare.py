@@ -204,8 +204,10 @@ def test_fail_above_gates_on_program_energy(two_runs: Path) -> None:
     low = pct - hidden
     assert res.returncode == (1 if low > 0 else 0) and ("FAIL" if low > 0 else "ok") in res.stderr
     if low > 1:
-        assert run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{low - 0.5:.2f}", "-q"], cwd=two_runs).returncode == 1
-    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{max(low, 0) + 0.5:.2f}", "-q"], cwd=two_runs)
+        assert run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{low - 0.5:.2f}", "-q"],
+                       cwd=two_runs).returncode == 1
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{max(low, 0) + 0.5:.2f}", "-q"],
+                  cwd=two_runs)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "" and "ok" in res.stderr
     res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", "0", "--function", "load"], cwd=two_runs)
