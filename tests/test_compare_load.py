@@ -138,3 +138,32 @@ def test_the_load_round_trips_and_a_run_records_it(tmp_path: Path) -> None:
     assert got.load.busy_cpu_s >= got.load.program_cpu_s and got.load.span_s == raw["totals"]["duration_s"]
     assert 0.0 <= got.load.others_share <= 1.0
     assert active_energy(got) == pytest.approx(got.totals.energy_j["cpu"] * got.load.program_share)
+
+
+@pytest.mark.parametrize("damage, why", [
+    ({"cpus": 0}, "machine_load.cpus must be at least 1"),
+    ({"cpus": "2"}, "machine_load.cpus must be an integer"),
+    ({"busy_cpu_s": -1.0}, "machine_load.busy_cpu_s must not be negative"),
+    ({"span_s": None}, "machine_load.span_s must be a finite number"),
+])
+def test_a_damaged_load_is_one_line(tmp_path: Path, damage: dict, why: str) -> None:
+    from energyprof.facts.profile import ProfileFormatError
+
+    doc = json.loads(run(1.5, hogs=True).to_json())
+    doc["machine_load"].update(damage)
+    (tmp_path / "p.json").write_text(json.dumps(doc))
+    with pytest.raises(ProfileFormatError, match=re.escape(why)):
+        load(tmp_path / "p.json")
+
+
+def test_the_load_is_kept_under_the_other_policy() -> None:
+    p = run(1.5, hogs=True)
+    both = Profile(p.meta, p.sources, p.totals, p.root, load=p.load)
+    both.root.other_policy_self_energy_j = {"cpu": p.totals.energy_j["cpu"]}
+    assert both.with_policy("all").load == p.load
+
+
+def test_quieter_neighbours_on_the_head_are_said_as_such() -> None:
+    v = compare([*(run(c, hogs=True) for c in WORK), *(run(c, hogs=False) for c in WORK)], base_count=4).verdict
+    assert v is not None and v.load is not None and v.load.allowance_pct == 0.0
+    assert "the load can only have lowered the head's figure" in verdict_text(v)

@@ -190,7 +190,8 @@ class TreeNode:
 class LoadDifference:
     """The machine's load differed between the sides beyond what the repeats separate: other processes'
     mean CPU share on each side (0 to 1), and the change the load alone could make of the gate's figure,
-    in percent (the head's machine usage over the base's, less one; 0 when the head's machine was quieter)."""
+    in percent: the base's machine usage with the head's neighbours over its own, less one (power grows
+    with usage, at most in proportion); 0 when the head's neighbours were quieter."""
 
     base_others: float
     head_others: float
@@ -402,8 +403,11 @@ def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad],
         differ = step >= LOAD_STEP
     if not differ:
         return None
-    usage_a, usage_b = statistics.fmean(x.usage for x in base), statistics.fmean(x.usage for x in head)
-    allowance = max(0.0, (usage_b / usage_a - 1) * 100) if usage_a > 0 else math.inf
+    # the base's machine with the head's neighbours: its own part (program and energyprof) kept, so a
+    # program that itself uses more CPU is not allowed for
+    usage = statistics.fmean(x.usage for x in base)
+    own = max(0.0, usage - statistics.fmean(a))
+    allowance = max(0.0, (min(1.0, own + statistics.fmean(b)) / usage - 1) * 100) if usage > 0 else math.inf
     return LoadDifference(statistics.fmean(a), statistics.fmean(b), allowance)
 
 

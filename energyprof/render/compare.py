@@ -70,8 +70,9 @@ def verdict_text(v: Verdict) -> str:
         text += "; active energy: the machine's CPU energy times the program's share of its CPU capacity, idle apart"
     if v.load is not None:
         text += (f"; the machine's load differed: other processes used {_share(v.load.base_others)} of its CPU in"
-                 f" the base's runs and {_share(v.load.head_others)} in the head's, more than the repeats separate,"
-                 f" so a change within +{v.load.allowance_pct:.1f}% may be the load's and is not failed on")
+                 f" the base's runs and {_share(v.load.head_others)} in the head's, more than the repeats separate, so "
+                 + (f"a change within +{v.load.allowance_pct:.1f}% may be the load's and is not failed on"
+                    if v.load.allowance_pct > 0 else "the load can only have lowered the head's figure"))
     return text
 
 
@@ -180,10 +181,13 @@ def render_markdown(cmp: Comparison) -> str:
     out = [f"### energyprof: {_pct(v.pct) if v is not None else ''} {v.what if v is not None else 'program energy'}", ""]
     if v is not None:
         out += [_md(verdict_text(v)), ""]
-    out += ["| run | side | program energy | machine energy | duration | method |", "|---|---|---:|---:|---:|---|"]
+    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure, beside the policy's
+    out += ["| run | side | program energy | machine energy |" + (" active energy | others' CPU |" if active else "")
+            + " duration | method |", "|---|---|---:|---:|" + ("---:|---:|" if active else "") + "---:|---|"]
     for r in cmp.runs:
+        gate = f" {fmt_energy(r.active_j)} | {_share(r.load.others_share) if r.load else ''} |" if active else ""
         out.append(f"| {_md(r.label)}{' (front)' if _on_front(cmp, r) else ''} | {r.side}"
-                   f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)}"
+                   f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} |{gate} {fmt_seconds(r.duration_s)}"
                    f" | {_method(r)} |")
     if cmp.sweep:
         on = sorted((pt for pt in cmp.sweep_points if pt.pareto), key=lambda pt: pt.time_s)
