@@ -153,10 +153,11 @@ sys.stdin.readline()
 """
 
 
-def _claims_held(pid: int, folder: Path) -> bool:
-    """The process holds a descriptor of a claim in `folder`: its originals were handed over with it."""
+def _claims_held(pid: int, folder: Path, count: int = 1) -> bool:
+    """The process holds descriptors of `count` claims in `folder`: its originals were handed over with them."""
     try:
-        return any(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder)) for fd in os.listdir(f"/proc/{pid}/fd"))
+        return sum(os.readlink(f"/proc/{pid}/fd/{fd}").startswith(str(folder))
+                   for fd in os.listdir(f"/proc/{pid}/fd")) >= count
     except OSError:
         return False
 
@@ -188,6 +189,39 @@ def test_a_killed_keeper_is_replaced_so_a_kill_9_of_the_setter_still_restores(tm
     finally:
         if proc.poll() is None:
             proc.kill()
+        for pid in _keepers(f"EP_TEST_MARK={mark}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_energyprof_knob_run_replaces_its_killed_keeper_then_a_kill_9_restores(tmp_path):
+    """`energyprof --knob` end to end: kill -9 its keeper process, then kill -9 energyprof: both CPUs' files
+    come back (the issue's reproducer: they stayed set)."""
+    from test_knob_sweep import PROGRAM
+
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=2)
+    (tmp_path / "prog.py").write_text(PROGRAM)
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    mark = f"{os.getpid()}-{tmp_path.name}"
+    env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT), EP_TEST_MARK=mark,
+                         **{keeper_module.CLAIMS_ENV: str(tmp_path / "claims")})
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--knob",
+                             "cpu_max_freq=1000000", "-o", os.devnull, "prog.py", "1", "hang"], cwd=tmp_path, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        assert trees.max_freqs(tmp_path / "cpu") == [1_000_000, 1_000_000]
+        first = _keepers(f"EP_TEST_MARK={mark}")
+        _kill_keepers(f"EP_TEST_MARK={mark}")
+        assert trees.wait_for(lambda: [p for p in _keepers(f"EP_TEST_MARK={mark}") if p not in first
+                                       and _claims_held(p, tmp_path / "claims", 2)]), "no new keeper holds both"
+        proc.kill()  # energyprof itself, not its program
+        proc.wait(timeout=60)
+        assert trees.wait_for(lambda: trees.max_freqs(tmp_path / "cpu") == [3_000_000, 3_000_000])
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)  # the orphaned program, in energyprof's session
+        except ProcessLookupError:
+            pass
         for pid in _keepers(f"EP_TEST_MARK={mark}"):
             os.kill(pid, signal.SIGKILL)
 
