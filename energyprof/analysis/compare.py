@@ -434,7 +434,7 @@ def _mark_pareto(runs: list[Run]) -> None:
         r.pareto = on
 
 
-def _window_rows(models: Sequence[ReportModel], sides: Sequence[str]) -> list[WindowChange]:
+def _window_rows(models: Sequence[ReportModel], sides: Sequence[str] = ()) -> list[WindowChange]:
     names: list[str] = []
     per_run: list[dict[str, list[WindowRow]]] = []
     for m in models:
