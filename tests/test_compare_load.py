@@ -167,3 +167,17 @@ def test_quieter_neighbours_on_the_head_are_said_as_such() -> None:
     v = compare([*(run(c, hogs=True) for c in WORK), *(run(c, hogs=False) for c in WORK)], base_count=4).verdict
     assert v is not None and v.load is not None and v.load.allowance_pct == 0.0
     assert "the load can only have lowered the head's figure" in verdict_text(v)
+
+
+def test_a_windows_change_takes_the_sides_means() -> None:
+    """A window's change is the head's mean against the base's too (once the last run against the first)."""
+    def with_window(p: Profile, joules: float) -> Profile:
+        w = {"name": "train", "start_s": 0.0, "end_s": 1.0, "time_s": 1.0, "energy_j": {"cpu": 2 * joules},
+             "program_energy_j": {"cpu": joules}}
+        return Profile(p.meta, p.sources, p.totals, p.root, windows=[w], load=p.load)
+
+    runs = [with_window(run(1.5, False), j) for j in (10.0, 20.0, 20.0, 10.0)]
+    cmp = compare(runs, base_count=2)
+    (row,) = cmp.windows
+    assert row.pct == pytest.approx(0.0) and row.compared
+    assert re.search(r"^  train .*  \+0\.0%$", render_text(cmp), flags=re.M), render_text(cmp)
