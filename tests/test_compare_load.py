@@ -181,3 +181,13 @@ def test_a_windows_change_takes_the_sides_means() -> None:
     (row,) = cmp.windows
     assert row.pct == pytest.approx(0.0) and row.compared
     assert re.search(r"^  train .*  \+0\.0%$", render_text(cmp), flags=re.M), render_text(cmp)
+
+
+def test_every_view_shows_each_runs_active_energy_and_neighbours() -> None:
+    from energyprof.render.compare import render_html
+
+    cmp = compare([run(1.5, hogs=True), run(1.5, hogs=False)])
+    figure = f"{50.0 * 1.5 / CPUS:.1f} J"
+    assert f"| {figure} | 67% |" in render_markdown(cmp) and f"| {figure} | 0% |" in render_markdown(cmp)
+    assert f"<td>{figure}</td><td>67%</td>" in render_html(cmp)
+    assert re.search(r"^  others +67% +0%", render_text(cmp), flags=re.M)

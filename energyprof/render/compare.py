@@ -310,9 +310,13 @@ def render_html(cmp: Comparison) -> str:
     from .html import _inline_script, _plotly_js, json_for_script, template_text
 
     e = html.escape
+    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure and the neighbours' CPU, per run
+    gate_heads = "<th>active energy</th><th>others' CPU</th>" if active else ""
     runs_rows = "".join(
         f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if _on_front(cmp, r) else ''}"
-        f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
+        f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td>"
+        + (f"<td>{fmt_energy(r.active_j)}</td><td>{_share(r.load.others_share) if r.load else ''}</td>" if active else "")
+        + f"<td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(
         f"<tr><td class='fn'>{e(w.name)}</td>" + "".join(f"<td>{fmt_energy(v)}</td>" for v in w.mean_j)
@@ -354,7 +358,7 @@ td.sig {{ font-weight: 650; background: #fff6d6; }}
 <p class="sub">{e(sub)}</p>{verdict}</header>
 <section class="panel"><h2>Runs</h2><div class="table-wrap"><table class="windows">
 <thead><tr><th>#</th><th>side</th><th>run</th><th>program energy</th>
-<th>machine energy</th><th>duration</th><th>method</th></tr></thead>
+<th>machine energy</th>{gate_heads}<th>duration</th><th>method</th></tr></thead>
 <tbody>{runs_rows}</tbody></table></div></section>
 <section class="panel"><h2>Energy against time</h2>
 <p class="hint">Each run's program energy against its duration; the Pareto front (no other run both faster and
