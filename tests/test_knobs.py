@@ -453,6 +453,7 @@ print("set", flush=True)
 sys.stdin.readline()  # the test kills the keeper process here
 try:
     keeper.set(knobs["cpu_max_freq:1"], 2000000)
+    print("set again", flush=True)  # the death was noticed first: a new keeper process holds both
 except KnobError as exc:
     print("refused:", exc, flush=True)
 keeper.restore()
@@ -461,8 +462,9 @@ print("goes on", flush=True)
 
 
 def test_a_keeper_gone_is_an_error_not_a_sigpipe(tmp_path):
-    """With SIGPIPE at its default action, a set after the keeper process died is refused (one line), what
-    was held goes back in-process, and the program goes on."""
+    """With SIGPIPE at its default action, a set after the keeper process died is never a SIGPIPE: either the
+    death was noticed first and a new keeper process holds the change, or the set is refused (one line) and
+    what was held goes back in-process; the program goes on."""
     trees.cpufreq_tree(tmp_path / "cpu", cur=3_600_000)
     mark = f"EP_TEST_MARK={os.getpid()}-{tmp_path.name}"
     env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT),
@@ -474,7 +476,8 @@ def test_a_keeper_gone_is_an_error_not_a_sigpipe(tmp_path):
     _kill_keepers(mark)
     out, err = proc.communicate("\n", timeout=60)
     assert proc.returncode == 0, (proc.returncode, out, err)
-    assert "refused: the process that restores knobs has gone" in out and out.endswith("goes on\n")
+    assert ("refused: the process that restores knobs has gone" in out or "set again" in out) \
+        and out.endswith("goes on\n"), out
     assert trees.max_freqs(tmp_path / "cpu") == [3_600_000, 3_600_000]
 
 

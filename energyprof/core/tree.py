@@ -11,7 +11,7 @@ from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
-from ..facts.records import field_names
+from ..facts.records import MachineLoad, field_names
 from ..record import replace
 
 
@@ -76,7 +76,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                    notes=_ledger_notes(ledger) + [_note(n) for n in notes] + gpu_notes, processes=processes,
                    extra={**({"child_processes": children} if children else {}),
                           **({"io": io} if io is not None else {})},  # child_processes: the /1 field
-                   gpu_kernels=gpu_facts)
+                   gpu_kernels=gpu_facts, load=_machine_load(ledger, duration_s, cpu_s))
 
 
 def _joules(ids: list[str], values: list[float]) -> dict[str, float]:
@@ -136,6 +136,16 @@ def _headline_cpu_s(ledger: Ledger) -> float:
         return 0.0
     return ((last.process_cpu_ns - first.process_cpu_ns) - (last.own_cpu_ns - first.own_cpu_ns)
             + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
+
+
+def _machine_load(ledger: Ledger, duration_s: float, cpu_s: float) -> MachineLoad | None:
+    """The machine's busy CPU over the run beside the program's and energyprof's (None: the busy clock
+    never moved, so it was not read)."""
+    first, last = ledger.first_tick, ledger.last_tick
+    if first is None or last is None or last.busy_cpu_ns <= first.busy_cpu_ns or duration_s <= 0:
+        return None
+    return MachineLoad(cpus=ledger.cpus, span_s=duration_s, busy_cpu_s=(last.busy_cpu_ns - first.busy_cpu_ns) / 1e9,
+                       program_cpu_s=cpu_s, energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
 
 
 def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str, float], dict[str, float]],

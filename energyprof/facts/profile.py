@@ -20,6 +20,7 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
+from .records import MACHINE_LOAD_FIELD, MachineLoad, read_machine_load
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -170,6 +171,7 @@ class Profile:
     processes: list[Process] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown top-level fields, kept for a round trip
     gpu_kernels: GpuKernels | None = None  # the GPU's energy split among its kernels' launch stacks (None: no split)
+    load: MachineLoad | None = None  # how busy the machine was during the run (None: not read, or an older file)
 
     def __post_init__(self) -> None:
         # Accept /1-shaped dicts from Python callers; the records are what is kept.
@@ -183,6 +185,8 @@ class Profile:
         self.processes = [p if isinstance(p, Process) else read_process(p) for p in self.processes]
         if self.gpu_kernels is not None and not isinstance(self.gpu_kernels, GpuKernels):
             self.gpu_kernels = read_gpu_kernels(self.gpu_kernels)
+        if self.load is not None and not isinstance(self.load, MachineLoad):
+            self.load = read_machine_load(self.load)
 
     @property
     def idle_policy(self) -> str:
@@ -269,7 +273,7 @@ class Profile:
                      for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
                        processes, dict(self.extra),
-                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None)
+                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None, load=self.load)
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
@@ -299,6 +303,8 @@ class Profile:
         })
         if self.gpu_kernels is not None:
             out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
+        if self.load is not None:
+            out[MACHINE_LOAD_FIELD] = self.load.to_dict()
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -310,6 +316,8 @@ class Profile:
                     "notes": [n.to_dict() for n in self.notes], "processes": [p.to_dict() for p in self.processes]})
         if self.gpu_kernels is not None:
             out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
+        if self.load is not None:
+            out[MACHINE_LOAD_FIELD] = self.load.to_dict()
         return out
 
     def to_json(self, derived: dict[str, Any] | None = None) -> str:
@@ -344,7 +352,7 @@ class Profile:
         try:
             root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
             known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
-                     "processes", "carbon", "derived", GPU_KERNELS_FIELD}
+                     "processes", "carbon", "derived", GPU_KERNELS_FIELD, MACHINE_LOAD_FIELD}
             meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", DEFAULT_POLICY)
             if policy not in IDLE_POLICIES:
@@ -358,6 +366,8 @@ class Profile:
                        timeline=read_timeline(get_field(data, "timeline", dict, {})),
                        notes=[read_note(n) for n in get_field(data, "notes", list, [])], processes=processes, extra=extra,
                        gpu_kernels=read_gpu_kernels(data[GPU_KERNELS_FIELD]) if data.get(GPU_KERNELS_FIELD) is not None
+                       else None,
+                       load=read_machine_load(data[MACHINE_LOAD_FIELD]) if data.get(MACHINE_LOAD_FIELD) is not None
                        else None)
         except ProfileFormatError:
             raise
