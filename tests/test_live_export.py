@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from conftest import run_cli
 from energyprof.facts.profile import load
 from energyprof.output import live
+from energyprof.setup import targets
 from test_inprocess import SOURCES, job
 
 pytest_plugins = ("live_servers",)  # the servers' fixtures: influx, pushgateway, closed_port, silent_server
@@ -192,13 +193,13 @@ def test_bad_urls_are_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_influx_2_requests_carry_org_bucket_and_token() -> None:
-    t = live.influx_target("http://h:8086?org=acme&bucket=power", {"INFLUX_TOKEN": "s3cret"})
+    t = targets.influx_target("http://h:8086?org=acme&bucket=power", {"INFLUX_TOKEN": "s3cret"})
     assert (t.version, t.host, t.port) == (2, "h", 8086)
     assert t.path == "/api/v2/write?org=acme&bucket=power&precision=ns"
     assert t.headers == {"Authorization": "Token s3cret"}
-    t = live.influx_target("https://h/api/v2/write", {"INFLUX_TOKEN": "k", "INFLUX_ORG": "o", "INFLUX_BUCKET": "b"})
+    t = targets.influx_target("https://h/api/v2/write", {"INFLUX_TOKEN": "k", "INFLUX_ORG": "o", "INFLUX_BUCKET": "b"})
     assert (t.scheme, t.port, t.path) == ("https", 8086, "/api/v2/write?org=o&bucket=b&precision=ns")
-    t = live.influx_target("http://h:8086/my db", {})
+    t = targets.influx_target("http://h:8086/my db", {})
     assert (t.version, t.path, t.headers) == (1, "/write?db=my%20db&precision=ns", {})
 
 

@@ -22,7 +22,8 @@ import time
 from typing import Any, Callable
 
 from ..collect import probes
-from ..collect.collector import _Thread, find_sources
+from ..agent.own_threads import Thread
+from ..collect.collector import find_sources
 from ..core.ledger import is_gpu
 from ..facts.policy import IDLE_POLICIES, PolicyPair, WindowAccount, check_policy, cpu_share
 from ..facts.measurement import Measurement
@@ -74,7 +75,7 @@ class Monitor:
         self._lock = threading.Lock()  # one sensor read at a time: they keep running state
         self._open: list[tuple[str, int | None, _Reading]] = []
         self._own_ns = 0  # the poller thread's CPU, as it last recorded it (energyprof's, not the program's)
-        self._thread: _Thread | None = None
+        self._thread: Thread | None = None
         t0 = time.perf_counter_ns()
         for s in self.sensors:
             s.start(t0)
@@ -86,7 +87,7 @@ class Monitor:
         if o.influx or o.pushgateway:
             self._start_live()
         if self.poll_s:
-            self._thread = _Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
+            self._thread = Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
 
     def _default_poll(self) -> float | None:
         periods = [POLL_S["nvml-power"] if s.sensor == "nvml" and getattr(s, "kind", "") != "counter"

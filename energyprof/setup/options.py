@@ -141,7 +141,7 @@ class Options:
             if not isinstance(self.gpu_kernel_trace, str) or not self.gpu_kernel_trace.strip():
                 raise OptionError(f"--gpu-kernel-trace needs a folder, not {self.gpu_kernel_trace!r}")
         if self.influx is not None or self.pushgateway is not None:
-            from ..output.live import TargetError, influx_target, pushgateway_target
+            from .targets import TargetError, influx_target, pushgateway_target
 
             try:
                 if self.influx is not None:
