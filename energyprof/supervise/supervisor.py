@@ -8,7 +8,9 @@ however it ended, writes the outputs and ends the way the program did.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -24,7 +26,6 @@ from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room
 from ..engines.distributed import gpu_ties
 from ..engines.distributed import hostname
-from ..store.files import private_folder, remove_tree
 from .job import JobFeed
 
 
@@ -57,7 +58,7 @@ class Supervisor:
         signals.reset_sigchld()
         o = self.options
         self._watch_cache("start")
-        spool = private_folder("energyprof-")  # first: where TMPDIR is unusable, tempfile's search opens files
+        spool = tempfile.mkdtemp(prefix="energyprof-")  # first: where TMPDIR is unusable, its search opens files
         inbox: signals.Inbox | None = None
         try:
             inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
@@ -68,7 +69,7 @@ class Supervisor:
         except OSError as exc:
             if inbox is not None:
                 inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
             _say_no_room(exc)
             raise
         try:
@@ -93,7 +94,7 @@ class Supervisor:
         except BaseException as exc:
             launch.abort()
             inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
             _say_no_room(exc)
             raise
         self.launch = launch
@@ -113,7 +114,7 @@ class Supervisor:
                 watch.final()
         finally:
             inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
         profile = self._build(ledger, feed, collector)
         if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
             from ..output.live import finish_run
