@@ -206,10 +206,12 @@ class Supervisor:
             ledger.note_process(p.pid, exit=p.exit)
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
         self._tie_gpus(ledger, feed, collector)
-        from ..collect.kernels.capture import kernel_split
+        split, gpu_notes = None, []
+        if any(sid.startswith("gpu:") for sid in ledger.source_ids):  # no GPU read: none of the kernels' modules
+            from ..collect.kernels.capture import kernel_split
 
-        # the kernels the program reduced, split before the tree is built: samples and kernels build it together
-        split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
+            # the kernels the program reduced, split before the tree is built: samples and kernels build it together
+            split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
         profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
                                 notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
                                 peak_rss_exact_bytes=peak, gpu=split,
