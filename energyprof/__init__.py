@@ -18,10 +18,11 @@ _NAMES = {
     "ProfileFormatError": ".facts.profile",
     "load": ".facts.profile",
     "Profiler": ".drive.profiler",
+    "log_metrics": ".integrations.metrics",
 }
 
 __all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
-           "ProfileFormatError", "load", "__version__"]
+           "ProfileFormatError", "load", "log_metrics", "__version__"]
 
 
 def __getattr__(name: str) -> object:

@@ -358,6 +358,10 @@ def run(argv: list[str]) -> int:
 
     launcher = sys.argv[0] if sys.argv else PROG
     shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    if options.influx or options.pushgateway:  # the profile, the page and MLflow keep no credential
+        from ..setup.targets import redacted_argv
+
+        shown = redacted_argv(shown, [options.influx or "", options.pushgateway or ""])
     reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
     meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
     keeper = None
@@ -454,7 +458,8 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return
-    joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
+    gathered = {str(r): how for r, (_, how) in sorted(others.items())}
+    joined = joined.with_meta(distributed={**joined.meta["distributed"], "gathered": gathered})
     paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
     job_options = replace(options, output=paths["output"], json=paths["json"], speedscope=None,
                           folded=None, csv=None, pprof=None, checkpoint=None)

@@ -82,7 +82,7 @@ class Monitor:
         self._first = self._read(t0)
         self._stop = threading.Event()
         self.poll_s = poll_s if poll_s is not None else self._default_poll()
-        self._live: Any = None  # influx=, pushgateway=: the live export (output/live.py), fed by the poller
+        self._live: Any = None  # influx=, pushgateway=: the live export (output/live/), fed by the poller
         self.live_summary: dict[str, Any] | None = None  # what it sent and dropped, once closed
         if o.influx or o.pushgateway:
             self._start_live()
@@ -111,7 +111,7 @@ class Monitor:
     # -- live export ---------------------------------------------------------------------
     def _start_live(self) -> None:
         from ..collect.probes import OwnClocks
-        from ..output.live import PERIOD_S, LiveExport
+        from ..output.live.export import PERIOD_S, LiveExport
 
         self._live_own = OwnClocks()
         self._live = LiveExport(self.options, own=self._live_own)
@@ -120,12 +120,13 @@ class Monitor:
         self._live_next = 0
         self._live_last: tuple[int, list[float], list[float]] = (self._first[0], [0.0] * len(self.sensors),
                                                                  [0.0] * len(self.sensors))
+        self._live_history: list[tuple[int, list[float], list[float]]] = []  # the last figures sent: the end's power
         self._live_ended: list[tuple[Measurement, int]] = []  # windows ended, sent from the poller's thread
         self.poll_s = min(self.poll_s or PERIOD_S, PERIOD_S)
 
     def _live_round(self, t: int, energy: list[float] | None = None) -> None:
         """On the poller's thread, under the lock: the windows that ended, and once a second the run's figures."""
-        from ..output.live import PERIOD_S
+        from ..output.live.export import PERIOD_S
 
         live = self._live
         while self._live_ended:
@@ -141,6 +142,8 @@ class Monitor:
         pm = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(machine, m0)]
         pp = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(program, p0)]
         self._live_last = (t, machine, program)
+        self._live_history = [*self._live_history[-2:], (t, machine, program)]
+        live.poll_point_sources(live.wall_ns(t))
         live.emit(live.source_points(live.wall_ns(t), list(self._ids), machine, program, pm, pp))
 
     def _run_so_far(self, t: int, energy: list[float]) -> tuple[list[float], list[float]]:
@@ -150,17 +153,18 @@ class Monitor:
         return [machine.get(i, 0.0) for i in self._ids], [program.get(i, 0.0) for i in self._ids]
 
     def _close_live(self) -> None:
-        from ..output.live import dropped_line
+        from ..output.live.export import Figures, dropped_line
 
         live = self._live
         with self._lock:
             self._live_round(time.perf_counter_ns())
         total = self.measure()
+        end = live.wall_ns(time.perf_counter_ns())
         ids = self._ids
-        t, m0, p0 = self._live_last
-        last = (live.wall_ns(t), dict(zip(ids, m0)), dict(zip(ids, p0)))
+        history = [Figures(live.wall_ns(t), dict(zip(ids, m)), dict(zip(ids, p))) for t, m, p in self._live_history]
         try:
-            self.live_summary = live.finish(last=last, totals=(dict(total.energy_j or {}), dict(total.program_energy_j or {})))
+            self.live_summary = live.finish(history=history, end_ns=end,
+                                            totals=(dict(total.energy_j or {}), dict(total.program_energy_j or {})))
         except Exception as exc:  # noqa: BLE001 - the export is never worth the program's run
             self.live_summary = {"run": live.run, "sinks": [], "error": f"{type(exc).__name__}: {exc}"}
         line = dropped_line(self.live_summary)

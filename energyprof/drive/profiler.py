@@ -106,7 +106,7 @@ class Profiler:
         self._window_lock = threading.Lock()
         self._windows_begun = 0
         self._carbon = carbon_setting(self.options)
-        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live.py) and its watch
+        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live/) and its watch
         self._watch: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -176,7 +176,7 @@ class Profiler:
         o = self.options
         if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return
-        from ..output.live import LedgerWatch, LiveExport
+        from ..output.live.export import LedgerWatch, LiveExport
 
         assert self._collector is not None and self._ledger is not None
         self._live = LiveExport(self.options, own=own, started_wall=self._started_wall)
@@ -288,9 +288,10 @@ class Profiler:
             self._watch.final()
         self.profile = self._build(exit_status, peak)
         if self._live is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
-            from ..output.live import finish_run
+            from ..output.live.export import finish_run
 
-            finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary, self._watch.last())
+            self.profile = finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary,
+                                      self._watch.history(), self._watch.end_ns())
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile
@@ -365,7 +366,7 @@ class Profiler:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
             if self._live is not None:  # MLflow logs it on energyprof's thread, which pays the wait for m's figures
-                from ..output.live import program_mlflow_run
+                from ..output.live.export import program_mlflow_run
 
                 self._live.window_block(m, name, index, program_mlflow_run())
 

@@ -271,6 +271,17 @@ class Profile:
                        processes, dict(self.extra),
                        self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None)
 
+    # -- copies with more facts (a built Profile is never edited) --------------------------
+    def with_meta(self, notes: list[Note] | tuple[Note, ...] = (), **changes: Any) -> Profile:
+        """The same run with `changes` in its meta (and `notes` added): a new Profile sharing this one's
+        tree and records, this one untouched."""
+        return replace(self, meta={**self.meta, **changes}, notes=[*self.notes, *notes])
+
+    def with_live_export(self, summary: dict[str, Any], lost: str | None = None) -> Profile:
+        """The same run with the live export's account (`meta.live_export`: what each sink sent and
+        dropped) and, where points were `lost`, a note saying so."""
+        return self.with_meta(notes=[Note("live-export", lost)] if lost else [], live_export=summary)
+
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
         """The /2 document: the tree as a flat node table (parents before children)."""

@@ -566,7 +566,7 @@ def send_epoch_metrics(loop: str, epoch: int, metrics: dict[str, float]) -> bool
     `energyprof.output.live.log_metrics` (which never blocks or raises, and sends nothing where no live
     export runs). The one call site: a tree without that module sends nothing. False: nothing was sent."""
     try:
-        from ..output.live import log_metrics  # type: ignore[attr-defined]
+        from .metrics import log_metrics
     except ImportError:
         return False
     try:

@@ -57,7 +57,7 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
-    influx: str | None = None  # live export: InfluxDB (output/live.py), http://HOST:8086/DB or ?org=&bucket=
+    influx: str | None = None  # live export: InfluxDB (output/live/), http://HOST:8086/DB or ?org=&bucket=
     pushgateway: str | None = None  # live export: a Prometheus pushgateway, http://HOST:9091
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False

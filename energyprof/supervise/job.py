@@ -470,7 +470,7 @@ class JobFeed:
         w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)
         if w is not None and r.reply:  # a Measurement waits for it
             self._replies.append((p.pid, w))
-            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live.py)
+            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live/)
                 self.blocks.append((p.pid, w))
 
     def _note(self, msg: str) -> None:

@@ -117,19 +117,20 @@ class Supervisor:
             shutil.rmtree(spool, ignore_errors=True)
         profile = self._build(ledger, feed, collector)
         if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
-            from ..output.live import finish_run
+            from ..output.live.export import finish_run
 
-            finish_run(watch.export, profile, not self.options.quiet and not self.options.summary, watch.last())
+            profile = finish_run(watch.export, profile, not self.options.quiet and not self.options.summary,
+                                 watch.history(), watch.end_ns())
         return profile, self.status
 
     def _start_live(self, ledger: Ledger, feed: JobFeed, collector: Collector, spool: str) -> Any:
         """--influx, --pushgateway, --mlflow: the live export's threads, fed from the collector's tick
-        (output/live.py); None without them."""
+        (output/live/); None without them."""
         o = self.options
         if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return None
         from ..facts.measurement import carbon_setting
-        from ..output.live import LedgerWatch, LiveExport
+        from ..output.live.export import LedgerWatch, LiveExport
 
         export = LiveExport(o, started_wall=self.started_wall)
         export.carbon = carbon_setting(o)
@@ -212,17 +213,17 @@ class Supervisor:
 
             # the kernels the program reduced, split before the tree is built: samples and kernels build it together
             split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
-        profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
-                                notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
-                                peak_rss_exact_bytes=peak, gpu=split,
-                                io=self.io.fact(ledger.first_ns))  # collect/io.py: counters on the windows' clock
-        if self.options.watch_cache:
+        meta = self._meta(self.exit_record(feed.main_exception()))
+        if self.options.watch_cache:  # the page cache at the end: in the meta the profile is built with
             self._watch_cache("end")
             from ..collect.settings import storage
 
-            profile.meta["page_cache"] = list(self.page_cache)
-            profile.meta.setdefault("settings", {})["storage"] = storage(self.options.watch_cache)
-        return profile
+            meta = {**meta, "page_cache": list(self.page_cache),
+                    "settings": {**meta.get("settings", {}), "storage": storage(self.options.watch_cache)}}
+        return build_profile(ledger, self.options.idle, meta,
+                             notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
+                             peak_rss_exact_bytes=peak, gpu=split,
+                             io=self.io.fact(ledger.first_ns))  # collect/io.py: counters on the windows' clock
 
     def _watch_cache(self, when: str) -> None:
         """--watch-cache PATH: the page-cache residency of the files under PATH (collect/pagecache.py)."""
