@@ -15,11 +15,15 @@ from hypothesis import example, given, settings, strategies as st
 from energyprof.analysis.optimize import Cost, Energy, MaxSlowdown, Time
 from energyprof.collect.sensors.gpu import nvml_device
 from energyprof.knobs.base import KnobError
+from energyprof.knobs.keeper import Keeper
 from energyprof.knobs.nvml import NvmlPowerLimit
 from energyprof.optimize import PowerLimitOptimizer
 import knob_trees
 import sim_gpu
 from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TABLE = load_table()
 TESTS = os.path.dirname(__file__)
@@ -128,6 +132,15 @@ def test_no_permission_is_one_line_at_construction_and_training_goes_on():
         optimizer(SimGpu(TABLE, settable=False), Energy(), strict=True)
 
 
+@pytest.fixture
+def keeper(monkeypatch):
+    """Every change goes through a Keeper (its process restores after kill -9); closed at the test's end."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
+    held = Keeper()
+    yield held
+    held.close()
+
+
 def test_no_device_is_one_line_at_construction():
     gpu = SimGpu(TABLE)
     with pytest.warns(RuntimeWarning, match="gpu_power_limit:3"):
@@ -135,16 +148,16 @@ def test_no_device_is_one_line_at_construction():
     assert not plo.enabled and plo.disabled_reason
 
 
-def test_knob_reads_sets_and_restores_in_watts():
+def test_knob_reads_sets_and_restores_in_watts(keeper):
     gpu = SimGpu(TABLE, default_w=280)
     knob = NvmlPowerLimit(0, binding=FakeNvml([gpu]))
     assert knob.read() == 280 and (knob.range().low, knob.range().high) == (100, 300)
-    knob.set(150)
-    knob.set(125)
+    keeper.set(knob, 150)
+    keeper.set(knob, 125)
     assert gpu.limit_w == 125
     with pytest.raises(KnobError, match="outside its range"):
-        knob.set(350)
-    knob.restore()
+        keeper.set(knob, 350)
+    keeper.restore()
     assert gpu.limit_w == 280
 
 

@@ -73,7 +73,6 @@ class ReportModel:
     peak_power_w: float | None
     duration_s: float
     meta: dict[str, Any]
-    chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # every other frame's self energy, by the library or import it ran in (largest first)
     groups: list[Group] = field(default_factory=list)
     own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
