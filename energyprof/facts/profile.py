@@ -20,6 +20,7 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
+from .blocks import BLOCK_VERSIONS, BLOCKS_FIELD, IoFact, Meta, check_blocks, read_io, read_meta
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -189,6 +190,16 @@ class Profile:
         return str(self.meta.get("idle_policy") or DEFAULT_POLICY)
 
     @property
+    def io(self) -> IoFact | None:
+        """The run's I/O counters (None: a profile written without them), typed and checked."""
+        return read_io(self.extra.get("io"))
+
+    @property
+    def known_meta(self) -> Meta:
+        """The meta's keys energyprof reads back (live_export, page_cache, distributed, settings), typed."""
+        return read_meta(self.meta)
+
+    @property
     def total_energy_j(self) -> float:
         return sum(self.totals.energy_j.values())
 
@@ -299,6 +310,7 @@ class Profile:
         out: dict[str, Any] = dict(self.extra)
         out.update({
             "schema": SCHEMA,
+            BLOCKS_FIELD: dict(BLOCK_VERSIONS),
             "meta": self.meta,
             "sources": [s.to_dict() for s in self.sources],
             "totals": self.totals.to_dict(),
@@ -315,7 +327,8 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         """The /1 nested form, for Python code that walks dicts (files are written as /2)."""
         out: dict[str, Any] = dict(self.extra)
-        out.update({"schema": SCHEMA_FAMILY + "1", "meta": self.meta, "sources": [s.to_dict() for s in self.sources],
+        out.update({"schema": SCHEMA_FAMILY + "1", BLOCKS_FIELD: dict(BLOCK_VERSIONS), "meta": self.meta,
+                    "sources": [s.to_dict() for s in self.sources],
                     "totals": self.totals.to_dict(), "root": self.root.to_dict(),
                     "windows": [w.to_dict() for w in self.windows], "timeline": self.timeline.to_dict(),
                     "notes": [n.to_dict() for n in self.notes], "processes": [p.to_dict() for p in self.processes]})
@@ -353,8 +366,9 @@ class Profile:
             raise ProfileFormatError(f"profile schema {schema} is older than this energyprof reads "
                                      f"(/{READABLE_MAJORS[0]} and later)")
         try:
+            check_blocks(data.get(BLOCKS_FIELD))
             root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
-            known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
+            known = {"schema", BLOCKS_FIELD, "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
                      "processes", "carbon", "derived", GPU_KERNELS_FIELD}
             meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", DEFAULT_POLICY)
@@ -362,6 +376,8 @@ class Profile:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}
             _bounded_free_form(data, meta, extra)
+            read_io(extra.get("io"))  # a damaged I/O block is refused here, in one line, not met by a view
+            read_meta(meta)
             processes = [read_process(p) for p in get_field(data, "processes", list, [])]
             return cls(meta=meta, sources=[read_source(s, "sources") for s in get_field(data, "sources", list)],
                        totals=read_totals(get_field(data, "totals", dict)), root=root,
