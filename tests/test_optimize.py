@@ -646,3 +646,33 @@ def test_a_windows_time_is_one_figure_in_the_optimizer_and_the_profile(tmp_path,
     assert len(windows) == 7
     for w in windows:
         assert w.time_s == w.loop["window_time_s"] == measured[w.loop["limit_w"]][1], (w.name, w.time_s, w.loop)
+
+
+@pytest.mark.parametrize("clock", ["perf_counter", "the GPU's"])
+def test_the_optimizer_windows_a_monitor_through_the_one_protocol(tmp_path, clock):
+    """drive/windows.py: the optimizer opens and ends its windows on a Monitor as on a Profiler (edges and
+    facts handed over, nothing probed); each one it opened is ended."""
+    import time
+
+    from energyprof import Monitor
+
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    gpu = SimGpu(TABLE)
+    ended: list[str] = []
+    with Monitor(power_trace=str(tmp_path / "t.csv")) as mon:
+        end = mon.end_window
+
+        def end_window(name=None, facts=None, t_ns=None):
+            ended.append(name)
+            return end(name, facts=facts, t_ns=t_ns)
+
+        mon.end_window = end_window
+        tick = time.perf_counter if clock == "perf_counter" else (lambda: gpu.clock_s)
+        plo = PowerLimitOptimizer(objective=Energy(), gpus=[0], binding=FakeNvml([gpu]), sync=lambda: None,
+                                  profiler=mon, clock=tick)
+        try:
+            run(plo, gpu, steps_needed(TABLE) + 5)
+            assert plo.state == "optimal" and mon._open == []
+        finally:
+            plo.close()
+    assert len(ended) == len(TABLE) and len(set(ended)) == len(TABLE)  # one window per limit, each ended

@@ -195,13 +195,16 @@ class Monitor:
         return t, energy, proc, _busy_ns() if self._share else 0
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
-        self._open.append((name, index, self._read()))
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        """Open a window (drive/windows.py's protocol); `t_ns`: its start as the caller read it (perf_counter_ns)."""
+        self._open.append((name, index, self._read(t_ns)))
 
-    def end_window(self, name: str | None = None) -> Measurement:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> Measurement:
         """The Measurement of the last window opened under `name` (any, when None): its account
-        under the Monitor's policy, worked out at the first read of one of its figures."""
-        end = self._read()
+        under the Monitor's policy, worked out at the first read of one of its figures. A Monitor keeps
+        no facts (`facts` is for the Profiler's profile); `t_ns`: the end as the caller read it."""
+        end = self._read(t_ns)
         wname, index, begin = self._pop(name)
         return self._measure(wname, index, begin, end)
 

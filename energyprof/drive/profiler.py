@@ -20,6 +20,7 @@ from ..collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from ..collect.probes import OwnClocks
 from ..setup.options import Options
+from .windows import AlreadyRunning
 from ..facts.profile import Profile
 from ..agent.frames import anchor_depth
 from ..agent.sampler import HookSampler, Sampler, View
@@ -114,7 +115,7 @@ class Profiler:
         global _active
         with _active_lock:
             if active_profiler() is not None:
-                raise RuntimeError("an energyprof profile is already running in this process")
+                raise AlreadyRunning("an energyprof profile is already running in this process")
             _active = self
         self._pid = os.getpid()
         try:
