@@ -23,6 +23,7 @@ from typing import Any, Callable, Protocol
 from . import probes
 from ..agent.own_threads import Thread
 from ..core.feed import MAX_HOLD_NS, Clock, HeldTicks
+from ..core import ledger_state
 from ..core.ledger import Ledger
 from .probes import OwnClocks
 from ..store.files import remove
@@ -307,7 +308,7 @@ class Collector:
         try:
             with self._lock:
                 state = self._checkpoint_state()
-                state["ledger"] = self.ledger.to_state()
+                state["ledger"] = ledger_state.save(self.ledger)
             state["notes"] = list(self.notes) + list(state.get("notes", []))
             write_text(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the run

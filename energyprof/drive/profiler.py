@@ -402,12 +402,8 @@ class Profiler:
             m.complete, m.note = False, "no profile was started"
             return m
         with self._collector_lock():
-            charged = led._ticks[0].t_ns if led._ticks else (led.last_ns or 0)
-            share = self.options.idle == "share"
-            prog = list(led.root_share if share else led.root_all)
-            for ps in led.procs.values():
-                for i, v in enumerate(ps.share if share else ps.all):
-                    prog[i] += v
+            charged = led.charged_ns or 0
+            prog = led.program_energy(self.options.idle)  # the ledger's public figure, not its tallies
             self._fill(m, max(0, charged - (led.first_ns or charged)) / 1e9, led.total, prog)
         return m
 

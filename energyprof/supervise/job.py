@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ..record import field, record
 from ..collect import probes
 from ..core.feed import Clock, HeldTicks
-from ..core.ledger import Ledger, WindowTally
+from ..core.ledger import Ledger
+from ..core.tallies import WindowTally
 from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
 from ..engines.roles import process_role as engines_process_role
