@@ -23,7 +23,6 @@ from typing import Any, Callable, Protocol
 from . import probes
 from ..agent.own_threads import Thread
 from ..core.feed import MAX_HOLD_NS, Clock, HeldTicks
-from ..core import ledger_state
 from ..core.ledger import Ledger
 from .probes import OwnClocks
 from ..store.files import remove
@@ -305,6 +304,8 @@ class Collector:
         self._next_checkpoint = time.perf_counter_ns() + self.checkpoint_interval_ns
         if not self.checkpoint_path or self._checkpoint_state is None:
             return
+        from ..core import ledger_state  # a run short of its first checkpoint never loads it
+
         try:
             with self._lock:
                 state = self._checkpoint_state()
