@@ -21,15 +21,6 @@ import knob_trees as trees
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture
-def keeper(monkeypatch):
-    """Every change goes through a Keeper (its process restores after kill -9); closed at the test's end."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    held = Keeper()
-    yield held
-    held.close()
-
-
 # ---------------------------------------------------------------- cpufreq
 
 

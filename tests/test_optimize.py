@@ -15,7 +15,6 @@ from hypothesis import example, given, settings, strategies as st
 from energyprof.analysis.optimize import Cost, Energy, MaxSlowdown, Time
 from energyprof.collect.sensors.gpu import nvml_device
 from energyprof.knobs.base import KnobError
-from energyprof.knobs.keeper import Keeper
 from energyprof.knobs.nvml import NvmlPowerLimit
 from energyprof.optimize import PowerLimitOptimizer
 import knob_trees
@@ -130,15 +129,6 @@ def test_no_permission_is_one_line_at_construction_and_training_goes_on():
     assert gpu.limit_w == 300 and gpu.sets == []
     with pytest.raises(KnobError, match="no permission"):
         optimizer(SimGpu(TABLE, settable=False), Energy(), strict=True)
-
-
-@pytest.fixture
-def keeper(monkeypatch):
-    """Every change goes through a Keeper (its process restores after kill -9); closed at the test's end."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p))
-    held = Keeper()
-    yield held
-    held.close()
 
 
 def test_no_device_is_one_line_at_construction():

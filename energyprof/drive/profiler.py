@@ -367,9 +367,9 @@ class Profiler:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
             if self._live is not None:  # MLflow logs it on energyprof's thread, which pays the wait for m's figures
-                from ..output.live.export import program_mlflow_run
+                from ..agent.mlflow_run import active_run_id
 
-                self._live.window_block(m, name, index, program_mlflow_run())
+                self._live.window_block(m, name, index, active_run_id())
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window

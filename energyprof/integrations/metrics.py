@@ -10,6 +10,8 @@ import math
 import os
 import sys
 
+from ..agent.mlflow_run import active_run_id
+
 EXPORT_MODULE = "energyprof.output.live.export"
 
 
@@ -21,25 +23,13 @@ def log_metrics(values: dict[str, float], step: int | None = None, method: str =
     try:
         live = sys.modules.get(EXPORT_MODULE)  # an in-process export has imported it; a program never needs to
         export = live.current() if live is not None else None
-        run = live.program_mlflow_run() if live is not None else _program_mlflow_run()
+        run = active_run_id()
         if export is not None:
             export.metrics(values, step, run, method=method)
             return True
         return _to_supervisor(values, step, run, method)
     except Exception:  # noqa: BLE001 - a figure is never worth the program's run
         return False
-
-
-def _program_mlflow_run() -> str | None:
-    """The calling thread's active MLflow run, where the program has imported mlflow (never imported here)."""
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
-        return None
-    try:
-        active = mlflow.active_run()
-    except Exception:  # noqa: BLE001 - a half-imported or stubbed mlflow is no run
-        return None
-    return active.info.run_id if active is not None else None
 
 
 def _to_supervisor(values: dict[str, float], step: int | None, run: str | None, method: str) -> bool:

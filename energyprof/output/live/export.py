@@ -453,17 +453,3 @@ class _NoLock:
 
 
 _nolock = _NoLock()
-
-
-def program_mlflow_run() -> str | None:
-    """The calling thread's active MLflow run, where the program has imported mlflow (never imported here)."""
-    import sys
-
-    mlflow = sys.modules.get("mlflow")
-    if mlflow is None:
-        return None
-    try:
-        active = mlflow.active_run()
-    except Exception:  # noqa: BLE001 - a half-imported or stubbed mlflow is no run
-        return None
-    return active.info.run_id if active is not None else None
