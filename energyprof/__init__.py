@@ -19,10 +19,14 @@ _NAMES = {
     "load": ".facts.profile",
     "Profiler": ".drive.profiler",
     "log_metrics": ".integrations.metrics",
+    "batch": ".batches",
 }
 
 __all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
-           "ProfileFormatError", "load", "log_metrics", "__version__"]
+           "ProfileFormatError", "load", "log_metrics", "batch", "__version__"]
+
+# `pytest -p energyprof`: pytest takes the package as a plugin, and loads the plugin module named here.
+pytest_plugins = ("energyprof.pytest_plugin",)
 
 
 def __getattr__(name: str) -> object:

@@ -425,6 +425,18 @@
       show: function (v) { return isFinite(v) ? "\u00b1" + Math.round(v * 100) + "%" : "\u2013"; },
       flag: function (i) { return data.resolution_s && t.t[i] > 0 && t.t[i] < data.resolution_s; } }
   ];
+  /* A tree with a [backward] frame: each row's total energy as its forward and its backward (they add up to it). */
+  if (t.fwd_e) {
+    t.fwd_e = decode(t.fwd_e);
+    t.bwd_e = decode(t.bwd_e);
+    columns.splice(5, 0,
+      { key: "fwd_e", label: "forward", title: "the part of the total energy outside backward: forward, and the rest",
+        value: function (i) { return t.fwd_e[i]; }, show: fmtJ },
+      { key: "bwd_e", label: "backward", title: "the part of the total energy under [backward] or torch's backward()" +
+        " frames, with its sampling error, 1/\u221a(samples under backward)",
+        value: function (i) { return t.bwd_e[i]; },
+        show: function (v, i) { return fmtJ(v) + (v > 0 && t.bwd_n[i] > 0 ? " \u00b1" + Math.round(100 / Math.sqrt(t.bwd_n[i])) + "%" : ""); } });
+  }
 
   /* It opens on the user's own functions by total energy; a click on a column sorts every row. */
   /* Idle is not part of the program: more than all of it reads as a multiple, never "153%". */
@@ -450,6 +462,7 @@
   columns.forEach(function (c) {
     var th = el("th", c.cls || "", c.label);
     if (c.title) th.title = c.title;
+    if (t.fwd_e) th.style.whiteSpace = "normal";  /* two more columns: headers wrap so the table fits */
     th.dataset.key = c.key;
     th.scope = "col";
     th.tabIndex = 0;

@@ -11,7 +11,8 @@ from energyprof.analysis.report import RenderOptions, build
 from energyprof.record import replace
 from energyprof.render import html as html_module
 from energyprof.render.html import render_html, render_html_bytes
-from energyprof.render.page import esc, truncate
+from energyprof.render.format import esc
+from energyprof.render.page import truncate
 from energyprof.render.registry import renderers
 
 

@@ -505,3 +505,33 @@ def test_the_page_writes_every_tooltip_as_python_would(browser, tmp_path: Path, 
         assert any("&lt;/script&gt;" in s for s in shown) and not any("<script" in s for s in shown)
     assert page.errors == []
     page.close()
+
+
+def test_a_training_run_shows_each_functions_forward_and_backward(browser, tmp_path: Path) -> None:
+    """A tree with [backward]: the table has forward and backward columns whose cells are the model's figures
+    (ReportModel.row_phases), the modules' card is on the first screen, and the table still fits 1280."""
+    from test_training_views import baler_profile
+
+    from energyprof.render.format import fmt_energy
+
+    model = build(baler_profile())
+    path = tmp_path / "baler.html"
+    path.write_text(render_html(model), encoding="utf-8")
+    page = Page(browser)
+    page.open(path)
+    p = page.page
+    heads = p.eval_on_selector_all("#fn-head th", "ths => ths.map(t => t.dataset.key)")
+    assert heads[5:7] == ["fwd_e", "bwd_e"]
+    p.fill("#table-search", "Encoder")
+    p.wait_for_function("() => document.querySelectorAll('#fn-body tr').length === 1")
+    cells = p.eval_on_selector("#fn-body tr", "r => [...r.children].map(c => c.textContent)")
+    (row,) = [r for r in model.rows if r.function == "Encoder.forward"]
+    forward, backward = model.row_phases(row)
+    assert cells[5] == fmt_energy(forward)
+    assert cells[6] == f"{fmt_energy(backward)} \u00b1{100 / row.backward_samples ** 0.5:.0f}%"
+    card = p.eval_on_selector(".card-modules", "c => [c.textContent, c.getBoundingClientRect().bottom]")
+    assert "Encoder.forward" in card[0] and "Decoder.forward" in card[0] and card[1] <= 800  # the first screen
+    wrap = "document.querySelector('#functions .table-wrap')"
+    assert p.evaluate(f"() => {wrap}.scrollWidth - {wrap}.clientWidth") <= 1
+    assert page.errors == []
+    page.close()

@@ -392,6 +392,9 @@ def start_agent(config: dict[str, str]) -> Agent | None:
             tracemalloc.start(1)
     _agent = agent
     agent.start()
+    from .autoload import install as autoload
+
+    autoload()  # energyprof's pytest plugin and a batched generate's rows, once the program imports them
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
     elif main and config.get("gpu_kernels") == "auto":

@@ -9,6 +9,7 @@ import re
 from ..record import field, record
 from ..facts.profile import Node
 from ..facts.profile import Profile
+from .phases import backward_within
 
 FunctionKey = tuple[str, str, int]
 
@@ -52,6 +53,14 @@ class FunctionRow:
     self_samples: int = 0
     samples: int = 0
     paths: int = 0
+    # the part of `energy_j` (all sources) in backward, and its samples (analysis/phases.py); None: the
+    # profile has no `[backward]` frame, so forward and backward are not told apart
+    backward_j: float | None = None
+    backward_samples: int = 0
+
+    @property
+    def backward_relative_error(self) -> float | None:
+        return relative_error(self.backward_samples)
 
     @property
     def self_total_energy(self) -> float:
@@ -76,12 +85,15 @@ def node_key(node: Node) -> FunctionKey:
     return (node.function, node.file, node.line)
 
 
-def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionRow]:
+def function_rows(profile: Profile, include_root: bool = True, backward: bool = False) -> list[FunctionRow]:
     """Every function of the profile once, in first-seen (pre-order) order.
 
     The root node (the program as a whole) is a row too: its self energy is the start-up and
     tear-down outside any Python frame, and without it the rows would not add up to the total.
+    `backward`: each row also holds the part of its inclusive energy in backward (counted as the
+    inclusive figure is, a recursive function once).
     """
+    within = backward_within(profile.root) if backward else None
     rows: dict[FunctionKey, FunctionRow] = {}
     on_path: dict[FunctionKey, int] = {}  # how often each function is on the current call path
     path: list[FunctionKey] = []
@@ -94,6 +106,8 @@ def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionR
             row = rows.get(key)
             if row is None:
                 row = rows[key] = FunctionRow(node.function, node.file, node.line)
+                if within is not None:
+                    row.backward_j = 0.0
             for src, j in node.self_energy_j.items():
                 row.self_energy_j[src] = row.self_energy_j.get(src, 0.0) + j
             row.self_time_s += node.self_time_s
@@ -106,6 +120,10 @@ def function_rows(profile: Profile, include_root: bool = True) -> list[FunctionR
                 row.time_s += node.time_s
                 row.cpu_time_s += node.cpu_time_s
                 row.samples += node.samples
+                if within is not None:
+                    j, n = within[id(node)]
+                    row.backward_j = (row.backward_j or 0.0) + j
+                    row.backward_samples += n
         on_path[key] = on_path.get(key, 0) + 1
         path.append(key)
     return list(rows.values())

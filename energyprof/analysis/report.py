@@ -19,6 +19,7 @@ from ..facts.profile import Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
+from .phases import has_backward_node, module_keys
 from .own import Group, own_first
 from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
@@ -86,6 +87,10 @@ class ReportModel:
     # window name -> its windows' disk MB read (summed) and read IOPS (over their summed time), measured
     window_io: dict[str, dict[str, float]] = field(default_factory=dict)
     io_method: str | None = None  # how the I/O figures were counted, for Methodology (None without I/O)
+    # the tree has a `[backward]` frame: each row holds its backward part (FunctionRow.backward_j)
+    backward_split: bool = False
+    # the model's modules (analysis/phases.module_keys), heaviest first, each with its forward and backward
+    modules: list[FunctionRow] = field(default_factory=list)
 
     @property
     def total_energy_j(self) -> float:
@@ -108,6 +113,14 @@ class ReportModel:
         """A row's inclusive energy as every view shows it: the root's row is the program as a whole,
         whose idle part and energyprof's own are rows of their own, so it holds the program's energy."""
         return self.program_j if self.is_root(row) else row.total_energy
+
+    def row_phases(self, row: FunctionRow) -> tuple[float, float] | None:
+        """A row's (forward, backward) joules, adding up to `row_energy` (None: the profile does not tell them
+        apart). The one home of that sum: the table, the console, the CSV and the JSON read it."""
+        if not self.backward_split or row.backward_j is None:
+            return None
+        backward = min(row.backward_j, self.row_energy(row))
+        return self.row_energy(row) - backward, backward
 
     def share(self, joules: float) -> float | None:
         """A figure as a share of the program's energy, from unrounded values (None: no program energy)."""
@@ -134,6 +147,9 @@ class ReportModel:
             out["io"] = {"absent": self.profile.io.absent}
         if self.forecasts:  # predicted during the run against what the passes measured
             out["forecasts"] = self.forecasts
+        if self.backward_split:  # each function's forward and backward, as the table shows them
+            out["phases"] = {"modules": [phase_row(r, self) for r in self.modules],
+                             "functions": [phase_row(r, self) for r in self.rows if r.backward_j]}
         if self.training_ranks:
             out["training_by_rank"] = {name: {str(r): b for r, b in ranks.items()}
                                        for name, ranks in self.training_ranks.items()}
@@ -155,7 +171,8 @@ def build(profile: Profile, options: RenderOptions | None = None) -> ReportModel
 
 def _build(profile: Profile, options: RenderOptions) -> ReportModel:
     view = profile.with_policy(options.idle or profile.idle_policy)
-    rows = [r for r in function_rows(view)  # the idle node under `all` holds nothing
+    split = has_backward_node(view.root)
+    rows = [r for r in function_rows(view, backward=split)  # the idle node under `all` holds nothing
             if not (r.function in SPECIAL_NODES and r.total_energy <= 0 and r.time_s <= 0)]
     root_key = (view.root.function, view.root.file, view.root.line)
     # The root's row is the program as a whole (no file), not one of its functions.
@@ -199,8 +216,24 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         groups=groups, own=mine, memory=memory, resolution_s=resolution_s(view.sources), peak_power_w=peak_power_w(view),
         duration_s=float(t.duration_s or view.meta.get("duration_s") or 0.0), meta=view.meta,
         training_ranks=training_by_rank(view),
-        window_io=_window_io(view), io_method=io_method,
+        window_io=_window_io(view), io_method=io_method, backward_split=split,
+        modules=modules_of(view, rows) if split else [],
         sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
+
+
+def modules_of(profile: Profile, rows: list[FunctionRow]) -> list[FunctionRow]:
+    """The model's modules' rows, heaviest first (forward and backward together)."""
+    by_key = {(r.function, r.file, r.line): r for r in rows}
+    keys = module_keys(profile.root, {k: r.total_energy for k, r in by_key.items()})
+    return [by_key[k] for k in keys if k in by_key]
+
+
+def phase_row(row: FunctionRow, model: ReportModel) -> dict[str, Any]:
+    """A row's forward, backward and total joules with their ± (1/sqrt(samples)), as every view gives them."""
+    forward, backward = model.row_phases(row) or (None, None)
+    return {"function": row.function, "file": row.file, "line": row.line, "energy_j": model.row_energy(row),
+            "forward_j": forward, "backward_j": backward, "relative_error": row.relative_error,
+            "backward_relative_error": row.backward_relative_error}
 
 
 def _forecasts(profile: Profile) -> dict[str, dict[str, Any]]:

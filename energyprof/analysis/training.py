@@ -6,7 +6,11 @@ Definitions (the edge-training studies'):
   inside `next()` with no workers (so it equals the wait), in the worker that built the batch
   otherwise (the dataset's `__getitems__`/`__getitem__` plus collate);
 - *preprocess*: work the loop itself marked with `tracked.preprocess()` (main process);
-- *compute*: the rest of the step (forward, backward, optimizer step).
+- *compute*: the rest of the step (forward, backward, optimizer step), split into those three phases
+  by analysis/phases.py's rule (`split_span`): the tree has no time axis, so each step's measured compute
+  energy is split in the shares that backward's and the optimizer's frames hold of the loop's (estimated);
+- *epoch*: a window `epoch` when the program marks them, else each pass of `track(loader, epochs=N)`
+  (its `<name>.pass` window).
 
 Fetch stall per step: with no workers nothing overlaps, stall = pipeline + preprocess. With N
 prefetching workers the batches arrive N at a time, so the loop waits
@@ -18,6 +22,7 @@ The predicted wait is shown beside the observed one; when they disagree by more 
 
 from __future__ import annotations
 
+import bisect
 import re
 from typing import Any, Iterable, Mapping
 
@@ -25,6 +30,8 @@ from ..facts.profile import Node
 from ..facts.profile import Profile
 from ..facts.profile import Window
 from .io import io_in_span, io_of
+from .functions import relative_error
+from .phases import Split, is_backward_frame, is_optimizer_frame, split_span, tree_split
 
 DISAGREEMENT = 0.20  # predicted and observed wait further apart than this: say so
 NOISE_FLOOR = 0.05  # ...unless the gap is under this share of the epoch's loop time (both near zero)
@@ -185,8 +192,12 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         return [w for w in windows if w.name == f"{name}.{suffix}" and w.index is not None]
 
     epochs = [w for w in windows if w.name == epoch_window]
+    # without the program's own epoch windows, a tracked loop's passes are its epochs
+    epochs_from = epoch_window if epochs else f"{name}.pass"
+    epochs = epochs or [w for w in windows if w.name == f"{name}.pass" and w.index is not None]
     fetches = named("fetch")
     rows, used = _step_rows(named("compute"), fetches, named("preprocess"), epochs)
+    phases = split_steps(rows, loop_split(profile, name, rank))
     workers = _worker_nodes(profile, rank)
     if steps is None:
         steps = _saved_timings(fetches, rows)
@@ -197,6 +208,8 @@ def breakdown(profile: Profile, name: str = "step", epoch_window: str = "epoch",
         "name": name,
         "steps": rows,
         "epochs": per_epoch,
+        "epochs_from": epochs_from if epochs else None,  # the windows each epoch is (None: no epochs)
+        "phases": phases,  # the steps' forward, backward and optimizer (None: the tree shows no training)
         "end_of_data_waits": _end_of_data_waits(fetches, used),
         # whose energy every *_j figure here is: the program's part of each window ("program"), or the
         # machine's in a file written before windows held the program's part ("machine")
@@ -279,8 +292,12 @@ def _epoch_rows(rows: list[dict[str, Any]], epochs: list[Window], loop: dict[str
         e["steps"] += 1
         for k in _SUMMED:
             e[k] += r[k]
+    phased = bool(rows) and "backward_j" in rows[0]
     for e in per_epoch.values():
         mine = [r for r in rows if r["epoch"] == e["epoch"]]
+        if phased:
+            for k in PHASE_KEYS:
+                e[k] = sum(r[k] for r in mine)
         e["samples"] = sum(r["samples"] for r in mine) if all(r["samples"] is not None for r in mine) else None
         e["energy_per_sample_j"] = e["energy_j"] / e["samples"] if e["samples"] else None
         e["machine_energy_per_sample_j"] = e["machine_energy_j"] / e["samples"] if e["samples"] else None
@@ -360,6 +377,78 @@ def _per_unit(rows: list[dict[str, Any]], epochs: list[dict[str, Any]], fetches:
         out[f"{prefix}energy_per_step_j"] = energy / len(rows) if rows else None
         out[f"{prefix}energy_per_sample_j"] = energy / n_samples if n_samples else None
         out[f"{prefix}energy_per_epoch_j"] = sum(e[key] for e in whole) / len(whole) if whole else None
+    return out
+
+
+PHASE_KEYS = ("forward_j", "backward_j", "optimizer_j")
+PHASES_BASIS = ("each step's measured compute energy, split in the shares of the loop's compute that the tree's backward"
+                " ([backward] and torch's backward() frames) and optimizer (torch.optim, zero_grad) frames hold; forward"
+                " is the rest of the step")
+TRAINING_EVIDENCE = 0.5  # of several loops, one whose compute ran at least this share beside backward or an optimizer
+
+
+# -- forward, backward and optimizer per step (analysis/phases.py's rule) -------------------------
+def split_steps(rows: list[dict[str, Any]], split: Split | None) -> dict[str, Any] | None:
+    """Each step's compute split into forward, backward and optimizer (added to its row), and the loop's
+    figures; None without backward or optimizer energy. The tree has no time axis: every step takes the
+    loop's shares (estimated), so the steps add up to the loop."""
+    if split is None or not rows:
+        return None
+    compute = sum(r["compute_j"] for r in rows)
+    forward, backward, optimizer = split_span(compute, split.backward_j, split.optimizer_j)
+    for r in rows:
+        share = r["compute_j"] / compute if compute > 0 else 0.0
+        r["forward_j"], r["backward_j"], r["optimizer_j"] = split_span(r["compute_j"], backward * share, optimizer * share)
+    return {"forward_j": forward, "backward_j": backward, "optimizer_j": optimizer,
+            "backward_relative_error": relative_error(split.backward_samples),
+            "optimizer_relative_error": relative_error(split.optimizer_samples),
+            "method": "estimated", "basis": PHASES_BASIS}
+
+
+def loop_split(profile: Profile, name: str, rank: int | None = None) -> Split | None:
+    """The tree's backward and optimizer energy that belong to this loop (None: none). With several tracked
+    loops (train and validation), only those whose compute ran beside backward's or the optimizer's frames
+    (the timeline's functions) share it, in proportion to their compute energy."""
+    root = profile.find(f"[rank {rank}]") if rank is not None else [profile.root]
+    if not root:  # a rank's loop in a tree with no node of that rank: the others' backward is not its own
+        return None
+    split = tree_split(root[0])
+    if split.backward_j <= 0 and split.optimizer_j <= 0:
+        return None
+    computes: dict[str, list[Window]] = {}
+    for w in _windows(profile, rank):
+        if w.name.endswith(".compute") and w.index is not None:
+            computes.setdefault(w.name[:-len(".compute")], []).append(w)
+    if len(computes) <= 1:
+        return split
+    training = _training_loops(profile, computes) or set(computes)
+    if name not in training:
+        return None
+    energy = {n: sum(window_program_j(w) for w in ws) for n, ws in computes.items()}
+    whole = sum(energy[n] for n in training)
+    share = energy.get(name, 0.0) / whole if whole > 0 else 0.0
+    return Split(split.forward_j * share, split.backward_j * share, split.optimizer_j * share,
+                 round(split.backward_samples * share), round(split.optimizer_samples * share))
+
+
+def _training_loops(profile: Profile, computes: dict[str, list[Window]]) -> set[str]:
+    """The loops whose compute windows lie mostly in timeline buckets where backward or an optimizer ran."""
+    tl = profile.timeline
+    marked = {i for i, f in enumerate(tl.functions)
+              if len(f) >= 2 and (is_backward_frame(str(f[0]), str(f[1])) or is_optimizer_frame(str(f[0]), str(f[1])))}
+    spans = sorted((a, b) for a, b, act in zip(tl.start_s, tl.end_s, tl.active) if marked.intersection(act))
+    starts = [a for a, _ in spans]
+    out = set()
+    for n, ws in computes.items():
+        time = sum(w.end_s - w.start_s for w in ws)
+        beside = 0.0
+        for w in ws:  # the buckets are disjoint and in order: those from the one before the window's start on
+            for a, b in spans[max(bisect.bisect_right(starts, w.start_s) - 1, 0):]:
+                if a >= w.end_s:
+                    break
+                beside += max(0.0, min(b, w.end_s) - max(a, w.start_s))
+        if time > 0 and beside >= TRAINING_EVIDENCE * time:
+            out.add(n)
     return out
 
 

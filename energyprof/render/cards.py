@@ -8,7 +8,7 @@ from typing import Any
 from ..record import field, record
 from ..analysis.report import ReportModel
 from .charts import path_shortener
-from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
+from .format import TIER_TEXT, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_power, fmt_seconds
 
 IDLE_POLICIES = {
     "share": "The program is charged its share of each source: its CPU time over the machine's busy CPU "
@@ -47,6 +47,8 @@ def summary_cards(model: ReportModel) -> list[Card]:
         (f"{attributed / 3600:.4g} Wh, {pct(attributed, total)} of the machine's", " + ".join(methods)),
         (f"idle policy: {model.policy}", ""),
     ], "attributed")]
+    if model.modules:  # a training run's layers, each with its own backward, on the first screen
+        cards.append(modules_card(model))
     cards.append(Card("Machine's energy", fmt_energy(total),
                       [(f"{s.id}: {fmt_energy(t.energy_j.get(s.id, 0.0))} ({s.sensor_text})", s.method)
                        for s in model.sources] + [
@@ -81,6 +83,24 @@ def summary_cards(model: ReportModel) -> list[Card]:
             lines.append((f"growth: {fmt_bytes(m.peak - m.baseline_rss_bytes)}", ""))
         cards.append(Card("Peak memory (RSS)", fmt_bytes(m.peak), lines, "memory"))
     return cards
+
+
+MODULES_ON_CARD = 4
+
+
+def modules_card(model: ReportModel) -> Card:
+    """The model's heaviest modules against each other, each as forward + backward (analysis/phases.py):
+    the figures of the function table's rows, with their ± (1/sqrt(samples))."""
+    method = " + ".join(sorted({s.method for s in model.sources}))
+    lines: list[tuple[str, str]] = []
+    for row in model.modules[:MODULES_ON_CARD]:
+        forward, backward = model.row_phases(row) or (0.0, 0.0)
+        total = forward + backward
+        err, berr = row.relative_error, row.backward_relative_error
+        lines.append((f"{row.function}: {fmt_energy(total)}{fmt_error(err)} = forward {fmt_energy(forward)} + backward"
+                      f" {fmt_energy(backward)}{fmt_error(berr)} ({pct(backward, total)} backward)", method))
+    first = model.modules[0]
+    return Card("Modules: forward + backward", f"{first.function} {fmt_energy(model.row_energy(first))}", lines, "modules")
 
 
 #: notes that say how a figure was made, not that it may be wrong: they belong in Methodology

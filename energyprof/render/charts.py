@@ -565,6 +565,11 @@ def function_table(model: ReportModel) -> dict[str, Any]:
         "cpu": scaled_column([r.cpu_time_s for r in rows]),
         "src_self": [], "src_tot": [],
     }
+    if model.backward_split:  # each row's forward and backward (ReportModel.row_phases), and backward's samples
+        split = [model.row_phases(r) or (0.0, 0.0) for r in rows]
+        table["fwd_e"] = scaled_column([f for f, _ in split])
+        table["bwd_e"] = scaled_column([b for _, b in split])
+        table["bwd_n"] = [r.backward_samples for r in rows]
     if len(sources) > 1:
         table["src_self"] = [scaled_column([r.self_energy_j.get(s, 0.0) for r in rows]) for s in sources]
         table["src_tot"] = [scaled_column([r.energy_j.get(s, 0.0) for r in rows]) for s in sources]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from ..analysis.report import ReportModel
 from ..facts.profile import GROUP_PREFIXES, Node
+from ..analysis.phases import MODULES_SHOWN
 from .charts import path_shortener
-from .format import fmt_energy, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
+from .format import fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
 GROUPS_SHOWN = 4  # the libraries and imports after the user's functions: a summary, not the table
@@ -44,6 +45,8 @@ def render_summary(model: ReportModel) -> str:
             where = f"{short(row.file)}:{row.line}" if row.file else ""
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6} {'' if err is None else f'±{err * 100:.0f}%':>5}"
                          f"  {row.function}  {where}")
+    if model.modules:
+        lines.append(heaviest_modules(model))
     groups = model.groups[:GROUPS_SHOWN]
     if groups:
         lines.append("  outside your code (each library's and import's own energy;"
@@ -61,9 +64,26 @@ def render_summary(model: ReportModel) -> str:
         for node in roles:
             e = node.total_energy
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
+    from .unit_tables import per_test_lines, tokens_lines
+
+    lines.extend([*per_test_lines(model.profile), *tokens_lines(model.profile)])
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
+
+
+def heaviest_modules(model: ReportModel, shown: int = MODULES_SHOWN) -> str:
+    """`heaviest modules (...): encoder 13.6 J ±2% (61% backward ±3%), ...`: each module's forward and
+    backward together, and the share of it in backward (analysis/phases.py)."""
+    parts = []
+    for row in model.modules[:shown]:
+        forward, backward = model.row_phases(row) or (0.0, 0.0)
+        total = forward + backward
+        err, berr = row.relative_error, row.backward_relative_error
+        parts.append(f"{row.function} {fmt_energy(total)}{fmt_error(err)} ({fmt_percent(backward, total)} backward"
+                     f"{fmt_error(berr)})")
+    return (f"  heaviest modules (forward + backward, {_methods(model)}; \u00b1 = sampling error, 1/sqrt(samples)): "
+            + ", ".join(parts))
 
 
 def _error(samples: int) -> str:

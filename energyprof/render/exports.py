@@ -161,7 +161,8 @@ def csv_text(model: ReportModel) -> str:
     and its `machine_share` the program's part of everything measured. Times are summed over threads and processes, so they
     can exceed the run's wall time. `self_relative_error` belongs beside self energy (from the
     function's own samples), `relative_error` beside inclusive energy; carbon and cost columns
-    appear when carbon is on."""
+    appear when carbon is on; forward and backward ones when the profile tells them apart (a `[backward]`
+    frame): they add up to `energy_j`."""
     sources = [s.id for s in model.sources]
     total = model.total_energy_j
     import csv  # here: every report imports this module, few write CSV
@@ -176,6 +177,8 @@ def csv_text(model: ReportModel) -> str:
                "self_samples", "samples", "self_relative_error", "relative_error", "call_paths"]
     if c is not None:
         header += ["carbon_g"] + (["cost"] if c.price_per_kwh is not None else [])
+    if model.backward_split:  # the part of energy_j in backward and the rest (analysis/phases.py)
+        header += ["forward_energy_j", "backward_energy_j", "backward_relative_error"]
     writer.writerow(header)
     program = model.totals.attributed_j  # the program_j that every share is of, per source
     for row in model.rows:
@@ -194,6 +197,10 @@ def csv_text(model: ReportModel) -> str:
             cells.append(c.grams(by_source))
             if c.price_per_kwh is not None:
                 cells.append(c.cost(by_source))
+        if model.backward_split:
+            forward, backward = model.row_phases(row) or ("", "")
+            berr = row.backward_relative_error
+            cells += [forward, backward, "" if berr is None else berr]
         writer.writerow(cells)
     return out.getvalue()
 

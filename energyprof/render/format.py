@@ -114,6 +114,11 @@ def fmt_percent(part: float, whole: float) -> str:
     return f"{half_up(part / whole * 1000) / 10:.1f}%"
 
 
+def fmt_error(relative: float | None) -> str:
+    """A relative error as the console and the page put it after a figure: " ±12%" ("" when unknown)."""
+    return "" if relative is None else f" \u00b1{half_up(relative * 100)}%"
+
+
 def fmt_money(value: float | None, currency: str | None = "") -> str:
     """Money in fixed point with two significant digits below a cent: 0.0000020 EUR, never 2.013e-06.
 
@@ -157,3 +162,11 @@ def source_how(source: Any) -> str:
     if source.update_period_s:
         parts.append(f"every {sig(source.update_period_s)} s")
     return ", ".join(parts)
+
+
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
+
+
+def esc(value: object) -> str:
+    """Text for an element or a quoted attribute of the page."""
+    return str(value).translate(_ESCAPES)

@@ -11,15 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
-from .format import fmt_bytes, fmt_energy, fmt_grams, fmt_money, fmt_seconds
+from .format import esc, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 _MISSING = object()
-
-
-def esc(value: Any) -> str:
-    """Text for an element or a quoted attribute."""
-    return str(value).translate(_ESCAPES)
 
 
 def at(obj: Any, name: str, default: Any = _MISSING) -> Any:
@@ -81,6 +75,9 @@ def render_page(ctx: dict[str, Any]) -> str:
           '</section>\n')
     if m.window_groups:
         w(_windows(ctx, m))
+    from .unit_tables import per_test_section, tokens_section
+
+    w(per_test_section(m.profile) + tokens_section(m.profile))
     w(_methodology(m, meta, method, gpu))
     w(f'<footer class="foot">Written by energyprof {version}. This page works offline: everything it needs is inside this file.'
       '</footer>\n\n'
@@ -279,6 +276,12 @@ _TRAINING_HEAD = ("<th>steps</th><th>fetch</th><th>compute</th><th>fetch stall</
                   "<th>compute energy</th>")
 
 
+def _epochs_hint(b: Any) -> str:
+    """Where the epochs come from when the program marked none: the tracked loop's passes."""
+    src = b.get("epochs_from")
+    return f" Each epoch is a pass of the tracked loop ({esc(src)} windows)." if src and src.endswith(".pass") else ""
+
+
 def _per_unit(b: Any) -> str:
     """Energy per sample and per epoch, and the model's size, where the loop recorded them."""
     text = ""
@@ -286,7 +289,8 @@ def _per_unit(b: Any) -> str:
         text += (f' Per sample {esc(fmt_energy(b["energy_per_sample_j"]))}'
                  f'{_machine_beside(b, b.get("machine_energy_per_sample_j"))} ({esc(b.get("sample_count"))} samples)')
     if b.get("energy_per_epoch_j") is not None:
-        text += f', per epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}{_machine_beside(b, b.get("machine_energy_per_epoch_j"))}'
+        text += (f'{", per" if text else " Per"} epoch {esc(fmt_energy(b["energy_per_epoch_j"]))}'
+                 f'{_machine_beside(b, b.get("machine_energy_per_epoch_j"))}')
     if b.get("parameters"):
         text += f'; the model has {b["parameters"]:,} parameters'
     return text + "." if text else ""
@@ -323,11 +327,28 @@ def _cache_cols(b: Any) -> bool:
     return any("cache_start" in e for e in b["epochs"])
 
 
+def _phases_head(b: Any) -> str:
+    return ('<th title="each step&#39;s compute energy split in the loop&#39;s shares: estimated">forward</th>'
+            "<th>backward</th><th>optimizer</th>" if b.get("phases") else "")
+
+
+def _phases_hint(b: Any) -> str:
+    """The loop's forward, backward and optimizer, with how they were made and their ±."""
+    ph = b.get("phases")
+    if not ph:
+        return ""
+    j, pm = fmt_energy, fmt_error
+    return (f' Compute: forward {esc(j(ph["forward_j"]))}, backward {esc(j(ph["backward_j"]))}'
+            f'{esc(pm(ph["backward_relative_error"]))}, optimizer {esc(j(ph["optimizer_j"]))}'
+            f'{esc(pm(ph["optimizer_relative_error"]))} <span class="tag estimated">{esc(ph["method"])}</span>'
+            f' ({esc(ph["basis"])}).')
+
+
 def _epoch_io(e: dict[str, Any], io: bool, cache: bool) -> str:
-    """An epoch's cells, with the disk's reads and the dataset's page-cache residency beside its stall
-    where the run recorded them."""
+    """An epoch's cells, with its forward, backward and optimizer, the disk's reads and the dataset's
+    page-cache residency beside its stall where the run recorded them."""
     cells = _epoch_cells(e)
-    extra = ""
+    extra = "".join(f"<td>{esc(fmt_energy(e[k]))}</td>" for k in ("forward_j", "backward_j", "optimizer_j") if k in e)
     if io:
         extra += (f'<td>{"%.1f" % e["read_mb"]}</td><td>{"%.0f" % e["read_iops"]}</td>'
                   f'<td>{"%.0f%%" % (e["disk_busy_share"] * 100)}</td>' if "read_mb" in e else "<td></td><td></td><td></td>")
@@ -369,9 +390,10 @@ def _windows(ctx: dict[str, Any], m: Any) -> str:
         out.append(f'  <h3>Training loop: {esc(name)} (fetch stall = {esc(b["stall_definition"])})</h3>\n'
                    f'  <p class="hint">Energy here is {esc(_whose(b))}. Step energy: mean {esc(fmt_energy(step["mean"]))}'
                    f'{_machine_beside(b, (b.get("machine_step_energy_j") or {}).get("mean"))},'
-                   f' spread (sd) {esc(fmt_energy(step["stdev"]))} over {esc(step["n"])} steps.{_per_unit(b)}</p>\n'
+                   f' spread (sd) {esc(fmt_energy(step["stdev"]))} over {esc(step["n"])} steps.{_per_unit(b)}'
+                   f'{_epochs_hint(b)}{_phases_hint(b)}</p>\n'
                    '  <div class="table-wrap"><table class="windows">\n'
-                   f'    <thead><tr><th>epoch</th>{_TRAINING_HEAD}'
+                   f'    <thead><tr><th>epoch</th>{_TRAINING_HEAD}{_phases_head(b)}'
                    + ("<th>disk read (MB)</th><th>read IOPS</th><th>disk busy</th>" if _io_cols(b) else "")
                    + ('<th title="the dataset&#39;s share in the page cache (mincore), measured">cached at start</th>'
                       "<th>cached at end</th>" if _cache_cols(b) else "")
