@@ -74,7 +74,6 @@ class ReportModel:
     peak_power_w: float | None
     duration_s: float
     meta: dict[str, Any]
-    chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # every other frame's self energy, by the library or import it ran in (largest first)
     groups: list[Group] = field(default_factory=list)
     own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
@@ -144,8 +143,8 @@ class ReportModel:
             out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
                                  for w in self.profile.windows]
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
-        elif (self.profile.extra.get("io") or {}).get("absent"):
-            out["io"] = {"absent": self.profile.extra["io"]["absent"]}
+        elif self.profile.io is not None and self.profile.io.absent:
+            out["io"] = {"absent": self.profile.io.absent}
         if self.forecasts:  # predicted during the run against what the passes measured
             out["forecasts"] = self.forecasts
         if self.backward_split:  # each function's forward and backward, as the table shows them
@@ -194,10 +193,11 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         for r in window_rows:
             r.carbon_g, r.cost = grams[id(r.window)], figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
-    absent = (view.extra.get("io") or {}).get("absent")
+    io = view.io
+    absent = io.absent if io is not None else None
     if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
         notes.append(Note("io", f"{absent}: no MB read, IOPS or disk busy time in this report"))
-    counted = (view.extra.get("io") or {}).get("counted")
+    counted = io.counted if io is not None else None
     # which block devices the disk figures add up, and where a window's bytes come from (Methodology only)
     io_method = (f"disk I/O (/proc/diskstats) counts the {counted}; a window's bytes are the counters read at its own"
                  " edges, in the program") if counted else None

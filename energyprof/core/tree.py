@@ -51,10 +51,10 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     start = ledger.first_ns or 0
     duration_s = ((ledger.last_ns or start) - start) / 1e9
     root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
-    root.self_energy_j, root.other_policy_self_energy_j = _both(ids, share, ledger.root_share, ledger.root_all)
+    root.self_energy_j, root.other_policy_self_energy_j = _both(ids, share, ledger.root.share, ledger.root.all)
     alloc = _grow_tree(root, ledger, share)
-    own, own_other = _both(ids, share, ledger.own_share, ledger.own_all)
-    idle, idle_other = _both(ids, share, ledger.idle, ledger.idle_all)
+    own, own_other = _both(ids, share, ledger.own.share, ledger.own.all)
+    idle, idle_other = _both(ids, share, ledger.idle.share, ledger.idle.all)
     cpu_s = _headline_cpu_s(ledger)
     root.children.extend(_special_nodes(root, ledger, cpu_s, (own, own_other), (idle, idle_other)))
     gpu_notes: list[Note] = []
@@ -152,7 +152,7 @@ def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str
                    idle: tuple[dict[str, float], dict[str, float]]) -> list[Node]:
     """energyprof's own node (when it was charged anything), the idle node, and the unsampled CPU's node."""
     specials = []
-    if any(ledger.own_share) or any(ledger.own_all):
+    if any(ledger.own.share) or any(ledger.own.all):
         specials.append(Node(function=SELF_NODE, self_energy_j=own[0], other_policy_self_energy_j=own[1]))
     # Under `all` the idle node holds nothing (but a rank's peers' part), and keeps the share policy's figure.
     specials.append(Node(function=IDLE_NODE, self_energy_j=idle[0], other_policy_self_energy_j=idle[1]))

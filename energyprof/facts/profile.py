@@ -21,6 +21,7 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
 from .records import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
 from .records import MACHINE_LOAD_FIELD, MachineLoad, read_machine_load
+from .blocks import BLOCK_VERSIONS, BLOCKS_FIELD, IoFact, Meta, check_blocks, read_io, read_meta
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -193,6 +194,16 @@ class Profile:
         return str(self.meta.get("idle_policy") or DEFAULT_POLICY)
 
     @property
+    def io(self) -> IoFact | None:
+        """The run's I/O counters (None: a profile written without them), typed and checked."""
+        return read_io(self.extra.get("io"))
+
+    @property
+    def known_meta(self) -> Meta:
+        """The meta's keys energyprof reads back (live_export, page_cache, distributed, settings), typed."""
+        return read_meta(self.meta)
+
+    @property
     def total_energy_j(self) -> float:
         return sum(self.totals.energy_j.values())
 
@@ -275,6 +286,17 @@ class Profile:
                        processes, dict(self.extra),
                        self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None, load=self.load)
 
+    # -- copies with more facts (a built Profile is never edited) --------------------------
+    def with_meta(self, notes: list[Note] | tuple[Note, ...] = (), **changes: Any) -> Profile:
+        """The same run with `changes` in its meta (and `notes` added): a new Profile sharing this one's
+        tree and records, this one untouched."""
+        return replace(self, meta={**self.meta, **changes}, notes=[*self.notes, *notes])
+
+    def with_live_export(self, summary: dict[str, Any], lost: str | None = None) -> Profile:
+        """The same run with the live export's account (`meta.live_export`: what each sink sent and
+        dropped) and, where points were `lost`, a note saying so."""
+        return self.with_meta(notes=[Note("live-export", lost)] if lost else [], live_export=summary)
+
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
         """The /2 document: the tree as a flat node table (parents before children)."""
@@ -292,6 +314,7 @@ class Profile:
         out: dict[str, Any] = dict(self.extra)
         out.update({
             "schema": SCHEMA,
+            BLOCKS_FIELD: dict(BLOCK_VERSIONS),
             "meta": self.meta,
             "sources": [s.to_dict() for s in self.sources],
             "totals": self.totals.to_dict(),
@@ -310,7 +333,8 @@ class Profile:
     def to_dict(self) -> dict[str, Any]:
         """The /1 nested form, for Python code that walks dicts (files are written as /2)."""
         out: dict[str, Any] = dict(self.extra)
-        out.update({"schema": SCHEMA_FAMILY + "1", "meta": self.meta, "sources": [s.to_dict() for s in self.sources],
+        out.update({"schema": SCHEMA_FAMILY + "1", BLOCKS_FIELD: dict(BLOCK_VERSIONS), "meta": self.meta,
+                    "sources": [s.to_dict() for s in self.sources],
                     "totals": self.totals.to_dict(), "root": self.root.to_dict(),
                     "windows": [w.to_dict() for w in self.windows], "timeline": self.timeline.to_dict(),
                     "notes": [n.to_dict() for n in self.notes], "processes": [p.to_dict() for p in self.processes]})
@@ -350,8 +374,9 @@ class Profile:
             raise ProfileFormatError(f"profile schema {schema} is older than this energyprof reads "
                                      f"(/{READABLE_MAJORS[0]} and later)")
         try:
+            check_blocks(data.get(BLOCKS_FIELD))
             root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
-            known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
+            known = {"schema", BLOCKS_FIELD, "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
                      "processes", "carbon", "derived", GPU_KERNELS_FIELD, MACHINE_LOAD_FIELD}
             meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", DEFAULT_POLICY)
@@ -359,6 +384,8 @@ class Profile:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}
             _bounded_free_form(data, meta, extra)
+            read_io(extra.get("io"))  # a damaged I/O block is refused here, in one line, not met by a view
+            read_meta(meta)
             processes = [read_process(p) for p in get_field(data, "processes", list, [])]
             return cls(meta=meta, sources=[read_source(s, "sources") for s in get_field(data, "sources", list)],
                        totals=read_totals(get_field(data, "totals", dict)), root=root,

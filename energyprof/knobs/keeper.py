@@ -211,12 +211,10 @@ class Keeper:
         energyprof from where this process did (a program may have it from its own folder), and only
         energyprof from there. Its output goes to /dev/null, never the program's. It answers one byte when
         ready; without it within START_WAIT_S, KnobError and nothing is changed."""
-        import energyprof
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {k: v for k, v in os.environ.items() if k != "ENERGYPROF_AGENT"}
         safe = ["-P"] if sys.version_info >= (3, 11) else []
-        package_root = os.path.dirname(os.path.abspath(list(energyprof.__path__)[0]))
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above energyprof/
         argv = [sys.executable, *safe, "-c", _BOOT, package_root]
         launcher = None
         deadline = time.monotonic() + START_WAIT_S  # the launcher's run and the keeper's start, together

@@ -11,15 +11,9 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
-from .format import fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
+from .format import esc, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 _MISSING = object()
-
-
-def esc(value: Any) -> str:
-    """Text for an element or a quoted attribute."""
-    return str(value).translate(_ESCAPES)
 
 
 def at(obj: Any, name: str, default: Any = _MISSING) -> Any:
