@@ -392,6 +392,9 @@ def start_agent(config: dict[str, str]) -> Agent | None:
             tracemalloc.start(1)
     _agent = agent
     agent.start()
+    from .request_hooks import install as hook_requests
+
+    hook_requests()  # web servers and routers, as the program imports them: a window per request
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
     elif main and config.get("gpu_kernels") == "auto":

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
+from .units import page_section as units_section
 from .format import fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
 _ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
@@ -79,6 +80,7 @@ def render_page(ctx: dict[str, Any]) -> str:
           f'The Pareto front (no other point both faster and cheaper) is joined: {esc(front)}.</p>\n'
           f'  <div id="sweep-{i}" class="plot sweep"></div>\n{_sweep_table(name, points, ctx["sweep_choice"](name))}'
           '</section>\n')
+    w(units_section(m.unit_tables()))
     if m.window_groups:
         w(_windows(ctx, m))
     w(_methodology(m, meta, method, gpu))

@@ -1,0 +1,199 @@
+"""The servers and routers that make each web request a window, hooked as they are imported.
+
+Under `python -m energyprof` a program that serves needs no change: when it imports one of the
+modules below, the module's functions named here are wrapped once, after its code ran:
+
+    uvicorn.config        Config.load: the loaded ASGI application is served through AsgiRequests
+                          (gunicorn's uvicorn workers load theirs the same way)
+    wsgiref.handlers      BaseHandler.setup_environ opens a request, BaseHandler.close ends it
+    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it
+    starlette.routing     Route.matches and Mount.matches: the chosen route names the request
+                          (FastAPI's routes are Starlette's)
+    flask.ctx             RequestContext.match_request: the URL rule names the request
+
+Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
+not awaited), so none stays on the stack while a request runs and the sampled stacks are the
+program's own. The finder in `sys.meta_path` answers only for those names, and only the first
+time; it is the import system's own lookup otherwise.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from .requests import AsgiRequests, close_request, current, name_request, open_request
+
+_DONE = "__energyprof_wrapped__"
+
+
+def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    original = cls.__dict__.get(attr)
+    if original is None or getattr(original, _DONE, False):
+        return
+    wrapper = make(original)
+    for k in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(wrapper, k, getattr(original, k))
+        except (AttributeError, TypeError):
+            pass
+    setattr(wrapper, _DONE, True)
+    setattr(cls, attr, wrapper)
+
+
+def _uvicorn(module: Any) -> None:
+    def make(load: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            load(self)
+            app = getattr(self, "loaded_app", None)
+            if app is not None and not isinstance(app, AsgiRequests):
+                self.loaded_app = AsgiRequests(app)
+        return wrapped
+    _wrap(module.Config, "load", make)
+
+
+def _wsgiref(module: Any) -> None:
+    def make_setup(setup: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            setup(self)
+            environ = getattr(self, "environ", None)
+            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
+        return wrapped
+
+    def make_close(close: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            close_request(current(), getattr(self, "status", None))
+            close(self)
+        return wrapped
+    _wrap(module.BaseHandler, "setup_environ", make_setup)
+    _wrap(module.BaseHandler, "close", make_close)
+
+
+def _waitress(module: Any) -> None:
+    wsgi_task = module.WSGITask
+
+    def make_start(start: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            start(self)
+            if isinstance(self, wsgi_task):
+                open_request(getattr(getattr(self, "request", None), "command", None))
+        return wrapped
+
+    def make_finish(finish: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            try:
+                finish(self)
+            finally:
+                if isinstance(self, wsgi_task):
+                    close_request(current(), getattr(self, "status", None))
+        return wrapped
+    _wrap(module.Task, "start", make_start)
+    _wrap(module.Task, "finish", make_finish)
+
+
+def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(matches: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, scope: Any) -> Any:
+            result = matches(self, scope)
+            req = current()
+            if req is not None and req.name is None and getattr(result[0], "name", "") == "FULL":
+                path = getattr(self, "path", None)
+                if isinstance(path, str):
+                    if prefix:
+                        req.prefix += path
+                    else:
+                        name_request(req, path)
+            return result
+        return wrapped
+    return make
+
+
+def _starlette(module: Any) -> None:
+    _wrap(module.Route, "matches", _matches(prefix=False))
+    _wrap(module.Mount, "matches", _matches(prefix=True))
+
+
+def _flask(module: Any) -> None:
+    def make(match: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            match(self)
+            rule = getattr(getattr(self, "request", None), "url_rule", None)
+            if rule is not None:
+                name_request(current(), rule.rule)
+        return wrapped
+    _wrap(module.RequestContext, "match_request", make)
+
+
+PATCHES: dict[str, Callable[[Any], None]] = {
+    "uvicorn.config": _uvicorn,
+    "wsgiref.handlers": _wsgiref,
+    "waitress.task": _waitress,
+    "starlette.routing": _starlette,
+    "flask.ctx": _flask,
+}
+
+
+def _patch(name: str, module: Any) -> None:
+    try:
+        PATCHES[name](module)
+    except Exception as exc:  # noqa: BLE001 - a version whose names moved: it serves, without request windows
+        supervised = sys.modules.get("energyprof.agent.supervised")
+        agent = supervised.current() if supervised is not None else None
+        if agent is not None:
+            agent.note(f"web requests through {name} are not windows in this run: {type(exc).__name__}: {exc}")
+
+
+class _Finder:
+    """Finds nothing itself: for a hooked module it asks the other finders, and patches the module
+    once its loader has run it."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name not in PATCHES or name in self._busy:
+            return None
+        self._busy.add(name)
+        try:
+            spec = sys.modules["_frozen_importlib"]._find_spec(name, path, target)
+        finally:
+            self._busy.discard(name)
+        loader = getattr(spec, "loader", None)
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            _patch(name, module)
+        loader.exec_module = exec_module  # this spec's own loader: the module's __loader__ is still the loader
+        return spec
+
+    def invalidate_caches(self) -> None:
+        pass
+
+
+_finder: _Finder | None = None
+ROUTERS = ("starlette.routing", "flask.ctx")
+
+
+def install_routers() -> None:
+    """The routers the program has imported, hooked now (an in-process middleware's routes): their
+    requests' windows begin as soon as routing names them."""
+    for name in ROUTERS:
+        module = sys.modules.get(name)
+        if module is not None:
+            _patch(name, module)
+
+
+def install() -> None:
+    """Hook the servers and routers: those imported already at once, the rest as they are imported."""
+    global _finder
+    if _finder is not None:
+        return
+    _finder = _Finder()
+    for name in PATCHES:
+        module = sys.modules.get(name)
+        if module is not None:
+            _patch(name, module)
+    sys.meta_path.insert(0, _finder)

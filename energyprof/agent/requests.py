@@ -1,0 +1,211 @@
+"""Web requests as units of work: one window per request, named by method and route template.
+
+A request opens when a server hands it to the application and closes when its response is sent
+(ASGI: the last body message; WSGI: the response's close). Its window is named the moment routing
+chooses a route, `GET /items/{item_id}`, from the route's template, never from the raw path, so
+the number of names is the number of routes (methods outside HTTP's own read `OTHER`, requests
+no route took `GET [unmatched]`). The window begins at the request's start: the name is written
+as soon as routing is done, before the handler runs, so the run's energy is charged to it from
+its first interval. A request that routing never named is written when it ends.
+
+The request is found by a context variable, set where the server calls the application: an
+asyncio task and the threads anyio starts for it see their own request, and so does each thread
+of a WSGI server. Nothing here stays on the program's stack while the request runs: every hook is
+a plain function that returns what it wraps (a coroutine, an iterable), so the sampled stacks are
+the program's own.
+
+Under `python -m energyprof`, `install()` hooks the servers and routers as they are imported
+(uvicorn, wsgiref, waitress; Starlette and FastAPI routes, Flask rules), so a program serves with
+no change; in a program profiled in-process, `energyprof.asgi.EnergyMiddleware` and
+`energyprof.wsgi.EnergyMiddleware` open the same windows. Each window's facts hold `request=1`
+and the response's `status`. Standard library only: the frameworks are never imported here.
+"""
+
+from __future__ import annotations
+
+import _thread
+import sys
+import time
+from contextvars import ContextVar
+from typing import Any, Callable
+
+_perf = time.perf_counter_ns
+METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
+UNMATCHED = "[unmatched]"
+REQUEST_FACT = "request"  # a window's fact that makes it a request (analysis/units.py reads it)
+STATUS_FACT = "status"
+
+
+def route_name(method: Any, template: str | None) -> str:
+    """A request window's name: the method (HTTP's own, else `OTHER`) and the route's template
+    (`[unmatched]` when no route took the request)."""
+    m = method.upper() if isinstance(method, str) else ""
+    return f"{m if m in METHODS else 'OTHER'} {template if template else UNMATCHED}"
+
+
+def status_code(status: Any) -> int:
+    """A response status as a number: ASGI's int, or WSGI's "404 Not Found"; 0 when unknown."""
+    if isinstance(status, int):
+        return status
+    if isinstance(status, str):
+        head = status.split(" ", 1)[0]
+        return int(head) if head.isdigit() else 0
+    return 0
+
+
+class Request:
+    """One request while it runs: when it began, what routing named it, how it ended."""
+
+    __slots__ = ("t0", "method", "prefix", "name", "status", "sink", "done")
+
+    def __init__(self, method: Any, sink: Any) -> None:
+        self.t0 = _perf()
+        self.method = method
+        self.prefix = ""  # the mounts' templates routing passed through, outermost first
+        self.name: str | None = None
+        self.status = 0
+        self.sink = sink
+        self.done = False
+
+
+_current: ContextVar[Request | None] = ContextVar("energyprof_request", default=None)
+_lock = _thread.allocate_lock()
+_runs: dict[str, int] = {}  # each name's requests so far: a window's index
+
+
+def _index(name: str) -> int:
+    with _lock:
+        n = _runs.get(name, 0)
+        _runs[name] = n + 1
+    return n
+
+
+def _sink() -> Any:
+    """Where windows go in this process: the supervised agent, or the profile running in process
+    (`energyprof.drive.profiler`); None when nothing is profiled."""
+    supervised = sys.modules.get("energyprof.agent.supervised")
+    agent = supervised.current() if supervised is not None else None
+    if agent is not None:
+        return _SpoolSink(agent)
+    profiler = sys.modules.get("energyprof.drive.profiler")
+    prof = profiler.active_profiler() if profiler is not None else None
+    return prof if prof is not None and hasattr(prof, "_feed") else None
+
+
+class _SpoolSink:
+    """The supervised agent's spool, written directly: a request's edges read no I/O counters (20-35 us an
+    edge, `Agent.begin_window`), so opening and closing one costs a few microseconds."""
+
+    __slots__ = ("agent",)
+
+    def __init__(self, agent: Any) -> None:
+        self.agent = agent
+
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        from .wire import window_begin
+
+        self.agent.spool.event(window_begin(int(t_ns or _perf()), name, index))
+
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> None:
+        from .wire import window_end
+
+        self.agent.spool.event(window_end(int(t_ns or _perf()), name, False, facts))
+
+
+def open_request(method: Any) -> Request | None:
+    """A request begins on this task or thread (None when nothing is profiled): later hooks find it."""
+    sink = _sink()
+    if sink is None:
+        return None
+    stale = _current.get()
+    if stale is not None and not stale.done:
+        close_request(stale)  # a thread's last request that ended without its hook (an error path)
+    req = Request(method, sink)
+    _current.set(req)
+    return req
+
+
+def current() -> Request | None:
+    return _current.get()
+
+
+def name_request(req: Request | None, template: str) -> None:
+    """Routing chose `template` for `req`: its window begins (at the request's start), once."""
+    if req is None or req.name is not None or req.done:
+        return
+    name = req.name = route_name(req.method, req.prefix + template)
+    try:
+        req.sink.begin_window(name, _index(name), t_ns=req.t0)
+    except Exception:  # noqa: BLE001 - a profile that has ended: the request is the program's all the same
+        req.done = True
+
+
+def close_request(req: Request | None, status: Any = None) -> None:
+    """The request's response is sent: its window ends now, with its status."""
+    if req is None or req.done:
+        return
+    req.done = True
+    t = _perf()
+    if status is not None:
+        req.status = status_code(status)
+    try:
+        if req.name is None:
+            name = req.name = route_name(req.method, None)
+            req.sink.begin_window(name, _index(name), t_ns=req.t0)
+        req.sink.end_window(req.name, {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status)}, t_ns=t)
+    except Exception:  # noqa: BLE001 - as in name_request
+        pass
+    if _current.get() is req:
+        _current.set(None)
+
+
+# -- ASGI ------------------------------------------------------------------------------------
+class AsgiRequests:
+    """An ASGI application whose HTTP requests are windows. `__call__` is a plain function that returns
+    the application's coroutine, and `send` hands on the application's messages the same way, so no
+    frame of energyprof's is on the stack while the request runs."""
+
+    __slots__ = ("app",)
+
+    def __init__(self, app: Callable[..., Any]) -> None:
+        self.app = app
+
+    def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if scope.get("type") != "http":
+            return self.app(scope, receive, send)
+        req = open_request(scope.get("method"))
+        if req is None:
+            return self.app(scope, receive, send)
+        return self.app(scope, receive, _Send(send, req, scope))
+
+    def __getattr__(self, name: str) -> Any:  # the wrapped application's own attributes (a server may read them)
+        if name == "app":
+            raise AttributeError(name)
+        return getattr(self.app, name)
+
+
+class _Send:
+    __slots__ = ("send", "req", "scope")
+
+    def __init__(self, send: Any, req: Request, scope: dict[str, Any]) -> None:
+        self.send, self.req, self.scope = send, req, scope
+
+    def __call__(self, message: dict[str, Any]) -> Any:
+        kind = message.get("type")
+        if kind == "http.response.start":
+            self.req.status = status_code(message.get("status"))
+        elif kind == "http.response.body" and not message.get("more_body", False):
+            req = self.req
+            if req.name is None:
+                _name_from_scope(req, self.scope)
+            close_request(req)
+        return self.send(message)
+
+
+def _name_from_scope(req: Request, scope: dict[str, Any]) -> None:
+    """A request the routing hooks did not name (a router energyprof does not hook): Starlette's
+    `scope["route"]`, set once routing is done, holds the template."""
+    path = getattr(scope.get("route"), "path", None)
+    if isinstance(path, str):
+        name_request(req, path)
