@@ -1,0 +1,297 @@
+"""Web requests as units of work: a window per request, named by method and route template, on real
+servers (uvicorn with FastAPI, wsgiref and waitress with Flask) on loopback, and in process with the
+middlewares.
+
+Each handler burns CPU measured by its own thread's clock (`time.thread_time`), so a request holds the
+same work however loaded the machine is. A window's joules are the program's part of its span: its
+edges are the samples' and the sensor readings' (`--interval`, `--sensor-interval`), so a request
+whose span is T holds its energy to within about 2 * sensor interval / T; with the shorter route's
+T = 0.1 s CPU and 10 ms readings, 20 % at worst for one request, less for the median of several,
+inside the 30 % the 4:1 check allows.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from energyprof.agent.requests import METHODS, UNMATCHED, route_name, status_code
+from energyprof.analysis.units import UnitRun, unit_kind, unit_runs, unit_table
+from energyprof.facts.profile import load
+from energyprof.facts.records import Window
+
+UNIT_S = 0.1  # CPU seconds of one unit of work
+ROUNDS = 6  # requests per route, interleaved so that both routes see the same neighbours
+WORK = f"""
+import time
+
+def work(units):
+    # CPU, by this thread's own clock: the same work however busy the machine is
+    start = time.thread_time()
+    s = 0
+    while time.thread_time() - start < {UNIT_S} * units:
+        for i in range(2000):
+            s += i * i
+    return s
+"""
+
+FASTAPI_APP = WORK + """
+from fastapi import FastAPI
+
+app = FastAPI()
+
+@app.get("/items/{item_id}")
+def item(item_id: int):          # sync: FastAPI runs it on a worker thread
+    work(4)
+    return {"id": item_id}
+
+@app.get("/ping")
+async def ping():                # async: on the event loop
+    work(1)
+    return {"ok": True}
+"""
+
+FLASK_APP = WORK + """
+from flask import Flask
+
+app = Flask(__name__)
+
+@app.get("/items/<int:item_id>")
+def item(item_id):
+    work(4)
+    return {"id": item_id}
+
+@app.get("/ping")
+def ping():
+    work(1)
+    return {"ok": True}
+"""
+
+SERVE_WSGIREF = """
+import sys
+from wsgiref.simple_server import make_server, WSGIRequestHandler
+from app import app
+
+class Quiet(WSGIRequestHandler):
+    def log_message(self, *a):
+        pass
+
+with make_server("127.0.0.1", int(sys.argv[1]), app, handler_class=Quiet) as server:
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+"""
+
+SERVE_WAITRESS = """
+import sys
+import waitress
+from app import app
+
+waitress.serve(app, host="127.0.0.1", port=int(sys.argv[1]), threads=2, _quiet=True)
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(port: int, proc: subprocess.Popen[str]) -> None:
+    """Until the server accepts (a bound on waiting, never a figure asserted)."""
+    for _ in range(600):
+        if proc.poll() is not None:
+            raise AssertionError(f"the server ended: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise AssertionError("the server never listened")
+
+
+def drive(port: int, paths: list[str]) -> list[int]:
+    """The paths requested one after another on one connection; their statuses."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    out = []
+    for p in paths:
+        conn.request("GET", p)
+        r = conn.getresponse()
+        r.read()
+        out.append(r.status)
+    conn.close()
+    return out
+
+
+def serve_profiled(tmp_path: Path, command: list[str], paths: list[str]) -> tuple[object, list[int], str]:
+    """`python -m energyprof COMMAND` serving on a free port, driven with `paths`, stopped with SIGINT."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    port = free_port()
+    args = [sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--json", "p.json", "-o", "r.html",
+            "--interval", "0.005", "--sensor-interval", "0.01", *[a.replace("PORT", str(port)) for a in command]]
+    env = dict(os.environ)
+    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
+    proc = subprocess.Popen(args, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        wait_for(port, proc)
+        statuses = drive(port, paths)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    assert (tmp_path / "p.json").exists(), err
+    return load(tmp_path / "p.json"), statuses, err
+
+
+def interleaved(long: str, short: str, unmatched: str) -> list[str]:
+    paths = []
+    for i in range(ROUNDS):
+        paths += [long.format(i=i), short, unmatched.format(i=i)]
+    return paths
+
+
+def check_windows(profile: object, long: str, short: str) -> None:
+    """One window per request, named by template; joules per request 4:1 (+-30 %) between the routes."""
+    windows = [w for w in profile.windows if unit_kind(w) == "request"]  # type: ignore[attr-defined]
+    names = sorted({w.name for w in windows})
+    assert names == sorted([long, short, f"GET {UNMATCHED}"]), names
+    by = {n: [w for w in windows if w.name == n] for n in names}
+    assert {n: len(ws) for n, ws in by.items()} == {long: ROUNDS, short: ROUNDS, f"GET {UNMATCHED}": ROUNDS}
+    assert sorted(w.index for w in by[long]) == list(range(ROUNDS))
+    assert {w.loop["status"] for w in by[long] + by[short]} == {200.0}
+    assert {w.loop["status"] for w in by[f"GET {UNMATCHED}"]} == {404.0}
+    j_long = statistics.median(w.program_total_j for w in by[long])
+    j_short = statistics.median(w.program_total_j for w in by[short])
+    assert j_short > 0
+    assert j_long / j_short == pytest.approx(4.0, rel=0.3)
+    # the handlers' own frames are in the tree: no frame of energyprof's cut the stacks they ran on
+    assert any(n.function == "work" and n.total_energy > 0 for n, _ in profile.walk())  # type: ignore[attr-defined]
+
+
+def test_fastapi_under_uvicorn_gets_a_window_per_request_by_route_template(tmp_path: Path) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(FASTAPI_APP))
+    paths = interleaved("/items/{i}", "/ping", "/nowhere/{i}")
+    profile, statuses, err = serve_profiled(tmp_path, ["-m", "uvicorn", "app:app", "--port", "PORT", "--log-level",
+                                                       "warning"], paths)
+    assert statuses == [200, 200, 404] * ROUNDS
+    check_windows(profile, "GET /items/{item_id}", "GET /ping")
+    derived = json.loads((tmp_path / "p.json").read_text())["derived"]["units"]
+    table = next(t for t in derived if t["kind"] == "request")
+    assert {g["name"]: g["count"] for g in table["groups"]} == {"GET /items/{item_id}": ROUNDS, "GET /ping": ROUNDS,
+                                                                f"GET {UNMATCHED}": ROUNDS}
+    assert table["costliest"][0]["name"] == "GET /items/{item_id}" and table["costliest"][0]["status"] == 200
+    assert "Units of work" in (tmp_path / "r.html").read_text()
+
+
+@pytest.mark.parametrize("serve", [SERVE_WSGIREF, SERVE_WAITRESS], ids=["wsgiref", "waitress"])
+def test_flask_under_a_wsgi_server_gets_a_window_per_request_by_url_rule(tmp_path: Path, serve: str) -> None:
+    (tmp_path / "app.py").write_text(textwrap.dedent(FLASK_APP))
+    (tmp_path / "serve.py").write_text(textwrap.dedent(serve))
+    paths = interleaved("/items/{i}", "/ping", "/nowhere/{i}")
+    profile, statuses, err = serve_profiled(tmp_path, ["serve.py", "PORT"], paths)
+    assert statuses == [200, 200, 404] * ROUNDS
+    check_windows(profile, "GET /items/<int:item_id>", "GET /ping")
+
+
+IN_PROCESS = """
+import json, sys
+from energyprof import energy_profile
+KIND = sys.argv[1]
+if KIND == "asgi":
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from energyprof.asgi import EnergyMiddleware
+    app = FastAPI()
+
+    @app.get("/items/{item_id}")
+    def item(item_id: int):
+        return {"id": item_id}
+
+    app.add_middleware(EnergyMiddleware)
+    get = TestClient(app).get
+else:
+    from flask import Flask
+    from energyprof.wsgi import EnergyMiddleware
+    app = Flask(__name__)
+
+    @app.get("/items/<int:item_id>")
+    def item(item_id):
+        return {"id": item_id}
+
+    app.wsgi_app = EnergyMiddleware(app.wsgi_app)
+    get = app.test_client().get
+codes = []
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    for path in ["/items/0", "/items/1", "/items/2", "/missing/7"]:
+        response = get(path)
+        codes.append(response.status_code)
+        response.close()  # as a server does once the body is sent: the request ends
+print(json.dumps(codes))
+"""
+
+
+@pytest.mark.parametrize("kind", ["asgi", "wsgi"])
+def test_in_process_middleware_opens_a_window_per_request(tmp_path: Path, kind: str) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "inproc.py").write_text(textwrap.dedent(IN_PROCESS))
+    done = subprocess.run([sys.executable, "inproc.py", kind], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [200, 200, 200, 404]
+    profile = load(tmp_path / "p.json")
+    runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
+    template = "/items/{item_id}" if kind == "asgi" else "/items/<int:item_id>"
+    assert [(r.name, r.index, r.status) for r in runs] == [
+        (f"GET {template}", 0, 200), (f"GET {template}", 1, 200), (f"GET {template}", 2, 200),
+        (f"GET {UNMATCHED}", 0, 404)]
+
+
+# -- naming, and the table, without a server ------------------------------------------------------------
+@given(st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=4)))
+def test_a_request_no_route_took_gets_one_of_a_bounded_set_of_names(method: object) -> None:
+    assert route_name(method, None) in {f"{m} {UNMATCHED}" for m in (*METHODS, "OTHER")}
+
+
+def test_route_names_are_method_and_template() -> None:
+    assert route_name("get", "/items/{item_id}") == "GET /items/{item_id}"
+    assert route_name("BREW", "/pot") == "OTHER /pot"
+    assert route_name(None, None) == f"OTHER {UNMATCHED}"
+    assert [status_code(s) for s in (204, "404 Not Found", "bad", None)] == [204, 404, 0, 0]
+
+
+def _w(name: str, start: float, time_s: float, joules: float, status: float | None = 200.0) -> Window:
+    loop = {"request": 1.0} if status is not None else {}
+    if status:
+        loop["status"] = status
+    return Window(name=name, start_s=start, end_s=start + time_s, time_s=time_s, energy_j={"cpu": joules * 2},
+                  program_energy_j={"cpu": joules}, loop=loop, pid=1)
+
+
+def test_units_table_known_answer() -> None:
+    windows = [_w("GET /a", i, 0.5, j) for i, j in enumerate([1.0, 2.0, 3.0, 10.0])]
+    windows += [_w("GET /b", 10 + i, 0.5, 0.5, 500.0) for i in range(2)]
+    windows += [_w("epoch", 20, 1, 100.0, None), _w("[ray task f]", 30, 1, 7.0, None)]
+    runs = unit_runs(windows)
+    assert [r.kind for r in runs] == ["request"] * 6 + ["task"]
+    t = unit_table(runs, program_j=40.0, kind="request", costliest=2)
+    a, b = t.groups
+    assert (a.name, a.count, a.median_j, a.p95_j, a.max_j, a.total_j, a.share) == ("GET /a", 4, 2.5, 10.0, 10.0, 16.0, 0.4)
+    assert (b.name, b.count, b.total_j) == ("GET /b", 2, 1.0)
+    assert [(r.name, r.joules, r.start_s, r.status) for r in t.costliest] == [("GET /a", 10.0, 3, 200), ("GET /a", 3.0, 2, 200)]
+    assert t.count == 6 and t.total_j == 17.0 and not t.notes
+
+
+def test_overlapping_runs_are_said() -> None:
+    runs = [UnitRun("request", "GET /a", 0, 0.0, 1.0, 1.0, pid=1), UnitRun("request", "GET /a", 1, 0.5, 1.0, 1.0, pid=1)]
+    assert unit_table(runs, 2.0, "request").notes
