@@ -295,3 +295,48 @@ def test_units_table_known_answer() -> None:
 def test_overlapping_runs_are_said() -> None:
     runs = [UnitRun("request", "GET /a", 0, 0.0, 1.0, 1.0, pid=1), UnitRun("request", "GET /a", 1, 0.5, 1.0, 1.0, pid=1)]
     assert unit_table(runs, 2.0, "request").notes
+
+
+# -- live export: a counter per route ---------------------------------------------------------------------
+def test_live_export_counts_requests_per_route_not_a_point_per_request() -> None:
+    """Two requests of one route and a window the program marked, charged by a real ledger at a flat
+    100 W on a busy program: the route's counters hold both requests' joules, the marked window keeps
+    its own point, and no request has one."""
+    from types import SimpleNamespace
+
+    from energyprof.core.ledger import Ledger
+    from energyprof.core.recording import Sample, StackTable, Tick
+    from energyprof.output import live
+
+    table = StackTable()
+    sid = table.stack_id((table.frame_id(("handler", "app.py", 1)),))
+    led = Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}], table, cpus=1)
+    ms = 1_000_000
+    led.begin_window(0, "GET /items/{item_id}", 0)
+    led.end_window(100 * ms, "GET /items/{item_id}", facts={"request": 1.0, "status": 200.0})
+    led.begin_window(100 * ms, "GET /items/{item_id}", 1)
+    led.end_window(300 * ms, "GET /items/{item_id}", facts={"request": 1.0, "status": 200.0})
+    led.begin_window(0, "epoch", 0)
+    led.end_window(300 * ms, "epoch")
+    for k in range(4):  # the program busy on its one CPU throughout: it is charged every joule
+        t0, t1 = k * 100 * ms, (k + 1) * 100 * ms
+        led.add_sample(Sample(t0, t1, sid, t1 - t0))
+        led.add_tick(Tick(t1 if k else 0, (100.0 * t1 / 1e9,) if k else (0.0,), t1, 0, t1))
+    export = live.LiveExport(SimpleNamespace(pushgateway="http://127.0.0.1:9"), host="h", run="r")
+    sent: list = []
+    export.emit = sent.extend  # type: ignore[method-assign]  # no server: the points as they would go
+    try:
+        live.LedgerWatch(export, led, "share").final()
+    finally:
+        export.finish(wait_s=0.0)
+    windows = [p for p in sent if p.measurement == "energyprof_window"]
+    assert {p.tags["window"] for p in windows} == {"epoch"}
+    energy = [p for p in sent if "energyprof_request_energy_joules_total" in p.fields]
+    count = [p for p in sent if "energyprof_requests_total" in p.fields]
+    assert [(p.tags["route"], p.tags["source"]) for p in energy] == [("GET /items/{item_id}", "cpu")]
+    assert energy[0].fields["energyprof_request_energy_joules_total"] == pytest.approx(30.0, rel=1e-9)  # 100 W x 0.3 s
+    text = live.exposition({(live.metric_name(p.measurement, k), tuple(sorted((a, b) for a, b in p.tags.items() if a != "run"))): v
+                            for p in energy + count for k, v in p.fields.items()})
+    assert 'energyprof_requests_total{host="h",route="GET /items/{item_id}"} 2.0' in text
+    assert "energyprof_request_energy_joules_total{host=\"h\",method=\"measured\",route=" in text
+    assert "route=GET\\ /items/{item_id}" in live.line_protocol(count[0])

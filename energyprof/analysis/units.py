@@ -21,7 +21,8 @@ from ..facts.profile import Window
 from ..record import asdict, field, record
 from .training import window_program_j
 
-FACT_KINDS: tuple[str, ...] = ("request",)  # a window whose facts hold one of these at 1 is a unit of that kind
+REQUEST = "request"  # the fact agent/requests.py writes on each request's window
+FACT_KINDS: tuple[str, ...] = (REQUEST,)  # a window whose facts hold one of these at 1 is a unit of that kind
 PREFIX_KINDS: tuple[tuple[str, str], ...] = (("[ray task ", "task"), ("[ray actor ", "task"), ("[dask task ", "task"))
 LABELS: dict[str, str] = {"request": "requests", "task": "tasks"}
 COSTLIEST = 5  # runs listed under each table, most joules first
