@@ -335,7 +335,8 @@ def test_live_export_counts_requests_per_route_not_a_point_per_request() -> None
     count = [p for p in sent if "energyprof_requests_total" in p.fields]
     assert [(p.tags["route"], p.tags["source"]) for p in energy] == [("GET /items/{item_id}", "cpu")]
     assert energy[0].fields["energyprof_request_energy_joules_total"] == pytest.approx(30.0, rel=1e-9)  # 100 W x 0.3 s
-    text = live.exposition({(live.metric_name(p.measurement, k), tuple(sorted((a, b) for a, b in p.tags.items() if a != "run"))): v
+    labels = {id(p): tuple(sorted((a, b) for a, b in p.tags.items() if a != "run")) for p in energy + count}
+    text = live.exposition({(live.metric_name(p.measurement, k), labels[id(p)]): v
                             for p in energy + count for k, v in p.fields.items()})
     assert 'energyprof_requests_total{host="h",route="GET /items/{item_id}"} 2.0' in text
     assert "energyprof_request_energy_joules_total{host=\"h\",method=\"measured\",route=" in text
