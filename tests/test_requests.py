@@ -341,3 +341,16 @@ def test_live_export_counts_requests_per_route_not_a_point_per_request() -> None
     assert 'energyprof_requests_total{host="h",route="GET /items/{item_id}"} 2.0' in text
     assert "energyprof_request_energy_joules_total{host=\"h\",method=\"measured\",route=" in text
     assert "route=GET\\ /items/{item_id}" in live.line_protocol(count[0])
+
+
+def test_compare_lists_joules_per_request_by_route_base_against_head() -> None:
+    from energyprof.analysis.units import unit_changes
+    from energyprof.render.units import compare_lines
+
+    base = [_w("GET /a", i, 0.5, j) for i, j in enumerate([1.0, 2.0, 9.0])] + [_w("GET /gone", 5, 0.1, 1.0)]
+    head = [_w("GET /a", i, 0.5, j) for i, j in enumerate([3.0, 3.0])] + [_w("epoch", 9, 1, 50.0, None)]
+    a, gone = unit_changes([base, head], base=[0], head=[1])
+    assert (a.name, a.count, a.median_j, a.pct) == ("GET /a", [3, 2], [2.0, 3.0], 50.0)
+    assert (gone.name, gone.count, gone.median_j, gone.pct) == ("GET /gone", [1, 0], [1.0, None], None)
+    text = "\n".join(compare_lines([a, gone]))
+    assert "GET /a" in text and "+50.0%" in text and "(0)" in text

@@ -165,3 +165,37 @@ def unit_tables(windows: Iterable[Window], program_j: float, costliest: int = CO
     runs = unit_runs(windows)
     kinds = sorted({r.kind for r in runs}, key=lambda k: (k != "request", k))
     return [unit_table(runs, program_j, k, costliest=costliest) for k in kinds]
+
+
+@record
+class UnitChange:
+    """One unit name (a route) across compared runs: its count and median joules per run in each, and the
+    head's median against the base's (the means of each side's runs' medians)."""
+
+    kind: str
+    name: str
+    count: list[int]
+    median_j: list[float | None]  # per run; None: the run had no such unit
+    pct: float | None  # head against base, in percent; None where a side has none
+
+
+def unit_changes(runs_windows: list[list[Window]], base: list[int], head: list[int]) -> list[UnitChange]:
+    """Per unit name, each compared run's count and median joules per run, and head against base
+    (`base`, `head`: the runs' positions on each side). Names in the order the runs first show them."""
+    per_run = [unit_runs(ws) for ws in runs_windows]
+    names: list[tuple[str, str]] = []
+    for rs in per_run:
+        for r in rs:
+            if (r.kind, r.name) not in names:
+                names.append((r.kind, r.name))
+    out = []
+    for kind, name in names:
+        js = [[r.joules for r in rs if r.kind == kind and r.name == name] for rs in per_run]
+        medians = [median(j) if j else None for j in js]
+        b = [medians[i] for i in base if medians[i] is not None]
+        h = [medians[i] for i in head if medians[i] is not None]
+        before = sum(b) / len(b) if b else None  # type: ignore[arg-type]
+        after = sum(h) / len(h) if h else None  # type: ignore[arg-type]
+        pct = 100.0 * (after - before) / before if before and after is not None else None
+        out.append(UnitChange(kind=kind, name=name, count=[len(j) for j in js], median_j=medians, pct=pct))
+    return out

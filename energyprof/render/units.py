@@ -72,3 +72,16 @@ def page_section(tables: list[UnitTable]) -> str:
 
 def _name_head(kind: str) -> str:
     return {"request": "route"}.get(kind, kind)
+
+
+def compare_lines(changes: list[Any]) -> list[str]:
+    """`energyprof compare`'s units of work: per name (a route), each run's median joules per run and
+    count, and the head's median against the base's."""
+    if not changes:
+        return []
+    lines = ["", "Units of work (median program energy per request or task, all sources; count in brackets):"]
+    for c in changes:
+        cells = "  ".join(f"{fmt_energy(v) if v is not None else '-':>10} ({n})" for v, n in zip(c.median_j, c.count))
+        pct = "" if c.pct is None else f"  {c.pct:+.1f}%"
+        lines.append(f"  {c.name:<28} {cells}{pct}")
+    return lines
