@@ -354,3 +354,53 @@ def test_compare_lists_joules_per_request_by_route_base_against_head() -> None:
     assert (gone.name, gone.count, gone.median_j, gone.pct) == ("GET /gone", [1, 0], [1.0, None], None)
     text = "\n".join(compare_lines([a, gone]))
     assert "GET /a" in text and "+50.0%" in text and "(0)" in text
+
+
+CONCURRENT = """
+import asyncio, httpx
+from fastapi import FastAPI
+from energyprof import energy_profile
+from energyprof.asgi import EnergyMiddleware
+
+app = FastAPI()
+a_started, b_started, release_b = asyncio.Event(), asyncio.Event(), asyncio.Event()
+
+@app.get("/jobs/{job_id}")
+async def job(job_id: int):
+    if job_id == 0:             # the first request: it ends while the second is still open
+        a_started.set()
+        await b_started.wait()
+        return {"job": 0}
+    b_started.set()
+    await release_b.wait()      # the second: until the first's response is in
+    return {"job": job_id}
+
+app.add_middleware(EnergyMiddleware)
+
+async def main():
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as c:
+        first = asyncio.create_task(c.get("/jobs/0"))
+        await a_started.wait()
+        second = asyncio.create_task(c.get("/jobs/1"))
+        a = (await first).json()["job"]
+        release_b.set()
+        return [a, (await second).json()["job"]]
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    print(asyncio.run(main()))
+"""
+
+
+def test_concurrent_requests_of_one_route_each_keep_their_own_span(tmp_path: Path) -> None:
+    """The first request of a route ends while the second is still open: each window still spans its own
+    request (a window of one name is ended by its index, not last-in-first-out)."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "conc.py").write_text(textwrap.dedent(CONCURRENT))
+    done = subprocess.run([sys.executable, "conc.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[0, 1]"
+    first, second = sorted((w for w in load(tmp_path / "p.json").windows if unit_kind(w) == "request"),
+                           key=lambda w: w.index)
+    assert first.name == second.name == "GET /jobs/{job_id}"
+    assert first.start_s < second.start_s < first.end_s < second.end_s
+    assert "window_index" not in first.loop

@@ -34,6 +34,7 @@ METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS
 UNMATCHED = "[unmatched]"
 REQUEST_FACT = "request"  # a window's fact that makes it a request (analysis/units.py reads it)
 STATUS_FACT = "status"
+WINDOW_INDEX = "window_index"  # which window of its name ends (core/ledger.py reads it; not kept)
 
 
 def route_name(method: Any, template: str | None) -> str:
@@ -56,13 +57,14 @@ def status_code(status: Any) -> int:
 class Request:
     """One request while it runs: when it began, what routing named it, how it ended."""
 
-    __slots__ = ("t0", "method", "prefix", "name", "status", "sink", "done")
+    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done")
 
     def __init__(self, method: Any, sink: Any) -> None:
         self.t0 = _perf()
         self.method = method
         self.prefix = ""  # the mounts' templates routing passed through, outermost first
         self.name: str | None = None
+        self.index = 0
         self.status = 0
         self.sink = sink
         self.done = False
@@ -135,8 +137,9 @@ def name_request(req: Request | None, template: str) -> None:
     if req is None or req.name is not None or req.done:
         return
     name = req.name = route_name(req.method, req.prefix + template)
+    req.index = _index(name)
     try:
-        req.sink.begin_window(name, _index(name), t_ns=req.t0)
+        req.sink.begin_window(name, req.index, t_ns=req.t0)
     except Exception:  # noqa: BLE001 - a profile that has ended: the request is the program's all the same
         req.done = True
 
@@ -152,8 +155,11 @@ def close_request(req: Request | None, status: Any = None) -> None:
     try:
         if req.name is None:
             name = req.name = route_name(req.method, None)
-            req.sink.begin_window(name, _index(name), t_ns=req.t0)
-        req.sink.end_window(req.name, {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status)}, t_ns=t)
+            req.index = _index(name)
+            req.sink.begin_window(name, req.index, t_ns=req.t0)
+        # the index: concurrent requests of one route end in any order, and this one's window ends
+        facts = {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status), WINDOW_INDEX: float(req.index)}
+        req.sink.end_window(req.name, facts, t_ns=t)
     except Exception:  # noqa: BLE001 - as in name_request
         pass
     if _current.get() is req:
