@@ -180,11 +180,16 @@ def check_windows(profile: object, long: str, short: str) -> None:
     assert any(n.function == "work" and n.total_energy > 0 for n, _ in profile.walk())  # type: ignore[attr-defined]
 
 
-def test_fastapi_under_uvicorn_gets_a_window_per_request_by_route_template(tmp_path: Path) -> None:
+ASGI_SERVERS = {"uvicorn": ["-m", "uvicorn", "app:app", "--port", "PORT", "--log-level", "warning"],
+                "hypercorn": ["-m", "hypercorn", "app:app", "--bind", "127.0.0.1:PORT"]}
+
+
+@pytest.mark.parametrize("server", sorted(ASGI_SERVERS))
+def test_fastapi_under_an_asgi_server_gets_a_window_per_request_by_route_template(tmp_path: Path, server: str) -> None:
+    pytest.importorskip(server)
     (tmp_path / "app.py").write_text(textwrap.dedent(FASTAPI_APP))
     paths = interleaved("/items/{i}", "/ping", "/nowhere/{i}")
-    profile, statuses, err = serve_profiled(tmp_path, ["-m", "uvicorn", "app:app", "--port", "PORT", "--log-level",
-                                                       "warning"], paths)
+    profile, statuses, err = serve_profiled(tmp_path, ASGI_SERVERS[server], paths)
     assert statuses == [200, 200, 404] * ROUNDS
     check_windows(profile, "GET /items/{item_id}", "GET /ping")
     derived = json.loads((tmp_path / "p.json").read_text())["derived"]["units"]
@@ -195,12 +200,18 @@ def test_fastapi_under_uvicorn_gets_a_window_per_request_by_route_template(tmp_p
     assert "Units of work" in (tmp_path / "r.html").read_text()
 
 
-@pytest.mark.parametrize("serve", [SERVE_WSGIREF, SERVE_WAITRESS], ids=["wsgiref", "waitress"])
-def test_flask_under_a_wsgi_server_gets_a_window_per_request_by_url_rule(tmp_path: Path, serve: str) -> None:
+WSGI_SERVERS = {"wsgiref": ["serve.py", "PORT"], "waitress": ["serve.py", "PORT"],
+                "gunicorn": ["-m", "gunicorn", "-w", "1", "--bind", "127.0.0.1:PORT", "app:app"]}
+
+
+@pytest.mark.parametrize("server", sorted(WSGI_SERVERS))
+def test_flask_under_a_wsgi_server_gets_a_window_per_request_by_url_rule(tmp_path: Path, server: str) -> None:
+    if server != "wsgiref":
+        pytest.importorskip(server)
     (tmp_path / "app.py").write_text(textwrap.dedent(FLASK_APP))
-    (tmp_path / "serve.py").write_text(textwrap.dedent(serve))
+    (tmp_path / "serve.py").write_text(textwrap.dedent({"wsgiref": SERVE_WSGIREF, "waitress": SERVE_WAITRESS}.get(server, "")))
     paths = interleaved("/items/{i}", "/ping", "/nowhere/{i}")
-    profile, statuses, err = serve_profiled(tmp_path, ["serve.py", "PORT"], paths)
+    profile, statuses, err = serve_profiled(tmp_path, WSGI_SERVERS[server], paths)
     assert statuses == [200, 200, 404] * ROUNDS
     check_windows(profile, "GET /items/<int:item_id>", "GET /ping")
 

@@ -5,8 +5,11 @@ modules below, the module's functions named here are wrapped once, after its cod
 
     uvicorn.config        Config.load: the loaded ASGI application is served through AsgiRequests
                           (gunicorn's uvicorn workers load theirs the same way)
+    hypercorn.app_wrappers  ASGIWrapper: the same, for hypercorn's ASGI applications
     wsgiref.handlers      BaseHandler.setup_environ opens a request, BaseHandler.close ends it
     waitress.task         Task.start opens a WSGI task's request, Task.finish ends it
+    gunicorn.http.wsgi    create opens a request (every gunicorn WSGI worker makes its environ there),
+                          Response.close ends it
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
                           (FastAPI's routes are Starlette's)
     flask.ctx             RequestContext.match_request: the URL rule names the request
@@ -28,7 +31,8 @@ _DONE = "__energyprof_wrapped__"
 
 
 def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
-    original = cls.__dict__.get(attr)
+    """`cls.attr` (a class's function, or a module's) replaced by `make(original)`, once."""
+    original = vars(cls).get(attr)
     if original is None or getattr(original, _DONE, False):
         return
     wrapper = make(original)
@@ -91,6 +95,33 @@ def _waitress(module: Any) -> None:
     _wrap(module.Task, "finish", make_finish)
 
 
+def _hypercorn(module: Any) -> None:
+    def make(init: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, app: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, app if isinstance(app, AsgiRequests) else AsgiRequests(app), *args, **kwargs)
+        return wrapped
+    _wrap(module.ASGIWrapper, "__init__", make)
+
+
+def _gunicorn(module: Any) -> None:
+    def make_create(create: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            resp, environ = create(*args, **kwargs)
+            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
+            return resp, environ
+        return wrapped
+
+    def make_close(close: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            try:
+                close(self)
+            finally:
+                close_request(current(), getattr(self, "status", None))
+        return wrapped
+    _wrap(module, "create", make_create)
+    _wrap(module.Response, "close", make_close)
+
+
 def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def make(matches: Callable[..., Any]) -> Callable[..., Any]:
         def wrapped(self: Any, scope: Any) -> Any:
@@ -128,6 +159,8 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "uvicorn.config": _uvicorn,
     "wsgiref.handlers": _wsgiref,
     "waitress.task": _waitress,
+    "hypercorn.app_wrappers": _hypercorn,
+    "gunicorn.http.wsgi": _gunicorn,
     "starlette.routing": _starlette,
     "flask.ctx": _flask,
 }
