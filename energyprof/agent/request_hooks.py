@@ -16,8 +16,8 @@ modules below, the module's functions named here are wrapped once, after its cod
 
 Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
 not awaited), so none stays on the stack while a request runs and the sampled stacks are the
-program's own. The finder in `sys.meta_path` answers only for those names, and only the first
-time; it is the import system's own lookup otherwise.
+program's own. The finder that calls `patch` is agent/units.py's (loaded with the sampler: this
+module, and the request's bookkeeping, load only once the program imports a server or a router).
 """
 
 from __future__ import annotations
@@ -166,7 +166,8 @@ PATCHES: dict[str, Callable[[Any], None]] = {
 }
 
 
-def _patch(name: str, module: Any) -> None:
+def patch(name: str, module: Any) -> None:
+    """Hook `module` (imported as `name`, one of PATCHES); a failure is a note, never the program's."""
     try:
         PATCHES[name](module)
     except Exception as exc:  # noqa: BLE001 - a version whose names moved: it serves, without request windows
@@ -176,37 +177,6 @@ def _patch(name: str, module: Any) -> None:
             agent.note(f"web requests through {name} are not windows in this run: {type(exc).__name__}: {exc}")
 
 
-class _Finder:
-    """Finds nothing itself: for a hooked module it asks the other finders, and patches the module
-    once its loader has run it."""
-
-    def __init__(self) -> None:
-        self._busy: set[str] = set()
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        if name not in PATCHES or name in self._busy:
-            return None
-        self._busy.add(name)
-        try:
-            spec = sys.modules["_frozen_importlib"]._find_spec(name, path, target)
-        finally:
-            self._busy.discard(name)
-        loader = getattr(spec, "loader", None)
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-
-        def exec_module(module: Any) -> None:
-            run(module)
-            _patch(name, module)
-        loader.exec_module = exec_module  # this spec's own loader: the module's __loader__ is still the loader
-        return spec
-
-    def invalidate_caches(self) -> None:
-        pass
-
-
-_finder: _Finder | None = None
 ROUTERS = ("starlette.routing", "flask.ctx")
 
 
@@ -216,17 +186,5 @@ def install_routers() -> None:
     for name in ROUTERS:
         module = sys.modules.get(name)
         if module is not None:
-            _patch(name, module)
+            patch(name, module)
 
-
-def install() -> None:
-    """Hook the servers and routers: those imported already at once, the rest as they are imported."""
-    global _finder
-    if _finder is not None:
-        return
-    _finder = _Finder()
-    for name in PATCHES:
-        module = sys.modules.get(name)
-        if module is not None:
-            _patch(name, module)
-    sys.meta_path.insert(0, _finder)

@@ -26,6 +26,7 @@ from .hooks import install as install_hooks
 from .qualnames import learn
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, charge_own, codes_of, filtered
 from .spool import Spool
+from .units import hook_requests
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -392,8 +393,6 @@ def start_agent(config: dict[str, str]) -> Agent | None:
             tracemalloc.start(1)
     _agent = agent
     agent.start()
-    from .request_hooks import install as hook_requests
-
     hook_requests()  # web servers and routers, as the program imports them: a window per request
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
