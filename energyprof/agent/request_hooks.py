@@ -73,6 +73,20 @@ def _wsgiref(module: Any) -> None:
     _wrap(module.BaseHandler, "close", make_close)
 
 
+def _ending(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A method after which the request on this thread has ended (for an instance of `kind`), with the
+    instance's `status`."""
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            try:
+                original(self)
+            finally:
+                if isinstance(self, kind):
+                    close_request(current(), getattr(self, "status", None))
+        return wrapped
+    return make
+
+
 def _waitress(module: Any) -> None:
     wsgi_task = module.WSGITask
 
@@ -83,16 +97,8 @@ def _waitress(module: Any) -> None:
                 open_request(getattr(getattr(self, "request", None), "command", None))
         return wrapped
 
-    def make_finish(finish: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            try:
-                finish(self)
-            finally:
-                if isinstance(self, wsgi_task):
-                    close_request(current(), getattr(self, "status", None))
-        return wrapped
     _wrap(module.Task, "start", make_start)
-    _wrap(module.Task, "finish", make_finish)
+    _wrap(module.Task, "finish", _ending(wsgi_task))
 
 
 def _hypercorn(module: Any) -> None:
@@ -111,15 +117,8 @@ def _gunicorn(module: Any) -> None:
             return resp, environ
         return wrapped
 
-    def make_close(close: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            try:
-                close(self)
-            finally:
-                close_request(current(), getattr(self, "status", None))
-        return wrapped
     _wrap(module, "create", make_create)
-    _wrap(module.Response, "close", make_close)
+    _wrap(module.Response, "close", _ending(object))
 
 
 def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
