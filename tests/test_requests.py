@@ -415,3 +415,15 @@ def test_concurrent_requests_of_one_route_each_keep_their_own_span(tmp_path: Pat
     assert first.name == second.name == "GET /jobs/{job_id}"
     assert first.start_s < second.start_s < first.end_s < second.end_s
     assert "window_index" not in first.loop
+
+
+def test_the_tables_show_each_route_and_escape_its_template() -> None:
+    from energyprof.render.units import console_lines, page_section
+
+    windows = [_w("GET /items/<int:item_id>", i, 0.5, 1.0 + i) for i in range(3)] + [_w("GET [unmatched]", 9, 0.1, 0.01, 404.0)]
+    tables = [unit_table(unit_runs(windows), 10.0, "request")]
+    text = "\n".join(console_lines(tables))
+    assert "requests (4;" in text and "GET /items/<int:item_id>" in text and "60.0%" in text
+    page = page_section(tables)
+    assert "GET /items/&lt;int:item_id&gt;" in page and "<int:item_id>" not in page
+    assert "<td>404</td>" in page  # the unmatched request is among the costliest four, with its status

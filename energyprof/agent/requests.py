@@ -29,6 +29,9 @@ import time
 from contextvars import ContextVar
 from typing import Any, Callable
 
+# Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
+from .wire import window_begin, window_end
+
 _perf = time.perf_counter_ns
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
 UNMATCHED = "[unmatched]"
@@ -104,14 +107,10 @@ class _SpoolSink:
         self.agent = agent
 
     def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
-        from .wire import window_begin
-
         self.agent.spool.event(window_begin(int(t_ns or _perf()), name, index))
 
     def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
                    t_ns: int | None = None) -> None:
-        from .wire import window_end
-
         self.agent.spool.event(window_end(int(t_ns or _perf()), name, False, facts))
 
 
