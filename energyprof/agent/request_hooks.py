@@ -132,7 +132,7 @@ def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]
                     if prefix:
                         req.prefix += path
                     else:
-                        name_request(req, path)
+                        name_request(req, path, getattr(self, "endpoint", None))
             return result
         return wrapped
     return make
@@ -149,7 +149,8 @@ def _flask(module: Any) -> None:
             match(self)
             rule = getattr(getattr(self, "request", None), "url_rule", None)
             if rule is not None:
-                name_request(current(), rule.rule)
+                views = getattr(getattr(self, "app", None), "view_functions", None) or {}
+                name_request(current(), rule.rule, views.get(rule.endpoint))
         return wrapped
     _wrap(module.RequestContext, "match_request", make)
 

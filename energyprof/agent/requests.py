@@ -30,6 +30,7 @@ from contextvars import ContextVar
 from typing import Any, Callable
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
+from .units import note_endpoint
 from .wire import window_begin, window_end
 
 _perf = time.perf_counter_ns
@@ -131,11 +132,14 @@ def current() -> Request | None:
     return _current.get()
 
 
-def name_request(req: Request | None, template: str) -> None:
-    """Routing chose `template` for `req`: its window begins (at the request's start), once."""
+def name_request(req: Request | None, template: str, endpoint: object = None) -> None:
+    """Routing chose `template` (and its handler, `endpoint`) for `req`: its window begins (at the
+    request's start), once; the handler's stacks are rooted at the route's node (agent/units.py)."""
     if req is None or req.name is not None or req.done:
         return
     name = req.name = route_name(req.method, req.prefix + template)
+    if endpoint is not None:
+        note_endpoint(endpoint, name)
     req.index = _index(name)
     try:
         req.sink.begin_window(name, req.index, t_ns=req.t0)
