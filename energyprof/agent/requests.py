@@ -14,9 +14,9 @@ of a WSGI server. Nothing here stays on the program's stack while the request ru
 a plain function that returns what it wraps (a coroutine, an iterable), so the sampled stacks are
 the program's own.
 
-Under `python -m energyprof`, `install()` hooks the servers and routers as they are imported
-(uvicorn, wsgiref, waitress; Starlette and FastAPI routes, Flask rules), so a program serves with
-no change; in a program profiled in-process, `energyprof.asgi.EnergyMiddleware` and
+Under `python -m energyprof`, the servers and routers are hooked as they are imported (uvicorn,
+hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask rules: agent/units.py's
+finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program profiled in-process, `energyprof.asgi.EnergyMiddleware` and
 `energyprof.wsgi.EnergyMiddleware` open the same windows. Each window's facts hold `request=1`
 and the response's `status`. Standard library only: the frameworks are never imported here.
 """
