@@ -435,3 +435,17 @@ def test_the_tables_show_each_route_and_escape_its_template() -> None:
     page = page_section(tables)
     assert "GET /items/&lt;int:item_id&gt;" in page and "<int:item_id>" not in page
     assert "<td>404</td>" in page  # the unmatched request is among the costliest four, with its status
+
+
+def test_a_middleware_under_a_hooked_server_stands_aside(tmp_path: Path) -> None:
+    """The app adds EnergyMiddleware and runs under `python -m energyprof -m uvicorn`: still one window per
+    request, from the server's hook (the middleware sees the request taken and passes it on)."""
+    (tmp_path / "app.py").write_text(textwrap.dedent(FASTAPI_APP) + textwrap.dedent("""
+        from energyprof.asgi import EnergyMiddleware
+        app.add_middleware(EnergyMiddleware)
+    """))
+    profile, statuses, _ = serve_profiled(tmp_path, ASGI_SERVERS["uvicorn"], ["/items/1", "/ping", "/items/2"])
+    assert statuses == [200, 200, 200]
+    runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
+    assert [(r.name, r.index, r.status) for r in runs] == [
+        ("GET /items/{item_id}", 0, 200), ("GET /ping", 0, 200), ("GET /items/{item_id}", 1, 200)]

@@ -16,14 +16,18 @@ the program's own.
 
 Under `python -m energyprof`, the servers and routers are hooked as they are imported (uvicorn,
 hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask rules: agent/units.py's
-finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program profiled in-process, `energyprof.asgi.EnergyMiddleware` and
-`energyprof.wsgi.EnergyMiddleware` open the same windows. Each window's facts hold `request=1`
-and the response's `status`. Standard library only: the frameworks are never imported here.
+finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
+profiled in process, `energyprof.asgi.EnergyMiddleware` and `energyprof.wsgi.EnergyMiddleware` open
+the same windows (and stand aside where a server's hook has the request already). Each window's facts
+hold `request=1`, the response's `status` and the window's index (`window_index`, which the ledger
+reads to end the right one and does not keep). Standard library only: the frameworks are never
+imported here.
 """
 
 from __future__ import annotations
 
 import _thread
+import os
 import sys
 import time
 from contextvars import ContextVar
@@ -132,6 +136,22 @@ def current() -> Request | None:
     return _current.get()
 
 
+def running() -> bool:
+    """Whether a request is open on this task or thread (a server's hook took it before a middleware)."""
+    req = _current.get()
+    return req is not None and not req.done
+
+
+def _after_fork() -> None:
+    """A forked worker (gunicorn's) starts its own count; a lock another thread held stays behind."""
+    global _lock
+    _lock = _thread.allocate_lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork)
+
+
 def name_request(req: Request | None, template: str, endpoint: object = None) -> None:
     """Routing chose `template` (and its handler, `endpoint`) for `req`: its window begins (at the
     request's start), once; the handler's stacks are rooted at the route's node (agent/units.py)."""
@@ -181,8 +201,8 @@ class AsgiRequests:
         self.app = app
 
     def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if scope.get("type") != "http":
-            return self.app(scope, receive, send)
+        if scope.get("type") != "http" or running():
+            return self.app(scope, receive, send)  # not HTTP, or a wrapper outside this one has the request
         req = open_request(scope.get("method"))
         if req is None:
             return self.app(scope, receive, send)

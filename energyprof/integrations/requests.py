@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from ..agent.request_hooks import install_routers
-from ..agent.requests import AsgiRequests, Request, close_request, open_request, status_code
+from ..agent.requests import AsgiRequests, Request, close_request, open_request, running, status_code
 
 
 class AsgiMiddleware(AsgiRequests):
@@ -35,8 +35,8 @@ class WsgiMiddleware:
         install_routers()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        req = open_request(environ.get("REQUEST_METHOD"))
-        if req is None:
+        req = None if running() else open_request(environ.get("REQUEST_METHOD"))
+        if req is None:  # nothing profiled, or the server's hook has the request already
             return self.app(environ, start_response)
 
         def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:
