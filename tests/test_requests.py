@@ -449,3 +449,19 @@ def test_a_middleware_under_a_hooked_server_stands_aside(tmp_path: Path) -> None
     runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
     assert [(r.name, r.index, r.status) for r in runs] == [
         ("GET /items/{item_id}", 0, 200), ("GET /ping", 0, 200), ("GET /items/{item_id}", 1, 200)]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["GET /a", "POST /a", "GET /b/{id}", "GET [unmatched]"]),
+                          st.floats(0, 1e3, allow_nan=False)), min_size=1, max_size=40),
+       st.floats(1e-3, 1e5, allow_nan=False))
+def test_units_table_invariants(rows: list[tuple[str, float]], program_j: float) -> None:
+    runs = [UnitRun("request", name, i, float(i), 0.5, j, 200, 1) for i, (name, j) in enumerate(rows)]
+    t = unit_table(runs, program_j, "request")
+    assert sum(g.count for g in t.groups) == t.count == len(rows)
+    assert t.total_j == pytest.approx(sum(j for _, j in rows), rel=1e-9, abs=1e-9)
+    for g in t.groups:
+        js = [j for name, j in rows if name == g.name]
+        assert min(js) <= g.median_j <= g.p95_j <= g.max_j == max(js)
+        assert g.p95_j in js and g.share == pytest.approx(g.total_j / program_j)
+    assert [g.total_j for g in t.groups] == sorted((g.total_j for g in t.groups), reverse=True)
+    assert [r.joules for r in t.costliest] == sorted((j for _, j in rows), reverse=True)[:len(t.costliest)]
