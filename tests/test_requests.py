@@ -224,6 +224,50 @@ def test_flask_under_a_wsgi_server_gets_a_window_per_request_by_url_rule(tmp_pat
     check_windows(profile, "GET /items/<int:item_id>", "GET /ping")
 
 
+DJANGO_APP = WORK + """
+import sys
+from django.conf import settings
+
+settings.configure(DEBUG=False, SECRET_KEY="x", ALLOWED_HOSTS=["*"], ROOT_URLCONF=__name__, MIDDLEWARE=[])
+
+from django.http import JsonResponse
+from django.urls import path
+
+def item(request, item_id):
+    work(4)
+    return JsonResponse({"id": item_id})
+
+def ping(request):
+    work(1)
+    return JsonResponse({"ok": True})
+
+urlpatterns = [path("items/<int:item_id>", item), path("ping", ping)]
+
+if __name__ == "__main__":
+    from wsgiref.simple_server import make_server, WSGIRequestHandler
+    from django.core.wsgi import get_wsgi_application
+
+    class Quiet(WSGIRequestHandler):
+        def log_message(self, *a):
+            pass
+
+    with make_server("127.0.0.1", int(sys.argv[1]), get_wsgi_application(), handler_class=Quiet) as server:
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+"""
+
+
+def test_django_under_wsgiref_gets_a_window_per_request_by_route(tmp_path: Path) -> None:
+    pytest.importorskip("django")
+    (tmp_path / "app.py").write_text(textwrap.dedent(DJANGO_APP))
+    paths = interleaved("/items/{i}", "/ping", "/nowhere/{i}")
+    profile, statuses, err = serve_profiled(tmp_path, ["app.py", "PORT"], paths)
+    assert statuses == [200, 200, 404] * ROUNDS
+    check_windows(profile, "GET /items/<int:item_id>", "GET /ping")
+
+
 IN_PROCESS = """
 import json, sys
 from energyprof import energy_profile

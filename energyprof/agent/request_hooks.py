@@ -13,6 +13,8 @@ modules below, the module's functions named here are wrapped once, after its cod
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
                           (FastAPI's routes are Starlette's)
     flask.ctx             RequestContext.match_request: the URL rule names the request
+    django.core.handlers.base  BaseHandler.resolve_request: the resolver match's route names it
+                          (`/items/<int:item_id>`: Django's routes have no leading slash)
 
 Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
 not awaited), so none stays on the stack while a request runs and the sampled stacks are the
@@ -155,6 +157,18 @@ def _flask(module: Any) -> None:
     _wrap(module.RequestContext, "match_request", make)
 
 
+def _django(module: Any) -> None:
+    def make(resolve: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, request: Any) -> Any:
+            match = resolve(self, request)  # Resolver404 where no route took it: the request stays unmatched
+            route = getattr(match, "route", None)
+            if isinstance(route, str):
+                name_request(current(), route if route.startswith("/") else "/" + route, getattr(match, "func", None))
+            return match
+        return wrapped
+    _wrap(module.BaseHandler, "resolve_request", make)
+
+
 PATCHES: dict[str, Callable[[Any], None]] = {
     "uvicorn.config": _uvicorn,
     "wsgiref.handlers": _wsgiref,
@@ -163,6 +177,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "gunicorn.http.wsgi": _gunicorn,
     "starlette.routing": _starlette,
     "flask.ctx": _flask,
+    "django.core.handlers.base": _django,
 }
 
 
@@ -177,7 +192,7 @@ def patch(name: str, module: Any) -> None:
             agent.note(f"web requests through {name} are not windows in this run: {type(exc).__name__}: {exc}")
 
 
-ROUTERS = ("starlette.routing", "flask.ctx")
+ROUTERS = ("starlette.routing", "flask.ctx", "django.core.handlers.base")
 
 
 def install_routers() -> None:

@@ -149,7 +149,7 @@ def _in_route(frames: list[Frame]) -> list[Frame]:
 # hooked as the program imports them (agent/request_hooks.py, loaded only then), so each request opens
 # a window of its own (agent/requests.py). These are the modules hooked (request_hooks.PATCHES).
 REQUEST_MODULES = frozenset(("uvicorn.config", "hypercorn.app_wrappers", "wsgiref.handlers", "waitress.task",
-                             "gunicorn.http.wsgi", "starlette.routing", "flask.ctx"))
+                             "gunicorn.http.wsgi", "starlette.routing", "flask.ctx", "django.core.handlers.base"))
 
 
 class _RequestFinder:
