@@ -18,10 +18,14 @@ _NAMES = {
     "ProfileFormatError": ".facts.profile",
     "load": ".facts.profile",
     "Profiler": ".drive.profiler",
+    "batch": ".batches",
 }
 
 __all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
-           "ProfileFormatError", "load", "__version__"]
+           "ProfileFormatError", "load", "batch", "__version__"]
+
+# `pytest -p energyprof`: pytest takes the package as a plugin, and loads the plugin module named here.
+pytest_plugins = ("energyprof.pytest_plugin",)
 
 
 def __getattr__(name: str) -> object:

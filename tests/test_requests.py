@@ -509,3 +509,10 @@ def test_units_table_invariants(rows: list[tuple[str, float]], program_j: float)
         assert g.p95_j in js and g.share == pytest.approx(g.total_j / program_j)
     assert [g.total_j for g in t.groups] == sorted((g.total_j for g in t.groups), reverse=True)
     assert [r.joules for r in t.costliest] == sorted((j for _, j in rows), reverse=True)[:len(t.costliest)]
+
+
+def test_the_watched_modules_are_the_hooked_ones() -> None:
+    from energyprof.agent.autoload import REQUEST_MODULES
+    from energyprof.agent.request_hooks import PATCHES
+
+    assert sorted(REQUEST_MODULES) == sorted(PATCHES)

@@ -18,8 +18,8 @@ modules below, the module's functions named here are wrapped once, after its cod
 
 Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
 not awaited), so none stays on the stack while a request runs and the sampled stacks are the
-program's own. The finder that calls `patch` is agent/units.py's (loaded with the sampler: this
-module, and the request's bookkeeping, load only once the program imports a server or a router).
+program's own. The finder that calls `patch` is agent/autoload.py's (this module, and the request's
+bookkeeping, load only once the program imports a server or a router).
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ a plain function that returns what it wraps (a coroutine, an iterable), so the s
 the program's own.
 
 Under `python -m energyprof`, the servers and routers are hooked as they are imported (uvicorn,
-hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask rules: agent/units.py's
-finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
+hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask and Django rules:
+agent/autoload.py's finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
 profiled in process, `energyprof.asgi.EnergyMiddleware` and `energyprof.wsgi.EnergyMiddleware` open
 the same windows (and stand aside where a server's hook has the request already). Each window's facts
 hold `request=1`, the response's `status` and the window's index (`window_index`, which the ledger

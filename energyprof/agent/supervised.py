@@ -26,7 +26,6 @@ from .hooks import install as install_hooks
 from .qualnames import learn
 from .sampler import HookSampler, Sampler, View, _perf, _sleep, charge_own, codes_of, filtered
 from .spool import Spool
-from .units import hook_requests
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -393,7 +392,9 @@ def start_agent(config: dict[str, str]) -> Agent | None:
             tracemalloc.start(1)
     _agent = agent
     agent.start()
-    hook_requests()  # web servers and routers, as the program imports them: a window per request
+    from .autoload import install as autoload
+
+    autoload()  # energyprof's pytest plugin, a batched generate's rows, the web servers' requests: as imported
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
     elif main and config.get("gpu_kernels") == "auto":

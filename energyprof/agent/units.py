@@ -1,5 +1,5 @@
 """Units of work of the engines that reuse one worker process for many tasks (Ray, Dask), and the
-hook that makes each web request a unit (`hook_requests`, at the end).
+route's node that roots a web request's handler (`note_endpoint`, at the end).
 
 A Ray worker runs task after task from `Worker.main_loop`, an actor's methods from its method
 executor; a Dask worker runs each task from `_run_task` on a thread of its pool. The worker's
@@ -21,7 +21,6 @@ walked once, when it is first seen), so nothing of Ray or Dask is imported.
 from __future__ import annotations
 
 import os
-import sys
 
 Frame = tuple[str, str, int]
 
@@ -144,59 +143,3 @@ def _in_route(frames: list[Frame]) -> list[Frame]:
         if node is not None:
             return [(node, "", 0), *frames[j:]]
     return frames
-
-# A web request is a unit too, but no frame names it: the servers and routers that carry requests are
-# hooked as the program imports them (agent/request_hooks.py, loaded only then), so each request opens
-# a window of its own (agent/requests.py). These are the modules hooked (request_hooks.PATCHES).
-REQUEST_MODULES = frozenset(("uvicorn.config", "hypercorn.app_wrappers", "wsgiref.handlers", "waitress.task",
-                             "gunicorn.http.wsgi", "starlette.routing", "flask.ctx", "django.core.handlers.base"))
-
-
-class _RequestFinder:
-    """In `sys.meta_path`, first: finds nothing itself. For a hooked module it asks the other finders,
-    and has the module hooked once its loader has run it; for every other name it answers None at once."""
-
-    def __init__(self) -> None:
-        self._busy: set[str] = set()
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> object:
-        if name not in REQUEST_MODULES or name in self._busy:
-            return None
-        self._busy.add(name)
-        try:
-            spec = sys.modules["_frozen_importlib"]._find_spec(name, path, target)
-        finally:
-            self._busy.discard(name)
-        loader = getattr(spec, "loader", None)
-        run = getattr(loader, "exec_module", None)
-        if run is None:
-            return spec
-
-        def exec_module(module: object) -> None:
-            run(module)
-            from .request_hooks import patch
-
-            patch(name, module)
-        loader.exec_module = exec_module  # type: ignore[union-attr]  # this spec's own loader
-        return spec
-
-    def invalidate_caches(self) -> None:
-        pass
-
-
-_finder: list[_RequestFinder] = []
-
-
-def hook_requests() -> None:
-    """Each web request a window from now on: the servers and routers imported already are hooked at
-    once, the rest as the program imports them."""
-    if _finder:
-        return
-    _finder.append(_RequestFinder())
-    loaded = [name for name in REQUEST_MODULES if name in sys.modules]
-    if loaded:
-        from .request_hooks import patch
-
-        for name in loaded:
-            patch(name, sys.modules[name])
-    sys.meta_path.insert(0, _finder[0])

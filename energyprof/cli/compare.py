@@ -114,6 +114,9 @@ def compare_cmd(argv: list[str]) -> int:
               + (f" (and {len(cmp.settings_differ) - 1} more)" if len(cmp.settings_differ) > 1 else ""), file=sys.stderr)
     if not ns.quiet:
         sys.stdout.write(render_text(cmp))
+        from ..render.unit_tables import tests_compare_text
+
+        sys.stdout.write(tests_compare_text(profiles[:base_count or 1], profiles[base_count:] if base_count else profiles[-1:]))
         for path in written:
             print(f"energyprof: wrote {path}", file=sys.stderr)
     if ns.fail_above is None or verdict is None:

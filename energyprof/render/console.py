@@ -66,6 +66,9 @@ def render_summary(model: ReportModel) -> str:
             e = node.total_energy
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
     lines.extend(unit_lines(model.unit_tables()))
+    from .unit_tables import per_test_lines, tokens_lines
+
+    lines.extend([*per_test_lines(model.profile), *tokens_lines(model.profile)])
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"

@@ -83,6 +83,9 @@ def render_page(ctx: dict[str, Any]) -> str:
     w(units_section(m.unit_tables()))
     if m.window_groups:
         w(_windows(ctx, m))
+    from .unit_tables import per_test_section, tokens_section
+
+    w(per_test_section(m.profile) + tokens_section(m.profile))
     w(_methodology(m, meta, method, gpu))
     w(f'<footer class="foot">Written by energyprof {version}. This page works offline: everything it needs is inside this file.'
       '</footer>\n\n'
