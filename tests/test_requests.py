@@ -282,8 +282,12 @@ if KIND == "asgi":
     def item(item_id: int):
         return {"id": item_id}
 
+    @app.get("/boom")
+    async def boom():
+        raise RuntimeError("boom")
+
     app.add_middleware(EnergyMiddleware)
-    get = TestClient(app).get
+    get = TestClient(app, raise_server_exceptions=False).get
 else:
     from flask import Flask
     from energyprof.wsgi import EnergyMiddleware
@@ -293,11 +297,15 @@ else:
     def item(item_id):
         return {"id": item_id}
 
+    @app.get("/boom")
+    def boom():
+        raise RuntimeError("boom")
+
     app.wsgi_app = EnergyMiddleware(app.wsgi_app)
     get = app.test_client().get
 codes = []
 with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
-    for path in ["/items/0", "/items/1", "/items/2", "/missing/7"]:
+    for path in ["/items/0", "/boom", "/items/1", "/items/2", "/missing/7"]:
         response = get(path)
         codes.append(response.status_code)
         response.close()  # as a server does once the body is sent: the request ends
@@ -311,13 +319,15 @@ def test_in_process_middleware_opens_a_window_per_request(tmp_path: Path, kind: 
     (tmp_path / "inproc.py").write_text(textwrap.dedent(IN_PROCESS))
     done = subprocess.run([sys.executable, "inproc.py", kind], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == [200, 200, 200, 404]
+    assert json.loads(done.stdout) == [200, 500, 200, 200, 404]
     profile = load(tmp_path / "p.json")
     runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
     template = "/items/{item_id}" if kind == "asgi" else "/items/<int:item_id>"
     assert [(r.name, r.index, r.status) for r in runs] == [
-        (f"GET {template}", 0, 200), (f"GET {template}", 1, 200), (f"GET {template}", 2, 200),
+        (f"GET {template}", 0, 200), ("GET /boom", 0, 500), (f"GET {template}", 1, 200), (f"GET {template}", 2, 200),
         (f"GET {UNMATCHED}", 0, 404)]
+    # the request that raised ended before the next began: its window is its own, not the rest of the run's
+    assert runs[1].start_s + runs[1].time_s <= runs[2].start_s
 
 
 # -- naming, and the table, without a server ------------------------------------------------------------

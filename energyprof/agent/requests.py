@@ -77,6 +77,11 @@ class Request:
         self.sink = sink
         self.done = False
 
+    def task_done(self, _task: Any) -> None:
+        """Its task ended before its response did: the application raised, and the server answered 500."""
+        if not self.done:
+            close_request(self, self.status or 500)
+
 
 _current: ContextVar[Request | None] = ContextVar("energyprof_request", default=None)
 _lock = _thread.allocate_lock()
@@ -222,12 +227,25 @@ class AsgiRequests:
         req = open_request(scope.get("method"))
         if req is None:
             return self.app(scope, receive, send)
+        _on_task_end(req)
         return self.app(scope, receive, _Send(send, req, scope))
 
     def __getattr__(self, name: str) -> Any:  # the wrapped application's own attributes (a server may read them)
         if name == "app":
             raise AttributeError(name)
         return getattr(self.app, name)
+
+
+def _on_task_end(req: Request) -> None:
+    """An application that raised sends no response of its own (the server answers 500 itself): the
+    request ends with its task, then, not with the run."""
+    asyncio = sys.modules.get("asyncio")
+    try:
+        task = asyncio.current_task() if asyncio is not None else None
+    except RuntimeError:  # no running loop (another event loop library's task)
+        task = None
+    if task is not None:
+        task.add_done_callback(req.task_done)
 
 
 class _Send:
