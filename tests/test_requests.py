@@ -308,7 +308,8 @@ with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.c
     for path in ["/items/0", "/boom", "/items/1", "/items/2", "/missing/7"]:
         response = get(path)
         codes.append(response.status_code)
-        response.close()  # as a server does once the body is sent: the request ends
+        if path != "/items/0":  # the first is left open, as a test client's dropped response is:
+            response.close()    # the next request on the thread ends it; the others end as a server's do
 print(json.dumps(codes))
 """
 

@@ -65,9 +65,9 @@ def status_code(status: Any) -> int:
 class Request:
     """One request while it runs: when it began, what routing named it, how it ended."""
 
-    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done")
+    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done", "by_middleware")
 
-    def __init__(self, method: Any, sink: Any) -> None:
+    def __init__(self, method: Any, sink: Any, by_middleware: bool = False) -> None:
         self.t0 = _perf()
         self.method = method
         self.prefix = ""  # the mounts' templates routing passed through, outermost first
@@ -76,6 +76,7 @@ class Request:
         self.status = 0
         self.sink = sink
         self.done = False
+        self.by_middleware = by_middleware  # opened by an in-process middleware, not by a server's hook
 
     def task_done(self, _task: Any) -> None:
         """Its task ended before its response did: the application raised, and the server answered 500."""
@@ -140,7 +141,7 @@ class _SpoolSink:
         self.agent.spool.event(window_end(int(t_ns or _perf()), name, False, facts))
 
 
-def open_request(method: Any) -> Request | None:
+def open_request(method: Any, by_middleware: bool = False) -> Request | None:
     """A request begins on this task or thread (None when nothing is profiled): later hooks find it."""
     sink = _sink()
     if sink is None:
@@ -148,7 +149,7 @@ def open_request(method: Any) -> Request | None:
     stale = _current.get()
     if stale is not None and not stale.done:
         close_request(stale)  # a thread's last request that ended without its hook (an error path)
-    req = Request(method, sink)
+    req = Request(method, sink, by_middleware)
     _current.set(req)
     return req
 
@@ -157,10 +158,12 @@ def current() -> Request | None:
     return _current.get()
 
 
-def running() -> bool:
-    """Whether a request is open on this task or thread (a server's hook took it before a middleware)."""
+def served() -> bool:
+    """Whether a server's hook has opened the request this task or thread runs, before a middleware saw it
+    (a server's hooks end or replace its requests; a middleware's request that its server never closed,
+    a test client's, is replaced by the middleware's next)."""
     req = _current.get()
-    return req is not None and not req.done
+    return req is not None and not req.done and not req.by_middleware
 
 
 def _after_fork() -> None:
@@ -217,14 +220,15 @@ class AsgiRequests:
     frame of energyprof's is on the stack while the request runs."""
 
     __slots__ = ("app",)
+    MIDDLEWARE = False  # a server's own wrapper (energyprof.asgi's middleware: True)
 
     def __init__(self, app: Callable[..., Any]) -> None:
         self.app = app
 
     def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
-        if scope.get("type") != "http" or running():
-            return self.app(scope, receive, send)  # not HTTP, or a wrapper outside this one has the request
-        req = open_request(scope.get("method"))
+        if scope.get("type") != "http" or served():
+            return self.app(scope, receive, send)  # not HTTP, or the server's wrapper has the request
+        req = open_request(scope.get("method"), self.MIDDLEWARE)
         if req is None:
             return self.app(scope, receive, send)
         _on_task_end(req)

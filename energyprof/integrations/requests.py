@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable, Iterator
 
 from ..agent.request_hooks import install_routers
-from ..agent.requests import AsgiRequests, Request, close_request, open_request, running, status_code
+from ..agent.requests import AsgiRequests, Request, close_request, open_request, served, status_code
 
 
 class AsgiMiddleware(AsgiRequests):
@@ -20,6 +20,7 @@ class AsgiMiddleware(AsgiRequests):
     soon as routing names it."""
 
     __slots__ = ()
+    MIDDLEWARE = True
 
     def __init__(self, app: Callable[..., Any]) -> None:
         super().__init__(app)
@@ -35,7 +36,7 @@ class WsgiMiddleware:
         install_routers()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        req = None if running() else open_request(environ.get("REQUEST_METHOD"))
+        req = None if served() else open_request(environ.get("REQUEST_METHOD"), by_middleware=True)
         if req is None:  # nothing profiled, or the server's hook has the request already
             return self.app(environ, start_response)
 
