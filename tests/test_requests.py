@@ -338,7 +338,8 @@ def test_a_request_no_route_took_gets_one_of_a_bounded_set_of_names(method: obje
 
 
 def test_route_names_are_method_and_template() -> None:
-    assert route_name("get", "/items/{item_id}") == "GET /items/{item_id}"
+    assert route_name("GET", "/items/{item_id}") == "GET /items/{item_id}"
+    assert route_name("get", "/items/{item_id}") == "OTHER /items/{item_id}"  # methods are case-sensitive
     assert route_name("BREW", "/pot") == "OTHER /pot"
     assert route_name(None, None) == f"OTHER {UNMATCHED}"
     assert [status_code(s) for s in (204, "404 Not Found", "bad", None)] == [204, 404, 0, 0]
@@ -527,3 +528,52 @@ def test_the_watched_modules_are_the_hooked_ones() -> None:
     from energyprof.agent.request_hooks import PATCHES
 
     assert sorted(REQUEST_MODULES) == sorted(PATCHES)
+
+
+MOUNTED = """
+import json, random, string, sys
+from starlette.applications import Starlette
+from starlette.responses import JSONResponse
+from starlette.routing import Mount, Route
+from starlette.testclient import TestClient
+from energyprof import energy_profile
+from energyprof.asgi import EnergyMiddleware
+
+async def item(request):
+    return JSONResponse({"id": request.path_params["item_id"]})
+
+api = Starlette(routes=[Route("/items/{item_id:int}", item)])
+app = Starlette(routes=[Mount("/api/{version}", app=api)])
+app.add_middleware(EnergyMiddleware)
+client = TestClient(app)
+rng = random.Random(int(sys.argv[1]))
+def raw():
+    return "".join(rng.choice(string.ascii_letters + string.digits + "-._~%") for _ in range(rng.randint(1, 12)))
+sent = []
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    for _ in range(40):
+        kind = rng.randrange(3)
+        path = (f"/api/{raw()}/items/{rng.randint(0, 10**9)}" if kind == 0 else f"/api/v1/{raw()}/{raw()}" if kind == 1
+                else f"/{raw()}")
+        method = rng.choice(["GET", "POST", "BREW", "get"])
+        sent.append([method, path, client.request(method, path).status_code])
+print(json.dumps(sent))
+"""
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_random_paths_get_names_bounded_by_the_routes(tmp_path: Path, seed: int) -> None:
+    """Random raw paths and methods through a mounted Starlette app: every window is named by a template
+    (the mount's and the route's, joined) or `[unmatched]`, never by a path it was sent."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "mounted.py").write_text(textwrap.dedent(MOUNTED))
+    done = subprocess.run([sys.executable, "mounted.py", str(seed)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    sent = json.loads(done.stdout)
+    names = [r.name for r in unit_runs(load(tmp_path / "p.json").windows)]  # type: ignore[attr-defined]
+    assert len(names) == len(sent)
+    routed = {f"{m} /api/{{version}}/items/{{item_id:int}}" for m in ("GET", "POST", "OTHER")}
+    assert set(names) <= routed | {f"{m} {UNMATCHED}" for m in (*METHODS, "OTHER")}
+    assert "GET /api/{version}/items/{item_id:int}" in names  # a third of the requests take the route
+    assert all(path not in name for _, path, _ in sent for name in names)

@@ -46,10 +46,9 @@ WINDOW_INDEX = "window_index"  # which window of its name ends (core/ledger.py r
 
 
 def route_name(method: Any, template: str | None) -> str:
-    """A request window's name: the method (HTTP's own, else `OTHER`) and the route's template
-    (`[unmatched]` when no route took the request)."""
-    m = method.upper() if isinstance(method, str) else ""
-    return f"{m if m in METHODS else 'OTHER'} {template if template else UNMATCHED}"
+    """A request window's name: the method (HTTP's own, which are case-sensitive, else `OTHER`) and the
+    route's template (`[unmatched]` when no route took the request)."""
+    return f"{method if method in METHODS else 'OTHER'} {template if template else UNMATCHED}"
 
 
 def status_code(status: Any) -> int:
@@ -271,8 +270,10 @@ class _Send:
 
 
 def _name_from_scope(req: Request, scope: dict[str, Any]) -> None:
-    """A request the routing hooks did not name (a router energyprof does not hook): Starlette's
-    `scope["route"]`, set once routing is done, holds the template."""
-    path = getattr(scope.get("route"), "path", None)
-    if isinstance(path, str):
+    """A request the routing hooks did not name (a partial match, a 405; a router energyprof does not hook):
+    Starlette's `scope["route"]`, set once routing is done, holds the route, and its `path` the template.
+    A mount there (no endpoint of its own) means no route inside it took the request: unmatched."""
+    route = scope.get("route")
+    path = getattr(route, "path", None)
+    if isinstance(path, str) and hasattr(route, "endpoint"):
         name_request(req, path)
