@@ -332,7 +332,7 @@ def test_in_process_middleware_opens_a_window_per_request(tmp_path: Path, kind: 
 
 
 # -- naming, and the table, without a server ------------------------------------------------------------
-@given(st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=4)))
+@given(st.one_of(st.none(), st.text(max_size=12), st.binary(max_size=4), st.lists(st.integers(), max_size=2)))
 def test_a_request_no_route_took_gets_one_of_a_bounded_set_of_names(method: object) -> None:
     assert route_name(method, None) in {f"{m} {UNMATCHED}" for m in (*METHODS, "OTHER")}
 

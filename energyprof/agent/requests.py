@@ -48,7 +48,8 @@ WINDOW_INDEX = "window_index"  # which window of its name ends (core/ledger.py r
 def route_name(method: Any, template: str | None) -> str:
     """A request window's name: the method (HTTP's own, which are case-sensitive, else `OTHER`) and the
     route's template (`[unmatched]` when no route took the request)."""
-    return f"{method if method in METHODS else 'OTHER'} {template if template else UNMATCHED}"
+    known = isinstance(method, str) and method in METHODS
+    return f"{method if known else 'OTHER'} {template if template else UNMATCHED}"
 
 
 def status_code(status: Any) -> int:
