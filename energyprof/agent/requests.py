@@ -65,7 +65,7 @@ def status_code(status: Any) -> int:
 class Request:
     """One request while it runs: when it began, what routing named it, how it ended."""
 
-    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done", "by_middleware")
+    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done", "by_middleware", "task")
 
     def __init__(self, method: Any, sink: Any, by_middleware: bool = False) -> None:
         self.t0 = _perf()
@@ -77,6 +77,7 @@ class Request:
         self.sink = sink
         self.done = False
         self.by_middleware = by_middleware  # opened by an in-process middleware, not by a server's hook
+        self.task: Any = None  # the asyncio task it runs in, told to end it should the application raise
 
     def task_done(self, _task: Any) -> None:
         """Its task ended before its response did: the application raised, and the server answered 500."""
@@ -211,6 +212,12 @@ def close_request(req: Request | None, status: Any = None) -> None:
         pass
     if _current.get() is req:
         _current.set(None)
+    if req.task is not None:  # a task that outlives its request (a test client's) keeps no callback per request
+        task, req.task = req.task, None
+        try:
+            task.remove_done_callback(req.task_done)
+        except Exception:  # noqa: BLE001 - a task of another kind: its callback finds the request done
+            pass
 
 
 # -- ASGI ------------------------------------------------------------------------------------
@@ -250,6 +257,7 @@ def _on_task_end(req: Request) -> None:
         task = None
     if task is not None:
         task.add_done_callback(req.task_done)
+        req.task = task
 
 
 class _Send:
