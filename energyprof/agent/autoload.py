@@ -1,4 +1,5 @@
-"""What a supervised program gets without asking: the pytest plugin, and a batched `generate`'s rows.
+"""What a supervised program gets without asking: the pytest plugin, a batched `generate`'s rows, and a
+window per web request.
 
 Under `python -m energyprof`, a process that runs pytest gets energyprof's pytest plugin (each test
 a window, budgets checked), and a process that uses Hugging Face transformers gets its batched
@@ -10,6 +11,8 @@ load as it would, and then:
   still turns it off). Neither the program's argv nor its environment changes, so a pytest in
   another environment that the program starts never hears of it.
 - `transformers.generation.utils`: `energyprof.batches.hook_generate` wraps its `generate`.
+- a web server's or router's module (REQUEST_MODULES): agent/request_hooks.py hooks it, so each
+  request is a window named by its route.
 Where energyprof itself cannot be imported (a program in another environment with the same
 Python), nothing happens. The agent imports nothing of energyprof's: the plugin is imported by
 pytest, the hook by name, only in a program that has just imported what they serve.
@@ -49,9 +52,24 @@ def _generation_utils(module: Any) -> None:
     hook(module)
 
 
+# The web servers and routers that make each request a window (agent/request_hooks.py, imported only
+# once the program imports one of them: a program that serves nothing loads none of it).
+REQUEST_MODULES = ("uvicorn.config", "hypercorn.app_wrappers", "wsgiref.handlers", "waitress.task",
+                   "gunicorn.http.wsgi", "starlette.routing", "flask.ctx", "django.core.handlers.base")
+
+
+def _requests(name: str) -> Callable[[Any], None]:
+    def after(module: Any) -> None:
+        from .request_hooks import patch
+
+        patch(name, module)
+    return after
+
+
 _AFTER: dict[str, Callable[[Any], None]] = {
     "_pytest.config": _pytest_config,
     "transformers.generation.utils": _generation_utils,
+    **{name: _requests(name) for name in REQUEST_MODULES},
 }
 
 

@@ -46,6 +46,7 @@ from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 from .training import hold_program
+from .units import UnitChange, unit_changes
 from .windows import WindowRow
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
@@ -261,6 +262,7 @@ class Comparison:
     sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
     folder: str | None = None  # the base's program folder: files are shown relative to it
     settings_differ: list[str] = field(default_factory=list)  # the machine's settings, base against head
+    units: list[UnitChange] = field(default_factory=list)  # requests by route, tasks: per run (analysis/units.py)
 
     @property
     def base_runs(self) -> list[Run]:
@@ -322,7 +324,8 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
                       _function_changes(base_models, head_models),
                       _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
                       windows, points, program, program_folder(profiles[base_ix[0]]),
-                      _settings_differ(base_models, head_models))
+                      _settings_differ(base_models, head_models),
+                      unit_changes([m.profile.windows for m in models], base_ix, head_ix))
 
 
 def _settings_differ(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[str]:

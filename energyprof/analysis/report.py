@@ -25,6 +25,7 @@ from .io import io_in_span, io_of
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
 from ..facts.records import is_forecast
+from .units import UnitTable, unit_tables
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -126,6 +127,10 @@ class ReportModel:
         """A figure as a share of the program's energy, from unrounded values (None: no program energy)."""
         return joules / self.program_j if self.program_j else None
 
+    def unit_tables(self) -> list[UnitTable]:
+        """The units of work the windows hold (requests, engine tasks), a table per kind (analysis/units.py)."""
+        return unit_tables(self.profile.windows, self.program_j)
+
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools
         (`derived` in the JSON; readers ignore it). carbon_g is the program's, machine_carbon_g the machine's."""
@@ -145,6 +150,9 @@ class ReportModel:
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
         elif self.profile.io is not None and self.profile.io.absent:
             out["io"] = {"absent": self.profile.io.absent}
+        units = self.unit_tables()
+        if units:  # per route (task, test): runs, joules per run, total, share; the costliest runs
+            out["units"] = [t.to_dict() for t in units]
         if self.forecasts:  # predicted during the run against what the passes measured
             out["forecasts"] = self.forecasts
         if self.backward_split:  # each function's forward and backward, as the table shows them

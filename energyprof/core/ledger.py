@@ -58,6 +58,10 @@ def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
 
 
+# The fact of a window's end that says which window of its name ends (its index): the same text as
+# agent/requests.py's, which writes it (the agent imports nothing of the core's).
+WINDOW_INDEX = "window_index"
+
 
 class _Weights(NamedTuple):
     """An interval's samples by (stack, process): their CPU in it, their wall time in it on a running
@@ -262,13 +266,16 @@ class Ledger:
                    facts: dict[str, float] | None = None) -> WindowTally | None:
         """End the last window opened under `name` (any, when None) by `pid` (any, when None);
         returns it (its figures are final once it is `done`), or None when none is open.
-        `facts`: numbers the program measured about the span, kept as they are (`loop`)."""
+        `facts`: numbers the program measured about the span, kept as they are (`loop`); a fact
+        WINDOW_INDEX names the index of the window that ends, not kept (concurrent requests of one
+        route end in any order, agent/requests.py)."""
+        want = facts.get(WINDOW_INDEX) if facts else None
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if (name is None or w.name == name) and (pid is None or w.pid == pid):
+            if (name is None or w.name == name) and (pid is None or w.pid == pid) and (want is None or w.index == want):
                 w.end_ns = t_ns
                 if facts:
-                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
+                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v) and k != WINDOW_INDEX}
                 del self._open_windows[i]
                 return w
         return None

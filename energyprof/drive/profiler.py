@@ -302,11 +302,12 @@ class Profiler:
         return _active is self
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
-        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge)."""
-        self._begin(name, index, t_ns)
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None, edge_io: bool = True) -> None:
+        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge);
+        `edge_io` False: no I/O counters read at the edge (a web request's, 20 us an edge)."""
+        self._begin(name, index, t_ns, edge_io)
 
-    def _begin(self, name: str, index: int | None, t_ns: int | None = None) -> int:
+    def _begin(self, name: str, index: int | None, t_ns: int | None = None, edge_io: bool = True) -> int:
         """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
         if self._feed is None:
             return -1
@@ -315,17 +316,20 @@ class Profiler:
             k = self._windows_begun
             self._windows_begun += 1
             t = self._feed.begin_window(name, index, t_ns)
-        self._io_edge(t)
+        if edge_io:
+            self._io_edge(t)
         return k
 
     def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
-                   t_ns: int | None = None) -> None:
+                   t_ns: int | None = None, edge_io: bool = True) -> None:
         """End the last window opened under `name`; `facts`: numbers measured about the span
         (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile; `t_ns`: the
-        end the caller read itself (perf_counter_ns)."""
+        end the caller read itself (perf_counter_ns); `edge_io` as for `begin_window`."""
         if self._feed is not None:
             self._cuda_sync()
-            self._io_edge(self._feed.end_window(name, facts, t_ns))
+            t = self._feed.end_window(name, facts, t_ns)
+            if edge_io:
+                self._io_edge(t)
 
     def _io_edge(self, t_ns: int) -> None:
         """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's

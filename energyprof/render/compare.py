@@ -11,6 +11,7 @@ import html
 import statistics
 from typing import Any
 
+from .units import compare_lines as unit_compare_lines
 from ..analysis.compare import ACTIVE, Change, Comparison, FunctionChange, Run, Verdict, side_means
 from ..analysis.own import short_path
 from ..analysis.pareto import front as pareto_front
@@ -124,6 +125,7 @@ def render_text(cmp: Comparison) -> str:
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
                          + f"  {_pct(w.pct) if w.compared else ''}")
+    lines += unit_compare_lines(cmp.units)
     if cmp.sweep:
         lines += ["", f"Windows {cmp.sweep} as points ({_sweep_axis(cmp)[:-4]} against time; * on the Pareto front):"]
         for pt in sorted(cmp.sweep_points, key=lambda pt: pt.time_s):

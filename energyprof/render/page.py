@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
+from .units import page_section as units_section
 from .format import esc, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
 _MISSING = object()
@@ -73,6 +74,7 @@ def render_page(ctx: dict[str, Any]) -> str:
           f'The Pareto front (no other point both faster and cheaper) is joined: {esc(front)}.</p>\n'
           f'  <div id="sweep-{i}" class="plot sweep"></div>\n{_sweep_table(name, points, ctx["sweep_choice"](name))}'
           '</section>\n')
+    w(units_section(m.unit_tables()))
     if m.window_groups:
         w(_windows(ctx, m))
     from .unit_tables import per_test_section, tokens_section

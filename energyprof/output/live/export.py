@@ -328,6 +328,9 @@ class LedgerWatch:
         self._last: tuple[int, list[float], list[float]] | None = None
         self._history: list[Figures] = []  # the last few figures sent (wall ns): the final point's power is from them
         self._metrics_at = 0
+        from .units import RequestCounters
+
+        self._requests = RequestCounters()
         self._metrics_offset = 0
 
     def __call__(self, t_ns: int) -> None:
@@ -397,9 +400,12 @@ class LedgerWatch:
                 left.append(w)
                 continue
             a = led.account(w)
+            if self._requests.add(a, self.policy):
+                continue  # a request: its route's counters, not a point of its own (output/live/units.py)
             out.extend(self.export.window_points(a.name, a.index, a.time_s, self.export.wall_ns(a.end_ns),
                                                  a.machine(), a.program(self.policy)))
         self._pending = left
+        out.extend(self._requests.points(self.export, time.time_ns()))
         self.export.emit(out)
         if self._blocks:
             keep = []
