@@ -413,7 +413,7 @@ def test_live_export_counts_requests_per_route_not_a_point_per_request() -> None
     labels = {id(p): tuple(sorted((a, b) for a, b in p.tags.items() if a != "run")) for p in energy + count}
     text = formats.exposition({(formats.metric_name(p.measurement, k), labels[id(p)]): v
                             for p in energy + count for k, v in p.fields.items()})
-    assert 'energyprof_requests_total{host="h",route="GET /items/{item_id}"} 2.0' in text
+    assert 'energyprof_requests_total{host="h",method="measured",route="GET /items/{item_id}"} 2.0' in text
     assert "energyprof_request_energy_joules_total{host=\"h\",method=\"measured\",route=" in text
     assert "route=GET\\ /items/{item_id}" in formats.line_protocol(count[0])
 
