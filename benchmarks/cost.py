@@ -105,6 +105,12 @@ def tools(work: Path, base: Path | None = None) -> dict[str, list[str]]:
     if spy:
         out["py-spy"] = [spy, "record", "-r", "100", "--subprocesses", "-o", str(work / "spy.txt"), "-f", "raw", "--",
                          sys.executable]
+    try:  # pyinstrument with its HTML renderer, as energyprof writes its page (it is a dependency of energyprof's)
+        import pyinstrument  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        out["pyinstrument"] = [sys.executable, "-m", "pyinstrument", "-r", "html", "-o", str(work / "pi.html")]
     return out
 
 
@@ -220,6 +226,27 @@ def breakdown(work: Path, env: dict[str, str], rounds: int, seconds: float, fib:
         print(f"| {label} | {1e3 * whole / secs:.1f} | {1e3 * agent / secs:.1f} | {1e3 * (whole - agent) / secs:.1f} |")
 
 
+def startup(work: Path, ts: dict[str, list[str]], env: dict[str, str], envs: dict[str, dict[str, str]],
+            rounds: int) -> None:
+    """The empty script alone, every tool in each round (order rotating): CPU over plain python's."""
+    cpu: dict[str, list[float]] = {}
+    for r in range(rounds):
+        names = list(ts)
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            cpu.setdefault(name, []).append(cpu_of([*ts[name], "empty.py"], work, envs.get(name, env), name != "py-spy"))
+    over = {t: [x - p for x, p in zip(cpu[t], cpu["plain"])] for t in ts}
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} logical CPUs, "
+          f"Python {platform.python_version()}, load average {os.getloadavg()[0]:.1f}; {rounds} rounds")
+    print("| figure | " + " | ".join(ts) + " |")
+    print("|---|" + "---|" * len(ts))
+    print("| empty script, CPU s | " + " | ".join(median_range(cpu[t]) for t in ts) + " |")
+    print("| start-up over plain, CPU s | " + " | ".join(median_range(over[t]) for t in ts) + " |")
+    if "pyinstrument" in ts:
+        print("| over pyinstrument's (same round), x | " + " | ".join(
+            median_range([x / max(1e-9, p) for x, p in zip(over[t], over["pyinstrument"])], 1, "{:.2f}")
+            if t != "plain" else "-" for t in ts) + " |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=7)
@@ -229,6 +256,8 @@ def main() -> None:
     ap.add_argument("--boot-runs", type=int, default=40)
     ap.add_argument("--base", type=Path, help="another checkout of energyprof, measured in the same rounds")
     ap.add_argument("--breakdown", type=float, metavar="S", help="CPU per second of a run, by process (see above)")
+    ap.add_argument("--startup", action="store_true",
+                    help="the empty script only: start-up CPU over plain python's, and over pyinstrument's")
     ap.add_argument("--energyprof-args", default="", help="flags for every energyprof run, one string (e.g. other intervals)")
     a = ap.parse_args()
     # What pip does at install: every module compiled once (with PYTHONDONTWRITEBYTECODE set,
@@ -255,6 +284,12 @@ def main() -> None:
     for name in ts:
         if name.startswith("energyprof"):
             ts[name] = [*ts[name], *extra]
+    if a.startup:
+        try:
+            startup(work, ts, env, envs, a.rounds)
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return
     if a.breakdown is not None:
         try:
             breakdown(work, env, a.rounds, a.breakdown, a.fib, extra)

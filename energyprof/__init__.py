@@ -18,11 +18,12 @@ _NAMES = {
     "ProfileFormatError": ".facts.profile",
     "load": ".facts.profile",
     "Profiler": ".drive.profiler",
+    "log_metrics": ".integrations.metrics",
     "batch": ".batches",
 }
 
 __all__ = ["energy_profile", "Profiler", "Measurement", "Monitor", "Profile", "Node", "Options", "OptionError",
-           "ProfileFormatError", "load", "batch", "__version__"]
+           "ProfileFormatError", "load", "log_metrics", "batch", "__version__"]
 
 # `pytest -p energyprof`: pytest takes the package as a plugin, and loads the plugin module named here.
 pytest_plugins = ("energyprof.pytest_plugin",)

@@ -127,3 +127,15 @@ def profiled(*args: str) -> list[str]:
 def plain(here: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     """The same program under plain python, for byte-for-byte comparison."""
     return subprocess.run([sys.executable, *args], cwd=here, capture_output=True, text=True, timeout=120, input=stdin)
+
+
+@pytest.fixture
+def keeper(monkeypatch):
+    """A knob Keeper (its process restores after kill -9) for a test's changes; closed at the test's end."""
+    from energyprof.knobs.keeper import Keeper
+
+    root = str(Path(__file__).resolve().parent.parent)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p))
+    held = Keeper()
+    yield held
+    held.close()

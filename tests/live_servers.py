@@ -50,15 +50,17 @@ def _wait(url: str, proc: subprocess.Popen, ok: tuple[int, ...] = (200, 204)) ->
 
 
 class Influx:
-    def __init__(self, port: int, db: str) -> None:
-        self.port, self.db = port, db
+    def __init__(self, port: int, db: str, login: tuple[str, str] | None = None) -> None:
+        self.port, self.db, self.login = port, db, login
         self.base = f"http://127.0.0.1:{port}"
         self.url = f"{self.base}/{db}"
 
     def query(self, q: str) -> list[dict]:
         """The series of one InfluxQL query: [{name, tags, columns, values}]."""
+        # influxd reads u and p from the URL's query only, never from a form body
+        auth = "?" + urllib.parse.urlencode({"u": self.login[0], "p": self.login[1]}) if self.login else ""
         data = urllib.parse.urlencode({"db": self.db, "q": q, "epoch": "ns"}).encode()
-        with urllib.request.urlopen(f"{self.base}/query", data=data, timeout=30) as resp:
+        with urllib.request.urlopen(f"{self.base}/query{auth}", data=data, timeout=30) as resp:
             out = json.loads(resp.read())
         result = out["results"][0]
         assert "error" not in result, result
@@ -69,10 +71,8 @@ class Influx:
         return [{**s.get("tags", {}), **dict(zip(s["columns"], v))} for s in self.query(q) for v in s["values"]]
 
 
-@pytest.fixture
-def influx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influx]:
+def _influxd(root: Path, login: tuple[str, str] | None) -> Iterator[Influx]:
     binary = _binary("influxd")
-    root = tmp_path_factory.mktemp("influxd")
     port, rpc = free_port(), free_port()
     (root / "influxdb.conf").write_text(f"""reporting-disabled = true
 bind-address = "127.0.0.1:{rpc}"
@@ -85,6 +85,7 @@ bind-address = "127.0.0.1:{rpc}"
 [http]
   bind-address = "127.0.0.1:{port}"
   log-enabled = false
+  auth-enabled = {'true' if login else 'false'}
 [monitor]
   store-enabled = false
 [continuous_queries]
@@ -94,7 +95,11 @@ bind-address = "127.0.0.1:{rpc}"
                             stderr=subprocess.PIPE, text=True)
     try:
         _wait(f"http://127.0.0.1:{port}/ping", proc)
-        server = Influx(port, "energy")
+        if login:  # with auth on and no user yet, the first admin may be made without a login
+            q = f"CREATE USER \"{login[0]}\" WITH PASSWORD '{login[1]}' WITH ALL PRIVILEGES"
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/query", data=urllib.parse.urlencode({"q": q}).encode(),
+                                   timeout=30).read()
+        server = Influx(port, "energy", login)
         server.query("CREATE DATABASE energy")
         yield server
     finally:
@@ -104,6 +109,17 @@ bind-address = "127.0.0.1:{rpc}"
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture
+def influx(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influx]:
+    yield from _influxd(tmp_path_factory.mktemp("influxd"), None)
+
+
+@pytest.fixture
+def influx_auth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Influx]:
+    """InfluxDB 1.x with auth-enabled: writes need the admin's login (`login`)."""
+    yield from _influxd(tmp_path_factory.mktemp("influxd"), ("admin", "S3cret&p=x"))
 
 
 class Pushgateway:

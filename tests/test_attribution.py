@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from energyprof.core import ledger_state
 import math
 
 import pytest
@@ -153,7 +154,7 @@ def test_checkpoint_state_round_trip_gives_the_same_profile(tmp_path):
     for s in rec.samples:
         if s.t1_ns <= rec.ticks[half - 1].t_ns:
             led.add_sample(s)
-    resumed = Ledger.from_state(json.loads(json.dumps(led.to_state())))
+    resumed = ledger_state.restore(json.loads(json.dumps(ledger_state.save(led))))
     for s in rec.samples:
         if s.t1_ns > rec.ticks[half - 1].t_ns:
             resumed.add_sample(s)

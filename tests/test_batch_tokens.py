@@ -353,10 +353,13 @@ assert "transformers.generation.utils" not in sys.modules and "transformers.gene
 import transformers.generation.utils as gu
 assert getattr(gu.GenerationMixin.generate, "__energyprof_generate__", False)  # the import still got the hook
 assert type(gu.__loader__).__name__ == "SourceFileLoader" and gu.__spec__.loader is gu.__loader__
-assert finder in sys.meta_path  # pytest is still watched for
+assert finder in sys.meta_path  # the others are still watched for
 import _pytest.config
 assert _pytest.config.get_config.__wrapped__ is not None and type(_pytest.config.__loader__).__name__ == "SourceFileLoader"
-assert finder not in sys.meta_path  # both seen: the import system as it was
+assert finder in sys.meta_path and "_pytest.config" not in autoload._AFTER  # the web servers' still watched for
+for name in list(autoload._AFTER):  # as if the program had imported every one of them
+    autoload._done(name)
+assert finder not in sys.meta_path  # all seen: the import system as it was
 print("ok")
 """
 

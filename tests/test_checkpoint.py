@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from energyprof.core import ledger_state
 import json
 
 import pytest
@@ -26,7 +27,7 @@ def _run(round_trip: bool) -> float:
     led.end_window(S + S // 2, "epoch")
     led.add_tick(Tick(2 * S, (2.0,), 2 * S, 0, 2 * S))
     if round_trip:
-        led = Ledger.from_state(json.loads(json.dumps(led.to_state())))
+        led = ledger_state.restore(json.loads(json.dumps(ledger_state.save(led))))
     led.add_sample(Sample(S, 2 * S, sid, S))
     led.finish()
     (w,) = led.windows

@@ -194,8 +194,9 @@ def _verdict(stderr: str, what: str = "program energy") -> tuple[float, float]:
 def test_fail_above_gates_on_program_energy(two_runs: Path) -> None:
     """One run per side: the program's total fails beyond the limit as measured (it is not a sampled figure);
     a function fails only beyond the change its sampling error could hide. The limits are put on either
-    side of what the files hold, not of a figure the machine decides."""
-    res = run_cli(["compare", "a.json", "b.json", "--fail-above", "0"], cwd=two_runs)
+    side of what the files hold, not of a figure the machine decides. `--idle all` by name: the gate's figure is
+    then the program's energy under it (power x duration), whose change the two traces set."""
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", "0"], cwd=two_runs)
     assert "Totals per source" in res.stdout
     pct, hidden = _verdict(res.stderr)
     a, b = (json.loads((two_runs / f"{n}.json").read_text())["totals"]["attributed_j"]["cpu"] for n in "ab")
@@ -203,20 +204,22 @@ def test_fail_above_gates_on_program_energy(two_runs: Path) -> None:
     low = pct - hidden
     assert res.returncode == (1 if low > 0 else 0) and ("FAIL" if low > 0 else "ok") in res.stderr
     if low > 1:
-        assert run_cli(["compare", "a.json", "b.json", "--fail-above", f"{low - 0.5:.2f}", "-q"], cwd=two_runs).returncode == 1
-    res = run_cli(["compare", "a.json", "b.json", "--fail-above", f"{max(low, 0) + 0.5:.2f}", "-q"], cwd=two_runs)
+        assert run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{low - 0.5:.2f}", "-q"],
+                       cwd=two_runs).returncode == 1
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", f"{max(low, 0) + 0.5:.2f}", "-q"],
+                  cwd=two_runs)
     assert res.returncode == 0, res.stderr
     assert res.stdout == "" and "ok" in res.stderr
-    res = run_cli(["compare", "a.json", "b.json", "--fail-above", "0", "--function", "load"], cwd=two_runs)
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--fail-above", "0", "--function", "load"], cwd=two_runs)
     pct, hidden = _verdict(res.stderr, "function load")  # the function holds most of the run's energy
     assert pct > 0 and res.returncode == (1 if pct - hidden > 0 else 0)
-    res = run_cli(["compare", "b.json", "a.json", "--fail-above", "0"], cwd=two_runs)
+    res = run_cli(["compare", "b.json", "a.json", "--idle", "all", "--fail-above", "0"], cwd=two_runs)
     assert res.returncode == 0  # less energy never fails a gate
 
 
 @pytest.mark.slow
 def test_markdown_and_text_outputs(two_runs: Path) -> None:
-    res = run_cli(["compare", "a.json", "b.json", "--label", "40 W", "--label", "60 W", "--markdown", "pr.md"],
+    res = run_cli(["compare", "a.json", "b.json", "--idle", "all", "--label", "40 W", "--label", "60 W", "--markdown", "pr.md"],
                   cwd=two_runs)
     assert res.returncode == 0, res.stderr
     md = (two_runs / "pr.md").read_text()

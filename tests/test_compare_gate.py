@@ -1,8 +1,11 @@
 """The compare gate on real repeated runs, beside two CPU hogs: identical code passes, a ~60% change fails.
 
-Under a constant replayed power trace the program's energy is its CPU share of the machine's
-energy, so the noise between repeats is the machine's: how much of the CPU the hogs (and anything
-else running) left the program in each interval. That is the noise the gate must see through."""
+Under a constant replayed power trace the program's energy under `share` is its CPU share of the
+machine's energy, so its noise between repeats is the machine's: how much of the CPU the hogs (and
+anything else running) left the program in each interval (beside two hogs, +41% with confidence for
+identical code). The gate's figure, the program's active energy, is the machine's energy times the
+program's share of its CPU capacity: under a flat trace, the power times the program's CPU over the
+CPUs, which the neighbours do not move."""
 
 from __future__ import annotations
 
@@ -80,8 +83,9 @@ def test_identical_code_passes_ten_of_ten_three_against_three(runs: Path) -> Non
         res = run_cli(["compare", "--base", *(f"a{i}.json" for i in base), "--head", *(f"a{i}.json" for i in head),
                        "--fail-above", "10", "-q"], cwd=runs)
         assert res.returncode == 0, res.stderr
-        assert re.search(r"program energy [+-]\d+\.\d% \(95% interval [+-]\d+\.\d% to [+-]\d+\.\d%, Welch's t over 3"
-                         r" and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); limit \+10%: ok",
+        assert re.search(r"program active energy [+-]\d+\.\d% \(95% interval [+-]\d+\.\d% to [+-]\d+\.\d%, Welch's t"
+                         r" over 3 and 3 runs; the smallest change these repeats can detect: \u00b1\d+\.\d%\); active"
+                         r" energy: [^;]*, idle apart(; the machine's load differed: [^;]*)?; limit \+10%: ok",
                          res.stderr), res.stderr
 
 
@@ -104,8 +108,9 @@ def test_sixty_percent_more_energy_fails(runs: Path) -> None:
 def test_one_run_per_side_says_it_cannot_separate_noise(runs: Path) -> None:
     res = run_cli(["compare", "a0.json", "a1.json", "--fail-above", "5", "-q"], cwd=runs)
     assert "cannot separate run-to-run noise" in res.stderr and "smallest change it can detect is unknown" in res.stderr
-    pct = float(re.search(r"program energy ([+-]\d+\.\d)%", res.stderr).group(1))
-    assert res.returncode == (1 if pct > 5 else 0)
+    pct = float(re.search(r"program active energy ([+-]\d+\.\d)%", res.stderr).group(1))
+    allowed = re.search(r"a change within \+(\d+\.\d)% may be the load's", res.stderr)  # the sides' loads differed
+    assert res.returncode == (1 if pct > 5 + (float(allowed.group(1)) if allowed else 0.0) else 0)
 
 
 @pytest.mark.slow
@@ -134,7 +139,7 @@ def test_one_run_per_side_on_40_and_60_watts_fails_a_ten_percent_limit(tmp_path:
         res = run_cli(["-q", "--idle", "all", "--power-trace", f"p{watts}.csv", "--json", f"w{watts}.json",
                        "-o", "/dev/null", "work.py", "1.5"], cwd=tmp_path, timeout=300, env={"ENERGYPROF_PORTABLE": "1"})
         assert res.returncode == 0, res.stderr
-    res = run_cli(["compare", "w40.json", "w60.json", "--fail-above", "10", "-q"], cwd=tmp_path)
+    res = run_cli(["compare", "w40.json", "w60.json", "--idle", "all", "--fail-above", "10", "-q"], cwd=tmp_path)
     pct = float(re.search(r"program energy ([+-]\d+\.\d)%", res.stderr).group(1))
     assert pct > 10
     assert res.returncode == 1 and res.stderr.rstrip().endswith("FAIL"), res.stderr

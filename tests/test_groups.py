@@ -4,6 +4,7 @@ in-process; the tree's naming and the comparison of two runs on the pure core.""
 
 from __future__ import annotations
 
+from energyprof.core import ledger_state
 import gzip
 import json
 import os
@@ -82,7 +83,7 @@ def test_a_group_node_is_named_with_the_threads_of_every_process_under_it():
     led.note_threads(10, alone, 7)
     for pid in (11, 12):
         led.note_process(pid, group="[processes: pool worker]")
-    p = build_profile(Ledger.from_state(json.loads(json.dumps(led.to_state()))), "share", {})  # through a checkpoint
+    p = build_profile(ledger_state.restore(json.loads(json.dumps(ledger_state.save(led)))), "share", {})  # through a checkpoint
     names = [n.function for n, _ in p.root.walk()]
     assert "[processes: pool worker x2]" in names
     assert "[threads: fetch x7]" in names  # 3 threads in one worker, 4 in the other: one node

@@ -3,6 +3,7 @@ when starting or stopping fails; the ledger's per-process books."""
 
 from __future__ import annotations
 
+from energyprof.core import ledger_state
 import json
 import os
 import subprocess
@@ -170,7 +171,7 @@ def test_checkpoint_keeps_waiting_samples_and_processes():
     led.add_tick(Tick(100, (10.0,), 100, 0, 100))
     led.add_sample(Sample(0, 50, a, 50, True, 1000, 7))  # waits: no sample has reached the second tick yet
     led.note_process(7, role="main", command="python m.py")
-    resumed = Ledger.from_state(json.loads(json.dumps(led.to_state())))
+    resumed = ledger_state.restore(json.loads(json.dumps(ledger_state.save(led))))
     assert resumed._pending == led._pending and resumed.process_info == led.process_info
     resumed.add_sample(Sample(50, 100, a, 50, True, 2000, 7))
     resumed.finish()

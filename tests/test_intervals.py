@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energyprof import load
-from energyprof.core.ledger import Ledger, is_wait
+from energyprof.core.ledger import Ledger
+from energyprof.core.waits import is_wait
 from energyprof.core.recording import Recording, Sample, StackTable, Tick
 from energyprof.core.tree import attribute, build_profile
 

@@ -12,6 +12,7 @@ import pytest
 
 from conftest import run_cli
 
+from energyprof.facts.blocks import read_io
 from energyprof.analysis.io import io_in_span
 from energyprof.collect.io import IoRecorder, read_diskstats
 
@@ -50,15 +51,15 @@ def test_a_known_read_appears_in_its_window(tmp_path: Path) -> None:
     saved = json.loads((tmp_path / "p.json").read_text())
     io = saved["io"]
     assert io["method"] == "measured" and len(io["t_s"]) == len(io["process"]["read_bytes"])
-    whole = io_in_span(io, float("-inf"), float("inf"))
+    whole = io_in_span(read_io(io), float("-inf"), float("inf"))
     if whole["process_read_mb"] < 0.1 * MB * 1.048576:
         pytest.skip(f"this file system kept the file cached after POSIX_FADV_DONTNEED ({whole['process_read_mb']:.1f} MB read)")
     read, quiet = (next(w for w in saved["windows"] if w["name"] == n) for n in ("read", "quiet"))
-    got = io_in_span(io, read["start_s"], read["end_s"])
+    got = io_in_span(read_io(io), read["start_s"], read["end_s"])
     assert got["process_read_mb"] == pytest.approx(MB * 1.048576, rel=0.10)
     assert got["disk_read_mb"] >= 0.9 * MB * 1.048576  # other processes' reads can only add to the disk's
     assert got["read_iops"] > 0
-    assert io_in_span(io, quiet["start_s"], quiet["end_s"])["process_read_mb"] < 0.05 * MB
+    assert io_in_span(read_io(io), quiet["start_s"], quiet["end_s"])["process_read_mb"] < 0.05 * MB
     assert saved["derived"]["windows_io"][0]["process_read_mb"] == pytest.approx(got["process_read_mb"])
     html = (tmp_path / "r.html").read_text()
     assert "<th title=\"measured: /proc/diskstats, all processes\">disk read (MB)</th>" in html
@@ -69,12 +70,12 @@ def test_span_interpolates_cumulative_counters() -> None:
           "process": {"read_bytes": [0, 1_000_000, 3_000_000], "write_bytes": [0, 0, 0], "syscr": [0, 10, 30]},
           "disks": {"sda": {"reads": [5, 105, 305], "read_sectors": [0, 2000, 6000], "writes": [0, 0, 0],
                             "write_sectors": [0, 0, 0], "busy_ms": [0, 500, 1500]}}}
-    got = io_in_span(io, 0.5, 1.5)
+    got = io_in_span(read_io(io), 0.5, 1.5)
     assert got["process_read_mb"] == pytest.approx(1.5)  # 0.5 -> 2.0 MB cumulative
     assert got["disk_reads"] == pytest.approx(150) and got["read_iops"] == pytest.approx(150)
     assert got["disk_read_mb"] == pytest.approx(3000 * 512 / 1e6)
     assert got["disk_busy_share"] == pytest.approx(0.75)
-    assert io_in_span(io, -5, -1)["process_read_mb"] == 0  # before the first reading: flat
+    assert io_in_span(read_io(io), -5, -1)["process_read_mb"] == 0  # before the first reading: flat
     assert io_in_span(None, 0, 1) is None
 
 
@@ -115,4 +116,4 @@ def test_a_long_run_is_thinned_and_stays_exact_at_the_readings_kept(tmp_path: Pa
     fact = rec.fact(0)
     assert len(fact["t_s"]) <= 10 and fact["t_s"][0] == 0.0 and fact["t_s"][-1] == 24.0
     assert all(b == 1000 * t for t, b in zip(fact["t_s"], fact["process"]["read_bytes"]))
-    assert io_in_span(fact, 0.0, 24.0)["process_read_mb"] == pytest.approx(0.024)
+    assert io_in_span(read_io(fact), 0.0, 24.0)["process_read_mb"] == pytest.approx(0.024)

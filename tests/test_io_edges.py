@@ -19,6 +19,7 @@ import pytest
 
 from conftest import run_cli
 
+from energyprof.facts.blocks import read_io
 from energyprof.analysis.io import io_in_span, read_rates
 from energyprof.collect.io import IoRecorder, counted_disks
 
@@ -57,7 +58,7 @@ def _check(io: dict, start_s: float, end_s: float) -> None:
     assert start_s in io["t_s"] and end_s in io["t_s"]  # readings at the edges themselves
     rchar = _rchar_mb(io, start_s, end_s)
     assert rchar == pytest.approx(KNOWN_MB, rel=0.05)
-    got = io_in_span(io, start_s, end_s)
+    got = io_in_span(read_io(io), start_s, end_s)
     if got["process_read_mb"] < 0.5 * KNOWN_MB:
         pytest.skip(f"this file system kept the file cached after POSIX_FADV_DONTNEED ({got['process_read_mb']:.1f} MB"
                     f" from the disk; rchar {rchar:.1f} MB)")
@@ -110,7 +111,7 @@ def test_the_decorator_records_io(tmp_path: Path) -> None:
     write()
     io = json.loads((tmp_path / "p.json").read_text())["io"]
     assert io["method"] == "measured" and len(io["t_s"]) >= 2
-    whole = io_in_span(io, float("-inf"), float("inf"))
+    whole = io_in_span(read_io(io), float("-inf"), float("inf"))
     wchar = (io["process"]["wchar"][-1] - io["process"]["wchar"][0]) / 1e6
     assert wchar >= 4 * 1.048576 * 0.99 and whole is not None
 
@@ -150,7 +151,7 @@ def test_a_dm_volume_over_a_disk_is_counted_once(tmp_path: Path) -> None:
     rec(1_000_000_000)
     fact = rec.fact(0)
     assert sorted(fact["disks"]) == ["nvme0n1", "sda"] and "physical disks" in fact["counted"]
-    assert io_in_span(fact, 0.0, 1.0)["disk_read_mb"] == pytest.approx(2 * gib * 512 / 1e6)  # 2 GiB, not 4 or 6
+    assert io_in_span(read_io(fact), 0.0, 1.0)["disk_read_mb"] == pytest.approx(2 * gib * 512 / 1e6)  # 2 GiB, not 4 or 6
 
 
 # -- disks come and go ---------------------------------------------------------------------------------
@@ -177,11 +178,11 @@ def test_disks_that_come_and_go_between_reads(tmp_path: Path, monkeypatch: pytes
     assert t[0] == 0.0 and t[-1] == 6.0 and len(t) <= 5
     for d in fact["disks"].values():
         assert all(len(series) == len(t) for series in d.values())
-    whole = io_in_span(fact, 0.0, 6.0)
+    whole = io_in_span(read_io(fact), 0.0, 6.0)
     # sda 6000; sdb 200 before it went, 50 from its return to its first reading, 200 after; sdc 90 since it
     # appeared (a disk first seen after the first reading began the run at 0): sectors, exact at the readings kept
     assert whole["disk_read_mb"] == pytest.approx((6000 + 200 + 50 + 200 + 90) * 512 / 1e6)
-    assert read_rates(fact, 100) is not None
+    assert read_rates(read_io(fact), 100) is not None
 
 
 def test_a_profile_with_a_disk_gone_renders(tmp_path: Path) -> None:
@@ -197,8 +198,8 @@ def test_a_profile_with_a_disk_gone_renders(tmp_path: Path) -> None:
                             "write_sectors": [0] * 4, "busy_ms": [0, 1, 2, 3]},
                     "sdb": {"reads": [0, 5], "read_sectors": [0, 50], "writes": [0, 0], "write_sectors": [0, 0],
                             "busy_ms": [0, 1]}}}
-    assert io_in_span(io, 0.0, 3.0)["disk_read_mb"] == pytest.approx(350 * 512 / 1e6)
-    assert read_rates(io, 100)["mb_s"] == pytest.approx([150 * 512 / 1e6, 100 * 512 / 1e6, 100 * 512 / 1e6])
+    assert io_in_span(read_io(io), 0.0, 3.0)["disk_read_mb"] == pytest.approx(350 * 512 / 1e6)
+    assert read_rates(read_io(io), 100)["mb_s"] == pytest.approx([150 * 512 / 1e6, 100 * 512 / 1e6, 100 * 512 / 1e6])
     fig = timeline_figure(build(_profile(io)))
     assert any(tr["name"] == "disk read (MB/s)" for tr in fig["data"])
 
@@ -220,7 +221,7 @@ def test_window_edges_are_kept_exact_and_bounded(tmp_path: Path, monkeypatch: py
     rec.edge(3_000_000_000, (0, 0, 0, 0, 358_400, 0), {"sda": (1, 700, 0, 0, 0)})
     fact = rec.fact(0)
     assert fact["t_s"] == [0.0, 2.0, 3.0, 10.0] and fact["window_edges"] == 2
-    span = io_in_span(fact, 2.0, 3.0)
+    span = io_in_span(read_io(fact), 2.0, 3.0)
     assert span["disk_read_mb"] == pytest.approx(600 * 512 / 1e6) and span["process_read_mb"] == pytest.approx(0.3072)
     monkeypatch.setattr(cio, "MAX_EDGES", 4)
     for k in range(10):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from energyprof.analysis.io import read_rates
+from energyprof.facts.blocks import read_io
 from energyprof.analysis.report import build
 from energyprof.facts.profile import IDLE_NODE
 from energyprof.facts.profile import Node
@@ -21,13 +22,13 @@ IO = {"t_s": [0.0, 1.0, 2.0, 4.0], "process": {},
 
 
 def test_read_rates_per_interval_and_pooled() -> None:
-    r = read_rates(IO, 100)
+    r = read_rates(read_io(IO), 100)
     assert r["t_s"] == [0.0, 1.0, 2.0, 4.0]
     assert r["mb_s"] == pytest.approx([10.24, 0.0, 10.24])
     assert r["iops"] == pytest.approx([100.0, 0.0, 200.0])
-    two = read_rates(IO, 2)  # pooled in pairs: [0, 2] then [2, 4]
+    two = read_rates(read_io(IO), 2)  # pooled in pairs: [0, 2] then [2, 4]
     assert two["t_s"] == [0.0, 2.0, 4.0] and two["mb_s"] == pytest.approx([5.12, 10.24])
-    assert read_rates({"absent": "no /proc"}, 100) is None
+    assert read_rates(read_io({"absent": "no /proc"}), 100) is None
 
 
 def _profile(io: dict | None) -> Profile:

@@ -24,38 +24,38 @@ ROOT = Path(__file__).resolve().parent.parent
 # ---------------------------------------------------------------- cpufreq
 
 
-def test_cpufreq_all_and_one(tmp_path):
+def test_cpufreq_all_and_one(tmp_path, keeper):
     trees.cpufreq_tree(tmp_path, cpus=3)
     knobs = {k.name: k for k in cpufreq.discover(str(tmp_path))}
     assert sorted(knobs) == ["cpu_max_freq:0", "cpu_max_freq:1", "cpu_max_freq:2", "cpu_max_freq:all"]
     all_ = knobs["cpu_max_freq:all"]
     assert (all_.range().low, all_.range().high) == (800_000, 3_600_000)
-    all_.set(1_200_000)
+    keeper.set(all_, 1_200_000)
     assert trees.max_freqs(tmp_path) == [1_200_000] * 3
-    all_.set(2_000_000)  # a second change keeps the first original
-    all_.restore()
+    keeper.set(all_, 2_000_000)  # a second change keeps the first original
+    keeper.restore()
     assert trees.max_freqs(tmp_path) == [3_000_000] * 3
     one = knobs["cpu_max_freq:1"]
-    one.set(900_000)
+    keeper.set(one, 900_000)
     assert trees.max_freqs(tmp_path) == [3_000_000, 900_000, 3_000_000]
-    one.restore()
+    keeper.restore()
     assert trees.max_freqs(tmp_path) == [3_000_000] * 3
 
 
-def test_cpufreq_restores_each_cpus_own_value(tmp_path):
+def test_cpufreq_restores_each_cpus_own_value(tmp_path, keeper):
     trees.cpufreq_tree(tmp_path, cpus=2)
     (tmp_path / "cpu1/cpufreq/scaling_max_freq").write_text("2500000\n")
     k = next(k for k in cpufreq.discover(str(tmp_path)) if k.index == "all")
-    k.set(1_000_000)
-    k.restore()
+    keeper.set(k, 1_000_000)
+    keeper.restore()
     assert trees.max_freqs(tmp_path) == [3_000_000, 2_500_000]
 
 
-def test_cpufreq_out_of_range_is_one_line_and_writes_nothing(tmp_path):
+def test_cpufreq_out_of_range_is_one_line_and_writes_nothing(tmp_path, keeper):
     trees.cpufreq_tree(tmp_path)
     k = cpufreq.discover(str(tmp_path))[0]
     with pytest.raises(KnobError) as err:
-        k.set(5_000_000)
+        keeper.set(k, 5_000_000)
     assert "\n" not in str(err.value) and "800000-3600000 kHz" in str(err.value)
     assert trees.max_freqs(tmp_path) == [3_000_000, 3_000_000]
 
@@ -69,17 +69,17 @@ def test_cpufreq_root_from_env(tmp_path, monkeypatch):
 # ---------------------------------------------------------------- RAPL
 
 
-def test_rapl_long_term_constraint_within_max(tmp_path):
+def test_rapl_long_term_constraint_within_max(tmp_path, keeper):
     trees.powercap_tree(tmp_path)
     (k,) = rapl.discover(str(tmp_path))  # the sub-zone is no package limit
     assert k.name == "cpu_power_limit:0" and k.read() == 65.0
     assert k.range().high == 125.0
-    k.set(40.5)
+    keeper.set(k, 40.5)
     assert (tmp_path / "intel-rapl:0/constraint_0_power_limit_uw").read_text() == "40500000"
     assert (tmp_path / "intel-rapl:0/constraint_1_power_limit_uw").read_text().strip() == "150000000"
     with pytest.raises(KnobError, match="outside its range 1-125 W"):
-        k.set(130)
-    k.restore()
+        keeper.set(k, 130)
+    keeper.restore()
     assert k.read() == 65.0
 
 
@@ -124,21 +124,21 @@ class FakeAmdSmi:
         self.caps[int(h[1:])] = cap
 
 
-def test_amdsmi_cap_in_watts():
+def test_amdsmi_cap_in_watts(keeper):
     lib = FakeAmdSmi([250_000_000, 200_000_000])
     knobs = amdsmi.discover(lib)
     assert [k.name for k in knobs] == ["gpu_power_limit:0", "gpu_power_limit:1"]
     assert knobs[1].read() == 200.0 and (knobs[1].range().low, knobs[1].range().high) == (100.0, 300.0)
-    knobs[1].set(150)
+    keeper.set(knobs[1], 150)
     assert lib.caps == [250_000_000, 150_000_000] and lib.calls == [("h1", 0, 150_000_000)]
-    knobs[1].restore()
+    keeper.restore()
     assert lib.caps == [250_000_000, 200_000_000]
 
 
-def test_amdsmi_refusal_is_one_line():
+def test_amdsmi_refusal_is_one_line(keeper):
     (k,) = amdsmi.discover(FakeAmdSmi([250_000_000], refuse=True))
     with pytest.raises(KnobError) as err:
-        k.set(150)
+        keeper.set(k, 150)
     assert "NO_PERM" in str(err.value) and "\n" not in str(err.value)
 
 
@@ -152,17 +152,17 @@ def test_amdsmi_absent():
 # ---------------------------------------------------------------- Jetson through a stand-in nvpmodel
 
 
-def test_nvpmodel_modes_and_set(tmp_path, monkeypatch):
+def test_nvpmodel_modes_and_set(tmp_path, monkeypatch, keeper):
     state = tmp_path / "mode"
     trees.nvpmodel(tmp_path / "bin", state, mode=0)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     (k,) = nvpmodel.discover()
     assert k.modes == {0: "15W", 1: "7W", 2: "MAXN_SUPER"} and k.read() == 0
-    k.set(2)
+    keeper.set(k, 2)
     assert state.read_text() == "2"
     with pytest.raises(KnobError, match="outside its range 0, 1, 2"):
-        k.set(3)
-    k.restore()
+        keeper.set(k, 3)
+    keeper.restore()
     assert state.read_text() == "0"
 
 
@@ -453,6 +453,7 @@ print("set", flush=True)
 sys.stdin.readline()  # the test kills the keeper process here
 try:
     keeper.set(knobs["cpu_max_freq:1"], 2000000)
+    print("set again", flush=True)  # the death was noticed first: a new keeper process holds both
 except KnobError as exc:
     print("refused:", exc, flush=True)
 keeper.restore()
@@ -461,8 +462,9 @@ print("goes on", flush=True)
 
 
 def test_a_keeper_gone_is_an_error_not_a_sigpipe(tmp_path):
-    """With SIGPIPE at its default action, a set after the keeper process died is refused (one line), what
-    was held goes back in-process, and the program goes on."""
+    """With SIGPIPE at its default action, a set after the keeper process died is never a SIGPIPE: either the
+    death was noticed first and a new keeper process holds the change, or the set is refused (one line) and
+    what was held goes back in-process; the program goes on."""
     trees.cpufreq_tree(tmp_path / "cpu", cur=3_600_000)
     mark = f"EP_TEST_MARK={os.getpid()}-{tmp_path.name}"
     env = trees.env_with(ENERGYPROF_CPUFREQ_ROOT=str(tmp_path / "cpu"), PYTHONPATH=str(ROOT),
@@ -474,7 +476,8 @@ def test_a_keeper_gone_is_an_error_not_a_sigpipe(tmp_path):
     _kill_keepers(mark)
     out, err = proc.communicate("\n", timeout=60)
     assert proc.returncode == 0, (proc.returncode, out, err)
-    assert "refused: the process that restores knobs has gone" in out and out.endswith("goes on\n")
+    assert ("refused: the process that restores knobs has gone" in out or "set again" in out) \
+        and out.endswith("goes on\n"), out
     assert trees.max_freqs(tmp_path / "cpu") == [3_600_000, 3_600_000]
 
 

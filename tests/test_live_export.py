@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.facts.profile import load
-from energyprof.output import live
+from energyprof import log_metrics
+from energyprof.output.live import export, formats, sinks
+from energyprof.setup import targets
 from test_inprocess import SOURCES, job
 
 pytest_plugins = ("live_servers",)  # the servers' fixtures: influx, pushgateway, closed_port, silent_server
@@ -68,7 +70,10 @@ def test_a_run_under_influx_leaves_its_points(tmp_path: Path, influx) -> None:
     for v in by_source.values():
         energies = [r["machine_energy_joules"] for r in v]
         assert energies == sorted(energies)
-    assert [r["machine_power_watts"] for r in by_source["cpu"][:-1]] == pytest.approx([40.0] * (len(by_source["cpu"]) - 1))
+    assert [r["machine_power_watts"] for r in by_source["cpu"]] == pytest.approx([40.0] * len(by_source["cpu"]))
+    # the last point says the run's last power (a "last power" panel ends at 40 W, not at 0 W)
+    assert by_source["cpu"][-1]["program_power_watts"] > 20.0
+    assert all(r["method"] == "measured" for r in rows)
     # each window as it ended: the profile's figures
     windows = influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")
     got = sorted((r["window"], r["index"], r["source"], r["machine_energy_joules"], r["program_energy_joules"])
@@ -112,15 +117,16 @@ def test_the_api_and_log_metrics_send_to_influx(tmp_path: Path, influx) -> None:
         for epoch in range(2):
             with prof.window("epoch", epoch):
                 time.sleep(0.3)
-            assert live.log_metrics({"forecast_energy_j": 10.0 + epoch}, step=epoch)
+            assert log_metrics({"forecast_energy_j": 10.0 + epoch}, step=epoch)
     profile = prof.profile
     run = profile.meta["live_export"]["run"]
     rows = influx.rows(f"SELECT last(program_energy_joules) FROM energyprof WHERE \"run\" = '{run}' GROUP BY \"source\"")
     assert sum(r["last"] for r in rows) == pytest.approx(_program_j(profile), rel=1e-9)
     metrics = influx.rows(f"SELECT * FROM energyprof_metric WHERE \"run\" = '{run}'")
     assert sorted((r["step"], r["forecast_energy_j"]) for r in metrics) == [("0", 10.0), ("1", 11.0)]
+    assert {r["method"] for r in metrics} == {"estimated"}  # a forecast is an estimate, and says so
     assert len(influx.rows(f"SELECT * FROM energyprof_window WHERE \"run\" = '{run}'")) == 2
-    assert not live.log_metrics({"x": 1.0})  # the run is over: nowhere to send
+    assert not log_metrics({"x": 1.0})  # the run is over: nowhere to send
     # docs/grafana-energyprof.json: every panel's query reads this run's points
     dash = json.loads((Path(__file__).parent.parent / "docs" / "grafana-energyprof.json").read_text())
     for panel in dash["panels"]:
@@ -130,7 +136,7 @@ def test_the_api_and_log_metrics_send_to_influx(tmp_path: Path, influx) -> None:
 
 
 def test_a_supervised_programs_log_metrics_reach_the_sinks(tmp_path: Path, influx) -> None:
-    program = ("import time\nfrom energyprof.output.live import log_metrics\n"
+    program = ("import time\nfrom energyprof import log_metrics\n"
                "for e in range(2):\n    time.sleep(0.2)\n    print(log_metrics({'forecast_energy_j': 5.0 * (e + 1)}, step=e))\n")
     res, profile = _run(tmp_path, "--influx", influx.url, program=program)
     assert res.returncode == 0, res.stderr
@@ -138,6 +144,7 @@ def test_a_supervised_programs_log_metrics_reach_the_sinks(tmp_path: Path, influ
     run = profile.meta["live_export"]["run"]
     metrics = influx.rows(f"SELECT * FROM energyprof_metric WHERE \"run\" = '{run}'")
     assert sorted((r["step"], r["forecast_energy_j"]) for r in metrics) == [("0", 5.0), ("1", 10.0)]
+    assert {r["method"] for r in metrics} == {"estimated"}
 
 
 def test_a_monitor_sends_its_windows_and_figures(tmp_path: Path, pushgateway) -> None:
@@ -167,9 +174,9 @@ def test_a_dead_server_costs_the_program_nothing(tmp_path: Path, dead: str, clos
     res, profile = _run(tmp_path, "--influx", f"{url}/energy", "--pushgateway", url)
     assert plain.returncode == 0
     assert (res.stdout, res.returncode) == (plain.stdout, plain.returncode)  # byte-equal output, same exit status
-    sinks = profile.meta["live_export"]["sinks"]
-    assert [s["sink"] for s in sinks] == ["influx", "pushgateway"]
-    for s in sinks:  # every point dropped and counted, and why
+    sent = profile.meta["live_export"]["sinks"]
+    assert [s["sink"] for s in sent] == ["influx", "pushgateway"]
+    for s in sent:  # every point dropped and counted, and why
         assert s["sent"] == 0 and s["dropped"] > 0 and s["error"]
     assert sum(1 for n in profile.notes if n.kind == "live-export") == 1
     lines = [line for line in res.stderr.splitlines() if "live export" in line]
@@ -178,7 +185,7 @@ def test_a_dead_server_costs_the_program_nothing(tmp_path: Path, dead: str, clos
         assert silent_server.accepted >= 1  # it was reached, and never answered: the sends timed out
     # The run's end waited at most FINISH_WAIT_S for the servers, and the program's own time holds no send:
     # its CPU (the profile's, the sends are energyprof's) is what a plain run's loop costs, not a timeout's worth.
-    assert live.FINISH_WAIT_S <= 1.0 and live.SEND_TIMEOUT_S <= 1.0
+    assert export.FINISH_WAIT_S <= 1.0 and sinks.SEND_TIMEOUT_S <= 1.0
 
 
 def test_bad_urls_are_one_line_and_exit_2(tmp_path: Path) -> None:
@@ -192,21 +199,21 @@ def test_bad_urls_are_one_line_and_exit_2(tmp_path: Path) -> None:
 
 
 def test_influx_2_requests_carry_org_bucket_and_token() -> None:
-    t = live.influx_target("http://h:8086?org=acme&bucket=power", {"INFLUX_TOKEN": "s3cret"})
+    t = targets.influx_target("http://h:8086?org=acme&bucket=power", {"INFLUX_TOKEN": "s3cret"})
     assert (t.version, t.host, t.port) == (2, "h", 8086)
     assert t.path == "/api/v2/write?org=acme&bucket=power&precision=ns"
     assert t.headers == {"Authorization": "Token s3cret"}
-    t = live.influx_target("https://h/api/v2/write", {"INFLUX_TOKEN": "k", "INFLUX_ORG": "o", "INFLUX_BUCKET": "b"})
+    t = targets.influx_target("https://h/api/v2/write", {"INFLUX_TOKEN": "k", "INFLUX_ORG": "o", "INFLUX_BUCKET": "b"})
     assert (t.scheme, t.port, t.path) == ("https", 8086, "/api/v2/write?org=o&bucket=b&precision=ns")
-    t = live.influx_target("http://h:8086/my db", {})
+    t = targets.influx_target("http://h:8086/my db", {})
     assert (t.version, t.path, t.headers) == (1, "/write?db=my%20db&precision=ns", {})
 
 
 def test_line_protocol_and_exposition_escape_names() -> None:
-    p = live.Point("energyprof_window", {"host": "h", "run": "r", "source": "cpu", "window": "a b,c=d"},
+    p = formats.Point("energyprof_window", {"host": "h", "run": "r", "source": "cpu", "window": "a b,c=d"},
                    {"seconds": 1.5, "nan": float("nan")}, 7)
-    assert live.line_protocol(p) == r"energyprof_window,host=h,run=r,source=cpu,window=a\ b\,c\=d seconds=1.5 7"
-    text = live.exposition({("energyprof_window_seconds", (("window", 'say "hi"\n'),)): 2.0})
+    assert formats.line_protocol(p) == r"energyprof_window,host=h,run=r,source=cpu,window=a\ b\,c\=d seconds=1.5 7"
+    text = formats.exposition({("energyprof_window_seconds", (("window", 'say "hi"\n'),)): 2.0})
     assert text == '# TYPE energyprof_window_seconds gauge\nenergyprof_window_seconds{window="say \\"hi\\"\\n"} 2.0\n'
 
 
@@ -227,7 +234,7 @@ def test_a_full_buffer_drops_its_oldest_and_the_end_gives_up_at_its_deadline() -
             return len(items)
 
     sink = Stuck()
-    ch = live.Channel(sink, capacity=4)
+    ch = sinks.Channel(sink, capacity=4)
     ch.put([0])
     assert sink.entered.wait(30)  # the thread took item 0 and is stuck sending it
     ch.put(range(1, 11))  # ten more into a buffer of four: 1-6 dropped, 7-10 held
@@ -295,13 +302,13 @@ def test_the_live_figures_are_the_ledgers_program_energy(data, policy) -> None:
         led.add_sample(s)
     for tk in ticks:
         led.add_tick(tk)
-    export = live.LiveExport(SimpleNamespace(), host="h", run="r")
+    run = export.LiveExport(SimpleNamespace(), host="h", run="r")
     sent: list = []
-    export.emit = sent.extend  # type: ignore[method-assign]  # no server: the points as they would go
+    run.emit = sent.extend  # type: ignore[method-assign]  # no server: the points as they would go
     try:
-        live.LedgerWatch(export, led, policy)._figures()
+        export.LedgerWatch(run, led, policy)._figures()
     finally:
-        export.finish(wait_s=0.0)
+        run.finish(wait_s=0.0)
     rows = led.process_table(policy)
     want = led.program_energy(policy)
     for i, sid in enumerate(led.source_ids):
@@ -310,3 +317,109 @@ def test_the_live_figures_are_the_ledgers_program_energy(data, policy) -> None:
         got = {p.tags["source"]: p.fields["program_energy_joules"] for p in sent}
         assert got == {sid: pytest.approx(want[i], abs=1e-12) for i, sid in enumerate(led.source_ids)}
         assert {p.tags["method"] for p in sent} == {"measured"}
+
+
+SECRET = "S3cret&p=x"  # the influx_auth fixture's admin password; `&` and `=` quoted in a URL
+
+
+@pytest.mark.parametrize("form", ["query", "userinfo"])
+def test_an_influx_1_login_is_sent_and_never_written_down(tmp_path: Path, influx_auth, form: str) -> None:
+    """A real influxd with auth-enabled: the login in the URL (?u=&p=, or USER:PASSWORD@) gets the points
+    written, and the password is in none of the profile, the page, stdout or stderr."""
+    from urllib.parse import quote
+
+    host = f"127.0.0.1:{influx_auth.port}"
+    url = (f"http://{host}/energy?u=admin&p={quote(SECRET, safe='')}" if form == "query"
+           else f"http://admin:{quote(SECRET, safe='')}@{host}/energy")
+    res, profile = _run(tmp_path, "--influx", url)
+    assert res.returncode == 0, res.stderr
+    sinks = profile.meta["live_export"]["sinks"]
+    assert sinks[0]["sent"] > 0 and sinks[0]["dropped"] == 0, sinks
+    assert "***" in sinks[0]["url"] and "admin" not in sinks[0]["url"]
+    run = profile.meta["live_export"]["run"]
+    assert influx_auth.rows(f"SELECT * FROM energyprof WHERE \"run\" = '{run}'")
+    written = [(tmp_path / "p.json").read_bytes(), (tmp_path / "r.html").read_bytes(), res.stdout.encode(),
+               res.stderr.encode()]
+    for text in (SECRET, quote(SECRET, safe=""), "S3cret"):
+        assert not any(text.encode() in w for w in written), text
+    assert not any(SECRET in a or "S3cret" in a for a in profile.meta["argv"])
+
+
+def test_a_wrong_influx_login_loses_the_points_and_says_so_without_it(tmp_path: Path, influx_auth) -> None:
+    url = f"http://127.0.0.1:{influx_auth.port}/energy?u=admin&p=Wr0ngPassw0rd"
+    res, profile = _run(tmp_path, "--influx", url)
+    assert res.returncode == 0 and res.stdout == "done\n"
+    sink = profile.meta["live_export"]["sinks"][0]
+    assert sink["sent"] == 0 and sink["dropped"] > 0 and "401" in sink["error"]
+    for where in ((tmp_path / "p.json").read_text(), (tmp_path / "r.html").read_text(), res.stderr):
+        assert "Wr0ngPassw0rd" not in where
+
+
+def test_influx_1_logins_go_in_a_header_and_bad_ones_are_one_line() -> None:
+    t = targets.influx_target("http://h:8086/db?u=ad%20min&p=p%26w", {"INFLUX_TOKEN": "tok"})
+    assert (t.version, t.path) == (1, "/write?db=db&precision=ns")  # no credential in the request line
+    assert t.headers == {"Authorization": "Basic " + __import__("base64").b64encode(b"ad min:p&w").decode()}
+    t = targets.influx_target("http://u%40x:pw@h/db", {})
+    assert t.headers["Authorization"] == "Basic " + __import__("base64").b64encode(b"u@x:pw").decode()
+    for url in ("http://h/db?u=admin", "http://h/db?p=pw", "http://h?org=o&bucket=b&u=a&p=pw",
+                "http://a:pw@h/db?u=a&p=pw"):
+        with pytest.raises(targets.TargetError) as err:
+            targets.influx_target(url, {"INFLUX_TOKEN": "t"})
+        assert "pw" not in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(targets.TargetError, match="no credentials"):
+        targets.pushgateway_target("http://a:pw@h:9091")
+
+
+@given(st.text(min_size=1, max_size=20).filter(lambda x: x.strip()), st.sampled_from(["query", "userinfo", "token"]))
+def test_a_redacted_url_holds_no_credential(secret: str, form: str) -> None:
+    from urllib.parse import parse_qsl, quote, urlsplit
+
+    q = quote(secret, safe="")
+    url = {"query": f"http://h:8086/db?u={q}&p={q}&rp=x", "userinfo": f"https://{q}:{q}@h/db",
+           "token": f"http://h?org=o&bucket=b&token={q}"}[form]
+    shown = targets.redacted(url)
+    parts = urlsplit(shown)
+    assert parts.hostname == "h" and parts.password in (None, "***") and parts.username in (None, "***")
+    secrets = {k: v for k, v in parse_qsl(parts.query, keep_blank_values=True) if k in ("u", "p", "token")}
+    assert set(secrets.values()) <= {"***"} and "***" in shown
+    assert {k: v for k, v in parse_qsl(parts.query) if k not in secrets} == (
+        {"rp": "x"} if form == "query" else {"org": "o", "bucket": "b"} if form == "token" else {})
+    argv = ["--influx", url, f"--pushgateway={url}", "--infl", url, "w.py"]
+    assert targets.redacted_argv(argv, [url, url]) == ["--influx", shown, f"--pushgateway={shown}", "--infl", shown, "w.py"]
+
+
+def test_credentials_in_a_bad_target_are_one_line_exit_2_and_never_shown(tmp_path: Path) -> None:
+    (tmp_path / "w.py").write_text("open('ran', 'w').close()\n")
+    for flags in (["--influx", "http://127.0.0.1:8086/db?u=admin"],
+                  ["--influx", "http://127.0.0.1:8086?org=o&bucket=b&u=admin&p=Sekrit99"],
+                  ["--pushgateway", "http://admin:Sekrit99@127.0.0.1:9091"]):
+        res = run_cli([*flags, "w.py"], cwd=tmp_path, env={"INFLUX_TOKEN": "tok"})
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, (flags, res.stderr)
+        assert "Sekrit99" not in res.stderr
+    assert not (tmp_path / "ran").exists()
+
+
+def test_an_extra_point_source_is_sent_with_the_figures() -> None:
+    """`add_point_source`: another module's points go out once a period and at the end, tagged as any."""
+    from types import SimpleNamespace
+
+    run = export.LiveExport(SimpleNamespace(), host="h", run="r")
+    sent: list = []
+    run.emit = sent.extend  # type: ignore[method-assign]
+    calls: list[int] = []
+
+    def requests(wall_ns: int) -> list:
+        calls.append(wall_ns)
+        return [formats.Point("energyprof_requests", run.tags("all", route="/x"), {"count": float(len(calls))}, wall_ns)]
+
+    def broken(wall_ns: int) -> list:
+        raise RuntimeError("no figures")
+
+    run.add_point_source(requests)
+    run.add_point_source(broken)
+    run.poll_point_sources(5)
+    summary = run.finish(totals=({"cpu": 1.0}, {"cpu": 0.5}), end_ns=10, wait_s=0.0)
+    assert calls == [5, 10]
+    counts = [p for p in sent if p.measurement == "energyprof_requests"]
+    assert [p.fields["count"] for p in counts] == [1.0, 2.0] and counts[0].tags["method"] == "measured"
+    assert summary["point_source_errors"] == ["RuntimeError: no figures"]

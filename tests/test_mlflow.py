@@ -404,11 +404,11 @@ def test_mlflow_costs_the_program_nothing_at_a_flat_power(tmp_path: Path, store:
 
 
 def test_log_metrics_reaches_the_run_the_windows_go_to(tmp_path: Path, store: str) -> None:
-    """`energyprof.output.live.log_metrics` (a forecast after each epoch) lands in the program's run at its step."""
+    """`energyprof.log_metrics` (a forecast after each epoch) lands in the program's run at its step."""
     import time
 
     from energyprof import energy_profile
-    from energyprof.output.live import log_metrics
+    from energyprof import log_metrics
 
     trace = tmp_path / "t.csv"
     trace.write_text("t_s,cpu\n0,40\n")

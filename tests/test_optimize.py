@@ -20,6 +20,9 @@ from energyprof.optimize import PowerLimitOptimizer
 import knob_trees
 import sim_gpu
 from sim_gpu import TIME_SCALE, FakeNvml, SimGpu, load_table, run
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
 
 TABLE = load_table()
 TESTS = os.path.dirname(__file__)
@@ -135,16 +138,16 @@ def test_no_device_is_one_line_at_construction():
     assert not plo.enabled and plo.disabled_reason
 
 
-def test_knob_reads_sets_and_restores_in_watts():
+def test_knob_reads_sets_and_restores_in_watts(keeper):
     gpu = SimGpu(TABLE, default_w=280)
     knob = NvmlPowerLimit(0, binding=FakeNvml([gpu]))
     assert knob.read() == 280 and (knob.range().low, knob.range().high) == (100, 300)
-    knob.set(150)
-    knob.set(125)
+    keeper.set(knob, 150)
+    keeper.set(knob, 125)
     assert gpu.limit_w == 125
     with pytest.raises(KnobError, match="outside its range"):
-        knob.set(350)
-    knob.restore()
+        keeper.set(knob, 350)
+    keeper.restore()
     assert gpu.limit_w == 280
 
 
@@ -633,3 +636,33 @@ def test_a_windows_time_is_one_figure_in_the_optimizer_and_the_profile(tmp_path,
     assert len(windows) == 7
     for w in windows:
         assert w.time_s == w.loop["window_time_s"] == measured[w.loop["limit_w"]][1], (w.name, w.time_s, w.loop)
+
+
+@pytest.mark.parametrize("clock", ["perf_counter", "the GPU's"])
+def test_the_optimizer_windows_a_monitor_through_the_one_protocol(tmp_path, clock):
+    """drive/windows.py: the optimizer opens and ends its windows on a Monitor as on a Profiler (edges and
+    facts handed over, nothing probed); each one it opened is ended."""
+    import time
+
+    from energyprof import Monitor
+
+    (tmp_path / "t.csv").write_text("t_s,cpu\n0,40\n")
+    gpu = SimGpu(TABLE)
+    ended: list[str] = []
+    with Monitor(power_trace=str(tmp_path / "t.csv")) as mon:
+        end = mon.end_window
+
+        def end_window(name=None, facts=None, t_ns=None):
+            ended.append(name)
+            return end(name, facts=facts, t_ns=t_ns)
+
+        mon.end_window = end_window
+        tick = time.perf_counter if clock == "perf_counter" else (lambda: gpu.clock_s)
+        plo = PowerLimitOptimizer(objective=Energy(), gpus=[0], binding=FakeNvml([gpu]), sync=lambda: None,
+                                  profiler=mon, clock=tick)
+        try:
+            run(plo, gpu, steps_needed(TABLE) + 5)
+            assert plo.state == "optimal" and mon._open == []
+        finally:
+            plo.close()
+    assert len(ended) == len(TABLE) and len(set(ended)) == len(TABLE)  # one window per limit, each ended

@@ -9,9 +9,10 @@ from conftest_report import XSS_FUNCTION, hostile_profile, small_profile
 
 from energyprof.analysis.report import RenderOptions, build
 from energyprof.record import replace
-from energyprof.render import gpu as gpu_module
+from energyprof.render import html as html_module
 from energyprof.render.html import render_html, render_html_bytes
-from energyprof.render.page import esc, truncate
+from energyprof.render.format import esc
+from energyprof.render.page import truncate
 from energyprof.render.registry import renderers
 
 
@@ -44,7 +45,7 @@ def test_program_strings_are_text_in_windows_training_gpu_and_methodology(monkey
     device = SimpleNamespace(source=evil, energy_j=1.0, idle_j=0.1, busy_s=0.5, update_period_s=0.1, short_share=0.5)
     panel = {"devices": [device], "functions": [{"function": evil, "file": evil, "line": 1, "joules": 1.0, "error_j": 0.1,
                                                   "busy_s": 0.1, "kernels": [kernel]}], "more": 0}
-    monkeypatch.setattr(gpu_module, "gpu_panel", lambda m: panel)
+    monkeypatch.setattr(html_module, "_gpu_panel", lambda m: panel)
     if model.window_groups:
         model.window_groups = [replace(model.window_groups[0], name=evil)]
     page = render_html(model)
@@ -101,7 +102,7 @@ def test_a_name_with_a_lone_surrogate_is_escaped_in_the_page_and_every_export(mo
     device = SimpleNamespace(source="gpu:0", energy_j=1.0, idle_j=0.1, busy_s=0.5, update_period_s=0.1, short_share=0.5)
     panel = {"devices": [device], "functions": [{"function": bad, "file": "f.py", "line": 1, "joules": 1.0,
                                                   "error_j": 0.1, "busy_s": 0.1, "kernels": [kernel]}], "more": 0}
-    monkeypatch.setattr(gpu_module, "gpu_panel", lambda m: panel)
+    monkeypatch.setattr(html_module, "_gpu_panel", lambda m: panel)
     page = render_html_bytes(model).decode("utf-8")  # valid UTF-8, no surrogate in it
     assert render_html(model) == page  # the page as a string (a notebook shows it) is the same
     assert "volta\\ud800sgemm" in page and "t\\ud800.py" in page

@@ -28,7 +28,11 @@ HELP_NEVER = ("dataclasses", "inspect", "json", "socket", "ctypes", "subprocess"
               "energyprof.output", "energyprof.store", "energyprof.engines")
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
 RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
-             "energyprof.collect.pagecache", "subprocess")
+             "energyprof.collect.pagecache", "subprocess",
+             # no GPU read: none of the kernels' modules, nor the report's GPU panel
+             "energyprof.collect.kernels", "energyprof.core.gpu_tree", "energyprof.render.gpu", "energyprof.analysis.gpu",
+             # no system-on-chip: none of its tools' modules
+             "energyprof.collect.sensors.soc.tegrastats", "energyprof.collect.sensors.soc.jtop")
 
 HELP = """
 import runpy, sys

@@ -4,6 +4,7 @@ the run's one policy."""
 
 from __future__ import annotations
 
+from energyprof.core import ledger_state
 import ast
 from pathlib import Path
 
@@ -156,7 +157,7 @@ def test_the_ledgers_window_is_a_typed_tally_that_a_checkpoint_keeps() -> None:
     step, inner = led.windows
     assert (step.depth, inner.depth, step.pid, step.end_ns, inner.end_ns) == (0, 1, 11, 750_000_000, None)
     assert step.loop == {"pipeline_s": 0.125}  # a figure that is not a number is not kept
-    back = Ledger.from_state(json.loads(json.dumps(led.to_state())))  # the interval is not charged yet
+    back = ledger_state.restore(json.loads(json.dumps(ledger_state.save(led))))  # the interval is not charged yet
     assert back.windows == led.windows and not any(w.done for w in back.windows)
     for ledger in (led, back):
         ledger.finish()

@@ -1,19 +1,23 @@
-"""What a supervised program gets without asking: the pytest plugin, and a batched `generate`'s rows.
+"""What a supervised program gets without asking: the pytest plugin, a batched `generate`'s rows, and a
+window per web request.
 
 Under `python -m energyprof`, a process that runs pytest gets energyprof's pytest plugin (each test
 a window, budgets checked), and a process that uses Hugging Face transformers gets its batched
-`generate` split per row (agent/generate.py). Nothing of either is imported to find out: a finder
-on `sys.meta_path` waits for the module in question to be imported by the program, lets it load as
-it would (the spec the path finder gives, the module's `__loader__` its own loader), and then:
+`generate` split per row (agent/generate.py), and a process that serves web requests a window per
+request. Nothing of these is imported to find out: a finder on `sys.meta_path` waits for the module
+in question to be imported by the program, lets it load as it would (the spec the path finder gives,
+the module's `__loader__` its own loader), and then:
 - `_pytest.config`: its `get_config` asks the new config's plugin manager to load
   `energyprof.pytest_plugin`, exactly as `-p energyprof.pytest_plugin` would (pytest imports it, so
   `-p no:...` still turns it off). Neither the program's argv nor its environment changes, so a
   pytest in another environment that the program starts never hears of it.
-- `transformers.generation.utils`: agent/generate.py wraps its `generate` (a sibling: the agent
-  imports nothing above it).
-The finder leaves `sys.meta_path` as soon as both modules have loaded; until then it is its first
-entry (docs/testing.md). Asking where a module is (`importlib.util.find_spec`) without importing it
-uses up nothing: the addition runs when the module is executed.
+- `transformers.generation.utils`: agent/generate.py wraps its `generate`.
+- a web server's or router's module (REQUEST_MODULES): agent/request_hooks.py hooks it, so each
+  request is a window named by its route.
+Each addition is a sibling module, imported once its target has loaded: the agent imports nothing
+above it. The finder leaves `sys.meta_path` once every watched module has loaded; until then it is
+its first entry (docs/testing.md). Asking where a module is (`importlib.util.find_spec`) without
+importing it uses up nothing: the addition runs when the module is executed.
 """
 
 from __future__ import annotations
@@ -47,9 +51,24 @@ def _generation_utils(module: Any) -> None:
     hook_generate(module)
 
 
+# The web servers and routers that make each request a window (agent/request_hooks.py, imported only
+# once the program imports one of them: a program that serves nothing loads none of it).
+REQUEST_MODULES = ("uvicorn.config", "hypercorn.app_wrappers", "wsgiref.handlers", "waitress.task",
+                   "gunicorn.http.wsgi", "starlette.routing", "flask.ctx", "django.core.handlers.base")
+
+
+def _requests(name: str) -> Callable[[Any], None]:
+    def after(module: Any) -> None:
+        from .request_hooks import patch
+
+        patch(name, module)
+    return after
+
+
 _AFTER: dict[str, Callable[[Any], None]] = {
     "_pytest.config": _pytest_config,
     "transformers.generation.utils": _generation_utils,
+    **{name: _requests(name) for name in REQUEST_MODULES},
 }
 
 

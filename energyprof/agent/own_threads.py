@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any, Callable
 
-__all__ = ["start", "leave_signals_to_the_program"]
+__all__ = ["start", "Thread", "leave_signals_to_the_program"]
 
 # Raised by the thread's own fault, they cannot wait in a mask (blocked, the kernel kills the process).
 _FAULTS = ("SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGTRAP", "SIGSYS", "SIGABRT")
@@ -53,6 +53,29 @@ def _run(token: object, target: Callable[..., Any], args: tuple[Any, ...]) -> No
         target(*args)
     finally:
         _alive.pop(token, None)
+
+
+class Thread:
+    """A `_thread` thread with a join: invisible to `threading`, never joined at exit."""
+
+    def __init__(self, target: Callable[..., None], *args: Any) -> None:
+        self._done = _thread.allocate_lock()
+        self._done.acquire()
+        self._target, self._args = target, args
+        start(self._run)
+
+    def _run(self) -> None:
+        try:
+            self._target(*self._args)
+        finally:
+            self._done.release()
+
+    def join(self, timeout: float = -1) -> None:
+        if self._done.acquire(timeout=timeout):
+            self._done.release()
+
+    def is_alive(self) -> bool:
+        return self._done.locked()
 
 
 def leave_signals_to_the_program() -> Any:

@@ -396,7 +396,7 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     agent.start()
     from .autoload import install as autoload
 
-    autoload()  # energyprof's pytest plugin and a batched generate's rows, once the program imports them
+    autoload()  # energyprof's pytest plugin, a batched generate's rows, the web servers' requests: as imported
     if main and config.get("gpu_kernels") == "1":
         _start_kernel_capture(agent, config)
     elif main and config.get("gpu_kernels") == "auto":

@@ -1,4 +1,5 @@
-"""Units of work of the engines that reuse one worker process for many tasks (Ray, Dask).
+"""Units of work of the engines that reuse one worker process for many tasks (Ray, Dask), and the
+route's node that roots a web request's handler (`note_endpoint`, at the end).
 
 A Ray worker runs task after task from `Worker.main_loop`, an actor's methods from its method
 executor; a Dask worker runs each task from `_run_task` on a thread of its pool. The worker's
@@ -82,7 +83,8 @@ def unit_name(engine: str, kind: str, function: str) -> str:
 
 
 def units(frames: list[Frame]) -> list[Frame]:
-    """The stack rooted at its unit of work, or unchanged when it runs no engine's task.
+    """The stack rooted at its unit of work, or unchanged when it runs no engine's task and no route's
+    handler.
 
     The innermost executor wins: an actor's method executor sits below the worker's loop, and
     a task that itself runs an engine's task locally is named for the inner one.
@@ -93,7 +95,7 @@ def units(frames: list[Frame]) -> list[Frame]:
         if hit is not None:
             found = (i, *hit)
     if found is None:
-        return frames
+        return _in_route(frames) if _endpoints else frames
     i, engine, kind = found
     j = i + 1
     while j < len(frames) and _engine_file(engine, frames[j][1]):
@@ -101,3 +103,43 @@ def units(frames: list[Frame]) -> list[Frame]:
     if j >= len(frames) or _loading(frames[j]):
         return frames  # the executor itself is running (between tasks, or loading a task's code): no unit
     return [(unit_name(engine, kind, frames[j][0]), "", 0), *frames[j:]]
+
+
+# -- web requests ---------------------------------------------------------------------------------
+REQUEST_PREFIX = "[request "
+# A route's handler, as a frame names it -> `[request GET /items/{item_id}]`: a stack that runs it is
+# rooted there (the first route that named a handler keeps it), so a route's work is one node whether
+# it ran on the event loop or on a worker thread. Learnt when routing first chooses the route, before
+# the handler runs: its stacks are first seen (and named, once) after that.
+_endpoints: dict[Frame, str] = {}
+
+
+def note_endpoint(func: object, route: str) -> None:
+    """Routing chose `func` (a route's handler, decorators unwrapped) for `route`."""
+    for _ in range(8):
+        inner = getattr(func, "__wrapped__", None)
+        if inner is None:
+            break
+        func = inner
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return
+    key = (code.co_qualname if hasattr(code, "co_qualname") else _learnt(func, code), code.co_filename,
+           code.co_firstlineno)
+    if key not in _endpoints:
+        _endpoints[key] = f"{REQUEST_PREFIX}{route}]"
+
+
+def _learnt(func: object, code: object) -> str:
+    from .qualnames import learn_function, qualname  # 3.10: names learnt from the function object
+
+    learn_function(func)  # type: ignore[arg-type]
+    return qualname(code)  # type: ignore[arg-type]
+
+
+def _in_route(frames: list[Frame]) -> list[Frame]:
+    for j, frame in enumerate(frames):
+        node = _endpoints.get(frame)
+        if node is not None:
+            return [(node, "", 0), *frames[j:]]
+    return frames

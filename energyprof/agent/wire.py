@@ -60,6 +60,8 @@ LABEL_PENDING = "\0"
 SPAWN_MAIN = "from multiprocessing.spawn import spawn_main"  # in the command line of a spawn child, and of none other
 SPOOL_SUFFIX = ".spool"
 REPLY_SUFFIX = ".windows"
+METRICS_FILE = "live-metrics.jsonl"  # the program's log_metrics lines, for the supervisor's live export
+MLFLOW_RUN_SUFFIX = ".mlflow-run"  # <pid>.mlflow-run: the program's active MLflow run
 ENCODING, ERRORS = "utf-8", "surrogatepass"
 # Frames the sampler names itself: a thread group's node, and where a followed child's process node
 # goes (a frame with line = its pid; the supervisor puts the node, and for a spawned child the stack

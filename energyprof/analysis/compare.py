@@ -16,6 +16,16 @@ The program's total is not a sampled figure: it is the machine's energy shared b
 clocks, which stack sampling does not touch (sampling only splits it among functions). Its interval
 therefore comes from the repeats' spread alone; with one run per side there is no spread, and the
 gate takes the change as measured, saying that run-to-run noise is unseen.
+
+The gate's figure is the program's *active* energy, idle kept apart as Kepler does: the machine's CPU-class
+energy times the program's share of the machine's CPU capacity (its CPU time over span x CPUs), plus its
+share of each GPU. Under `share` the program's figure holds a part of idle power that shrinks when
+neighbours arrive (identical code read +20.5% when only the load changed); capacity's share does not
+depend on what others run. Neighbours still move it through the machine's power (a busier machine draws
+more per CPU-second), by at most the ratio of the two sides' machine usage, so when the sides' loads
+(other processes' CPU share, `MachineLoad`) differ beyond what the repeats separate, the verdict says
+so and a change within that ratio does not fail. A profile without its load (an older file, a merged
+one) is gated on its program energy under the view's policy, as before.
 """
 
 from __future__ import annotations
@@ -24,9 +34,11 @@ import math
 import statistics
 from typing import Any, Sequence
 
-from ..record import field, record
+from ..record import field, record, replace
 from ..facts.profile import Node, group_role
 from ..facts.profile import Profile
+from ..facts.records import MachineLoad
+from ..core.ledger import is_gpu
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error
 from .own import program_folder
@@ -34,6 +46,7 @@ from .pareto import WindowPoint, front, window_points
 from .report import RenderOptions, ReportModel, build
 from .stats import CONFIDENCE, Interval, known_error, welch
 from .training import hold_program
+from .units import UnitChange, unit_changes
 from .windows import WindowRow
 
 MAX_TREE_NODES = 1500  # the differential icicle: plotly draws one SVG element per box
@@ -71,6 +84,8 @@ class Run:
     carbon_g: float | None = None  # the program's carbon, when the comparison was asked for carbon
     samples: int = 0  # the program's stack samples: its figure's sampling error is about 1/sqrt(samples)
     side: str = ""  # "base", "head", or "" for a run shown between them
+    active_j: float | None = None  # the gate's figure: the program's active energy (None: no load recorded)
+    load: MachineLoad | None = None  # how busy the machine was
 
     @property
     def machine_total(self) -> float:
@@ -132,11 +147,32 @@ class WindowChange:
     # the energy is the program's part of each window, as the sweep plot shows it; False: the machine's,
     # for files written before windows held the program's part
     program: bool = True
+    side: list[str] = field(default_factory=list)  # per run: "base", "head" or "" (Run.side)
+
+    @property
+    def compared(self) -> bool:
+        """Both sides have the window: its change can be given."""
+        a, b = side_means(self.mean_j, self.side)
+        return a is not None and b is not None
 
     @property
     def pct(self) -> float | None:
-        a, b = self.mean_j[0], self.mean_j[-1]
+        """The head's mean against the base's, as the verdict takes them (every run of each side)."""
+        a, b = side_means(self.mean_j, self.side)
         return (b - a) / a * 100 if a and b is not None else None
+
+
+def side_means(values: Sequence[float | None], sides: Sequence[str]) -> tuple[float | None, float | None]:
+    """The mean over the base's runs and over the head's of one figure per run (a run without it left out),
+    the means the verdict compares; without sides, the first run against the last."""
+    if not sides:
+        return (values[0] if values else None), (values[-1] if values else None)
+
+    def mean(side: str) -> float | None:
+        got = [v for v, s in zip(values, sides) if s == side and v is not None]
+        return statistics.fmean(got) if got else None
+
+    return mean("base"), mean("head")
 
 
 @record
@@ -152,6 +188,18 @@ class TreeNode:
 
 
 @record(frozen=True)
+class LoadDifference:
+    """The machine's load differed between the sides beyond what the repeats separate: other processes'
+    mean CPU share on each side (0 to 1), and the change the load alone could make of the gate's figure,
+    in percent: the base's machine usage with the head's neighbours over its own, less one (power grows
+    with usage, at most in proportion); 0 when the head's neighbours were quieter."""
+
+    base_others: float
+    head_others: float
+    allowance_pct: float
+
+
+@record(frozen=True)
 class Verdict:
     """The gate's figure: the head's mean against the base's, with its interval (in the figure's unit).
 
@@ -164,6 +212,7 @@ class Verdict:
     head: float
     interval: Interval
     sampled: bool = True  # the figure is built from stack samples (a function's), not the program's total
+    load: LoadDifference | None = None  # set when the sides' machine loads differ
 
     @property
     def repeats(self) -> bool:
@@ -196,7 +245,8 @@ class Verdict:
         if not self.base:
             return self.head > 0
         low = self.low_pct
-        return low is not None and low > limit_pct
+        allowance = self.load.allowance_pct if self.load is not None else 0.0
+        return low is not None and low > limit_pct + allowance
 
 
 @record
@@ -212,6 +262,7 @@ class Comparison:
     sweep_program: bool = True  # the points' energy is the program's (else the machine's: an older file)
     folder: str | None = None  # the base's program folder: files are shown relative to it
     settings_differ: list[str] = field(default_factory=list)  # the machine's settings, base against head
+    units: list[UnitChange] = field(default_factory=list)  # requests by route, tasks: per run (analysis/units.py)
 
     @property
     def base_runs(self) -> list[Run]:
@@ -256,7 +307,8 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
     models = [_model(p, options) for p in profiles]
     runs = [Run(names[i], paths[i], m.duration_s, dict(m.totals.energy_j), dict(m.totals.attributed_j), _methods(m),
                 carbon_g=_carbon_g(m), samples=m.profile.root.samples,
-                side="base" if i in base_ix else "head" if i in head_ix else "") for i, m in enumerate(models)]
+                side="base" if i in base_ix else "head" if i in head_ix else "", active_j=active_energy(profiles[i]),
+                load=profiles[i].load) for i, m in enumerate(models)]
     _mark_pareto(runs)
     sources: list[str] = []
     for r in runs:
@@ -264,12 +316,16 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
             if sid not in sources:
                 sources.append(sid)
     base_models, head_models = [models[i] for i in base_ix], [models[i] for i in head_ix]
-    verdict = program_gate([runs[i].program_total for i in base_ix], [runs[i].program_total for i in head_ix])
+    # an idle policy asked for by name gates on the program's energy under it; else the active energy
+    verdict = run_gate([runs[i] for i in base_ix], [runs[i] for i in head_ix],
+                       active=options is None or options.idle is None)
     points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
-    return Comparison(runs, sources, _window_rows(models), _function_changes(base_models, head_models),
+    return Comparison(runs, sources, _window_rows(models, [r.side for r in runs]),
+                      _function_changes(base_models, head_models),
                       _diff_tree(base_models[0].profile.root, head_models[-1].profile.root), verdict,
                       windows, points, program, program_folder(profiles[base_ix[0]]),
-                      _settings_differ(base_models, head_models))
+                      _settings_differ(base_models, head_models),
+                      unit_changes([m.profile.windows for m in models], base_ix, head_ix))
 
 
 def _settings_differ(base: Sequence[ReportModel], head: Sequence[ReportModel]) -> list[str]:
@@ -301,15 +357,73 @@ def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[in
     return Verdict(what, ma, mb, Interval(spread.diff, sampled.low, sampled.high, confidence, spread.df, spread.n))
 
 
-def program_gate(base: Sequence[float], head: Sequence[float], confidence: float = CONFIDENCE) -> Verdict:
+ACTIVE = "program active energy"
+LOAD_STEP = 0.05  # one run per side: loads this far apart (of the machine's CPU) are said to differ
+LOAD_FLOOR = 0.01  # with repeats, a difference below 1% of the machine's CPU is /proc/stat's 10 ms ticks
+
+
+def active_energy(p: Profile) -> float | None:
+    """The program's active energy (module docstring): the machine's CPU-class energy times the program's
+    share of its CPU capacity, plus the program's part of each GPU under `share`. None without the run's
+    load, or with GPU figures held under `all` only."""
+    load = p.load
+    if load is None or load.capacity_s <= 0:
+        return None
+    gpus = {s.id for s in p.sources if is_gpu(s.component)}
+    cpu = sum(j for sid, j in p.totals.energy_j.items() if sid not in gpus) * load.program_share
+    if not gpus:
+        return cpu
+    if "share" not in p.policies():
+        return None
+    shared = p.with_policy("share")
+    return cpu + sum(shared.totals.attributed_j.get(sid, 0.0) for sid in gpus)
+
+
+def run_gate(base: Sequence[Run], head: Sequence[Run], confidence: float = CONFIDENCE, active: bool = True) -> Verdict:
+    """The gate on the program's active energy when every run holds its load, with the loads compared;
+    else (`active` False: a policy asked for by name; or an older file) on its energy under the view's policy."""
+    if active and all(r.active_j is not None for r in (*base, *head)):
+        verdict = program_gate([r.active_j or 0.0 for r in base], [r.active_j or 0.0 for r in head], confidence,
+                               ACTIVE)
+        loads = load_difference([r.load for r in base if r.load], [r.load for r in head if r.load], confidence)
+        return replace(verdict, load=loads) if loads is not None else verdict
+    return program_gate([r.program_total for r in base], [r.program_total for r in head], confidence)
+
+
+def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad],
+                    confidence: float = CONFIDENCE) -> LoadDifference | None:
+    """The sides' loads, when they differ beyond what the repeats separate (Welch's interval of other
+    processes' CPU share excludes no difference, and by LOAD_FLOOR or more), or, with a side of one run, by
+    LOAD_STEP or more."""
+    if not base or not head:
+        return None
+    a, b = [x.others_share for x in base], [x.others_share for x in head]
+    step = abs(statistics.fmean(b) - statistics.fmean(a))
+    if len(a) >= 2 and len(b) >= 2:
+        spread = welch(a, b, confidence)
+        differ = (spread.low > 0 or spread.high < 0) and step >= LOAD_FLOOR
+    else:
+        differ = step >= LOAD_STEP
+    if not differ:
+        return None
+    # the base's machine with the head's neighbours: its own part (program and energyprof) kept, so a
+    # program that itself uses more CPU is not allowed for
+    usage = statistics.fmean(x.usage for x in base)
+    own = max(0.0, usage - statistics.fmean(a))
+    allowance = max(0.0, (min(1.0, own + statistics.fmean(b)) / usage - 1) * 100) if usage > 0 else math.inf
+    return LoadDifference(statistics.fmean(a), statistics.fmean(b), allowance)
+
+
+def program_gate(base: Sequence[float], head: Sequence[float], confidence: float = CONFIDENCE,
+                 what: str = "program energy") -> Verdict:
     """The gate on the program's total: its noise is run to run, never sampling (module docstring), so
     the interval is Welch's over the repeats, or with a side of one run the change itself."""
     ma, mb = statistics.fmean(base), statistics.fmean(head)
     if len(base) < 2 or len(head) < 2:
         diff = mb - ma
-        return Verdict("program energy", ma, mb, Interval(diff, diff, diff, confidence, None, (len(base), len(head))),
+        return Verdict(what, ma, mb, Interval(diff, diff, diff, confidence, None, (len(base), len(head))),
                        sampled=False)
-    return Verdict("program energy", ma, mb, welch(base, head, confidence), sampled=False)
+    return Verdict(what, ma, mb, welch(base, head, confidence), sampled=False)
 
 
 def _mean_error(values: Sequence[float], samples: Sequence[int]) -> float:
@@ -323,7 +437,7 @@ def _mark_pareto(runs: list[Run]) -> None:
         r.pareto = on
 
 
-def _window_rows(models: Sequence[ReportModel]) -> list[WindowChange]:
+def _window_rows(models: Sequence[ReportModel], sides: Sequence[str] = ()) -> list[WindowChange]:
     names: list[str] = []
     per_run: list[dict[str, list[WindowRow]]] = []
     for m in models:
@@ -341,7 +455,7 @@ def _window_rows(models: Sequence[ReportModel]) -> list[WindowChange]:
         rows.append(WindowChange(
             name, [len(x) for x in rs],
             [statistics.fmean(r.program if program else r.energy for r in x) if x else None for x in rs],
-            [statistics.fmean(r.window.time_s for r in x) if x else None for x in rs], program))
+            [statistics.fmean(r.window.time_s for r in x) if x else None for x in rs], program, list(sides)))
     return rows
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-SECTOR = 512
+from ..facts.blocks import IoFact
 
 
 def _at(t: list[float], values: list[int], x: float) -> float:
@@ -29,20 +29,20 @@ def _at(t: list[float], values: list[int], x: float) -> float:
     return values[k - 1] + (values[k] - values[k - 1]) * ((x - a) / (b - a) if b > a else 1.0)
 
 
-def io_in_span(io: dict[str, Any] | None, start_s: float, end_s: float) -> dict[str, float] | None:
+def io_in_span(io: IoFact | None, start_s: float, end_s: float) -> dict[str, float] | None:
     """MB read and written by the program and by the disks, read IOPS and the busiest disk's busy share,
     over [start_s, end_s]. None where the profile holds no I/O. Pure."""
-    if not io or not io.get("t_s"):
+    if io is None or not io.t_s:
         return None
-    t = io["t_s"]
+    t = io.t_s
     span = end_s - start_s
 
     def delta(series: list[int]) -> float:
         return max(0.0, _at(t, series, end_s) - _at(t, series, start_s))
 
-    proc = io.get("process") or {}
-    sector = io.get("sector_bytes", SECTOR)
-    disks = io.get("disks") or {}
+    proc = io.process
+    sector = io.sector_bytes
+    disks = io.disks
     out = {"process_read_mb": delta(proc.get("read_bytes", [0] * len(t))) / 1e6,
            "process_write_mb": delta(proc.get("write_bytes", [0] * len(t))) / 1e6,
            "process_read_calls": delta(proc.get("syscr", [0] * len(t))),
@@ -56,20 +56,20 @@ def io_in_span(io: dict[str, Any] | None, start_s: float, end_s: float) -> dict[
     return out
 
 
-def io_of(profile: Any) -> dict[str, Any] | None:
+def io_of(profile: Any) -> IoFact | None:
     """The profile's recorded I/O (None in a profile written without it, or where it is absent)."""
-    io = getattr(profile, "extra", {}).get("io")
-    return io if isinstance(io, dict) and "t_s" in io else None
+    io = profile.io
+    return io if io is not None and io.absent is None else None
 
 
-def read_rates(io: dict[str, Any] | None, max_points: int) -> dict[str, list[float]] | None:
+def read_rates(io: IoFact | None, max_points: int) -> dict[str, list[float]] | None:
     """The disks' read MB/s and read IOPS between readings, for the timeline: {t_s (each interval's start, then the
     last reading), mb_s, iops}, consecutive intervals pooled so at most max_points remain. None without readings. Pure."""
-    if not io or len(io.get("t_s") or []) < 2:
+    if io is None or len(io.t_s) < 2:
         return None
-    t = io["t_s"]
-    disks = (io.get("disks") or {}).values()
-    sector = io.get("sector_bytes", SECTOR)
+    t = io.t_s
+    disks = io.disks.values()
+    sector = io.sector_bytes
     step = max(1, -(-(len(t) - 1) // max(1, max_points)))
     out: dict[str, list[float]] = {"t_s": [], "mb_s": [], "iops": []}
     def moved(series: list[int], a: int, b: int) -> int:  # a short series (a disk gone) holds its last value

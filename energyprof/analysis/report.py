@@ -27,6 +27,7 @@ from .tokens import is_batch_window
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
 from ..facts.records import is_forecast
+from .units import UnitTable, unit_tables
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
 
@@ -76,7 +77,6 @@ class ReportModel:
     peak_power_w: float | None
     duration_s: float
     meta: dict[str, Any]
-    chart_collapsed: ChartNode | None = None  # no longer built: the page folds groups itself
     # every other frame's self energy, by the library or import it ran in (largest first)
     groups: list[Group] = field(default_factory=list)
     own: list[FunctionRow] = field(default_factory=list)  # every one of the user's function rows (`top` is its head)
@@ -129,6 +129,10 @@ class ReportModel:
         """A figure as a share of the program's energy, from unrounded values (None: no program energy)."""
         return joules / self.program_j if self.program_j else None
 
+    def unit_tables(self) -> list[UnitTable]:
+        """The units of work the windows hold (requests, engine tasks), a table per kind (analysis/units.py)."""
+        return unit_tables(self.profile.windows, self.program_j)
+
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools
         (`derived` in the JSON; readers ignore it). carbon_g is the program's, machine_carbon_g the machine's."""
@@ -146,8 +150,11 @@ class ReportModel:
             out["windows_io"] = [{"name": w.name, "index": w.index, **(io_in_span(io, w.start_s, w.end_s) or {})}
                                  for w in self.profile.windows]
             out["io"] = io_in_span(io, float("-inf"), float("inf"))
-        elif (self.profile.extra.get("io") or {}).get("absent"):
-            out["io"] = {"absent": self.profile.extra["io"]["absent"]}
+        elif self.profile.io is not None and self.profile.io.absent:
+            out["io"] = {"absent": self.profile.io.absent}
+        units = self.unit_tables()
+        if units:  # per route (task, test): runs, joules per run, total, share; the costliest runs
+            out["units"] = [t.to_dict() for t in units]
         if self.forecasts:  # predicted during the run against what the passes measured
             out["forecasts"] = self.forecasts
         if self.backward_split:  # each function's forward and backward, as the table shows them
@@ -198,10 +205,11 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         for r in window_rows:
             r.carbon_g, r.cost = grams[id(r.window)], figures.cost(r.window.energy_j)
     notes = list(view.notes) + [Note("carbon", m) for m in (figures.notes if figures else [])]
-    absent = (view.extra.get("io") or {}).get("absent")
+    io = view.io
+    absent = io.absent if io is not None else None
     if absent:  # collect/io.py found no /proc here (macOS): said, not left blank
         notes.append(Note("io", f"{absent}: no MB read, IOPS or disk busy time in this report"))
-    counted = (view.extra.get("io") or {}).get("counted")
+    counted = io.counted if io is not None else None
     # which block devices the disk figures add up, and where a window's bytes come from (Methodology only)
     io_method = (f"disk I/O (/proc/diskstats) counts the {counted}; a window's bytes are the counters read at its own"
                  " edges, in the program") if counted else None

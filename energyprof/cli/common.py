@@ -7,8 +7,6 @@ imports neither the Options class nor the checks, which come with the first comm
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..facts.policy import IDLE_POLICIES
@@ -28,36 +26,8 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
-    _width: int | None = None
-
     def error(self, message: str) -> NoReturn:  # one line, not usage + line
         raise UsageError(message)
-
-    def _get_formatter(self) -> argparse.HelpFormatter:
-        # argparse makes a formatter for every argument added (to check its metavar), and each asks
-        # shutil for the terminal's width: importing shutil (and the compressors it imports) was 2 ms
-        # of every run's start. The width is read as shutil reads it, once a parser.
-        if self._width is None:
-            self._width = terminal_columns() - 2
-        formatter = self.formatter_class(prog=self.prog, width=self._width)  # type: ignore[call-arg]
-        if hasattr(formatter, "_set_color"):  # 3.14's colours, as argparse's own _get_formatter sets them
-            formatter._set_color(getattr(self, "color", False))
-        return formatter
-
-
-def terminal_columns() -> int:
-    """The terminal's width as `shutil.get_terminal_size().columns` gives it: $COLUMNS, else stdout's
-    terminal, else 80."""
-    try:
-        columns = int(os.environ.get("COLUMNS", "0"))
-    except ValueError:
-        columns = 0
-    if columns <= 0:
-        try:
-            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
-        except (AttributeError, ValueError, OSError):
-            columns = 0
-    return columns or 80
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:

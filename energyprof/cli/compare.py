@@ -20,8 +20,10 @@ def build_compare_parser() -> Parser:
     p.add_argument("--label", action="append", help="a name for each run, in order, or with --base/--head one per"
                    " side (default: its command line, paths relative to here)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 when the head's program energy is more than PCT percent above the base's with 95%%"
-                        " confidence (Welch's t over repeats; one run per side: its sampling error only)")
+                   help="exit 1 when the head's program active energy (the machine's CPU energy times the program's"
+                        " share of its CPU capacity, idle apart; with --idle, its energy under that policy) is more than"
+                        " PCT percent above the base's with 95%% confidence (Welch's t over repeats; one run per side:"
+                        " as measured); a change the sides' different machine loads can explain does not fail")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
     p.add_argument("--windows", metavar="NAME", help="place every window named NAME (or NAME:LABEL) of every run as a"
                    " point of energy against time, labelled by LABEL, with the Pareto front marked")

@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Sequence
 
 from .._version import __version__
+from ..record import field, record
 from ..setup.choices import DEFAULT_INTERVAL
 from ..setup.choices import DEFAULT_SENSOR_INTERVAL
 from ..setup.choices import IO_MODES
@@ -291,11 +292,36 @@ def default_checkpoint(json_path: str | None, output: str) -> str:
     return os.path.join(tempfile.gettempdir(), f"energyprof-{os.getpid()}.checkpoint.json")
 
 
+@record
+class RunPlan:
+    """A run as the command line asked for it, checked: what runs, where its outputs go, and (one rank of
+    several) the job it belongs to."""
+
+    options: Any
+    command: list[str]
+    target: str
+    executable: str | None
+    shown: list[str]  # energyprof's command line as the profile records it (credentials redacted)
+    knob_plan: list[tuple[Any, float]]
+    rank: Any = None  # engines.distributed's rank info; None for a single process
+    values: dict[str, str] = field(default_factory=dict)  # the output names' placeholders
+    job: dict[str, str] = field(default_factory=dict)  # rank 0's job outputs (output, json)
+    rank_json: str | None = None
+
+
 def run(argv: list[str]) -> int:
     if sys.flags.inspect:  # -i or PYTHONINSPECT: the supervisor would open a prompt after the program
         print(f"{PROG}: error: -i or PYTHONINSPECT (inspect after the program) cannot be used with energyprof:"
               " run python -i without it", file=sys.stderr, flush=True)
         os._exit(2)  # a SystemExit would print a traceback and open the prompt all the same
+    plan = parse(argv)
+    preflight(plan)
+    return launch(plan)
+
+
+def parse(argv: list[str]) -> RunPlan:
+    """The command line into a plan: the options (every output per rank where the run is one rank of
+    several), what to run, and the knobs to set; UsageError or OptionError, one line, for bad input."""
     parser = build_run_parser()
     own, script, module, prog_args = split_argv(parser, argv)
     ns = parser.parse_args(own)
@@ -323,11 +349,6 @@ def run(argv: list[str]) -> int:
     # os.chdir happens in its own process.
     options = build_options(ns, output=output, checkpoint=checkpoint)
     knob_plan = plan_knobs(ns.knob or [], options.powercap_root)
-    if rank is not None and rank.rank == 0:
-        from ..drive.preflight import check_writable
-
-        for name, path in job.items():  # the job's outputs, written by rank 0 at the end
-            check_writable(distributed.expand(distributed.job_name(path), values), flag(name))
     executable: str | None = sys.executable
     if command_form:
         assert script is not None
@@ -341,7 +362,26 @@ def run(argv: list[str]) -> int:
         else:
             assert script is not None
             command, target = [*python, script, *prog_args], script
-    if options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
+    launcher = sys.argv[0] if sys.argv else PROG
+    shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    if options.influx or options.pushgateway:  # the profile, the page and MLflow keep no credential
+        from ..setup.targets import redacted_argv
+
+        shown = redacted_argv(shown, [options.influx or "", options.pushgateway or ""])
+    return RunPlan(options, command, target, executable, shown, knob_plan, rank, values, job, rank_json)
+
+
+def preflight(plan: RunPlan) -> None:
+    """What must hold before the program starts, beyond the options' own checks: rank 0's job outputs
+    writable, and with --mlflow the run the program's windows and the totals go to (made here)."""
+    rank = plan.rank
+    if rank is not None and rank.rank == 0:
+        from ..drive.preflight import check_writable
+        from ..engines import distributed
+
+        for name, path in plan.job.items():  # the job's outputs, written by rank 0 at the end
+            check_writable(distributed.expand(distributed.job_name(path), plan.values), flag(name))
+    if plan.options.mlflow:  # one program, one run: made here, found by the program's windows and the totals
         from ..output import mlflow as ml
 
         try:
@@ -352,20 +392,26 @@ def run(argv: list[str]) -> int:
                 os.environ[ml.RUN_ENV] = ml.open_run()
         except ml.StoreError as exc:
             raise UsageError(str(exc)) from None
+
+
+def launch(plan: RunPlan) -> int:
+    """Run the program under the supervisor (its knobs set, and put back before anything else once it has
+    ended), write the outputs, join a job's ranks on rank 0; the program's exit status, or its signal."""
+    from ..engines import distributed
     from ..output.writer import write_outputs
     from ..supervise import signals
     from ..supervise.supervisor import SpawnError, Supervisor
 
-    launcher = sys.argv[0] if sys.argv else PROG
-    shown = ["python -m energyprof" if launcher.endswith("__main__.py") else os.path.basename(launcher), *argv]
+    options, rank = plan.options, plan.rank
+    output = options.output
     reader = distributed.NodeReader(os.path.dirname(options.json or output), rank) if rank is not None else None
     meta = {"distributed": rank.to_meta(reader.elected)} if rank is not None and reader is not None else None
     keeper = None
-    if knob_plan:
-        keeper, knob_meta = set_knobs(knob_plan)
+    if plan.knob_plan:
+        keeper, knob_meta = set_knobs(plan.knob_plan)
         meta = {**(meta or {}), "knobs": knob_meta}
     try:
-        sup = Supervisor(options, command, target, shown, executable=executable, meta=meta)
+        sup = Supervisor(options, plan.command, plan.target, plan.shown, executable=plan.executable, meta=meta)
         if not gc.isenabled():  # off since __main__: what start-up made stays, so no collection need walk it again
             gc.freeze()
             gc.enable()
@@ -377,7 +423,7 @@ def run(argv: list[str]) -> int:
         if keeper is not None:  # the program has ended: its knobs go back before anything else
             keeper.close()
     store = None
-    if rank is not None and rank_json is not None:
+    if rank is not None and plan.rank_json is not None:
         store = distributed.job_store(os.environ, distributed.gather_timeout(os.environ))
         if store is not None and rank.rank != 0:  # before the files: rank 0 may be waiting
             distributed.publish(store, rank, profile.to_json())
@@ -389,8 +435,8 @@ def run(argv: list[str]) -> int:
         sup.finish()
     if reader is not None:
         reader.release()
-    if rank is not None and rank.rank == 0 and rank_json is not None:
-        _write_job(profile, options, rank, rank_json, values, job, sup.started_wall, store)
+    if rank is not None and rank.rank == 0 and plan.rank_json is not None:
+        _write_job(profile, options, rank, plan.rank_json, plan.values, plan.job, sup.started_wall, store)
     if os.WIFSIGNALED(status):
         signals.die_by(os.WTERMSIG(status))
     return os.WEXITSTATUS(status) if os.WIFEXITED(status) else 1
@@ -454,7 +500,8 @@ def _write_job(profile: Any, options: Options, rank: Any, rank_json: str, values
     except MergeError as exc:
         print(f"energyprof: could not join the ranks' profiles: {exc}", file=sys.stderr)
         return
-    joined.meta["distributed"]["gathered"] = {str(r): how for r, (_, how) in sorted(others.items())}
+    gathered = {str(r): how for r, (_, how) in sorted(others.items())}
+    joined = joined.with_meta(distributed={**joined.meta["distributed"], "gathered": gathered})
     paths = {k: distributed.expand(distributed.job_name(v), values) for k, v in job.items()}
     job_options = replace(options, output=paths["output"], json=paths["json"], speedscope=None,
                           folded=None, csv=None, pprof=None, checkpoint=None)

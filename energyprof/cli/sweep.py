@@ -166,8 +166,25 @@ def _on_ray(address: str, runs: list[Any]) -> dict[str, int]:
     return statuses
 
 
+class _Sweep:
+    """A sweep as its command line asked for it, checked before the first run."""
+
+    def __init__(self, ns: Any, command: list[str], objective: Any, axes: list[tuple[str, list[Any]]],
+                 knobs: list[tuple[str, list[Any]]], configs: list[dict[str, Any]], out: Path) -> None:
+        self.ns, self.command, self.objective, self.axes, self.knobs = ns, command, objective, axes, knobs
+        self.configs, self.out = configs, out
+        self.knob_names = {n for n, _ in knobs}
+
+
 def sweep_cmd(argv: list[str]) -> int:
-    from ..analysis.sweep import ObjectiveError, RunResult, label, parse_objective, score, summarize
+    sweep = _parse(argv)
+    results, profiles, failed, stopped = _run_all(sweep)
+    return _report(sweep, results, profiles, failed, stopped)
+
+
+def _parse(argv: list[str]) -> _Sweep:
+    """The sweep's command line, checked: UsageError, one line, before any run."""
+    from ..analysis.sweep import ObjectiveError, parse_objective
 
     own, command = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     parser = build_sweep_parser()
@@ -204,23 +221,30 @@ def sweep_cmd(argv: list[str]) -> int:
             check_link(str(out / name))
     except OSError as exc:
         raise UsageError(f"--out: {exc}") from None
-    knob_names = {n for n, _ in knobs}
+    return _Sweep(ns, command, objective, axes, knobs, configs, out)
+
+
+def _run_all(sweep: _Sweep) -> tuple[list[Any], list[tuple[str, str, Any]], int, bool]:
+    """Every configuration once per round, each a run of energyprof of its own: (the measured runs, their
+    profiles, how many failed, whether Ctrl-C stopped the sweep)."""
+    from ..analysis.sweep import RunResult, label
+    from ..facts.profile import ProfileFormatError
+    from ..facts.profile import load
+
+    ns, out = sweep.ns, sweep.out
     forwarded = _forwarded(ns)
     results: list[RunResult] = []
     profiles: list[tuple[str, str, Any]] = []  # (path, label, profile) of every run that measured
     failed = 0
-    from ..facts.profile import ProfileFormatError
-    from ..facts.profile import load
-
     stopped = False
-    plan = [(repeat, ci, values) for repeat in range(ns.repeats) for ci, values in enumerate(configs)]
+    plan = [(repeat, ci, values) for repeat in range(ns.repeats) for ci, values in enumerate(sweep.configs)]
     runs = []
     for repeat, ci, values in plan:  # interleaved: every configuration once per round
         stem = out / f"run-c{ci:02d}-r{repeat}"
-        knob_args = [a for n in values if n in knob_names for a in ("--knob", f"{n}={values[n]}")]
+        knob_args = [a for n in values if n in sweep.knob_names for a in ("--knob", f"{n}={values[n]}")]
         runs.append((repeat, ci, values, stem, [sys.executable, "-m", "energyprof", "-q", *forwarded, *knob_args,
                                                 "--json", f"{stem.resolve()}.json", "-o", f"{stem.resolve()}.html",
-                                                "--", *_fill(command, values)]))
+                                                "--", *_fill(sweep.command, values)]))
     statuses = _on_ray(ns.ray, runs) if ns.ray else {}
     for repeat, ci, values, stem, run_argv in runs:
         if not ns.quiet:
@@ -244,11 +268,20 @@ def sweep_cmd(argv: list[str]) -> int:
             continue
         results.append(RunResult(ci, repeat, t, e))
         profiles.append((f"{stem}.json", f"{label(values)} #{repeat + 1}", profile))
-    summaries = summarize(configs, results)
-    limits = [float(v) for n, vs in knobs if n.split(":")[0].endswith("power_limit") for v in vs]
+    return results, profiles, failed, stopped
+
+
+def _report(sweep: _Sweep, results: list[Any], profiles: list[tuple[str, str, Any]], failed: int,
+            stopped: bool) -> int:
+    """The table (JSON, CSV), the page, the best configuration; the sweep's exit status."""
+    from ..analysis.sweep import score, summarize
+
+    ns, out, axes, objective = sweep.ns, sweep.out, sweep.axes, sweep.objective
+    summaries = summarize(sweep.configs, results)
+    limits = [float(v) for n, vs in sweep.knobs if n.split(":")[0].endswith("power_limit") for v in vs]
     best = score(summaries, objective, max(limits) if limits else None)
-    table = {"objective": str(objective), "window": ns.window, "repeats": ns.repeats, "command": command,
-             "axes": {n: vs for n, vs in axes}, "knobs": sorted(knob_names), "failed_runs": failed,
+    table = {"objective": str(objective), "window": ns.window, "repeats": ns.repeats, "command": sweep.command,
+             "axes": {n: vs for n, vs in axes}, "knobs": sorted(sweep.knob_names), "failed_runs": failed,
              "energy": ns.energy, "power": "measured" if ns.power_trace is None else "replayed power trace",
              "best": best.to_json() if best is not None else None,
              "configurations": [s.to_json() for s in summaries]}

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 
-from ..core.ledger import Ledger
+from ..core import ledger_state
 from ..core.tree import build_profile
 from ..facts.profile import Note
 from ..facts.profile import Profile
@@ -27,7 +27,7 @@ def load_any(path: str) -> Profile:
 def from_checkpoint(state: dict[str, Any]) -> Profile:
     """The profile up to the last checkpoint, under the run's idle policy (the other is kept beside it)."""
     try:
-        ledger = Ledger.from_state(state["ledger"])
+        ledger = ledger_state.restore(state["ledger"])
         meta = dict(state["meta"])
         policy = state.get("idle", DEFAULT_POLICY)
         notes = [n for n in state.get("notes", []) if isinstance(n, dict)]

@@ -21,7 +21,7 @@ from collections import deque
 from typing import Any, Callable, Protocol
 
 from . import probes
-from ..agent import own_threads
+from ..agent.own_threads import Thread
 from ..core.feed import MAX_HOLD_NS, Clock, HeldTicks
 from ..core.ledger import Ledger
 from .probes import OwnClocks
@@ -71,29 +71,6 @@ class Feed(Protocol):
     def finish(self) -> None: ...
 
 
-class _Thread:
-    """A `_thread` thread with a join: invisible to `threading`, never joined at exit."""
-
-    def __init__(self, target: Callable[..., None], *args: Any) -> None:
-        self._done = _thread.allocate_lock()
-        self._done.acquire()
-        self._target, self._args = target, args
-        own_threads.start(self._run)
-
-    def _run(self) -> None:
-        try:
-            self._target(*self._args)
-        finally:
-            self._done.release()
-
-    def join(self, timeout: float = -1) -> None:
-        if self._done.acquire(timeout=timeout):
-            self._done.release()
-
-    def is_alive(self) -> bool:
-        return self._done.locked()
-
-
 FIRST_CHECKPOINT_NS = 1_000_000_000  # the first checkpoint, at most this long after the start
 
 
@@ -117,7 +94,7 @@ class Collector:
         self._halt = _thread.allocate_lock()
         self._halt.acquire()
         self._halt_open = False
-        self._thread: _Thread | None = None
+        self._thread: Thread | None = None
         self._checkpoint_state = checkpoint
         self.checkpoint_path = checkpoint_path
         self.checkpoint_interval_ns = int(checkpoint_interval_s * 1e9)
@@ -129,7 +106,7 @@ class Collector:
         # and a new collector thread carries on without that sensor.
         self._generation = 0
         self._reading: tuple[int, int] | None = None  # (sensor index, read start ns)
-        self._watchdog: _Thread | None = None
+        self._watchdog: Thread | None = None
         self._lock = threading.Lock()  # one tick at a time (the final tick runs on the caller's thread)
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -146,13 +123,13 @@ class Collector:
         self.tick(self.t0_ns)
         try:
             self._spawn()
-            self._watchdog = _Thread(self._watch)
+            self._watchdog = Thread(self._watch)
         except BaseException:
             self.stop()
             raise
 
     def _spawn(self) -> None:
-        self._thread = _Thread(self._run, self._generation)
+        self._thread = Thread(self._run, self._generation)
 
     def stop(self) -> None:
         """Stop the threads, take the last reading and close the sensors; never raises."""
@@ -327,10 +304,12 @@ class Collector:
         self._next_checkpoint = time.perf_counter_ns() + self.checkpoint_interval_ns
         if not self.checkpoint_path or self._checkpoint_state is None:
             return
+        from ..core import ledger_state  # a run short of its first checkpoint never loads it
+
         try:
             with self._lock:
                 state = self._checkpoint_state()
-                state["ledger"] = self.ledger.to_state()
+                state["ledger"] = ledger_state.save(self.ledger)
             state["notes"] = list(self.notes) + list(state.get("notes", []))
             write_text(self.checkpoint_path, json.dumps(state, separators=(",", ":")))
         except Exception as exc:  # noqa: BLE001 - a failed checkpoint must not stop the run

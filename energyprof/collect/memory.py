@@ -11,16 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 
-from ..facts.profile import Profile
-
-
-def summary(profile: Profile, first_tick: Any) -> dict[str, Any]:
-    """Baseline (RSS when profiling began) and sampled peak, for 'above baseline' figures."""
-    return summary_of(first_tick, profile.timeline.get("rss_bytes") or [])
-
-
 def summary_of(first_tick: Any, rss_series: list[Any]) -> dict[str, Any]:
-    """`summary` from the first reading and an RSS series (a checkpoint has no profile yet)."""
+    """Baseline (RSS when profiling began) and sampled peak, for 'above baseline' figures, from the first
+    reading and an RSS series (a checkpoint has no profile yet)."""
     rss = [r for r in rss_series if r]
     baseline = first_tick.rss_bytes if first_tick is not None and first_tick.rss_bytes else None
     if baseline is None and rss:

@@ -9,9 +9,9 @@ point them at fake sysfs trees; what cannot be read is left out, never guessed.
 from __future__ import annotations
 
 import os
+import shutil
 from typing import Any, Callable
 
-from ..store.files import find_program
 
 COMMAND_TIMEOUT_S = 3.0  # nvpmodel answers in milliseconds; a hung tool must not hold the run's start
 
@@ -140,7 +140,7 @@ def _optional(call: Callable[[], Any]) -> Any:
 
 
 def _command(argv: list[str]) -> str | None:
-    exe = find_program(argv[0])
+    exe = shutil.which(argv[0])
     if exe is None:
         return None
     import subprocess  # only where the tool is there (a Jetson's nvpmodel): not on every run

@@ -32,16 +32,14 @@ from collections import deque
 from collections.abc import Collection
 from typing import Any, NamedTuple
 
-from ..record import field, record
-from ..facts.profile import CHILDREN_NODE
-from ..facts.profile import THREAD_PREFIX
 from .recording import Sample, StackTable, Tick
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
+from .tallies import ProcessTally, StackTally, WindowTally
+from .waits import CHILD_FRAME, is_wait, move_wait_cpu
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
 GPU_PREFIX = "gpu"
-CHILD_FRAME = (CHILDREN_NODE, "", 0)
 MAX_PENDING_TICKS = 512
 DEFAULT_SHARE_WINDOW_NS = 100_000_000
 PEERS_STALE_NS = 500_000_000  # twice the supervisor's /proc walk for the other ranks' CPU
@@ -60,95 +58,9 @@ def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
 
 
-# Standard-library functions a thread blocks in, by module file: a sample whose innermost
-# Python frame is one of these was waiting (time.sleep and other C waits show their caller,
-# and are told by the thread's CPU clock instead).
-WAIT_FUNCTIONS = {
-    "selectors.py": {"select"},
-    "socket.py": {"accept", "recv", "recv_into"},
-    "threading.py": {"wait", "_wait_for_tstate_lock", "join", "acquire"},
-    "queue.py": {"get", "put"},
-    "connection.py": {"wait", "poll", "_poll", "recv", "recv_bytes", "_recv", "_recv_bytes", "accept"},
-    "queues.py": {"get", "put"},
-    "synchronize.py": {"wait", "acquire", "__enter__"},
-    "subprocess.py": {"wait", "_wait", "_try_wait", "communicate"},
-    "popen_fork.py": {"wait", "poll"},
-    "pool.py": {"wait", "get"},
-    "_base.py": {"wait", "result"},
-}
-
-
-def is_wait(frame: tuple[str, str, int]) -> bool:
-    """A frame (function, file, line) in which a thread blocks waiting for something."""
-    func, file, _ = frame
-    base = file.replace("\\", "/").rsplit("/", 1)[-1]
-    names = WAIT_FUNCTIONS.get(base)
-    return names is not None and func.rsplit(".", 1)[-1] in names
-
-@record(slots=True)
-class _StackStat:
-    time_ns: int = 0
-    cpu_ns: int = 0
-    samples: int = 0
-    peak_rss: int = 0
-    rss_growth: float = 0.0
-    share: list[float] = field(default_factory=list)
-    all: list[float] = field(default_factory=list)
-    alloc_bytes: float = 0.0  # memory=exact: net bytes tracemalloc saw allocated while it ran
-
-
-@record(slots=True)
-class _ProcStat:
-    """One process of the job: what the ledger learnt of it from its samples."""
-
-    share: list[float]
-    all: list[float]
-    cpu_ns: int = 0
-    peak_rss: int = 0
-    last_rss: int = 0
-    last_sid: int = -1
-
-
-@record(slots=True)
-class WindowTally:
-    """A window while the ledger charges it: the machine's energy inside it and the program's part
-    under each idle policy, per source, growing with every interval it overlaps. `done`: every such
-    interval is charged, so the figures are final. `Ledger.account` freezes it into a WindowAccount,
-    the one shape every view reads; nothing outside the ledger reads a tally's figures."""
-
-    name: str
-    index: int | None
-    start_ns: int
-    machine: list[float]
-    share: list[float]
-    all: list[float]
-    depth: int = 0
-    pid: int | None = None  # several processes (ranks) mark windows of the same names, each its own nesting
-    end_ns: int | None = None
-    done: bool = False
-    loop: dict[str, float] = field(default_factory=dict)  # what the program measured about the span
-
-    def to_state(self) -> dict[str, Any]:
-        """The checkpoint's JSON form (the keys checkpoints have always had)."""
-        out: dict[str, Any] = {"name": self.name, "index": self.index, "start_ns": self.start_ns, "end_ns": self.end_ns,
-                               "energy": self.machine, "program": self.share, "program_all": self.all,
-                               "done": self.done, "depth": self.depth}
-        if self.pid is not None:
-            out["pid"] = self.pid
-        if self.loop:
-            out["loop"] = self.loop
-        return out
-
-    @classmethod
-    def from_state(cls, raw: dict[str, Any], n: int) -> WindowTally:
-        """A tally from a checkpoint's JSON form; one written before the program's parts were kept starts them at 0."""
-        return cls(name=str(raw["name"]), index=raw.get("index"), start_ns=int(raw["start_ns"]),
-                   machine=[float(x) for x in raw["energy"]],
-                   share=[float(x) for x in raw.get("program") or [0.0] * n],
-                   all=[float(x) for x in raw.get("program_all") or [0.0] * n],
-                   depth=int(raw.get("depth", 0)), pid=raw.get("pid"),
-                   end_ns=None if raw.get("end_ns") is None else int(raw["end_ns"]), done=bool(raw.get("done")),
-                   loop={str(k): float(v) for k, v in (raw.get("loop") or {}).items()})
+# The fact of a window's end that says which window of its name ends (its index): the same text as
+# agent/requests.py's, which writes it (the agent imports nothing of the core's).
+WINDOW_INDEX = "window_index"
 
 
 class _Weights(NamedTuple):
@@ -187,15 +99,14 @@ class Ledger:
         self.stacks = stacks if stacks is not None else StackTable()
         self.share_window_ns = share_window_ns
         self.cpus = max(1, int(cpus))
-        self.stats: dict[int, _StackStat] = {}
+        self.stats: dict[int, StackTally] = {}
         z = [0.0] * self.n
         self.total = list(z)
-        self.idle = list(z)  # share policy: not the program's
-        self.idle_all = list(z)  # all policy: nothing, but for one rank of several (its peers' part)
-        self.own_share = list(z)
-        self.own_all = list(z)
-        self.root_share = list(z)  # the program's, with no sample to carry it
-        self.root_all = list(z)
+        # Per source, under each idle policy: what is no one's (under `all`, nothing but for one rank of
+        # several: its peers' part), energyprof's own threads', and the program's with no sample to carry it.
+        self.idle: PolicyPair[list[float]] = PolicyPair(list(z), list(z))
+        self.own: PolicyPair[list[float]] = PolicyPair(list(z), list(z))
+        self.root: PolicyPair[list[float]] = PolicyPair(list(z), list(z))
         self.timeline = Timeline(self.n, timeline_points, timeline_width_ns,
                                  periods_s=[s.get("update_period_s") for s in sources],
                                  counters=[s.get("tier") == "counter" for s in sources])
@@ -212,7 +123,7 @@ class Ledger:
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
         # Per process: energy (the `processes` table), CPU, memory; stack -> its process.
-        self.procs: dict[int, _ProcStat] = {}
+        self.procs: dict[int, ProcessTally] = {}
         self.sid_proc: dict[int, int] = {}
         self.process_info: dict[int, dict[str, Any]] = {}  # pid -> what the collector knows of it
         # pid -> {stack ending at a `[threads: T]` node -> how many of its threads ran there}: the tree names it `T xN`
@@ -244,14 +155,14 @@ class Ledger:
         t0, t1, sid, cpu, main, rss, proc = s
         st = self.stats.get(sid)
         if st is None:
-            st = self.stats[sid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+            st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
             self.sid_proc[sid] = proc
         st.time_ns += t1 - t0
         st.cpu_ns += cpu
         st.samples += 1
         ps = self.procs.get(proc)
         if ps is None:
-            ps = self.procs[proc] = _ProcStat([0.0] * self.n, [0.0] * self.n)
+            ps = self.procs[proc] = ProcessTally([0.0] * self.n, [0.0] * self.n)
         ps.cpu_ns += cpu
         if rss:
             if rss > st.peak_rss:
@@ -268,7 +179,7 @@ class Ledger:
             if len(ticks) >= 2 and t1 >= ticks[1].t_ns:
                 self._drain(final=False)
 
-    def _rss(self, st: _StackStat, ps: _ProcStat, sid: int, rss: int) -> None:
+    def _rss(self, st: StackTally, ps: ProcessTally, sid: int, rss: int) -> None:
         """RSS seen to change between two samples of a process's main thread.
 
         A sample knows the stack only at its end. Memory is mostly taken by the code that
@@ -314,7 +225,7 @@ class Ledger:
                 sid = best[fid] = self.stacks.stack_id(stacks[holder][:depth + 1])
             st = self.stats.get(sid)
             if st is None:
-                st = self.stats[sid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+                st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
                 self.sid_proc[sid] = proc
             st.alloc_bytes += size
         return unplaced
@@ -355,13 +266,16 @@ class Ledger:
                    facts: dict[str, float] | None = None) -> WindowTally | None:
         """End the last window opened under `name` (any, when None) by `pid` (any, when None);
         returns it (its figures are final once it is `done`), or None when none is open.
-        `facts`: numbers the program measured about the span, kept as they are (`loop`)."""
+        `facts`: numbers the program measured about the span, kept as they are (`loop`); a fact
+        WINDOW_INDEX names the index of the window that ends, not kept (concurrent requests of one
+        route end in any order, agent/requests.py)."""
+        want = facts.get(WINDOW_INDEX) if facts else None
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if (name is None or w.name == name) and (pid is None or w.pid == pid):
+            if (name is None or w.name == name) and (pid is None or w.pid == pid) and (want is None or w.index == want):
                 w.end_ns = t_ns
                 if facts:
-                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v)}
+                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v) and k != WINDOW_INDEX}
                 del self._open_windows[i]
                 return w
         return None
@@ -391,45 +305,8 @@ class Ledger:
         self._open_windows.clear()
 
     def _move_wait_cpu(self) -> None:
-        """CPU a thread was seen with while sampled in a wait goes to the stacks it was seen running.
-
-        A sampler knows a thread's stack only at the sample's end, so the CPU a short task burnt
-        before its thread blocked again (a DataLoader worker's fetch, then `select` for the next
-        index) arrives on the wait. A blocked thread burns none: that CPU, and the energy charged
-        by it, belong to the same thread's running stacks, in proportion to the CPU they were
-        seen with. A thread seen only waiting keeps it: there is nowhere better to put it.
-        Idempotent (a wait left with nothing moves nothing), so finishing twice is harmless.
-        """
-        stacks, frames = self.stacks.stacks, self.stacks.frames
-        groups: dict[tuple[int, int], tuple[list[_StackStat], list[_StackStat]]] = {}
-        for sid, st in self.stats.items():
-            fids = stacks[sid]
-            if not fids or st.cpu_ns <= 0 or frames[fids[-1]] == CHILD_FRAME:
-                continue
-            thread = -1  # the stack's innermost thread node; -1: its process's main thread
-            for fid in fids:
-                if frames[fid][0].startswith(THREAD_PREFIX):
-                    thread = fid
-            waiting, running = groups.setdefault((self.sid_proc.get(sid, -1), thread), ([], []))
-            (waiting if self._waiting(sid) else running).append(st)
-        for waiting, running in groups.values():
-            total = sum(r.cpu_ns for r in running)
-            if not waiting or total <= 0:
-                continue
-            fractions = [r.cpu_ns / total for r in running]
-            for w in waiting:
-                moved = 0
-                for k, (r, f) in enumerate(zip(running, fractions)):
-                    for i in range(self.n):
-                        r.share[i] += w.share[i] * f
-                        r.all[i] += w.all[i] * f
-                    part = w.cpu_ns - moved if k == len(running) - 1 else int(w.cpu_ns * f)
-                    r.cpu_ns += part
-                    moved += part
-                self.wait_cpu_moved_ns += w.cpu_ns
-                w.cpu_ns = 0
-                w.share = [0.0] * self.n
-                w.all = [0.0] * self.n
+        """CPU a thread was seen with while sampled in a wait goes to the stacks it was seen running (waits.py)."""
+        self.wait_cpu_moved_ns += move_wait_cpu(self.stats, self.stacks, self.sid_proc, self.n, self._waiting)
 
     # -- the math -----------------------------------------------------------------------
     def _deltas(self, a: Tick, b: Tick) -> list[float]:
@@ -615,10 +492,10 @@ class Ledger:
     def _book_outside(self, i: int, d: float, prog_share: float, own_share: float, prog_all: float) -> None:
         """What of source i's `d` joules is not the program's: energyprof's part (the fraction of the
         machine it used, under either policy) and the rest, no one's (idle, other processes)."""
-        self.own_share[i] += own_share
-        self.own_all[i] += own_share
-        self.idle_all[i] += remainder(d, prog_all + own_share)
-        self.idle[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
+        self.own.share[i] += own_share
+        self.own.all[i] += own_share
+        self.idle.all[i] += remainder(d, prog_all + own_share)
+        self.idle.share[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
 
     def _charge_unseen_cpu(self, i: int, main_w: dict[tuple[int, int], float], prog_share: float, prog_all: float,
                            child_frac: float, lost: float) -> tuple[float, float, float]:
@@ -640,8 +517,8 @@ class Ledger:
 
     def _charge_root(self, i: int, e_share: float, e_all: float) -> None:
         """The program's energy that no sample carries: its root's own."""
-        self.root_share[i] += e_share
-        self.root_all[i] += e_all
+        self.root.share[i] += e_share
+        self.root.all[i] += e_all
         self._note_interval(None, i, e_share, e_all)
 
     def _note_interval(self, proc: int | None, i: int, e_share: float, e_all: float) -> None:
@@ -686,13 +563,13 @@ class Ledger:
             self._wait_cache[sid] = w
         return w
 
-    def _child_stat(self, sid: int) -> _StackStat:
+    def _child_stat(self, sid: int) -> StackTally:
         csid = self._child_sid.get(sid)
         if csid is None:
             csid = self._child_sid[sid] = self.stacks.extend(sid, CHILD_FRAME)
         st = self.stats.get(csid)
         if st is None:
-            st = self.stats[csid] = _StackStat(share=[0.0] * self.n, all=[0.0] * self.n)
+            st = self.stats[csid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
         return st
 
     def _program_parts(self, a: Tick, b: Tick, de: list[float]) -> list[tuple[float, float, float, float]]:
@@ -774,9 +651,8 @@ class Ledger:
     def program_parts(self, policy: str) -> tuple[list[float], dict[int, list[float]]]:
         """The program's energy so far per source under `policy`: what no sample carried, and each
         process's part (their sum is the program's attributed energy so far)."""
-        check_policy(policy)
-        share = policy == "share"
-        return (list(self.root_share if share else self.root_all),
+        share = check_policy(policy) == "share"
+        return (list(self.root.pick(policy)),
                 {proc: list(ps.share if share else ps.all) for proc, ps in self.procs.items()})
 
     def program_energy(self, policy: str) -> list[float]:
@@ -820,83 +696,3 @@ class Ledger:
         return out
 
     # -- checkpoints --------------------------------------------------------------------
-    def to_state(self) -> dict[str, Any]:
-        """Everything needed to finish the profile later (a checkpoint), as JSON-able data."""
-        return {
-            "sources": self.sources,
-            "stacks": self.stacks.to_state(),
-            "share_window_ns": self.share_window_ns,
-            "cpus": self.cpus,
-            "stats": {str(k): [v.time_ns, v.cpu_ns, v.samples, v.peak_rss, v.rss_growth, v.share, v.all,
-                               v.alloc_bytes] for k, v in self.stats.items()},
-            "acc": {k: getattr(self, k) for k in ("total", "idle", "idle_all", "own_share", "own_all", "root_share",
-                                                  "root_all")},
-            "timeline": {k: getattr(self.timeline, k)
-                         for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
-            | {"stacks": [{str(k): v for k, v in b.items()} for b in self.timeline.stacks]},
-            "windows": [w.to_state() for w in self.windows],
-            "ticks": [list(t[:7]) + [t.gpu_share, t.peers_cpu_ns] for t in self._ticks],
-            "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share, self.first_tick.peers_cpu_ns]
-            if self.first_tick else None,
-            "node_ranks": self.node_ranks,
-            "anomalies": self.anomalies,
-            "child_sid": {str(k): v for k, v in self._child_sid.items()},
-            # samples still waiting for their intervals, and the per-process figures
-            "pending": [list(p) for p in self._pending],
-            "watermark": self._watermark,
-            "procs": {str(k): [v.share, v.all, v.cpu_ns, v.peak_rss, v.last_rss, v.last_sid]
-                      for k, v in self.procs.items()},
-            "sid_proc": {str(k): v for k, v in self.sid_proc.items()},
-            "process_info": {str(k): v for k, v in self.process_info.items()},
-            "thread_counts": {str(k): sorted(v.items()) for k, v in self.thread_counts.items()},
-            "gpu_procs": sorted(self.gpu_procs),
-        }
-
-    @classmethod
-    def from_state(cls, state: dict[str, Any]) -> Ledger:
-        led = cls(state["sources"], StackTable.from_state(state["stacks"]), int(state["share_window_ns"]),
-                  cpus=int(state.get("cpus", 1)))
-        for k, v in state["stats"].items():
-            led.stats[int(k)] = _StackStat(int(v[0]), int(v[1]), int(v[2]), int(v[3]), float(v[4]),
-                                           [float(x) for x in v[5]], [float(x) for x in v[6]],
-                                           float(v[7]) if len(v) > 7 else 0.0)
-        for k, v in state["acc"].items():
-            setattr(led, k, [float(x) for x in v])
-        tl = state["timeline"]
-        led.timeline.width_ns, led.timeline.t0, led.timeline.t1 = tl["width_ns"] or MIN_WIDTH_NS, tl["t0"], tl["t1"]
-        led.timeline.energy, led.timeline.rss = tl["energy"], tl["rss"]
-        led.timeline.origin_ns = tl.get("origin_ns", tl["t0"][0] if tl["t0"] else None)
-        led.timeline.program = tl.get("program") or [[0.0, 0.0] for _ in led.timeline.t0]
-        led.timeline.stacks = [{int(k): float(v) for k, v in b.items()} for b in tl.get("stacks", [])] \
-            or [{} for _ in led.timeline.t0]
-        led.windows = [WindowTally.from_state(w, led.n) for w in state["windows"]]
-        led.anomalies = dict(state.get("anomalies", {}))
-        led._child_sid = {int(k): int(v) for k, v in state.get("child_sid", {}).items()}
-
-        def tick(raw: list[Any]) -> Tick:
-            return Tick(int(raw[0]), tuple(raw[1]), *(int(x) for x in raw[2:7]), raw[7],
-                        int(raw[8]) if len(raw) > 8 else 0)
-
-        if state.get("first_tick"):
-            led.first_tick = tick(state["first_tick"])
-        for raw in state["ticks"]:
-            t = tick(raw)
-            led._ticks.append(t)
-            led._share_hist.append(t)
-            led.last_tick = t
-        led._pending = [Sample(*(bool(x) if i == 4 else int(x) for i, x in enumerate(p))) for p in state.get("pending", [])]
-        led._watermark = int(state.get("watermark", -1))
-        for k, v in state.get("procs", {}).items():
-            led.procs[int(k)] = _ProcStat([float(x) for x in v[0]], [float(x) for x in v[1]], *(int(x) for x in v[2:6]))
-        led.sid_proc = {int(k): int(v) for k, v in state.get("sid_proc", {}).items()}
-        for sid in led.stats:
-            led.sid_proc.setdefault(sid, 0)
-            led.procs.setdefault(led.sid_proc[sid], _ProcStat([0.0] * led.n, [0.0] * led.n))
-        led.process_info = {int(k): dict(v) for k, v in state.get("process_info", {}).items()}
-        led.thread_counts = {int(k): {int(sid): int(n) for sid, n in v} for k, v in state.get("thread_counts", {}).items()}
-        led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
-        led.node_ranks = state.get("node_ranks")
-        led._open_windows = [w for w in led.windows if w.end_ns is None]
-        led._live_windows = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
-        return led
-

@@ -11,7 +11,7 @@ from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
-from ..facts.records import field_names
+from ..facts.records import MachineLoad, field_names
 from ..record import replace
 
 
@@ -51,10 +51,10 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
     start = ledger.first_ns or 0
     duration_s = ((ledger.last_ns or start) - start) / 1e9
     root = Node(function=str(meta.get("target") or "<program>"), file="", line=0)
-    root.self_energy_j, root.other_policy_self_energy_j = _both(ids, share, ledger.root_share, ledger.root_all)
+    root.self_energy_j, root.other_policy_self_energy_j = _both(ids, share, ledger.root.share, ledger.root.all)
     alloc = _grow_tree(root, ledger, share)
-    own, own_other = _both(ids, share, ledger.own_share, ledger.own_all)
-    idle, idle_other = _both(ids, share, ledger.idle, ledger.idle_all)
+    own, own_other = _both(ids, share, ledger.own.share, ledger.own.all)
+    idle, idle_other = _both(ids, share, ledger.idle.share, ledger.idle.all)
     cpu_s = _headline_cpu_s(ledger)
     root.children.extend(_special_nodes(root, ledger, cpu_s, (own, own_other), (idle, idle_other)))
     gpu_notes: list[Note] = []
@@ -76,7 +76,7 @@ def build_profile(ledger: Ledger, policy: str, meta: dict[str, Any], *, notes: I
                    notes=_ledger_notes(ledger) + [_note(n) for n in notes] + gpu_notes, processes=processes,
                    extra={**({"child_processes": children} if children else {}),
                           **({"io": io} if io is not None else {})},  # child_processes: the /1 field
-                   gpu_kernels=gpu_facts)
+                   gpu_kernels=gpu_facts, load=_machine_load(ledger, duration_s, cpu_s))
 
 
 def _joules(ids: list[str], values: list[float]) -> dict[str, float]:
@@ -138,11 +138,21 @@ def _headline_cpu_s(ledger: Ledger) -> float:
             + (last.children_cpu_ns - first.children_cpu_ns)) / 1e9
 
 
+def _machine_load(ledger: Ledger, duration_s: float, cpu_s: float) -> MachineLoad | None:
+    """The machine's busy CPU over the run beside the program's and energyprof's (None: the busy clock
+    never moved, so it was not read)."""
+    first, last = ledger.first_tick, ledger.last_tick
+    if first is None or last is None or last.busy_cpu_ns <= first.busy_cpu_ns or duration_s <= 0:
+        return None
+    return MachineLoad(cpus=ledger.cpus, span_s=duration_s, busy_cpu_s=(last.busy_cpu_ns - first.busy_cpu_ns) / 1e9,
+                       program_cpu_s=cpu_s, energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
+
+
 def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str, float], dict[str, float]],
                    idle: tuple[dict[str, float], dict[str, float]]) -> list[Node]:
     """energyprof's own node (when it was charged anything), the idle node, and the unsampled CPU's node."""
     specials = []
-    if any(ledger.own_share) or any(ledger.own_all):
+    if any(ledger.own.share) or any(ledger.own.all):
         specials.append(Node(function=SELF_NODE, self_energy_j=own[0], other_policy_self_energy_j=own[1]))
     # Under `all` the idle node holds nothing (but a rank's peers' part), and keeps the share policy's figure.
     specials.append(Node(function=IDLE_NODE, self_energy_j=idle[0], other_policy_self_energy_j=idle[1]))

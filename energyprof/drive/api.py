@@ -20,6 +20,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from ..setup.options import Options
+from .windows import AlreadyRunning
 from ..output.writer import write_outputs
 from .preflight import preflight
 from .profiler import Profiler
@@ -62,9 +63,7 @@ class _Session:
         prof = Profiler(self.options)
         try:
             prof.start(target=self.target, _anchor=anchor)
-        except RuntimeError as exc:
-            if "already running" not in str(exc):  # lost a race with another thread: part of its profile
-                _warn("could not start profiling; running unprofiled", exc)
+        except AlreadyRunning:  # lost a race with another thread: part of its profile
             return False
         except Exception as exc:  # noqa: BLE001 - the program must run either way
             _warn("could not start profiling; running unprofiled", exc)

@@ -22,7 +22,8 @@ import time
 from typing import Any, Callable
 
 from ..collect import probes
-from ..collect.collector import _Thread, find_sources
+from ..agent.own_threads import Thread
+from ..collect.collector import find_sources
 from ..core.ledger import is_gpu
 from ..facts.policy import IDLE_POLICIES, PolicyPair, WindowAccount, check_policy, cpu_share
 from ..facts.measurement import Measurement
@@ -74,19 +75,19 @@ class Monitor:
         self._lock = threading.Lock()  # one sensor read at a time: they keep running state
         self._open: list[tuple[str, int | None, _Reading]] = []
         self._own_ns = 0  # the poller thread's CPU, as it last recorded it (energyprof's, not the program's)
-        self._thread: _Thread | None = None
+        self._thread: Thread | None = None
         t0 = time.perf_counter_ns()
         for s in self.sensors:
             s.start(t0)
         self._first = self._read(t0)
         self._stop = threading.Event()
         self.poll_s = poll_s if poll_s is not None else self._default_poll()
-        self._live: Any = None  # influx=, pushgateway=: the live export (output/live.py), fed by the poller
+        self._live: Any = None  # influx=, pushgateway=: the live export (output/live/), fed by the poller
         self.live_summary: dict[str, Any] | None = None  # what it sent and dropped, once closed
         if o.influx or o.pushgateway:
             self._start_live()
         if self.poll_s:
-            self._thread = _Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
+            self._thread = Thread(self._poll)  # invisible to threading.enumerate(), never joined at exit
 
     def _default_poll(self) -> float | None:
         periods = [POLL_S["nvml-power"] if s.sensor == "nvml" and getattr(s, "kind", "") != "counter"
@@ -110,7 +111,7 @@ class Monitor:
     # -- live export ---------------------------------------------------------------------
     def _start_live(self) -> None:
         from ..collect.probes import OwnClocks
-        from ..output.live import PERIOD_S, LiveExport
+        from ..output.live.export import PERIOD_S, LiveExport
 
         self._live_own = OwnClocks()
         self._live = LiveExport(self.options, own=self._live_own)
@@ -119,12 +120,13 @@ class Monitor:
         self._live_next = 0
         self._live_last: tuple[int, list[float], list[float]] = (self._first[0], [0.0] * len(self.sensors),
                                                                  [0.0] * len(self.sensors))
+        self._live_history: list[tuple[int, list[float], list[float]]] = []  # the last figures sent: the end's power
         self._live_ended: list[tuple[Measurement, int]] = []  # windows ended, sent from the poller's thread
         self.poll_s = min(self.poll_s or PERIOD_S, PERIOD_S)
 
     def _live_round(self, t: int, energy: list[float] | None = None) -> None:
         """On the poller's thread, under the lock: the windows that ended, and once a second the run's figures."""
-        from ..output.live import PERIOD_S
+        from ..output.live.export import PERIOD_S
 
         live = self._live
         while self._live_ended:
@@ -140,6 +142,8 @@ class Monitor:
         pm = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(machine, m0)]
         pp = [max(0.0, (a - b) / dt) if dt > 0 else 0.0 for a, b in zip(program, p0)]
         self._live_last = (t, machine, program)
+        self._live_history = [*self._live_history[-2:], (t, machine, program)]
+        live.poll_point_sources(live.wall_ns(t))
         live.emit(live.source_points(live.wall_ns(t), list(self._ids), machine, program, pm, pp))
 
     def _run_so_far(self, t: int, energy: list[float]) -> tuple[list[float], list[float]]:
@@ -149,17 +153,18 @@ class Monitor:
         return [machine.get(i, 0.0) for i in self._ids], [program.get(i, 0.0) for i in self._ids]
 
     def _close_live(self) -> None:
-        from ..output.live import dropped_line
+        from ..output.live.export import Figures, dropped_line
 
         live = self._live
         with self._lock:
             self._live_round(time.perf_counter_ns())
         total = self.measure()
+        end = live.wall_ns(time.perf_counter_ns())
         ids = self._ids
-        t, m0, p0 = self._live_last
-        last = (live.wall_ns(t), dict(zip(ids, m0)), dict(zip(ids, p0)))
+        history = [Figures(live.wall_ns(t), dict(zip(ids, m)), dict(zip(ids, p))) for t, m, p in self._live_history]
         try:
-            self.live_summary = live.finish(last=last, totals=(dict(total.energy_j or {}), dict(total.program_energy_j or {})))
+            self.live_summary = live.finish(history=history, end_ns=end,
+                                            totals=(dict(total.energy_j or {}), dict(total.program_energy_j or {})))
         except Exception as exc:  # noqa: BLE001 - the export is never worth the program's run
             self.live_summary = {"run": live.run, "sinks": [], "error": f"{type(exc).__name__}: {exc}"}
         line = dropped_line(self.live_summary)
@@ -190,13 +195,16 @@ class Monitor:
         return t, energy, proc, _busy_ns() if self._share else 0
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None) -> None:
-        self._open.append((name, index, self._read()))
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
+        """Open a window (drive/windows.py's protocol); `t_ns`: its start as the caller read it (perf_counter_ns)."""
+        self._open.append((name, index, self._read(t_ns)))
 
-    def end_window(self, name: str | None = None) -> Measurement:
+    def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
+                   t_ns: int | None = None) -> Measurement:
         """The Measurement of the last window opened under `name` (any, when None): its account
-        under the Monitor's policy, worked out at the first read of one of its figures."""
-        end = self._read()
+        under the Monitor's policy, worked out at the first read of one of its figures. A Monitor keeps
+        no facts (`facts` is for the Profiler's profile); `t_ns`: the end as the caller read it."""
+        end = self._read(t_ns)
         wname, index, begin = self._pop(name)
         return self._measure(wname, index, begin, end)
 

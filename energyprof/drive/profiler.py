@@ -20,6 +20,7 @@ from ..collect.collector import Collector, LocalFeed, LocalSink, open_sources
 from .preflight import preflight
 from ..collect.probes import OwnClocks
 from ..setup.options import Options
+from .windows import AlreadyRunning
 from ..facts.profile import Profile
 from ..agent.frames import anchor_depth
 from ..agent.sampler import HookSampler, Sampler, View
@@ -106,7 +107,7 @@ class Profiler:
         self._window_lock = threading.Lock()
         self._windows_begun = 0
         self._carbon = carbon_setting(self.options)
-        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live.py) and its watch
+        self._live: Any = None  # influx=, pushgateway=, mlflow=: the live export (output/live/) and its watch
         self._watch: Any = None
 
     # -- lifecycle ---------------------------------------------------------------------
@@ -114,7 +115,7 @@ class Profiler:
         global _active
         with _active_lock:
             if active_profiler() is not None:
-                raise RuntimeError("an energyprof profile is already running in this process")
+                raise AlreadyRunning("an energyprof profile is already running in this process")
             _active = self
         self._pid = os.getpid()
         try:
@@ -176,7 +177,7 @@ class Profiler:
         o = self.options
         if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return
-        from ..output.live import LedgerWatch, LiveExport
+        from ..output.live.export import LedgerWatch, LiveExport
 
         assert self._collector is not None and self._ledger is not None
         self._live = LiveExport(self.options, own=own, started_wall=self._started_wall)
@@ -288,9 +289,10 @@ class Profiler:
             self._watch.final()
         self.profile = self._build(exit_status, peak)
         if self._live is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
-            from ..output.live import finish_run
+            from ..output.live.export import finish_run
 
-            finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary, self._watch.last())
+            self.profile = finish_run(self._live, self.profile, not self.options.quiet and not self.options.summary,
+                                      self._watch.history(), self._watch.end_ns())
         if not keep_checkpoint:
             self._collector.remove_checkpoint()
         return self.profile
@@ -300,11 +302,12 @@ class Profiler:
         return _active is self
 
     # -- windows -----------------------------------------------------------------------
-    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None) -> None:
-        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge)."""
-        self._begin(name, index, t_ns)
+    def begin_window(self, name: str, index: int | None = None, t_ns: int | None = None, edge_io: bool = True) -> None:
+        """`t_ns`: the start the caller read itself (perf_counter_ns; the power-limit optimizer's edge);
+        `edge_io` False: no I/O counters read at the edge (a web request's, 20 us an edge)."""
+        self._begin(name, index, t_ns, edge_io)
 
-    def _begin(self, name: str, index: int | None, t_ns: int | None = None) -> int:
+    def _begin(self, name: str, index: int | None, t_ns: int | None = None, edge_io: bool = True) -> int:
         """Queue a window's start; returns its place in the ledger's list (the feed keeps the order)."""
         if self._feed is None:
             return -1
@@ -313,17 +316,20 @@ class Profiler:
             k = self._windows_begun
             self._windows_begun += 1
             t = self._feed.begin_window(name, index, t_ns)
-        self._io_edge(t)
+        if edge_io:
+            self._io_edge(t)
         return k
 
     def end_window(self, name: str | None = None, facts: dict[str, float] | None = None,
-                   t_ns: int | None = None) -> None:
+                   t_ns: int | None = None, edge_io: bool = True) -> None:
         """End the last window opened under `name`; `facts`: numbers measured about the span
         (a tracked loop's pipeline time in a DataLoader worker), kept with it in the profile; `t_ns`: the
-        end the caller read itself (perf_counter_ns)."""
+        end the caller read itself (perf_counter_ns); `edge_io` as for `begin_window`."""
         if self._feed is not None:
             self._cuda_sync()
-            self._io_edge(self._feed.end_window(name, facts, t_ns))
+            t = self._feed.end_window(name, facts, t_ns)
+            if edge_io:
+                self._io_edge(t)
 
     def _io_edge(self, t_ns: int) -> None:
         """The I/O counters at a window's edge, read now on the program's thread (about 20 us): a window's
@@ -365,9 +371,9 @@ class Profiler:
             self.end_window(name)
             m.defer(lambda m: self._settle(k, m))  # the wait is paid only by code that reads m
             if self._live is not None:  # MLflow logs it on energyprof's thread, which pays the wait for m's figures
-                from ..output.live import program_mlflow_run
+                from ..agent.mlflow_run import active_run_id
 
-                self._live.window_block(m, name, index, program_mlflow_run())
+                self._live.window_block(m, name, index, active_run_id())
 
     def _settle(self, k: int, m: Measurement) -> None:
         """Wait (at most WINDOW_WAIT_S) until the ledger has charged every interval the window
@@ -400,12 +406,8 @@ class Profiler:
             m.complete, m.note = False, "no profile was started"
             return m
         with self._collector_lock():
-            charged = led._ticks[0].t_ns if led._ticks else (led.last_ns or 0)
-            share = self.options.idle == "share"
-            prog = list(led.root_share if share else led.root_all)
-            for ps in led.procs.values():
-                for i, v in enumerate(ps.share if share else ps.all):
-                    prog[i] += v
+            charged = led.charged_ns or 0
+            prog = led.program_energy(self.options.idle)  # the ledger's public figure, not its tallies
             self._fill(m, max(0, charged - (led.first_ns or charged)) / 1e9, led.total, prog)
         return m
 

@@ -20,6 +20,8 @@ from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeli
                       read_totals, read_window, string)
 from .records import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
+from .records import MACHINE_LOAD_FIELD, MachineLoad, read_machine_load
+from .blocks import BLOCK_VERSIONS, BLOCKS_FIELD, IoFact, Meta, check_blocks, read_io, read_meta
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
            "load", "read_json", "SCHEMA", "IDLE_NODE", "SELF_NODE", "CHILDREN_NODE", "UNSAMPLED_CPU_NODE", "SPECIAL_NODES",
@@ -170,6 +172,7 @@ class Profile:
     processes: list[Process] = field(default_factory=list)
     extra: dict[str, Any] = field(default_factory=dict)  # unknown top-level fields, kept for a round trip
     gpu_kernels: GpuKernels | None = None  # the GPU's energy split among its kernels' launch stacks (None: no split)
+    load: MachineLoad | None = None  # how busy the machine was during the run (None: not read, or an older file)
 
     def __post_init__(self) -> None:
         # Accept /1-shaped dicts from Python callers; the records are what is kept.
@@ -183,10 +186,22 @@ class Profile:
         self.processes = [p if isinstance(p, Process) else read_process(p) for p in self.processes]
         if self.gpu_kernels is not None and not isinstance(self.gpu_kernels, GpuKernels):
             self.gpu_kernels = read_gpu_kernels(self.gpu_kernels)
+        if self.load is not None and not isinstance(self.load, MachineLoad):
+            self.load = read_machine_load(self.load)
 
     @property
     def idle_policy(self) -> str:
         return str(self.meta.get("idle_policy") or DEFAULT_POLICY)
+
+    @property
+    def io(self) -> IoFact | None:
+        """The run's I/O counters (None: a profile written without them), typed and checked."""
+        return read_io(self.extra.get("io"))
+
+    @property
+    def known_meta(self) -> Meta:
+        """The meta's keys energyprof reads back (live_export, page_cache, distributed, settings), typed."""
+        return read_meta(self.meta)
 
     @property
     def total_energy_j(self) -> float:
@@ -269,7 +284,18 @@ class Profile:
                      for p in self.processes]
         return Profile(meta, list(self.sources), totals, root, windows, self.timeline, list(self.notes),
                        processes, dict(self.extra),
-                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None)
+                       self.gpu_kernels.other_policy() if self.gpu_kernels is not None else None, load=self.load)
+
+    # -- copies with more facts (a built Profile is never edited) --------------------------
+    def with_meta(self, notes: list[Note] | tuple[Note, ...] = (), **changes: Any) -> Profile:
+        """The same run with `changes` in its meta (and `notes` added): a new Profile sharing this one's
+        tree and records, this one untouched."""
+        return replace(self, meta={**self.meta, **changes}, notes=[*self.notes, *notes])
+
+    def with_live_export(self, summary: dict[str, Any], lost: str | None = None) -> Profile:
+        """The same run with the live export's account (`meta.live_export`: what each sink sent and
+        dropped) and, where points were `lost`, a note saying so."""
+        return self.with_meta(notes=[Note("live-export", lost)] if lost else [], live_export=summary)
 
     # -- JSON --------------------------------------------------------------------------
     def to_table(self) -> dict[str, Any]:
@@ -288,6 +314,7 @@ class Profile:
         out: dict[str, Any] = dict(self.extra)
         out.update({
             "schema": SCHEMA,
+            BLOCKS_FIELD: dict(BLOCK_VERSIONS),
             "meta": self.meta,
             "sources": [s.to_dict() for s in self.sources],
             "totals": self.totals.to_dict(),
@@ -299,17 +326,22 @@ class Profile:
         })
         if self.gpu_kernels is not None:
             out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
+        if self.load is not None:
+            out[MACHINE_LOAD_FIELD] = self.load.to_dict()
         return out
 
     def to_dict(self) -> dict[str, Any]:
         """The /1 nested form, for Python code that walks dicts (files are written as /2)."""
         out: dict[str, Any] = dict(self.extra)
-        out.update({"schema": SCHEMA_FAMILY + "1", "meta": self.meta, "sources": [s.to_dict() for s in self.sources],
+        out.update({"schema": SCHEMA_FAMILY + "1", BLOCKS_FIELD: dict(BLOCK_VERSIONS), "meta": self.meta,
+                    "sources": [s.to_dict() for s in self.sources],
                     "totals": self.totals.to_dict(), "root": self.root.to_dict(),
                     "windows": [w.to_dict() for w in self.windows], "timeline": self.timeline.to_dict(),
                     "notes": [n.to_dict() for n in self.notes], "processes": [p.to_dict() for p in self.processes]})
         if self.gpu_kernels is not None:
             out[GPU_KERNELS_FIELD] = self.gpu_kernels.to_dict()
+        if self.load is not None:
+            out[MACHINE_LOAD_FIELD] = self.load.to_dict()
         return out
 
     def to_json(self, derived: dict[str, Any] | None = None) -> str:
@@ -342,15 +374,18 @@ class Profile:
             raise ProfileFormatError(f"profile schema {schema} is older than this energyprof reads "
                                      f"(/{READABLE_MAJORS[0]} and later)")
         try:
+            check_blocks(data.get(BLOCKS_FIELD))
             root = _tree_v1(get_field(data, "root", dict)) if major == 1 else _tree_v2(get_field(data, "nodes", list))
-            known = {"schema", "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
-                     "processes", "carbon", "derived", GPU_KERNELS_FIELD}
+            known = {"schema", BLOCKS_FIELD, "meta", "sources", "totals", "root", "nodes", "windows", "timeline", "notes",
+                     "processes", "carbon", "derived", GPU_KERNELS_FIELD, MACHINE_LOAD_FIELD}
             meta = dict(get_field(data, "meta", dict))
             policy = meta.get("idle_policy", DEFAULT_POLICY)
             if policy not in IDLE_POLICIES:
                 raise ProfileFormatError(f"meta.idle_policy must be one of {', '.join(IDLE_POLICIES)}, not {policy!r}")
             extra = {k: v for k, v in data.items() if k not in known}
             _bounded_free_form(data, meta, extra)
+            read_io(extra.get("io"))  # a damaged I/O block is refused here, in one line, not met by a view
+            read_meta(meta)
             processes = [read_process(p) for p in get_field(data, "processes", list, [])]
             return cls(meta=meta, sources=[read_source(s, "sources") for s in get_field(data, "sources", list)],
                        totals=read_totals(get_field(data, "totals", dict)), root=root,
@@ -358,6 +393,8 @@ class Profile:
                        timeline=read_timeline(get_field(data, "timeline", dict, {})),
                        notes=[read_note(n) for n in get_field(data, "notes", list, [])], processes=processes, extra=extra,
                        gpu_kernels=read_gpu_kernels(data[GPU_KERNELS_FIELD]) if data.get(GPU_KERNELS_FIELD) is not None
+                       else None,
+                       load=read_machine_load(data[MACHINE_LOAD_FIELD]) if data.get(MACHINE_LOAD_FIELD) is not None
                        else None)
         except ProfileFormatError:
             raise

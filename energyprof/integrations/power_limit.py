@@ -266,13 +266,10 @@ class PowerLimitOptimizer:
         if prof is None:
             return self._now()
         self._open_window = f"{WINDOW_PREFIX}:{self.candidates[self._index]:g}W"
-        t0 = self._now()
-        if self._clock is time.perf_counter:
-            try:
-                prof.begin_window(self._open_window, t_ns=t0)
-                return t0
-            except TypeError:  # a profiler that takes no mark of ours (a Monitor): its own, then ours
-                pass
+        if self._clock is time.perf_counter:  # one clock: the window starts at the optimizer's own edge
+            t0 = self._now()
+            prof.begin_window(self._open_window, t_ns=int(t0))
+            return t0
         prof.begin_window(self._open_window)
         return self._now()
 
@@ -283,13 +280,7 @@ class PowerLimitOptimizer:
         prof = self._active()
         if prof is not None and self._open_window is not None:
             t_ns = int(t1) if t1 is not None and self._clock is time.perf_counter else None
-            try:
-                prof.end_window(self._open_window, facts=facts, t_ns=t_ns)
-            except TypeError:
-                try:
-                    prof.end_window(self._open_window, facts=facts)
-                except TypeError:  # a Monitor keeps no facts
-                    prof.end_window(self._open_window)
+            prof.end_window(self._open_window, facts=facts, t_ns=t_ns)  # drive/windows.py: Profiler and Monitor alike
         self._open_window = None
 
     def table(self) -> list[dict[str, Any]]:

@@ -563,10 +563,10 @@ def _stderr_line(text: str) -> None:
 def send_epoch_metrics(loop: str, epoch: int, metrics: dict[str, float]) -> bool:
     """The forecast after each epoch to the run's live sinks (MLflow metrics, InfluxDB, a Prometheus
     pushgateway) as `forecast.<loop>.<figure>` at step = epochs done, through the live export's
-    `energyprof.output.live.log_metrics` (which never blocks or raises, and sends nothing where no live
+    `energyprof.log_metrics` (which never blocks or raises, and sends nothing where no live
     export runs). The one call site: a tree without that module sends nothing. False: nothing was sent."""
     try:
-        from ..output.live import log_metrics  # type: ignore[attr-defined]
+        from .metrics import log_metrics
     except ImportError:
         return False
     try:

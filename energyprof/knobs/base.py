@@ -116,7 +116,6 @@ class Knob(ABC):
 
     def __init__(self, index: str) -> None:
         self.index = index
-        self.original: float | None = None
 
     @property
     def name(self) -> str:
@@ -138,21 +137,6 @@ class Knob(ABC):
             allowed = ", ".join(num(c) for c in rng.choices) if rng.choices else f"{num(rng.low)}-{num(rng.high)}"
             raise KnobError(f"{self.name}: {num(value)} {self.unit} is outside its range {allowed} {self.unit}")
 
-    def remember(self) -> None:
-        """Keep the value found before the first change (what restore() puts back)."""
-        if self.original is None:
-            self.original = self.read()
-
     def parts(self) -> list[Part]:
         """What this knob writes: by default one part, the knob itself."""
         return [KnobPart(self)]
-
-    def set(self, value: float) -> None:
-        self.check(value)
-        self.remember()
-        self._write(value)
-
-    def restore(self) -> None:
-        if self.original is not None:
-            self._write(self.original)
-            self.original = None

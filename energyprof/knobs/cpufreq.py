@@ -38,7 +38,6 @@ class MaxFreq(Knob):
     def __init__(self, dirs: list[Path], index: str) -> None:
         super().__init__(index)
         self.dirs = dirs
-        self._originals: list[float] | None = None  # one per CPU: they need not agree
 
     def read(self) -> float:
         return max(_read_khz(d / "scaling_max_freq") for d in self.dirs)
@@ -51,18 +50,6 @@ class MaxFreq(Knob):
     def parts(self) -> list[Part]:
         """One file per CPU: `all` and `N` share CPU N's file, and so its original."""
         return [FilePart(str(d / "scaling_max_freq"), self.name) for d in self.dirs]
-
-    def remember(self) -> None:
-        if self._originals is None:
-            self._originals = [_read_khz(d / "scaling_max_freq") for d in self.dirs]
-        super().remember()
-
-    def restore(self) -> None:
-        if self._originals is not None:
-            for d, v in zip(self.dirs, self._originals):
-                self._write_one(d, v)
-            self._originals = None
-            self.original = None
 
     def _write_one(self, d: Path, value: float) -> None:
         path = d / "scaling_max_freq"

@@ -13,11 +13,14 @@ closes with originals still held (the kernel closes it, whatever killed the sett
 writes them back, newest first, and exits. The setter's end is close-on-exec, and a forked child closes
 its copy, so only the setter keeps it open. Writes use MSG_NOSIGNAL: a keeper process gone is an error
 (the held parts are put back in-process, or, for the reader, handed to a new keeper process), never a
-SIGPIPE. The keeper process is detached (its parent is init), so a profiled program's processes do not
+SIGPIPE. A thread of the setter's watches its end: the keeper process dying (kill -9 of it alone) is seen at
+once, and a new one is given every original still held. The start limit covers the launcher and the
+keeper both. The keeper process is detached (its parent is init), so a profiled program's processes do not
 include it.
 
-A file is also claimed machine-wide while it is changed (an exclusive flock on a record in
-/run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests): each process that sets knobs has its own keeper,
+A file is also claimed machine-wide while it is changed (an exclusive flock on a 0600 record in
+/run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests; no other user can open, make or swap it, so none
+can hold it): each process that sets knobs has its own keeper,
 and without the claim two of them would take each other's setting for an original. A second process
 finding the claim held is refused, one line. The claim's descriptor goes to the keeper process with the
 original, so after a kill -9 of the setter the claim is let go only once the original is back.
@@ -41,6 +44,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from typing import Any, Hashable
 
 from .base import Knob, KnobError, Part
@@ -68,18 +72,22 @@ CLAIMS_ENV = "ENERGYPROF_KNOB_CLAIMS"
 DEFAULT_CLAIMS = "/run/energyprof/knobs"
 
 
+def _trusted_folder(st: os.stat_result) -> bool:
+    """Root's (or this user's) folder that no one else can write: no one else can make, swap or remove a
+    claim in it."""
+    return stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
+
+
 def _claims_folder() -> str | None:
-    """The folder of claims, made if missing: only one owned by root (or this user) and writable by no
-    one else is trusted; None without one (a user who cannot make it cannot write sysfs either)."""
+    """The folder of claims, made if missing: only a trusted one (`_trusted_folder`) is used; None without
+    one (a user who cannot make it cannot write sysfs either)."""
     folder = os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
         st = os.lstat(folder)
     except OSError:
         return None
-    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-        return None
-    return folder
+    return folder if _trusted_folder(st) else None
 
 
 def _claim_path(key: str) -> str:
@@ -96,20 +104,62 @@ def _drop_claim(key: str, fd: int) -> None:
     os.close(fd)
 
 
+def _trusted(st: os.stat_result) -> bool:
+    """A claim file only this user can open: a regular file of ours, 0600 or tighter, with one name. Any
+    other (an older energyprof's 0644, which anyone may open and flock) is not a claim to wait on."""
+    return stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and not st.st_mode & 0o077 and st.st_nlink == 1
+
+
+def _open_claim(folder: int, name: str) -> int:
+    """The claim file `name` in the open `folder`, opened or made (O_EXCL, 0600) so that no other user can
+    open it, make it first or put a link in its place: a user who could open it could flock it and refuse
+    every change of root's. An untrusted file there is removed and made anew."""
+    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, dir_fd=folder)
+    except FileNotFoundError:
+        fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder)
+    st = os.fstat(fd)
+    if _trusted(st):
+        return fd
+    os.close(fd)
+    try:
+        if os.stat(name, dir_fd=folder, follow_symlinks=False).st_ino == st.st_ino:
+            os.unlink(name, dir_fd=folder)
+    except OSError:
+        pass
+    raise FileExistsError(name)  # made anew by the caller's next try
+
+
 def _claim(part: Part, name: str) -> int | None:
     """An exclusive flock on the claim of `part` (a file named by a hash of its real path), held while it is
     changed: a second process (another reader, a root `--knob` run, an optimizer) that finds it held is
     refused, one line. The descriptor is also handed to the keeper process, so the claim outlives a kill
     -9 of the setter until its original is back."""
-    folder = _claims_folder() if part.claimed else None
-    if folder is None:
+    where = _claims_folder() if part.claimed else None
+    if where is None:
         return None
-    path = _claim_path(part.key)
+    file = os.path.basename(_claim_path(part.key))
+    try:
+        folder = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as exc:
+        raise KnobError(f"{name}: cannot claim {part.key} in {where}: {exc.strerror or exc}") from None
+    try:
+        if not _trusted_folder(os.fstat(folder)):  # swapped since it was checked
+            raise KnobError(f"{name}: cannot claim {part.key}: {where} is writable by others")
+        return _lock_claim(folder, file, part.key, name, where)
+    finally:
+        os.close(folder)
+
+
+def _lock_claim(folder: int, file: str, key: str, name: str, where: str) -> int:
     for _ in range(16):  # a claim file unlinked by its last holder between our open and our lock: open it again
         try:
-            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            fd = _open_claim(folder, file)
+        except FileExistsError:
+            continue
         except OSError as exc:
-            raise KnobError(f"{name}: cannot claim {part.key} in {folder}: {exc.strerror or exc}") from None
+            raise KnobError(f"{name}: cannot claim {key} in {where}: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -118,17 +168,17 @@ def _claim(part: Part, name: str) -> int | None:
             except (OSError, IndexError):
                 who = "?"
             os.close(fd)
-            raise KnobError(f"{name}: {part.key} is being changed by another energyprof process (pid {who})") from None
+            raise KnobError(f"{name}: {key} is being changed by another energyprof process (pid {who})") from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(path, follow_symlinks=False).st_ino
+            same = os.fstat(fd).st_ino == os.stat(file, dir_fd=folder, follow_symlinks=False).st_ino
         except OSError:
             same = False
         if same:
             os.ftruncate(fd, 0)
-            os.pwrite(fd, f"{os.getpid()} {part.key}\n".encode(), 0)
+            os.pwrite(fd, f"{os.getpid()} {key}\n".encode(), 0)
             return fd
         os.close(fd)
-    raise KnobError(f"{name}: cannot claim {part.key}: its claim keeps changing")
+    raise KnobError(f"{name}: cannot claim {key}: its claim keeps changing")
 
 
 def _unclaim(held: _Held) -> None:
@@ -161,13 +211,13 @@ class Keeper:
         energyprof from where this process did (a program may have it from its own folder), and only
         energyprof from there. Its output goes to /dev/null, never the program's. It answers one byte when
         ready; without it within START_WAIT_S, KnobError and nothing is changed."""
-        import energyprof
-
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = {k: v for k, v in os.environ.items() if k != "ENERGYPROF_AGENT"}
         safe = ["-P"] if sys.version_info >= (3, 11) else []
-        package_root = os.path.dirname(os.path.abspath(list(energyprof.__path__)[0]))
+        package_root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # above energyprof/
         argv = [sys.executable, *safe, "-c", _BOOT, package_root]
+        launcher = None
+        deadline = time.monotonic() + START_WAIT_S  # the launcher's run and the keeper's start, together
         try:
             # a bare interpreter (-S: no site, a few ms) forks the keeper and leaves at once: the keeper's
             # parent becomes init, and it holds the socket's other end as its stdin
@@ -175,24 +225,66 @@ class Keeper:
                 launcher = subprocess.Popen([sys.executable, "-S", *safe, "-c", _DETACH, *argv], stdin=theirs,
                                             stdout=null, stderr=null, env=env, start_new_session=True,
                                             close_fds=True, cwd="/")
-            launcher.wait()
-            ours.settimeout(START_WAIT_S)
+            launcher.wait(timeout=max(0.0, deadline - time.monotonic()))
+            ours.settimeout(max(0.001, deadline - time.monotonic()))
             ready = ours.recv(1)
             ours.settimeout(None)
-        except OSError as exc:  # socket.timeout is one
+        except (OSError, subprocess.TimeoutExpired) as exc:  # socket.timeout is an OSError
             ready, why = b"", getattr(exc, "strerror", None) or "no answer"
         else:
             why = "it exited at start"
         finally:
             theirs.close()
+            if launcher is not None and launcher.poll() is None:  # stopped or stuck: it holds nothing of ours
+                launcher.kill()
+                launcher.wait()
         if ready != READY:
-            ours.close()
+            ours.close()  # a keeper that starts late finds its socket closed and exits without a change
             raise KnobError(f"the process that restores knobs did not start ({why} within {START_WAIT_S:g} s);"
                             " nothing changed")
         self._sock = ours
         if not self._at_fork:
             os.register_at_fork(after_in_child=self._forget_in_child)
             self._at_fork = True
+        from ..agent.own_threads import start
+
+        start(self._watch, ours)
+
+    def _watch(self, sock: socket.socket) -> None:
+        """Wait for the keeper process's end to close (it sends nothing after its ready byte). Closed by
+        us (`_lost`, `close`): nothing to do. Closed by its death (a kill -9): a new keeper process is
+        given every original still held, as a write that finds it gone does for the reader; if none can
+        start, the originals go back here, since nothing else would put them back."""
+        try:
+            while sock.recv(1):
+                pass
+        except OSError:
+            pass
+        with self._lock:
+            if self._sock is not sock:
+                return
+            self._lost()
+            if not self.held:
+                return
+            try:
+                self._start()
+                self._hand_over()
+                return
+            except (OSError, KnobError) as exc:
+                self._lost()
+                why = str(exc)
+            lines = self.restore()
+        print(f"energyprof: the process that restores knobs has gone and no other started ({why}); the knobs"
+              " are back to their originals", file=sys.stderr)
+        for line in lines:
+            print(f"energyprof: {line}", file=sys.stderr)
+
+    def _hand_over(self) -> None:
+        """Every original still held, to a new keeper process."""
+        for key, held in self.held.items():
+            rec = held.part.record(held.original)
+            if rec is not None:
+                self._write({"hold": key, "restore": rec}, held.claim)
 
     def _forget_in_child(self) -> None:
         """A forked child (a DataLoader worker) must not keep the socket open after the setter is gone."""
@@ -225,7 +317,7 @@ class Keeper:
     def _lost(self) -> None:
         sock, self._sock = self._sock, None
         if sock is not None:
-            sock.close()
+            _hang_up(sock)
 
     def _send(self, record: dict[str, Any], claim: int | None = None) -> None:
         if self._sock is None:
@@ -240,10 +332,7 @@ class Keeper:
             raise KeeperGone(f"the process that restores knobs has gone ({why})")
         self._start()  # a new one, given every original still held, then this record
         try:
-            for key, held in self.held.items():
-                rec = held.part.record(held.original)
-                if rec is not None:
-                    self._write({"hold": key, "restore": rec}, held.claim)
+            self._hand_over()
             self._write(record, claim)
         except OSError as exc:
             self._lost()
@@ -362,12 +451,22 @@ class Keeper:
         with self._lock:
             sock, self._sock = self._sock, None
         if sock is not None:
-            try:
-                sock.close()  # the keeper process reads the end, has nothing held, and exits
-            except OSError:
-                pass
+            _hang_up(sock)  # the keeper process reads the end, has nothing held, and exits
         for line in errors:
             print(f"energyprof: {line}", file=sys.stderr)
+
+
+def _hang_up(sock: socket.socket) -> None:
+    """Our end closed for good: shut down first, which wakes the watcher's recv (a close alone would not,
+    and the keeper process would not see the end while that recv holds it)."""
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    try:
+        sock.close()
+    except OSError:
+        pass
 
 
 _shared: Keeper | None = None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ..store.files import write_text
 from ..setup.choices import OUTPUTS
@@ -42,6 +42,16 @@ def render_options(options: Options, idle: str | None = None) -> RenderOptions:
     return RenderOptions(idle=idle, carbon=carbon_settings(options))
 
 
+class _Outcome:
+    """What writing the outputs did: the paths written, one line per failure, where the facts wait."""
+
+    def __init__(self) -> None:
+        self.written: list[str] = []
+        self.failed: list[str] = []
+        self.kept: str | None = None  # the checkpoint path holding the facts until the views are written
+        self.logged: str | None = None  # the MLflow run logged to
+
+
 def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None,
                   render: RenderOptions | None = None, checkpoint: str | None = None) -> list[str]:
     """Save the facts, then write every requested view, each on its own (one failing loses none
@@ -54,44 +64,70 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
 
     Returns the paths written; raises OSError after trying them all if any failed.
     """
+    views = [name for name in OUTPUTS if name != "json" and getattr(options, name)
+             and os.path.realpath(getattr(options, name)) != os.devnull]  # `-o /dev/null`: nothing reads it
+    done = _Outcome()
+    profile, model = _model(profile, options, views, render, done)
+    _save_facts(profile, options, model, views, checkpoint, done)
+    _write_views(model, options, views, done)
+    if done.kept is not None and not done.failed:
+        from ..store.files import remove
+
+        remove(done.kept)
+        done.kept = None
+    _say(model, options, stream or sys.stderr, done)
+    if done.failed:
+        raise OSError("; ".join(done.failed))
+    return done.written
+
+
+def _model(profile: Profile, options: Options, views: list[str], render: RenderOptions | None,
+           done: _Outcome) -> tuple[Profile, Any]:
+    """The report model (the analysis, and its imports) only where something reads it; the profile under
+    the render's idle policy (`report --idle all`: a copy)."""
+    wanted = bool(options.json or views or options.emissions_csv or options.mlflow or (options.summary and not options.quiet))
+    ro = render if render is not None else render_options(options) if wanted else None
+    if ro is not None and ro.idle and ro.idle != profile.idle_policy:
+        profile = profile.with_policy(ro.idle)
+    if not wanted or ro is None:
+        return profile, None
+    from ..analysis.report import build
+
+    try:  # the analysis, pure; a view's failure is its own, below
+        return profile, build(profile, ro)
+    except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
+        done.failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
+        return profile, None
+
+
+def _save_facts(profile: Profile, options: Options, model: Any, views: list[str], checkpoint: str | None,
+                done: _Outcome) -> None:
+    """The JSON from the Profile; without one, the facts wait at the checkpoint path while a view could fail."""
     from ..store.files import is_regular_target
     from ..store.files import remove
 
-    views = [name for name in OUTPUTS if name != "json" and getattr(options, name)
-             and os.path.realpath(getattr(options, name)) != os.devnull]  # `-o /dev/null`: nothing reads it
-    # The report model (the analysis, and its imports) only where something reads it.
-    wanted = bool(options.json or views or options.emissions_csv or options.mlflow or (options.summary and not options.quiet))
-    ro = render if render is not None else render_options(options) if wanted else None
-    if ro is not None and ro.idle and ro.idle != profile.idle_policy:  # `report --idle all`: the facts under that policy
-        profile = profile.with_policy(ro.idle)
-    failed: list[str] = []
-    model = None
-    if wanted and ro is not None:
-        from ..analysis.report import build
-
-        try:  # the analysis, pure; a view's failure is its own, below
-            model = build(profile, ro)
-        except Exception as exc:  # noqa: BLE001 - the facts are saved all the same
-            failed.append(f"could not build the report from the profile: {type(exc).__name__}: {exc}")
-    written: list[str] = []
     facts = options.json
     if facts:
         try:
             write_text(facts, profile.to_json(derived=model.derived() if model is not None else None))
-            written.append(facts)
+            done.written.append(facts)
         except Exception as exc:  # noqa: BLE001 - report it, keep the profile elsewhere
-            failed.append(f"could not write the JSON profile {facts}: {exc}")
+            done.failed.append(f"could not write the JSON profile {facts}: {exc}")
             facts = None
-    kept = None
     at_risk = bool(options.json or views or options.emissions_csv or options.mlflow)  # an output that may fail
     if checkpoint and facts is None and at_risk and is_regular_target(checkpoint):
         try:  # no JSON on disk: the facts go where the checkpoint was, until the views are written
             write_text(checkpoint, profile.to_json())
-            kept = checkpoint
+            done.kept = checkpoint
         except Exception as exc:  # noqa: BLE001 - the last checkpoint stays, if there was one
-            failed.append(f"could not save the profile in {checkpoint}: {exc}")
+            done.failed.append(f"could not save the profile in {checkpoint}: {exc}")
     elif checkpoint and (facts is not None or not at_risk):
         remove(checkpoint)  # the facts are on disk, or nothing was asked for that a failure could lose
+
+
+def _write_views(model: Any, options: Options, views: list[str], done: _Outcome) -> None:
+    """Each view on its own, then codecarbon's CSV, then MLflow (after the files, so a tracking server that
+    is down loses none of them)."""
     if views and model is not None:  # the renderers' modules (the page's, the exports') only for a view to write
         from ..render.registry import renderers
 
@@ -99,47 +135,43 @@ def write_outputs(profile: Profile, options: Options, stream: TextIO | None = No
     for name in views:  # (the HTML page alone built 1.4 MB for `-o /dev/null`)
         path = getattr(options, name)
         if model is None:
-            failed.append(f"could not write {flag(name)} {path}: no report model")
+            done.failed.append(f"could not write {flag(name)} {path}: no report model")
             continue
         try:
             write_text(path, table[name](model))
-            written.append(path)
+            done.written.append(path)
         except Exception as exc:  # noqa: BLE001 - report it, keep the other outputs
-            failed.append(f"could not write {flag(name)} {path}: {type(exc).__name__}: {exc}")
+            done.failed.append(f"could not write {flag(name)} {path}: {type(exc).__name__}: {exc}")
     if options.emissions_csv and model is not None:
         try:
             from .emissions import append
             from .emissions import rows
 
             append(options.emissions_csv, rows(model, windows=options.emissions_csv_windows))
-            written.append(options.emissions_csv)
+            done.written.append(options.emissions_csv)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
-            failed.append(f"could not append to --emissions-csv {options.emissions_csv}: {exc}")
-    logged = None
-    if options.mlflow and model is not None:  # after the files, so a tracking server that is down loses none of them
+            done.failed.append(f"could not append to --emissions-csv {options.emissions_csv}: {exc}")
+    if options.mlflow and model is not None:
         try:
             from .mlflow import log_model
 
-            logged = log_model(model)
+            done.logged = log_model(model)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
-            failed.append(f"could not log to MLflow: {exc}")
-    if kept is not None and not failed:
-        remove(kept)
-        kept = None
-    out = stream or sys.stderr
+            done.failed.append(f"could not log to MLflow: {exc}")
+
+
+def _say(model: Any, options: Options, out: TextIO, done: _Outcome) -> None:
+    """The console summary and what was written (unless quiet), every failure, and where the facts wait."""
     if options.summary and not options.quiet and model is not None:
         from ..render.console import render_summary
 
         out.write(render_summary(model))
-        for path in written:
+        for path in done.written:
             out.write(f"energyprof: wrote {path}\n")
-        if logged:
-            out.write(f"energyprof: logged to MLflow run {logged}\n")
-    for line in failed:
+        if done.logged:
+            out.write(f"energyprof: logged to MLflow run {done.logged}\n")
+    for line in done.failed:
         out.write(f"energyprof: error: {line}\n")
-    if kept is not None:
-        out.write(f"energyprof: the profile is kept in {kept} (energyprof report {kept} renders it)\n")
+    if done.kept is not None:
+        out.write(f"energyprof: the profile is kept in {done.kept} (energyprof report {done.kept} renders it)\n")
     out.flush()
-    if failed:
-        raise OSError("; ".join(failed))
-    return written

@@ -11,7 +11,8 @@ import html
 import statistics
 from typing import Any
 
-from ..analysis.compare import Change, Comparison, FunctionChange, Verdict
+from .units import compare_lines as unit_compare_lines
+from ..analysis.compare import ACTIVE, Change, Comparison, FunctionChange, Run, Verdict, side_means
 from ..analysis.own import short_path
 from ..analysis.pareto import front as pareto_front
 from ..store.files import write_text
@@ -44,7 +45,7 @@ def _method(run: Any) -> str:
     return "estimated" if run.estimated else "measured"
 
 
-def verdict_text(v: Verdict) -> str:
+def _figure_text(v: Verdict) -> str:
     """The gate's figure with its interval, or why one run per side cannot give one."""
     if v.pct is None:
         return f"{v.what}: appeared ({fmt_energy(v.base)} -> {fmt_energy(v.head)})"
@@ -63,6 +64,19 @@ def verdict_text(v: Verdict) -> str:
             f" error alone hides changes within \u00b1{v.hidden_pct:.1f}% at {conf}; repeat each side with --base/--head)")
 
 
+def verdict_text(v: Verdict) -> str:
+    """The gate's figure with its interval, what it is, and the sides' loads when they differ."""
+    text = _figure_text(v)
+    if v.what == ACTIVE:
+        text += "; active energy: the machine's CPU energy times the program's share of its CPU capacity, idle apart"
+    if v.load is not None:
+        text += (f"; the machine's load differed: other processes used {_share(v.load.base_others)} of its CPU in"
+                 f" the base's runs and {_share(v.load.head_others)} in the head's, more than the repeats separate, so "
+                 + (f"a change within +{v.load.allowance_pct:.1f}% may be the load's and is not failed on"
+                    if v.load.allowance_pct > 0 else "the load can only have lowered the head's figure"))
+    return text
+
+
 def verdict_line(v: Verdict, limit_pct: float) -> str:
     return f"{verdict_text(v)}; limit +{limit_pct:g}%"
 
@@ -72,34 +86,46 @@ def _side(cmp: Comparison, i: int) -> str:
     return {"base": "  base", "head": "  head"}.get(r.side, "")
 
 
+def _on_front(cmp: Comparison, run: Run) -> bool:
+    """A run is tagged on the Pareto front only among single runs: repeats are one configuration's
+    spread, not points of a front."""
+    return run.pareto and len(cmp.runs) > 2 and not _repeated(cmp)
+
+
 def render_text(cmp: Comparison) -> str:
     head = ("the base's runs against the head's" if len(cmp.base_runs) > 1 or len(cmp.head_runs) > 1
             else "the first run is the baseline, the last is compared with it")
     lines = [f"energyprof compare: {head}", ""]
     for i, r in enumerate(cmp.runs):
-        front = "  (Pareto front)" if r.pareto and len(cmp.runs) > 2 and not _repeated(cmp) else ""
+        front = "  (Pareto front)" if _on_front(cmp, r) else ""
         lines.append(f"  [{i}] {r.label}  {r.path}{_side(cmp, i)}{front}")
     if cmp.verdict is not None:
         lines += ["", verdict_text(cmp.verdict)]
     if cmp.settings_differ:
         lines += ["", "Warning: the machine's settings differ between base and head (the energy may differ for that):"]
         lines += [f"  {line}" for line in cmp.settings_differ]
-    lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured):"]
-    for sid in cmp.sources:
-        for kind, attr in (("program", "program_j"), ("machine", "machine_j")):
-            vals = [getattr(r, attr).get(sid) for r in cmp.runs]
-            lines.append(f"  {sid:<8} {kind:<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in vals) + f"  {_delta(vals)}")
-    prog = [r.program_total for r in cmp.runs]
-    mach = [r.machine_total for r in cmp.runs]
-    lines.append(f"  {'total':<8} {'program':<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in prog) + f"  {_delta(prog)}")
-    lines.append(f"  {'total':<8} {'machine':<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in mach) + f"  {_delta(mach)}")
+    lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured;"
+              " active = the gate's figure; change = the head's mean against the base's):"]
+    rows: list[tuple[str, str, list[float | None]]] = [
+        (sid, kind, [getattr(r, attr).get(sid) for r in cmp.runs])
+        for sid in cmp.sources for kind, attr in (("program", "program_j"), ("machine", "machine_j"))]
+    rows += [("total", "program", [r.program_total for r in cmp.runs]),
+             ("total", "machine", [r.machine_total for r in cmp.runs])]
+    if all(r.active_j is not None for r in cmp.runs):
+        rows.append(("total", "active", [r.active_j for r in cmp.runs]))
+    for sid, kind, vals in rows:
+        lines.append(f"  {sid:<8} {kind:<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in vals) + f"  {_delta(cmp, vals)}")
+    if all(r.load is not None for r in cmp.runs):
+        lines.append(f"  {'others':<17} " + "  ".join(f"{_share(r.load.others_share):>10}" for r in cmp.runs if r.load)
+                     + "  (other processes' share of the machine's CPU)")
     lines.append(f"  {'duration':<17} " + "  ".join(f"{fmt_seconds(r.duration_s):>10}" for r in cmp.runs))
     lines.append(f"  {'method':<17} " + "  ".join(f"{_method(r):>10}" for r in cmp.runs))
     if cmp.windows:
         lines += ["", f"Windows (mean {_window_whose(cmp)} energy per window, all sources):"]
         for w in cmp.windows:
             lines.append(f"  {w.name:<24} " + "  ".join(f"{fmt_energy(v):>10}" for v in w.mean_j)
-                         + f"  {_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}")
+                         + f"  {_pct(w.pct) if w.compared else ''}")
+    lines += unit_compare_lines(cmp.units)
     if cmp.sweep:
         lines += ["", f"Windows {cmp.sweep} as points ({_sweep_axis(cmp)[:-4]} against time; * on the Pareto front):"]
         for pt in sorted(cmp.sweep_points, key=lambda pt: pt.time_s):
@@ -121,11 +147,16 @@ def _noise(cmp: Comparison) -> str:
     return "the repeats' spread" if cmp.repeats else "their sampling error"
 
 
-def _delta(vals: list[float | None]) -> str:
-    a, b = vals[0], vals[-1]
+def _delta(cmp: Comparison, vals: list[float | None]) -> str:
+    """The head's mean against the base's, the means the verdict takes."""
+    a, b = side_means(vals, [r.side for r in cmp.runs])
     if a is None or b is None:
         return ""
     return _pct((b - a) / a * 100 if a else None) if (a or b) else "+0.0%"
+
+
+def _share(x: float) -> str:
+    return f"{x * 100:.0f}%"
 
 
 def _where(f: FunctionChange, folder: str | None = None) -> str:
@@ -149,13 +180,16 @@ MAX_ROWS_MARKDOWN = 10
 def render_markdown(cmp: Comparison) -> str:
     """A pull-request comment: the verdict first, one table of runs, at most ten functions."""
     v = cmp.verdict
-    out = [f"### energyprof: {_pct(v.pct) if v is not None else ''} program energy", ""]
+    out = [f"### energyprof: {_pct(v.pct) if v is not None else ''} {v.what if v is not None else 'program energy'}", ""]
     if v is not None:
         out += [_md(verdict_text(v)), ""]
-    out += ["| run | side | program energy | machine energy | duration | method |", "|---|---|---:|---:|---:|---|"]
+    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure, beside the policy's
+    out += ["| run | side | program energy | machine energy |" + (" active energy | others' CPU |" if active else "")
+            + " duration | method |", "|---|---|---:|---:|" + ("---:|---:|" if active else "") + "---:|---|"]
     for r in cmp.runs:
-        out.append(f"| {_md(r.label)}{' (front)' if r.pareto and len(cmp.runs) > 2 else ''} | {r.side}"
-                   f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} | {fmt_seconds(r.duration_s)}"
+        gate = f" {fmt_energy(r.active_j)} | {_share(r.load.others_share) if r.load else ''} |" if active else ""
+        out.append(f"| {_md(r.label)}{' (front)' if _on_front(cmp, r) else ''} | {r.side}"
+                   f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} |{gate} {fmt_seconds(r.duration_s)}"
                    f" | {_method(r)} |")
     if cmp.sweep:
         on = sorted((pt for pt in cmp.sweep_points if pt.pareto), key=lambda pt: pt.time_s)
@@ -278,13 +312,17 @@ def render_html(cmp: Comparison) -> str:
     from .html import _inline_script, _plotly_js, json_for_script, template_text
 
     e = html.escape
+    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure and the neighbours' CPU, per run
+    gate_heads = "<th>active energy</th><th>others' CPU</th>" if active else ""
     runs_rows = "".join(
-        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if r.pareto and not _repeated(cmp) else ''}"
-        f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td><td>{fmt_seconds(r.duration_s)}</td>"
+        f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if _on_front(cmp, r) else ''}"
+        f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td>"
+        + (f"<td>{fmt_energy(r.active_j)}</td><td>{_share(r.load.others_share) if r.load else ''}</td>" if active else "")
+        + f"<td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(
         f"<tr><td class='fn'>{e(w.name)}</td>" + "".join(f"<td>{fmt_energy(v)}</td>" for v in w.mean_j)
-        + f"<td>{_pct(w.pct) if w.mean_j[0] is not None and w.mean_j[-1] is not None else ''}</td></tr>"
+        + f"<td>{_pct(w.pct) if w.compared else ''}</td></tr>"
         for w in cmp.windows)
     fn_rows = "".join(
         f"<tr><td class='fn'><span class='name'>{e(_name(f, cmp.folder))}</span>"
@@ -322,7 +360,7 @@ td.sig {{ font-weight: 650; background: #fff6d6; }}
 <p class="sub">{e(sub)}</p>{verdict}</header>
 <section class="panel"><h2>Runs</h2><div class="table-wrap"><table class="windows">
 <thead><tr><th>#</th><th>side</th><th>run</th><th>program energy</th>
-<th>machine energy</th><th>duration</th><th>method</th></tr></thead>
+<th>machine energy</th>{gate_heads}<th>duration</th><th>method</th></tr></thead>
 <tbody>{runs_rows}</tbody></table></div></section>
 <section class="panel"><h2>Energy against time</h2>
 <p class="hint">Each run's program energy against its duration; the Pareto front (no other run both faster and

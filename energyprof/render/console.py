@@ -6,6 +6,7 @@ from ..analysis.report import ReportModel
 from ..facts.profile import GROUP_PREFIXES, Node
 from ..analysis.phases import MODULES_SHOWN
 from .charts import path_shortener
+from .units import console_lines as unit_lines
 from .format import fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
@@ -64,6 +65,7 @@ def render_summary(model: ReportModel) -> str:
         for node in roles:
             e = node.total_energy
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
+    lines.extend(unit_lines(model.unit_tables()))
     from .unit_tables import per_test_lines, tokens_lines
 
     lines.extend([*per_test_lines(model.profile), *tokens_lines(model.profile)])

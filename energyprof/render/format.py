@@ -162,3 +162,11 @@ def source_how(source: Any) -> str:
     if source.update_period_s:
         parts.append(f"every {sig(source.update_period_s)} s")
     return ", ".join(parts)
+
+
+_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
+
+
+def esc(value: object) -> str:
+    """Text for an element or a quoted attribute of the page."""
+    return str(value).translate(_ESCAPES)

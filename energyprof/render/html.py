@@ -97,7 +97,6 @@ def _without_gc(model: ReportModel) -> tuple[str, str]:
 
 def _render(model: ReportModel) -> tuple[str, str]:
     """The page before plotly.js and after it."""
-    from .gpu import gpu_panel
     from .page import render_page
 
     data = report_data(model)
@@ -111,7 +110,7 @@ def _render(model: ReportModel) -> tuple[str, str]:
         "rank_epoch_rows": rank_epoch_rows,
         "sweep_choice": lambda name: sweep_choice(model, name),
         "method": methodology(model),
-        "gpu": gpu_panel(model),
+        "gpu": _gpu_panel(model),
         "has_timeline": data["timeline"] is not None,
         "window_rows": sorted(model.windows, key=lambda r: r.window.start_s)[:MAX_WINDOW_ROWS],
         "report_json": packed_json(data),
@@ -121,6 +120,14 @@ def _render(model: ReportModel) -> tuple[str, str]:
     })
     at = page.rfind(_PLOTLY_MARK)  # the last: only our own report.js comes after it
     return page[:at], page[at + len(_PLOTLY_MARK):]
+
+
+def _gpu_panel(model: ReportModel) -> dict[str, Any] | None:
+    if model.profile.gpu_kernels is None:  # no kernel facts: the GPU panel's modules are not loaded
+        return None
+    from .gpu import gpu_panel
+
+    return gpu_panel(model)
 
 
 def packed_json(data: Any) -> str:

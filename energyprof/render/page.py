@@ -11,15 +11,10 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
-from .format import fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
+from .units import page_section as units_section
+from .format import esc, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
-_ESCAPES = str.maketrans({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;"})
 _MISSING = object()
-
-
-def esc(value: Any) -> str:
-    """Text for an element or a quoted attribute."""
-    return str(value).translate(_ESCAPES)
 
 
 def at(obj: Any, name: str, default: Any = _MISSING) -> Any:
@@ -79,6 +74,7 @@ def render_page(ctx: dict[str, Any]) -> str:
           f'The Pareto front (no other point both faster and cheaper) is joined: {esc(front)}.</p>\n'
           f'  <div id="sweep-{i}" class="plot sweep"></div>\n{_sweep_table(name, points, ctx["sweep_choice"](name))}'
           '</section>\n')
+    w(units_section(m.unit_tables()))
     if m.window_groups:
         w(_windows(ctx, m))
     from .unit_tables import per_test_section, tokens_section

@@ -11,7 +11,7 @@ from typing import Any
 
 from ..analysis.tests_table import TestRow, rows_of_tests
 from ..analysis.tokens import TokenRun, profile_tokens
-from .format import fmt_energy, fmt_seconds
+from .format import esc, fmt_energy, fmt_seconds
 
 TESTS_SHOWN = 10  # the costliest tests in the console summary: a summary, not the table
 REQUESTS_SHOWN = 10
@@ -20,8 +20,6 @@ TESTS_ON_PAGE = 500  # one row a test: a large suite's page lists its costliest
 
 
 def _esc(value: Any) -> str:
-    from .page import esc
-
     return esc(value)
 
 

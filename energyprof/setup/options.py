@@ -57,7 +57,7 @@ class Options:
     csv: str | None = None
     pprof: str | None = None
     mlflow: bool = False
-    influx: str | None = None  # live export: InfluxDB (output/live.py), http://HOST:8086/DB or ?org=&bucket=
+    influx: str | None = None  # live export: InfluxDB (output/live/), http://HOST:8086/DB or ?org=&bucket=
     pushgateway: str | None = None  # live export: a Prometheus pushgateway, http://HOST:9091
     emissions_csv: str | None = None  # codecarbon's emissions.csv, appended to
     emissions_csv_windows: bool = False
@@ -141,7 +141,7 @@ class Options:
             if not isinstance(self.gpu_kernel_trace, str) or not self.gpu_kernel_trace.strip():
                 raise OptionError(f"--gpu-kernel-trace needs a folder, not {self.gpu_kernel_trace!r}")
         if self.influx is not None or self.pushgateway is not None:
-            from ..output.live import TargetError, influx_target, pushgateway_target
+            from .targets import TargetError, influx_target, pushgateway_target
 
             try:
                 if self.influx is not None:

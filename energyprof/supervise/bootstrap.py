@@ -44,7 +44,7 @@ def child_env(options: Options, spool: str, base: dict[str, str] | None = None,
         "carbon": ",".join(repr(x) for x in carbon_setting(options)),
         # the program's window() blocks say which MLflow run is active as they end; the supervisor logs them
         "mlflow": "1" if options.mlflow else "0",
-        # energyprof.output.live.log_metrics in the program hands its figures to the supervisor's sinks
+        # energyprof.log_metrics in the program hands its figures to the supervisor's sinks
         "live": "1" if options.mlflow or options.influx or options.pushgateway else "0",
     }
     if io_disks is not None:

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any
 from ..record import field, record
 from ..collect import probes
 from ..core.feed import Clock, HeldTicks
-from ..core.ledger import Ledger, WindowTally
+from ..core.ledger import Ledger
+from ..core.tallies import WindowTally
 from ..facts.policy import DEFAULT_POLICY, IdlePolicy, WindowAccount, check_policy
 from ..core.recording import Sample, Tick
 from ..engines.roles import process_role as engines_process_role
@@ -470,7 +471,7 @@ class JobFeed:
         w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)
         if w is not None and r.reply:  # a Measurement waits for it
             self._replies.append((p.pid, w))
-            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live.py)
+            if self.blocks is not None:  # --mlflow: the supervisor logs the block once charged (output/live/)
                 self.blocks.append((p.pid, w))
 
     def _note(self, msg: str) -> None:

@@ -8,7 +8,9 @@ however it ended, writes the outputs and ends the way the program did.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
+import tempfile
 import time
 from typing import Any
 
@@ -24,7 +26,6 @@ from .bootstrap import child_env
 from .launch import Launch, NoRoom, no_room
 from ..engines.distributed import gpu_ties
 from ..engines.distributed import hostname
-from ..store.files import private_folder, remove_tree
 from .job import JobFeed
 
 
@@ -57,7 +58,7 @@ class Supervisor:
         signals.reset_sigchld()
         o = self.options
         self._watch_cache("start")
-        spool = private_folder("energyprof-")  # first: where TMPDIR is unusable, tempfile's search opens files
+        spool = tempfile.mkdtemp(prefix="energyprof-")  # first: where TMPDIR is unusable, its search opens files
         inbox: signals.Inbox | None = None
         try:
             inbox = signals.inbox()  # the portable inbox's wakeup pipe, child_env's imports: descriptors too
@@ -68,7 +69,7 @@ class Supervisor:
         except OSError as exc:
             if inbox is not None:
                 inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
             _say_no_room(exc)
             raise
         try:
@@ -93,7 +94,7 @@ class Supervisor:
         except BaseException as exc:
             launch.abort()
             inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
             _say_no_room(exc)
             raise
         self.launch = launch
@@ -113,22 +114,23 @@ class Supervisor:
                 watch.final()
         finally:
             inbox.close()
-            remove_tree(spool)
+            shutil.rmtree(spool, ignore_errors=True)
         profile = self._build(ledger, feed, collector)
         if watch is not None:  # the last points from the profile; at most FINISH_WAIT_S for the servers
-            from ..output.live import finish_run
+            from ..output.live.export import finish_run
 
-            finish_run(watch.export, profile, not self.options.quiet and not self.options.summary, watch.last())
+            profile = finish_run(watch.export, profile, not self.options.quiet and not self.options.summary,
+                                 watch.history(), watch.end_ns())
         return profile, self.status
 
     def _start_live(self, ledger: Ledger, feed: JobFeed, collector: Collector, spool: str) -> Any:
         """--influx, --pushgateway, --mlflow: the live export's threads, fed from the collector's tick
-        (output/live.py); None without them."""
+        (output/live/); None without them."""
         o = self.options
         if not (o.influx or o.pushgateway or o.mlflow):  # nothing of the export's is imported without them
             return None
         from ..facts.measurement import carbon_setting
-        from ..output.live import LedgerWatch, LiveExport
+        from ..output.live.export import LedgerWatch, LiveExport
 
         export = LiveExport(o, started_wall=self.started_wall)
         export.carbon = carbon_setting(o)
@@ -205,21 +207,23 @@ class Supervisor:
             ledger.note_process(p.pid, exit=p.exit)
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
         self._tie_gpus(ledger, feed, collector)
-        from ..collect.kernels.capture import kernel_split
+        split, gpu_notes = None, []
+        if any(sid.startswith("gpu:") for sid in ledger.source_ids):  # no GPU read: none of the kernels' modules
+            from ..collect.kernels.capture import kernel_split
 
-        # the kernels the program reduced, split before the tree is built: samples and kernels build it together
-        split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
-        profile = build_profile(ledger, self.options.idle, self._meta(self.exit_record(feed.main_exception())),
-                                notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
-                                peak_rss_exact_bytes=peak, gpu=split,
-                                io=self.io.fact(ledger.first_ns))  # collect/io.py: counters on the windows' clock
-        if self.options.watch_cache:
+            # the kernels the program reduced, split before the tree is built: samples and kernels build it together
+            split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
+        meta = self._meta(self.exit_record(feed.main_exception()))
+        if self.options.watch_cache:  # the page cache at the end: in the meta the profile is built with
             self._watch_cache("end")
             from ..collect.settings import storage
 
-            profile.meta["page_cache"] = list(self.page_cache)
-            profile.meta.setdefault("settings", {})["storage"] = storage(self.options.watch_cache)
-        return profile
+            meta = {**meta, "page_cache": list(self.page_cache),
+                    "settings": {**meta.get("settings", {}), "storage": storage(self.options.watch_cache)}}
+        return build_profile(ledger, self.options.idle, meta,
+                             notes=[*run_notes(self.options, [*collector.notes, *feed.notes]), *gpu_notes],
+                             peak_rss_exact_bytes=peak, gpu=split,
+                             io=self.io.fact(ledger.first_ns))  # collect/io.py: counters on the windows' clock
 
     def _watch_cache(self, when: str) -> None:
         """--watch-cache PATH: the page-cache residency of the files under PATH (collect/pagecache.py)."""

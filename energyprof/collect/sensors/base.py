@@ -154,21 +154,6 @@ def cpu_watch(what: str, update_period_s: float) -> FrozenWatch:
                        "the machine's CPUs were busy for {busy:.2f} CPU-s")
 
 
-def model_for(component: str, cpu_tdp: float | None) -> Sensor | None:
-    """The model's sensor for a CPU-class component whose counter counts nothing: the CPU from its TDP
-    and utilisation, DRAM from the installed RAM (estimated); None for the whole platform (psys),
-    which the model has no figure for."""
-    from . import estimate
-
-    if component == "cpu":
-        return estimate.discover(cpu_tdp, want_ram=False).sensors[0]
-    if component == "dram":
-        from .. import probes
-
-        return estimate.RamModelSensor(probes.total_memory_bytes())
-    return None
-
-
 class Continued(Sensor):
     """A source read by another sensor from some moment on: its figure carries on from where the
     first left it (no jump), and it says what it replaces and why. Everything else is the new one's."""

@@ -144,3 +144,14 @@ def discover(cpu_tdp: float | None = None, want_ram: bool = True) -> Discovery:
         found.sensors.append(RamModelSensor(probes.total_memory_bytes()))
     found.notes.append(f"model: CPU power estimated from utilisation and TDP {tdp:g} W ({source})")
     return found
+
+
+def model_for(component: str, cpu_tdp: float | None) -> Sensor | None:
+    """The model's sensor for a CPU-class component whose counter counts nothing: the CPU from its TDP
+    and utilisation, DRAM from the installed RAM (estimated); None for the whole platform (psys),
+    which the model has no figure for."""
+    if component == "cpu":
+        return discover(cpu_tdp, want_ram=False).sensors[0]
+    if component == "dram":
+        return RamModelSensor(probes.total_memory_bytes())
+    return None

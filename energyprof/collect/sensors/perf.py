@@ -18,7 +18,7 @@ import functools
 import os
 import re
 
-from .base import Discovery, Sensor, SensorError, cpu_watch, model_for
+from .base import Discovery, Sensor, SensorError, cpu_watch
 
 DEFAULT_ROOT = "/sys/bus/event_source/devices/power"
 PARANOID = "/proc/sys/kernel/perf_event_paranoid"
@@ -143,6 +143,8 @@ class PerfSensor(Sensor):
         return (count - self._zero) * self.scale
 
     def fallback(self) -> Sensor | None:
+        from .estimate import model_for  # the model only where a counter counts nothing
+
         return model_for(self.component, self.cpu_tdp)
 
     def close(self) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 
-from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch, model_for
+from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch
 
 DEFAULT_ROOT = "/sys/class/powercap"
 REUSE_NS = 500_000  # half the counter's update period (update_period_s)
@@ -113,6 +113,8 @@ class RaplSensor(Sensor):
         return self._joules
 
     def fallback(self) -> Sensor | None:
+        from .estimate import model_for  # the model only where a counter counts nothing
+
         return model_for(self.component, self.cpu_tdp)
 
     def close(self) -> None:

@@ -12,6 +12,7 @@ program and not the tool.
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 import time
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any, Callable, IO, Iterable, Iterator, Mapping
 
 from ....agent import own_threads
 from ..base import ChannelSensor, Discovery, PowerIntegrator
-from ....store.files import find_program
 
 FIRST_READING_S = 5.0  # how long discovery waits for the tool's first reading
 _RUNNING: set[int] = set()  # the pids of the tools running now (an in-process profile leaves them out of the program's children)
@@ -155,7 +155,7 @@ class ToolStream(SharedStream):
 
 def find_tool(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The tool's path on PATH (a stand-in of the same name is found the same way)."""
-    return find_program(name, path=(env or os.environ).get("PATH"))
+    return shutil.which(name, path=(env or os.environ).get("PATH"))
 
 
 def lines(stream: IO[bytes]) -> Iterable[str]:

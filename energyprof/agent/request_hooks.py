@@ -1,0 +1,205 @@
+"""The servers and routers that make each web request a window, hooked as they are imported.
+
+Under `python -m energyprof` a program that serves needs no change: when it imports one of the
+modules below, the module's functions named here are wrapped once, after its code ran:
+
+    uvicorn.config        Config.load: the loaded ASGI application is served through AsgiRequests
+                          (gunicorn's uvicorn workers load theirs the same way)
+    hypercorn.app_wrappers  ASGIWrapper: the same, for hypercorn's ASGI applications
+    wsgiref.handlers      BaseHandler.setup_environ opens a request, BaseHandler.close ends it
+    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it
+    gunicorn.http.wsgi    create opens a request (every gunicorn WSGI worker makes its environ there),
+                          Response.close ends it
+    starlette.routing     Route.matches and Mount.matches: the chosen route names the request
+                          (FastAPI's routes are Starlette's)
+    flask.ctx             RequestContext.match_request: the URL rule names the request
+    django.core.handlers.base  BaseHandler.resolve_request: the resolver match's route names it
+                          (`/items/<int:item_id>`: Django's routes have no leading slash)
+
+Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
+not awaited), so none stays on the stack while a request runs and the sampled stacks are the
+program's own. The finder that calls `patch` is agent/autoload.py's (this module, and the request's
+bookkeeping, load only once the program imports a server or a router).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any, Callable
+
+from .requests import AsgiRequests, close_request, current, name_request, open_request
+
+_DONE = "__energyprof_wrapped__"
+
+
+def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[..., Any]]) -> None:
+    """`cls.attr` (a class's function, or a module's) replaced by `make(original)`, once."""
+    original = vars(cls).get(attr)
+    if original is None or getattr(original, _DONE, False):
+        return
+    wrapper = make(original)
+    for k in ("__name__", "__qualname__", "__doc__", "__module__"):
+        try:
+            setattr(wrapper, k, getattr(original, k))
+        except (AttributeError, TypeError):
+            pass
+    setattr(wrapper, _DONE, True)
+    setattr(cls, attr, wrapper)
+
+
+def _uvicorn(module: Any) -> None:
+    def make(load: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            load(self)
+            app = getattr(self, "loaded_app", None)
+            if app is not None and not isinstance(app, AsgiRequests):
+                self.loaded_app = AsgiRequests(app)
+        return wrapped
+    _wrap(module.Config, "load", make)
+
+
+def _wsgiref(module: Any) -> None:
+    def make_setup(setup: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            setup(self)
+            environ = getattr(self, "environ", None)
+            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
+        return wrapped
+
+    def make_close(close: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            close_request(current(), getattr(self, "status", None))
+            close(self)
+        return wrapped
+    _wrap(module.BaseHandler, "setup_environ", make_setup)
+    _wrap(module.BaseHandler, "close", make_close)
+
+
+def _ending(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A method after which the request on this thread has ended (for an instance of `kind`), with the
+    instance's `status`."""
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            try:
+                original(self)
+            finally:
+                if isinstance(self, kind):
+                    close_request(current(), getattr(self, "status", None))
+        return wrapped
+    return make
+
+
+def _waitress(module: Any) -> None:
+    wsgi_task = module.WSGITask
+
+    def make_start(start: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            start(self)
+            if isinstance(self, wsgi_task):
+                open_request(getattr(getattr(self, "request", None), "command", None))
+        return wrapped
+
+    _wrap(module.Task, "start", make_start)
+    _wrap(module.Task, "finish", _ending(wsgi_task))
+
+
+def _hypercorn(module: Any) -> None:
+    def make(init: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, app: Any, *args: Any, **kwargs: Any) -> None:
+            init(self, app if isinstance(app, AsgiRequests) else AsgiRequests(app), *args, **kwargs)
+        return wrapped
+    _wrap(module.ASGIWrapper, "__init__", make)
+
+
+def _gunicorn(module: Any) -> None:
+    def make_create(create: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            resp, environ = create(*args, **kwargs)
+            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
+            return resp, environ
+        return wrapped
+
+    _wrap(module, "create", make_create)
+    _wrap(module.Response, "close", _ending(object))
+
+
+def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def make(matches: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, scope: Any) -> Any:
+            result = matches(self, scope)
+            req = current()
+            if req is not None and req.name is None and getattr(result[0], "name", "") == "FULL":
+                path = getattr(self, "path", None)
+                if isinstance(path, str):
+                    if prefix:
+                        req.prefix += path
+                    else:
+                        name_request(req, path, getattr(self, "endpoint", None))
+            return result
+        return wrapped
+    return make
+
+
+def _starlette(module: Any) -> None:
+    _wrap(module.Route, "matches", _matches(prefix=False))
+    _wrap(module.Mount, "matches", _matches(prefix=True))
+
+
+def _flask(module: Any) -> None:
+    def make(match: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any) -> None:
+            match(self)
+            rule = getattr(getattr(self, "request", None), "url_rule", None)
+            if rule is not None:
+                views = getattr(getattr(self, "app", None), "view_functions", None) or {}
+                name_request(current(), rule.rule, views.get(rule.endpoint))
+        return wrapped
+    _wrap(module.RequestContext, "match_request", make)
+
+
+def _django(module: Any) -> None:
+    def make(resolve: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(self: Any, request: Any) -> Any:
+            match = resolve(self, request)  # Resolver404 where no route took it: the request stays unmatched
+            route = getattr(match, "route", None)
+            if isinstance(route, str):
+                name_request(current(), route if route.startswith("/") else "/" + route, getattr(match, "func", None))
+            return match
+        return wrapped
+    _wrap(module.BaseHandler, "resolve_request", make)
+
+
+PATCHES: dict[str, Callable[[Any], None]] = {
+    "uvicorn.config": _uvicorn,
+    "wsgiref.handlers": _wsgiref,
+    "waitress.task": _waitress,
+    "hypercorn.app_wrappers": _hypercorn,
+    "gunicorn.http.wsgi": _gunicorn,
+    "starlette.routing": _starlette,
+    "flask.ctx": _flask,
+    "django.core.handlers.base": _django,
+}
+
+
+def patch(name: str, module: Any) -> None:
+    """Hook `module` (imported as `name`, one of PATCHES); a failure is a note, never the program's."""
+    try:
+        PATCHES[name](module)
+    except Exception as exc:  # noqa: BLE001 - a version whose names moved: it serves, without request windows
+        supervised = sys.modules.get("energyprof.agent.supervised")
+        agent = supervised.current() if supervised is not None else None
+        if agent is not None:
+            agent.note(f"web requests through {name} are not windows in this run: {type(exc).__name__}: {exc}")
+
+
+ROUTERS = ("starlette.routing", "flask.ctx", "django.core.handlers.base")
+
+
+def install_routers() -> None:
+    """The routers the program has imported, hooked now (an in-process middleware's routes): their
+    requests' windows begin as soon as routing names them."""
+    for name in ROUTERS:
+        module = sys.modules.get(name)
+        if module is not None:
+            patch(name, module)
+
