@@ -7,9 +7,9 @@ Each step is a window, `[batch prefill]` or `[batch decode]`, whose facts are th
 request added in it (`req:<id>` -> tokens). The report splits each step's energy among its
 requests by those tokens, prefill and decode apart (analysis/tokens.py states the rule).
 
-Hugging Face `generate` needs no code under `python -m energyprof` (agent/autoload.py calls
-`hook_generate` when the program imports transformers' generation module; in process, call
-`hook_generate()` once): agent/generate.py says how a batched `generate`'s steps and rows are found.
+Hugging Face `generate` needs no code under `python -m energyprof` (the agent wraps it when the
+program imports transformers' generation module: agent/autoload.py); in process, call
+`hook_generate()` once. agent/generate.py says how a batched `generate`'s steps and rows are found.
 """
 
 from __future__ import annotations
