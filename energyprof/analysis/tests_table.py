@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import bisect
 
-
 from ..record import record
 from ..facts.profile import Profile, Window
 from ..agent.unit_names import CALL_SUFFIX, OUTCOMES, outcome_code
 from .training import window_program_j
 
 __all__ = ["CALL_SUFFIX", "OUTCOMES", "TestRow", "edge_error_j", "outcome_code", "rows_of_tests"]
-
 
 
 @record
