@@ -406,3 +406,20 @@ def test_a_rerun_test_is_one_window_holding_every_attempt_and_the_last_ones_outc
     assert len(calls) == 2 and all(test.start_s <= c.start_s and c.end_s <= test.end_s for c in calls)
     (row,) = rows_of_tests(profile)
     assert row.outcome == "passed"
+
+
+def test_a_budget_without_a_figure_fails_loudly_never_passes_silently() -> None:
+    """The supervisor's reply never came (or the window never reached the ledger): the test fails, saying so."""
+    from energyprof.facts.measurement import Measurement
+    from energyprof.pytest_plugin import MARK, TestUnits
+
+    units = TestUnits(SimpleNamespace())
+    mark = SimpleNamespace(kwargs={"joules": 1.0}, args=())
+    item = SimpleNamespace(nodeid="t.py::a", get_closest_marker=lambda name: mark if name == MARK else None)
+    units.calls["t.py::a"] = Measurement(name="t.py::a [call]", energy_j=None, program_energy_j=None, complete=False,
+                                         note="the supervisor had not charged this window within 30 s")
+    report = SimpleNamespace(passed=True, outcome="passed", longrepr=None, sections=[])
+    units._check_budget(item, report)
+    assert report.outcome == "failed"
+    assert report.longrepr == ("energy budget not checked: no figure for the call (the supervisor had not charged"
+                               " this window within 30 s)")
