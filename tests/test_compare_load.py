@@ -18,7 +18,7 @@ import pytest
 from energyprof.analysis.compare import ACTIVE, active_energy, compare
 from energyprof.analysis.report import RenderOptions
 from energyprof.facts.profile import Node, Profile, load
-from energyprof.facts.records import MachineLoad
+from energyprof.facts.load import MachineLoad
 from energyprof.render.compare import render_markdown, render_text, verdict_text
 
 from conftest import run_cli

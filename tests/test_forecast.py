@@ -19,7 +19,8 @@ from energyprof.analysis.report import build
 from energyprof.analysis.stats import t_quantile
 from energyprof.drive.profiler import Profiler
 from energyprof.facts.profile import Profile
-from energyprof.facts.records import Window, read_forecast
+from energyprof.facts.forecast import read_forecast
+from energyprof.facts.records import Window
 from energyprof.render.html import render_html
 
 

@@ -37,7 +37,7 @@ from typing import Any, Sequence
 from ..record import field, record, replace
 from ..facts.profile import Node, group_role
 from ..facts.profile import Profile
-from ..facts.records import MachineLoad
+from ..facts.load import MachineLoad
 from ..core.ledger import is_gpu
 from .chart import frame_kind
 from .functions import FunctionRow, relative_error

@@ -26,7 +26,7 @@ from .tests_table import names_of_tests
 from .tokens import is_batch_window
 from .pareto import WindowPoint, sweep_names, window_points
 from .training import is_cache_fact
-from ..facts.records import is_forecast
+from ..facts.forecast import is_forecast
 from .units import UnitTable, unit_tables
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)

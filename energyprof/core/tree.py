@@ -11,7 +11,8 @@ from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
-from ..facts.records import MachineLoad, field_names
+from ..facts.load import MachineLoad
+from ..facts.records import field_names
 from ..record import replace
 
 

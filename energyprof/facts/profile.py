@@ -18,9 +18,9 @@ from ..store.files import write_text
 from .records import (Note, Process, ProfileFormatError, bounded, Source, Timeline, Totals, Window, energy, get_field,
                       integer, number, optional_bytes, read_note, read_process, read_source, read_timeline,
                       read_totals, read_window, string)
-from .records import Forecast, read_forecast
+from .forecast import Forecast, read_forecast
 from .records import GPU_KERNELS_FIELD, GpuKernels, read_gpu_kernels
-from .records import MACHINE_LOAD_FIELD, MachineLoad, read_machine_load
+from .load import MACHINE_LOAD_FIELD, MachineLoad, read_machine_load
 from .blocks import BLOCK_VERSIONS, BLOCKS_FIELD, IoFact, Meta, check_blocks, read_io, read_meta
 
 __all__ = ["Profile", "Node", "Source", "Totals", "Window", "Process", "Note", "Timeline", "ProfileFormatError",
