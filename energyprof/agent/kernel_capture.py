@@ -56,9 +56,6 @@ def _schedule(steps: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2] if len(nums) > 2 else 0
 
 
-# What torch's profiler says on stderr that is energyprof's doing, not the program's.
-QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
-                  "CUDA is not available", "Incorrect schedule")
 # Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
 # from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
 KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
@@ -72,9 +69,9 @@ class _Quiet:
     call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
     hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
     at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
-    torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`): entering and
-    leaving `warnings.catch_warnings` at every start, step and stop would reset Python's record of
-    warnings already shown, and the program's once-per-line warnings would print again."""
+    torch's profiler warnings are not filtered (a filter would hide the program's own): energyprof's calls
+    raise none (CPU activity alone without CUDA; each cycle's session let go once reduced, so the next
+    cycle's start does not warn, once per process, that events are cleared: torch_compat.release_cycle)."""
 
     depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
     restore: int | None = None  # the level to set back once the outermost call ends
@@ -135,34 +132,12 @@ def _kineto_level() -> Any:
     return found
 
 
-_FILTERED = False
-
-
-def _quiet_warnings() -> None:
-    """torch's profiler warnings that are energyprof's doing ignored, once per process: each filter names
-    the message and the warning's module (torch's profiler, or energyprof's capture that calls it), so the
-    program's own warnings are left as they were. Installed once: every change to the filters makes Python
-    forget which warnings were shown, so the program's once-only warnings may show once more, then never."""
-    global _FILTERED
-    if _FILTERED:
-        return
-    _FILTERED = True
-    import warnings
-
-    for text in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=".*" + text, module=r"(torch|energyprof)(\.|$)")
-
-
 def _foreign_profiler() -> bool:
     """A PyTorch profiler is on (Kineto, legacy, ITT or NVTX) while energyprof's is not recording: the
     program's own. Asked only where energyprof's profiler is off (no session, or between windows)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch._C._autograd._profiler_enabled())
-    except Exception:  # noqa: BLE001 - no such call in this torch: go on as before
-        return False
+    from .kernels.torch_compat import profiler_enabled
+
+    return profiler_enabled()
 
 
 def _charge_own(ns: int) -> None:
@@ -205,6 +180,14 @@ def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
     watched._energyprof = True  # type: ignore[attr-defined]
     watched.__name__ = getattr(original, "__name__", "watched")
     return watched
+
+
+def _cuda_available() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a half-imported torch: the CPU's events only
+        return False
 
 
 class KernelCapture:
@@ -262,7 +245,9 @@ class KernelCapture:
 
         acts = self.activities
         if acts is None:
-            acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]  # ROCm builds report through the CUDA activity
+            acts = [ProfilerActivity.CPU]
+            if _cuda_available():  # ROCm builds report through the CUDA activity
+                acts.append(ProfilerActivity.CUDA)
         kwargs: dict[str, Any] = {"activities": acts, "with_stack": True, "record_shapes": False,
                                   "on_trace_ready": self._ready}
         if with_schedule:
@@ -293,7 +278,6 @@ class KernelCapture:
         import atexit
 
         atexit.register(self.stop)
-        _quiet_warnings()
         if not self.scheduled:
             try:
                 if _foreign_profiler():
@@ -490,14 +474,19 @@ class KernelCapture:
         self.recording = False
         try:
             from ..collect.kernels.reduce import FullPaths, reduce_events
+            from .kernels import modules, torch_compat
 
             offset, _ = clock_offset(rounds=8)
-            events = prof.profiler.kineto_results.events()
+            events = torch_compat.events(prof)
+            marks = torch_compat.module_marks(prof)
+            if marks:  # the model's roots, from the running frames' locals: every module gets its path
+                modules.learn_from_frames(sys._current_frames().values())
             if self.files is None:
                 self.files = FullPaths(sys.path)
             cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
-                                  package=self.package, files=self.files)
+                                  package=self.package, files=self.files, modules=marks, backward=True)
             del events
+            torch_compat.release_cycle(prof)
             self.cycles += 1
             cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
             self.sink.add(cycle)

@@ -22,6 +22,7 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Callable
 
+from .kernels import modules as _modules
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
@@ -271,16 +272,18 @@ def marker(pid: int) -> Frame:
     return (PROCESS_MARKER, "", pid)
 
 
-def filtered(codes: list[CodeType]) -> list[Frame]:
-    """The frames of a stack (outermost first) that belong to the profile."""
+def filtered(codes: list[CodeType], names: list[str | None] | None = None) -> list[Frame]:
+    """The frames of a stack (outermost first) that belong to the profile; `names`: a module's name for
+    its `forward` frame (agent/kernels/modules.py), None elsewhere. torch's module-call wrappers go."""
     out: list[Frame] = []
-    for c in codes:
+    for i, c in enumerate(codes):
         kind = frame_kind(c.co_filename)
         if kind == STOP:
             break
-        if kind == SKIP:
+        if kind == SKIP or _modules.is_wrapper(c):
             continue
-        out.append((qualname(c), c.co_filename, c.co_firstlineno))
+        given = names[i] if names is not None else None
+        out.append((given or qualname(c), c.co_filename, c.co_firstlineno))
     return units(out)
 
 
@@ -728,24 +731,37 @@ class Sampler:
         if _LEARN_NAMES:
             learn(frame)
         codes: list[CodeType] = []
+        mods: list[FrameType] | None = None  # frames that may run a module's forward (named by its path)
+        candidate = _modules.candidate
         f: FrameType | None = frame
         while f is not None:
-            codes.append(f.f_code)
+            code = f.f_code
+            codes.append(code)
+            if candidate(code):
+                if mods is None:
+                    mods = []
+                mods.append(f)
             f = f.f_back
         main = ident == self.main_ident
         name = None
         if not main:
             name = self._thread_name(ident, table if table is not None else _threading_table(), codes[-1])
-        key = (main, name, *map(id, codes))
-        sid = self._sid_cache.get(key)  # type: ignore[arg-type]
+        key: tuple[Any, ...] = (main, name, *map(id, codes))
+        held: list[Any] = []
+        if mods is not None:  # two instances of one class run the same code: the modules are in the key
+            held = [_modules.module_of(m) for m in mods]
+            key += tuple(map(id, held))
+        sid = self._sid_cache.get(key)
         if sid is None:
             for c in codes:
                 self._codes[id(c)] = c
             codes.reverse()
+            names = self._module_names(codes, mods, held) if mods is not None else None
             if main:
-                frames = self.view.main(filtered(codes[self.view.anchor:]))
+                anchor = self.view.anchor
+                frames = self.view.main(filtered(codes[anchor:], names[anchor:] if names is not None else None))
             else:
-                own_frames = filtered(codes)
+                own_frames = filtered(codes, names)
                 # `threading`'s bootstrap is the same for every thread: the group's functions start at its target.
                 k = 0
                 while k < len(own_frames) - 1 and os.path.basename(own_frames[k][1]) == "threading.py":
@@ -756,8 +772,24 @@ class Sampler:
             sid = self.intern(frames)
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
                 self._bootstrap_sids.add(sid)
-            self._sid_cache[key] = sid  # type: ignore[index]
+            self._sid_cache[key] = sid
         return sid
+
+    @staticmethod
+    def _module_names(codes: list[CodeType], mods: list[FrameType], held: list[Any]) -> list[str | None]:
+        """Per code of a stack (outermost first): its module's name where a module's forward runs it."""
+        by_code: dict[int, list[Any]] = {}
+        for f, m in zip(reversed(mods), reversed(held)):  # outermost first, as `codes`
+            by_code.setdefault(id(f.f_code), []).append(m)
+        out: list[str | None] = []
+        root = None
+        for c in codes:
+            queue = by_code.get(id(c))
+            m = queue.pop(0) if queue else None
+            if m is not None and root is None:
+                root = m
+            out.append(_modules.name(m, root) if m is not None else None)
+        return out
 
     def allocations(self) -> list[tuple[Frame | None, int]]:
         """memory=exact: bytes tracemalloc still traces, per function (None: a function

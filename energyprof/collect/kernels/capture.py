@@ -36,6 +36,19 @@ def kernel_split(fold: Any, ledger: Any, collector: Any, sources: list[Any], *, 
     is no kernel (torch never used the GPU, a CUDA program that is not PyTorch, no step profiled), the
     wall-time rule stays and a note says that its GPU figures are where Python waited. `mode`: the
     capture was asked for (True), on by default (None) or turned off (False)."""
+    split, notes = _gpu_split(fold, ledger, collector, sources, mode=mode)
+    backward = getattr(fold, "backward", None)
+    if backward:  # training: backward's CPU time per path, grafted onto the modules (core/backward.py)
+        if split is None:
+            from ...core.gpu_tree import KernelSplit
+
+            split = KernelSplit(None, {}, {}, {}, list(fold.spans), fold.cycles, fold.records, dict(fold.counts))
+        split.backward = backward
+    return split, notes
+
+
+def _gpu_split(fold: Any, ledger: Any, collector: Any, sources: list[Any], *, mode: bool | None = True
+               ) -> tuple[Any, list[Any]]:
     ids = list(ledger.source_ids)
     gpus = [sid for sid in ids if sid.partition(":")[0] == "gpu" and sid.partition(":")[2].isdigit()]
     notes: list[Any] = []

@@ -27,7 +27,8 @@ import bisect
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from ...core.autograd import Autograd, Op
+from ...agent.kernels.modules import name_by_id, wrapper_file
+from ...core.autograd import BACKWARD_FRAME, Autograd, Op
 from ...core.kernels import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
 from ...record import field, record
 
@@ -40,6 +41,10 @@ OP_KINDS = {"cpu_op", "user_annotation"}
 PROFILER_MARKS = ("ProfilerStep#",)  # record_functions the scheduled profiler wraps each step in
 FWDBWD_FLOW = 1  # Kineto's flow type joining the forward op to its backward op (ac2g, type 2, joins a launch to its kernel)
 SKIP_FILES = ("runpy", "<frozen runpy>")
+# The "device" of backward's CPU time: a cycle's figures under this key are, per tree path below
+# `[backward]`, the time of the backward ops (outermost, with all they hold) that path's forward op caused.
+BACKWARD_DEVICE = -1
+MODULE_MARK = "nn.Module: "
 
 Path = tuple[Frame, ...]
 # Frames running when the cycle began, by (code name, current line): [(file, first line)], for the
@@ -148,13 +153,19 @@ def _kind_name(v: Any) -> str:
 
 
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
-                  package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None) -> Cycle:
+                  package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None,
+                  modules: dict[str, tuple[int, str]] | None = None, backward: bool = False) -> Cycle:
     """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
     [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
-    (less its sys.path entry), so that a frame the sampler never saw is still known as a library's."""
+    (less its sys.path entry), so that a frame the sampler never saw is still known as a library's.
+    `modules`: the profiler's module marks (`nn.Module: Linear_0`) -> (the module's id, its class), so a
+    module's `forward` frame is named by its path as the sampler names it (agent/kernels/modules.py).
+    `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device."""
     running = running or {}
+    modules = modules or {}
     files = files or (lambda f: f)
     py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
+    marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
     py_spans: dict[int, list[tuple[int, int, int]]] = {}
     raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, profiler tid, OS tid, start, end, seq, fwd)
     op_spans: dict[int, list[tuple[int, int, int]]] = {}
@@ -174,6 +185,8 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
                 name = ev.name()
                 tid = ev.device_resource_id()
                 py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
+                if name.startswith(MODULE_MARK) and name in modules:
+                    marks[pid] = modules[name]
                 spans = py_spans.get(tid)
                 if spans is None:
                     spans = py_spans[tid] = []
@@ -205,35 +218,9 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
             unreadable += 1
     counts: dict[str, int] = {"event(s) whose name could not be read": unreadable} if unreadable else {}
-    if not device:  # no GPU work in the cycle: nothing to place (stacks and links are built for kernels only)
+    if not device and not (backward and raw_ops):  # nothing to place: stacks and links are built for these only
         return Cycle(t0, t1, bucket_ns, {}, counts, 0)
-    # Python stacks, memoised per python id; frames already running when the cycle began (stamped at
-    # its start) are named by their first line, as the sampler names them
-    early = (first_py or 0) + 1_000_000
-    starts = {pid: s for spans in py_spans.values() for s, _, pid in spans}
-    stacks: dict[int, Path] = {-1: ()}
-
-    def py_stack(pid: int) -> Path:
-        chain = []
-        cur = pid
-        while cur not in stacks and cur in py:
-            chain.append(cur)
-            cur = py[cur][1]
-        base = stacks.get(cur, ())
-        for p in reversed(chain):
-            frame = py[p][0]
-            if frame is not None and _keep(frame, package):
-                if starts.get(p, early + 1) <= early:
-                    frame = _first_line(frame, running)
-                full = files(frame[1])
-                if full != frame[1]:
-                    frame = (frame[0], full, frame[2])
-                    if not _keep(frame, package):
-                        stacks[p] = base
-                        continue
-                base = base + (frame,)
-            stacks[p] = base
-        return stacks.get(pid, ())
+    py_stack = _Stacks(py, marks, py_spans, first_py, running, package, files)
 
     py_nest = {t: _Nest(s) for t, s in py_spans.items()}
 
@@ -248,6 +235,11 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
     for reason, n in auto.links.unlinked.items():
         counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
+    figures: dict[tuple[Path, int], PathFigures] = {}
+    if backward:
+        backward_time(auto, figures, unix_minus_perf, bucket_ns)
+    if not device:
+        return Cycle(t0, t1, bucket_ns, figures, counts, 0)
     op_nest = {t: _Nest(s) for t, s in op_spans.items()}
     paths: dict[tuple[int, int], Path] = {}  # (kind of key, key) -> path, per cycle
 
@@ -272,7 +264,6 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         counts["device record with no launch in the cycle"] = counts.get("device record with no launch in the cycle", 0) + 1
         return ((UNLAUNCHED_NODE, "", 0),)
 
-    figures: dict[tuple[Path, int], PathFigures] = {}
     by_device: dict[int, list[tuple[int, int, Path, str]]] = {}
     last_end = t1
     for dev, name, _, s, e, corr, linked in device:
@@ -300,6 +291,76 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
 
 def _op_path(auto: Autograd, oid: int) -> Path:
     return auto.path(oid)
+
+
+class _Stacks:
+    """Python stacks from the profiler's `python_function` events, memoised per python id. Frames already
+    running when the cycle began (stamped at its start) are named by their first line, as the sampler
+    names them; torch's module-call wrappers are left out, and a module's `forward` frame is named by the
+    module's path (the mark of its call above it gives the module, the outermost mark the root)."""
+
+    def __init__(self, py: dict[int, tuple[Frame | None, int, int]], marks: dict[int, tuple[int, str]],
+                 py_spans: dict[int, list[tuple[int, int, int]]], first_py: int | None, running: Running,
+                 package: str, files: Callable[[str], str]) -> None:
+        self.py, self.marks, self.running, self.package, self.files = py, marks, running, package, files
+        self.early = (first_py or 0) + 1_000_000
+        self.starts = {pid: s for spans in py_spans.values() for s, _, pid in spans}
+        # python id -> (its stack, the root module's id, the module whose forward comes next)
+        self.ctx: dict[int, tuple[Path, int | None, tuple[int, str] | None]] = {-1: ((), None, None)}
+
+    def _frame(self, p: int, frame: Frame) -> Frame | None:
+        if not _keep(frame, self.package) or wrapper_file(frame[1], frame[0]):
+            return None
+        if self.starts.get(p, self.early + 1) <= self.early:
+            frame = _first_line(frame, self.running)
+        full = self.files(frame[1])
+        if full != frame[1]:
+            frame = (frame[0], full, frame[2])
+            if not _keep(frame, self.package):
+                return None
+        return frame
+
+    def __call__(self, pid: int) -> Path:
+        py, ctx = self.py, self.ctx
+        chain = []
+        cur = pid
+        while cur not in ctx and cur in py:
+            chain.append(cur)
+            cur = py[cur][1]
+        base, root, pending = ctx.get(cur, ((), None, None))
+        for p in reversed(chain):
+            mark = self.marks.get(p)
+            frame = py[p][0]
+            if mark is not None:
+                pending = mark
+                root = mark[0] if root is None else root
+            elif frame is not None:
+                kept = self._frame(p, frame)
+                if kept is not None:
+                    if pending is not None and kept[0] == "forward":
+                        kept = (name_by_id(pending[0], pending[1], root), kept[1], kept[2])
+                        pending = None
+                    base = base + (kept,)
+            ctx[p] = (base, root, pending)
+        return ctx.get(pid, ((), None, None))[0]
+
+
+def backward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int,
+                  bucket_ns: int) -> None:
+    """Each outermost backward op's time (all it holds: one thread runs one at a time) on its tree path,
+    under `BACKWARD_DEVICE`, in the bucket of its start: the caller's frames, `[backward]`, then the forward
+    op's module frames and operators, or the op's own name where it has no forward op (AccumulateGrad)."""
+    roots = set(auto.links.root_of.values())
+    for oid in roots:
+        op = auto.ops[oid]
+        if op.end_ns <= op.start_ns:
+            continue
+        path = auto.path(oid)
+        if BACKWARD_FRAME not in path:
+            continue
+        fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
+        b = (op.start_ns - unix_minus_perf) // bucket_ns
+        fig.busy[b] = fig.busy.get(b, 0.0) + (op.end_ns - op.start_ns)
 
 
 def _share_busy(recs: list[tuple[int, int, Path, str]], dev: int, figures: dict[tuple[Path, int], PathFigures],
