@@ -261,7 +261,9 @@ class KernelCapture:
         every, active = self.every, self.active
         if self.windows and step // every >= self.windows:
             return ProfilerAction.NONE
-        pos = step % every
+        # on by default, the first window comes early (steps 2..ACTIVE+1, after a warm-up step), so a short
+        # run is profiled too; then one every EVERY steps
+        pos = (step + (every - active - 2 if self.by_default and every > active + 1 else 0)) % every
         if every == active:
             return ProfilerAction.RECORD_AND_SAVE if pos == active - 1 else ProfilerAction.RECORD
         warm = every - active - 1  # one warm-up step before each window, where there is room
@@ -486,13 +488,13 @@ class KernelCapture:
             cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
                                   package=self.package, files=self.files, modules=marks, backward=True)
             del events
-            torch_compat.release_cycle(prof)
             self.cycles += 1
             cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
             self.sink.add(cycle)
             if self.export:
                 path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
                 prof.export_chrome_trace(path, use_python_export=True)
+            torch_compat.release_cycle(prof)
         except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
             self.failed = f"{type(exc).__name__}: {exc}"
             self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
