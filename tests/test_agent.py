@@ -44,7 +44,7 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_agent_imports_the_standard_library_and_itself_only():
-    own = {p.stem for p in AGENT.glob("*.py")}
+    own = {p.stem for p in AGENT.glob("*.py")} | {"kernels"}  # and its package of the capture's half
     optional = {"pyinstrument", "torch"}  # --sampler pyinstrument; torch.profiler with --gpu-kernels: each imported when chosen
     # The kernel capture reduces each profiler cycle with energyprof's pure modules (the reduction, and
     # core/autograd.py's backward links through it), imported, like torch, only once a capture runs.
@@ -260,7 +260,7 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     bare = subprocess.run([sys.executable, "-c", stdlib + show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stderr == bare.stderr == ""
     extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
-    agent = ("", ".wire", ".hooks", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units")
+    agent = ("", ".wire", ".hooks", ".modules", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units")
     assert extra <= {f"energyprof.agent{s}" for s in agent}
     assert len(os.listdir(tmp_path / "spool")) == 1
 

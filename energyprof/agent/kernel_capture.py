@@ -476,13 +476,14 @@ class KernelCapture:
         self.recording = False
         try:
             from ..collect.kernels.reduce import FullPaths, reduce_events
-            from .kernels import modules, torch_compat
+            from .modules import learn_from_frames
+            from .kernels import torch_compat
 
             offset, _ = clock_offset(rounds=8)
             events = torch_compat.events(prof)
             marks = torch_compat.module_marks(prof)
             if marks:  # the model's roots, from the running frames' locals: every module gets its path
-                modules.learn_from_frames(sys._current_frames().values())
+                learn_from_frames(sys._current_frames().values())
             if self.files is None:
                 self.files = FullPaths(sys.path)
             cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,

@@ -22,7 +22,10 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Callable
 
-from .kernels import modules as _modules
+from .modules import candidate as _candidate
+from .modules import is_wrapper as _is_wrapper
+from .modules import module_of as _module_of
+from .modules import name as _module_name
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
@@ -274,13 +277,13 @@ def marker(pid: int) -> Frame:
 
 def filtered(codes: list[CodeType], names: list[str | None] | None = None) -> list[Frame]:
     """The frames of a stack (outermost first) that belong to the profile; `names`: a module's name for
-    its `forward` frame (agent/kernels/modules.py), None elsewhere. torch's module-call wrappers go."""
+    its `forward` frame (agent/modules.py), None elsewhere. torch's module-call wrappers go."""
     out: list[Frame] = []
     for i, c in enumerate(codes):
         kind = frame_kind(c.co_filename)
         if kind == STOP:
             break
-        if kind == SKIP or _modules.is_wrapper(c):
+        if kind == SKIP or _is_wrapper(c):
             continue
         given = names[i] if names is not None else None
         out.append((given or qualname(c), c.co_filename, c.co_firstlineno))
@@ -732,7 +735,7 @@ class Sampler:
             learn(frame)
         codes: list[CodeType] = []
         mods: list[FrameType] | None = None  # frames that may run a module's forward (named by its path)
-        candidate = _modules.candidate
+        candidate = _candidate
         f: FrameType | None = frame
         while f is not None:
             code = f.f_code
@@ -749,7 +752,7 @@ class Sampler:
         key: tuple[Any, ...] = (main, name, *map(id, codes))
         held: list[Any] = []
         if mods is not None:  # two instances of one class run the same code: the modules are in the key
-            held = [_modules.module_of(m) for m in mods]
+            held = [_module_of(m) for m in mods]
             key += tuple(map(id, held))
         sid = self._sid_cache.get(key)
         if sid is None:
@@ -788,7 +791,7 @@ class Sampler:
             m = queue.pop(0) if queue else None
             if m is not None and root is None:
                 root = m
-            out.append(_modules.name(m, root) if m is not None else None)
+            out.append(_module_name(m, root) if m is not None else None)
         return out
 
     def allocations(self) -> list[tuple[Frame | None, int]]:

@@ -27,7 +27,7 @@ import bisect
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from ...agent.kernels.modules import name_by_id, wrapper_file
+from ...agent.modules import name_by_id, wrapper_file
 from ...core.autograd import BACKWARD_FRAME, Autograd, Op
 from ...core.kernels import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
 from ...record import field, record
@@ -159,7 +159,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
     (less its sys.path entry), so that a frame the sampler never saw is still known as a library's.
     `modules`: the profiler's module marks (`nn.Module: Linear_0`) -> (the module's id, its class), so a
-    module's `forward` frame is named by its path as the sampler names it (agent/kernels/modules.py).
+    module's `forward` frame is named by its path as the sampler names it (agent/modules.py).
     `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device."""
     running = running or {}
     modules = modules or {}
