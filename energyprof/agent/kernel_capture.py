@@ -21,8 +21,11 @@ import sys
 import time
 from typing import Any, Callable
 
+from .kernels.torch_compat import KINETO_LEVEL_SYMBOL, KINETO_QUIET, _Quiet, _watch_profiler_starts  # noqa: F401
+
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
+READ_BOUND_S = 30.0  # the program waits at most this long for a cycle's in-memory results to be read and reduced
 # The note when the program's own profiler holds energyprof's windows back (said once a run)
 WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
            "and the steps it profiles are not in the kernel figures")
@@ -56,80 +59,6 @@ def _schedule(steps: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2] if len(nums) > 2 else 0
 
 
-# Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
-# from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
-KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
-KINETO_QUIET = 6  # above USDT (5): Kineto's USDT/STAGE lines ("profiler_start") off stderr
-
-
-class _Quiet:
-    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr during energyprof's own
-    start, step or stop only, without touching the program's environment: Kineto's level is raised above
-    its lines for the call and set back after, to what it was, or to what Kineto set it to inside the
-    call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
-    hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
-    at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
-    torch's profiler warnings are not filtered (a filter would hide the program's own): energyprof's calls
-    raise none (CPU activity alone without CUDA; each cycle's session let go once reduced, so the next
-    cycle's start does not warn, once per process, that events are cleared: torch_compat.release_cycle)."""
-
-    depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
-    restore: int | None = None  # the level to set back once the outermost call ends
-
-    def __enter__(self) -> None:
-        _Quiet.depth += 1
-        if _Quiet.depth == 1:
-            _quiet_start()
-
-    def __exit__(self, *exc: Any) -> None:
-        _Quiet.depth -= 1
-        if _Quiet.depth:
-            return
-        restore, _Quiet.restore = _Quiet.restore, None
-        level = _kineto_level()
-        if level is not None and restore is not None and level.value == KINETO_QUIET:
-            level.value = restore
-
-
-def _quiet_start() -> None:
-    """Inside energyprof's call: Kineto's level above its lines, the level found kept to set back after.
-    Called as the call begins, and from torch's start hook just before a profiler is enabled (after
-    Kineto's first start has set its level from the environment)."""
-    level = _kineto_level() if _Quiet.depth else None
-    if level is not None and level.value != KINETO_QUIET:
-        _Quiet.restore = level.value
-        level.value = KINETO_QUIET
-
-
-_LEVEL: list[Any] = []  # [Kineto's level as a ctypes int, or None where it is not found], looked up once
-
-
-def _kineto_level() -> Any:
-    """Kineto's log level in torch's loaded library (none is loaded that is not already); None before torch
-    is imported (looked up again later) or where no library holds it."""
-    if _LEVEL:
-        return _LEVEL[0]
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch, "__file__", None):
-        return None
-    found = None
-    try:
-        import ctypes
-        import glob
-
-        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
-        mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
-        for path in sorted(glob.glob(os.path.join(libdir, "libtorch_cpu.*"))) + sorted(
-                glob.glob(os.path.join(libdir, "lib*kineto*"))) + sorted(glob.glob(os.path.join(libdir, "libtorch*"))):
-            try:
-                found = ctypes.c_int.in_dll(ctypes.CDLL(path, mode=mode), KINETO_LEVEL_SYMBOL)
-                break
-            except (OSError, ValueError, AttributeError):
-                continue
-    except Exception:  # noqa: BLE001 - no ctypes, an odd torch: Kineto's lines are left as they are
-        found = None
-    _LEVEL.append(found)
-    return found
 
 
 def _foreign_profiler() -> bool:
@@ -148,46 +77,35 @@ def _charge_own(ns: int) -> None:
         charge(ns)
 
 
-_WATCHED: list[Any] = []  # the capture whose profiler is watched for the program's own starts (one)
-
-
-def _watch_profiler_starts(capture: Any) -> None:
-    """The program starting its own PyTorch profiler while energyprof's records: torch's profile calls
-    `torch.autograd.profiler._prepare_profiler` then `_run_on_profiler_start` just before it enables a
-    profiler (Kineto; ITT and NVTX the latter only), so energyprof's is stopped there first (each wrapped
-    once; the original always runs after, and nothing raises from the wrapper). Two sessions on one
-    thread would stop each other, and the program's trace would come back empty."""
-    _WATCHED[:] = [capture]
-    for module, name in (("torch.autograd.profiler", "_prepare_profiler"),
-                         ("torch.autograd.profiler", "_run_on_profiler_start"),
-                         ("torch.autograd.profiler_legacy", "_enable_profiler_legacy")):  # the legacy profiler
-        mod = sys.modules.get(module)
-        original = getattr(mod, name, None)
-        if original is not None and not getattr(original, "_energyprof", False):
-            setattr(mod, name, _watching(original))
-
-
-def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
-    def watched(*args: Any, **kwargs: Any) -> Any:
-        try:
-            _quiet_start()  # energyprof's own start (a no-op otherwise): after Kineto's first start set its level
-            for cap in _WATCHED:
-                cap._program_starts()
-        except Exception:  # noqa: BLE001 - never into the program
-            pass
-        return original(*args, **kwargs)
-
-    watched._energyprof = True  # type: ignore[attr-defined]
-    watched.__name__ = getattr(original, "__name__", "watched")
-    return watched
-
-
 def _cuda_available() -> bool:
     torch = sys.modules.get("torch")
     try:
         return bool(torch is not None and torch.cuda.is_available())
     except Exception:  # noqa: BLE001 - a half-imported torch: the CPU's events only
         return False
+
+
+def _bounded(call: Callable[[], Any], bound_s: float) -> tuple[bool, Any, BaseException | None]:
+    """`call()` on an own thread (agent/own_threads.py), waited for at most `bound_s`: (done, its result, what
+    it raised). Not done: the thread is left to finish on its own; its result is dropped."""
+    from .own_threads import start
+
+    box: list[Any] = [None, None]
+    finished = _thread.allocate_lock()
+    finished.acquire()
+
+    def run() -> None:
+        try:
+            box[0] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, never raised here
+            box[1] = exc
+        finally:
+            finished.release()
+
+    start(run)
+    if not finished.acquire(timeout=max(0.001, bound_s)):
+        return False, None, None
+    return True, box[0], box[1]
 
 
 class KernelCapture:
@@ -210,6 +128,7 @@ class KernelCapture:
         self._on = False  # energyprof's profiler known to be recording (enabled in torch)
         self._own_call = False  # energyprof's profiler is being started, stepped or stopped
         self.budget = budget  # the capture's CPU at most this share of the loop's time: EVERY doubles past it
+        self.read_bound_s = READ_BOUND_S
         self.export = export
         self.prof: Any = None
         self.steps = 0  # steps marked so far
@@ -323,7 +242,7 @@ class KernelCapture:
             return
         try:
             self._step(source)
-        except Exception as exc:  # noqa: BLE001 - the program's step goes on; the capture stops here
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit included: the capture's, not the program's
             self._give_up(f"{type(exc).__name__}: {exc}", in_hook=source == "optimizer")
 
     def _give_up(self, why: str, stop: bool = True, in_hook: bool = False) -> None:
@@ -337,7 +256,7 @@ class KernelCapture:
         if prof is not None and stop and self._on:
             try:
                 self._stop_prof(prof)  # the open cycle reduced: energyprof's CPU, as on the normal stop path
-            except Exception:  # noqa: BLE001
+            except BaseException:  # noqa: BLE001 - whatever it raises stays here
                 pass
         self._on = False
         self.recording = False
@@ -471,13 +390,44 @@ class KernelCapture:
 
     def _ready(self, prof: Any) -> None:
         """A cycle ended (on_trace_ready): its events reduced in memory and handed on. Called inside the
-        profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
+        profiler's step or stop, whose CPU `step` and `stop` charge to energyprof. The reads of torch's
+        in-memory results and the reduction run on an own thread, the program's waiting at most
+        `READ_BOUND_S` for them: past it the capture gives up (that thread is left to finish or not), and
+        whatever they raise, KeyboardInterrupt and SystemExit included, stays here."""
         t_end = time.perf_counter_ns()
         self.recording = False
         try:
-            from ..collect.kernels.reduce import FullPaths, reduce_events
-            from .modules import learn_from_frames
+            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end), self.read_bound_s)
+            if not done:
+                self.running = {}
+                self._give_up(f"reading the profiler's results took over {self.read_bound_s:g} s", stop=False,
+                              in_hook=True)
+                return
+            if exc is not None:
+                raise exc
+            self.cycles += 1
+            cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
+            self.sink.add(cycle)
+            if self.export:
+                path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
+                prof.export_chrome_trace(path, use_python_export=True)
             from .kernels import torch_compat
+
+            torch_compat.release_cycle(prof)
+        except BaseException as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
+            self.failed = f"{type(exc).__name__}: {exc}"
+            self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
+        finally:
+            self.running = {}
+        self._keep_to_budget()
+
+    def _reduce(self, prof: Any, t_end: int) -> Any:
+        """The cycle's events read in memory and reduced (on the capture's own thread: its CPU charged to energyprof)."""
+        t0 = time.thread_time_ns()
+        try:
+            from ..collect.kernels.reduce import FullPaths, reduce_events
+            from .kernels import torch_compat
+            from .modules import learn_from_frames
 
             offset, _ = clock_offset(rounds=8)
             events = torch_compat.events(prof)
@@ -486,22 +436,12 @@ class KernelCapture:
                 learn_from_frames(sys._current_frames().values())
             if self.files is None:
                 self.files = FullPaths(sys.path)
-            cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
-                                  package=self.package, files=self.files, modules=marks, backward=True)
-            del events
-            self.cycles += 1
-            cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
-            self.sink.add(cycle)
-            if self.export:
-                path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
-                prof.export_chrome_trace(path, use_python_export=True)
-            torch_compat.release_cycle(prof)
-        except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
-            self.failed = f"{type(exc).__name__}: {exc}"
-            self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
+            return reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
+                                 package=self.package, files=self.files, modules=marks, backward=True)
         finally:
-            self.running = {}
-        self._keep_to_budget()
+            ns = time.thread_time_ns() - t0
+            self.cost_ns += ns
+            _charge_own(ns)
 
     def _keep_to_budget(self) -> None:
         """A capture on by default costs at most `budget` of the loop's time: past it, windows come half
@@ -535,7 +475,7 @@ class KernelCapture:
             return  # the program's profiler is the one on: stopping energyprof's would end the program's
         try:
             self._stop_prof(prof)  # a cycle still recording ends here: on_trace_ready reduces it
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - at exit too: the program's outcome is its own
             self.failed = f"{type(exc).__name__}: {exc}"
 
 
@@ -703,5 +643,5 @@ def step(source: str = "track") -> None:
     try:
         if _capture is not None:
             _capture.step(source)
-    except Exception:  # noqa: BLE001 - never into the program (KernelCapture.step already stops on failure)
+    except BaseException:  # noqa: BLE001 - never into the program (KernelCapture.step already stops on failure)
         pass
