@@ -149,6 +149,8 @@ class KernelCapture:
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
+        self._rec_ns = 0  # wall time of the profiled steps (the profiler records ops and Python calls)
+        self._rec_steps = 0
         self.package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self.pid = os.getpid()  # a forked child inherits this object, not the profiler's session
 
@@ -333,9 +335,13 @@ class KernelCapture:
         elif source != self.stepped_by:
             return  # one source of steps: a tracked loop whose optimizer also steps counts each step once
         now = time.perf_counter_ns()
-        if not self.recording and self._last_step:
-            self._loop_ns += now - self._last_step
-            self._loop_steps += 1
+        if self._last_step:
+            if not self.recording:
+                self._loop_ns += now - self._last_step
+                self._loop_steps += 1
+            else:  # a profiled step: what it took beyond a plain one is the capture's cost too
+                self._rec_ns += now - self._last_step
+                self._rec_steps += 1
         self._last_step = now
         self.steps += 1
         if not self.scheduled and self.stepped_by == source and self.steps == 1:
@@ -445,11 +451,13 @@ class KernelCapture:
 
     def _keep_to_budget(self) -> None:
         """A capture on by default costs at most `budget` of the loop's time: past it, windows come half
-        as often (EVERY doubles)."""
+        as often (EVERY doubles). Its cost per cycle: the reduction's CPU, and what its profiled steps
+        took beyond plain ones (on a CPU-bound loop the profiler's recording is most of it)."""
         if self.budget is None or not self._loop_steps or not self.cycles:
             return
         step_ns = self._loop_ns / self._loop_steps
-        per_cycle = self.cost_ns / self.cycles
+        slower = max(0.0, self._rec_ns - step_ns * self._rec_steps)
+        per_cycle = (self.cost_ns + slower) / self.cycles
         while per_cycle > self.budget * step_ns * self.every and self.every < 1 << 20:
             self.every *= 2
 
