@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from energyprof.core.autograd import BACKWARD_FRAME
+from energyprof.agent.kernels.autograd import BACKWARD_FRAME
 from energyprof.core.backward import BackwardFold, graft_backward
 from energyprof.facts.profile import Node
 

@@ -1,5 +1,5 @@
 """GPU kernels inside the program: the PyTorch profiler (Kineto) in cycles, each cycle's events read in
-memory and reduced as it ends (collect/kernels/reduce.py), the reduced records handed to a sink (the
+memory and reduced as it ends (agent/kernels/reduce.py), the reduced records handed to a sink (the
 run's spool, or the in-process Profiler's fold). No trace file unless one is asked for.
 
 Loaded only when the capture runs, in the program's main process, or by the in-process Profiler;
@@ -144,7 +144,7 @@ class KernelCapture:
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
         self.hook_asked = False  # the hook's registration waits on the main thread (hook_when_safe)
         self.hook_asked_periods = 0  # the sampler's periods since it asked
-        self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
+        self.files: Any = None  # the profiler's file names -> full paths (agent/kernels/reduce.FullPaths)
         self._last_step = 0
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
@@ -233,7 +233,7 @@ class KernelCapture:
         self.t_start = time.perf_counter_ns()
         self.recording = True
         self.begun += 1
-        from ..collect.kernels.reduce import running_frames
+        from .kernels.reduce import running_frames
 
         self.running = running_frames(sys._current_frames().values())
 
@@ -431,7 +431,7 @@ class KernelCapture:
         """The cycle's events read in memory and reduced (on the capture's own thread: its CPU charged to energyprof)."""
         t0 = time.thread_time_ns()
         try:
-            from ..collect.kernels.reduce import FullPaths, reduce_events
+            from .kernels.reduce import FullPaths, reduce_events
             from .kernels import torch_compat
             from .modules import learn_from_frames
 

@@ -4,8 +4,8 @@ beneath `[backward]`, onto the forward stacks whose ops backward differentiated.
 On the CPU, autograd runs backward's ops inside C++ on the thread that called `backward()`: the sampler
 sees `Tensor.backward > ... > _engine_run_backward` and nothing below. In the steps the op capture
 profiled, each outermost backward op (an `evaluate_function: XBackward0` and all it holds) was timed and
-linked to the forward op it differentiates (core/autograd.py); its time went to the tree path
-`caller > [backward] > the forward op's module frames and operators` (collect/kernels/reduce.py
+linked to the forward op it differentiates (agent/kernels/autograd.py); its time went to the tree path
+`caller > [backward] > the forward op's module frames and operators` (agent/kernels/reduce.py
 `backward_time`), or `[backward] > torch::autograd::AccumulateGrad` and the like where no forward op
 exists. Here each engine node's self figures (energy under both idle policies, time, CPU time, samples)
 are split among those paths in the proportions of that measured time, and put beneath a `[backward]`
@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 from ..facts.profile import Node, Note
-from .autograd import BACKWARD_FRAME
+from ..agent.kernels.autograd import BACKWARD_FRAME
 
 Frame = tuple[str, str, int]
 Path = tuple[Frame, ...]

@@ -63,7 +63,7 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
             node.self_time_s += fig.time_s
             top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
             stacks_out.append(GpuStack(list(stack), dev, fig.joules, fig.error_j, fig.time_s, len(top),
-                                       [GpuKernelSum(k.name, k.count, k.time_s, k.joules) for k in top[:TOP_KERNELS]],
+                                       top[:TOP_KERNELS],
                                        node_bars(att, stack, dev)))
     idle = Node(function=GPU_IDLE_NODE, self_energy_j={source_id(d): e.idle_j for d, e in sorted(att.devices.items())})
     root.children.append(idle)
@@ -133,7 +133,7 @@ Path = tuple[Frame, ...]
 
 
 class KernelFold:
-    """The program's reduced kernel cycles (collect/kernels/reduce.py) folded over the run: per (launch
+    """The program's reduced kernel cycles (agent/kernels/reduce.py) folded over the run: per (launch
     path, device) the shared busy ns per cell, the kernels' names, and the profiled spans. Memory
     follows paths x cells, never kernels: past MAX_CELLS entries the cells double in width (power
     inside a cell is then taken as even, as it is inside a sensor's interval)."""
@@ -192,7 +192,7 @@ class KernelFold:
         self.joined_gap_ns = max(self.joined_gap_ns, cut)
 
     def add_busy(self, path: Path, device: int, bucket_ns: int, buckets: dict[int, float]) -> None:
-        if device < 0:  # backward's CPU time per path (collect/kernels/reduce.BACKWARD_DEVICE): its own fold
+        if device < 0:  # backward's CPU time per path (agent/kernels/reduce.BACKWARD_DEVICE): its own fold
             self.backward.add(tuple(path), sum(float(ns) for ns in buckets.values()))
             return
         if not self.cell_ns:
@@ -224,7 +224,7 @@ class KernelFold:
             self.counts[k] = self.counts.get(k, 0) + int(n)
 
     def add(self, cycle: Any) -> None:
-        """A reduced cycle (collect/kernels/reduce.Cycle), for a fold in the program's own process."""
+        """A reduced cycle (agent/kernels/reduce.Cycle), for a fold in the program's own process."""
         self.add_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))
         for (path, dev), fig in cycle.figures.items():
             self.add_busy(path, dev, cycle.bucket_ns, fig.busy)

@@ -11,7 +11,7 @@ record's stream), `start_ns()`/`end_ns()` (Unix ns), `correlation_id()`, `linked
 rebuilt from the `python_function` events and their parents.
 
 Launch path of a device record: its runtime call (same correlation id) on its OS thread at its
-start; the innermost operator holding it there; that operator's tree path from core/autograd.py
+start; the innermost operator holding it there; that operator's tree path from agent/kernels/autograd.py
 (a forward op: its Python stack then its operator chain; a backward op on autograd's thread: the
 frames of the thread that called backward() > `[backward]` > the forward op's stack and chain >
 the backward ops). Where no operator holds the call: the Python stack there, then the call.
@@ -27,10 +27,11 @@ import bisect
 import os
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
-from ...agent.modules import name_by_id, wrapper_file
-from ...core.autograd import BACKWARD_FRAME, Autograd, Op
-from ...core.kernels import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
-from ...record import field, record
+from dataclasses import dataclass, field
+
+from ..modules import name_by_id, wrapper_file
+from .autograd import BACKWARD_FRAME, Autograd, Op
+from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
 TOP_NAMES = 10
@@ -52,7 +53,7 @@ Path = tuple[Frame, ...]
 Running = dict[tuple[str, int], list[tuple[str, int]]]
 
 
-@record
+@dataclass
 class PathFigures:
     """One launch path on one device over one cycle."""
 
@@ -60,7 +61,7 @@ class PathFigures:
     names: dict[str, list[float]] = field(default_factory=dict)  # kernel name -> [count, time ns]
 
 
-@record
+@dataclass
 class Cycle:
     """A cycle reduced: its span on energyprof's clock (perf_counter_ns) and its figures."""
 

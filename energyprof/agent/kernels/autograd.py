@@ -18,7 +18,7 @@ threads first recorded). In the profiler's in-process events both are the profil
 saved trace they are not, so each `fwd_tid` is resolved to the thread whose forward ops match
 most of its backward ops' sequence numbers (a `fwdbwd` flow counts as a certain match).
 
-The tree path of a backward op's work (core/kernels.py's frames): the Python stack of the thread
+The tree path of a backward op's work (agent/kernels/frames.py's names): the Python stack of the thread
 that called `backward()` at that moment, then `[backward]`, then the forward op's Python stack
 (below the frames it shares with that caller) and its operator chain, then the backward ops
 holding the work. So `loss.backward()` holds the whole
@@ -29,11 +29,10 @@ profiled window) stays under `[backward]` on its backward ops, and is counted by
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
-
-from ..record import field, record
-from .kernels import Frame
+from .frames import Frame
 
 BACKWARD_FRAME: Frame = ("[backward]", "", 0)
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
@@ -45,7 +44,7 @@ NO_SEQUENCE = "no sequence number"
 NO_FORWARD = "no forward op with that sequence number in the window"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Op:
     """One profiled CPU op. `stack`: the Python frames holding it, outermost first (empty on autograd's thread)."""
 
@@ -59,7 +58,7 @@ class Op:
     stack: tuple[Frame, ...] = ()
 
 
-@record
+@dataclass
 class Links:
     forward_of: dict[int, int]  # backward op id -> forward op id
     unlinked: dict[str, int]  # reason -> backward ops not linked
