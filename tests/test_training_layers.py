@@ -417,3 +417,64 @@ def test_a_compiled_model_trains_under_the_capture_as_under_plain_python(tmp_pat
         pytest.skip(f"torch.compile does not run here: {plain.stderr.strip().splitlines()[-1:]}")
     assert prof.stdout == plain.stdout == "done\n" and prof.stderr == plain.stderr
     assert any(n.function == BACKWARD_FRAME[0] for n, _ in _walk(root))
+
+
+def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9():
+    """Synthetic events (the fields torch 2.13's `_KinetoEvent` gives), known answers: a forward through the
+    module marks `nn.Module: Enc_0` and `nn.Module: Dec_0` (the module ids the event tree gives), two
+    steps; backward ops with the forward ops' sequence numbers on the same thread. Each path below
+    `[backward]` gets its outermost backward ops' fastest run times their number, named by the module's
+    path; AccumulateGrad keeps its own name; nothing of the forward side is counted."""
+    from energyprof.agent import modules
+    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, reduce_events
+    from kineto_events import MS, Step
+
+    class Enc:
+        pass
+
+    class Dec:
+        pass
+
+    class AE:
+        def named_modules(self, remove_duplicate=False):
+            return [("", self), ("encoder", enc), ("decoder", dec)]
+
+    enc, dec, ae = Enc(), Dec(), AE()
+    modules.learn_root(ae)
+    off = 1_700_000_000_000_000_000
+    st = Step(off)
+    for k, base in enumerate((0.0, 50.0)):
+        top = st.py("train.py(10): train", base, base + 40)
+        root = st.py("nn.Module: AE_0", base + 1, base + 10, parent=top)
+        fwd = st.py("train.py(20): forward", base + 1, base + 10, parent=root)
+        em = st.py("nn.Module: Enc_0", base + 2, base + 5, parent=fwd)
+        call = st.py("torch/nn/modules/module.py(1782): _call_impl", base + 2, base + 5, parent=em)
+        st.py("train.py(30): forward", base + 2, base + 5, parent=call)
+        dm = st.py("nn.Module: Dec_0", base + 6, base + 9, parent=fwd)
+        st.py("train.py(40): forward", base + 6, base + 9, parent=dm)
+        s0 = 10 * k
+        st.op("aten::mm", base + 3, base + 4, seq=s0 + 1)
+        st.op("aten::mm", base + 7, base + 8, seq=s0 + 2)
+        b = st.py("torch/_tensor.py(566): backward", base + 11, base + 30, parent=top)
+        # backward: Dec's op first (3 ms, then 2 ms in the second step), Enc's (5 ms, then 6 ms)
+        d_ms, e_ms = (3.0, 5.0) if k == 0 else (2.0, 6.0)
+        st.op("autograd::engine::evaluate_function: MmBackward0", base + 12, base + 12 + d_ms, seq=s0 + 2, fwd=1)
+        st.op("autograd::engine::evaluate_function: MmBackward0", base + 16, base + 16 + e_ms, seq=s0 + 1, fwd=1)
+        st.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", base + 23, base + 24)
+        del b
+    marks = {"nn.Module: AE_0": (id(ae), "AE"), "nn.Module: Enc_0": (id(enc), "Enc"), "nn.Module: Dec_0": (id(dec), "Dec")}
+    cyc = reduce_events(st.events, unix_minus_perf=off, t0=0, t1=100 * MS, modules=marks, backward=True)
+    got: dict[str, float] = {}
+    for (path, dev), fig in cyc.figures.items():
+        assert dev == BACKWARD_DEVICE
+        names = [f[0] for f in path]
+        i = names.index("[backward]")
+        below = names[i + 1:]
+        key = next((n for n in below if n.endswith("(Enc)") or n.endswith("(Dec)")), below[0])
+        got[key] = got.get(key, 0.0) + sum(fig.busy.values())
+        if "encoder (Enc)" in below:
+            assert below[:2] == ["AE (root)", "encoder (Enc)"]  # the wrapper between mark and forward is gone
+    assert got["encoder (Enc)"] == pytest.approx(2 * 5.0 * MS, rel=1e-9)  # fastest of 5 and 6 ms, twice
+    assert got["decoder (Dec)"] == pytest.approx(2 * 2.0 * MS, rel=1e-9)  # fastest of 3 and 2 ms, twice
+    assert got["torch::autograd::AccumulateGrad"] == pytest.approx(2 * 1.0 * MS, rel=1e-9)
+    assert set(got) == {"encoder (Enc)", "decoder (Dec)", "torch::autograd::AccumulateGrad"}

@@ -157,17 +157,18 @@ def learn_from_frames(frames: Any) -> None:
             f = f.f_back
 
 
-def frame_names(frames: list[FrameType]) -> list[str | None]:
-    """For a stack (outermost first): each frame's module name, or None (not a module's forward)."""
-    out: list[str | None] = [None] * len(frames)
+def stack_names(codes: list[CodeType], mods: list[FrameType], held: list[Any]) -> list[str | None]:
+    """Per code of a stack (outermost first): its module's name where a module's forward runs it. `mods`:
+    the stack's candidate frames, innermost first, and `held` their modules (None: not a module's)."""
+    by_code: dict[int, list[Any]] = {}
+    for f, m in zip(reversed(mods), reversed(held)):  # outermost first, as `codes`
+        by_code.setdefault(id(f.f_code), []).append(m)
+    out: list[str | None] = []
     root = None
-    for i, f in enumerate(frames):
-        if not candidate(f.f_code):
-            continue
-        mod = module_of(f)
-        if mod is None:
-            continue
-        if root is None:
-            root = mod
-        out[i] = name(mod, root)
+    for c in codes:
+        queue = by_code.get(id(c))
+        m = queue.pop(0) if queue else None
+        if m is not None and root is None:
+            root = m
+        out.append(name(m, root) if m is not None else None)
     return out

@@ -25,7 +25,7 @@ from typing import Any, Callable
 from .modules import candidate as _candidate
 from .modules import is_wrapper as _is_wrapper
 from .modules import module_of as _module_of
-from .modules import name as _module_name
+from .modules import stack_names as _stack_names
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
@@ -759,7 +759,7 @@ class Sampler:
             for c in codes:
                 self._codes[id(c)] = c
             codes.reverse()
-            names = self._module_names(codes, mods, held) if mods is not None else None
+            names = _stack_names(codes, mods, held) if mods is not None else None
             if main:
                 anchor = self.view.anchor
                 frames = self.view.main(filtered(codes[anchor:], names[anchor:] if names is not None else None))
@@ -777,22 +777,6 @@ class Sampler:
                 self._bootstrap_sids.add(sid)
             self._sid_cache[key] = sid
         return sid
-
-    @staticmethod
-    def _module_names(codes: list[CodeType], mods: list[FrameType], held: list[Any]) -> list[str | None]:
-        """Per code of a stack (outermost first): its module's name where a module's forward runs it."""
-        by_code: dict[int, list[Any]] = {}
-        for f, m in zip(reversed(mods), reversed(held)):  # outermost first, as `codes`
-            by_code.setdefault(id(f.f_code), []).append(m)
-        out: list[str | None] = []
-        root = None
-        for c in codes:
-            queue = by_code.get(id(c))
-            m = queue.pop(0) if queue else None
-            if m is not None and root is None:
-                root = m
-            out.append(_module_name(m, root) if m is not None else None)
-        return out
 
     def allocations(self) -> list[tuple[Frame | None, int]]:
         """memory=exact: bytes tracemalloc still traces, per function (None: a function

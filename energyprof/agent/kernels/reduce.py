@@ -153,6 +153,111 @@ def _kind_name(v: Any) -> str:
     return str(getattr(v, "name", v)).rsplit(".", 1)[-1].upper()
 
 
+class _Read:
+    """A cycle's events sorted by kind, each kind read by its own method (the methods called directly:
+    a cycle holds tens of thousands of events)."""
+
+    def __init__(self, modules: dict[str, tuple[int, str]]) -> None:
+        self.modules = modules
+        self.py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
+        self.marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
+        self.py_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, prof tid, OS tid, start, end, seq, fwd)
+        self.op_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.prof_to_os: dict[int, int] = {}
+        self.runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
+        self.op_by_corr: dict[int, int] = {}
+        self.flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
+        self.device: list[tuple[int, str, str, int, int, int, int]] = []
+        self.first_py: int | None = None
+        self.unreadable = 0
+
+    def read(self, events: Sequence[Any]) -> None:
+        python, op, runtime, device = self.python, self.op, self.runtime_call, self.device_record
+        for ev in events:
+            try:
+                kind = ev.activity_type()
+                if kind == "python_function":
+                    python(ev)
+                elif kind in OP_KINDS:
+                    op(ev)
+                elif kind in RUNTIME_KINDS:
+                    runtime(ev)
+                elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
+                    device(ev, kind)
+            except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
+                self.unreadable += 1
+
+    def python(self, ev: Any) -> None:
+        start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
+        self.py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
+        if name.startswith(MODULE_MARK) and name in self.modules:
+            self.marks[pid] = self.modules[name]
+        spans = self.py_spans.get(tid)
+        if spans is None:
+            spans = self.py_spans[tid] = []
+        spans.append((start, ev.end_ns(), pid))
+        if self.first_py is None or start < self.first_py:
+            self.first_py = start
+
+    def op(self, ev: Any) -> None:
+        name = ev.name()
+        if name.startswith(PROFILER_MARKS):
+            return  # the profiler's own step marks: a path per step would grow with steps, not lines
+        oid = len(self.raw_ops)
+        tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
+        self.prof_to_os.setdefault(ptid, tid)
+        self.raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
+        spans = self.op_spans.get(tid)
+        if spans is None:
+            spans = self.op_spans[tid] = []
+        spans.append((start, end, oid))
+        corr = ev.correlation_id()
+        if corr:
+            self.op_by_corr[corr] = oid
+        if ev.flow_type() == FWDBWD_FLOW:
+            self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
+
+    def runtime_call(self, ev: Any) -> None:
+        self.runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
+
+    def device_record(self, ev: Any, kind: str) -> None:
+        self.device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
+                            ev.correlation_id(), ev.linked_correlation_id()))
+
+
+class _Launches:
+    """A device record's launch path: its runtime call's innermost operator (that op's tree path), else the
+    Python stack there then the call, else the operator its linked correlation names, else a labelled node."""
+
+    def __init__(self, got: _Read, auto: Autograd, frames_on: Callable[[int, int], Path], counts: dict[str, int]) -> None:
+        self.got, self.auto, self.frames_on, self.counts = got, auto, frames_on, counts
+        self.op_nest = {t: _Nest(s) for t, s in got.op_spans.items()}
+        self.paths: dict[int, Path] = {}  # op id -> its path, per cycle
+
+    def _count(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def __call__(self, corr: int, linked: int) -> Path:
+        rt = self.got.runtime.get(corr)
+        if rt is not None:
+            tid, t, rname = rt
+            nest = self.op_nest.get(tid)
+            oid = nest.at(t) if nest is not None else None
+            if oid is not None:
+                if oid not in self.paths:
+                    self.paths[oid] = _op_path(self.auto, oid)
+                return self.paths[oid]
+            stack = self.frames_on(tid, t)
+            return stack + ((rname, "", 0),) if stack else ((OPERATOR_NODE, "", 0), (rname, "", 0))
+        oid = self.got.op_by_corr.get(linked) if linked else None
+        if oid is not None:
+            self._count("launch found by its operator (no runtime call)")
+            return _op_path(self.auto, oid)
+        self._count("device record with no launch in the cycle")
+        return ((UNLAUNCHED_NODE, "", 0),)
+
+
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
                   package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None,
                   modules: dict[str, tuple[int, str]] | None = None, backward: bool = False) -> Cycle:
@@ -162,68 +267,13 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     `modules`: the profiler's module marks (`nn.Module: Linear_0`) -> (the module's id, its class), so a
     module's `forward` frame is named by its path as the sampler names it (agent/modules.py).
     `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device."""
-    running = running or {}
-    modules = modules or {}
-    files = files or (lambda f: f)
-    py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
-    marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
-    py_spans: dict[int, list[tuple[int, int, int]]] = {}
-    raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, profiler tid, OS tid, start, end, seq, fwd)
-    op_spans: dict[int, list[tuple[int, int, int]]] = {}
-    prof_to_os: dict[int, int] = {}
-    runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
-    op_by_corr: dict[int, int] = {}
-    flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
-    device: list[tuple[int, str, str, int, int, int, int]] = []
-    first_py: int | None = None
-    unreadable = 0
-    for ev in events:  # the methods called directly: a cycle holds tens of thousands of events
-        try:
-            kind = ev.activity_type()
-            if kind == "python_function":
-                start = ev.start_ns()
-                pid = ev.python_id()
-                name = ev.name()
-                tid = ev.device_resource_id()
-                py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
-                if name.startswith(MODULE_MARK) and name in modules:
-                    marks[pid] = modules[name]
-                spans = py_spans.get(tid)
-                if spans is None:
-                    spans = py_spans[tid] = []
-                spans.append((start, ev.end_ns(), pid))
-                if first_py is None or start < first_py:
-                    first_py = start
-            elif kind in OP_KINDS:
-                name = ev.name()
-                if name.startswith(PROFILER_MARKS):
-                    continue  # the profiler's own step marks: a path per step would grow with steps, not lines
-                oid = len(raw_ops)
-                tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
-                prof_to_os.setdefault(ptid, tid)
-                raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
-                spans = op_spans.get(tid)
-                if spans is None:
-                    spans = op_spans[tid] = []
-                spans.append((start, end, oid))
-                corr = ev.correlation_id()
-                if corr:
-                    op_by_corr[corr] = oid
-                if ev.flow_type() == FWDBWD_FLOW:
-                    flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
-            elif kind in RUNTIME_KINDS:
-                runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
-            elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
-                device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
-                               ev.correlation_id(), ev.linked_correlation_id()))
-        except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
-            unreadable += 1
-    counts: dict[str, int] = {"event(s) whose name could not be read": unreadable} if unreadable else {}
-    if not device and not (backward and raw_ops):  # nothing to place: stacks and links are built for these only
+    got = _Read(modules or {})
+    got.read(events)
+    counts: dict[str, int] = {"event(s) whose name could not be read": got.unreadable} if got.unreadable else {}
+    if not got.device and not (backward and got.raw_ops):  # nothing to place: stacks and links are built for these only
         return Cycle(t0, t1, bucket_ns, {}, counts, 0)
-    py_stack = _Stacks(py, marks, py_spans, first_py, running, package, files)
-
-    py_nest = {t: _Nest(s) for t, s in py_spans.items()}
+    py_stack = _Stacks(got.py, got.marks, got.py_spans, got.first_py, running or {}, package, files or (lambda f: f))
+    py_nest = {t: _Nest(s) for t, s in got.py_spans.items()}
 
     def frames_on(os_tid: int, t: int) -> Path:
         nest = py_nest.get(os_tid)
@@ -231,42 +281,27 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         return py_stack(pid) if pid is not None else ()
 
     ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
-           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(raw_ops)]
-    flows = {b: f for ends in flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
-    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(prof_to_os.get(ptid, ptid), t))
+           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
+    flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
+    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t))
     for reason, n in auto.links.unlinked.items():
         counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
     figures: dict[tuple[Path, int], PathFigures] = {}
     if backward:
         backward_time(auto, figures, unix_minus_perf, bucket_ns)
-    if not device:
+    if not got.device:
         return Cycle(t0, t1, bucket_ns, figures, counts, 0)
-    op_nest = {t: _Nest(s) for t, s in op_spans.items()}
-    paths: dict[tuple[int, int], Path] = {}  # (kind of key, key) -> path, per cycle
+    last_end = _place_device(got.device, _Launches(got, auto, frames_on, counts), figures, unix_minus_perf, bucket_ns)
+    _keep_top_names(figures)
+    return Cycle(t0, max(t1, last_end), bucket_ns, figures, counts, len(got.device))
 
-    def launch_path(corr: int, linked: int) -> Path:
-        rt = runtime.get(corr)
-        if rt is not None:
-            tid, t, rname = rt
-            nest = op_nest.get(tid)
-            oid = nest.at(t) if nest is not None else None
-            if oid is not None:
-                key = (0, oid)
-                if key not in paths:
-                    paths[key] = _op_path(auto, oid)
-                return paths[key]
-            stack = frames_on(tid, t)
-            return stack + ((rname, "", 0),) if stack else ((OPERATOR_NODE, "", 0), (rname, "", 0))
-        oid = op_by_corr.get(linked) if linked else None
-        if oid is not None:
-            counts["launch found by its operator (no runtime call)"] = counts.get(
-                "launch found by its operator (no runtime call)", 0) + 1
-            return _op_path(auto, oid)
-        counts["device record with no launch in the cycle"] = counts.get("device record with no launch in the cycle", 0) + 1
-        return ((UNLAUNCHED_NODE, "", 0),)
 
+def _place_device(device: list[tuple[int, str, str, int, int, int, int]], launch_path: Callable[[int, int], Path],
+                  figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int, bucket_ns: int) -> int:
+    """Device records onto their launch paths: names counted, busy time shared per bucket. Returns the
+    last record's end on energyprof's clock (0 with none)."""
     by_device: dict[int, list[tuple[int, int, Path, str]]] = {}
-    last_end = t1
+    last_end = 0
     for dev, name, _, s, e, corr, linked in device:
         if e < s:
             continue
@@ -280,6 +315,10 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         n[1] += e - s
     for dev, recs in by_device.items():
         _share_busy(recs, dev, figures, bucket_ns)
+    return last_end
+
+
+def _keep_top_names(figures: dict[tuple[Path, int], PathFigures]) -> None:
     for fig in figures.values():
         if len(fig.names) > TOP_NAMES:
             top = sorted(fig.names.items(), key=lambda kv: -kv[1][1])
@@ -287,7 +326,6 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
             rest = top[TOP_NAMES:]
             kept[f"[{len(rest)} other kernel names]"] = [sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)]
             fig.names = kept
-    return Cycle(t0, max(t1, last_end), bucket_ns, figures, counts, len(device))
 
 
 def _op_path(auto: Autograd, oid: int) -> Path:
