@@ -89,14 +89,7 @@ def _engines(root: Node) -> list[tuple[list[Node], Node]]:
 
 
 def _score(chain: list[Node], caller: Path) -> int:
-    """How many of the caller's frames the sampled chain holds, in order."""
-    k = 0
-    for frame in caller:
-        while k < len(chain) and not same_frame(chain[k], frame):
-            k += 1
-        if k == len(chain):
-            break
-        k += 1
+    """How many of the caller's frames the sampled chain holds."""
     return sum(1 for f in caller if any(same_frame(n, f) for n in chain))
 
 

@@ -25,7 +25,7 @@ from ..facts.profile import Source
 from ..facts.profile import Totals
 from ..facts.records import GPU_KERNELS_FIELD, GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
-from .backward import BackwardFold
+from .backward import BackwardFold, same_frame
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
 
 
@@ -470,18 +470,6 @@ def _anchored(root: Node, path: tuple[Frame, ...]) -> tuple[Frame, ...]:
         if any(same_frame(c, frame) for c in tops):
             return path[i:]
     return path
-
-
-def same_frame(node: Node, frame: Frame) -> bool:
-    """Whether a sampled node and a profiler frame are one frame. The sampler names a frame by its
-    qualified name and full path; the profiler by its code name and the path less its sys.path
-    entry; both by its first line, but a module frame by its current line in the profiler."""
-    fn, file, line = frame
-    if node.function != fn and not node.function.endswith("." + fn):
-        return False
-    if node.file != file and not (file and node.file.endswith(("/" + file, "\\" + file))):
-        return False
-    return node.line == line or fn == "<module>"
 
 
 def _enclosing(children: Sequence[Node], frame: Frame) -> Node | None:
