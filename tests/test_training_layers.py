@@ -91,6 +91,33 @@ def test_the_engines_energy_goes_beneath_backward_in_the_measured_proportions_to
     assert note.extra["captured_share"] == pytest.approx(0.013 / 0.5, rel=1e-9)
 
 
+def test_a_captured_sample_lands_whole_on_the_op_at_its_instant_and_the_rest_is_extrapolated():
+    """Known answer: the engine holds 10 J of samples outside the captured steps, and a captured sample (its
+    own node `[backward] > [sample] 7`, 2 J) whose instant the capture placed in `two`'s backward op. The
+    sample's 2 J go whole to `two`; the 10 J split 1:3 by measured op time; nothing is made or lost."""
+    root, engine = _tree(10.0, 0.0)
+    back = Node(function="[backward]", other_policy_self_energy_j={})
+    sample = Node(function="[sample]", line=7, self_energy_j={"cpu": 2.0}, other_policy_self_energy_j={"cpu": 3.0},
+                  self_samples=1)
+    back.children.append(sample)
+    engine.children.append(back)
+    caller = (("<module>", "train.py", 1), ("loop", "train.py", 10), BACKWARD_FRAME)
+    one, two = (("one (One)", "/p/train.py", 30),), (("two (Two)", "/p/train.py", 40),)
+    fold = BackwardFold()
+    fold.add(caller + one, 1e6)
+    fold.add(caller + two, 3e6)
+    fold.sample(7, caller + two)
+    (note,) = graft_backward(root, fold)
+    root.fill_inclusive()
+    assert [c.function for c in back.children] == ["two (Two)", "one (One)"]  # the sample's node is gone
+    got = {c.function: c for c in back.children}
+    assert got["two (Two)"].energy_j["cpu"] == pytest.approx(2.0 + 7.5, rel=1e-9)
+    assert got["one (One)"].energy_j["cpu"] == pytest.approx(2.5, rel=1e-9)
+    assert got["two (Two)"].other_policy_self_energy_j["cpu"] == pytest.approx(3.0 + 15.0, rel=1e-9)
+    assert root.energy_j["cpu"] == pytest.approx(12.0, rel=1e-12)
+    assert note.extra["at_instant_share"] == pytest.approx(2.0 / 12.0, rel=1e-9)
+
+
 def test_each_caller_gets_its_own_proportions():
     """Two backward() lines: each engine node is split by the ops its own caller's passes ran."""
     root, engine = _tree(4.0, 0.0)
@@ -426,7 +453,7 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     `[backward]` gets its outermost backward ops' fastest run times their number, named by the module's
     path; AccumulateGrad keeps its own name; nothing of the forward side is counted."""
     from energyprof.agent import modules
-    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, reduce_events
+    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, SAMPLE_DEVICE, reduce_events
     from kineto_events import MS, Step
 
     class Enc:
@@ -463,9 +490,17 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
         st.op("autograd::engine::evaluate_function: torch::autograd::AccumulateGrad", base + 23, base + 24)
         del b
     marks = {"nn.Module: AE_0": (id(ae), "AE"), "nn.Module: Enc_0": (id(enc), "Enc"), "nn.Module: Dec_0": (id(dec), "Dec")}
-    cyc = reduce_events(st.events, unix_minus_perf=off, t0=0, t1=100 * MS, modules=marks, backward=True)
+    # samples inside backward() at 13 ms (Dec's op), 68 ms (Enc's, second step) and 25 ms (no backward op then)
+    instants = [(0, 13 * MS), (1, 68 * MS), (2, 25 * MS)]
+    cyc = reduce_events(st.events, unix_minus_perf=off, t0=0, t1=100 * MS, modules=marks, backward=True,
+                        instants=instants)
+    placed = {SAMPLE_DEVICE - dev: [f[0] for f in path] for (path, dev), _ in cyc.figures.items() if dev <= SAMPLE_DEVICE}
+    assert set(placed) == {0, 1}
+    assert "decoder (Dec)" in placed[0] and "encoder (Enc)" in placed[1]
     got: dict[str, float] = {}
     for (path, dev), fig in cyc.figures.items():
+        if dev <= SAMPLE_DEVICE:
+            continue
         assert dev == BACKWARD_DEVICE
         names = [f[0] for f in path]
         i = names.index("[backward]")

@@ -85,6 +85,16 @@ def _cuda_available() -> bool:
         return False
 
 
+def _take_captured() -> list[tuple[int, int]]:
+    """The samples the sampler took inside backward() during the cycle now ending: (number, perf ns)."""
+    sampler = sys.modules.get("energyprof.agent.sampler")
+    if sampler is None or not sampler._captured:
+        return []
+    box = sampler._captured.pop()
+    sampler._captured_base[0] += sampler.MAX_CAPTURED  # a late sample of this cycle never takes a later one's number
+    return list(box)
+
+
 def _bounded(call: Callable[[], Any], bound_s: float) -> tuple[bool, Any, BaseException | None]:
     """`call()` on an own thread (agent/own_threads.py), waited for at most `bound_s`: (done, its result, what
     it raised). Not done: the thread is left to finish on its own; its result is dropped."""
@@ -234,6 +244,10 @@ class KernelCapture:
         self.recording = True
         self.begun += 1
         from .kernels.reduce import running_frames
+
+        sampler = sys.modules.get("energyprof.agent.sampler")
+        if sampler is not None:  # samples inside backward() from now on are kept for this cycle (sampler._captured)
+            sampler._captured[:] = [[]]
 
         self.running = running_frames(sys._current_frames().values())
 
@@ -402,8 +416,9 @@ class KernelCapture:
         whatever they raise, KeyboardInterrupt and SystemExit included, stays here."""
         t_end = time.perf_counter_ns()
         self.recording = False
+        instants = _take_captured()
         try:
-            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end), self.read_bound_s)
+            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end, instants), self.read_bound_s)
             if not done:
                 self.running = {}
                 self._give_up(f"reading the profiler's results took over {self.read_bound_s:g} s", stop=False,
@@ -427,7 +442,7 @@ class KernelCapture:
             self.running = {}
         self._keep_to_budget()
 
-    def _reduce(self, prof: Any, t_end: int) -> Any:
+    def _reduce(self, prof: Any, t_end: int, instants: list[tuple[int, int]]) -> Any:
         """The cycle's events read in memory and reduced (on the capture's own thread: its CPU charged to energyprof)."""
         t0 = time.thread_time_ns()
         try:
@@ -443,7 +458,8 @@ class KernelCapture:
             if self.files is None:
                 self.files = FullPaths(sys.path)
             return reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
-                                 package=self.package, files=self.files, modules=marks, backward=True)
+                                 package=self.package, files=self.files, modules=marks, backward=True,
+                                 instants=instants)
         finally:
             ns = time.thread_time_ns() - t0
             self.cost_ns += ns

@@ -60,6 +60,13 @@ _sleep, _perf, _proc_ns, _own_ns = time.sleep, time.perf_counter_ns, time.proces
 _clock_ns = getattr(time, "clock_gettime_ns", None)
 
 
+# Samples inside backward() while the op capture records (agent/kernel_capture.py sets `_captured[0]` to a
+# list, and takes it at the cycle's end): (sample number, perf ns). Bounded: past it, samples stay plain.
+_captured: list[list[tuple[int, int]]] = []
+_captured_base = [0]  # the first number of the current cycle's block (MAX_CAPTURED numbers a cycle)
+MAX_CAPTURED = 4096
+_ENGINE, _ENGINE_FILE = "_engine_run_backward", os.sep + os.path.join("autograd", "graph.py")
+
 _charged = [0]  # CPU ns energyprof burnt on the program's threads (the kernel capture's reduction): its own
 # The same, by the kernel id of the thread that burnt it (cumulative): a sampler takes each charge off
 # that thread's CPU, not off the main thread's (a capture stepped on a training thread while the main
@@ -374,6 +381,7 @@ class Sampler:
         self._frame_ids: dict[Frame, int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self._sid_cache: dict[tuple[int, ...], int] = {}
+        self._fids: dict[int, tuple[int, ...]] = {}  # stack id -> its frame ids
         self._codes: dict[int, CodeType] = {}  # keeps code objects alive so ids stay unique
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
@@ -556,6 +564,8 @@ class Sampler:
             if ident not in table and ident not in _names and ident != self.main_ident and _starting(frame):
                 continue  # caught before `threading` lists it: none of its CPU measured yet, nothing of the program's run
             sid = self._stack_id(ident, frame, table)
+            if _captured and frame.f_code.co_name == _ENGINE and frame.f_code.co_filename.endswith(_ENGINE_FILE):
+                sid = self._captured_sample(sid, t1)
             cpu = deltas.get(ident, 0)
             if ident == self.main_ident:
                 main_sample = (sid, cpu)
@@ -802,6 +812,33 @@ class Sampler:
             out[key] = out.get(key, 0) + stat.size
         return list(out.items())
 
+    def _captured_sample(self, sid: int, t_ns: int) -> int:
+        """A sample inside backward() while the op capture records: a stack of its own, `... > [backward] >
+        [sample] k`, and its instant kept for the capture, which names the backward op running then
+        (agent/kernels/reduce.py); the tree puts its joules on that op's forward path (core/backward.py)."""
+        box = _captured[0]
+        if len(box) >= MAX_CAPTURED:
+            return sid
+        k = len(box) + _captured_base[0]
+        fids = self._fids.get(sid)
+        if fids is None:
+            return sid
+        box.append((k, t_ns))
+        extra = []
+        for fr in (("[backward]", "", 0), ("[sample]", "", k)):
+            fid = self._frame_ids.get(fr)
+            if fid is None:
+                fid = self._frame_ids[fr] = len(self._frame_ids)
+                self.sink.frame(fid, fr)
+            extra.append(fid)
+        key = fids + tuple(extra)
+        new = self._stack_ids.get(key)
+        if new is None:
+            new = self._stack_ids[key] = len(self._stack_ids)
+            self._fids[new] = key
+            self.sink.stack(new, key)
+        return new
+
     def intern(self, frames: list[Frame]) -> int:
         ids = []
         fids = self._frame_ids
@@ -815,6 +852,7 @@ class Sampler:
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = len(self._stack_ids)
+            self._fids[sid] = key
             self.sink.stack(sid, key)
         return sid
 

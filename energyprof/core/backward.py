@@ -36,6 +36,10 @@ class BackwardFold:
         self.ns: dict[Path, float] = {}
         self.max_paths = max_paths
         self.dropped_ns = 0.0
+        self.samples: dict[int, Path] = {}  # a sample taken inside backward() in a captured step -> its op's path
+
+    def sample(self, k: int, path: Path) -> None:
+        self.samples[k] = path
 
     def add(self, path: Path, ns: float) -> None:
         if ns <= 0:
@@ -46,7 +50,7 @@ class BackwardFold:
         self.ns[path] = self.ns.get(path, 0.0) + ns
 
     def __bool__(self) -> bool:
-        return bool(self.ns)
+        return bool(self.ns) or bool(self.samples)
 
     def by_caller(self) -> dict[Path, dict[Path, float]]:
         """caller frames -> (the path below `[backward]` -> ns)."""
@@ -75,14 +79,15 @@ def same_frame(node: Node, frame: Frame) -> bool:
     return node.line == line or fn == "<module>"
 
 
-def _engines(root: Node) -> list[tuple[list[Node], Node]]:
-    """The engine nodes with self figures, each with the nodes above it (root first, itself last)."""
+def _engines(root: Node, with_self: bool = True) -> list[tuple[list[Node], Node]]:
+    """The engine nodes (with self figures, unless `with_self` is False), each with the nodes above it
+    (root first, itself last)."""
     out = []
     todo: list[tuple[Node, list[Node]]] = [(root, [])]
     while todo:
         node, above = todo.pop()
         chain = above + [node]
-        if is_engine(node) and (node.self_energy_j or node.self_time_s):
+        if is_engine(node) and (not with_self or any(node.self_energy_j.values()) or node.self_time_s):
             out.append((chain, node))
         todo.extend((c, chain) for c in node.children if not c.is_special)
     return out
@@ -168,9 +173,40 @@ def split(engine: Node, shares: dict[Path, float], names: dict[tuple[str, int], 
     _move(engine, targets)
 
 
+SAMPLE_FRAME = "[sample]"  # the sampler's stack for a sample inside backward() in a captured step: `[backward] > [sample] k`
+
+
+def _resolve_samples(root: Node, fold: BackwardFold, names: dict[tuple[str, int], list[str]]) -> float:
+    """Each captured sample's node (`engine > [backward] > [sample] k`) onto the path of the backward op that
+    ran at its instant, all its figures moved there; one the capture could not place goes back to its
+    engine node, to be split with the rest. Returns the energy placed by instant."""
+    placed = 0.0
+    for _, engine in _engines(root, with_self=False):
+        back = next((c for c in engine.children if (c.function, c.file, c.line) == BACKWARD_FRAME), None)
+        if back is None:
+            continue
+        for node in list(back.children):
+            if node.function != SAMPLE_FRAME or node.file:
+                continue
+            path = fold.samples.get(node.line)
+            if path is None or BACKWARD_FRAME not in path:
+                _move(node, [(engine, 1.0)])
+                continue
+            target = back
+            for frame in path[path.index(BACKWARD_FRAME) + 1:]:
+                target = _child(target, _as_sampled(frame, names))
+            placed += sum(node.self_energy_j.values())
+            _move(node, [(target, 1.0)])
+        back.children[:] = [c for c in back.children if not (c.function == SAMPLE_FRAME and not c.file)]
+    return placed
+
+
 def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
-    """Every engine node of the sampled tree split onto its backward paths (the caller's proportions that
-    its own frames match best, else all callers' together). Returns the note that says how."""
+    """The captured samples onto the backward op at their instant; then every engine node of the sampled
+    tree split onto its backward paths (the caller's proportions that its own frames match best, else all
+    callers' together). Returns the note that says how."""
+    names = _names(root)
+    at_instant = _resolve_samples(root, fold, names) if fold.samples else 0.0
     groups = fold.by_caller()
     if not groups:
         return []
@@ -178,23 +214,26 @@ def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
     for rel in groups.values():
         for path, ns in rel.items():
             pooled[path] = pooled.get(path, 0.0) + ns
-    names = _names(root)
     engines = _engines(root)
     sampled_s = sum(node.self_time_s for _, node in engines)
+    extrapolated = sum(sum(node.self_energy_j.values()) for _, node in engines)
     for chain, node in engines:
         best = max(groups, key=lambda c: (_score(chain, c), sum(groups[c].values())))
         shares = groups[best] if _score(chain, best) > 0 else pooled
         split(node, shares, names)
     measured_s = sum(pooled.values()) / 1e9
     share = min(1.0, measured_s / sampled_s) if sampled_s > 0 else 0.0
-    text = (f"backward's CPU work is under [backward], on the modules whose forward ops it differentiates: split by"
-            f" the backward ops' time the profiler measured in the captured steps ({measured_s:.3f} s, about"
-            f" {share:.0%} of backward's sampled time); the other steps' backward samples are split in the same"
-            " proportions (extrapolated)")
+    placed_share = at_instant / (at_instant + extrapolated) if at_instant + extrapolated > 0 else 0.0
+    text = (f"backward's CPU work is under [backward], on the modules whose forward ops it differentiates: in the"
+            f" captured steps each sample goes to the backward op running at its instant ({placed_share:.1%} of"
+            f" backward's energy); the other steps' backward samples are split in the proportions of the backward"
+            f" ops' time the profiler measured ({measured_s:.3f} s, about {share:.0%} of backward's sampled time):"
+            " extrapolated")
     if fold.dropped_ns:
         text += f"; {fold.dropped_ns / 1e9:.3f} s of backward ops past the bound on paths are not in the proportions"
     return [Note("backward-split", text, {"captured_s": measured_s, "sampled_s": sampled_s, "captured_share": share,
-                                          "method": "extrapolated", "engines": len(engines)})]
+                                          "at_instant_share": placed_share, "method": "extrapolated",
+                                          "engines": len(engines)})]
 
 
 def paths_below(node: Node) -> Iterable[Node]:

@@ -192,8 +192,11 @@ class KernelFold:
         self.joined_gap_ns = max(self.joined_gap_ns, cut)
 
     def add_busy(self, path: Path, device: int, bucket_ns: int, buckets: dict[int, float]) -> None:
-        if device < 0:  # backward's CPU time per path (agent/kernels/reduce.BACKWARD_DEVICE): its own fold
-            self.backward.add(tuple(path), sum(float(ns) for ns in buckets.values()))
+        if device < 0:  # backward's CPU figures (agent/kernels/reduce.BACKWARD_DEVICE, SAMPLE_DEVICE): its own fold
+            if device == -1:
+                self.backward.add(tuple(path), sum(float(ns) for ns in buckets.values()))
+            else:
+                self.backward.sample(-2 - device, tuple(path))
             return
         if not self.cell_ns:
             self.cell_ns = max(1, int(bucket_ns))

@@ -45,6 +45,9 @@ SKIP_FILES = ("runpy", "<frozen runpy>")
 # The "device" of backward's CPU time: a cycle's figures under this key are, per tree path below
 # `[backward]`, the time of the backward ops (outermost, with all they hold) that path's forward op caused.
 BACKWARD_DEVICE = -1
+# A sample the sampler took inside backward() during the cycle (its number k) travels as a path under the
+# "device" SAMPLE_DEVICE - k: the path of the backward op running at its instant.
+SAMPLE_DEVICE = -2
 MODULE_MARK = "nn.Module: "
 
 Path = tuple[Frame, ...]
@@ -260,13 +263,16 @@ class _Launches:
 
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
                   package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None,
-                  modules: dict[str, tuple[int, str]] | None = None, backward: bool = False) -> Cycle:
+                  modules: dict[str, tuple[int, str]] | None = None, backward: bool = False,
+                  instants: Sequence[tuple[int, int]] = ()) -> Cycle:
     """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
     [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
     (less its sys.path entry), so that a frame the sampler never saw is still known as a library's.
     `modules`: the profiler's module marks (`nn.Module: Linear_0`) -> (the module's id, its class), so a
     module's `forward` frame is named by its path as the sampler names it (agent/modules.py).
-    `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device."""
+    `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device.
+    `instants`: (number, perf ns) of samples taken inside backward(): each gets the path of the backward
+    op running then (`SAMPLE_DEVICE - number`), where one was."""
     got = _Read(modules or {})
     got.read(events)
     counts: dict[str, int] = {"event(s) whose name could not be read": got.unreadable} if got.unreadable else {}
@@ -289,6 +295,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     figures: dict[tuple[Path, int], PathFigures] = {}
     if backward:
         backward_time(auto, figures, unix_minus_perf, bucket_ns)
+        samples_at(auto, instants, figures, unix_minus_perf)
     if not got.device:
         return Cycle(t0, t1, bucket_ns, figures, counts, 0)
     last_end = _place_device(got.device, _Launches(got, auto, frames_on, counts), figures, unix_minus_perf, bucket_ns)
@@ -407,6 +414,26 @@ def backward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], 
         fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
         b = (first[path] - unix_minus_perf) // bucket_ns
         fig.busy[b] = fig.busy.get(b, 0.0) + min(times) * len(times)
+
+
+def samples_at(auto: Autograd, instants: Sequence[tuple[int, int]], figures: dict[tuple[Path, int], PathFigures],
+               unix_minus_perf: int) -> None:
+    """Each sample's instant -> the outermost backward op running then (the latest started that has not
+    ended; one thread runs one at a time), its path under `SAMPLE_DEVICE - number`."""
+    if not instants:
+        return
+    roots = sorted((auto.ops[r].start_ns, auto.ops[r].end_ns, r) for r in set(auto.links.root_of.values()))
+    starts = [a for a, _, _ in roots]
+    for k, t in instants:
+        u = t + unix_minus_perf
+        i = bisect.bisect_right(starts, u) - 1
+        while i >= 0 and roots[i][1] < u:
+            i -= 1
+        if i < 0 or roots[i][0] > u or (i >= 0 and roots[i][1] < u):
+            continue
+        path = auto.path(roots[i][2])
+        if BACKWARD_FRAME in path:
+            figures[(path, SAMPLE_DEVICE - k)] = PathFigures({0: 1.0})
 
 
 def _share_busy(recs: list[tuple[int, int, Path, str]], dev: int, figures: dict[tuple[Path, int], PathFigures],
