@@ -44,18 +44,21 @@ def imports_of(path: Path) -> list[tuple[int, str]]:
 
 
 def test_the_agent_imports_the_standard_library_and_itself_only():
-    own = {p.stem for p in AGENT.glob("*.py")}
+    own = {p.stem for p in AGENT.glob("*.py")} | {"kernels"}  # and its package of the capture's half
+    inner = {p.stem for p in (AGENT / "kernels").glob("*.py")}
     optional = {"pyinstrument", "torch"}  # --sampler pyinstrument; torch.profiler with --gpu-kernels: each imported when chosen
-    # The kernel capture reduces each profiler cycle with energyprof's pure modules (the reduction, and
-    # core/autograd.py's backward links through it), imported, like torch, only once a capture runs.
-    lazy = {("kernel_capture.py", "collect.kernels.reduce")}
     files = [*AGENT.glob("*.py"), *BOOT.glob("*.py")]
+    for f in (AGENT / "kernels").glob("*.py"):  # the capture's half: its siblings, or agent/'s modules, nothing above
+        for level, mod in imports_of(f):
+            if level:
+                top = mod.split(".")[0]
+                assert (level == 1 and (mod == "" or top in inner)) or (level == 2 and top in own), (f.name, level, mod)
+            else:
+                assert mod.split(".")[0] in sys.stdlib_module_names or mod.split(".")[0] in optional, (f.name, mod)
     assert len(files) >= 6
     for f in files:
         for level, mod in imports_of(f):
             top = mod.split(".")[0]
-            if level == 2 and (f.name, mod) in lazy:
-                continue
             if level:
                 assert level == 1 and (mod == "" or top in own), (f.name, level, mod)
             else:  # sitecustomize: the bootstrap runs the one it hides
@@ -260,7 +263,7 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     bare = subprocess.run([sys.executable, "-c", stdlib + show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stderr == bare.stderr == ""
     extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
-    agent = ("", ".wire", ".hooks", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units",
+    agent = ("", ".wire", ".hooks", ".modules", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units",
              ".autoload")
     assert extra <= {f"energyprof.agent{s}" for s in agent}
     assert len(os.listdir(tmp_path / "spool")) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energyprof.core.autograd import (ACCUMULATE_GRAD, BACKWARD_FRAME, HOOK, NO_FORWARD, NO_SEQUENCE, Autograd, Op,
+from energyprof.agent.kernels.autograd import (ACCUMULATE_GRAD, BACKWARD_FRAME, HOOK, NO_FORWARD, NO_SEQUENCE, Autograd, Op,
                                       backward_path, link_backward, parents)
 
 MAIN, AUTOGRAD = 4037, 23695  # OS thread ids, as a saved trace names them; the profiler calls the main thread 1

@@ -13,7 +13,7 @@ import pytest
 
 from conftest import run_cli
 from energyprof.collect.kernels import kineto
-from energyprof.core.autograd import ACCUMULATE_GRAD, BACKWARD_FRAME
+from energyprof.agent.kernels.autograd import ACCUMULATE_GRAD, BACKWARD_FRAME
 from energyprof.facts.profile import load
 
 PID, MAIN, AUTOGRAD = 4037, 4037, 23695
@@ -169,7 +169,7 @@ def test_without_links_backward_stays_on_its_ops_and_is_counted(tmp_path):
 
 
 def test_the_real_mi250_step_links_by_flows_and_by_sequence_numbers_alike():
-    from energyprof.core.autograd import link_backward
+    from energyprof.agent.kernels.autograd import link_backward
 
     MI250 = Path(__file__).parent / "fixtures" / "kineto" / "hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     import gzip
@@ -195,7 +195,7 @@ def test_a_real_torch_trace_links_backward_as_its_flows_do(tmp_path):
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
 
-    from energyprof.core.autograd import link_backward
+    from energyprof.agent.kernels.autograd import link_backward
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from energyprof.collect.kernels.reduce import reduce_events
-from energyprof.core.autograd import BACKWARD_FRAME
+from energyprof.agent.kernels.reduce import reduce_events
+from energyprof.agent.kernels.autograd import BACKWARD_FRAME
 from energyprof.core.gpu_tree import KernelFold
 from energyprof.core.kernels import GPU_IDLE_NODE
 from kineto_events import MS, Step, training_step
@@ -235,7 +235,7 @@ def test_real_profiler_events_give_the_launch_path_with_first_lines():
 
     from torch.profiler import ProfilerActivity, profile
 
-    from energyprof.collect.kernels.reduce import running_frames
+    from energyprof.agent.kernels.reduce import running_frames
     from kineto_events import CUDA, Event
 
     lin = torch.nn.Linear(8, 8)
@@ -378,7 +378,7 @@ def test_on_by_default_only_where_the_program_uses_cuda_through_torch(tmp_path):
     (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
     script = tmp_path / "prog.py"
     script.write_text("import sys\nprint(sorted(m for m in ('torch', 'energyprof.agent.kernel_capture',"
-                      " 'energyprof.collect.kernels.reduce') if m in sys.modules))\n")
+                      " 'energyprof.agent.kernels.reduce') if m in sys.modules))\n")
     r = run_cli(["--power-trace", str(tmp_path / "p.csv"), "-q", "--json", str(tmp_path / "o.json"), str(script)],
                 tmp_path)
     assert r.returncode == 0 and r.stdout == "[]\n", r.stderr
@@ -487,7 +487,7 @@ def test_supervised_run_carries_the_reduced_kernels_through_the_spool(tmp_path):
     script = tmp_path / "prog.py"
     script.write_text(f"""import sys, time, torch
 sys.path.insert(0, {tests!r})
-import energyprof.collect.kernels.reduce as reduce
+import energyprof.agent.kernels.reduce as reduce
 from kineto_events import CUDA, Event
 real = reduce.reduce_events
 def with_a_device(events, **kw):  # the only fake: device records beside each real aten::mm
@@ -553,7 +553,7 @@ def test_a_frame_the_sampler_never_saw_gets_its_full_path(tmp_path):
     """The profiler names `torch/nn/modules/module.py`; the tree needs the path the code carries (under
     site-packages: a library frame in the report), found under the program's sys.path."""
     from energyprof.analysis.functions import is_library
-    from energyprof.collect.kernels.reduce import FullPaths
+    from energyprof.agent.kernels.reduce import FullPaths
 
     lib = tmp_path / "site-packages"
     (lib / "torch" / "nn").mkdir(parents=True)
@@ -627,7 +627,7 @@ sys.path.insert(0, sys.argv[2])
 from energyprof.agent import wire
 from energyprof.agent.kernel_capture import SpoolSink
 from energyprof.agent.spool import Spool
-from energyprof.collect.kernels.reduce import reduce_events
+from energyprof.agent.kernels.reduce import reduce_events
 from energyprof.supervise.stream import StreamReader
 from kineto_events import training_step, MS
 OFF = 1_700_000_000_000_000_000

@@ -306,7 +306,7 @@ def _kernel(name, start_ms, dur_ms, python, ops=("aten::mm",), device=0):
 
 def fold_of(kernels, spans):
     """The fold the program's reduction gives for these kernels, over these profiled spans."""
-    from energyprof.collect.kernels.reduce import PathFigures, _share_busy
+    from energyprof.agent.kernels.reduce import PathFigures, _share_busy
     from energyprof.core.gpu_tree import KernelFold
 
     figures, by_dev = {}, {}

@@ -102,6 +102,19 @@ def test_the_budget_halves_how_often_windows_come():
     assert cap.every == 400  # 30 ms <= 1% of 400 x 10 ms
 
 
+def test_the_budget_counts_what_profiled_steps_took_beyond_plain_ones():
+    """On a CPU-bound loop the profiler's recording is the capture's cost: 3 profiled steps of 30 ms beside
+    plain ones of 10 ms cost 60 ms a cycle, so windows come every 800 steps (60 ms <= 1% of 800 x 10 ms)."""
+    from energyprof.agent.kernel_capture import KernelCapture
+
+    cap = KernelCapture(None, every=100, active=3, budget=0.01)
+    cap.cycles, cap.cost_ns = 1, 0
+    cap._loop_steps, cap._loop_ns = 10, 10 * 10_000_000
+    cap._rec_steps, cap._rec_ns = 3, 3 * 30_000_000
+    cap._keep_to_budget()
+    assert cap.every == 800
+
+
 def _program_nodes(p, script):
     return {(n.function, n.line) for n, _ in p.walk() if n.file.endswith(script.name)}
 

@@ -120,6 +120,25 @@ def test_an_event_larger_than_the_limit_is_refused(monkeypatch):
     monkeypatch.setattr(jsonstream, "MAX_VALUE_CHARS", 1000)
     with pytest.raises(StreamError, match="over"):
         _stream('{"traceEvents": [{"name": "' + "x" * 5000 + '"}]}', 64)
+    # a chunk that holds the whole value at once (a plain file read in 1 MiB chunks): refused all the same
+    with pytest.raises(StreamError, match="over"):
+        _stream('{"traceEvents": [{"name": "' + "x" * 1500 + '"}]}', 1 << 16)
+    # a value that grows past the bound is never read far past it
+    assert _stream('{"traceEvents": [{"name": "' + "x" * 900 + '"}]}', 1 << 16)[0][0]["name"] == "x" * 900
+
+
+def test_a_huge_string_in_a_plain_json_trace_is_one_line_and_exit_2(tmp_path):
+    """gpu-trace on a plain (not gzipped) trace holding a string past the bound: one line, exit 2."""
+    import subprocess
+    import sys
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"traceEvents": [{"name": "' + "x" * ((64 << 20) + 10) + '", "ph": "X"}]}')
+    (tmp_path / "p.csv").write_text("t_s,gpu:0\n0,100\n")
+    r = subprocess.run([sys.executable, "-m", "energyprof", "gpu-trace", str(trace), "--power-trace", str(tmp_path / "p.csv"),
+                        "--json", str(tmp_path / "o.json")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "64 MiB" in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------- bounded memory

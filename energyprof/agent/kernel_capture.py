@@ -1,5 +1,5 @@
 """GPU kernels inside the program: the PyTorch profiler (Kineto) in cycles, each cycle's events read in
-memory and reduced as it ends (collect/kernels/reduce.py), the reduced records handed to a sink (the
+memory and reduced as it ends (agent/kernels/reduce.py), the reduced records handed to a sink (the
 run's spool, or the in-process Profiler's fold). No trace file unless one is asked for.
 
 Loaded only when the capture runs, in the program's main process, or by the in-process Profiler;
@@ -21,8 +21,11 @@ import sys
 import time
 from typing import Any, Callable
 
+from .kernels.torch_compat import KINETO_LEVEL_SYMBOL, KINETO_QUIET, _Quiet, _watch_profiler_starts  # noqa: F401
+
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
+READ_BOUND_S = 30.0  # the program waits at most this long for a cycle's in-memory results to be read and reduced
 # The note when the program's own profiler holds energyprof's windows back (said once a run)
 WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
            "and the steps it profiles are not in the kernel figures")
@@ -56,113 +59,14 @@ def _schedule(steps: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2] if len(nums) > 2 else 0
 
 
-# What torch's profiler says on stderr that is energyprof's doing, not the program's.
-QUIET_WARNINGS = ("Profiler clears events at the end of each cycle", "Profiler won't be using warmup",
-                  "CUDA is not available", "Incorrect schedule")
-# Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
-# from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
-KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
-KINETO_QUIET = 6  # above USDT (5): Kineto's USDT/STAGE lines ("profiler_start") off stderr
-
-
-class _Quiet:
-    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr during energyprof's own
-    start, step or stop only, without touching the program's environment: Kineto's level is raised above
-    its lines for the call and set back after, to what it was, or to what Kineto set it to inside the
-    call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
-    hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
-    at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
-    torch's profiler warnings are kept off by filters installed once (`_quiet_warnings`): entering and
-    leaving `warnings.catch_warnings` at every start, step and stop would reset Python's record of
-    warnings already shown, and the program's once-per-line warnings would print again."""
-
-    depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
-    restore: int | None = None  # the level to set back once the outermost call ends
-
-    def __enter__(self) -> None:
-        _Quiet.depth += 1
-        if _Quiet.depth == 1:
-            _quiet_start()
-
-    def __exit__(self, *exc: Any) -> None:
-        _Quiet.depth -= 1
-        if _Quiet.depth:
-            return
-        restore, _Quiet.restore = _Quiet.restore, None
-        level = _kineto_level()
-        if level is not None and restore is not None and level.value == KINETO_QUIET:
-            level.value = restore
-
-
-def _quiet_start() -> None:
-    """Inside energyprof's call: Kineto's level above its lines, the level found kept to set back after.
-    Called as the call begins, and from torch's start hook just before a profiler is enabled (after
-    Kineto's first start has set its level from the environment)."""
-    level = _kineto_level() if _Quiet.depth else None
-    if level is not None and level.value != KINETO_QUIET:
-        _Quiet.restore = level.value
-        level.value = KINETO_QUIET
-
-
-_LEVEL: list[Any] = []  # [Kineto's level as a ctypes int, or None where it is not found], looked up once
-
-
-def _kineto_level() -> Any:
-    """Kineto's log level in torch's loaded library (none is loaded that is not already); None before torch
-    is imported (looked up again later) or where no library holds it."""
-    if _LEVEL:
-        return _LEVEL[0]
-    torch = sys.modules.get("torch")
-    if torch is None or not getattr(torch, "__file__", None):
-        return None
-    found = None
-    try:
-        import ctypes
-        import glob
-
-        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
-        mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
-        for path in sorted(glob.glob(os.path.join(libdir, "libtorch_cpu.*"))) + sorted(
-                glob.glob(os.path.join(libdir, "lib*kineto*"))) + sorted(glob.glob(os.path.join(libdir, "libtorch*"))):
-            try:
-                found = ctypes.c_int.in_dll(ctypes.CDLL(path, mode=mode), KINETO_LEVEL_SYMBOL)
-                break
-            except (OSError, ValueError, AttributeError):
-                continue
-    except Exception:  # noqa: BLE001 - no ctypes, an odd torch: Kineto's lines are left as they are
-        found = None
-    _LEVEL.append(found)
-    return found
-
-
-_FILTERED = False
-
-
-def _quiet_warnings() -> None:
-    """torch's profiler warnings that are energyprof's doing ignored, once per process: each filter names
-    the message and the warning's module (torch's profiler, or energyprof's capture that calls it), so the
-    program's own warnings are left as they were. Installed once: every change to the filters makes Python
-    forget which warnings were shown, so the program's once-only warnings may show once more, then never."""
-    global _FILTERED
-    if _FILTERED:
-        return
-    _FILTERED = True
-    import warnings
-
-    for text in QUIET_WARNINGS:
-        warnings.filterwarnings("ignore", message=".*" + text, module=r"(torch|energyprof)(\.|$)")
 
 
 def _foreign_profiler() -> bool:
     """A PyTorch profiler is on (Kineto, legacy, ITT or NVTX) while energyprof's is not recording: the
     program's own. Asked only where energyprof's profiler is off (no session, or between windows)."""
-    torch = sys.modules.get("torch")
-    if torch is None:
-        return False
-    try:
-        return bool(torch._C._autograd._profiler_enabled())
-    except Exception:  # noqa: BLE001 - no such call in this torch: go on as before
-        return False
+    from .kernels.torch_compat import profiler_enabled
+
+    return profiler_enabled()
 
 
 def _charge_own(ns: int) -> None:
@@ -173,38 +77,45 @@ def _charge_own(ns: int) -> None:
         charge(ns)
 
 
-_WATCHED: list[Any] = []  # the capture whose profiler is watched for the program's own starts (one)
+def _cuda_available() -> bool:
+    torch = sys.modules.get("torch")
+    try:
+        return bool(torch is not None and torch.cuda.is_available())
+    except Exception:  # noqa: BLE001 - a half-imported torch: the CPU's events only
+        return False
 
 
-def _watch_profiler_starts(capture: Any) -> None:
-    """The program starting its own PyTorch profiler while energyprof's records: torch's profile calls
-    `torch.autograd.profiler._prepare_profiler` then `_run_on_profiler_start` just before it enables a
-    profiler (Kineto; ITT and NVTX the latter only), so energyprof's is stopped there first (each wrapped
-    once; the original always runs after, and nothing raises from the wrapper). Two sessions on one
-    thread would stop each other, and the program's trace would come back empty."""
-    _WATCHED[:] = [capture]
-    for module, name in (("torch.autograd.profiler", "_prepare_profiler"),
-                         ("torch.autograd.profiler", "_run_on_profiler_start"),
-                         ("torch.autograd.profiler_legacy", "_enable_profiler_legacy")):  # the legacy profiler
-        mod = sys.modules.get(module)
-        original = getattr(mod, name, None)
-        if original is not None and not getattr(original, "_energyprof", False):
-            setattr(mod, name, _watching(original))
+def _take_captured() -> list[tuple[int, int]]:
+    """The samples the sampler took inside backward() during the cycle now ending: (number, perf ns)."""
+    sampler = sys.modules.get("energyprof.agent.sampler")
+    if sampler is None or not sampler._captured:
+        return []
+    box = sampler._captured.pop()
+    sampler._captured_base[0] += sampler.MAX_CAPTURED  # a late sample of this cycle never takes a later one's number
+    return list(box)
 
 
-def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
-    def watched(*args: Any, **kwargs: Any) -> Any:
+def _bounded(call: Callable[[], Any], bound_s: float) -> tuple[bool, Any, BaseException | None]:
+    """`call()` on an own thread (agent/own_threads.py), waited for at most `bound_s`: (done, its result, what
+    it raised). Not done: the thread is left to finish on its own; its result is dropped."""
+    from .own_threads import start
+
+    box: list[Any] = [None, None]
+    finished = _thread.allocate_lock()
+    finished.acquire()
+
+    def run() -> None:
         try:
-            _quiet_start()  # energyprof's own start (a no-op otherwise): after Kineto's first start set its level
-            for cap in _WATCHED:
-                cap._program_starts()
-        except Exception:  # noqa: BLE001 - never into the program
-            pass
-        return original(*args, **kwargs)
+            box[0] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread, never raised here
+            box[1] = exc
+        finally:
+            finished.release()
 
-    watched._energyprof = True  # type: ignore[attr-defined]
-    watched.__name__ = getattr(original, "__name__", "watched")
-    return watched
+    start(run)
+    if not finished.acquire(timeout=max(0.001, bound_s)):
+        return False, None, None
+    return True, box[0], box[1]
 
 
 class KernelCapture:
@@ -227,6 +138,7 @@ class KernelCapture:
         self._on = False  # energyprof's profiler known to be recording (enabled in torch)
         self._own_call = False  # energyprof's profiler is being started, stepped or stopped
         self.budget = budget  # the capture's CPU at most this share of the loop's time: EVERY doubles past it
+        self.read_bound_s = READ_BOUND_S
         self.export = export
         self.prof: Any = None
         self.steps = 0  # steps marked so far
@@ -242,11 +154,13 @@ class KernelCapture:
         self.hook: Any = None  # the optimizer's post-step hook, when the capture was on by default
         self.hook_asked = False  # the hook's registration waits on the main thread (hook_when_safe)
         self.hook_asked_periods = 0  # the sampler's periods since it asked
-        self.files: Any = None  # the profiler's file names -> full paths (collect/kernels/reduce.FullPaths)
+        self.files: Any = None  # the profiler's file names -> full paths (agent/kernels/reduce.FullPaths)
         self._last_step = 0
         self._t_thread = 0  # the thread's CPU clock when the capture's current call began
         self._loop_ns = 0  # wall time of the steps outside cycles, for the cost budget
         self._loop_steps = 0
+        self._rec_ns = 0  # wall time of the profiled steps (the profiler records ops and Python calls)
+        self._rec_steps = 0
         self.package = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
         self.pid = os.getpid()  # a forked child inherits this object, not the profiler's session
 
@@ -262,7 +176,9 @@ class KernelCapture:
 
         acts = self.activities
         if acts is None:
-            acts = [ProfilerActivity.CPU, ProfilerActivity.CUDA]  # ROCm builds report through the CUDA activity
+            acts = [ProfilerActivity.CPU]
+            if _cuda_available():  # ROCm builds report through the CUDA activity
+                acts.append(ProfilerActivity.CUDA)
         kwargs: dict[str, Any] = {"activities": acts, "with_stack": True, "record_shapes": False,
                                   "on_trace_ready": self._ready}
         if with_schedule:
@@ -276,7 +192,9 @@ class KernelCapture:
         every, active = self.every, self.active
         if self.windows and step // every >= self.windows:
             return ProfilerAction.NONE
-        pos = step % every
+        # on by default, the first window comes early (steps 2..ACTIVE+1, after a warm-up step), so a short
+        # run is profiled too; then one every EVERY steps
+        pos = (step + (every - active - 2 if self.by_default and every > active + 1 else 0)) % every
         if every == active:
             return ProfilerAction.RECORD_AND_SAVE if pos == active - 1 else ProfilerAction.RECORD
         warm = every - active - 1  # one warm-up step before each window, where there is room
@@ -293,7 +211,6 @@ class KernelCapture:
         import atexit
 
         atexit.register(self.stop)
-        _quiet_warnings()
         if not self.scheduled:
             try:
                 if _foreign_profiler():
@@ -326,7 +243,11 @@ class KernelCapture:
         self.t_start = time.perf_counter_ns()
         self.recording = True
         self.begun += 1
-        from ..collect.kernels.reduce import running_frames
+        from .kernels.reduce import running_frames
+
+        sampler = sys.modules.get("energyprof.agent.sampler")
+        if sampler is not None:  # samples inside backward() from now on are kept for this cycle (sampler._captured)
+            sampler._captured[:] = [[]]
 
         self.running = running_frames(sys._current_frames().values())
 
@@ -337,7 +258,7 @@ class KernelCapture:
             return
         try:
             self._step(source)
-        except Exception as exc:  # noqa: BLE001 - the program's step goes on; the capture stops here
+        except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit included: the capture's, not the program's
             self._give_up(f"{type(exc).__name__}: {exc}", in_hook=source == "optimizer")
 
     def _give_up(self, why: str, stop: bool = True, in_hook: bool = False) -> None:
@@ -351,7 +272,7 @@ class KernelCapture:
         if prof is not None and stop and self._on:
             try:
                 self._stop_prof(prof)  # the open cycle reduced: energyprof's CPU, as on the normal stop path
-            except Exception:  # noqa: BLE001
+            except BaseException:  # noqa: BLE001 - whatever it raises stays here
                 pass
         self._on = False
         self.recording = False
@@ -428,9 +349,13 @@ class KernelCapture:
         elif source != self.stepped_by:
             return  # one source of steps: a tracked loop whose optimizer also steps counts each step once
         now = time.perf_counter_ns()
-        if not self.recording and self._last_step:
-            self._loop_ns += now - self._last_step
-            self._loop_steps += 1
+        if self._last_step:
+            if not self.recording:
+                self._loop_ns += now - self._last_step
+                self._loop_steps += 1
+            else:  # a profiled step: what it took beyond a plain one is the capture's cost too
+                self._rec_ns += now - self._last_step
+                self._rec_steps += 1
         self._last_step = now
         self.steps += 1
         if not self.scheduled and self.stepped_by == source and self.steps == 1:
@@ -485,39 +410,70 @@ class KernelCapture:
 
     def _ready(self, prof: Any) -> None:
         """A cycle ended (on_trace_ready): its events reduced in memory and handed on. Called inside the
-        profiler's step or stop, whose CPU `step` and `stop` charge to energyprof."""
+        profiler's step or stop, whose CPU `step` and `stop` charge to energyprof. The reads of torch's
+        in-memory results and the reduction run on an own thread, the program's waiting at most
+        `READ_BOUND_S` for them: past it the capture gives up (that thread is left to finish or not), and
+        whatever they raise, KeyboardInterrupt and SystemExit included, stays here."""
         t_end = time.perf_counter_ns()
         self.recording = False
+        instants = _take_captured()
         try:
-            from ..collect.kernels.reduce import FullPaths, reduce_events
-
-            offset, _ = clock_offset(rounds=8)
-            events = prof.profiler.kineto_results.events()
-            if self.files is None:
-                self.files = FullPaths(sys.path)
-            cycle = reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
-                                  package=self.package, files=self.files)
-            del events
+            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end, instants), self.read_bound_s)
+            if not done:
+                self.running = {}
+                self._give_up(f"reading the profiler's results took over {self.read_bound_s:g} s", stop=False,
+                              in_hook=True)
+                return
+            if exc is not None:
+                raise exc
             self.cycles += 1
             cycle.cost_ns = self.cost_ns + time.thread_time_ns() - self._t_thread
             self.sink.add(cycle)
             if self.export:
                 path = os.path.join(self.export, f"{os.getpid()}.c{self.cycles}{EXPORT_SUFFIX}")
                 prof.export_chrome_trace(path, use_python_export=True)
-        except Exception as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
+            from .kernels import torch_compat
+
+            torch_compat.release_cycle(prof)
+        except BaseException as exc:  # noqa: BLE001 - the program goes on; the report says the capture failed
             self.failed = f"{type(exc).__name__}: {exc}"
             self._note(f"--gpu-kernels: a profiler cycle could not be reduced ({self.failed}); its kernels are left out")
         finally:
             self.running = {}
         self._keep_to_budget()
 
+    def _reduce(self, prof: Any, t_end: int, instants: list[tuple[int, int]]) -> Any:
+        """The cycle's events read in memory and reduced (on the capture's own thread: its CPU charged to energyprof)."""
+        t0 = time.thread_time_ns()
+        try:
+            from .kernels.reduce import FullPaths, reduce_events
+            from .kernels import torch_compat
+            from .modules import learn_from_frames
+
+            offset, _ = clock_offset(rounds=8)
+            events = torch_compat.events(prof)
+            marks = torch_compat.module_marks(prof)
+            if marks:  # the model's roots, from the running frames' locals: every module gets its path
+                learn_from_frames(sys._current_frames().values())
+            if self.files is None:
+                self.files = FullPaths(sys.path)
+            return reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
+                                 package=self.package, files=self.files, modules=marks, backward=True,
+                                 instants=instants)
+        finally:
+            ns = time.thread_time_ns() - t0
+            self.cost_ns += ns
+            _charge_own(ns)
+
     def _keep_to_budget(self) -> None:
         """A capture on by default costs at most `budget` of the loop's time: past it, windows come half
-        as often (EVERY doubles)."""
+        as often (EVERY doubles). Its cost per cycle: the reduction's CPU, and what its profiled steps
+        took beyond plain ones (on a CPU-bound loop the profiler's recording is most of it)."""
         if self.budget is None or not self._loop_steps or not self.cycles:
             return
         step_ns = self._loop_ns / self._loop_steps
-        per_cycle = self.cost_ns / self.cycles
+        slower = max(0.0, self._rec_ns - step_ns * self._rec_steps)
+        per_cycle = (self.cost_ns + slower) / self.cycles
         while per_cycle > self.budget * step_ns * self.every and self.every < 1 << 20:
             self.every *= 2
 
@@ -543,7 +499,7 @@ class KernelCapture:
             return  # the program's profiler is the one on: stopping energyprof's would end the program's
         try:
             self._stop_prof(prof)  # a cycle still recording ends here: on_trace_ready reduces it
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001 - at exit too: the program's outcome is its own
             self.failed = f"{type(exc).__name__}: {exc}"
 
 
@@ -711,5 +667,5 @@ def step(source: str = "track") -> None:
     try:
         if _capture is not None:
             _capture.step(source)
-    except Exception:  # noqa: BLE001 - never into the program (KernelCapture.step already stops on failure)
+    except BaseException:  # noqa: BLE001 - never into the program (KernelCapture.step already stops on failure)
         pass

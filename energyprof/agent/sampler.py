@@ -22,6 +22,10 @@ import time
 from types import CodeType, FrameType
 from typing import Any, Callable
 
+from .modules import candidate as _candidate
+from .modules import is_wrapper as _is_wrapper
+from .modules import module_of as _module_of
+from .modules import stack_names as _stack_names
 from .own_threads import start as start_own_thread
 from .qualnames import learn, learn_function, qualname
 from .units import units
@@ -55,6 +59,13 @@ _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 _sleep, _perf, _proc_ns, _own_ns = time.sleep, time.perf_counter_ns, time.process_time_ns, time.thread_time_ns
 _clock_ns = getattr(time, "clock_gettime_ns", None)
 
+
+# Samples inside backward() while the op capture records (agent/kernel_capture.py sets `_captured[0]` to a
+# list, and takes it at the cycle's end): (sample number, perf ns). Bounded: past it, samples stay plain.
+_captured: list[list[tuple[int, int]]] = []
+_captured_base = [0]  # the first number of the current cycle's block (MAX_CAPTURED numbers a cycle)
+MAX_CAPTURED = 4096
+_ENGINE, _ENGINE_FILE = "_engine_run_backward", os.sep + os.path.join("autograd", "graph.py")
 
 _charged = [0]  # CPU ns energyprof burnt on the program's threads (the kernel capture's reduction): its own
 # The same, by the kernel id of the thread that burnt it (cumulative): a sampler takes each charge off
@@ -271,16 +282,18 @@ def marker(pid: int) -> Frame:
     return (PROCESS_MARKER, "", pid)
 
 
-def filtered(codes: list[CodeType]) -> list[Frame]:
-    """The frames of a stack (outermost first) that belong to the profile."""
+def filtered(codes: list[CodeType], names: list[str | None] | None = None) -> list[Frame]:
+    """The frames of a stack (outermost first) that belong to the profile; `names`: a module's name for
+    its `forward` frame (agent/modules.py), None elsewhere. torch's module-call wrappers go."""
     out: list[Frame] = []
-    for c in codes:
+    for i, c in enumerate(codes):
         kind = frame_kind(c.co_filename)
         if kind == STOP:
             break
-        if kind == SKIP:
+        if kind == SKIP or _is_wrapper(c):
             continue
-        out.append((qualname(c), c.co_filename, c.co_firstlineno))
+        given = names[i] if names is not None else None
+        out.append((given or qualname(c), c.co_filename, c.co_firstlineno))
     return units(out)
 
 
@@ -368,6 +381,7 @@ class Sampler:
         self._frame_ids: dict[Frame, int] = {}
         self._stack_ids: dict[tuple[int, ...], int] = {}
         self._sid_cache: dict[tuple[int, ...], int] = {}
+        self._fids: dict[int, tuple[int, ...]] = {}  # stack id -> its frame ids
         self._codes: dict[int, CodeType] = {}  # keeps code objects alive so ids stay unique
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
@@ -550,6 +564,8 @@ class Sampler:
             if ident not in table and ident not in _names and ident != self.main_ident and _starting(frame):
                 continue  # caught before `threading` lists it: none of its CPU measured yet, nothing of the program's run
             sid = self._stack_id(ident, frame, table)
+            if _captured and frame.f_code.co_name == _ENGINE and frame.f_code.co_filename.endswith(_ENGINE_FILE):
+                sid = self._captured_sample(sid, t1)
             cpu = deltas.get(ident, 0)
             if ident == self.main_ident:
                 main_sample = (sid, cpu)
@@ -728,24 +744,37 @@ class Sampler:
         if _LEARN_NAMES:
             learn(frame)
         codes: list[CodeType] = []
+        mods: list[FrameType] | None = None  # frames that may run a module's forward (named by its path)
+        candidate = _candidate
         f: FrameType | None = frame
         while f is not None:
-            codes.append(f.f_code)
+            code = f.f_code
+            codes.append(code)
+            if candidate(code):
+                if mods is None:
+                    mods = []
+                mods.append(f)
             f = f.f_back
         main = ident == self.main_ident
         name = None
         if not main:
             name = self._thread_name(ident, table if table is not None else _threading_table(), codes[-1])
-        key = (main, name, *map(id, codes))
-        sid = self._sid_cache.get(key)  # type: ignore[arg-type]
+        key: tuple[Any, ...] = (main, name, *map(id, codes))
+        held: list[Any] = []
+        if mods is not None:  # two instances of one class run the same code: the modules are in the key
+            held = [_module_of(m) for m in mods]
+            key += tuple(map(id, held))
+        sid = self._sid_cache.get(key)
         if sid is None:
             for c in codes:
                 self._codes[id(c)] = c
             codes.reverse()
+            names = _stack_names(codes, mods, held) if mods is not None else None
             if main:
-                frames = self.view.main(filtered(codes[self.view.anchor:]))
+                anchor = self.view.anchor
+                frames = self.view.main(filtered(codes[anchor:], names[anchor:] if names is not None else None))
             else:
-                own_frames = filtered(codes)
+                own_frames = filtered(codes, names)
                 # `threading`'s bootstrap is the same for every thread: the group's functions start at its target.
                 k = 0
                 while k < len(own_frames) - 1 and os.path.basename(own_frames[k][1]) == "threading.py":
@@ -756,7 +785,7 @@ class Sampler:
             sid = self.intern(frames)
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
                 self._bootstrap_sids.add(sid)
-            self._sid_cache[key] = sid  # type: ignore[index]
+            self._sid_cache[key] = sid
         return sid
 
     def allocations(self) -> list[tuple[Frame | None, int]]:
@@ -783,6 +812,33 @@ class Sampler:
             out[key] = out.get(key, 0) + stat.size
         return list(out.items())
 
+    def _captured_sample(self, sid: int, t_ns: int) -> int:
+        """A sample inside backward() while the op capture records: a stack of its own, `... > [backward] >
+        [sample] k`, and its instant kept for the capture, which names the backward op running then
+        (agent/kernels/reduce.py); the tree puts its joules on that op's forward path (core/backward.py)."""
+        box = _captured[0]
+        if len(box) >= MAX_CAPTURED:
+            return sid
+        k = len(box) + _captured_base[0]
+        fids = self._fids.get(sid)
+        if fids is None:
+            return sid
+        box.append((k, t_ns))
+        extra = []
+        for fr in (("[backward]", "", 0), ("[sample]", "", k)):
+            fid = self._frame_ids.get(fr)
+            if fid is None:
+                fid = self._frame_ids[fr] = len(self._frame_ids)
+                self.sink.frame(fid, fr)
+            extra.append(fid)
+        key = fids + tuple(extra)
+        new = self._stack_ids.get(key)
+        if new is None:
+            new = self._stack_ids[key] = len(self._stack_ids)
+            self._fids[new] = key
+            self.sink.stack(new, key)
+        return new
+
     def intern(self, frames: list[Frame]) -> int:
         ids = []
         fids = self._frame_ids
@@ -796,6 +852,7 @@ class Sampler:
         sid = self._stack_ids.get(key)
         if sid is None:
             sid = self._stack_ids[key] = len(self._stack_ids)
+            self._fids[sid] = key
             self.sink.stack(sid, key)
         return sid
 

@@ -123,6 +123,9 @@ class Agent:
         if _term is not None:
             _term.rescue()
         self._check_gpu()
+        if self.kernels_auto and not self._gpu and _torch_loaded():
+            self.kernels_auto = False  # once: the capture on by default waits for the optimizer's first step
+            _start_kernel_capture(self, self.config, auto=True)
         capture = sys.modules.get("energyprof.agent.kernel_capture")
         if capture is not None:  # the capture on by default: its optimizer hook, registered once safe
             capture.hook_when_safe()
@@ -410,11 +413,25 @@ def start_agent(config: dict[str, str]) -> Agent | None:
     return agent
 
 
+def _torch_loaded() -> bool:
+    """torch imported, its optimizer module whole (not a program half-way through `import torch`)."""
+    optim = sys.modules.get("torch.optim.optimizer")
+    return (getattr(optim, "register_optimizer_step_post_hook", None) is not None
+            and getattr(sys.modules.get("torch"), "__version__", None) is not None)
+
+
 def _start_kernel_capture(agent: Agent, config: dict[str, str], auto: bool = False) -> None:
     """The PyTorch profiler in the program's main process: with --gpu-kernels at once, or on by
     default once the program uses CUDA through torch (`auto`; a few steps in every 100, cued by the
     optimizer's steps). Loaded only then (that module imports torch when the profiler starts)."""
     try:
+        if auto:
+            from .kernels.torch_compat import untested
+
+            why = untested()
+            if why is not None:
+                agent.note(why)
+                return
         from .kernel_capture import start_capture
 
         start_capture(agent.spool, config.get("gpu_kernel_steps") or None, config.get("gpu_kernel_trace") or None,

@@ -6,7 +6,7 @@ watts; its `gpu:N` columns are device N. `t_s` = 0 is the trace's earliest event
 
 The trace is read as a stream (collect/kernels/jsonstream.py): memory follows the events kept,
 not the file. A file that is not a trace this reader takes is one line on stderr and exit 2.
-Backward's kernels go under backward()'s caller > [backward] > the forward line (core/autograd.py);
+Backward's kernels go under backward()'s caller > [backward] > the forward line (agent/kernels/autograd.py);
 what could not be linked is counted in a note, in meta["backward"] and on the console.
 """
 

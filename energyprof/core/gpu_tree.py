@@ -25,6 +25,7 @@ from ..facts.profile import Source
 from ..facts.profile import Totals
 from ..facts.records import GPU_KERNELS_FIELD, GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
+from .backward import BackwardFold, same_frame
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
 
 
@@ -62,7 +63,7 @@ def profile_from(att: Attribution, *, start_ns: int, end_ns: int, meta: dict[str
             node.self_time_s += fig.time_s
             top = sorted(fig.kernels.values(), key=lambda k: -k.joules)
             stacks_out.append(GpuStack(list(stack), dev, fig.joules, fig.error_j, fig.time_s, len(top),
-                                       [GpuKernelSum(k.name, k.count, k.time_s, k.joules) for k in top[:TOP_KERNELS]],
+                                       top[:TOP_KERNELS],
                                        node_bars(att, stack, dev)))
     idle = Node(function=GPU_IDLE_NODE, self_energy_j={source_id(d): e.idle_j for d, e in sorted(att.devices.items())})
     root.children.append(idle)
@@ -132,7 +133,7 @@ Path = tuple[Frame, ...]
 
 
 class KernelFold:
-    """The program's reduced kernel cycles (collect/kernels/reduce.py) folded over the run: per (launch
+    """The program's reduced kernel cycles (agent/kernels/reduce.py) folded over the run: per (launch
     path, device) the shared busy ns per cell, the kernels' names, and the profiled spans. Memory
     follows paths x cells, never kernels: past MAX_CELLS entries the cells double in width (power
     inside a cell is then taken as even, as it is inside a sensor's interval)."""
@@ -150,6 +151,7 @@ class KernelFold:
         self.records = 0  # device records the cycles held
         self.cost_ns = 0  # the capture's own CPU, as the program last said (charged to [energyprof] there)
         self.entries = 0
+        self.backward = BackwardFold()
 
     # the sink the program's cycles (or the spool's records of them) arrive through
     def add_cycle(self, t0: int, t1: int, records: int = 0, cost_ns: int = 0) -> None:
@@ -190,6 +192,12 @@ class KernelFold:
         self.joined_gap_ns = max(self.joined_gap_ns, cut)
 
     def add_busy(self, path: Path, device: int, bucket_ns: int, buckets: dict[int, float]) -> None:
+        if device < 0:  # backward's CPU figures (agent/kernels/reduce.BACKWARD_DEVICE, SAMPLE_DEVICE): its own fold
+            if device == -1:
+                self.backward.add(tuple(path), sum(float(ns) for ns in buckets.values()))
+            else:
+                self.backward.sample(-2 - device, tuple(path))
+            return
         if not self.cell_ns:
             self.cell_ns = max(1, int(bucket_ns))
         cells = self.busy.setdefault((tuple(path), int(device)), {})
@@ -203,6 +211,8 @@ class KernelFold:
             self._coarsen()
 
     def add_names(self, path: Path, device: int, names: dict[str, Sequence[float]], keep: int = 4 * TOP_KERNELS) -> None:
+        if device < 0:
+            return
         into = self.names.setdefault((tuple(path), int(device)), {})
         for name, (count, time_ns) in names.items():
             cur = into.setdefault(name, [0, 0.0])
@@ -217,7 +227,7 @@ class KernelFold:
             self.counts[k] = self.counts.get(k, 0) + int(n)
 
     def add(self, cycle: Any) -> None:
-        """A reduced cycle (collect/kernels/reduce.Cycle), for a fold in the program's own process."""
+        """A reduced cycle (agent/kernels/reduce.Cycle), for a fold in the program's own process."""
         self.add_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))
         for (path, dev), fig in cycle.figures.items():
             self.add_busy(path, dev, cycle.bucket_ns, fig.busy)
@@ -243,7 +253,7 @@ class KernelSplit:
     """The program's GPU energy inside the profiled cycles split among the kernels' launch paths,
     made before the tree is built, and grafted into it while it is built (`graft`)."""
 
-    att: Attribution  # stacks keyed by path
+    att: Attribution | None  # stacks keyed by path (None: no GPU split, backward's CPU split only)
     devices: dict[int, str]  # device -> its source id
     inside: dict[int, float]  # device -> share of its measured energy inside the profiled cycles
     names: dict[tuple[Path, int], dict[str, list[float]]]
@@ -255,6 +265,7 @@ class KernelSplit:
     unmeasured_busy_s: dict[int, float] = field(default_factory=dict)
     lanes: dict[int, list[list[Any]]] = field(default_factory=dict)  # device -> the timeline's busy lane
     fold: dict[str, int] = field(default_factory=dict)  # the fold's size: paths, entries, cell width
+    backward: BackwardFold | None = None  # backward's CPU time per path, for the training split (core/backward.py)
 
 
 def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period_ns: dict[int, float], *,
@@ -327,7 +338,7 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
                              "capture_cpu_ns": fold.cost_ns})
 
 
-def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels]:
+def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels | None]:
     """The kernels' joules into a tree being built (core/tree.build_profile calls this before the
     Profile exists; nothing edits a built Profile): (notes, the profile's `gpu_kernels` facts).
 
@@ -337,7 +348,20 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels]:
     rule put it, each node keeping that share of its GPU joules. Kernel frames meet the sampled
     frames by (function, file, first line): the sampler names a frame by its qualified name and full
     path, the profiler by its code name and the path less its sys.path entry."""
+    notes: list[Note] = []
+    if split.backward:
+        from .backward import graft_backward
+
+        notes.extend(graft_backward(root, split.backward))
+    if split.att is None:
+        return notes, None
+    gpu_notes, gpu = _graft_gpu(root, split)
+    return notes + gpu_notes, gpu
+
+
+def _graft_gpu(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels]:
     att, devices, inside = split.att, split.devices, split.inside
+    assert att is not None
     special = {IDLE_NODE, SELF_NODE}  # not the program's: their GPU joules stay
     held: dict[str, list[float]] = {sid: [0.0, 0.0] for sid in devices.values()}
     program_nodes = []
@@ -449,18 +473,6 @@ def _anchored(root: Node, path: tuple[Frame, ...]) -> tuple[Frame, ...]:
         if any(same_frame(c, frame) for c in tops):
             return path[i:]
     return path
-
-
-def same_frame(node: Node, frame: Frame) -> bool:
-    """Whether a sampled node and a profiler frame are one frame. The sampler names a frame by its
-    qualified name and full path; the profiler by its code name and the path less its sys.path
-    entry; both by its first line, but a module frame by its current line in the profiler."""
-    fn, file, line = frame
-    if node.function != fn and not node.function.endswith("." + fn):
-        return False
-    if node.file != file and not (file and node.file.endswith(("/" + file, "\\" + file))):
-        return False
-    return node.line == line or fn == "<module>"
 
 
 def _enclosing(children: Sequence[Node], frame: Frame) -> Node | None:

@@ -44,32 +44,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable, Hashable, Iterable, Sequence
 
+from ..agent.kernels.frames import OPERATOR_NODE, UNLAUNCHED_NODE, Frame
+from ..facts.records import GpuKernelSum
 from ..record import field, record
 
 GPU_IDLE_NODE = "[GPU idle]"
-OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
-UNLAUNCHED_NODE = "[launch not in trace]"  # a device record whose runtime call the trace does not hold
-Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.py
 
 Interval = tuple[int, int, float]  # (t0_ns, t1_ns, joules)
 Span = tuple[int, int]  # (start_ns, end_ns)
-
-# python_function events that are not Python frames: C calls (named with an object's address, so
-# one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
-NOT_FRAMES = ("<built-in ", "nn.Module: ")
-
-
-def parse_python_name(name: str) -> Frame:
-    """`file.py(12): forward` -> ("forward", "file.py", 12); other shapes keep the name whole.
-
-    The profiler names a frame by its code's name (not its qualified name), its first line, and
-    its file less the sys.path entry that holds it (`torch/nn/modules/module.py`)."""
-    head, sep, func = name.partition("): ")
-    if sep:
-        file, paren, line = head.rpartition("(")
-        if paren and line.isdigit():
-            return (func, file, int(line))
-    return (name, "", 0)
 
 
 DEFAULT_SENSOR_ERROR = 0.05  # NVML: power "accurate to within +/- 5% of current power draw"
@@ -251,23 +233,13 @@ def _pour(buckets: Iterable[tuple[float, int]], joules: float, cap: float) -> fl
 
 
 @record
-class KernelSum:
-    """The kernels of one name on one launch stack."""
-
-    name: str
-    count: int = 0
-    time_s: float = 0.0
-    joules: float = 0.0
-
-
-@record
 class StackEnergy:
     joules: float = 0.0
     error_j: float = 0.0  # sharing_j + sensor_j
     sharing_j: float = 0.0  # uncertain between this stack and others sharing its power samples
     sensor_j: float = 0.0  # the sensor's own relative error x joules
     time_s: float = 0.0  # busy time, shared instants counted 1/k
-    kernels: dict[str, KernelSum] = field(default_factory=dict)
+    kernels: dict[str, GpuKernelSum] = field(default_factory=dict)
 
 
 @record
@@ -332,7 +304,7 @@ def attribute(records: Iterable[tuple[Hashable, int, str, int, int]], power: dic
             fig = stacks.setdefault(stack, {}).setdefault(dev, StackEnergy())
             fig.joules += j
             fig.time_s += b / 1e9
-            ks = fig.kernels.setdefault(name, KernelSum(name))
+            ks = fig.kernels.setdefault(name, GpuKernelSum(name))
             ks.count += 1
             ks.time_s += (e - s) / 1e9
             ks.joules += j
@@ -374,7 +346,7 @@ class Kernel:
     python: tuple[Frame, ...] = ()  # python_function frames holding the runtime call
     operators: tuple[str, ...] = ()  # cpu_op names holding it, outermost first
     thread: int | None = None
-    path: tuple[Frame, ...] = ()  # set by the reader where it knows better (a backward kernel: core/autograd.py)
+    path: tuple[Frame, ...] = ()  # set by the reader where it knows better (a backward kernel: agent/kernels/autograd.py)
 
     @property
     def duration_ns(self) -> int:

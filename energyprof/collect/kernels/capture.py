@@ -1,6 +1,6 @@
 """GPU kernels, the supervisor's side: whether `--gpu-kernels` can run here, and the split of each GPU
 source's energy among the kernels the program reduced (agent/kernel_capture.py reduces each profiler
-cycle in the program, collect/kernels/reduce.py; the job feed folds the records, core/gpu_tree.py's
+cycle in the program, agent/kernels/reduce.py; the job feed folds the records, core/gpu_tree.py's
 KernelFold), made before the tree is built so that samples and kernels build it together.
 
 Clocks: Kineto stamps host events on the Unix clock, and CUPTI / roctracer bring the device's
@@ -36,6 +36,19 @@ def kernel_split(fold: Any, ledger: Any, collector: Any, sources: list[Any], *, 
     is no kernel (torch never used the GPU, a CUDA program that is not PyTorch, no step profiled), the
     wall-time rule stays and a note says that its GPU figures are where Python waited. `mode`: the
     capture was asked for (True), on by default (None) or turned off (False)."""
+    split, notes = _gpu_split(fold, ledger, collector, sources, mode=mode)
+    backward = getattr(fold, "backward", None)
+    if backward:  # training: backward's CPU time per path, grafted onto the modules (core/backward.py)
+        if split is None:
+            from ...core.gpu_tree import KernelSplit
+
+            split = KernelSplit(None, {}, {}, {}, list(fold.spans), fold.cycles, fold.records, dict(fold.counts))
+        split.backward = backward
+    return split, notes
+
+
+def _gpu_split(fold: Any, ledger: Any, collector: Any, sources: list[Any], *, mode: bool | None = True
+               ) -> tuple[Any, list[Any]]:
     ids = list(ledger.source_ids)
     gpus = [sid for sid in ids if sid.partition(":")[0] == "gpu" and sid.partition(":")[2].isdigit()]
     notes: list[Any] = []
@@ -116,16 +129,12 @@ def busy_lanes(fold: Any, devices: Any, cells: list[tuple[int, int]], origin_ns:
 def driver_samples(collector: Any, sid: str, ticks: list[tuple[int, int, float]],
                    tick_ns: float) -> tuple[list[Any], float] | None:
     """The source's driver power samples over the ticks' span, with their median spacing (ns), where
-    its sensor kept some (NVML's nvmlDeviceGetSamples) closer together than the sensor's ticks
-    (`tick_ns`: its update period or the collector's interval); None otherwise."""
-    from ..sensors.gpu.power_samples import median_spacing_ns
-
+    its sensor keeps some (`Sensor.power_intervals`, NVML's nvmlDeviceGetSamples) closer together than
+    the sensor's ticks (`tick_ns`: its update period or the collector's interval); None otherwise."""
     sensor = next((s for s in getattr(collector, "sensors", ()) or () if getattr(s, "id", None) == sid), None)
-    buf = getattr(sensor, "samples", None)
-    if not ticks or buf is None or len(getattr(buf, "samples", ())) < 2 or getattr(buf, "dropped", 0):
-        return None  # past the buffer's cap the run's end has no samples: the ticks' power throughout
-    spacing = median_spacing_ns(buf.samples)
-    if not 0 < spacing < tick_ns:
+    if not ticks or sensor is None:
         return None
-    intervals = sensor.power_intervals(ticks[0][0], ticks[-1][1])
-    return (intervals, spacing) if intervals else None
+    got = sensor.power_intervals(ticks[0][0], ticks[-1][1])
+    if got is None or not 0 < got[1] < tick_ns:
+        return None
+    return got

@@ -120,6 +120,9 @@ class TraceStream:
             except ValueError as exc:  # a number over int's digit limit
                 raise StreamError(f"holds a value this reader refuses at {self._where()}: "
                                   f"{str(exc).splitlines()[0][:120]}") from None
+            if end - pos > MAX_VALUE_CHARS:  # whole already (a chunk holds it, gzipped or not): refused all the same
+                raise StreamError(f"holds a value over {MAX_VALUE_CHARS >> 20} MiB at {self._where()}: "
+                                  "not a profiler's event")
             if end == len(buf) or buf[end] not in _AFTER_VALUE:  # a number may go on in the next chunk
                 if self._grow(want):
                     want *= 2
@@ -130,10 +133,12 @@ class TraceStream:
             return value
 
     def _grow(self, want: int) -> bool:
-        if len(self._buf) - self._pos > MAX_VALUE_CHARS:
+        held = len(self._buf) - self._pos
+        if held > MAX_VALUE_CHARS:
             raise StreamError(f"holds a value over {MAX_VALUE_CHARS >> 20} MiB at {self._where()}: "
                               "not a profiler's event")
-        return self._more(want)
+        # never more than one character past the bound: a plain file's read is not held back by gzip's
+        return self._more(max(1, min(want, MAX_VALUE_CHARS + 1 - held)))
 
     def _where_at(self, pos: int) -> str:
         return f"line {self._line + self._buf.count(chr(10), 0, pos)}"

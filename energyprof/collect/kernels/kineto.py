@@ -7,7 +7,7 @@ The runtime call's launch stack is found by time nesting on its own thread: ever
 it is often missing on device records, while the correlation id is always there.
 
 Backward: autograd runs backward's ops on its own thread, which has no Python stack. Each
-backward op is linked to the forward op it differentiates (core/autograd.py: the same `Sequence
+backward op is linked to the forward op it differentiates (agent/kernels/autograd.py: the same `Sequence
 number` on its `Fwd thread id`'s thread, the latest-started before it; a `fwdbwd` flow, `ph` s/f,
 where present), and its kernels get the path `backward()`'s caller > `[backward]` > the forward
 op's Python stack and operators > the backward ops. A trace without Python stacks gets the same
@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from ...record import field, record
-from ...core.autograd import BACKWARD_FRAME, EVALUATE_PREFIX, Autograd, Op
-from ...core.kernels import (NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Kernel,  # noqa: F401  (the record this reader makes)
-                             parse_python_name)
+from ...agent.kernels.autograd import BACKWARD_FRAME, EVALUATE_PREFIX, Autograd, Op
+from ...agent.kernels.frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name  # noqa: F401
+from ...core.kernels import Kernel  # noqa: F401  (the record this reader makes)
 from .jsonstream import StreamError, TraceStream
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",

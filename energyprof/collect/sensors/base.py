@@ -56,6 +56,12 @@ class Sensor:
         """What reads this source once its counter is found `frozen` (not started; None: nothing, dropped)."""
         return None
 
+    def power_intervals(self, t0_ns: int, t1_ns: int) -> tuple[list[tuple[int, int, float]], float] | None:
+        """The source's own power samples over [t0_ns, t1_ns] as (t0, t1, joules) intervals on energyprof's
+        clock, with their median spacing (ns), where the sensor keeps any (NVML's buffered samples, finer
+        than its readings); None where it keeps none, or they are not whole (the buffer dropped some)."""
+        return None
+
     def describe(self) -> dict[str, Any]:
         out = {"id": self.id, "component": self.component, "method": self.method, "sensor": self.sensor,
                "detail": dict(self.detail)}

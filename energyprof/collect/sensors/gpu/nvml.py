@@ -166,9 +166,16 @@ class NvmlSensor(Sensor):
         self.samples.drain(t_ns)  # after the reading (a failure here never costs the energy); at most every DRAIN_NS
         return joules
 
-    def power_intervals(self, t_lo: int, t_hi: int) -> list[tuple[int, int, float]]:
-        """The driver's power samples as (t0, t1, joules) on energyprof's clock ([] when there are none)."""
-        return to_intervals(self.samples.samples, t_lo, t_hi)
+    def power_intervals(self, t0_ns: int, t1_ns: int) -> tuple[list[tuple[int, int, float]], float] | None:
+        """The driver's buffered power samples (nvmlDeviceGetSamples) over the span, with their median spacing;
+        None with fewer than two, or once the buffer's cap dropped some (the run's end has none then)."""
+        from .power_samples import median_spacing_ns
+
+        buf = self.samples
+        if buf is None or len(buf.samples) < 2 or buf.dropped:
+            return None
+        intervals = to_intervals(buf.samples, t0_ns, t1_ns)
+        return (intervals, median_spacing_ns(buf.samples)) if intervals else None
 
     def _read(self, t_ns: int) -> float:
         if self.kind == "counter":

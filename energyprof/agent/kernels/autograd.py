@@ -18,7 +18,7 @@ threads first recorded). In the profiler's in-process events both are the profil
 saved trace they are not, so each `fwd_tid` is resolved to the thread whose forward ops match
 most of its backward ops' sequence numbers (a `fwdbwd` flow counts as a certain match).
 
-The tree path of a backward op's work (core/kernels.py's frames): the Python stack of the thread
+The tree path of a backward op's work (agent/kernels/frames.py's names): the Python stack of the thread
 that called `backward()` at that moment, then `[backward]`, then the forward op's Python stack
 (below the frames it shares with that caller) and its operator chain, then the backward ops
 holding the work. So `loss.backward()` holds the whole
@@ -29,11 +29,10 @@ profiled window) stays under `[backward]` on its backward ops, and is counted by
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
-
-from ..record import field, record
-from .kernels import Frame
+from .frames import Frame
 
 BACKWARD_FRAME: Frame = ("[backward]", "", 0)
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "
@@ -45,7 +44,7 @@ NO_SEQUENCE = "no sequence number"
 NO_FORWARD = "no forward op with that sequence number in the window"
 
 
-@record(frozen=True)
+@dataclass(frozen=True)
 class Op:
     """One profiled CPU op. `stack`: the Python frames holding it, outermost first (empty on autograd's thread)."""
 
@@ -59,7 +58,7 @@ class Op:
     stack: tuple[Frame, ...] = ()
 
 
-@record
+@dataclass
 class Links:
     forward_of: dict[int, int]  # backward op id -> forward op id
     unlinked: dict[str, int]  # reason -> backward ops not linked
@@ -104,21 +103,14 @@ def _is_backward_root(op: Op) -> bool:
     return op.name.startswith(EVALUATE_PREFIX) or op.fwd_tid > 0
 
 
-def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
-                  parent: Mapping[int, int | None] | None = None) -> Links:
-    """Link each backward op (an `evaluate_function` op and every op nested in it on its thread) to
-    the forward op it differentiates. `flows`: Kineto's `fwdbwd` flows, backward op id -> forward op
-    id; where one is present it is the link. `parent`: `parents(ops)`, if already made."""
-    by_id = {op.id: op for op in ops}
-    parent = parents(ops) if parent is None else parent
-    flows = dict(flows or {})
+def _roots(ops: Sequence[Op], by_id: Mapping[int, Op], parent: Mapping[int, int | None]) -> dict[int, int]:
+    """Every backward op id -> its outermost backward op's id (an op outside backward has none)."""
     root_of: dict[int, int] = {}
-
-    def root(op_id: int) -> int | None:
-        if op_id in root_of:
-            return root_of[op_id]
+    for op in ops:
+        if op.id in root_of:
+            continue
         chain = []
-        cur: int | None = op_id
+        cur: int | None = op.id
         found = None
         while cur is not None:
             if cur in root_of:
@@ -135,50 +127,45 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
             outer = chain.index(found) if found in chain else len(chain)
             for c in chain[:outer + 1] if found in chain else chain:
                 root_of[c] = found
-        return found
+    return root_of
 
-    for op in ops:
-        root(op.id)
-    roots = sorted({r for r in root_of.values()}, key=lambda r: (by_id[r].start_ns, r))
-    members: dict[int, list[int]] = {}
-    for op_id, r in root_of.items():
-        members.setdefault(r, []).append(op_id)
 
-    def key_of(r: int) -> tuple[int, int]:
-        """The root's (sequence number, fwd_tid), from itself or the first nested op that carries them."""
-        op = by_id[r]
-        if op.seq >= 0:
-            return op.seq, op.fwd_tid
-        for m in sorted(members[r], key=lambda i: (by_id[i].start_ns, i)):
-            if by_id[m].seq >= 0 and by_id[m].fwd_tid > 0:
-                return by_id[m].seq, by_id[m].fwd_tid
-        return -1, op.fwd_tid
+def _key_of(r: int, by_id: Mapping[int, Op], members: Mapping[int, list[int]]) -> tuple[int, int]:
+    """A root's (sequence number, fwd_tid), from itself or the first nested op that carries them."""
+    op = by_id[r]
+    if op.seq >= 0:
+        return op.seq, op.fwd_tid
+    for m in sorted(members[r], key=lambda i: (by_id[i].start_ns, i)):
+        if by_id[m].seq >= 0 and by_id[m].fwd_tid > 0:
+            return by_id[m].seq, by_id[m].fwd_tid
+    return -1, op.fwd_tid
 
-    # forward ops: sequence-numbered, not inside backward; per (thread, seq) their (start, id), in order
-    forward: dict[tuple[int, int], list[tuple[int, int]]] = {}
-    for op in ops:
-        if op.seq >= 0 and op.id not in root_of:
-            forward.setdefault((op.tid, op.seq), []).append((op.start_ns, op.id))
-    for v in forward.values():
-        v.sort()
-    threads = sorted({t for t, _ in forward})
 
-    def latest(thread: int, seq: int, before: int) -> int | None:
+class _Forward:
+    """Forward ops (sequence-numbered, not inside backward): per (thread, seq) their (start, id), in order."""
+
+    def __init__(self, ops: Sequence[Op], root_of: Mapping[int, int]) -> None:
+        self.by_key: dict[tuple[int, int], list[tuple[int, int]]] = {}
+        for op in ops:
+            if op.seq >= 0 and op.id not in root_of:
+                self.by_key.setdefault((op.tid, op.seq), []).append((op.start_ns, op.id))
+        for v in self.by_key.values():
+            v.sort()
+        self.threads = sorted({t for t, _ in self.by_key})
+
+    def latest(self, thread: int, seq: int, before: int) -> int | None:
+        """The latest-started forward op with that number on that thread, started by `before`."""
         found = None
-        for start, op_id in forward.get((thread, seq), ()):
+        for start, op_id in self.by_key.get((thread, seq), ()):
             if start > before:
                 break
             found = op_id
         return found
 
-    # flows: per root, the forward op one of its ops points to
-    flow_of: dict[int, int] = {}
-    for b, f in flows.items():
-        r = root_of.get(b)
-        if r is not None and f in by_id and f not in root_of:
-            flow_of.setdefault(r, f)
-    keys = {r: key_of(r) for r in roots}
-    # each fwd_tid -> the thread whose forward ops match most of its roots (a flow counts as a match)
+
+def _forward_threads(roots: list[int], keys: Mapping[int, tuple[int, int]], flow_of: Mapping[int, int],
+                     forward: _Forward, by_id: Mapping[int, Op]) -> dict[int, int]:
+    """Each fwd_tid -> the thread whose forward ops match most of its roots (a flow counts as a match)."""
     votes: dict[int, dict[int, int]] = {}
     for r in roots:
         seq, ftid = keys[r]
@@ -189,35 +176,54 @@ def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
             continue
         if seq < 0:
             continue
-        for t in threads:
-            if latest(t, seq, by_id[r].start_ns) is not None:
+        for t in forward.threads:
+            if forward.latest(t, seq, by_id[r].start_ns) is not None:
                 tally[t] = tally.get(t, 0) + 1
-    forward_thread = {ftid: max(tally, key=lambda t: (tally[t], t == ftid, -t))
-                      for ftid, tally in votes.items() if tally}
+    return {ftid: max(tally, key=lambda t: (tally[t], t == ftid, -t)) for ftid, tally in votes.items() if tally}
 
+
+def _reason(op: Op, seq: int) -> str:
+    if "AccumulateGrad" in op.name:
+        return ACCUMULATE_GRAD
+    if "Hook" in op.name or "hook" in op.name:
+        return HOOK
+    return NO_SEQUENCE if seq < 0 else NO_FORWARD
+
+
+def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
+                  parent: Mapping[int, int | None] | None = None) -> Links:
+    """Link each backward op (an `evaluate_function` op and every op nested in it on its thread) to
+    the forward op it differentiates. `flows`: Kineto's `fwdbwd` flows, backward op id -> forward op
+    id; where one is present it is the link. `parent`: `parents(ops)`, if already made."""
+    by_id = {op.id: op for op in ops}
+    parent = parents(ops) if parent is None else parent
+    root_of = _roots(ops, by_id, parent)
+    roots = sorted(set(root_of.values()), key=lambda r: (by_id[r].start_ns, r))
+    members: dict[int, list[int]] = {}
+    for op_id, r in root_of.items():
+        members.setdefault(r, []).append(op_id)
+    forward = _Forward(ops, root_of)
+    flow_of: dict[int, int] = {}  # per root, the forward op one of its ops points to
+    for b, f in dict(flows or {}).items():
+        r = root_of.get(b)
+        if r is not None and f in by_id and f not in root_of:
+            flow_of.setdefault(r, f)
+    keys = {r: _key_of(r, by_id, members) for r in roots}
+    forward_thread = _forward_threads(roots, keys, flow_of, forward, by_id)
     forward_of: dict[int, int] = {}
     unlinked: dict[str, int] = {}
     reasons: dict[int, str] = {}
     for r in roots:
-        op = by_id[r]
         seq, ftid = keys[r]
         fwd = flow_of.get(r)
         if fwd is None and seq >= 0 and ftid in forward_thread:
-            fwd = latest(forward_thread[ftid], seq, op.start_ns)
+            fwd = forward.latest(forward_thread[ftid], seq, by_id[r].start_ns)
         if fwd is not None:
             for m in members[r]:
                 forward_of[m] = fwd
             continue
-        if "AccumulateGrad" in op.name:
-            reason = ACCUMULATE_GRAD
-        elif "Hook" in op.name or "hook" in op.name:
-            reason = HOOK
-        elif seq < 0:
-            reason = NO_SEQUENCE
-        else:
-            reason = NO_FORWARD
+        reason = reasons[r] = _reason(by_id[r], seq)
         unlinked[reason] = unlinked.get(reason, 0) + len(members[r])
-        reasons[r] = reason
     return Links(forward_of, unlinked, root_of, forward_thread, reasons)
 
 

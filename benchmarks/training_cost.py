@@ -1,0 +1,99 @@
+"""The whole process tree's CPU under energyprof's defaults against plain python, on a CPU-bound training
+loop (three branch modules of 1:2:4 work, SGD, one thread), with py-spy beside.
+
+    python benchmarks/training_cost.py                    # 5 alternating rounds, 300 steps
+    python benchmarks/training_cost.py --rounds 3 --steps 600
+
+Each round runs plain python, energyprof (defaults: the op capture on, as a training program gets it),
+energyprof with the capture off (--no-gpu-kernels, so the capture's share shows apart from the sampler's)
+and py-spy at 100 Hz, back to back, the order rotating. CPU seconds are the children's rusage (user +
+system): the supervisor, the program, py-spy's sampler. The table gives each tool's CPU over plain
+python's: the median of the rounds' ratios, with min-max. The program's own start (importing torch) is
+in every figure: that is what a user's run pays.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+LOOP = """
+import torch
+from torch import nn
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+W = 192
+
+
+def branch(k):
+    return nn.Sequential(*[nn.Linear(W, W) for _ in range(k)])
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.one, self.two, self.four = branch(1), branch(2), branch(4)
+
+    def forward(self, x):
+        return self.one(x).sum() + self.two(x).sum() + self.four(x).sum()
+
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=1e-9)
+x = torch.randn(256, W, requires_grad=True)
+for _ in range(STEPS):
+    opt.zero_grad()
+    model(x).backward()
+    opt.step()
+"""
+
+
+def _cpu(cmd: list[str], cwd: str) -> float:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--steps", type=int, default=300)
+    args = ap.parse_args()
+    tmp = tempfile.mkdtemp()
+    script = os.path.join(tmp, "loop.py")
+    with open(script, "w") as fh:
+        fh.write(textwrap.dedent(LOOP).replace("STEPS", str(args.steps)))
+    ep = [sys.executable, "-m", "energyprof", "-q", "--json", os.path.join(tmp, "p.json")]
+    tools = {"plain": [sys.executable, script], "energyprof": [*ep, script],
+             "energyprof --no-gpu-kernels": [*ep, "--no-gpu-kernels", script]}
+    spy = shutil.which("py-spy")
+    if spy:
+        tools["py-spy"] = [spy, "record", "-r", "100", "-o", os.path.join(tmp, "s.svg"), "--", sys.executable, script]
+    names = list(tools)
+    ratios: dict[str, list[float]] = {n: [] for n in names if n != "plain"}
+    plain_s = []
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        got = {n: _cpu(tools[n], tmp) for n in order}
+        plain_s.append(got["plain"])
+        for n in ratios:
+            ratios[n].append(got[n] / got["plain"])
+        print(f"round {r + 1}: " + ", ".join(f"{n} {got[n]:.2f} s" for n in names), flush=True)
+    print(f"\nplain python: median {statistics.median(plain_s):.2f} s of CPU ({args.steps} steps, load {os.getloadavg()[0]:.1f})")
+    for n, xs in ratios.items():
+        print(f"{n:28s} {statistics.median(xs):.3f}x  (min {min(xs):.3f}, max {max(xs):.3f})")
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,482 @@
+"""One profiler cycle's events, in memory, reduced to what attribution needs: per launch path and
+device, the GPU's busy time per short bucket, and the top kernels' names. No JSON.
+
+Runs inside the program at the end of each cycle of the PyTorch profiler (agent/kernel_capture.py),
+on `prof.profiler.kineto_results.events()`. What each event gives (torch 2.13, `_KinetoEvent`):
+`name()`, `activity_type()` (`cpu_op`, `python_function`, `cuda_runtime`, `kernel`, `gpu_memcpy`,
+...), `device_type()`, `device_index()`, `device_resource_id()` (a CPU event's OS thread id; a device
+record's stream), `start_ns()`/`end_ns()` (Unix ns), `correlation_id()`, `linked_correlation_id()`,
+`sequence_nr()`, `fwd_thread_id()`, `start_thread_id()` (the profiler's own thread id, 1, 2, ...),
+`python_id()` and `python_parent_id()`. `stack()` is empty on a CPU build, so Python stacks are
+rebuilt from the `python_function` events and their parents.
+
+Launch path of a device record: its runtime call (same correlation id) on its OS thread at its
+start; the innermost operator holding it there; that operator's tree path from agent/kernels/autograd.py
+(a forward op: its Python stack then its operator chain; a backward op on autograd's thread: the
+frames of the thread that called backward() > `[backward]` > the forward op's stack and chain >
+the backward ops). Where no operator holds the call: the Python stack there, then the call.
+
+Busy time per bucket: each instant with k records busy on a device gives each 1/k of it (as
+core/kernels.py splits energy), summed per (path, device, bucket). The sum over paths in a bucket is
+the device's busy union there. Memory and output grow with paths x buckets, not with kernels.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
+
+from dataclasses import dataclass, field
+
+from ..modules import name_by_id, wrapper_file
+from .autograd import BACKWARD_FRAME, Autograd, Op
+from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
+
+BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
+TOP_NAMES = 10
+DEVICE_KINDS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset", "memcpy": "memcpy",
+                "memset": "memset"}
+RUNTIME_KINDS = {"cuda_runtime", "cuda_driver", "runtime", "driver", "hip_runtime", "privateuse1_runtime"}
+OP_KINDS = {"cpu_op", "user_annotation"}
+PROFILER_MARKS = ("ProfilerStep#",)  # record_functions the scheduled profiler wraps each step in
+FWDBWD_FLOW = 1  # Kineto's flow type joining the forward op to its backward op (ac2g, type 2, joins a launch to its kernel)
+SKIP_FILES = ("runpy", "<frozen runpy>")
+# The "device" of backward's CPU time: a cycle's figures under this key are, per tree path below
+# `[backward]`, the time of the backward ops (outermost, with all they hold) that path's forward op caused.
+BACKWARD_DEVICE = -1
+# A sample the sampler took inside backward() during the cycle (its number k) travels as a path under the
+# "device" SAMPLE_DEVICE - k: the path of the backward op running at its instant.
+SAMPLE_DEVICE = -2
+MODULE_MARK = "nn.Module: "
+
+Path = tuple[Frame, ...]
+# Frames running when the cycle began, by (code name, current line): [(file, first line)], for the
+# profiler names such a frame by its current line (`train.py(50): train`), not its first.
+Running = dict[tuple[str, int], list[tuple[str, int]]]
+
+
+@dataclass
+class PathFigures:
+    """One launch path on one device over one cycle."""
+
+    busy: dict[int, float] = field(default_factory=dict)  # bucket index (t // BUCKET_NS) -> shared busy ns
+    names: dict[str, list[float]] = field(default_factory=dict)  # kernel name -> [count, time ns]
+
+
+@dataclass
+class Cycle:
+    """A cycle reduced: its span on energyprof's clock (perf_counter_ns) and its figures."""
+
+    t0: int
+    t1: int  # the later of the cycle's end and its last device record's end
+    bucket_ns: int
+    figures: dict[tuple[Path, int], PathFigures]  # (path, device) -> figures
+    counts: dict[str, int]  # what could not be placed or linked, by reason
+    records: int = 0  # device records seen
+    cost_ns: int = 0  # the capture's own CPU so far (set by the capture: charged to energyprof)
+
+
+class FullPaths:
+    """A file as the profiler names it (its path less the sys.path entry that holds it) -> the path the
+    program's code objects carry: the first sys.path entry under which it exists. Cached per file (the
+    program's files: bounded by lines); unchanged where none holds it."""
+
+    def __init__(self, path: Sequence[str]) -> None:
+        self.path = [p for p in path if isinstance(p, str) and p]
+        self.cache: dict[str, str] = {}
+
+    def __call__(self, file: str) -> str:
+        got = self.cache.get(file)
+        if got is None:
+            got = file
+            if file and not os.path.isabs(file) and not file.startswith("<"):
+                for entry in self.path:
+                    candidate = os.path.join(entry, file)
+                    if os.path.isfile(candidate):
+                        got = candidate
+                        break
+            self.cache[file] = got
+        return got
+
+
+def running_frames(frames: Iterable[Any]) -> Running:
+    """The frames running now (`sys._current_frames().values()`), keyed for `reduce`."""
+    out: Running = {}
+    for f in frames:
+        while f is not None:
+            code = f.f_code
+            entry = (code.co_filename, code.co_firstlineno)
+            lst = out.setdefault((code.co_name, f.f_lineno), [])
+            if entry not in lst:
+                lst.append(entry)
+            f = f.f_back
+    return out
+
+
+def _first_line(frame: Frame, running: Running) -> Frame:
+    fn, file, line = frame
+    for full, first in running.get((fn, line), ()):
+        if full == file or (file and full.endswith(("/" + file, "\\" + file))):
+            return (fn, file, first)
+    return frame
+
+
+def _keep(frame: Frame, package: str) -> bool:
+    file = frame[1]
+    return not (file in SKIP_FILES or file.endswith("/runpy.py") or file.startswith("energyprof/")
+                or (bool(package) and file.startswith(package)))
+
+
+class _Nest:
+    """One thread's spans (start, end, key), for 'the innermost span holding t'."""
+
+    def __init__(self, spans: list[tuple[int, int, int]]) -> None:
+        spans.sort(key=lambda s: (s[0], -s[1]))
+        self.starts = [s[0] for s in spans]
+        self.spans = spans
+        self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
+        open_: list[int] = []
+        for i, (a, _end, _) in enumerate(spans):
+            while open_ and spans[open_[-1]][1] < a:
+                open_.pop()
+            self.outer.append(open_[-1] if open_ else -1)
+            open_.append(i)
+
+    def at(self, t: int) -> int | None:
+        k = bisect.bisect_right(self.starts, t) - 1
+        while k >= 0:
+            if self.spans[k][1] >= t:
+                return self.spans[k][2]
+            k = self.outer[k]
+        return None
+
+
+def _kind_name(v: Any) -> str:
+    return str(getattr(v, "name", v)).rsplit(".", 1)[-1].upper()
+
+
+class _Read:
+    """A cycle's events sorted by kind, each kind read by its own method (the methods called directly:
+    a cycle holds tens of thousands of events)."""
+
+    def __init__(self, modules: dict[str, tuple[int, str]]) -> None:
+        self.modules = modules
+        self.py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
+        self.marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
+        self.py_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, prof tid, OS tid, start, end, seq, fwd)
+        self.op_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.prof_to_os: dict[int, int] = {}
+        self.runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
+        self.op_by_corr: dict[int, int] = {}
+        self.flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
+        self.device: list[tuple[int, str, str, int, int, int, int]] = []
+        self.first_py: int | None = None
+        self.unreadable = 0
+
+    def read(self, events: Sequence[Any]) -> None:
+        python, op, runtime, device = self.python, self.op, self.runtime_call, self.device_record
+        for ev in events:
+            try:
+                kind = ev.activity_type()
+                if kind == "python_function":
+                    python(ev)
+                elif kind in OP_KINDS:
+                    op(ev)
+                elif kind in RUNTIME_KINDS:
+                    runtime(ev)
+                elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
+                    device(ev, kind)
+            except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
+                self.unreadable += 1
+
+    def python(self, ev: Any) -> None:
+        start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
+        self.py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
+        if name.startswith(MODULE_MARK) and name in self.modules:
+            self.marks[pid] = self.modules[name]
+        spans = self.py_spans.get(tid)
+        if spans is None:
+            spans = self.py_spans[tid] = []
+        spans.append((start, ev.end_ns(), pid))
+        if self.first_py is None or start < self.first_py:
+            self.first_py = start
+
+    def op(self, ev: Any) -> None:
+        name = ev.name()
+        if name.startswith(PROFILER_MARKS):
+            return  # the profiler's own step marks: a path per step would grow with steps, not lines
+        oid = len(self.raw_ops)
+        tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
+        self.prof_to_os.setdefault(ptid, tid)
+        self.raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
+        spans = self.op_spans.get(tid)
+        if spans is None:
+            spans = self.op_spans[tid] = []
+        spans.append((start, end, oid))
+        corr = ev.correlation_id()
+        if corr:
+            self.op_by_corr[corr] = oid
+        if ev.flow_type() == FWDBWD_FLOW:
+            self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
+
+    def runtime_call(self, ev: Any) -> None:
+        self.runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
+
+    def device_record(self, ev: Any, kind: str) -> None:
+        self.device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
+                            ev.correlation_id(), ev.linked_correlation_id()))
+
+
+class _Launches:
+    """A device record's launch path: its runtime call's innermost operator (that op's tree path), else the
+    Python stack there then the call, else the operator its linked correlation names, else a labelled node."""
+
+    def __init__(self, got: _Read, auto: Autograd, frames_on: Callable[[int, int], Path], counts: dict[str, int]) -> None:
+        self.got, self.auto, self.frames_on, self.counts = got, auto, frames_on, counts
+        self.op_nest = {t: _Nest(s) for t, s in got.op_spans.items()}
+        self.paths: dict[int, Path] = {}  # op id -> its path, per cycle
+
+    def _count(self, reason: str) -> None:
+        self.counts[reason] = self.counts.get(reason, 0) + 1
+
+    def __call__(self, corr: int, linked: int) -> Path:
+        rt = self.got.runtime.get(corr)
+        if rt is not None:
+            tid, t, rname = rt
+            nest = self.op_nest.get(tid)
+            oid = nest.at(t) if nest is not None else None
+            if oid is not None:
+                if oid not in self.paths:
+                    self.paths[oid] = _op_path(self.auto, oid)
+                return self.paths[oid]
+            stack = self.frames_on(tid, t)
+            return stack + ((rname, "", 0),) if stack else ((OPERATOR_NODE, "", 0), (rname, "", 0))
+        oid = self.got.op_by_corr.get(linked) if linked else None
+        if oid is not None:
+            self._count("launch found by its operator (no runtime call)")
+            return _op_path(self.auto, oid)
+        self._count("device record with no launch in the cycle")
+        return ((UNLAUNCHED_NODE, "", 0),)
+
+
+def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
+                  package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None,
+                  modules: dict[str, tuple[int, str]] | None = None, backward: bool = False,
+                  instants: Sequence[tuple[int, int]] = ()) -> Cycle:
+    """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
+    [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
+    (less its sys.path entry), so that a frame the sampler never saw is still known as a library's.
+    `modules`: the profiler's module marks (`nn.Module: Linear_0`) -> (the module's id, its class), so a
+    module's `forward` frame is named by its path as the sampler names it (agent/modules.py).
+    `backward`: also reduce backward's CPU time per path (`BACKWARD_DEVICE`), for training on any device.
+    `instants`: (number, perf ns) of samples taken inside backward(): each gets the path of the backward
+    op running then (`SAMPLE_DEVICE - number`), where one was."""
+    got = _Read(modules or {})
+    got.read(events)
+    counts: dict[str, int] = {"event(s) whose name could not be read": got.unreadable} if got.unreadable else {}
+    if not got.device and not (backward and got.raw_ops):  # nothing to place: stacks and links are built for these only
+        return Cycle(t0, t1, bucket_ns, {}, counts, 0)
+    py_stack = _Stacks(got.py, got.marks, got.py_spans, got.first_py, running or {}, package, files or (lambda f: f))
+    py_nest = {t: _Nest(s) for t, s in got.py_spans.items()}
+
+    def frames_on(os_tid: int, t: int) -> Path:
+        nest = py_nest.get(os_tid)
+        pid = nest.at(t) if nest is not None else None
+        return py_stack(pid) if pid is not None else ()
+
+    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
+           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
+    flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
+    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t))
+    for reason, n in auto.links.unlinked.items():
+        counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
+    figures: dict[tuple[Path, int], PathFigures] = {}
+    if backward:
+        backward_time(auto, figures, unix_minus_perf, bucket_ns)
+        samples_at(auto, instants, figures, unix_minus_perf)
+    if not got.device:
+        return Cycle(t0, t1, bucket_ns, figures, counts, 0)
+    last_end = _place_device(got.device, _Launches(got, auto, frames_on, counts), figures, unix_minus_perf, bucket_ns)
+    _keep_top_names(figures)
+    return Cycle(t0, max(t1, last_end), bucket_ns, figures, counts, len(got.device))
+
+
+def _place_device(device: list[tuple[int, str, str, int, int, int, int]], launch_path: Callable[[int, int], Path],
+                  figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int, bucket_ns: int) -> int:
+    """Device records onto their launch paths: names counted, busy time shared per bucket. Returns the
+    last record's end on energyprof's clock (0 with none)."""
+    by_device: dict[int, list[tuple[int, int, Path, str]]] = {}
+    last_end = 0
+    for dev, name, _, s, e, corr, linked in device:
+        if e < s:
+            continue
+        path = launch_path(corr, linked)
+        s, e = s - unix_minus_perf, e - unix_minus_perf
+        last_end = max(last_end, e)
+        by_device.setdefault(dev, []).append((s, e, path, name))
+        fig = figures.setdefault((path, dev), PathFigures())
+        n = fig.names.setdefault(name, [0, 0.0])
+        n[0] += 1
+        n[1] += e - s
+    for dev, recs in by_device.items():
+        _share_busy(recs, dev, figures, bucket_ns)
+    return last_end
+
+
+def _keep_top_names(figures: dict[tuple[Path, int], PathFigures]) -> None:
+    for fig in figures.values():
+        if len(fig.names) > TOP_NAMES:
+            top = sorted(fig.names.items(), key=lambda kv: -kv[1][1])
+            kept = dict(top[:TOP_NAMES])
+            rest = top[TOP_NAMES:]
+            kept[f"[{len(rest)} other kernel names]"] = [sum(v[0] for _, v in rest), sum(v[1] for _, v in rest)]
+            fig.names = kept
+
+
+def _op_path(auto: Autograd, oid: int) -> Path:
+    return auto.path(oid)
+
+
+class _Stacks:
+    """Python stacks from the profiler's `python_function` events, memoised per python id. Frames already
+    running when the cycle began (stamped at its start) are named by their first line, as the sampler
+    names them; torch's module-call wrappers are left out, and a module's `forward` frame is named by the
+    module's path (the mark of its call above it gives the module, the outermost mark the root)."""
+
+    def __init__(self, py: dict[int, tuple[Frame | None, int, int]], marks: dict[int, tuple[int, str]],
+                 py_spans: dict[int, list[tuple[int, int, int]]], first_py: int | None, running: Running,
+                 package: str, files: Callable[[str], str]) -> None:
+        self.py, self.marks, self.running, self.package, self.files = py, marks, running, package, files
+        self.early = (first_py or 0) + 1_000_000
+        self.starts = {pid: s for spans in py_spans.values() for s, _, pid in spans}
+        # python id -> (its stack, the root module's id, the module whose forward comes next)
+        self.ctx: dict[int, tuple[Path, int | None, tuple[int, str] | None]] = {-1: ((), None, None)}
+
+    def _frame(self, p: int, frame: Frame) -> Frame | None:
+        if not _keep(frame, self.package) or wrapper_file(frame[1], frame[0]):
+            return None
+        if self.starts.get(p, self.early + 1) <= self.early:
+            frame = _first_line(frame, self.running)
+        full = self.files(frame[1])
+        if full != frame[1]:
+            frame = (frame[0], full, frame[2])
+            if not _keep(frame, self.package):
+                return None
+        return frame
+
+    def __call__(self, pid: int) -> Path:
+        py, ctx = self.py, self.ctx
+        chain = []
+        cur = pid
+        while cur not in ctx and cur in py:
+            chain.append(cur)
+            cur = py[cur][1]
+        base, root, pending = ctx.get(cur, ((), None, None))
+        for p in reversed(chain):
+            mark = self.marks.get(p)
+            frame = py[p][0]
+            if mark is not None:
+                pending = mark
+                root = mark[0] if root is None else root
+            elif frame is not None:
+                kept = self._frame(p, frame)
+                if kept is not None:
+                    if pending is not None and kept[0] == "forward":
+                        kept = (name_by_id(pending[0], pending[1], root), kept[1], kept[2])
+                        pending = None
+                    base = base + (kept,)
+            ctx[p] = (base, root, pending)
+        return ctx.get(pid, ((), None, None))[0]
+
+
+def backward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int,
+                  bucket_ns: int) -> None:
+    """Each outermost backward op's time (all it holds: one thread runs one at a time) on its tree path,
+    under `BACKWARD_DEVICE`, in the bucket of its first start: the caller's frames, `[backward]`, then the
+    forward op's module frames and operators, or the op's own name where it has no forward op
+    (AccumulateGrad). A path's time is its fastest run x their number: op times are wall times, and a run
+    the OS held off the CPU (a busy machine) would otherwise give its wait to whichever op it hit; the
+    fastest of a path's runs (one per step) is the one least held off."""
+    runs: dict[Path, list[int]] = {}
+    first: dict[Path, int] = {}
+    for oid in set(auto.links.root_of.values()):
+        op = auto.ops[oid]
+        if op.end_ns <= op.start_ns:
+            continue
+        path = auto.path(oid)
+        if BACKWARD_FRAME not in path:
+            continue
+        runs.setdefault(path, []).append(op.end_ns - op.start_ns)
+        first[path] = min(first.get(path, op.start_ns), op.start_ns)
+    for path, times in runs.items():
+        fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
+        b = (first[path] - unix_minus_perf) // bucket_ns
+        fig.busy[b] = fig.busy.get(b, 0.0) + min(times) * len(times)
+
+
+def samples_at(auto: Autograd, instants: Sequence[tuple[int, int]], figures: dict[tuple[Path, int], PathFigures],
+               unix_minus_perf: int) -> None:
+    """Each sample's instant -> the outermost backward op running then (the latest started that has not
+    ended; one thread runs one at a time), its path under `SAMPLE_DEVICE - number`."""
+    if not instants:
+        return
+    roots = sorted((auto.ops[r].start_ns, auto.ops[r].end_ns, r) for r in set(auto.links.root_of.values()))
+    starts = [a for a, _, _ in roots]
+    for k, t in instants:
+        u = t + unix_minus_perf
+        i = bisect.bisect_right(starts, u) - 1
+        while i >= 0 and roots[i][1] < u:
+            i -= 1
+        if i < 0 or roots[i][0] > u or (i >= 0 and roots[i][1] < u):
+            continue
+        path = auto.path(roots[i][2])
+        if BACKWARD_FRAME in path:
+            figures[(path, SAMPLE_DEVICE - k)] = PathFigures({0: 1.0})
+
+
+def _share_busy(recs: list[tuple[int, int, Path, str]], dev: int, figures: dict[tuple[Path, int], PathFigures],
+                bucket_ns: int) -> None:
+    """Each instant's busy time shared among the records busy then (1/k each), per path and bucket."""
+    points: dict[int, list[tuple[int, int]]] = {}
+    for i, (s, e, _, _) in enumerate(recs):
+        if e > s:
+            points.setdefault(s, []).append((1, i))
+            points.setdefault(e, []).append((0, i))
+    order = sorted(points)
+    active: dict[int, None] = {}
+    for a, b in zip(order, order[1:]):
+        for kind, i in points[a]:
+            if kind == 0:
+                active.pop(i, None)
+        for kind, i in points[a]:
+            if kind == 1:
+                active[i] = None
+        if not active:
+            continue
+        k = len(active)
+        targets = [figures[(recs[i][2], dev)].busy for i in active]
+        t = a
+        while t < b:  # the segment cut at bucket edges
+            bucket = t // bucket_ns
+            u = min(b, (bucket + 1) * bucket_ns)
+            share = (u - t) / k
+            for busy in targets:
+                busy[bucket] = busy.get(bucket, 0.0) + share
+            t = u
+
+
+def fold_names(into: dict[str, list[float]], names: dict[str, Sequence[float]], keep: int = 4 * TOP_NAMES) -> None:
+    """Kernel names of a cycle added to a running table, kept to the `keep` longest (bounded by lines)."""
+    for name, (count, time_ns) in names.items():
+        cur = into.setdefault(name, [0, 0.0])
+        cur[0] += count
+        cur[1] += time_ns
+    if len(into) > keep:
+        for name, _ in sorted(into.items(), key=lambda kv: kv[1][1])[: len(into) - keep]:
+            del into[name]
+
+
+if TYPE_CHECKING:
+    Sink = Callable[[Cycle], None]

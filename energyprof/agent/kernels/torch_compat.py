@@ -1,0 +1,207 @@
+"""torch's private surface that the op and kernel capture reads, in one place, with the torch versions
+it was tested on. Everything here may change in any torch release: outside TESTED the capture that runs
+by default turns itself off with a note (an explicit --gpu-kernels still runs, on the user's word).
+
+- `prof.profiler.kineto_results.events()`: the cycle's events in memory (`_KinetoEvent`: name,
+  activity_type, device_resource_id, start/end ns, correlation ids, sequence_nr, fwd_thread_id,
+  python_id/python_parent_id, flow fields);
+- `prof.profiler.kineto_results.experimental_event_tree()`: its Python calls' `extra_fields.module`
+  (`_NNModuleInfo.self_ptr`, the module's id; `cls_name`), so `nn.Module: Linear_0` marks name a module;
+- `torch._C._autograd._profiler_enabled()`: whether a profiler (the program's own) is on.
+
+- Kineto's log level, a C++ global of torch's library (`libkineto::Logger::severityLevel_`) written
+  through ctypes for energyprof's own calls (`_Quiet`);
+- wrappers on `torch.autograd.profiler._prepare_profiler` / `_run_on_profiler_start` and
+  `torch.autograd.profiler_legacy._enable_profiler_legacy`, so the program's own profiler start ends
+  energyprof's window first (`_watch_profiler_starts`).
+CPython's `Py_AddPendingCall` (the optimizer hook registered on the main thread) stays beside its one
+use in agent/kernel_capture.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, Callable
+
+# (major, minor) releases the capture was tested on: the CPU build of 2.13 (CI), whose event fields the
+# reduction reads; the CUDA path last met real events on 2.x with Kineto's `kineto_results`.
+TESTED = ((2, 13),)
+
+
+def torch_version() -> tuple[int, int] | None:
+    torch = sys.modules.get("torch")
+    text = str(getattr(torch, "__version__", "") or "")
+    parts = text.split("+")[0].split(".")
+    try:
+        return int(parts[0]), int(parts[1])
+    except (IndexError, ValueError):
+        return None
+
+
+def untested() -> str | None:
+    """Why the default capture should stay off with this torch (one line), or None where it was tested."""
+    version = torch_version()
+    if version is None:
+        return "the kernel capture is off: torch's version could not be read"
+    if version not in TESTED:
+        tested = ", ".join(f"{a}.{b}" for a, b in TESTED)
+        return (f"the op and kernel capture is off by default with torch {version[0]}.{version[1]} (tested on {tested});"
+                " --gpu-kernels runs it all the same")
+    return None
+
+
+def events(prof: Any) -> Any:
+    """A finished cycle's events, in memory (no JSON)."""
+    return prof.profiler.kineto_results.events()
+
+
+def module_marks(prof: Any) -> dict[str, tuple[int, str]]:
+    """The cycle's module-call marks (`nn.Module: Linear_0`, one name per module in a session) -> (the
+    module's id, its class's name); empty where this torch has no event tree or no module info."""
+    out: dict[str, tuple[int, str]] = {}
+    try:
+        todo = list(prof.profiler.kineto_results.experimental_event_tree())
+    except Exception:  # noqa: BLE001 - no event tree in this torch: modules keep their class's name
+        return out
+    while todo:
+        ev = todo.pop()
+        try:
+            todo.extend(ev.children)
+            module = getattr(ev.extra_fields, "module", None)
+            if module is not None:
+                out.setdefault(ev.name, (int(module.self_ptr), str(module.cls_name)))
+        except Exception:  # noqa: BLE001 - an event of another shape: skipped
+            continue
+    return out
+
+
+def profiler_enabled() -> bool:
+    """A PyTorch profiler is on in this process (Kineto, legacy, ITT or NVTX)."""
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return False
+    try:
+        return bool(torch._C._autograd._profiler_enabled())
+    except Exception:  # noqa: BLE001 - no such call in this torch: go on as before
+        return False
+
+
+def release_cycle(prof: Any) -> None:
+    """A reduced cycle's session let go: the next cycle starts a fresh one. torch would otherwise reuse the
+    finished session and warn, once per process, that it clears events at each cycle: once energyprof's
+    schedule had used that warning up, the program's own profiler would never show it."""
+    try:
+        prof.profiler = None
+    except Exception:  # noqa: BLE001 - another shape: the warning may show (torch's, on energyprof's cycle)
+        pass
+
+
+# Kineto's log level: a global of torch's library (libkineto::Logger::severityLevel_, Itanium-mangled), set
+# from KINETO_LOG_LEVEL (else to ERROR) at Kineto's first start; lines at or above it go to stderr.
+KINETO_LEVEL_SYMBOL = "_ZN9libkineto6Logger14severityLevel_E"
+KINETO_QUIET = 6  # above USDT (5): Kineto's USDT/STAGE lines ("profiler_start") off stderr
+
+
+class _Quiet:
+    """Kineto's own log lines (`USDT: ... profiler_start`) off the program's stderr during energyprof's own
+    start, step or stop only, without touching the program's environment: Kineto's level is raised above
+    its lines for the call and set back after, to what it was, or to what Kineto set it to inside the
+    call (its first start reads KINETO_LOG_LEVEL, or falls to ERROR, just before it logs: torch's start
+    hook raises it again there, `_quiet_start`). The program's own profiler logs as under plain python,
+    at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
+    torch's profiler warnings are not filtered (a filter would hide the program's own): energyprof's calls
+    raise none (CPU activity alone without CUDA; each cycle's session let go once reduced, so the next
+    cycle's start does not warn, once per process, that events are cleared: torch_compat.release_cycle)."""
+
+    depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
+    restore: int | None = None  # the level to set back once the outermost call ends
+
+    def __enter__(self) -> None:
+        _Quiet.depth += 1
+        if _Quiet.depth == 1:
+            _quiet_start()
+
+    def __exit__(self, *exc: Any) -> None:
+        _Quiet.depth -= 1
+        if _Quiet.depth:
+            return
+        restore, _Quiet.restore = _Quiet.restore, None
+        level = _kineto_level()
+        if level is not None and restore is not None and level.value == KINETO_QUIET:
+            level.value = restore
+
+
+def _quiet_start() -> None:
+    """Inside energyprof's call: Kineto's level above its lines, the level found kept to set back after.
+    Called as the call begins, and from torch's start hook just before a profiler is enabled (after
+    Kineto's first start has set its level from the environment)."""
+    level = _kineto_level() if _Quiet.depth else None
+    if level is not None and level.value != KINETO_QUIET:
+        _Quiet.restore = level.value
+        level.value = KINETO_QUIET
+
+
+_LEVEL: list[Any] = []  # [Kineto's level as a ctypes int, or None where it is not found], looked up once
+
+
+def _kineto_level() -> Any:
+    """Kineto's log level in torch's loaded library (none is loaded that is not already); None before torch
+    is imported (looked up again later) or where no library holds it."""
+    if _LEVEL:
+        return _LEVEL[0]
+    torch = sys.modules.get("torch")
+    if torch is None or not getattr(torch, "__file__", None):
+        return None
+    found = None
+    try:
+        import ctypes
+        import glob
+
+        libdir = os.path.join(os.path.dirname(torch.__file__), "lib")
+        mode = getattr(os, "RTLD_NOLOAD", 0) | getattr(os, "RTLD_LAZY", 0)
+        for path in sorted(glob.glob(os.path.join(libdir, "libtorch_cpu.*"))) + sorted(
+                glob.glob(os.path.join(libdir, "lib*kineto*"))) + sorted(glob.glob(os.path.join(libdir, "libtorch*"))):
+            try:
+                found = ctypes.c_int.in_dll(ctypes.CDLL(path, mode=mode), KINETO_LEVEL_SYMBOL)
+                break
+            except (OSError, ValueError, AttributeError):
+                continue
+    except Exception:  # noqa: BLE001 - no ctypes, an odd torch: Kineto's lines are left as they are
+        found = None
+    _LEVEL.append(found)
+    return found
+
+
+_WATCHED: list[Any] = []  # the capture whose profiler is watched for the program's own starts (one)
+
+
+def _watch_profiler_starts(capture: Any) -> None:
+    """The program starting its own PyTorch profiler while energyprof's records: torch's profile calls
+    `torch.autograd.profiler._prepare_profiler` then `_run_on_profiler_start` just before it enables a
+    profiler (Kineto; ITT and NVTX the latter only), so energyprof's is stopped there first (each wrapped
+    once; the original always runs after, and nothing raises from the wrapper). Two sessions on one
+    thread would stop each other, and the program's trace would come back empty."""
+    _WATCHED[:] = [capture]
+    for module, name in (("torch.autograd.profiler", "_prepare_profiler"),
+                         ("torch.autograd.profiler", "_run_on_profiler_start"),
+                         ("torch.autograd.profiler_legacy", "_enable_profiler_legacy")):  # the legacy profiler
+        mod = sys.modules.get(module)
+        original = getattr(mod, name, None)
+        if original is not None and not getattr(original, "_energyprof", False):
+            setattr(mod, name, _watching(original))
+
+
+def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
+    def watched(*args: Any, **kwargs: Any) -> Any:
+        try:
+            _quiet_start()  # energyprof's own start (a no-op otherwise): after Kineto's first start set its level
+            for cap in _WATCHED:
+                cap._program_starts()
+        except Exception:  # noqa: BLE001 - never into the program
+            pass
+        return original(*args, **kwargs)
+
+    watched._energyprof = True  # type: ignore[attr-defined]
+    watched.__name__ = getattr(original, "__name__", "watched")
+    return watched

@@ -1,0 +1,255 @@
+"""Backward's CPU work on the modules that caused it: the sampled tree's autograd-engine energy moved
+beneath `[backward]`, onto the forward stacks whose ops backward differentiated. Pure.
+
+On the CPU, autograd runs backward's ops inside C++ on the thread that called `backward()`: the sampler
+sees `Tensor.backward > ... > _engine_run_backward` and nothing below. In the steps the op capture
+profiled, each outermost backward op (an `evaluate_function: XBackward0` and all it holds) was timed and
+linked to the forward op it differentiates (agent/kernels/autograd.py); its time went to the tree path
+`caller > [backward] > the forward op's module frames and operators` (agent/kernels/reduce.py
+`backward_time`), or `[backward] > torch::autograd::AccumulateGrad` and the like where no forward op
+exists. Here each engine node's self figures (energy under both idle policies, time, CPU time, samples)
+are split among those paths in the proportions of that measured time, and put beneath a `[backward]`
+child of the engine node. Energy is moved, never made: the engine node keeps none, the paths get all.
+
+The proportions come from the profiled steps; samples of the steps not profiled are split the same way
+(extrapolated): the note says so, with the share of backward's sampled time the profiled steps measured.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+from ..facts.profile import Node, Note
+from ..agent.kernels.autograd import BACKWARD_FRAME
+
+Frame = tuple[str, str, int]
+Path = tuple[Frame, ...]
+ENGINE_FUNCTIONS = ("_engine_run_backward",)  # torch/autograd/graph.py: the last Python frame of backward()
+ENGINE_FILE_TAIL = "graph.py"
+MAX_PATHS = 20_000  # paths kept (bounded by the model's lines and modules, never by steps)
+
+
+class BackwardFold:
+    """Backward's CPU ns per tree path over the run's profiled steps."""
+
+    def __init__(self, max_paths: int = MAX_PATHS) -> None:
+        self.ns: dict[Path, float] = {}
+        self.max_paths = max_paths
+        self.dropped_ns = 0.0
+        self.samples: dict[int, Path] = {}  # a sample taken inside backward() in a captured step -> its op's path
+
+    def sample(self, k: int, path: Path) -> None:
+        self.samples[k] = path
+
+    def add(self, path: Path, ns: float) -> None:
+        if ns <= 0:
+            return
+        if path not in self.ns and len(self.ns) >= self.max_paths:
+            self.dropped_ns += ns  # past the bound: its time is not in the proportions (said in the note)
+            return
+        self.ns[path] = self.ns.get(path, 0.0) + ns
+
+    def __bool__(self) -> bool:
+        return bool(self.ns) or bool(self.samples)
+
+    def by_caller(self) -> dict[Path, dict[Path, float]]:
+        """caller frames -> (the path below `[backward]` -> ns)."""
+        out: dict[Path, dict[Path, float]] = {}
+        for path, ns in self.ns.items():
+            if BACKWARD_FRAME not in path:
+                continue
+            i = path.index(BACKWARD_FRAME)
+            rel = out.setdefault(path[:i], {})
+            rel[path[i + 1:]] = rel.get(path[i + 1:], 0.0) + ns
+        return out
+
+
+def is_engine(node: Node) -> bool:
+    return node.function.endswith(ENGINE_FUNCTIONS) and node.file.endswith(ENGINE_FILE_TAIL)
+
+
+def same_frame(node: Node, frame: Frame) -> bool:
+    """A sampled node (qualified name, full path) and a profiler frame (code name, path less its sys.path
+    entry) are one frame: same first line, the name or its last part, the file or its tail."""
+    fn, file, line = frame
+    if node.function != fn and not node.function.endswith("." + fn):
+        return False
+    if node.file != file and not (file and node.file.endswith(("/" + file, "\\" + file))):
+        return False
+    return node.line == line or fn == "<module>"
+
+
+def _engines(root: Node, with_self: bool = True) -> list[tuple[list[Node], Node]]:
+    """The engine nodes (with self figures, unless `with_self` is False), each with the nodes above it
+    (root first, itself last)."""
+    out = []
+    todo: list[tuple[Node, list[Node]]] = [(root, [])]
+    while todo:
+        node, above = todo.pop()
+        chain = above + [node]
+        if is_engine(node) and (not with_self or any(node.self_energy_j.values()) or node.self_time_s):
+            out.append((chain, node))
+        todo.extend((c, chain) for c in node.children if not c.is_special)
+    return out
+
+
+def _score(chain: list[Node], caller: Path) -> int:
+    """How many of the caller's frames the sampled chain holds."""
+    return sum(1 for f in caller if any(same_frame(n, f) for n in chain))
+
+
+def _names(root: Node) -> dict[tuple[str, int], list[str]]:
+    """(file, first line) -> the sampled tree's names of that frame, so a profiler frame is named as the
+    sampler names it (qualified name) and a module's frame is the same frame forward and backward."""
+    out: dict[tuple[str, int], list[str]] = {}
+    todo = [root]
+    while todo:
+        node = todo.pop()
+        if node.file:
+            names = out.setdefault((node.file, node.line), [])
+            if node.function not in names:
+                names.append(node.function)
+        todo.extend(node.children)
+    return out
+
+
+def _as_sampled(frame: Frame, names: dict[tuple[str, int], list[str]]) -> Frame:
+    fn, file, line = frame
+    for name in names.get((file, line), ()):
+        if name == fn or name.endswith("." + fn):
+            return (name, file, line)
+    return frame
+
+
+def _child(node: Node, frame: Frame) -> Node:
+    for c in node.children:
+        if (c.function, c.file, c.line) == frame:
+            return c
+    child = Node(function=frame[0], file=frame[1], line=frame[2], other_policy_self_energy_j={})
+    node.children.append(child)
+    return child
+
+
+def _move(src: Node, targets: list[tuple[Node, float]]) -> None:
+    """The source's self figures shared among targets by weight (weights sum to 1); samples by largest remainder."""
+    for sid, e in list(src.self_energy_j.items()):
+        for node, w in targets:
+            node.self_energy_j[sid] = node.self_energy_j.get(sid, 0.0) + e * w
+        src.self_energy_j[sid] = 0.0
+    other = src.other_policy_self_energy_j
+    if other is not None:
+        for sid, e in list(other.items()):
+            for node, w in targets:
+                if node.other_policy_self_energy_j is None:
+                    node.other_policy_self_energy_j = {}
+                node.other_policy_self_energy_j[sid] = node.other_policy_self_energy_j.get(sid, 0.0) + e * w
+            other[sid] = 0.0
+    for node, w in targets:
+        node.self_time_s += src.self_time_s * w
+        node.self_cpu_time_s += src.self_cpu_time_s * w
+    src.self_time_s = src.self_cpu_time_s = 0.0
+    quotas = [(src.self_samples * w, i) for i, (_, w) in enumerate(targets)]
+    given = [int(q) for q, _ in quotas]
+    left = src.self_samples - sum(given)
+    for _, i in sorted(quotas, key=lambda qi: -(qi[0] - int(qi[0])))[:max(0, left)]:
+        given[i] += 1
+    for (node, _), n in zip(targets, given):
+        node.self_samples += n
+    src.self_samples = 0
+
+
+def split(engine: Node, shares: dict[Path, float], names: dict[tuple[str, int], list[str]]) -> None:
+    """One engine node's self figures onto `[backward]` > each path, in proportion to its ns."""
+    total = sum(shares.values())
+    if total <= 0:
+        return
+    back = _child(engine, BACKWARD_FRAME)
+    targets = []
+    for rel, ns in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
+        node = back
+        for frame in rel:
+            node = _child(node, _as_sampled(frame, names))
+        targets.append((node, ns / total))
+    _move(engine, targets)
+
+
+SAMPLE_FRAME = "[sample]"  # the sampler's stack for a sample inside backward() in a captured step: `[backward] > [sample] k`
+
+
+def _resolve_samples(root: Node, fold: BackwardFold, names: dict[tuple[str, int], list[str]]) -> float:
+    """Each captured sample's node (`engine > [backward] > [sample] k`) onto the path of the backward op that
+    ran at its instant, all its figures moved there; one the capture could not place goes back to its
+    engine node, to be split with the rest. Returns the energy placed by instant."""
+    placed = 0.0
+    for _, engine in _engines(root, with_self=False):
+        back = next((c for c in engine.children if (c.function, c.file, c.line) == BACKWARD_FRAME), None)
+        if back is None:
+            continue
+        for node in list(back.children):
+            if node.function != SAMPLE_FRAME or node.file:
+                continue
+            path = fold.samples.get(node.line)
+            if path is None or BACKWARD_FRAME not in path:
+                _move(node, [(engine, 1.0)])
+                continue
+            target = back
+            for frame in path[path.index(BACKWARD_FRAME) + 1:]:
+                target = _child(target, _as_sampled(frame, names))
+            placed += sum(node.self_energy_j.values())
+            _move(node, [(target, 1.0)])
+        back.children[:] = [c for c in back.children if not (c.function == SAMPLE_FRAME and not c.file)]
+    return placed
+
+
+def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
+    """The captured samples onto the backward op at their instant; then every engine node of the sampled
+    tree split onto its backward paths (the caller's proportions that its own frames match best, else all
+    callers' together). Returns the note that says how."""
+    names = _names(root)
+    at_instant = _resolve_samples(root, fold, names) if fold.samples else 0.0
+    groups = fold.by_caller()
+    if not groups:
+        return []
+    pooled: dict[Path, float] = {}
+    for rel in groups.values():
+        for path, ns in rel.items():
+            pooled[path] = pooled.get(path, 0.0) + ns
+    engines = _engines(root)
+    sampled_s = sum(node.self_time_s for _, node in engines)
+    extrapolated = sum(sum(node.self_energy_j.values()) for _, node in engines)
+    for chain, node in engines:
+        best = max(groups, key=lambda c: (_score(chain, c), sum(groups[c].values())))
+        shares = groups[best] if _score(chain, best) > 0 else pooled
+        split(node, shares, names)
+    measured_s = sum(pooled.values()) / 1e9
+    share = min(1.0, measured_s / sampled_s) if sampled_s > 0 else 0.0
+    placed_share = at_instant / (at_instant + extrapolated) if at_instant + extrapolated > 0 else 0.0
+    text = (f"backward's CPU work is under [backward], on the modules whose forward ops it differentiates: in the"
+            f" captured steps each sample goes to the backward op running at its instant ({placed_share:.1%} of"
+            f" backward's energy); the other steps' backward samples are split in the proportions of the backward"
+            f" ops' time the profiler measured ({measured_s:.3f} s, about {share:.0%} of backward's sampled time):"
+            " extrapolated")
+    if fold.dropped_ns:
+        text += f"; {fold.dropped_ns / 1e9:.3f} s of backward ops past the bound on paths are not in the proportions"
+    return [Note("backward-split", text, {"captured_s": measured_s, "sampled_s": sampled_s, "captured_share": share,
+                                          "at_instant_share": placed_share, "method": "extrapolated",
+                                          "engines": len(engines)})]
+
+
+def paths_below(node: Node) -> Iterable[Node]:
+    todo = [node]
+    while todo:
+        n = todo.pop()
+        yield n
+        todo.extend(n.children)
+
+
+def backward_total(root: Node) -> dict[str, Any]:
+    """Energy beneath every `[backward]` node, per source (for checks and figures)."""
+    out: dict[str, float] = {}
+    for n in paths_below(root):
+        if n.function == BACKWARD_FRAME[0]:
+            for m in paths_below(n):
+                for sid, e in m.self_energy_j.items():
+                    out[sid] = out.get(sid, 0.0) + e
+    return out
