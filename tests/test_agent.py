@@ -263,8 +263,8 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     bare = subprocess.run([sys.executable, "-c", stdlib + show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert ran.stderr == bare.stderr == ""
     extra = set(ast.literal_eval(ran.stdout)) - set(ast.literal_eval(bare.stdout))
-    agent = ("", ".wire", ".hooks", ".modules", ".own_threads", ".qualnames", ".sampler", ".spool", ".supervised", ".units",
-             ".autoload")
+    agent = ("", ".wire", ".hooks", ".modules", ".own_threads", ".qualnames", ".sampler", ".stacks", ".thread_book",
+             ".own_charge", ".spool", ".supervised", ".units", ".autoload")
     assert extra <= {f"energyprof.agent{s}" for s in agent}
     assert len(os.listdir(tmp_path / "spool")) == 1
 

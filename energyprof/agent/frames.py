@@ -1,6 +1,6 @@
 """Which frames belong to the profile: the region's own code, not energyprof or runpy.
 
-The classification itself lives in `sampler` (which must stand alone in every process);
+The classification itself lives in `stacks` (which must stand alone in every process);
 this module adds what only an in-process profile needs.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from types import FrameType
 
-from .sampler import KEEP, PACKAGE_DIR, SKIP, STOP, frame_kind
+from .stacks import KEEP, PACKAGE_DIR, SKIP, STOP, frame_kind
 
 __all__ = ["KEEP", "SKIP", "STOP", "PACKAGE_DIR", "frame_kind", "anchor_depth"]
 

@@ -11,6 +11,11 @@ load it by path before the program's folder is on `sys.path`. `threading` is not
 (a program that never imports it does not get it): threads are named from its table when the
 program has one. The clocks and `time.sleep` are taken at import, so a program that patches
 them (a test's mock, then a fork) never changes how the sampler waits or measures.
+
+Its parts: `stacks.py` names a stack (which frames are the program's, under which node),
+`thread_book.py` keeps the books of the program's threads (CPU clocks, groups, the ones that
+end), `own_charge.py` takes energyprof's work on the program's threads off their CPU. Their
+names are bound here at import: the per-tick loop looks each up once, as a global.
 """
 
 from __future__ import annotations
@@ -23,23 +28,20 @@ from types import CodeType, FrameType
 from typing import Any, Callable
 
 from .modules import candidate as _candidate
-from .modules import is_wrapper as _is_wrapper
 from .modules import module_of as _module_of
 from .modules import stack_names as _stack_names
+from .own_charge import OwnCharge, _charged, _charged_by
+from .own_charge import charge_own as charge_own  # the kernel capture finds it here (agent/kernel_capture.py)
 from .own_threads import start as start_own_thread
-from .qualnames import learn, learn_function, qualname
-from .units import units
-from .wire import PROCESS_MARKER, THREAD_FRAME_PREFIX
+from .qualnames import learn, qualname
+from .stacks import KEEP, PACKAGE_DIR, STOP, Frame, View, filtered, frame_kind
+from .thread_book import (
+    ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
+    _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
+)
 
 _LEARN_NAMES = sys.version_info < (3, 11)  # 3.10's code objects have no co_qualname (qualnames.py)
 
-PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
-_RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
-# energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
-_TRANSPARENT = tuple(PACKAGE_DIR + p for p in (os.path.join("drive", "api.py"), "cli" + os.sep,
-                                               "__main__.py", "torch.py", "integrations" + os.sep))
-
-KEEP, SKIP, STOP = 0, 1, 2
 FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (one write each)
 # A process whose main thread is blocked waiting for its child (subprocess's wait, a
 # multiprocessing join) and that used no CPU meanwhile runs nothing to sample: it is sampled
@@ -48,16 +50,12 @@ FLUSH_NS = 20_000_000  # a SIGKILL loses at most this much of a spooled stream (
 CHILD_WAIT_S = 0.05
 _CHILD_WAITS = {("subprocess.py", "_try_wait"), ("popen_fork.py", "poll")}
 
-Frame = tuple[str, str, int]
-_MP_BOOTSTRAP_FILES = tuple(os.sep + os.path.join("multiprocessing", f) for f in ("spawn.py", "forkserver.py"))
-
 _STATM = "/proc/self/statm"
 _HAVE_STATM = os.path.exists(_STATM)
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 _RDONLY = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0)
 # Taken once, at import: what the program later does to `time` is its own business.
-_sleep, _perf, _proc_ns, _own_ns = time.sleep, time.perf_counter_ns, time.process_time_ns, time.thread_time_ns
-_clock_ns = getattr(time, "clock_gettime_ns", None)
+_sleep, _perf, _proc_ns = time.sleep, time.perf_counter_ns, time.process_time_ns
 
 
 # Samples inside backward() while the op capture records (agent/kernel_capture.py sets `_captured[0]` to a
@@ -67,295 +65,13 @@ _captured_base = [0]  # the first number of the current cycle's block (MAX_CAPTU
 MAX_CAPTURED = 4096
 _ENGINE, _ENGINE_FILE = "_engine_run_backward", os.sep + os.path.join("autograd", "graph.py")
 
-_charged = [0]  # CPU ns energyprof burnt on the program's threads (the kernel capture's reduction): its own
-# The same, by the kernel id of the thread that burnt it (cumulative): a sampler takes each charge off
-# that thread's CPU, not off the main thread's (a capture stepped on a training thread while the main
-# thread waits in `join` burnt nothing there to take it from).
-_charged_by: dict[int, int] = {}
-
-
-def charge_own(ns: int) -> None:
-    """Count `ns` of CPU, burnt on the calling program thread for energyprof, as energyprof's own: the
-    samplers take it off that thread's CPU (at the next tick, or the next ones that hold enough of it)
-    and add it to their own, so it leaves the program's figure for `[energyprof]`."""
-    nid = _thread.get_native_id()
-    _charged_by[nid] = _charged_by.get(nid, 0) + ns
-    _charged[0] += ns
-
-
-def _threading_table() -> dict[int, Any]:
-    """ident -> Thread, when the program uses `threading` (never imported here)."""
-    threading = sys.modules.get("threading")
-    return getattr(threading, "_active", None) or {}
-
-
-# Threads that ended since the last tick: (native id, name, CPU ns at the end), appended by
-# each ending thread itself (list.append is atomic), taken by the sampler at its next tick.
-_departures: list[tuple[int, str, int]] = []
-_departures_hooked = False
-# id(Thread) -> the code it runs (its target's, else its class's run), noted by `start` on the
-# starting thread: a thread that ends between two ticks was never seen running it, and by its end
-# `threading` has dropped the target. Its CPU goes to that function, not to a bare thread node.
-_codes: dict[int, CodeType] = {}
-# native id -> that code, handed over by an ending thread (`_delete`, on the thread itself)
-_targets: dict[int, CodeType] = {}
-# ident -> name, for a thread caught just after `threading` dropped it (its last microseconds run
-# after `_delete`): it still belongs to its group. An ident is reused as soon as its thread ends.
-_names: dict[int, str] = {}
-_running: list[Sampler] = []  # the samplers of this process that take departures (none: nothing is kept)
-
-
-def _forget_after_fork() -> None:
-    """Threads, samplers included, do not survive a fork: neither do their books."""
-    _running.clear()
-    _departures.clear()
-    _targets.clear()
-    _codes.clear()
-    _names.clear()
-    _charged[0] = 0  # the parent's work charged to energyprof is the parent's, not this child's
-    _charged_by.clear()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_after_fork)
-
-
-class _Active(dict):  # type: ignore[type-arg]
-    """3.10's `threading._active`: its `_bootstrap_inner` drops the ending thread from it itself,
-    without `_delete`, so the drop is where the thread reports. Never on the program's stacks
-    while its threads run (a wrapper of `_bootstrap_inner` would be)."""
-
-    __slots__ = ()
-
-    def __delitem__(self, ident: int) -> None:
-        thread = self.get(ident)
-        if thread is not None and ident == _thread.get_ident() and _depart_310 is not None:
-            _depart_310(thread)
-        dict.__delitem__(self, ident)
-
-
-_depart_310: Callable[[Any], None] | None = None
-
-
-def _keep_active_hooked() -> None:
-    """On 3.10, `threading._active` is an `_Active` (again after a fork, which rebuilds it)."""
-    threading = sys.modules.get("threading")
-    lock = getattr(threading, "_active_limbo_lock", None)
-    if lock is None or type(getattr(threading, "_active", None)) is not dict:
-        return
-    with lock:
-        if type(threading._active) is dict:  # type: ignore[union-attr]
-            threading._active = _Active(threading._active)  # type: ignore[union-attr]
-
-
-def _hook_departures() -> None:
-    """Have each `threading` thread report its CPU as it ends (`Thread._delete` runs last,
-    on the thread itself): a thread shorter than a few intervals may end between two ticks,
-    and a dead thread's clock can no longer be read."""
-    global _departures_hooked
-    _departures_hooked = True
-    thread_cls = getattr(sys.modules.get("threading"), "Thread", None)
-    original = getattr(thread_cls, "_delete", None)
-    if original is None:
-        return
-
-    def _depart(self: Any) -> None:
-        nid = getattr(self, "_native_id", None)
-        code = _codes.pop(id(self), None)
-        if nid is not None and _running:
-            if isinstance(self._name, str):
-                _names[_thread.get_ident()] = self._name
-            if code is not None:
-                _targets[nid] = code
-            _departures.append((nid, self._name if isinstance(self._name, str) else "", _own_ns()))
-
-    if sys.version_info >= (3, 11):
-        def _delete(self: Any) -> None:
-            _depart(self)
-            original(self)
-
-        thread_cls._delete = _delete  # type: ignore[union-attr]
-    else:
-        global _depart_310
-        _depart_310 = _depart
-        _keep_active_hooked()
-    start = getattr(thread_cls, "start", None)
-    if start is None:
-        return
-
-    def _start(self: Any) -> None:
-        # On the starting (caller's) thread, so no frame of energyprof's is ever on the new
-        # thread's stack for the program to see (a stack it prints, faulthandler's dump).
-        if _running:
-            target = getattr(self, "_target", None)
-            func = target if getattr(target, "__code__", None) is not None else getattr(type(self), "run", None)
-            code = getattr(func, "__code__", None)
-            if isinstance(code, CodeType):
-                learn_function(func)  # type: ignore[arg-type]
-                _codes[id(self)] = code
-        start(self)
-
-    thread_cls.start = _start  # type: ignore[union-attr]
-
-
-def _code_of(nid: int, thread: Any) -> CodeType | None:
-    """The code a thread runs: noted as it started (live), or handed over as it ended."""
-    return _targets.get(nid) or (_codes.get(id(thread)) if thread is not None else None)
-
-
-def _printable(name: str) -> str:
-    """Any text may name a thread; the report shows it as Python's repr would (a lone surrogate
-    as \\udXXX) so no writer downstream can fail on it."""
-    return name if name.isascii() else name.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _starting(frame: FrameType) -> bool:
-    """Whether a thread's stack is only `threading`'s frames and energyprof's hooks in them (it
-    has not reached its target yet, or has left it)."""
-    f: FrameType | None = frame
-    while f is not None:
-        name = f.f_code.co_filename
-        if os.path.basename(name) != "threading.py" and name != __file__:
-            return False
-        f = f.f_back
-    return True
-
-
-def _outermost(frame: FrameType) -> CodeType:
-    while frame.f_back is not None:
-        frame = frame.f_back
-    return frame.f_code
-
-
-def _runs(code: CodeType) -> str:
-    """A thread's name for the function it runs, when it has none of its own."""
-    return qualname(code)
-
-
-def thread_group(name: str) -> str:
-    """What a thread runs, from its name: threads of one target or one numbered role share a node."""
-    # "Thread-7 (burn_in_thread)": the name `threading` gives a thread started with a target.
-    if name.startswith("Thread-") and name.endswith(")") and " (" in name:
-        number, _, target = name[7:-1].partition(" (")
-        if number.isdigit() and target:
-            return target
-    # "worker-3", "ThreadPoolExecutor-0_3", "Thread-4": one role's threads, numbered.
-    base = name.rstrip("0123456789-_ .#")
-    return base if base and base != name and name[len(base):].lstrip("-_ .#")[:1].isdigit() else name
-
 
 def _identity(fd: int) -> tuple[int, int]:
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
 
 
-def main_thread_ident() -> int:
-    threading = sys.modules.get("threading")
-    return threading.main_thread().ident if threading is not None else _thread.get_ident()
-
-
-def frame_kind(filename: str) -> int:
-    """KEEP a user frame; SKIP a runner or wrapper frame; STOP at energyprof's internals.
-
-    Time inside the profiler's own machinery (stopping, a window boundary) belongs to the
-    user frame that called it, so the stack is cut there rather than showing threading
-    joins and collector code as the program's functions.
-    """
-    if filename.startswith(PACKAGE_DIR):
-        return SKIP if filename.startswith(_TRANSPARENT) else STOP
-    if filename in _RUNNER_FILES or os.path.basename(filename) == "runpy.py":
-        return SKIP
-    return KEEP
-
-
-def thread_clock_id(native_id: int) -> int:
-    """Linux's CPU clock id for a thread id (MAKE_THREAD_CPUCLOCK(tid, CPUCLOCK_SCHED)).
-
-    Computed from the kernel thread id rather than through pthread_getcpuclockid, which
-    would dereference a pthread handle that may already be freed when the thread has ended;
-    reading this clock for a finished thread just fails with EINVAL.
-    """
-    return ((~native_id) << 3) | 6
-
-
-def marker(pid: int) -> Frame:
-    return (PROCESS_MARKER, "", pid)
-
-
-def filtered(codes: list[CodeType], names: list[str | None] | None = None) -> list[Frame]:
-    """The frames of a stack (outermost first) that belong to the profile; `names`: a module's name for
-    its `forward` frame (agent/modules.py), None elsewhere. torch's module-call wrappers go."""
-    out: list[Frame] = []
-    for i, c in enumerate(codes):
-        kind = frame_kind(c.co_filename)
-        if kind == STOP:
-            break
-        if kind == SKIP or _is_wrapper(c):
-            continue
-        given = names[i] if names is not None else None
-        out.append((given or qualname(c), c.co_filename, c.co_firstlineno))
-    return units(out)
-
-
-def codes_of(frame: FrameType | None) -> list[CodeType]:
-    codes: list[CodeType] = []
-    while frame is not None:
-        codes.append(frame.f_code)
-        frame = frame.f_back
-    codes.reverse()
-    return codes
-
-
-class View:
-    """How a process names its stacks: cut at the anchor, or put under its process node.
-
-    The main process of a run (or an in-process profile) reports its frames as they are. A
-    followed child reports them with its marker: a forked child after the frames it shares
-    with its parent (the stack that forked it, as the parent names it), a spawned child at
-    the root (the supervisor places it under the stack that started it).
-    """
-
-    def __init__(self, anchor: int = 0, pid: int | None = None, fork_frames: list[Frame] | None = None,
-                 parent: View | None = None) -> None:
-        self.anchor = anchor
-        self.pid = pid  # None: no process node (the main process)
-        self.fork_frames = fork_frames
-        self.parent = parent
-        # A multiprocessing spawn or forkserver child: the frames that bring it to its target (`-c`'s
-        # <module>, spawn_main, _serve_one) are left out, so its stacks read as a forked child's.
-        self.mp_bootstrap = False
-
-    def main(self, frames: list[Frame]) -> list[Frame]:
-        if self.pid is None:
-            return frames
-        if self.fork_frames is None or self.parent is None:
-            return [marker(self.pid), *self._own(frames)]
-        fork = self.fork_frames
-        if not frames:  # nothing of the program's running (shutting down): the process itself
-            return [*self.parent.main(fork), marker(self.pid)]
-        c = 0
-        n = min(len(fork), len(frames))
-        while c < n and fork[c] == frames[c]:
-            c += 1
-        return [*self.parent.main(frames[:c]), marker(self.pid), *self._own(frames[c:])]
-
-    def _own(self, frames: list[Frame]) -> list[Frame]:
-        k = 0
-        if self.mp_bootstrap:
-            while k < len(frames) and (frames[k][1] == "<string>" or frames[k][1].endswith(_MP_BOOTSTRAP_FILES)):
-                k += 1
-        return frames[k:]
-
-    def thread(self, name: str, frames: list[Frame]) -> list[Frame]:
-        head = [(f"{THREAD_FRAME_PREFIX}{thread_group(name)}]", "", 0)]
-        if self.pid is None:
-            return [*head, *frames]
-        if self.fork_frames is None or self.parent is None:
-            return [marker(self.pid), *head, *frames]
-        return [*self.parent.main(self.fork_frames), marker(self.pid), *head, *frames]
-
-
-class Sampler:
+class Sampler(ThreadBook, OwnCharge):
     """Samples every thread's stack each `interval_s` and reports to `sink`.
 
     The sink gets `frame(fid, frame)` and `stack(sid, fids)` once per new entry, then per
@@ -417,7 +133,7 @@ class Sampler:
         self._done.acquire()
         # From now on, not from this thread's first tick: a thread the program starts at once (and that
         # may end before that tick) is noted as it starts and reports as it ends.
-        if _threading_table() and not _departures_hooked:
+        if _threading_table() and not _hooked:
             _hook_departures()
         _running.append(self)
         try:
@@ -537,9 +253,9 @@ class Sampler:
         """One tick: `d_proc` is the process's CPU since the last one less this thread's; returns the
         program's (less what it burnt for energyprof)."""
         table = _threading_table()
-        if table and not _departures_hooked:
+        if table and not _hooked:
             _hook_departures()
-        elif _depart_310 is not None and type(table) is dict and table:
+        elif _depart_310 and type(table) is dict and table:
             _keep_active_hooked()
             table = _threading_table()
         deltas, nids, departed = self._thread_cpu_deltas(frames, table)
@@ -608,137 +324,6 @@ class Sampler:
         if main_sample is not None:
             sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
         return d_proc - (self._taken - taken)
-
-    def _forget_charges(self, departed: list[tuple[int, str, int]]) -> None:
-        """An ended thread's charges, all read, are forgotten: a server that starts a thread per request
-        would otherwise pile up one entry per thread id, copied at every tick that charges. Kept where
-        the id charged again since it was read (a new thread reusing it): read at the next tick."""
-        seen = self._charges_seen
-        for nid, _name, _cpu in departed:
-            if nid in seen and _charged_by.get(nid) == seen[nid]:
-                _charged_by.pop(nid, None)
-                del seen[nid]
-
-    def _take_charges(self, deltas: dict[int, int], nids: dict[int, int], departed: list[tuple[int, str, int]],
-                      native: int) -> tuple[int, list[tuple[int, str, int]]]:
-        """Take the CPU charged to energyprof (`charge_own`) off the thread that burnt it: a thread with its
-        own clock here loses it from its delta, the main thread (and a `_thread` thread, whose CPU is the
-        main thread's here) from `native`; the tick's own figure holds the charge as it is read.
-
-        A charge comes after the work, which may have spanned ticks that already gave that CPU to the
-        thread's samples (they cannot be taken back): what a tick's CPU cannot cover stays owed and is
-        taken from the same thread's next CPU, never more than it burns. Taken off another thread, or
-        dropped at zero, it was counted twice: in energyprof's figure and in the program's samples. What
-        a thread still owes as it ends, or at the end of the run, stays counted twice (the charge says
-        how much, not when: the work's own ticks would need it as it runs). Edits `deltas` in place."""
-        owed = self._owed
-        seen = self._charges_seen
-        self._charged_seen = _charged[0]  # read first: a charge made from here on is read again next tick
-        now = dict(_charged_by)  # one copy (atomic)
-        for nid, total in now.items():
-            new = total - seen.get(nid, 0)
-            if new > 0 and nid != self.native_id:  # the sampler's own thread: its clock holds it already
-                owed[nid] = owed.get(nid, 0) + new
-                self._charged_in += new
-        self._charges_seen = now
-        taken = 0
-        if owed:
-            for ident, nid in nids.items():
-                debt = owed.get(nid)
-                if debt and ident in deltas:
-                    take = min(debt, max(0, deltas[ident]))
-                    deltas[ident] -= take
-                    taken += take
-                    owed[nid] = debt - take
-            if departed:
-                kept = []
-                for nid, name, cpu in departed:
-                    take = min(owed.pop(nid, 0), max(0, cpu))
-                    taken += take
-                    kept.append((nid, name, cpu - take))
-                departed = kept
-            clocked = set(nids.values())
-            for nid in [n for n in owed if n not in clocked]:
-                if native <= 0:
-                    break
-                take = min(owed[nid], native)  # the main thread's, or a thread with no clock here
-                native -= take
-                taken += take
-                owed[nid] -= take
-            for nid in [n for n, debt in owed.items() if debt <= 0]:
-                del owed[nid]
-        self._taken += taken
-        return native, departed
-
-    def _thread_cpu_deltas(self, frames: dict[int, FrameType], table: dict[int, Any] | None = None, first: bool = False
-                           ) -> tuple[dict[int, int], dict[int, int], list[tuple[int, str, int]]]:
-        """CPU ns each thread burnt since the last tick, by ident; each thread's native id; and
-        (native id, name, CPU) of the threads that ended meanwhile.
-
-        Neither the main thread's clock nor the sampler's is read (a syscall each, every tick):
-        the sampler's CPU is taken off the process's by the caller, and the main thread gets
-        what is left. A thread `threading` does not know (started with `_thread`) has no native
-        id here: its CPU stays in the process's and goes to the main thread's stack.
-        """
-        out: dict[int, int] = {}
-        nids: dict[int, int] = {}
-        departed: list[tuple[int, str, int]] = []
-        if _clock_ns is None:
-            return out, nids, departed
-        if table is None:
-            table = _threading_table()
-        last = self._last_cpu
-        seen: dict[int, int] = {}
-        gone = set()
-        while _departures:
-            nid, name, final = _departures.pop()
-            gone.add(nid)
-            if not first:
-                departed.append((nid, name, max(0, final - last.get(nid, 0))))
-            else:  # it ended before this sampler's first reading: its CPU precedes the profile, but it ran in it
-                _targets.pop(nid, None)
-                self._count_thread(_printable(name))
-        skip = (self.ident, self.main_ident)
-        for ident in frames:
-            if ident in skip:
-                continue
-            nid = getattr(table.get(ident), "native_id", None)
-            if nid is None or nid in gone:
-                continue
-            try:
-                now = _clock_ns(thread_clock_id(nid))
-            except OSError:
-                continue  # the thread has ended
-            seen[nid] = now
-            nids[ident] = nid
-            if not first:
-                out[ident] = now - last.get(nid, 0)
-        self._last_cpu = seen  # ended threads drop out: a reused native id starts again from zero
-        if len(self._last_sid) > 2 * len(seen) + 64:
-            self._last_sid = {n: sid for n, sid in self._last_sid.items() if n in seen}
-        return out, nids, departed
-
-    def _target_sid(self, ident: int, code: CodeType, table: dict[int, Any]) -> int:
-        name = getattr(table.get(ident), "_name", None) or _names.get(ident) or _runs(code)
-        return self.intern(self.view.thread(_printable(name), filtered([code])))
-
-    @staticmethod
-    def _thread_name(ident: int, table: dict[int, Any], outermost: CodeType) -> str:
-        """A thread's name as its stacks show it. One started with `_thread` (not `threading`) has
-        none: it is known by what it runs, its outermost function, as the threads of one target are."""
-        thread = table.get(ident)
-        name = getattr(thread, "_name", None) if thread is not None else _names.get(ident)
-        return _printable(name) if isinstance(name, str) else _runs(outermost)
-
-    def _count_thread(self, name: str) -> int:
-        """One more thread in `name`'s group; the group's head stack (its count goes to the sink)."""
-        sid = self._group_sids.get(name)
-        if sid is None:
-            sid = self._group_sids[name] = self.intern(self.view.thread(name, []))
-        n = self._thread_counts[sid] = self._thread_counts.get(sid, 0) + 1
-        if self._count_sink is not None:
-            self._count_sink(sid, n)
-        return sid
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
         if _LEARN_NAMES:

@@ -23,9 +23,11 @@ from .wire import (
     window_begin, window_end
 )
 from .hooks import install as install_hooks
+from .own_charge import charge_own
 from .qualnames import learn
-from .sampler import HookSampler, Sampler, View, _perf, _sleep, charge_own, codes_of, filtered
+from .sampler import HookSampler, Sampler, _perf, _sleep
 from .spool import Spool
+from .stacks import View, codes_of, filtered
 
 if TYPE_CHECKING:
     from types import FrameType
@@ -202,7 +204,7 @@ class Agent:
         """The I/O counters at a window's edge, read now (this process's /proc/self/io, then the disks the
         supervisor counts): a window's bytes are their differences at its own edges, not figures
         interpolated between the supervisor's ticks. About 20-35 us an edge, on the program's thread: that
-        CPU is charged to energyprof (sampler.charge_own), not the program. The two reads still add to the
+        CPU is charged to energyprof (own_charge.charge_own), not the program. The two reads still add to the
         program's rchar and syscr (two calls, a few hundred bytes an edge). Nothing is read where --io is off
         or the system has no such counters: the supervisor then hands no disks (`io_disks`) to the program."""
         if self._io is False:
