@@ -269,6 +269,24 @@ def test_the_bootstrap_serves_a_run_and_imports_only_the_agent(tmp_path):
     assert len(os.listdir(tmp_path / "spool")) == 1
 
 
+def test_the_agent_brings_no_typing_into_the_program(tmp_path):
+    """The agent's imports become the program's: its annotations import no `typing`. Run with `-S`, as
+    site's .pth files may load `typing` themselves; the program imports the bootstrap as site would
+    (and, as site does, ignores the ImportError it ends with when there is no sitecustomize of the user's)."""
+    (tmp_path / "spool").mkdir(mode=0o700)
+    boot = "try:\n import sitecustomize\nexcept ImportError:\n pass\n"
+    # a while running, so the sampler's first ticks and periodic check have run
+    show = "import sys, time; time.sleep(0.2); print(sorted(sys.modules))"
+    ran = subprocess.run([sys.executable, "-S", "-c", boot + show], cwd=tmp_path, capture_output=True, text=True,
+                         timeout=60, env=boot_env(tmp_path))
+    bare = subprocess.run([sys.executable, "-S", "-c", show], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert ran.stderr == bare.stderr == ""
+    loaded, plain_modules = set(ast.literal_eval(ran.stdout)), set(ast.literal_eval(bare.stdout))
+    assert "energyprof.agent.supervised" in loaded  # the agent served this run
+    assert {"typing", "typing_extensions"} & loaded <= plain_modules
+    assert len(os.listdir(tmp_path / "spool")) == 1
+
+
 # -- programs under the supervisor --------------------------------------------------------------
 def same_as_plain(here: Path, name: str, *extra: str) -> subprocess.CompletedProcess[str]:
     res = run_cli(profiled(*extra, name), cwd=here, timeout=240)

@@ -23,7 +23,11 @@ importing it uses up nothing: the addition runs when the module is executed.
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 PYTEST_PLUGIN = "energyprof.pytest_plugin"
 

@@ -8,7 +8,11 @@ program (the pytest plugin, a batched `generate`) asks here, so a supervised pro
 from __future__ import annotations
 
 import sys
-from typing import Any
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 
 def running() -> Any:

@@ -20,10 +20,14 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from typing import Any
 
 from .current import running
 from .unit_names import CALL_FACT, DECODES_PREFIX, REQUEST_PREFIX, ROWS_WINDOW, WINDOWS, request_key
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 WINDOW = {phase: name for name, phase in WINDOWS.items()}
 _calls = itertools.count()

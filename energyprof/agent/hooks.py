@@ -10,7 +10,11 @@ calls the original with the same status; nothing else about `_exit` changes.
 from __future__ import annotations
 
 import os
-from typing import Callable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable
 
 _original_exit = os._exit
 _on_exit: list[Callable[[], None]] = []

@@ -20,7 +20,11 @@ import os
 import sys
 import weakref
 from types import CodeType, FrameType
-from typing import Any
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 ROOT_TAG = "root"
 _MODULE_FILE = os.sep + os.path.join("torch", "nn", "modules", "module.py")

@@ -14,7 +14,11 @@ from __future__ import annotations
 import _thread
 import os
 import sys
-from typing import Any, Callable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["start", "Thread", "leave_signals_to_the_program"]
 

@@ -13,7 +13,11 @@ from __future__ import annotations
 
 import sys
 from types import CodeType, FrameType
-from typing import Any, Callable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 __all__ = ["qualname", "learn", "learn_function"]
 

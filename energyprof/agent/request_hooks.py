@@ -25,9 +25,13 @@ bookkeeping, load only once the program imports a server or a router).
 from __future__ import annotations
 
 import sys
-from typing import Any, Callable
 
 from .requests import AsgiRequests, close_request, current, name_request, open_request
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 _DONE = "__energyprof_wrapped__"
 

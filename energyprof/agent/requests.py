@@ -31,11 +31,15 @@ import os
 import sys
 import time
 from contextvars import ContextVar
-from typing import Any, Callable
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
 from .units import note_endpoint
 from .wire import window_begin, window_end
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 _perf = time.perf_counter_ns
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))

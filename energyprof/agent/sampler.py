@@ -25,7 +25,6 @@ import os
 import sys
 import time
 from types import CodeType, FrameType
-from typing import Any, Callable
 
 from .modules import candidate as _candidate
 from .modules import module_of as _module_of
@@ -39,6 +38,11 @@ from .thread_book import (
     ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
     _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
 )
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 _LEARN_NAMES = sys.version_info < (3, 11)  # 3.10's code objects have no co_qualname (qualnames.py)
 

@@ -13,7 +13,6 @@ import _thread
 import os
 import sys
 import time
-from typing import TYPE_CHECKING, Any
 
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
@@ -29,7 +28,10 @@ from .sampler import HookSampler, Sampler, _perf, _sleep
 from .spool import Spool
 from .stacks import View, codes_of, filtered
 
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from typing import Any
     from types import FrameType
 
 

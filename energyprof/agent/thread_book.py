@@ -14,10 +14,14 @@ import os
 import sys
 import time
 from types import CodeType, FrameType
-from typing import Any, Callable
 
 from .qualnames import learn_function, qualname
 from .stacks import View, filtered
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # Taken once, at import: what the program later does to `time` is its own business.
 _own_ns = time.thread_time_ns

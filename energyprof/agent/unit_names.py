@@ -7,7 +7,11 @@ analysis that reads them back names them from the same place.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Iterable
 
 # -- tests (energyprof/pytest_plugin.py marks, analysis/tests_table.py reads) -------------------------
 CALL_SUFFIX = " [call]"  # a budgeted test's call phase: `<node id> [call]`
