@@ -65,6 +65,22 @@ def test_the_agent_imports_the_standard_library_and_itself_only():
                 assert top in sys.stdlib_module_names or top in optional or top == "sitecustomize", (f.name, mod)
 
 
+def test_torch_and_cpythons_private_surface_is_in_one_module():
+    """What any torch or CPython release may change is read in agent/kernels/torch_compat.py only, so one
+    module says what the capture relies on and which versions it was tested with."""
+    private = {"pythonapi", "_C", "kineto_results", "experimental_event_tree", "_profiler_enabled", "_prepare_profiler",
+               "_run_on_profiler_start", "_enable_profiler_legacy"}
+    home = AGENT / "kernels" / "torch_compat.py"
+    found = set()
+    for f in ROOT.joinpath("energyprof").rglob("*.py"):
+        for node in ast.walk(ast.parse(f.read_text())):
+            name = node.attr if isinstance(node, ast.Attribute) else node.value if isinstance(node, ast.Constant) else None
+            if name in private:
+                assert f == home, (f.relative_to(ROOT), node.lineno, name)
+                found.add(name)
+    assert found == private  # the list names what the module really reads
+
+
 def test_no_relative_fromlist_on_the_package():
     """`from . import x` in a package loaded by path goes through __import__ and imports
     energyprof's top package (all of it) into the program."""

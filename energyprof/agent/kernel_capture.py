@@ -22,6 +22,7 @@ import time
 from typing import Any, Callable
 
 from .kernels.torch_compat import KINETO_LEVEL_SYMBOL, KINETO_QUIET, _Quiet, _watch_profiler_starts  # noqa: F401
+from .kernels.torch_compat import pending_call
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
@@ -569,7 +570,6 @@ def _hook_optimizer(capture: KernelCapture) -> None:
         capture.hook = register(lambda *_a, **_k: step("optimizer"))
 
 
-_ON_MAIN: list[Any] = []  # the C callback `_hook_on_main`, made once and kept: C may call it until the process ends
 # the pending call on the main thread and the sampler's fallback: one registers. From `_thread`: importing
 # `threading` on the sampler's thread would make that thread the program's main one (3.10: exit then hangs)
 _HOOK_LOCK = _thread.allocate_lock()
@@ -607,12 +607,8 @@ def hook_when_safe() -> None:
         return
     cap.hook_asked_periods = 0
     try:
-        import ctypes
-
-        if not _ON_MAIN:
-            _ON_MAIN.append(ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(_hook_on_main))
         cap.hook_asked = True
-        if ctypes.pythonapi.Py_AddPendingCall(_ON_MAIN[0], None) != 0:
+        if not pending_call(_hook_on_main):
             cap.hook_asked = False  # CPython's queue is full: asked again at the next period
     except Exception:  # noqa: BLE001 - no ctypes (another Python): steps come from a tracked loop only
         cap.hook_asked = True

@@ -14,8 +14,9 @@ by default turns itself off with a note (an explicit --gpu-kernels still runs, o
 - wrappers on `torch.autograd.profiler._prepare_profiler` / `_run_on_profiler_start` and
   `torch.autograd.profiler_legacy._enable_profiler_legacy`, so the program's own profiler start ends
   energyprof's window first (`_watch_profiler_starts`).
-CPython's `Py_AddPendingCall` (the optimizer hook registered on the main thread) stays beside its one
-use in agent/kernel_capture.py.
+
+CPython's private surface the capture uses is here too: `Py_AddPendingCall` through ctypes
+(`pending_call`: the optimizer hook registered on the program's main thread, between two of its bytecodes).
 """
 
 from __future__ import annotations
@@ -205,3 +206,20 @@ def _watching(original: Callable[..., Any]) -> Callable[..., Any]:
     watched._energyprof = True  # type: ignore[attr-defined]
     watched.__name__ = getattr(original, "__name__", "watched")
     return watched
+
+
+# -- CPython -------------------------------------------------------------------------------------------------
+# The C callbacks made, one per function, kept: C may call them until the process ends.
+_C_CALLBACKS: dict[Callable[[Any], int], Any] = {}
+
+
+def pending_call(func: Callable[[Any], int]) -> bool:
+    """Have the main thread run `func(None)` between two of its bytecodes (CPython's `Py_AddPendingCall`,
+    through ctypes); False where CPython's queue is full (ask again later). Raises where this Python has
+    no ctypes or no such call."""
+    import ctypes
+
+    callback = _C_CALLBACKS.get(func)
+    if callback is None:
+        callback = _C_CALLBACKS[func] = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)(func)
+    return bool(ctypes.pythonapi.Py_AddPendingCall(callback, None) == 0)
