@@ -23,7 +23,7 @@ from ..facts.profile import Note
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Totals
-from ..facts.records import GPU_KERNELS_FIELD, GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
+from ..facts.records import GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
 from .backward import BackwardFold, same_frame
 from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
@@ -32,7 +32,6 @@ from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tr
 Frame = tuple[str, str, int]
 
 TOP_KERNELS = 10
-GPU_FIELD = GPU_KERNELS_FIELD
 
 
 def source_id(device: int) -> str:

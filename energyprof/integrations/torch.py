@@ -194,6 +194,23 @@ def _workers(loader: Any) -> int:
     return int(loader.num_workers or 0)
 
 
+def _arrival(batch: Any, wait_ns: int, workers: int, started: bool, first: bool, startup_ns: int,
+             booted: set[int]) -> tuple[Any, dict[str, Any]]:
+    """A batch as it arrives: the program's batch (a timed worker's wrapping taken off) and the step's loading
+    facts: workers, start-up (the pass's first batch where it started its workers, or a worker's first batch),
+    and the pipeline's time."""
+    meta: dict[str, Any] = {"workers": workers, "startup": bool(first and started and workers),
+                            "startup_s": startup_ns / 1e9 if first and started and workers else 0.0}
+    if type(batch) is _TimedBatch:
+        batch, meta["pipeline_s"], meta["worker"] = batch
+        # each new worker's first batch waits for that worker to boot: start-up too
+        meta["startup"] = started and meta["worker"] not in booted
+        booted.add(meta["worker"])
+    elif not workers:
+        meta["pipeline_s"] = wait_ns / 1e9  # loading happens inside next()
+    return batch, meta
+
+
 # -- the training-loop breakdown -------------------------------------------------------------
 @record
 class StepRecord:
@@ -303,9 +320,8 @@ class TrackedLoader:
         t_batch: int | None = None  # when the current batch arrived
         wait_ns = 0
         step = -1
-        first = True
+        first = True  # the pass's first batch
         booted: set[int] = set()  # workers whose first batch of this pass has arrived
-        first_step = True
         # --watch-cache PATH reaches the program as collect/pagecache.WATCH_ENV (read only while profiled)
         dataset = self.dataset or (os.environ.get("ENERGYPROF_WATCH_CACHE") if prof is not None else None)
         measured_end = False
@@ -339,30 +355,13 @@ class TrackedLoader:
                     return
                 t_batch = time.perf_counter_ns()
                 wait_ns = t_batch - t
-                meta = {"workers": workers, "startup": bool(first and started and workers),
-                        "startup_s": startup_ns / 1e9 if first and started and workers else 0.0}
-                if type(batch) is _TimedBatch:
-                    batch, meta["pipeline_s"], meta["worker"] = batch
-                    # each new worker's first batch waits for that worker to boot: start-up too
-                    meta["startup"] = started and meta["worker"] not in booted
-                    booted.add(meta["worker"])
-                elif not workers:
-                    meta["pipeline_s"] = wait_ns / 1e9  # loading happens inside next()
-                first = False
+                batch, meta = _arrival(batch, wait_ns, workers, started, first, startup_ns, booted)
                 self._next_step += 1
                 self._current, self._pre_ns = step, 0
                 if prof is not None:
-                    counts: dict[str, float] = {}
-                    n = batch_samples(batch)
-                    if n is not None:
-                        counts["samples"] = float(n)
-                    if first_step and self.model is not None:
-                        params = parameter_count(self.model)
-                        if params is not None:
-                            counts["parameters"] = float(params)
-                    first_step = False
-                    _end_with_facts(prof, fetch_w, _loop_facts(meta, counts))
+                    self._fetched(prof, batch, meta, first, fetch_w)
                     prof.begin_window(compute_w, step)
+                first = False
                 if self.optimizer is not None:
                     self.optimizer.on_step_begin()
                 if (self.count_flops and prof is not None and self.model is not None and self.flops is None
@@ -380,6 +379,19 @@ class TrackedLoader:
                 self._end_pass(prof, pass_window, epoch, complete=False)
             if self.optimizer is not None:
                 self.optimizer.on_epoch_end()
+
+    def _fetched(self, prof: Any, batch: Any, meta: dict[str, Any], first: bool, fetch_w: str) -> None:
+        """The batch is in: the fetch window ends with the step's facts (its samples; the model's parameters
+        with the pass's first step)."""
+        counts: dict[str, float] = {}
+        n = batch_samples(batch)
+        if n is not None:
+            counts["samples"] = float(n)
+        if first and self.model is not None:
+            params = parameter_count(self.model)
+            if params is not None:
+                counts["parameters"] = float(params)
+        _end_with_facts(prof, fetch_w, _loop_facts(meta, counts))
 
     # -- the forecast (analysis/forecast.py): a window per pass, a prediction after each ---------------
     def _expected(self, prof: Any) -> int | None:
