@@ -321,6 +321,11 @@ class JobFeed:
             parent.placed = True
             parent.from_proc.until = parent.t_start = parent.last_data
             self._seen.pop(p.ppid, None)
+        elif parent is not None and not parent.python and not parent.placed and parent is not p:
+            # Found by the walk of /proc and not placed yet (that waits for its next reading): its child's
+            # hello, read in between, would go under a node not there yet, so to the root.
+            self._place(parent)
+            parent.placed = True
         p.main = p.pid == self.main_pid
         if p.main:
             p.role = "main"
