@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.analysis import forecast as F
@@ -247,3 +249,79 @@ def test_predict_refuses_bad_numbers_and_a_damaged_range_in_one_line(tmp_path: P
         proc = run_cli(["estimate", "predict", *args[:1], "--flops", "2e9", *args[1:]], tmp_path)
         assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+# -- damaged model files: one line, exit 2, whatever the damage ------------------------------------------------
+def _good_model() -> dict:
+    return F.fit([obs(f, 1e-9 * f, params=f / 1e3, batch=2 ** (i % 3 + 4)) for i, f in enumerate((1e9, 2e9, 3e9, 4e9, 6e9, 8e9))])
+
+
+def test_a_damaged_model_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The four files that gave a traceback (coefficients of 1000, a column that is not a name, confidence
+    as a list, dof of 10^300), a missing key, and --power-limit on a model that has no power-limit column
+    (it was silently left out of the prediction)."""
+    model = _good_model()
+    p = len(model["columns"])
+    damaged = {"coef": {**model, "coefficients": [1000.0] * p}, "column": {**model, "columns": [1, *model["columns"][1:]]},
+               "conf": {**model, "confidence": [0.95]}, "dof": {**model, "dof": 10 ** 300},
+               "missing": {k: v for k, v in model.items() if k != "xtx_inverse"}}
+    for name, m in damaged.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(m))
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    runs = [[f"{name}.json", "--flops", "2e9", "--params", "2e6", "--batch", "32"] for name in damaged]
+    runs.append(["m.json", "--flops", "2e9", "--params", "2e6", "--batch", "32", "--power-limit", "250"])
+    for args in runs:
+        proc = run_cli(["estimate", "predict", *args], tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert "power-limit" in proc.stderr
+    good = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--params", "2e6", "--batch", "32"], tmp_path)
+    assert good.returncode == 0, good.stderr
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(min_value=-10 ** 400, max_value=10 ** 400)
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=8)
+MODEL = _good_model()
+
+
+def _damage(model: dict, draw: st.DrawFn) -> dict:
+    """A model with one field replaced, removed, or one item of a list field replaced."""
+    out = json.loads(json.dumps(model))
+    key = draw(st.sampled_from(sorted(out)))
+    how = draw(st.sampled_from(["replace", "remove", "item"]))
+    if how == "remove":
+        del out[key]
+    elif how == "item" and isinstance(out[key], list) and out[key]:
+        i = draw(st.integers(0, len(out[key]) - 1))
+        if isinstance(out[key][i], list) and out[key][i] and draw(st.booleans()):
+            out[key][i][draw(st.integers(0, len(out[key][i]) - 1))] = draw(JSON)
+        else:
+            out[key][i] = draw(JSON)
+    else:
+        out[key] = draw(st.one_of(JSON, st.sampled_from([1000.0, -1e308, 10 ** 300, 1e-320, 0, -1, "x"])))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_predict_on_any_damaged_model_predicts_or_refuses_in_one_line(tmp_path: Path, data: st.DataObject,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever one field of the file holds, `estimate predict` either predicts finite numbers (exit 0) or
+    says why not in one line (exit 2): never a traceback."""
+    from energyprof.cli import main
+
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_damage(MODEL, data.draw), allow_nan=False))
+    capsys.readouterr()
+    rc = main(["estimate", "predict", str(path), "--flops", "2e9", "--params", "2e6", "--batch", "32",
+               "--steps-per-epoch", "10", "--epochs", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert rc in (0, 2), (rc, err)
+    if rc == 0:
+        pred = json.loads(out)
+        assert all(math.isfinite(pred[k][e]) for k in ("per_step_j", "per_epoch_j", "per_run_j")
+                   for e in ("value", "low", "high"))
+    else:
+        assert out == "" and len(err.strip().splitlines()) == 1, err

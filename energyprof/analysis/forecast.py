@@ -310,10 +310,16 @@ def predict(model: Mapping[str, Any], config: Mapping[str, Any], steps_per_epoch
     mu = math.fsum(a * b for a, b in zip(model["coefficients"], x0))
     inv = model["xtx_inverse"]
     lever = math.fsum(x0[i] * inv[i][j] * x0[j] for i in range(len(cols)) for j in range(len(cols)))
+    if not 1.0 + lever >= 0.0:  # an inverse of X'X has none: a matrix edited by hand
+        raise ValueError("a damaged model: its xtx_inverse gives this configuration a negative variance")
     dof = int(model["dof"])
     conf = float(model.get("confidence", CONFIDENCE))
     half = (t_quantile(0.5 + conf / 2.0, dof) * float(model["residual_sd"]) * math.sqrt(1.0 + lever)) if dof > 0 else 0.0
-    per_step = {"value": math.exp(mu), "low": math.exp(mu - half), "high": math.exp(mu + half)}
+    try:
+        per_step = {"value": math.exp(mu), "low": math.exp(mu - half), "high": math.exp(mu + half)}
+    except OverflowError:
+        raise ValueError(f"the prediction is beyond what a number holds (log energy per step {mu:.4g} ± {half:.4g}):"
+                         " a damaged model, or a configuration far from its profiles") from None
     out: dict[str, Any] = {"per_step_j": per_step, "confidence": conf}
     if steps_per_epoch:
         out["per_epoch_j"] = {k: v * steps_per_epoch for k, v in per_step.items()}

@@ -153,6 +153,7 @@ def _j(x: float) -> str:
 
 def _load_model(path: str) -> dict[str, Any]:
     from ..analysis.forecast import SCHEMA
+    from ..analysis.model_check import model_problem
     from ..facts.profile import ProfileFormatError, read_json
 
     try:
@@ -161,27 +162,12 @@ def _load_model(path: str) -> dict[str, Any]:
         raise UsageError(str(exc)) from None
     if not isinstance(model, dict) or model.get("schema") != SCHEMA:
         raise UsageError(f"{path} is not a model written by `{PROG} estimate fit` ({SCHEMA})")
-    try:
-        p = len(model["columns"])
-        ok = (len(model["coefficients"]) == p and len(model["xtx_inverse"]) == p
-              and all(len(r) == p for r in model["xtx_inverse"]) and isinstance(model["devices"], list)
-              and isinstance(model["range"], dict) and int(model["dof"]) >= 0
-              and all(isinstance(v, (int, float)) and math.isfinite(v) for v in
-                      [*model["coefficients"], *(x for r in model["xtx_inverse"] for x in r), model["residual_sd"]]))
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise UsageError(f"{path}: a damaged model (its columns, coefficients and matrix do not agree)")
-    if not all(isinstance(d, str) for d in model["devices"]) or not all(
-            key in _RANGE_KEYS and isinstance(r, list) and len(r) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in r)
-            and r[0] <= r[1] for key, r in model["range"].items()):
-        raise UsageError(f"{path}: a damaged model (its range must give each of "
-                         f"{', '.join(_RANGE_KEYS)} as [low, high], positive numbers)")
+    why = model_problem(model)
+    if why:
+        raise UsageError(f"{path}: a damaged model: {why}")
     return model
 
 
-_RANGE_KEYS = ("flops", "params", "batch", "power_limit_w")
 
 
 def _positive(flag: str, v: float | None) -> None:
@@ -207,6 +193,9 @@ def _predict(ns: Any) -> int:
     else:
         if ns.flops is None:
             raise UsageError("give --flops (FLOPs per step), or --from PROFILE.json")
+        if ns.power_limit is not None and "log_power_limit" not in model["columns"]:
+            raise UsageError(f"{ns.model} has no power-limit column (its profiles did not tell power limits apart):"
+                             " --power-limit would change nothing; leave it out, or fit on profiles run at several limits")
         config = {"flops": ns.flops, "params": ns.params, "batch": ns.batch, "device": ns.device,
                   "power_limit_w": ns.power_limit}
         steps, epochs = ns.steps_per_epoch, ns.epochs
