@@ -209,6 +209,7 @@ class Ledger:
         self._watermark = -1
         self.first_tick: Tick | None = None
         self.last_tick: Tick | None = None
+        self.start_rss: int | None = None  # the program's RSS before its first line, where its agent read it
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
         # Per process: energy (the `processes` table), CPU, memory; stack -> its process.
@@ -757,6 +758,29 @@ class Ledger:
         return share, all_
 
     # -- processes ----------------------------------------------------------------------
+    def note_start_rss(self, proc: int, rss: int, main: bool) -> None:
+        """A process's RSS before its program's first line: its first sample's growth is from there
+        (memory its first function took before a sample saw it is that function's), and the main
+        process's is the run's baseline."""
+        ps = self.procs.get(proc)
+        if ps is None:
+            ps = self.procs[proc] = _ProcStat([0.0] * self.n, [0.0] * self.n)
+        if not ps.last_rss:
+            ps.last_rss = rss
+        if main and self.start_rss is None:
+            self.start_rss = rss
+
+    def baseline_rss(self, rss: list[int]) -> int | None:
+        """RSS at the start: the first reading's (an in-process profile: when profiling began), else the
+        program's before its first line, else (a run whose first reading precedes the program and whose
+        agent read none) the first RSS seen in `rss`."""
+        first = self.first_tick
+        if first is not None and first.rss_bytes:
+            return first.rss_bytes
+        if self.start_rss:
+            return self.start_rss
+        return next((r for r in rss if r), None)
+
     def note_process(self, pid: int, **info: Any) -> None:
         """Record what the collector knows of one process of the job (see `process_table`)."""
         self.process_info.setdefault(pid, {"pid": pid}).update(info)
@@ -839,6 +863,7 @@ class Ledger:
             "first_tick": list(self.first_tick[:7]) + [self.first_tick.gpu_share, self.first_tick.peers_cpu_ns]
             if self.first_tick else None,
             "node_ranks": self.node_ranks,
+            "start_rss": self.start_rss,
             "anomalies": self.anomalies,
             "child_sid": {str(k): v for k, v in self._child_sid.items()},
             # samples still waiting for their intervals, and the per-process figures
@@ -896,6 +921,7 @@ class Ledger:
         led.thread_counts = {int(k): {int(sid): int(n) for sid, n in v} for k, v in state.get("thread_counts", {}).items()}
         led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
         led.node_ranks = state.get("node_ranks")
+        led.start_rss = state.get("start_rss")
         led._open_windows = [w for w in led.windows if w.end_ns is None]
         led._live_windows = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
         return led

@@ -405,6 +405,8 @@ class JobFeed:
             self._sample(p, r)
         elif isinstance(r, TickRecord):
             p.cur = r
+            if not p.hist and r.rss:  # its first reading: the RSS before its program's first line
+                self.ledger.note_start_rss(p.pid, r.rss, main=p.pid == self.main_pid)
             p.hist.add(r.t1, r.cpu_ns, r.own_ns, r.rss)
             p.cpu_ns, p.own_ns, p.rss = r.cpu_ns, r.own_ns, r.rss
             if r.t1 > p.watermark:
