@@ -74,6 +74,15 @@ def project_total(done: Sequence[float], epochs: int, steps: Sequence[float] = (
         # a new sum of `left` epochs: `left` draws of the spread, plus `left` times the mean's own error
         half = t_quantile(0.5 + confidence / 2.0, df) * s * math.sqrt(left + left * left / n)
         basis = "epochs"
+        trend = _trend(stable, k - n, k, left, confidence)
+        if trend is not None:
+            t_value, t_low, t_high, known = trend
+            low, high = spent + t_low, spent + t_high
+            if known:  # a slope told apart from none: the epochs to come follow the trend
+                value, df, basis = spent + t_value, n - 2, "trend"
+            else:  # a trend the epochs cannot rule out yet: the interval holds it and the mean's
+                low, high = min(low, value - half), max(high, value + half)
+            return {"value": value, "low": max(low, spent), "high": high, "basis": basis, "epochs_used": n, "df": df}
     elif len(steps) >= 2:
         q = len(steps)
         m = statistics.fmean(steps)
@@ -89,6 +98,54 @@ def project_total(done: Sequence[float], epochs: int, steps: Sequence[float] = (
         return {"value": value, "low": None, "high": None, "basis": None, "epochs_used": n, "df": None}
     return {"value": value, "low": max(value - half, spent), "high": value + half, "basis": basis,
             "epochs_used": n, "df": df}
+
+
+def _line(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float, float, float, float]:
+    """Least squares y = a + b x: (a, b, s the spread about it on n - 2 degrees of freedom, Sxx, mean x)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = math.fsum((x - mx) ** 2 for x in xs)
+    b = math.fsum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    a = my - b * mx
+    rss = math.fsum((y - a - b * x) ** 2 for x, y in zip(xs, ys))
+    return a, b, math.sqrt(rss / (len(xs) - 2)), sxx, mx
+
+
+def _trend(stable: Sequence[float], first: int, k: int, left: int,
+           confidence: float) -> tuple[float, float, float, bool] | None:
+    """The epochs to come if the stable epochs (`stable`, epochs first..k-1) follow a trend: (the sum of
+    the `left` epochs to come, its low and high ends, whether a trend is known: a slope whose own interval
+    leaves out 0). None with fewer than 3 epochs (no spread about a line to measure).
+
+    Two shapes, each fitted by least squares: a straight line (epochs that grow by a fixed amount) and a
+    straight line in log (by a fixed share). The value is the shape that leaves the smaller relative spread
+    about it; the interval holds both. The line's sum of the epochs to come is c.beta, c = (left, sum of
+    their indices), with variance s^2 (left + c'(X'X)^-1 c) on n - 2 degrees of freedom; the log line's
+    sum takes the same half-width (the line's spread holds what growth by a share bends away from it)."""
+    n = len(stable)
+    if n < 3:
+        return None
+    xs = [float(first + i) for i in range(n)]
+    t = t_quantile(0.5 + confidence / 2.0, n - 2)
+    future = [float(x) for x in range(k, k + left)]
+    a, b, s, sxx, mx = _line(xs, stable)
+    total = math.fsum(a + b * x for x in future)
+    half = t * s * math.sqrt(left + left * left / n + math.fsum(x - mx for x in future) ** 2 / sxx)
+    known = abs(b) > t * s / math.sqrt(sxx)
+    value, low, high = total, total - half, total + half
+    spread = s / abs(statistics.fmean(stable)) if statistics.fmean(stable) else math.inf
+    if min(stable) > 0:
+        la, lb, ls, _, _ = _line(xs, [math.log(y) for y in stable])
+        try:
+            log_total = math.fsum(math.exp(la + lb * x) for x in future)
+        except OverflowError:
+            return value, low, math.inf, True
+        # about the log line's sum, the straight line's half-width: exp'd, the log line's own interval on one
+        # or two degrees of freedom reaches hundreds of times the epochs seen, which no training run does
+        low, high = min(low, log_total - half), max(high, log_total + half)
+        known = known or abs(lb) > t * ls / math.sqrt(sxx)
+        if ls < spread:  # a share per epoch fits better than an amount
+            value = log_total
+    return value, low, high, known
 
 
 def forecast_facts(energies: Sequence[float] | None, times: Sequence[float], epochs: int,
