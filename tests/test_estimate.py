@@ -325,3 +325,80 @@ def test_predict_on_any_damaged_model_predicts_or_refuses_in_one_line(tmp_path: 
                    for e in ("value", "low", "high"))
     else:
         assert out == "" and len(err.strip().splitlines()) == 1, err
+
+
+# -- model families: how a step's FLOPs split among convolutions, matrix products and elementwise operators ----
+@pytest.mark.torch
+def test_the_flops_of_a_cnn_and_an_mlp_split_by_family_counted_once(tmp_path: Path) -> None:
+    """One FlopCounterMode over the first step gives both its FLOPs (as torch counts them: the figure is
+    unchanged) and their split: a small CNN's are mostly convolutions, an MLP's matrix products, and both
+    have their activations' elementwise FLOPs (one an output element: ReLU forward and its gradient)."""
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof.drive.profiler import Profiler
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 4))
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    got = {}
+    for name, model, shape in (("cnn", cnn, (2, 3, 16, 16)), ("mlp", mlp, (2, 64))):
+        batches = [torch.randn(*shape) for _ in range(2)]
+        with FlopCounterMode(display=False) as plain:  # torch's own count of the same step, for the figure
+            model(batches[0]).sum().backward()
+        prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"), idle="all",
+                        sensor_interval=0.01)
+        prof.start()
+        for x in ept.track(batches, model=model, flops=True, name=name):
+            model(x).sum().backward()
+            time.sleep(0.01)
+        profile = prof.stop()
+        (facts,) = [w.loop for w in profile.windows if "flops" in w.loop]
+        assert facts["flops"] == plain.get_total_flops()
+        relu = 2 * math.prod(shape[:1]) * (8 * 14 * 14 if name == "cnn" else 32)  # forward and threshold_backward
+        every = facts["flops"] + relu
+        assert facts["flop_share_elementwise"] == pytest.approx(relu / every)
+        got[name] = F.observation(profile, name, name=name)
+    assert got["cnn"]["conv_share"] > 0.5 and got["mlp"]["conv_share"] == 0.0 and got["mlp"]["matmul_share"] > 0.9
+    assert all(abs(sum(o[k] for k in F.SHARES) - 1.0) < 1e-9 for o in got.values())  # nothing else counted here
+
+
+def _family_obs() -> list[dict]:
+    """MLPs and CNNs whose energy per FLOP differs by family (a CNN's three times an MLP's), not by size."""
+    out = []
+    for i, f in enumerate((1e9, 2e9, 4e9, 8e9)):
+        for fam, conv, k in (("mlp", 0.0, 1.0), ("cnn", 0.8, 3.0)):
+            o = obs(f * (1.1 if fam == "cnn" else 1.0), 1e-9 * f * k * (1.1 if fam == "cnn" else 1.0), name=f"{fam}{i}")
+            o.update(conv_share=conv, matmul_share=0.97 - conv, elementwise_share=0.03)
+            out.append(o)
+    return out
+
+
+def test_a_column_of_the_flops_family_tells_cnns_from_mlps() -> None:
+    """Across families FLOPs alone cannot say a CNN's step costs three times an MLP's of the same FLOPs: the
+    conv share column can (known answer: log 3 per unit of conv share / 0.8)."""
+    data = _family_obs()
+    alone = F.leave_one_out(data, columns=["1", "log_flops"])
+    m = F.fit(data)
+    assert "conv_share" in m["columns"]
+    assert m["coefficients"][m["columns"].index("conv_share")] == pytest.approx(math.log(3.0) / 0.8, rel=1e-6)
+    assert m["loo"]["max_abs_error"] < 1e-6 < 0.3 < alone["median_abs_error"]
+
+
+def test_a_prediction_for_a_family_outside_the_fit_is_flagged(tmp_path: Path) -> None:
+    """A fit on MLPs alone predicting a CNN: refused in one line (exit 2), and with --extrapolate predicted
+    and flagged; a model of the fit's family is predicted as before."""
+    mlps = [o for o in _family_obs() if o["name"].startswith("mlp")]
+    (tmp_path / "m.json").write_text(json.dumps(F.fit(mlps)))
+    cnn = ["estimate", "predict", "m.json", "--flops", "2e9", "--conv-share", "0.8", "--matmul-share", "0.17",
+           "--elementwise-share", "0.03"]
+    proc = run_cli(cnn, tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "model family outside the fit" in proc.stderr and "80% convolutions" in proc.stderr
+    flagged = run_cli([*cnn, "--extrapolate", "--json"], tmp_path)
+    assert flagged.returncode == 0 and "model family outside the fit" in json.loads(flagged.stdout)["extrapolated"]
+    assert "model family outside the fit" in flagged.stderr
+    same = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--conv-share", "0", "--matmul-share", "0.97",
+                    "--elementwise-share", "0.03"], tmp_path)
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stderr

@@ -11,13 +11,20 @@ import math
 from typing import Any, Mapping
 
 RANGE_KEYS = ("flops", "params", "batch", "power_limit_w")
-PLAIN_COLUMNS = ("1", "log_flops", "log_params", "log_batch", "log_power_limit")
+PLAIN_COLUMNS = ("1", "log_flops", "log_params", "log_batch", "log_power_limit", "conv_share", "matmul_share",
+                 "elementwise_share")
 # A fit's degrees of freedom are its profiles less its columns: a million profiles is beyond any file.
 MAX_DOF = 1_000_000
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite number a float holds (JSON's integers have no bound: 10**400 is not one)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:
+        return False
 
 
 def _numbers(v: Any, n: int) -> bool:
@@ -67,6 +74,10 @@ def model_problem(model: Any) -> str | None:
         return "its confidence must be a number between 0 and 1"
     if not _range_ok(model.get("range")):
         return f"its range must give each of {', '.join(RANGE_KEYS)} as [low, high], positive numbers"
+    families = model.get("families")
+    if families is not None and not (isinstance(families, list) and all(
+            isinstance(f, list) and len(f) == 3 and all(_number(x) and 0 <= x <= 1 for x in f) for f in families)):
+        return "its families must be a list of [conv, matmul, elementwise] shares, each from 0 to 1"
     policy = model.get("idle_policy")
     if policy is not None and not isinstance(policy, str):
         return "its idle_policy must be a name"

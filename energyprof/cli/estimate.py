@@ -49,6 +49,10 @@ def build_estimate_parser() -> Parser:
     pr.add_argument("--batch", type=float, help="samples per step")
     pr.add_argument("--device", help="the device, as the model names it (default: the model's only device)")
     pr.add_argument("--power-limit", type=float, metavar="W", help="the device's power limit")
+    for fam, what in (("conv", "convolutions"), ("matmul", "matrix products"), ("elementwise", "elementwise operators")):
+        pr.add_argument(f"--{fam}-share", type=float, metavar="S", help=f"the share of a step's FLOPs in {what}"
+                        " (0 to 1, as a tracked loop's first step counts them): a model family unlike the profiles'"
+                        " is refused, and a model fitted with this column needs it")
     pr.add_argument("--steps-per-epoch", type=float, metavar="S", help="steps per epoch: energy per epoch")
     pr.add_argument("--epochs", type=float, metavar="N", help="epochs: energy per run (needs --steps-per-epoch)")
     pr.add_argument("--extrapolate", action="store_true", help="predict even far outside the profiles' range (flagged)")
@@ -197,7 +201,12 @@ def _predict(ns: Any) -> int:
             raise UsageError(f"{ns.model} has no power-limit column (its profiles did not tell power limits apart):"
                              " --power-limit would change nothing; leave it out, or fit on profiles run at several limits")
         config = {"flops": ns.flops, "params": ns.params, "batch": ns.batch, "device": ns.device,
-                  "power_limit_w": ns.power_limit}
+                  "power_limit_w": ns.power_limit, "conv_share": ns.conv_share, "matmul_share": ns.matmul_share,
+                  "elementwise_share": ns.elementwise_share}
+        for key in F.SHARES:
+            v = config[key]
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise UsageError(f"--{key.replace('_', '-')} must be a share from 0 to 1, not {v!r}")
         steps, epochs = ns.steps_per_epoch, ns.epochs
     for key in ("flops", "params", "batch", "power_limit_w"):
         v = config.get(key)
@@ -223,6 +232,8 @@ def _predict(ns: Any) -> int:
         p["extrapolated"] = why
     if measured is not None:
         p["measured"] = {"per_step_j": measured["energy_per_step_j"], "per_epoch_j": measured["energy_per_epoch_j"]}
+    if why:
+        print(f"{PROG}: warning: extrapolated: {why}", file=sys.stderr)
     if ns.json:
         print(json.dumps({"config": config, **p}, allow_nan=False))
         return 0
@@ -240,6 +251,4 @@ def _predict(ns: Any) -> int:
                 m = p["measured"][key]
                 line += f"; measured {_j(m)} ({(v['value'] - m) / m * 100:+.1f}%)"
             print(line)
-    if why:
-        print(f"{PROG}: warning: extrapolated: {why}", file=sys.stderr)
     return 0
