@@ -599,51 +599,22 @@ def forecast_line(loop: str, f: dict[str, float]) -> str:
 def _start_flop_count(model: Any) -> Any:
     """torch's FlopCounterMode, entered (None: no torch, torch.compile in use, or it would not start). A
     dispatch mode turns torch.compile off for the run and makes it warn: never where dynamo is loaded.
-    Elementwise operators are counted too (one FLOP an output element, as `_elementwise_flops` says), apart
-    from the FLOPs torch counts (matrix products, convolutions, attention), so one run of the counter gives
-    both the step's FLOPs and how they split among operator families (`flop_shares`)."""
+    Elementwise operators are counted too, apart from the FLOPs torch counts (matrix products, convolutions,
+    attention), so one run of the counter gives both the step's FLOPs and how they split among operator
+    families (integrations/flop_families.py)."""
     torch = sys.modules.get("torch")
     if torch is None or _compile_in_use(model):
         return None
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
-        aten = torch.ops.aten
-        mapping = {getattr(aten, name): _elementwise_flops for name in ELEMENTWISE_OPS if hasattr(aten, name)}
-        mode = FlopCounterMode(display=False, custom_mapping=mapping)
+        from .flop_families import elementwise_mapping
+
+        mode = FlopCounterMode(display=False, custom_mapping=elementwise_mapping(torch))
         mode.__enter__()
         return mode
     except Exception:  # noqa: BLE001 - counting is never worth the program's run
         return None
-
-
-# Pointwise operators of a training step (activations, their gradients, residual adds, scaling): one FLOP an
-# output element. FlopCounterMode counts none of them by itself.
-ELEMENTWISE_OPS = ("add", "sub", "mul", "div", "relu", "threshold_backward", "gelu", "gelu_backward", "sigmoid",
-                   "sigmoid_backward", "tanh", "tanh_backward", "silu", "silu_backward", "exp", "neg", "pow", "sqrt",
-                   "rsqrt", "clamp", "where", "maximum", "minimum", "leaky_relu", "leaky_relu_backward")
-# operator name (aten.X's X, overload and backward dropped) -> family
-_FAMILIES = {"convolution": "conv", "_convolution": "conv", "cudnn_convolution": "conv",
-             "mm": "matmul", "addmm": "matmul", "bmm": "matmul", "baddbmm": "matmul", "matmul": "matmul"}
-
-
-def _elementwise_flops(*args: Any, out_shape: Any = None, **kwargs: Any) -> int:
-    n = 1
-    for d in out_shape or ():
-        n *= int(d)
-    return n if out_shape is not None else 0
-
-
-def flop_shares(counts: dict[str, float]) -> tuple[float, dict[str, float]]:
-    """(the step's FLOPs as torch counts them, elementwise left out; each family's share of all counted:
-    conv, matmul, elementwise, other (attention and what else torch counts)). `counts`: operator -> FLOPs."""
-    fam = {"conv": 0.0, "matmul": 0.0, "elementwise": 0.0, "other": 0.0}
-    for op, n in counts.items():
-        name = str(op).removeprefix("aten.").split(".")[0]  # aten.convolution_backward.default -> convolution_backward
-        family = "elementwise" if name in ELEMENTWISE_OPS else _FAMILIES.get(name.removesuffix("_backward"), "other")
-        fam[family] += n
-    every = math.fsum(fam.values())
-    return every - fam["elementwise"], {k: v / every for k, v in fam.items()} if every > 0 else {}
 
 
 # Loaded by torch.compile (every backend, at the call), not by torch's optimizers: torch._dynamo itself is
@@ -660,6 +631,8 @@ def _compile_in_use(model: Any) -> bool:
 
 def _stop_flop_count(mode: Any) -> tuple[float, dict[str, float]] | None:
     """The counted step's FLOPs (as torch counts them) and its families' shares (`flop_shares`), or None."""
+    from .flop_families import flop_shares
+
     try:
         mode.__exit__(None, None, None)
         counts = {str(op): float(n) for op, n in mode.get_flop_counts().get("Global", {}).items()}
