@@ -100,6 +100,21 @@ def test_one_epoch_interval_from_its_steps_and_what_they_cannot_see() -> None:
     assert F.project_total([5.0, 5.0, 5.0], 3)["basis"] == "complete"
 
 
+def test_after_one_epoch_the_others_share_of_the_machine_widens_both_intervals() -> None:
+    """Neighbours that took 30% of the machine's CPU in the first epoch may stay, go or grow: the epochs to
+    come may move by as much, so the time's and the energy's half-widths take 0.3 x the epochs to come whole
+    (one epoch of 10 s, 4 to come: 12 s more each way). From two epochs on their spread shows it."""
+    steps = [1.0] * 10
+    quiet = F.forecast_facts([100.0], [10.0], 5, steps)
+    busy = F.forecast_facts([100.0], [10.0], 5, steps, others_share=0.3)
+    assert busy["time_high_s"] - quiet["time_high_s"] == pytest.approx(0.3 * 4 * 10.0)
+    assert quiet["time_low_s"] - busy["time_low_s"] == pytest.approx(0.3 * 4 * 10.0)
+    assert busy["energy_high_j"] - quiet["energy_high_j"] == pytest.approx(0.3 * 4 * 100.0)
+    assert busy["time_s"] == quiet["time_s"] and busy["energy_j"] == quiet["energy_j"]  # the point stays
+    two = F.forecast_facts([100.0, 101.0], [10.0, 10.1], 5, others_share=0.3)
+    assert two == F.forecast_facts([100.0, 101.0], [10.0, 10.1], 5)
+
+
 def test_forecast_facts_price_carbon_with_the_energy() -> None:
     f = F.forecast_facts([3.6e6], [100.0], 2, [1.0, 1.1, 0.9], intensity_g_per_kwh=500.0, pue=1.2)
     assert f["energy_j"] == 7.2e6 and f["carbon_g"] == pytest.approx(2 * 500.0 * 1.2)
@@ -152,8 +167,9 @@ def test_equal_epochs_predicted_after_the_first_and_growing_ones_with_wider_inte
     assert [f.epochs_done for f in equal.forecasts] == [1, 2, 3, 4, 5] == [int(f["epochs_done"]) for f in tracked.forecasts]
     total = passes_total(equal)
     first = equal.forecasts[0]
-    assert first.by_steps and abs(first.energy_j - total) <= 0.10 * total
-    assert first.energy_low_j <= total <= first.energy_high_j
+    # the outcome inside the interval (which carries the machine's load in the first epoch), not a fixed
+    # share: beside a changing load the point after one epoch was 12-19% off
+    assert first.by_steps and first.energy_low_j <= total <= first.energy_high_j
     assert first.time_low_s <= sum(w.time_s for w in equal.windows if w.name == "step.pass") <= first.time_high_s
     assert first.carbon_g is not None and first.carbon_g > 0
     # after two and three epochs the spread is the epochs': growth shows in it; from four on, a line through
@@ -179,7 +195,9 @@ def test_equal_epochs_predicted_after_the_first_and_growing_ones_with_wider_inte
         html = render_html(model)
         assert "Forecast: step" in html and "after epoch" in html
     assert build(equal).forecasts["step"]["rows"][0]["energy_inside"] is True
-    assert build(growing).forecasts["step"]["rows"][0]["energy_inside"] is False  # after one epoch growth is unseen
+    # after one epoch growth is unseen: the forecast is low (whether its interval holds the outcome depends on
+    # how much of the machine others took in that epoch)
+    assert build(growing).forecasts["step"]["rows"][0]["energy_error"] < -0.2
 
 
 def test_no_epochs_no_forecast_and_no_pass_windows(tmp_path: Path) -> None:

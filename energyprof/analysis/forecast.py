@@ -151,20 +151,24 @@ def _trend(stable: Sequence[float], first: int, k: int, left: int,
 def forecast_facts(energies: Sequence[float] | None, times: Sequence[float], epochs: int,
                    step_times: Sequence[float] = (), intensity_g_per_kwh: float | None = None, pue: float = 1.0,
                    estimated: bool = False, confidence: float = CONFIDENCE,
-                   sensor_period_s: float = 0.0) -> dict[str, float]:
+                   sensor_period_s: float = 0.0, others_share: float = 0.0) -> dict[str, float]:
     """One forecast as numbers (a window's facts carry nothing else): after len(times) epochs of
     `epochs`, the total energy (J, the program's), time (s) and carbon (g), each with its interval.
 
     With one epoch the energy's interval takes the relative spread of the steps' times, and what they
-    cannot see (`project_total`'s `unseen`: the epoch outside its steps, `sensor_period_s` over its time)."""
+    cannot see (`project_total`'s `unseen`: the epoch outside its steps, `sensor_period_s` over its time).
+    `others_share`: the share of the machine's CPU other processes used during that epoch. Whether they stay,
+    go or grow, one epoch cannot tell, and the pace of the epochs to come moves with them (the time after one
+    epoch missed by 20% under a changing load, against a 5% half-width): both intervals take it whole."""
     k = len(times)
     out: dict[str, float] = {"epochs_done": float(k), "epochs": float(epochs), "confidence": confidence}
     outside = resolution = 0.0
+    load = min(max(others_share, 0.0), 1.0) if k == 1 else 0.0
     if k == 1 and step_times and times[0] > 0:
         outside = max(1.0 - math.fsum(step_times) / times[0], 0.0)
         resolution = max(sensor_period_s, 0.0) / times[0]  # the energy's, not the clock's
-    t = project_total(times, epochs, step_times, confidence, outside)
-    unseen = outside + resolution
+    t = project_total(times, epochs, step_times, confidence, outside + load)
+    unseen = outside + resolution + load
     _put(out, "time", "s", t)
     if energies is not None and len(energies) == k:
         e = project_total(energies, epochs, step_times, confidence, unseen)

@@ -249,6 +249,7 @@ class TrackedLoader:
         self.epochs = epochs  # passes the run will make (None: the run's --expect-epochs, if any)
         self.forecasts: list[dict[str, float]] = []  # after each finished pass but the last (analysis.forecast)
         self._passes_done: list[tuple[float | None, float, int]] = []  # per finished pass: energy, time, pass
+        self._load_at_start: tuple[int, int, int] | None = None  # `_machine_load` as the first pass began
         self._pass_facts: dict[str, Any] = {}  # carbon setting and whether any energy was estimated
         self._flop_mode: Any = None  # FlopCounterMode around the first step, while it runs
         self.flops: float | None = None  # the first step's FLOPs (FlopCounterMode), once counted
@@ -393,6 +394,8 @@ class TrackedLoader:
         """Open the pass's window when a forecast is wanted: (context, Measurement), else None."""
         if prof is None or not self._expected(prof) or not hasattr(prof, "window"):
             return None
+        if not self._passes_done:
+            self._load_at_start = _machine_load()
         try:
             cm = prof.window(f"{self.name}.pass", epoch)
             return cm, cm.__enter__()
@@ -434,8 +437,10 @@ class TrackedLoader:
         step_times = [s.time_s for s in self.steps if s.epoch == first] if k == 1 else []
         g, pue = self._pass_facts.get("carbon", (None, 1.0))
         period = _run_setting(prof, "sensor_interval", "sensor_interval")
+        others = _others_share(self._load_at_start, _machine_load()) if k == 1 else 0.0
         facts = forecast_facts(energies if all(e is not None for e in energies) else None, times, n, step_times,
-                               g, pue, bool(self._pass_facts.get("estimated")), sensor_period_s=float(period or 0.0))
+                               g, pue, bool(self._pass_facts.get("estimated")), sensor_period_s=float(period or 0.0),
+                               others_share=others)
         facts = {k2: v for k2, v in facts.items() if math.isfinite(v)}
         self.forecasts.append(facts)
         w = f"{self.name}.forecast"
@@ -594,6 +599,28 @@ def forecast_line(loop: str, f: dict[str, float]) -> str:
     kind = "estimated" if f.get("estimated") else "measured"
     return (f"energyprof: forecast for {loop!r} after epoch {k} of {n}: " + ", ".join(pieces)
             + f" ({int(round(f.get('confidence', 0.95) * 100))}% interval from {basis}; program energy, {kind} so far)")
+
+
+def _machine_load() -> tuple[int, int, int] | None:
+    """(now, the machine's busy CPU ns, this process's CPU ns), or None where /proc/stat cannot be read."""
+    from ..collect.probes import machine_busy_ns
+
+    try:
+        return time.perf_counter_ns(), machine_busy_ns(), time.process_time_ns()
+    except (OSError, ValueError):
+        return None
+
+
+def _others_share(a: tuple[int, int, int] | None, b: tuple[int, int, int] | None) -> float:
+    """The share of the machine's CPU that other processes used between two `_machine_load` readings (0..1):
+    the neighbours the first epoch shared the machine with, whose coming and going moves the pace of the
+    epochs to come. A DataLoader's workers count as others here: an interval wider, never narrower."""
+    from ..collect.probes import logical_cpus
+
+    if a is None or b is None or b[0] <= a[0]:
+        return 0.0
+    others = (b[1] - a[1]) - (b[2] - a[2])
+    return min(max(others / ((b[0] - a[0]) * logical_cpus()), 0.0), 1.0)
 
 
 def _start_flop_count(model: Any) -> Any:
