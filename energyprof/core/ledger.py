@@ -120,6 +120,7 @@ class Ledger:
         self._watermark = -1
         self.first_tick: Tick | None = None
         self.last_tick: Tick | None = None
+        self.start_rss: int | None = None  # the program's RSS before its first line, where its agent read it
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
         # Per process: energy (the `processes` table), CPU, memory; stack -> its process.
@@ -634,6 +635,29 @@ class Ledger:
         return share, all_
 
     # -- processes ----------------------------------------------------------------------
+    def note_start_rss(self, proc: int, rss: int, main: bool) -> None:
+        """A process's RSS before its program's first line: its first sample's growth is from there
+        (memory its first function took before a sample saw it is that function's), and the main
+        process's is the run's baseline."""
+        ps = self.procs.get(proc)
+        if ps is None:
+            ps = self.procs[proc] = ProcessTally([0.0] * self.n, [0.0] * self.n)
+        if not ps.last_rss:
+            ps.last_rss = rss
+        if main and self.start_rss is None:
+            self.start_rss = rss
+
+    def baseline_rss(self, rss: list[int]) -> int | None:
+        """RSS at the start: the first reading's (an in-process profile: when profiling began), else the
+        program's before its first line, else (a run whose first reading precedes the program and whose
+        agent read none) the first RSS seen in `rss`."""
+        first = self.first_tick
+        if first is not None and first.rss_bytes:
+            return first.rss_bytes
+        if self.start_rss:
+            return self.start_rss
+        return next((r for r in rss if r), None)
+
     def note_process(self, pid: int, **info: Any) -> None:
         """Record what the collector knows of one process of the job (see `process_table`)."""
         self.process_info.setdefault(pid, {"pid": pid}).update(info)

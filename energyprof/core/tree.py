@@ -182,9 +182,7 @@ def _totals(ledger: Ledger, root: Node, timeline: Timeline, own: dict[str, float
     ids = ledger.source_ids
     first, last = ledger.first_tick, ledger.last_tick
     rss = [r for r in timeline.rss_bytes if r]
-    baseline = first.rss_bytes if first is not None and first.rss_bytes else None
-    if baseline is None and rss:
-        baseline = rss[0]  # a supervised run's first reading precedes the program: its first RSS seen
+    baseline = ledger.baseline_rss(rss)
     if peak_rss_exact_bytes is not None:
         # The kernel's mark is read from per-thread RSS counters that lag by up to 64 pages a
         # thread, so it came out 80-150 KB below a sampled reading in a third of runs: the exact
