@@ -20,7 +20,8 @@ include it.
 
 A file is also claimed machine-wide while it is changed (an exclusive flock on a 0600 record in
 /run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests; no other user can open, make or swap it, so none
-can hold it): each process that sets knobs has its own keeper,
+can hold it; a folder there that others can write refuses the change, and an older claim others could open
+is flocked before it is replaced, so one still held is refused too): each process that sets knobs has its own keeper,
 and without the claim two of them would take each other's setting for an original. A second process
 finding the claim held is refused, one line. The claim's descriptor goes to the keeper process with the
 original, so after a kill -9 of the setter the claim is let go only once the original is back.
