@@ -19,7 +19,7 @@ Both idle policies are accumulated side by side, so the policy is a rendering ch
 
 A run may be several processes (the supervisor feeds every followed process's samples into
 one ledger, each tagged with its pid): an interval's energy is then shared among all of
-them by CPU weight, and `process_table` gives each process its part. RSS arrives with each
+them by CPU weight, and `core/processes.process_table` gives each process its part. RSS arrives with each
 sample, so memory growth is charged per process to the stack running when it was seen.
 Samples may arrive in any order; the caller adds a tick only once every sample that ends
 before it is in.
@@ -659,7 +659,7 @@ class Ledger:
         return next((r for r in rss if r), None)
 
     def note_process(self, pid: int, **info: Any) -> None:
-        """Record what the collector knows of one process of the job (see `process_table`)."""
+        """Record what the collector knows of one process of the job (see `core/processes.process_table`)."""
         self.process_info.setdefault(pid, {"pid": pid}).update(info)
 
     def note_threads(self, pid: int, sid: int, count: int) -> None:
@@ -680,43 +680,9 @@ class Ledger:
                 {proc: list(ps.share if share else ps.all) for proc, ps in self.procs.items()})
 
     def program_energy(self, policy: str) -> list[float]:
-        """The program's energy so far per source under `policy` (the `process_table` rows' sum)."""
+        """The program's energy so far per source under `policy` (the `core/processes.process_table` rows' sum)."""
         total, parts = self.program_parts(policy)
         for row in parts.values():
             for i, v in enumerate(row):
                 total[i] += v
         return total
-
-    def process_table(self, policy: str) -> list[dict[str, Any]]:
-        """One row per followed process; their energies add up to the program's attributed
-        energy (what no sample carried, and processes not listed, count as the main one's)."""
-        check_policy(policy)
-        if not self.process_info:
-            return []
-        listed = self.process_info
-        main = next((pid for pid, info in listed.items() if info.get("role") == "main"), next(iter(listed)))
-        energy = {pid: [0.0] * self.n for pid in listed}
-        energy[main], parts = self.program_parts(policy)
-        for proc, part in parts.items():
-            row = energy[proc if proc in listed else main]
-            for i, v in enumerate(part):
-                row[i] += v
-        out = []
-        for pid, info in listed.items():
-            ps = self.procs.get(pid)
-            cpu_ns = info.get("cpu_ns")
-            out.append({
-                "pid": pid,
-                "parent_pid": info.get("parent_pid"),
-                "command": info.get("command", ""),
-                "role": info.get("role", "child"),
-                "rank": info.get("rank"),
-                "local_rank": info.get("local_rank"),
-                "cpu_time_s": (cpu_ns if cpu_ns is not None else (ps.cpu_ns if ps else 0)) / 1e9,
-                "energy_j": {sid: float(v) for sid, v in zip(self.source_ids, energy[pid])},
-                "peak_rss_bytes": max(ps.peak_rss if ps else 0, int(info.get("peak_rss_bytes") or 0)) or None,
-                "exit": info.get("exit"),
-            })
-        return out
-
-    # -- checkpoints --------------------------------------------------------------------

@@ -9,6 +9,7 @@ from ..facts.profile import (IDLE_NODE, SELF_NODE, THREAD_PREFIX, UNSAMPLED_CPU_
                        Profile, Source, Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
+from .processes import process_table
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
 from ..facts.load import MachineLoad
@@ -281,11 +282,10 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
     tree's figure (the kernel's, for the waited-for program and the children it waited for) holds
     beyond every row's own, which is its shutdown after the last reading of it, and any child too
     short-lived to have a row."""
-    table = getattr(ledger, "process_table", None)
-    ledger_rows = table(policy) if table is not None else []
+    ledger_rows = process_table(ledger, policy)
     # the other policy's figures beside them, as every node keeps them, so the rows add up to the program
     # under either (`report --idle`, a merged job)
-    other = {r["pid"]: r["energy_j"] for r in table(other_policy(policy))} if ledger_rows and table is not None else {}
+    other = {r["pid"]: r["energy_j"] for r in process_table(ledger, other_policy(policy))} if ledger_rows else {}
     rows = ledger_rows or [{**c, "role": c.get("role", "child")} for c in child_processes]
     out = []
     for r in rows:
