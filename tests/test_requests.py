@@ -577,3 +577,60 @@ def test_random_paths_get_names_bounded_by_the_routes(tmp_path: Path, seed: int)
     assert set(names) <= routed | {f"{m} {UNMATCHED}" for m in (*METHODS, "OTHER")}
     assert "GET /api/{version}/items/{item_id:int}" in names  # a third of the requests take the route
     assert all(path not in name for _, path, _ in sent for name in names)
+
+
+STREAMED = """
+import contextlib, http.client, json, sys, threading
+from flask import Flask, send_file
+from waitress.server import create_server
+
+app = Flask(__name__)
+
+@app.get("/stream")
+def stream():
+    def chunks():
+        for i in range(3):
+            yield f"part {i}\\n"
+    return app.response_class(chunks(), mimetype="text/plain")  # no Content-Length: a generator's
+
+@app.get("/file")
+def file():
+    return send_file("body.txt")  # waitress's own file wrapper: sent by the server itself
+
+@app.get("/one")
+def one():
+    return "whole"
+
+profiled = sys.argv[1] == "profiled"
+if profiled:
+    from energyprof import energy_profile
+    from energyprof.wsgi import EnergyMiddleware
+    app.wsgi_app = EnergyMiddleware(app.wsgi_app)
+server = create_server(app, host="127.0.0.1", port=0, threads=2)
+threading.Thread(target=server.run, daemon=True).start()
+out = []
+ctx = energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv") if profiled else contextlib.nullcontext()
+with ctx:
+    conn = http.client.HTTPConnection("127.0.0.1", server.effective_port, timeout=60)
+    for path in ["/stream", "/file", "/one", "/stream"]:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        out.append([r.status, r.read().decode(), r.getheader("Content-Length")])
+print(json.dumps(out))
+"""
+
+
+def test_a_streamed_or_file_response_under_the_wsgi_middleware_is_served_as_without_it(tmp_path: Path) -> None:
+    """A generator's response has no length (waitress asks only where the iterable has one), and a file
+    response stays the server's file wrapper: the same statuses, bodies and lengths as plain serving."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "body.txt").write_text("a file's bytes\n" * 50)
+    (tmp_path / "streamed.py").write_text(textwrap.dedent(STREAMED))
+    runs = {mode: subprocess.run([sys.executable, "streamed.py", mode], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=300) for mode in ("plain", "profiled")}
+    assert runs["plain"].returncode == 0 and runs["profiled"].returncode == 0, runs["profiled"].stderr
+    assert runs["profiled"].stdout == runs["plain"].stdout
+    assert [s for s, _, _ in json.loads(runs["plain"].stdout)] == [200] * 4
+    runs_ = unit_runs(load(tmp_path / "p.json").windows)  # type: ignore[attr-defined]
+    assert [(r.name, r.status) for r in runs_] == [
+        ("GET /stream", 200), ("GET /file", 200), ("GET /one", 200), ("GET /stream", 200)]
