@@ -634,3 +634,38 @@ def test_a_streamed_or_file_response_under_the_wsgi_middleware_is_served_as_with
     runs_ = unit_runs(load(tmp_path / "p.json").windows)  # type: ignore[attr-defined]
     assert [(r.name, r.status) for r in runs_] == [
         ("GET /stream", 200), ("GET /file", 200), ("GET /one", 200), ("GET /stream", 200)]
+
+
+def test_a_hook_whose_bookkeeping_fails_leaves_the_response_and_the_programs_exceptions_as_they_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flask's router hooked with energyprof's naming broken: the responses are the same as unhooked ones, and
+    an exception the framework's own function raises reaches the program unchanged, its arguments passed on
+    exactly (keywords included)."""
+    import flask
+    import flask.ctx
+
+    from energyprof.agent import request_hooks
+
+    app = flask.Flask("hooked")
+    app.add_url_rule("/items/<int:item_id>", "item", lambda item_id: {"id": item_id})
+    paths = ["/items/3", "/missing"]
+    plain = [(r.status_code, r.get_data()) for r in map(app.test_client().get, paths)]
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("energyprof's own bug")
+
+    monkeypatch.setattr(flask.ctx.RequestContext, "match_request", flask.ctx.RequestContext.match_request)
+    monkeypatch.setattr(request_hooks, "name_request", broken)
+    monkeypatch.setattr(request_hooks, "current", broken)
+    request_hooks.patch("flask.ctx", flask.ctx)
+    assert getattr(flask.ctx.RequestContext.match_request, "__energyprof_wrapped__", False)
+    assert [(r.status_code, r.get_data()) for r in map(app.test_client().get, paths)] == plain
+
+    class Router:
+        def matches(self, scope: object, *, strict: bool = False) -> tuple[object, ...]:
+            raise LookupError(scope, strict)
+
+    request_hooks._wrap(Router, "matches", request_hooks._matches(prefix=False))
+    with pytest.raises(LookupError) as raised:
+        Router().matches("scope", strict=True)
+    assert raised.value.args == ("scope", True)
