@@ -669,3 +669,50 @@ def test_a_hook_whose_bookkeeping_fails_leaves_the_response_and_the_programs_exc
     with pytest.raises(LookupError) as raised:
         Router().matches("scope", strict=True)
     assert raised.value.args == ("scope", True)
+
+
+UNNAMED = WORK + """
+import sys
+from flask import Flask
+from energyprof import energy_profile
+from energyprof.wsgi import EnergyMiddleware
+
+app = Flask(__name__)
+
+@app.get("/ping")
+def ping():
+    work(1)
+    return "pong"
+
+@app.errorhandler(404)
+def not_found(_e):               # a request no route took, doing the same work as /ping's
+    work(1)
+    return "none", 404
+
+app.wsgi_app = EnergyMiddleware(app.wsgi_app)
+get = app.test_client().get
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    for i in range(ROUNDS):
+        get("/ping").close()
+        get(f"/missing/{i}").close()
+"""
+
+
+def test_a_request_routing_never_named_is_charged_from_its_start(tmp_path: Path) -> None:
+    """A 404 is named only when it ends, yet its window began with it: its joules match those of a routed
+    request doing the same CPU work. Both kinds alternate on one thread (no overlap), so each window holds
+    the program's energy over its own span; the work is 0.1 s of CPU by the thread's clock, and the edges
+    (10 ms sensor readings) move a window's joules by at most 2 * 10 ms / 0.1 s = 20 %, less for the medians;
+    a window opened only at its end missed whatever the ledger had charged by then, most of its span."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "unnamed.py").write_text(UNNAMED.replace("ROUNDS", str(ROUNDS)))
+    done = subprocess.run([sys.executable, "unnamed.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    windows = [w for w in load(tmp_path / "p.json").windows if unit_kind(w) == "request"]  # type: ignore[attr-defined]
+    by = {n: [w for w in windows if w.name == n] for n in ("GET /ping", f"GET {UNMATCHED}")}
+    assert [len(ws) for ws in by.values()] == [ROUNDS, ROUNDS], [w.name for w in windows]
+    assert sorted(w.index for w in by[f"GET {UNMATCHED}"]) == list(range(ROUNDS))
+    assert {w.loop["status"] for w in by[f"GET {UNMATCHED}"]} == {404.0}
+    matched, unmatched = (statistics.median(w.program_total_j for w in ws) for ws in by.values())
+    assert matched > 0
+    assert unmatched / matched == pytest.approx(1.0, rel=0.4)

@@ -17,14 +17,14 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+from ..agent.window_facts import REQUEST_FACT, STATUS_FACT
 from ..facts.profile import Window
 from ..record import asdict, field, record
 from .training import window_program_j
 
-REQUEST = "request"  # the fact agent/requests.py writes on each request's window
-FACT_KINDS: tuple[str, ...] = (REQUEST,)  # a window whose facts hold one of these at 1 is a unit of that kind
+FACT_KINDS: tuple[str, ...] = (REQUEST_FACT,)  # a window whose facts hold one of these at 1 is a unit of that kind
 PREFIX_KINDS: tuple[tuple[str, str], ...] = (("[ray task ", "task"), ("[ray actor ", "task"), ("[dask task ", "task"))
-LABELS: dict[str, str] = {"request": "requests", "task": "tasks"}
+LABELS: dict[str, str] = {REQUEST_FACT: "requests", "task": "tasks"}
 COSTLIEST = 5  # runs listed under each table, most joules first
 
 
@@ -96,7 +96,7 @@ def unit_runs(windows: Iterable[Window]) -> list[UnitRun]:
         kind = unit_kind(w)
         if kind is None:
             continue
-        status = (w.loop or {}).get("status")
+        status = (w.loop or {}).get(STATUS_FACT)
         out.append(UnitRun(kind=kind, name=w.name, index=w.index, start_s=w.start_s, time_s=w.time_s,
                            joules=window_program_j(w), status=int(status) if status else None, pid=w.pid))
     return out
@@ -163,7 +163,7 @@ def _overlapping(runs: list[UnitRun]) -> bool:
 def unit_tables(windows: Iterable[Window], program_j: float, costliest: int = COSTLIEST) -> list[UnitTable]:
     """A table per kind of unit the windows hold (requests first, then the rest by name)."""
     runs = unit_runs(windows)
-    kinds = sorted({r.kind for r in runs}, key=lambda k: (k != "request", k))
+    kinds = sorted({r.kind for r in runs}, key=lambda k: (k != REQUEST_FACT, k))
     return [unit_table(runs, program_j, k, costliest=costliest) for k in kinds]
 
 
