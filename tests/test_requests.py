@@ -24,14 +24,17 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, strategies as st
 
 from energyprof.agent.requests import METHODS, UNMATCHED, route_name, status_code
-from energyprof.analysis.units import UnitRun, unit_kind, unit_runs, unit_table
-from energyprof.facts.profile import load
+from energyprof.analysis.units import UnitRun, route_energy, unit_kind, unit_runs, unit_table, unit_tables
+from energyprof.facts.profile import Node, load
 from energyprof.facts.records import Window
+from energyprof.render.format import esc, fmt_energy
+from energyprof.render.units import console_lines, page_section
 
 UNIT_S = 0.1  # CPU seconds of one unit of work
 ROUNDS = 6  # requests per route, interleaved so that both routes see the same neighbours
@@ -370,6 +373,54 @@ def test_units_table_known_answer() -> None:
 def test_overlapping_runs_are_said() -> None:
     runs = [UnitRun("request", "GET /a", 0, 0.0, 1.0, 1.0, pid=1), UnitRun("request", "GET /a", 1, 0.5, 1.0, 1.0, pid=1)]
     assert unit_table(runs, 2.0, "request").notes
+
+
+def _tree(**route_j: float) -> Node:
+    """A program's tree: `main`, and under it a `[request ROUTE]` node per route holding that energy in a handler
+    (one route's node twice, on two paths, and one inside another route's: counted once, in the outer)."""
+    def node(function: str, j: float = 0.0, *children: Node) -> Node:
+        return Node(function=function, self_energy_j={"cpu": j}, children=list(children))
+    reqs = [node(f"[request {name}]", 0.0, node("handler", j / 2)) for name, j in route_j.items()]
+    reqs += [node(f"[request {name}]", 0.0, node("handler", j / 2, node("[request GET /inner]", 5.0)))
+             for name, j in route_j.items()]
+    root = node("<root>", 0.0, node("main", 1.0, *reqs))
+    root.fill_inclusive()
+    return root
+
+
+def test_concurrent_requests_totals_and_shares_are_their_samples_and_add_up() -> None:
+    """Two routes' requests overlap wholly: each window holds the program's 10 J over the shared span, so the
+    span-based totals would be 40 J of a 16 J program (250 %). The totals and shares are each route's
+    node's (its samples, the inner route's 5 J in each outer's): 9 J and 6 J, which add up within the program's
+    16 J (1 J is `main`'s own); the spans' sum is kept beside them."""
+    windows = [_w("GET /burn", 0.0, 1.0, 10.0), _w("GET /burn", 0.0, 1.0, 10.0), _w("GET /sleep", 0.0, 1.0, 10.0),
+               _w("GET /sleep", 0.0, 1.0, 10.0)]
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="measured")], meta={"sensor_interval_s": 0.05},
+                              root=_tree(**{"GET /burn": 4.0, "GET /sleep": 1.0}))
+    (t,) = unit_tables(windows, 16.0, profile=profile)
+    assert [(g.name, g.total_j, g.share, g.span_total_j) for g in t.groups] == [
+        ("GET /burn", 9.0, 9.0 / 16.0, 20.0), ("GET /sleep", 6.0, 6.0 / 16.0, 20.0)]
+    assert t.total_j == 15.0 <= 16.0
+    assert t.totals_from == "samples" and t.notes
+    # the inner route's node sits inside the outer ones: its samples are the outer's, not counted again
+    assert "GET /inner" not in route_energy(profile.root, "[request ")
+
+
+def test_every_units_table_says_its_method_its_edge_error_and_its_notes() -> None:
+    """A run of 0.5 s holding 5 J, read at 50 ms: each edge's interval is in doubt, at the run's own mean power
+    (10 W), 2 * 0.05 s * 10 W = 1 J; a run shorter than two intervals is wholly in doubt (+- its joules)."""
+    windows = [_w("GET /a", 0.0, 0.5, 5.0), _w("GET /a", 0.2, 0.5, 5.0), _w("GET /b", 2.0, 0.05, 0.4)]
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="estimated")], meta={"sensor_interval_s": 0.05},
+                              root=_tree(**{"GET /a": 6.0, "GET /b": 0.4}))
+    (t,) = unit_tables(windows, 20.0, profile=profile)
+    assert [(g.name, g.edge_j) for g in t.groups] == [("GET /a", pytest.approx(1.0)), ("GET /b", pytest.approx(0.4))]
+    assert t.method == "estimated" and t.notes
+    text = "\n".join(console_lines([t]))
+    assert "estimated" in text and f"+-{fmt_energy(1.0)}" in text
+    assert all(f"note: {n}" in text for n in t.notes)
+    page = page_section([t])
+    assert "estimated" in page and "&plusmn;" in page and all(esc(n) in page for n in t.notes)
+    assert t.to_dict()["method"] == "estimated" and t.to_dict()["groups"][0]["edge_j"] == pytest.approx(1.0)
 
 
 # -- live export: a counter per route ---------------------------------------------------------------------
