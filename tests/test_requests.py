@@ -3,12 +3,9 @@ servers (uvicorn with FastAPI, wsgiref and waitress with Flask) on loopback, and
 middlewares.
 
 Each handler burns CPU measured by its own thread's clock (`time.thread_time`), so a request holds the
-same work however loaded the machine is. A window's joules are the program's part of its span: its
-edges are the samples' and the sensor readings' (`--interval`, `--sensor-interval`), so a request
-whose span is T holds its energy to within about 2 * sensor interval / T; with the shorter route's
-T = 0.1 s CPU and 10 ms readings, 20 % at worst for one request, less for the median of several,
-inside the 30 % the 4:1 check allows. The routes' nodes in the tree hold their samples: 0.6 s of CPU
-for the shorter route at 5 ms samples, 120 samples, about 9 % of sampling error.
+same work however loaded the machine is. The 4:1 check between routes is on that CPU as the samples
+at each route's node hold it (check_windows says the margin), never on a window's `share` joules, which
+move with the rest of the machine's load over the window's span.
 """
 
 from __future__ import annotations
@@ -176,19 +173,22 @@ def check_windows(profile: object, long: str, short: str) -> None:
     assert sorted(w.index for w in by[long]) == list(range(ROUNDS))
     assert {w.loop["status"] for w in by[long] + by[short]} == {200.0}
     assert {w.loop["status"] for w in by[f"GET {UNMATCHED}"]} == {404.0}
-    j_long = statistics.median(w.program_total_j for w in by[long])
-    j_short = statistics.median(w.program_total_j for w in by[short])
-    assert j_short > 0
-    assert j_long / j_short == pytest.approx(4.0, rel=0.3)
+    # a window's joules (`share`) are the program's part of the machine's energy over its span, which moves
+    # with whatever else the machine runs meanwhile: no ratio is asserted on them, only that each route's hold some
+    assert min(w.program_total_j for w in by[long] + by[short]) > 0
     # the handlers' stacks are rooted at their route's node, wherever they ran (the event loop, a worker
-    # thread), and no frame of energyprof's cut them: each route's samples hold its CPU, 4:1
+    # thread), and no frame of energyprof's cut them: each route's samples hold its CPU, 4:1. CPU time by the
+    # threads' own clocks does not move with the machine's load: the work is 0.4 s and 0.1 s of it a request,
+    # ROUNDS requests a route, and a sample's CPU goes to the stack it saw, so each request's two edges can
+    # misplace at most one sample interval (5 ms) of CPU each: 6 * 10 ms of the short route's 600 ms (10 %)
+    # and of the long route's 2.4 s (2.5 %), the ratio within 13 %; 20 % allowed
     routes: dict[str, float] = {}
     for n, _ in profile.walk():  # type: ignore[attr-defined]
         if n.function.startswith("[request "):
             assert any(c.function in ("item", "ping") for c in n.children), n.function
-            routes[n.function] = routes.get(n.function, 0.0) + n.total_energy
+            routes[n.function] = routes.get(n.function, 0.0) + n.cpu_time_s
     assert set(routes) == {f"[request {long}]", f"[request {short}]"}
-    assert routes[f"[request {long}]"] / routes[f"[request {short}]"] == pytest.approx(4.0, rel=0.3)
+    assert routes[f"[request {long}]"] / routes[f"[request {short}]"] == pytest.approx(4.0, rel=0.2)
 
 
 ASGI_SERVERS = {"uvicorn": ["-m", "uvicorn", "app:app", "--port", "PORT", "--log-level", "warning"],
