@@ -767,3 +767,25 @@ def test_a_request_routing_never_named_is_charged_from_its_start(tmp_path: Path)
     matched, unmatched = (statistics.median(w.program_total_j for w in ws) for ws in by.values())
     assert matched > 0
     assert unmatched / matched == pytest.approx(1.0, rel=0.4)
+
+
+RAISING_WSGI = """
+def app(environ, start_response):           # a plain WSGI application, no router: every request unmatched
+    if environ["PATH_INFO"] == "/boom":
+        raise RuntimeError("boom")          # waitress answers 500 itself, and never calls its task's finish
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+"""
+
+
+def test_a_request_whose_application_raised_under_waitress_ends_at_the_servers_error_path(tmp_path: Path) -> None:
+    """The application raises: waitress's error path answers 500 without the end hook. The request ends
+    there, a 500 with its own span, not left open until the thread's next request (the last request of a run
+    would be left open, and no request at all)."""
+    (tmp_path / "app.py").write_text(textwrap.dedent(RAISING_WSGI))
+    (tmp_path / "serve.py").write_text(textwrap.dedent(SERVE_WAITRESS))
+    profile, statuses, err = serve_profiled(tmp_path, ["serve.py", "PORT"], ["/ok", "/boom"])
+    assert statuses == [200, 500], err
+    runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
+    assert [(r.name, r.index, r.status) for r in runs] == [(f"GET {UNMATCHED}", 0, 200), (f"GET {UNMATCHED}", 1, 500)]
+    assert runs[0].start_s + runs[0].time_s <= runs[1].start_s
