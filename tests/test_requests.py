@@ -778,13 +778,14 @@ def app(environ, start_response):           # a plain WSGI application, no route
 """
 
 
-def test_a_request_whose_application_raised_under_waitress_ends_at_the_servers_error_path(tmp_path: Path) -> None:
-    """The application raises: waitress's error path answers 500 without the end hook. The request ends
-    there, a 500 with its own span, not left open until the thread's next request (the last request of a run
-    would be left open, and no request at all)."""
+@pytest.mark.parametrize("server", ["waitress", "gunicorn"])
+def test_a_request_whose_application_raised_ends_at_the_servers_error_path(tmp_path: Path, server: str) -> None:
+    """The application raises: the server's error path answers 500 without the end hook (waitress's channel,
+    gunicorn's worker). The request ends there, a 500 with its own span, not left open until the thread's
+    next request (the last request of a run would be left open, and no request at all)."""
     (tmp_path / "app.py").write_text(textwrap.dedent(RAISING_WSGI))
     (tmp_path / "serve.py").write_text(textwrap.dedent(SERVE_WAITRESS))
-    profile, statuses, err = serve_profiled(tmp_path, ["serve.py", "PORT"], ["/ok", "/boom"])
+    profile, statuses, err = serve_profiled(tmp_path, WSGI_SERVERS[server], ["/ok", "/boom"])
     assert statuses == [200, 500], err
     runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
     assert [(r.name, r.index, r.status) for r in runs] == [(f"GET {UNMATCHED}", 0, 200), (f"GET {UNMATCHED}", 1, 500)]

@@ -11,6 +11,7 @@ modules below, the module's functions named here are wrapped once, after its cod
                           where it raises: the application did, or the client went)
     gunicorn.http.wsgi    create opens a request (every gunicorn WSGI worker makes its environ there),
                           Response.close ends it
+    gunicorn.workers.base Worker.handle_error ends it where the application raised (a 500)
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
                           (FastAPI's routes are Starlette's)
     flask.ctx             RequestContext.match_request: the URL rule names the request
@@ -158,6 +159,16 @@ def _gunicorn(module: Any) -> None:
     _wrap(module.Response, "close", _ending(object))
 
 
+def _gunicorn_errors(module: Any) -> None:
+    """A worker's error path: the application raised, and the worker answers 500 without the response's close."""
+    def make(handle_error: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            _ours(lambda: close_request(current(), 500))
+            return handle_error(*args, **kwargs)
+        return wrapped
+    _wrap(module.Worker, "handle_error", make)
+
+
 def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     def book(route: Any, result: Any) -> None:
         req = current()
@@ -199,6 +210,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "waitress.task": _waitress,
     "hypercorn.app_wrappers": _hypercorn,
     "gunicorn.http.wsgi": _gunicorn,
+    "gunicorn.workers.base": _gunicorn_errors,
     "starlette.routing": _starlette,
     "flask.ctx": _flask,
     "django.core.handlers.base": _django,
