@@ -7,8 +7,8 @@ modules below, the module's functions named here are wrapped once, after its cod
                           (gunicorn's uvicorn workers load theirs the same way)
     hypercorn.app_wrappers  ASGIWrapper: the same, for hypercorn's ASGI applications
     wsgiref.handlers      BaseHandler.setup_environ opens a request, BaseHandler.close ends it
-    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it (Task.service
-                          where it raises: the application did, or the client went)
+    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it (an error task's
+                          start, where the application raised and the channel answers 500 itself)
     gunicorn.http.wsgi    create opens a request (every gunicorn WSGI worker makes its environ there),
                           Response.close ends it
     gunicorn.workers.base Worker.handle_error ends it where the application raised (a 500)
@@ -110,35 +110,17 @@ def _ending(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     return make
 
 
-def _failing(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """A server's whole handling of one request (for an instance of `kind`): where it raises (the application
-    did, the client went), the server answers or drops it without the method `_ending` hooks, so the
-    request ends here, as a 500, rather than at the thread's next request."""
-    def book(self: Any) -> None:
-        if isinstance(self, kind):
-            close_request(current(), 500)
-
-    def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            try:
-                return original(*args, **kwargs)
-            except BaseException:
-                _ours(book, args[0] if args else None)
-                raise
-        return wrapped
-    return make
-
-
 def _waitress(module: Any) -> None:
     wsgi_task = module.WSGITask
 
     def book(task: Any, _result: Any) -> None:
         if isinstance(task, wsgi_task):
             open_request(getattr(getattr(task, "request", None), "command", None))
+        else:  # an error task: where the WSGI task before it on this thread raised, the channel answers 500
+            close_request(current(), 500)  # with it, never calling that task's finish (a done request: nothing)
 
     _wrap(module.Task, "start", _after(book))
     _wrap(module.Task, "finish", _ending(wsgi_task))
-    _wrap(module.Task, "service", _failing(wsgi_task))
 
 
 def _hypercorn(module: Any) -> None:
