@@ -33,6 +33,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from .recording import Sample, StackTable, Tick
+from ..agent.window_facts import OPENED_AS, PENDING, WINDOW_INDEX
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .tallies import ProcessTally, StackTally, WindowTally
@@ -58,9 +59,6 @@ def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
 
 
-# The fact of a window's end that says which window of its name ends (its index): the same text as
-# agent/requests.py's, which writes it (the agent imports nothing of the core's).
-WINDOW_INDEX = "window_index"
 
 
 class _Weights(NamedTuple):
@@ -269,14 +267,22 @@ class Ledger:
         returns it (its figures are final once it is `done`), or None when none is open.
         `facts`: numbers the program measured about the span, kept as they are (`loop`); a fact
         WINDOW_INDEX names the index of the window that ends, not kept (concurrent requests of one
-        route end in any order, agent/requests.py)."""
+        route end in any order, agent/requests.py); OPENED_AS, that the window was opened as PENDING
+        under that index (a web request, opened before routing named it): it takes `name` and the
+        WINDOW_INDEX now, so every interval of its span was charged to it from its start."""
         want = facts.get(WINDOW_INDEX) if facts else None
+        opened = facts.get(OPENED_AS) if facts else None
+        match_name, match_index = (PENDING, opened) if opened is not None else (name, want)
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if (name is None or w.name == name) and (pid is None or w.pid == pid) and (want is None or w.index == want):
+            if ((match_name is None or w.name == match_name) and (pid is None or w.pid == pid)
+                    and (match_index is None or w.index == match_index)):
                 w.end_ns = t_ns
+                if opened is not None and name is not None:
+                    w.name, w.index = name, None if want is None else int(want)
                 if facts:
-                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v) and k != WINDOW_INDEX}
+                    w.loop = {str(k): float(v) for k, v in facts.items()
+                              if math.isfinite(v) and k not in (WINDOW_INDEX, OPENED_AS)}
                 del self._open_windows[i]
                 return w
         return None
