@@ -21,7 +21,7 @@ from energyprof.analysis.compare import (CAPACITY_SHARE, FAIL, INCONCLUSIVE, PAS
 from energyprof.analysis.report import RenderOptions
 from energyprof.analysis.stats import Interval
 from energyprof.facts.profile import Node, Profile, load
-from energyprof.facts.load import MachineLoad
+from energyprof.facts.load import MachineLoad, read_machine_load
 from energyprof.render.compare import render_markdown, render_text, verdict_line, verdict_text
 
 from conftest import run_cli
@@ -272,3 +272,18 @@ def test_every_view_shows_each_runs_capacity_share_and_neighbours() -> None:
     assert f"| {figure} | 67% |" in render_markdown(cmp) and f"| {figure} | 0% |" in render_markdown(cmp)
     assert f"<td>{figure}</td><td>67%</td>" in render_html(cmp)
     assert re.search(r"^  others +67% +0%", render_text(cmp), flags=re.M)
+
+
+def test_a_run_whose_cpu_nets_below_zero_still_writes_a_profile_that_loads(tmp_path: Path) -> None:
+    """A very short run can net energyprof's own CPU out of the program's to slightly below zero (seen:
+    -0.00023 s); the machine's load keeps the program at 0 CPU, so the profile it is written in loads."""
+    from energyprof.core.ledger import Ledger
+    from energyprof.core.recording import StackTable, Tick
+    from energyprof.core.tree import _machine_load
+
+    led = Ledger([{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}], StackTable(), cpus=2)
+    led.add_tick(Tick(0, (0.0,), 0, 0, 0, 0, 0))
+    led.add_tick(Tick(1_000_000_000, (10.0,), 0, 0, 500_000_000, 0, 0))
+    got = _machine_load(led, 1.0, -0.00023)
+    assert got is not None and got.program_cpu_s == 0.0
+    assert read_machine_load(json.loads(json.dumps(got.to_dict()))) == got  # as the profile's reader reads it

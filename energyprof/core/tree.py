@@ -147,7 +147,7 @@ def _machine_load(ledger: Ledger, duration_s: float, cpu_s: float) -> MachineLoa
     if first is None or last is None or last.busy_cpu_ns <= first.busy_cpu_ns or duration_s <= 0:
         return None
     return MachineLoad(cpus=ledger.cpus, span_s=duration_s, busy_cpu_s=(last.busy_cpu_ns - first.busy_cpu_ns) / 1e9,
-                       program_cpu_s=cpu_s, energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
+                       program_cpu_s=max(0.0, cpu_s), energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
 
 
 def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str, float], dict[str, float]],
