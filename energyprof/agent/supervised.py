@@ -81,6 +81,12 @@ class Agent:
             self.view.mp_bootstrap = True
         self.spool.write(header_line(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
                                      env.get("LOCAL_RANK", ""), label, cmd))
+        if self.sampler.rss and not self.forked:
+            # The RSS before the program's first line, read here on its own thread: the sampler's thread
+            # may first run after the program has begun, and what its first function took would be the
+            # baseline. A forked child's sampler reads it at once (its parent's pages are its start).
+            t = _perf()
+            self.spool.tick(t - 1, t, time.process_time_ns(), 0, self.sampler._rss())
         self.spool.flush()  # the supervisor learns of this process at once
         self.sampler.start()
 
@@ -327,7 +333,9 @@ class _Replies:
         self.offset += end + 1
         self.seen.update(parse_replies(data[:end + 1]))
 
-    def fill(self, m: Any, t0: int, t1: int, wait_s: float = REPLY_WAIT_S) -> None:
+    def fill(self, m: Any, t0: int, t1: int, wait_s: float | None = None) -> None:
+        if wait_s is None:
+            wait_s = REPLY_WAIT_S  # read at the call: the module's figure as it stands then
         deadline = _perf() + int(wait_s * 1e9)
         while (t0, t1) not in self.seen:
             self._read()
