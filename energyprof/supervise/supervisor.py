@@ -209,7 +209,9 @@ class Supervisor:
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
         self._tie_gpus(ledger, feed, collector)
         split, gpu_notes = None, []
-        if any(sid.startswith("gpu:") for sid in ledger.source_ids):  # no GPU read: none of the kernels' modules
+        # a GPU read, or records the program's capture reduced (backward's CPU ops too): otherwise none of
+        # the kernels' modules is loaded
+        if feed.kernels is not None or any(sid.startswith("gpu:") for sid in ledger.source_ids):
             from ..collect.kernels.capture import kernel_split
 
             # the kernels the program reduced, split before the tree is built: samples and kernels build it together
