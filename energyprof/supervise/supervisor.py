@@ -208,7 +208,9 @@ class Supervisor:
         peak = self.peak_rss if self.peak_rss and self.options.memory != "off" else None
         self._tie_gpus(ledger, feed, collector)
         split, gpu_notes = None, []
-        if any(sid.startswith("gpu:") for sid in ledger.source_ids):  # no GPU read: none of the kernels' modules
+        # no GPU read and no cycle reduced: none of the kernels' modules; a CPU training run's cycles still carry
+        # backward's op time (the training split, core/backward.py)
+        if feed.kernels is not None or any(sid.startswith("gpu:") for sid in ledger.source_ids):
             from ..collect.kernels.capture import kernel_split
 
             # the kernels the program reduced, split before the tree is built: samples and kernels build it together
