@@ -459,7 +459,7 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     `[backward]` gets its outermost backward ops' fastest run times their number, named by the module's
     path; AccumulateGrad keeps its own name; nothing of the forward side is counted."""
     from energyprof.agent import modules
-    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, SAMPLE_DEVICE, reduce_events
+    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, FASTEST_RUN, FORWARD_OPS, SAMPLE_DEVICE, reduce_events
     from kineto_events import MS, Step
 
     class Enc:
@@ -504,11 +504,17 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     assert set(placed) == {0, 1}
     assert "decoder (Dec)" in placed[0] and "encoder (Enc)" in placed[1]
     got: dict[str, float] = {}
+    forward: dict[str, float] = {}
     for (path, dev), fig in cyc.figures.items():
         if dev <= SAMPLE_DEVICE:
             continue
         assert dev == BACKWARD_DEVICE
         names = [f[0] for f in path]
+        if path[-1] == FORWARD_OPS:  # the ops a module's forward called itself: the forward's proportions
+            forward[names[-2]] = forward.get(names[-2], 0.0) + sum(fig.busy.values())
+            continue
+        if "encoder (Enc)" in names:
+            assert fig.names[FASTEST_RUN] == [2, pytest.approx(5.0 * MS, rel=1e-9)]  # runs, fastest: folded over cycles
         i = names.index("[backward]")
         below = names[i + 1:]
         key = next((n for n in below if n.endswith("(Enc)") or n.endswith("(Dec)")), below[0])
@@ -519,3 +525,5 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     assert got["decoder (Dec)"] == pytest.approx(2 * 2.0 * MS, rel=1e-9)  # fastest of 3 and 2 ms, twice
     assert got["torch::autograd::AccumulateGrad"] == pytest.approx(2 * 1.0 * MS, rel=1e-9)
     assert set(got) == {"encoder (Enc)", "decoder (Dec)", "torch::autograd::AccumulateGrad"}
+    # forward: each module's mm (1 ms, two steps) on the module that called it, the wrapper gone
+    assert forward == {"encoder (Enc)": pytest.approx(2 * MS, rel=1e-9), "decoder (Dec)": pytest.approx(2 * MS, rel=1e-9)}
