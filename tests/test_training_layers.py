@@ -212,7 +212,6 @@ def _energy(node: Node) -> float:
 
 def _run(tmp_path: Path, source: str, *args: str, dev: bool = False
          ) -> tuple[subprocess.CompletedProcess, subprocess.CompletedProcess, Node]:
-
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
     (tmp_path / "prog.py").write_text(textwrap.dedent(source))
     env = {"OMP_NUM_THREADS": "1"}
