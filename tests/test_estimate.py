@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from conftest import run_cli
 from energyprof.analysis import forecast as F
@@ -247,3 +249,156 @@ def test_predict_refuses_bad_numbers_and_a_damaged_range_in_one_line(tmp_path: P
         proc = run_cli(["estimate", "predict", *args[:1], "--flops", "2e9", *args[1:]], tmp_path)
         assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+# -- damaged model files: one line, exit 2, whatever the damage ------------------------------------------------
+def _good_model() -> dict:
+    return F.fit([obs(f, 1e-9 * f, params=f / 1e3, batch=2 ** (i % 3 + 4)) for i, f in enumerate((1e9, 2e9, 3e9, 4e9, 6e9, 8e9))])
+
+
+def test_a_damaged_model_file_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    """The four files that gave a traceback (coefficients of 1000, a column that is not a name, confidence
+    as a list, dof of 10^300), a missing key, and --power-limit on a model that has no power-limit column
+    (it was silently left out of the prediction)."""
+    model = _good_model()
+    p = len(model["columns"])
+    damaged = {"coef": {**model, "coefficients": [1000.0] * p}, "column": {**model, "columns": [1, *model["columns"][1:]]},
+               "conf": {**model, "confidence": [0.95]}, "dof": {**model, "dof": 10 ** 300},
+               "missing": {k: v for k, v in model.items() if k != "xtx_inverse"}}
+    for name, m in damaged.items():
+        (tmp_path / f"{name}.json").write_text(json.dumps(m))
+    (tmp_path / "m.json").write_text(json.dumps(model))
+    runs = [[f"{name}.json", "--flops", "2e9", "--params", "2e6", "--batch", "32"] for name in damaged]
+    runs.append(["m.json", "--flops", "2e9", "--params", "2e6", "--batch", "32", "--power-limit", "250"])
+    for args in runs:
+        proc = run_cli(["estimate", "predict", *args], tmp_path)
+        assert proc.returncode == 2 and proc.stdout == "", (args, proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr, (args, proc.stderr)
+    assert "power-limit" in proc.stderr
+    good = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--params", "2e6", "--batch", "32"], tmp_path)
+    assert good.returncode == 0, good.stderr
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(min_value=-10 ** 400, max_value=10 ** 400)
+                    | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+                    max_leaves=8)
+MODEL = _good_model()
+
+
+def _damage(model: dict, draw: st.DrawFn) -> dict:
+    """A model with one field replaced, removed, or one item of a list field replaced."""
+    out = json.loads(json.dumps(model))
+    key = draw(st.sampled_from(sorted(out)))
+    how = draw(st.sampled_from(["replace", "remove", "item"]))
+    if how == "remove":
+        del out[key]
+    elif how == "item" and isinstance(out[key], list) and out[key]:
+        i = draw(st.integers(0, len(out[key]) - 1))
+        if isinstance(out[key][i], list) and out[key][i] and draw(st.booleans()):
+            out[key][i][draw(st.integers(0, len(out[key][i]) - 1))] = draw(JSON)
+        else:
+            out[key][i] = draw(JSON)
+    else:
+        out[key] = draw(st.one_of(JSON, st.sampled_from([1000.0, -1e308, 10 ** 300, 1e-320, 0, -1, "x"])))
+    return out
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_predict_on_any_damaged_model_predicts_or_refuses_in_one_line(tmp_path: Path, data: st.DataObject,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """Whatever one field of the file holds, `estimate predict` either predicts finite numbers (exit 0) or
+    says why not in one line (exit 2): never a traceback."""
+    from energyprof.cli import main
+
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(_damage(MODEL, data.draw), allow_nan=False))
+    capsys.readouterr()
+    rc = main(["estimate", "predict", str(path), "--flops", "2e9", "--params", "2e6", "--batch", "32",
+               "--steps-per-epoch", "10", "--epochs", "3", "--json"])
+    out, err = capsys.readouterr()
+    assert rc in (0, 2), (rc, err)
+    if rc == 0:
+        pred = json.loads(out)
+        assert all(math.isfinite(pred[k][e]) for k in ("per_step_j", "per_epoch_j", "per_run_j")
+                   for e in ("value", "low", "high"))
+    else:
+        assert out == "" and len(err.strip().splitlines()) == 1, err
+
+
+# -- model families: how a step's FLOPs split among convolutions, matrix products and elementwise operators ----
+@pytest.mark.torch
+def test_the_flops_of_a_cnn_and_an_mlp_split_by_family_counted_once(tmp_path: Path) -> None:
+    """One FlopCounterMode over the first step gives both its FLOPs (as torch counts them: the figure is
+    unchanged) and their split: a small CNN's are mostly convolutions, an MLP's matrix products, and both
+    have their activations' elementwise FLOPs (one an output element: ReLU forward and its gradient)."""
+    torch = pytest.importorskip("torch")
+    import energyprof.torch as ept
+    from energyprof.drive.profiler import Profiler
+    from torch.utils.flop_counter import FlopCounterMode
+
+    torch.manual_seed(0)
+    (tmp_path / "flat.csv").write_text("t_s,cpu\n0,50\n")
+    cnn = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 4))
+    mlp = torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    got = {}
+    for name, model, shape in (("cnn", cnn, (2, 3, 16, 16)), ("mlp", mlp, (2, 64))):
+        batches = [torch.randn(*shape) for _ in range(2)]
+        with FlopCounterMode(display=False) as plain:  # torch's own count of the same step, for the figure
+            model(batches[0]).sum().backward()
+        prof = Profiler(quiet=True, summary=False, gpus=False, power_trace=str(tmp_path / "flat.csv"), idle="all",
+                        sensor_interval=0.01)
+        prof.start()
+        for x in ept.track(batches, model=model, flops=True, name=name):
+            model(x).sum().backward()
+            time.sleep(0.01)
+        profile = prof.stop()
+        (facts,) = [w.loop for w in profile.windows if "flops" in w.loop]
+        assert facts["flops"] == plain.get_total_flops()
+        relu = 2 * math.prod(shape[:1]) * (8 * 14 * 14 if name == "cnn" else 32)  # forward and threshold_backward
+        every = facts["flops"] + relu
+        assert facts["flop_share_elementwise"] == pytest.approx(relu / every)
+        got[name] = F.observation(profile, name, name=name)
+    assert got["cnn"]["conv_share"] > 0.5 and got["mlp"]["conv_share"] == 0.0 and got["mlp"]["matmul_share"] > 0.9
+    assert all(abs(sum(o[k] for k in F.SHARES) - 1.0) < 1e-9 for o in got.values())  # nothing else counted here
+
+
+def _family_obs() -> list[dict]:
+    """MLPs and CNNs whose energy per FLOP differs by family (a CNN's three times an MLP's), not by size."""
+    out = []
+    for i, f in enumerate((1e9, 2e9, 4e9, 8e9)):
+        for fam, conv, k in (("mlp", 0.0, 1.0), ("cnn", 0.8, 3.0)):
+            o = obs(f * (1.1 if fam == "cnn" else 1.0), 1e-9 * f * k * (1.1 if fam == "cnn" else 1.0), name=f"{fam}{i}")
+            o.update(conv_share=conv, matmul_share=0.97 - conv, elementwise_share=0.03)
+            out.append(o)
+    return out
+
+
+def test_a_column_of_the_flops_family_tells_cnns_from_mlps() -> None:
+    """Across families FLOPs alone cannot say a CNN's step costs three times an MLP's of the same FLOPs: the
+    conv share column can (known answer: log 3 per unit of conv share / 0.8)."""
+    data = _family_obs()
+    alone = F.leave_one_out(data, columns=["1", "log_flops"])
+    m = F.fit(data)
+    assert "conv_share" in m["columns"]
+    assert m["coefficients"][m["columns"].index("conv_share")] == pytest.approx(math.log(3.0) / 0.8, rel=1e-6)
+    assert m["loo"]["max_abs_error"] < 1e-6 < 0.3 < alone["median_abs_error"]
+
+
+def test_a_prediction_for_a_family_outside_the_fit_is_flagged(tmp_path: Path) -> None:
+    """A fit on MLPs alone predicting a CNN: refused in one line (exit 2), and with --extrapolate predicted
+    and flagged; a model of the fit's family is predicted as before."""
+    mlps = [o for o in _family_obs() if o["name"].startswith("mlp")]
+    (tmp_path / "m.json").write_text(json.dumps(F.fit(mlps)))
+    cnn = ["estimate", "predict", "m.json", "--flops", "2e9", "--conv-share", "0.8", "--matmul-share", "0.17",
+           "--elementwise-share", "0.03"]
+    proc = run_cli(cnn, tmp_path)
+    assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "model family outside the fit" in proc.stderr and "80% convolutions" in proc.stderr
+    flagged = run_cli([*cnn, "--extrapolate", "--json"], tmp_path)
+    assert flagged.returncode == 0 and "model family outside the fit" in json.loads(flagged.stdout)["extrapolated"]
+    assert "model family outside the fit" in flagged.stderr
+    same = run_cli(["estimate", "predict", "m.json", "--flops", "2e9", "--conv-share", "0", "--matmul-share", "0.97",
+                    "--elementwise-share", "0.03"], tmp_path)
+    assert same.returncode == 0 and "warning" not in same.stderr, same.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 import statistics
 import time
 from pathlib import Path
@@ -31,15 +32,56 @@ def test_equal_epochs_project_exactly_with_no_spread() -> None:
 
 
 def test_epoch_interval_is_the_t_prediction_interval_of_the_remaining_sum() -> None:
-    done = [13.0, 10.0, 11.0, 12.0]  # from three epochs on, the first (warm-up) is left out of the mean
+    done = [13.0, 10.0, 12.0, 11.0]  # from three epochs on, the first (warm-up) is left out of the mean
     p = F.project_total(done, 10)
-    stable = [10.0, 11.0, 12.0]
+    stable = [10.0, 12.0, 11.0]
     m, s, left = 11.0, 1.0, 6
     assert statistics.stdev(stable) == s
     half = t_quantile(0.975, 2) * s * math.sqrt(left + left * left / 3)
-    assert p["value"] == pytest.approx(46.0 + left * m)
-    assert p["low"] == pytest.approx(46.0 + left * m - half) and p["high"] == pytest.approx(46.0 + left * m + half)
+    assert p["value"] == pytest.approx(46.0 + left * m) and p["basis"] == "epochs"
+    # a trend through the stable epochs (by an amount: slope 0.5; by a share: a line in log), not told apart
+    # from none on one degree of freedom, is not ruled out: the interval holds the straight line's prediction
+    # interval for the sum of the epochs to come, and the log line's sum with the same half-width
+    b, a, s_line = 0.5, 10.0, math.sqrt(1.5)
+    future = range(4, 10)
+    line = sum(a + b * x for x in future)
+    line_half = t_quantile(0.975, 1) * s_line * math.sqrt(left + left * left / 3 + sum(x - 2 for x in future) ** 2 / 2)
+    lb, la = statistics.linear_regression([1, 2, 3], [math.log(v) for v in stable])
+    log_line = sum(math.exp(la + lb * x) for x in future)
+    lows = (46.0 + left * m - half, 46.0 + line - line_half, 46.0 + log_line - line_half)
+    highs = (46.0 + left * m + half, 46.0 + line + line_half, 46.0 + log_line + line_half)
+    assert p["low"] == pytest.approx(max(min(lows), 46.0)) and p["high"] == pytest.approx(max(highs))
     assert t_quantile(0.975, 2) == pytest.approx(4.302653, abs=1e-5)
+
+
+def _noisy(values: list[float], seed: int, cv: float = 0.02) -> list[float]:
+    rng = random.Random(seed)
+    return [v * (1 + rng.uniform(-cv, cv)) for v in values]
+
+
+@pytest.mark.parametrize("growth", ["linear", "geometric"])
+def test_a_trend_across_epochs_is_in_the_interval_until_and_once_it_is_known(growth: str) -> None:
+    """Epochs that grow 30% each (of the first, or of the one before): after epochs 4 and 5 of 10 the intervals
+    about the stable epochs' mean held the outcome in none of 200 runs (the forecast 19-61% low). A line through the
+    stable epochs is in the interval until its slope is told apart from none, and then the forecast follows it."""
+    base = [1.0 + 0.3 * e if growth == "linear" else 1.3 ** e for e in range(10)]
+    inside = {4: 0, 5: 0}
+    runs = 200
+    for seed in range(runs):
+        epochs = _noisy(base, seed)
+        for k in inside:
+            p = F.project_total(epochs[:k], 10)
+            inside[k] += p["low"] <= sum(epochs) <= p["high"]
+    # 95% intervals: at 95% coverage, 180 or fewer of 200 inside has a chance under 0.1%
+    assert all(n > 0.90 * runs for n in inside.values()), inside
+    # exact growth: the slope is known at once, the forecast is the trend's (by an amount or by a share)
+    exact = base
+    p = F.project_total(exact[:4], 10)
+    assert p["basis"] == "trend" and p["value"] == pytest.approx(sum(exact[:4]) + sum(
+        1.0 + 0.3 * e if growth == "linear" else 1.3 ** e for e in range(4, 10)))
+    # epochs with no trend keep the stable epochs' mean as the forecast
+    flat = _noisy([2.0] * 6, 1)
+    assert F.project_total(flat[:4], 6)["value"] == pytest.approx(sum(flat[:4]) + 2 * statistics.fmean(flat[1:4]))
 
 
 def test_one_epoch_interval_from_its_steps_and_what_they_cannot_see() -> None:
@@ -57,6 +99,21 @@ def test_one_epoch_interval_from_its_steps_and_what_they_cannot_see() -> None:
     # the low end never falls below what was spent
     assert F.project_total([5.0, 1.0], 3)["low"] >= 6.0
     assert F.project_total([5.0, 5.0, 5.0], 3)["basis"] == "complete"
+
+
+def test_after_one_epoch_the_others_share_of_the_machine_widens_both_intervals() -> None:
+    """Neighbours that took 30% of the machine's CPU in the first epoch may stay, go or grow: the epochs to
+    come may move by as much, so the time's and the energy's half-widths take 0.3 x the epochs to come whole
+    (one epoch of 10 s, 4 to come: 12 s more each way). From two epochs on their spread shows it."""
+    steps = [1.0] * 10
+    quiet = F.forecast_facts([100.0], [10.0], 5, steps)
+    busy = F.forecast_facts([100.0], [10.0], 5, steps, others_share=0.3)
+    assert busy["time_high_s"] - quiet["time_high_s"] == pytest.approx(0.3 * 4 * 10.0)
+    assert quiet["time_low_s"] - busy["time_low_s"] == pytest.approx(0.3 * 4 * 10.0)
+    assert busy["energy_high_j"] - quiet["energy_high_j"] == pytest.approx(0.3 * 4 * 100.0)
+    assert busy["time_s"] == quiet["time_s"] and busy["energy_j"] == quiet["energy_j"]  # the point stays
+    two = F.forecast_facts([100.0, 101.0], [10.0, 10.1], 5, others_share=0.3)
+    assert two == F.forecast_facts([100.0, 101.0], [10.0, 10.1], 5)
 
 
 def test_forecast_facts_price_carbon_with_the_energy() -> None:
@@ -111,13 +168,18 @@ def test_equal_epochs_predicted_after_the_first_and_growing_ones_with_wider_inte
     assert [f.epochs_done for f in equal.forecasts] == [1, 2, 3, 4, 5] == [int(f["epochs_done"]) for f in tracked.forecasts]
     total = passes_total(equal)
     first = equal.forecasts[0]
-    assert first.by_steps and abs(first.energy_j - total) <= 0.10 * total
-    assert first.energy_low_j <= total <= first.energy_high_j
+    # the outcome inside the interval (which carries the machine's load in the first epoch), not a fixed
+    # share: beside a changing load the point after one epoch was 12-19% off
+    assert first.by_steps and first.energy_low_j <= total <= first.energy_high_j
     assert first.time_low_s <= sum(w.time_s for w in equal.windows if w.name == "step.pass") <= first.time_high_s
     assert first.carbon_g is not None and first.carbon_g > 0
-    # from two epochs on the spread is the epochs': growth shows in it
-    for e, g in zip(equal.forecasts[1:], growing.forecasts[1:]):
+    # after two and three epochs the spread is the epochs': growth shows in it; from four on, a line through
+    # them is in the interval, so the growing run's outcome is inside it
+    for e, g in zip(equal.forecasts[1:3], growing.forecasts[1:3]):
         assert width(g) > width(e)
+    grown = passes_total(growing)
+    for g in growing.forecasts[3:]:
+        assert g.energy_low_j <= grown <= g.energy_high_j, (g, grown)
     # prediction against outcome, in the report model and on the page, for both loops
     for profile in (equal, growing):
         model = build(profile)
@@ -134,7 +196,9 @@ def test_equal_epochs_predicted_after_the_first_and_growing_ones_with_wider_inte
         html = render_html(model)
         assert "Forecast: step" in html and "after epoch" in html
     assert build(equal).forecasts["step"]["rows"][0]["energy_inside"] is True
-    assert build(growing).forecasts["step"]["rows"][0]["energy_inside"] is False  # after one epoch growth is unseen
+    # after one epoch growth is unseen: the forecast is low (whether its interval holds the outcome depends on
+    # how much of the machine others took in that epoch)
+    assert build(growing).forecasts["step"]["rows"][0]["energy_error"] < -0.2
 
 
 def test_no_epochs_no_forecast_and_no_pass_windows(tmp_path: Path) -> None:

@@ -407,3 +407,36 @@ def test_a_thread_caught_between_its_departure_and_its_removal_is_counted_once()
         release.set()
         worker.join()
     assert sink.counts[s._group_sids["ending"]] == 1
+
+
+def test_a_python_child_of_a_shell_found_in_the_same_pass_goes_under_the_shell(here):
+    """`energyprof -- bash -c "... && python child.py && ..."`: the shell is found by the walk of /proc once
+    its grace for a stream has passed, and placed when its readings are next taken. On a loaded machine the
+    child's interpreter says hello in that same pass, between the two: it went under the shell's node,
+    which was not there yet, so to the root (`test_a_command_after_double_dash` found no child.py under
+    bash). A parent found, not yet placed, is placed before its child."""
+    from energyprof.supervise.job import Proc
+
+    main, kid = 9_000_001, 9_000_002
+    shell = "bash -c echo from bash && python child.py && exit 3"
+
+    def drive(sp: Spools, feed) -> None:
+        # as the walk of /proc registers a process without a stream (JobFeed._scan)
+        feed.procs[main] = Proc(pid=main, ppid=1, python=False, command=shell)
+        feed.procs[main].t_start = feed.procs[main].last_data = sp.base
+        sp.hello(kid, main, 20, False, "", "python child.py")
+        sp.sample(kid, 20, 30, [_marker(kid), ("<module>", "child.py", 1), ("burn", "child.py", 3)])
+        feed._read_streams()
+        feed._read_non_python(sp.base + 40_000_000)  # the rest of the pass (JobFeed.on_tick)
+
+    led, _ = _ledger()
+    feed = JobFeed(led, str(here))
+    sp = Spools(here)
+    feed.main_pid = main
+    led.add_tick(Tick(sp.base, (0.0,), 0, 0, 0))
+    drive(sp, feed)
+    led.add_tick(Tick(sp.base + S, (10.0,), 10_000_000, 0, 10_000_000))
+    led.finish()
+    root = build_profile(led, "share", {}).root
+    (shell_node,) = [n for n in root.children if n.function.startswith("[process ") and "bash" in n.function]
+    assert [n.function for n, _ in shell_node.walk() if "child.py" in n.function and n.function.startswith("[process ")]

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from energyprof import Profiler
 from energyprof.core.ledger import Ledger
+from energyprof.core.processes import process_table
 from energyprof.core.tree import build_profile
 from energyprof.drive.profiler import active_profiler
 from energyprof.core.recording import Sample, StackTable, Tick
@@ -154,7 +155,7 @@ def test_processes_table_adds_up_to_the_programs_energy(data, policy):
     led.finish()
     led.note_process(10, role="main", parent_pid=1, command="python x.py")
     led.note_process(11, role="child", parent_pid=10, command="python x.py")
-    rows = led.process_table(policy)
+    rows = process_table(led, policy)
     profile = build_profile(led, policy, {})
     for sid in ("cpu", "gpu:0"):
         assert sum(r["energy_j"][sid] for r in rows) == pytest.approx(profile.totals["attributed_j"][sid], abs=1e-9)
@@ -176,7 +177,7 @@ def test_checkpoint_keeps_waiting_samples_and_processes():
     resumed.add_sample(Sample(50, 100, a, 50, True, 2000, 7))
     resumed.finish()
     assert resumed.stats[a].share == [pytest.approx(10.0)]
-    assert resumed.process_table("share")[0]["energy_j"]["cpu"] == pytest.approx(10.0)
+    assert process_table(resumed, "share")[0]["energy_j"]["cpu"] == pytest.approx(10.0)
     assert resumed.stats[a].rss_growth == 1000
 
 
@@ -197,7 +198,7 @@ def test_gpu_energy_goes_to_the_processes_using_the_gpu():
         led.finish()
         led.note_process(10, role="main")
         led.note_process(11, role="child")
-        return {r["pid"]: r["energy_j"] for r in led.process_table("all")}
+        return {r["pid"]: r["energy_j"] for r in process_table(led, "all")}
 
     rows = run({10})
     assert rows[10]["gpu:0"] == pytest.approx(8.0) and rows[11]["gpu:0"] == 0.0

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from energyprof import load
 from energyprof.core.ledger import Ledger
+from energyprof.core.processes import process_table
 from energyprof.core.waits import is_wait
 from energyprof.core.recording import Recording, Sample, StackTable, Tick
 from energyprof.core.tree import attribute, build_profile
@@ -49,7 +50,7 @@ def test_each_epochs_workers_get_their_own_cpus_energy() -> None:
     for tick in _ticks(100.0, 200, lambda t: 2 * t * MS):
         led.add_tick(tick)
     led.finish()
-    rows = {r["pid"]: r["energy_j"]["cpu"] for r in led.process_table("share")}
+    rows = {r["pid"]: r["energy_j"]["cpu"] for r in process_table(led, "share")}
     # 100 W x 0.1 s, half of it (one core of two) per worker; the main process the other half of 20 J
     assert rows[11] == pytest.approx(5.0, rel=1e-9) and rows[12] == pytest.approx(5.0, rel=1e-9)
     assert rows[1] == pytest.approx(10.0, rel=1e-9)

@@ -61,6 +61,9 @@ def test_a_known_read_appears_in_its_window(tmp_path: Path) -> None:
     assert got["read_iops"] > 0
     assert io_in_span(read_io(io), quiet["start_s"], quiet["end_s"])["process_read_mb"] < 0.05 * MB
     assert saved["derived"]["windows_io"][0]["process_read_mb"] == pytest.approx(got["process_read_mb"])
+    run = saved["derived"]["io"]  # the run's rates: over its readings' span, the run's (they were 0)
+    assert run["read_mb_s"] == pytest.approx(run["disk_read_mb"] / (io["t_s"][-1] - io["t_s"][0]))
+    assert run["read_mb_s"] > 0 and run["read_iops"] > 0 and run["disk_busy_share"] > 0
     html = (tmp_path / "r.html").read_text()
     assert "<th title=\"measured: /proc/diskstats, all processes\">disk read (MB)</th>" in html
 
@@ -76,6 +79,11 @@ def test_span_interpolates_cumulative_counters() -> None:
     assert got["disk_read_mb"] == pytest.approx(3000 * 512 / 1e6)
     assert got["disk_busy_share"] == pytest.approx(0.75)
     assert io_in_span(read_io(io), -5, -1)["process_read_mb"] == 0  # before the first reading: flat
+    # the whole run, asked as (-inf, inf): its rates over the readings' span (an infinite span gave 0)
+    run = io_in_span(read_io(io), float("-inf"), float("inf"))
+    assert run["read_iops"] == pytest.approx(300 / 2.0) and run["read_mb_s"] == pytest.approx(6000 * 512 / 1e6 / 2.0)
+    assert run["disk_busy_share"] == pytest.approx(0.75)
+    assert io_in_span(read_io(io), 1.0, 5.0)["read_iops"] == pytest.approx(200 / 1.0)  # nothing is known past the last reading
     assert io_in_span(None, 0, 1) is None
 
 

@@ -111,16 +111,22 @@ def test_no_other_user_can_open_a_claim_so_none_can_block_roots_changes(tmp_path
     assert trees.max_freqs(tmp_path / "cpu") == [3_600_000]
 
 
+def _old_claim(tmp_path: Path, monkeypatch, text: str) -> tuple[cpufreq.MaxFreq, Path]:
+    """A CPU's knob and its claim file as an older energyprof left it: 0644, holding `text`."""
+    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
+    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
+    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if isinstance(k, cpufreq.MaxFreq) and k.index == "0")
+    (tmp_path / "claims").mkdir(mode=0o755)
+    path = Path(keeper_module._claim_path(knob.parts()[0].key))
+    path.write_text(text)
+    path.chmod(0o644)
+    return knob, path
+
+
 def test_a_claim_file_others_can_open_is_made_anew(tmp_path, monkeypatch):
     """A claim file left readable by others (an older energyprof's 0644) is not waited on: it is removed and
     a 0600 one made in its place."""
-    trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
-    monkeypatch.setenv(keeper_module.CLAIMS_ENV, str(tmp_path / "claims"))
-    knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
-    (tmp_path / "claims").mkdir(mode=0o755)
-    path = Path(keeper_module._claim_path(knob.parts()[0].key))
-    path.write_text("")
-    path.chmod(0o644)
+    knob, path = _old_claim(tmp_path, monkeypatch, "")
     keeper = Keeper()
     try:
         keeper.set(knob, 1_000_000)
@@ -129,7 +135,9 @@ def test_a_claim_file_others_can_open_is_made_anew(tmp_path, monkeypatch):
         keeper.close()
 
 
-def test_a_claims_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
+def test_a_claims_folder_others_can_write_refuses_the_change(tmp_path, monkeypatch):
+    """A claims folder that exists but others can write (so could swap a claim in it) refuses the change in
+    one line: going ahead unclaimed would let two setters hold one knob."""
     trees.cpufreq_tree(tmp_path / "cpu", cpus=1, cur=3_600_000)
     (tmp_path / "claims").mkdir()
     (tmp_path / "claims").chmod(0o777)
@@ -137,8 +145,31 @@ def test_a_claims_folder_others_can_write_is_not_used(tmp_path, monkeypatch):
     knob = next(k for k in cpufreq.discover(str(tmp_path / "cpu")) if k.index == "0")
     keeper = Keeper()
     try:
+        with pytest.raises(KnobError) as refused:
+            keeper.set(knob, 1_000_000)
+        assert "writable by others" in str(refused.value) and "\n" not in str(refused.value)
+        assert trees.max_freqs(tmp_path / "cpu") == [3_600_000] and not keeper.held
+        assert list((tmp_path / "claims").iterdir()) == []
+    finally:
+        keeper.close()
+
+
+def test_a_held_claim_file_others_can_open_is_refused_not_replaced(tmp_path, monkeypatch):
+    """An older energyprof's 0644 claim that its holder has flocked is a held claim: the change is refused and
+    the file stays (it used to be unlinked under its holder, so two setters held one knob)."""
+    knob, path = _old_claim(tmp_path, monkeypatch, "4242 old\n")
+    holder = os.open(path, os.O_RDONLY)  # its own open file: its flock conflicts with any other's
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    inode = path.stat().st_ino
+    keeper = Keeper()
+    try:
+        with pytest.raises(KnobError, match=r"being changed by another energyprof process \(pid 4242\)"):
+            keeper.set(knob, 1_000_000)
+        assert path.stat().st_ino == inode and trees.max_freqs(tmp_path / "cpu") == [3_600_000]
+        os.close(holder)  # let go: now it is replaced by a 0600 claim of ours
         keeper.set(knob, 1_000_000)
-        assert list((tmp_path / "claims").iterdir()) == []  # no claim where another user could swap it
+        # made anew (the old one was never chmodded; its inode number may be reused)
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600 and path.read_text().split()[0] == str(os.getpid())
     finally:
         keeper.close()
 

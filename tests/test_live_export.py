@@ -293,6 +293,7 @@ def test_the_live_figures_are_the_ledgers_program_energy(data, policy) -> None:
     from types import SimpleNamespace
 
     from energyprof.core.ledger import Ledger
+    from energyprof.core.processes import process_table
 
     table, ticks, samples = data
     led = Ledger(SOURCES, table, cpus=2)
@@ -309,7 +310,7 @@ def test_the_live_figures_are_the_ledgers_program_energy(data, policy) -> None:
         export.LedgerWatch(run, led, policy)._figures()
     finally:
         run.finish(wait_s=0.0)
-    rows = led.process_table(policy)
+    rows = process_table(led, policy)
     want = led.program_energy(policy)
     for i, sid in enumerate(led.source_ids):
         assert want[i] == pytest.approx(sum(r["energy_j"][sid] for r in rows), abs=1e-9)

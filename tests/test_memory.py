@@ -186,3 +186,36 @@ def test_a_sigterm_caught_as_a_worker_blocks_still_ends_it(tmp_path):
                   timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout == f"child {-signal.SIGTERM}\n"  # ended by its SIGTERM, as the default action ends it
+
+
+def test_the_first_function_s_memory_is_its_own(tmp_path: Path):
+    """The baseline is the RSS before the program's first line: a first function that takes 300 MB and
+    gives it back shows its peak above the baseline and no loss. The sampler's thread may first run
+    after the program has begun; its first reading was the baseline (309 MB) and the function's growth
+    -299.8 MB when the allocation came before it."""
+    (tmp_path / "first.py").write_text(textwrap.dedent("""
+        import time
+
+        def first():
+            x = b"\\x01" * (300 * 1024 * 1024)  # one C call holding the GIL: no other thread runs meanwhile
+            t = time.thread_time()
+            while time.thread_time() - t < 0.2:  # CPU, so samples see it there on any machine
+                pass
+            del x
+
+        def then():
+            t = time.thread_time()
+            while time.thread_time() - t < 0.2:
+                pass
+
+        first(); then()
+    """))
+    res = run_cli(["-q", "--json", "p.json", "-o", "/dev/null", "first.py"], cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    p = load(tmp_path / "p.json")
+    base = p.totals["baseline_rss_bytes"]
+    assert base < 200 * MB
+    first = fn(p, "first")
+    assert first.peak_rss_bytes - base >= 250 * MB
+    assert abs(first.rss_growth_bytes) < 20 * MB  # what it took it gave back
+    assert p.totals["peak_rss_bytes"] - base >= 250 * MB

@@ -108,13 +108,27 @@ def test_a_machine_is_known_by_its_boot_id_not_its_host_name(two_nodes: Path) ->
 
 
 def test_merge_twice_the_same_rank_is_refused(two_nodes: Path) -> None:
-    a = load(two_nodes / "a.json")
-    a.meta["distributed"] = {"mode": "per-rank", "rank": 0, "world_size": 2, "job": "j", "host": "h"}
+    a, b = load(two_nodes / "a.json"), load(two_nodes / "a.json")
+    for p in (a, b):
+        p.meta["distributed"] = {"mode": "per-rank", "rank": 0, "world_size": 2, "job": "j", "host": "h"}
+    b.meta["pid"] += 1  # another run that says it was rank 0 too
     with pytest.raises(MergeError, match="both rank 0"):
-        merge([a, a], ["x", "y"])
+        merge([a, b], ["x", "y"])
     joined = merge([a], ["x"])
     assert joined.meta["distributed"]["missing_ranks"] == [1]
     assert any(n.kind == "missing-rank" for n in joined.notes)
+
+
+def test_merge_refuses_the_same_run_twice(two_nodes: Path) -> None:
+    """`merge A.json A.json` (or A and a copy of it) doubled the program's energy: one line, exit 2, nothing
+    written. A run is its machine's boot, its process and its start."""
+    import shutil
+
+    shutil.copy(two_nodes / "a.json", two_nodes / "a-copy.json")
+    for args in (["a.json", "a.json"], ["a.json", "b.json", "a-copy.json"]):
+        res = run_cli(["merge", *args, "-o", "twice.json"], cwd=two_nodes)
+        assert res.returncode == 2 and res.stdout == "" and not (two_nodes / "twice.json").exists(), res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "same run" in res.stderr, res.stderr
 
 
 @pytest.mark.browser

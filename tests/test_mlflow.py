@@ -7,6 +7,8 @@ SQLite store, which the extra's SQLAlchemy and Alembic open.
 
 from __future__ import annotations
 
+import re
+
 import json
 import subprocess
 import sys
@@ -107,6 +109,9 @@ def test_cli_flag_logs_a_real_run(tmp_path: Path, store: str) -> None:
     res = _supervised(tmp_path, store, "import time\ntime.sleep(0.3)\nprint('done')\n", "-o", "r.html")
     assert res.stdout == "done\n"  # the program's output is its own
     assert "logged to MLflow run" in res.stderr
+    # what the log took after the run is said, since no figure of the run holds it
+    assert re.search(r"logged to MLflow run \w+ \(measured: \d+\.\d\d s, \d+\.\d\d s of energyprof's CPU after the run, "
+                     r"in no figure\)", res.stderr), res.stderr
     profile = load(tmp_path / "p.json")
     client = mlflow.MlflowClient()
     (run,) = client.search_runs([client.search_experiments()[0].experiment_id])

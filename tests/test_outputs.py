@@ -316,3 +316,47 @@ def test_writer_writes_through_an_open_descriptor_at_its_offset(tmp_path: Path) 
                    "appended\n")
     assert target.read_text() == "kept\nappended\n"
     assert sorted(os.listdir(tmp_path)) == ["t.txt"]
+
+
+def _read_only_bind(src: Path, dst: Path) -> bool:
+    """`dst`, a read-only bind mount of `src` (root with CAP_SYS_ADMIN only): False where it cannot be made."""
+    import subprocess
+
+    dst.mkdir()
+    ok = subprocess.run(["mount", "--bind", str(src), str(dst)], capture_output=True).returncode == 0
+    if ok and subprocess.run(["mount", "-o", "remount,ro,bind", str(dst)], capture_output=True).returncode != 0:
+        subprocess.run(["umount", str(dst)], capture_output=True)
+        ok = False
+    return ok
+
+
+def test_a_read_only_mount_is_said_so(here: Path) -> None:
+    """An output on a read-only file system is refused as such, not as "permission denied" (what the user
+    would fix is the mount, not a file's mode): both a new file in the mount and one already there."""
+    import subprocess
+
+    src = here / "src"
+    src.mkdir()
+    (src / "old.json").write_text("{}")
+    ro = here / "ro"
+    if not _read_only_bind(src, ro):
+        pytest.skip("no read-only bind mount here (needs root with CAP_SYS_ADMIN)")
+    try:
+        for args in (["--json", "ro/new.json"], ["--json", "ro/old.json"], ["-o", "ro/r.html"]):
+            res = run_cli(["--power-trace", "trace.csv", *args, "w.py"], cwd=here)
+            _one_line_exit_2(res, here, "read-only file system")
+    finally:
+        subprocess.run(["umount", str(ro)], capture_output=True)
+
+
+def test_not_writable_says_read_only_from_the_file_system_s_flags(tmp_path: Path, monkeypatch) -> None:
+    """The reason comes from the file system's flags (statvfs ST_RDONLY), as a mount shows it to anyone."""
+    from energyprof.store import files
+
+    assert files.why_not_writable(str(tmp_path)) == "permission denied"
+
+    class ReadOnly:
+        f_flag = os.ST_RDONLY
+
+    monkeypatch.setattr(files.os, "statvfs", lambda path: ReadOnly())
+    assert files.why_not_writable(str(tmp_path)) == "read-only file system"

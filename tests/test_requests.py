@@ -3,12 +3,9 @@ servers (uvicorn with FastAPI, wsgiref and waitress with Flask) on loopback, and
 middlewares.
 
 Each handler burns CPU measured by its own thread's clock (`time.thread_time`), so a request holds the
-same work however loaded the machine is. A window's joules are the program's part of its span: its
-edges are the samples' and the sensor readings' (`--interval`, `--sensor-interval`), so a request
-whose span is T holds its energy to within about 2 * sensor interval / T; with the shorter route's
-T = 0.1 s CPU and 10 ms readings, 20 % at worst for one request, less for the median of several,
-inside the 30 % the 4:1 check allows. The routes' nodes in the tree hold their samples: 0.6 s of CPU
-for the shorter route at 5 ms samples, 120 samples, about 9 % of sampling error.
+same work however loaded the machine is. The 4:1 check between routes is on that CPU as the samples
+at each route's node hold it (check_windows says the margin), never on a window's `share` joules, which
+move with the rest of the machine's load over the window's span.
 """
 
 from __future__ import annotations
@@ -24,14 +21,17 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from hypothesis import given, strategies as st
 
 from energyprof.agent.requests import METHODS, UNMATCHED, route_name, status_code
-from energyprof.analysis.units import UnitRun, unit_kind, unit_runs, unit_table
-from energyprof.facts.profile import load
+from energyprof.analysis.units import UnitRun, route_energy, unit_kind, unit_runs, unit_table, unit_tables
+from energyprof.facts.profile import Node, load
 from energyprof.facts.records import Window
+from energyprof.render.format import esc, fmt_energy
+from energyprof.render.units import console_lines, page_section
 
 UNIT_S = 0.1  # CPU seconds of one unit of work
 ROUNDS = 6  # requests per route, interleaved so that both routes see the same neighbours
@@ -173,19 +173,22 @@ def check_windows(profile: object, long: str, short: str) -> None:
     assert sorted(w.index for w in by[long]) == list(range(ROUNDS))
     assert {w.loop["status"] for w in by[long] + by[short]} == {200.0}
     assert {w.loop["status"] for w in by[f"GET {UNMATCHED}"]} == {404.0}
-    j_long = statistics.median(w.program_total_j for w in by[long])
-    j_short = statistics.median(w.program_total_j for w in by[short])
-    assert j_short > 0
-    assert j_long / j_short == pytest.approx(4.0, rel=0.3)
+    # a window's joules (`share`) are the program's part of the machine's energy over its span, which moves
+    # with whatever else the machine runs meanwhile: no ratio is asserted on them, only that each route's hold some
+    assert min(w.program_total_j for w in by[long] + by[short]) > 0
     # the handlers' stacks are rooted at their route's node, wherever they ran (the event loop, a worker
-    # thread), and no frame of energyprof's cut them: each route's samples hold its CPU, 4:1
+    # thread), and no frame of energyprof's cut them: each route's samples hold its CPU, 4:1. CPU time by the
+    # threads' own clocks does not move with the machine's load: the work is 0.4 s and 0.1 s of it a request,
+    # ROUNDS requests a route, and a sample's CPU goes to the stack it saw, so each request's two edges can
+    # misplace at most one sample interval (5 ms) of CPU each: 6 * 10 ms of the short route's 600 ms (10 %)
+    # and of the long route's 2.4 s (2.5 %), the ratio within 13 %; 20 % allowed
     routes: dict[str, float] = {}
     for n, _ in profile.walk():  # type: ignore[attr-defined]
         if n.function.startswith("[request "):
             assert any(c.function in ("item", "ping") for c in n.children), n.function
-            routes[n.function] = routes.get(n.function, 0.0) + n.total_energy
+            routes[n.function] = routes.get(n.function, 0.0) + n.cpu_time_s
     assert set(routes) == {f"[request {long}]", f"[request {short}]"}
-    assert routes[f"[request {long}]"] / routes[f"[request {short}]"] == pytest.approx(4.0, rel=0.3)
+    assert routes[f"[request {long}]"] / routes[f"[request {short}]"] == pytest.approx(4.0, rel=0.2)
 
 
 ASGI_SERVERS = {"uvicorn": ["-m", "uvicorn", "app:app", "--port", "PORT", "--log-level", "warning"],
@@ -370,6 +373,54 @@ def test_units_table_known_answer() -> None:
 def test_overlapping_runs_are_said() -> None:
     runs = [UnitRun("request", "GET /a", 0, 0.0, 1.0, 1.0, pid=1), UnitRun("request", "GET /a", 1, 0.5, 1.0, 1.0, pid=1)]
     assert unit_table(runs, 2.0, "request").notes
+
+
+def _tree(**route_j: float) -> Node:
+    """A program's tree: `main`, and under it a `[request ROUTE]` node per route holding that energy in a handler
+    (one route's node twice, on two paths, and one inside another route's: counted once, in the outer)."""
+    def node(function: str, j: float = 0.0, *children: Node) -> Node:
+        return Node(function=function, self_energy_j={"cpu": j}, children=list(children))
+    reqs = [node(f"[request {name}]", 0.0, node("handler", j / 2)) for name, j in route_j.items()]
+    reqs += [node(f"[request {name}]", 0.0, node("handler", j / 2, node("[request GET /inner]", 5.0)))
+             for name, j in route_j.items()]
+    root = node("<root>", 0.0, node("main", 1.0, *reqs))
+    root.fill_inclusive()
+    return root
+
+
+def test_concurrent_requests_totals_and_shares_are_their_samples_and_add_up() -> None:
+    """Two routes' requests overlap wholly: each window holds the program's 10 J over the shared span, so the
+    span-based totals would be 40 J of a 16 J program (250 %). The totals and shares are each route's
+    node's (its samples, the inner route's 5 J in each outer's): 9 J and 6 J, which add up within the program's
+    16 J (1 J is `main`'s own); the spans' sum is kept beside them."""
+    windows = [_w("GET /burn", 0.0, 1.0, 10.0), _w("GET /burn", 0.0, 1.0, 10.0), _w("GET /sleep", 0.0, 1.0, 10.0),
+               _w("GET /sleep", 0.0, 1.0, 10.0)]
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="measured")], meta={"sensor_interval_s": 0.05},
+                              root=_tree(**{"GET /burn": 4.0, "GET /sleep": 1.0}))
+    (t,) = unit_tables(windows, 16.0, profile=profile)
+    assert [(g.name, g.total_j, g.share, g.span_total_j) for g in t.groups] == [
+        ("GET /burn", 9.0, 9.0 / 16.0, 20.0), ("GET /sleep", 6.0, 6.0 / 16.0, 20.0)]
+    assert t.total_j == 15.0 <= 16.0
+    assert t.totals_from == "samples" and t.notes
+    # the inner route's node sits inside the outer ones: its samples are the outer's, not counted again
+    assert "GET /inner" not in route_energy(profile.root, "[request ")
+
+
+def test_every_units_table_says_its_method_its_edge_error_and_its_notes() -> None:
+    """A run of 0.5 s holding 5 J, read at 50 ms: each edge's interval is in doubt, at the run's own mean power
+    (10 W), 2 * 0.05 s * 10 W = 1 J; a run shorter than two intervals is wholly in doubt (+- its joules)."""
+    windows = [_w("GET /a", 0.0, 0.5, 5.0), _w("GET /a", 0.2, 0.5, 5.0), _w("GET /b", 2.0, 0.05, 0.4)]
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="estimated")], meta={"sensor_interval_s": 0.05},
+                              root=_tree(**{"GET /a": 6.0, "GET /b": 0.4}))
+    (t,) = unit_tables(windows, 20.0, profile=profile)
+    assert [(g.name, g.edge_j) for g in t.groups] == [("GET /a", pytest.approx(1.0)), ("GET /b", pytest.approx(0.4))]
+    assert t.method == "estimated" and t.notes
+    text = "\n".join(console_lines([t]))
+    assert "estimated" in text and f"+-{fmt_energy(1.0)}" in text
+    assert all(f"note: {n}" in text for n in t.notes)
+    page = page_section([t])
+    assert "estimated" in page and "&plusmn;" in page and all(esc(n) in page for n in t.notes)
+    assert t.to_dict()["method"] == "estimated" and t.to_dict()["groups"][0]["edge_j"] == pytest.approx(1.0)
 
 
 # -- live export: a counter per route ---------------------------------------------------------------------
@@ -577,3 +628,165 @@ def test_random_paths_get_names_bounded_by_the_routes(tmp_path: Path, seed: int)
     assert set(names) <= routed | {f"{m} {UNMATCHED}" for m in (*METHODS, "OTHER")}
     assert "GET /api/{version}/items/{item_id:int}" in names  # a third of the requests take the route
     assert all(path not in name for _, path, _ in sent for name in names)
+
+
+STREAMED = """
+import contextlib, http.client, json, sys, threading
+from flask import Flask, send_file
+from waitress.server import create_server
+
+app = Flask(__name__)
+
+@app.get("/stream")
+def stream():
+    def chunks():
+        for i in range(3):
+            yield f"part {i}\\n"
+    return app.response_class(chunks(), mimetype="text/plain")  # no Content-Length: a generator's
+
+@app.get("/file")
+def file():
+    return send_file("body.txt")  # waitress's own file wrapper: sent by the server itself
+
+@app.get("/one")
+def one():
+    return "whole"
+
+profiled = sys.argv[1] == "profiled"
+if profiled:
+    from energyprof import energy_profile
+    from energyprof.wsgi import EnergyMiddleware
+    app.wsgi_app = EnergyMiddleware(app.wsgi_app)
+server = create_server(app, host="127.0.0.1", port=0, threads=2)
+threading.Thread(target=server.run, daemon=True).start()
+out = []
+ctx = energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv") if profiled else contextlib.nullcontext()
+with ctx:
+    conn = http.client.HTTPConnection("127.0.0.1", server.effective_port, timeout=60)
+    for path in ["/stream", "/file", "/one", "/stream"]:
+        conn.request("GET", path)
+        r = conn.getresponse()
+        out.append([r.status, r.read().decode(), r.getheader("Content-Length")])
+print(json.dumps(out))
+"""
+
+
+def test_a_streamed_or_file_response_under_the_wsgi_middleware_is_served_as_without_it(tmp_path: Path) -> None:
+    """A generator's response has no length (waitress asks only where the iterable has one), and a file
+    response stays the server's file wrapper: the same statuses, bodies and lengths as plain serving."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "body.txt").write_text("a file's bytes\n" * 50)
+    (tmp_path / "streamed.py").write_text(textwrap.dedent(STREAMED))
+    runs = {mode: subprocess.run([sys.executable, "streamed.py", mode], cwd=tmp_path, capture_output=True, text=True,
+                                 timeout=300) for mode in ("plain", "profiled")}
+    assert runs["plain"].returncode == 0 and runs["profiled"].returncode == 0, runs["profiled"].stderr
+    assert runs["profiled"].stdout == runs["plain"].stdout
+    assert [s for s, _, _ in json.loads(runs["plain"].stdout)] == [200] * 4
+    runs_ = unit_runs(load(tmp_path / "p.json").windows)  # type: ignore[attr-defined]
+    assert [(r.name, r.status) for r in runs_] == [
+        ("GET /stream", 200), ("GET /file", 200), ("GET /one", 200), ("GET /stream", 200)]
+
+
+def test_a_hook_whose_bookkeeping_fails_leaves_the_response_and_the_programs_exceptions_as_they_are(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Flask's router hooked with energyprof's naming broken: the responses are the same as unhooked ones, and
+    an exception the framework's own function raises reaches the program unchanged, its arguments passed on
+    exactly (keywords included)."""
+    import flask
+    import flask.ctx
+
+    from energyprof.agent import request_hooks
+
+    app = flask.Flask("hooked")
+    app.add_url_rule("/items/<int:item_id>", "item", lambda item_id: {"id": item_id})
+    paths = ["/items/3", "/missing"]
+    plain = [(r.status_code, r.get_data()) for r in map(app.test_client().get, paths)]
+
+    def broken(*_a: object, **_k: object) -> None:
+        raise RuntimeError("energyprof's own bug")
+
+    monkeypatch.setattr(flask.ctx.RequestContext, "match_request", flask.ctx.RequestContext.match_request)
+    monkeypatch.setattr(request_hooks, "name_request", broken)
+    monkeypatch.setattr(request_hooks, "current", broken)
+    request_hooks.patch("flask.ctx", flask.ctx)
+    assert getattr(flask.ctx.RequestContext.match_request, "__energyprof_wrapped__", False)
+    assert [(r.status_code, r.get_data()) for r in map(app.test_client().get, paths)] == plain
+
+    class Router:
+        def matches(self, scope: object, *, strict: bool = False) -> tuple[object, ...]:
+            raise LookupError(scope, strict)
+
+    request_hooks._wrap(Router, "matches", request_hooks._matches(prefix=False))
+    with pytest.raises(LookupError) as raised:
+        Router().matches("scope", strict=True)
+    assert raised.value.args == ("scope", True)
+
+
+UNNAMED = WORK + """
+import sys
+from flask import Flask
+from energyprof import energy_profile
+from energyprof.wsgi import EnergyMiddleware
+
+app = Flask(__name__)
+
+@app.get("/ping")
+def ping():
+    work(1)
+    return "pong"
+
+@app.errorhandler(404)
+def not_found(_e):               # a request no route took, doing the same work as /ping's
+    work(1)
+    return "none", 404
+
+app.wsgi_app = EnergyMiddleware(app.wsgi_app)
+get = app.test_client().get
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    for i in range(ROUNDS):
+        get("/ping").close()
+        get(f"/missing/{i}").close()
+"""
+
+
+def test_a_request_routing_never_named_is_charged_from_its_start(tmp_path: Path) -> None:
+    """A 404 is named only when it ends, yet its window began with it: its joules match those of a routed
+    request doing the same CPU work. Both kinds alternate on one thread (no overlap), so each window holds
+    the program's energy over its own span; the work is 0.1 s of CPU by the thread's clock, and the edges
+    (10 ms sensor readings) move a window's joules by at most 2 * 10 ms / 0.1 s = 20 %, less for the medians;
+    a window opened only at its end missed whatever the ledger had charged by then, most of its span."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "unnamed.py").write_text(UNNAMED.replace("ROUNDS", str(ROUNDS)))
+    done = subprocess.run([sys.executable, "unnamed.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    windows = [w for w in load(tmp_path / "p.json").windows if unit_kind(w) == "request"]  # type: ignore[attr-defined]
+    by = {n: [w for w in windows if w.name == n] for n in ("GET /ping", f"GET {UNMATCHED}")}
+    assert [len(ws) for ws in by.values()] == [ROUNDS, ROUNDS], [w.name for w in windows]
+    assert sorted(w.index for w in by[f"GET {UNMATCHED}"]) == list(range(ROUNDS))
+    assert {w.loop["status"] for w in by[f"GET {UNMATCHED}"]} == {404.0}
+    matched, unmatched = (statistics.median(w.program_total_j for w in ws) for ws in by.values())
+    assert matched > 0
+    assert unmatched / matched == pytest.approx(1.0, rel=0.4)
+
+
+RAISING_WSGI = """
+def app(environ, start_response):           # a plain WSGI application, no router: every request unmatched
+    if environ["PATH_INFO"] == "/boom":
+        raise RuntimeError("boom")          # waitress answers 500 itself, and never calls its task's finish
+    start_response("200 OK", [("Content-Type", "text/plain")])
+    return [b"ok"]
+"""
+
+
+@pytest.mark.parametrize("server", ["waitress", "gunicorn"])
+def test_a_request_whose_application_raised_ends_at_the_servers_error_path(tmp_path: Path, server: str) -> None:
+    """The application raises: the server's error path answers 500 without the end hook (waitress's channel,
+    gunicorn's worker). The request ends there, a 500 with its own span, not left open until the thread's
+    next request (the last request of a run would be left open, and no request at all)."""
+    (tmp_path / "app.py").write_text(textwrap.dedent(RAISING_WSGI))
+    (tmp_path / "serve.py").write_text(textwrap.dedent(SERVE_WAITRESS))
+    profile, statuses, err = serve_profiled(tmp_path, WSGI_SERVERS[server], ["/ok", "/boom"])
+    assert statuses == [200, 500], err
+    runs = unit_runs(profile.windows)  # type: ignore[attr-defined]
+    assert [(r.name, r.index, r.status) for r in runs] == [(f"GET {UNMATCHED}", 0, 200), (f"GET {UNMATCHED}", 1, 500)]
+    assert runs[0].start_s + runs[0].time_s <= runs[1].start_s

@@ -7,17 +7,21 @@ modules below, the module's functions named here are wrapped once, after its cod
                           (gunicorn's uvicorn workers load theirs the same way)
     hypercorn.app_wrappers  ASGIWrapper: the same, for hypercorn's ASGI applications
     wsgiref.handlers      BaseHandler.setup_environ opens a request, BaseHandler.close ends it
-    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it
+    waitress.task         Task.start opens a WSGI task's request, Task.finish ends it (an error task's
+                          start, where the application raised and the channel answers 500 itself)
     gunicorn.http.wsgi    create opens a request (every gunicorn WSGI worker makes its environ there),
                           Response.close ends it
+    gunicorn.workers.base Worker.handle_error ends it where the application raised (a 500)
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
                           (FastAPI's routes are Starlette's)
     flask.ctx             RequestContext.match_request: the URL rule names the request
     django.core.handlers.base  BaseHandler.resolve_request: the resolver match's route names it
                           (`/items/<int:item_id>`: Django's routes have no leading slash)
 
-Every wrapper is a plain function that returns what the original returns (a coroutine is returned,
-not awaited), so none stays on the stack while a request runs and the sampled stacks are the
+Every wrapper is a plain function that takes what the original takes (`*args, **kwargs`, passed on
+exactly) and returns what it returns (a coroutine is returned, not awaited); energyprof's own part in
+it is guarded (`_ours`): a failure there costs a request its window, never the program its response
+or its exceptions, which pass through untouched. None stays on the stack while a request runs and the sampled stacks are the
 program's own. The finder that calls `patch` is agent/autoload.py's (this module, and the request's
 bookkeeping, load only once the program imports a server or a router).
 """
@@ -47,44 +51,61 @@ def _wrap(cls: Any, attr: str, make: Callable[[Callable[..., Any]], Callable[...
     setattr(cls, attr, wrapper)
 
 
-def _uvicorn(module: Any) -> None:
-    def make(load: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            load(self)
-            app = getattr(self, "loaded_app", None)
-            if app is not None and not isinstance(app, AsgiRequests):
-                self.loaded_app = AsgiRequests(app)
+def _ours(book: Callable[..., None], *args: Any) -> None:
+    """energyprof's bookkeeping inside a server's call: a failure of ours (a framework whose names moved,
+    a bug) costs the request its window, never the program its response."""
+    try:
+        book(*args)
+    except Exception:  # noqa: BLE001 - only our own bookkeeping is here; the program's calls are outside
+        pass
+
+
+def _after(book: Callable[..., None]) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """`original` called exactly as the server calls it, then `book(self, result)`; its result returned."""
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            _ours(book, args[0] if args else None, result)
+            return result
         return wrapped
-    _wrap(module.Config, "load", make)
+    return make
+
+
+def _uvicorn(module: Any) -> None:
+    def book(config: Any, _result: Any) -> None:
+        app = getattr(config, "loaded_app", None)
+        if app is not None and not isinstance(app, AsgiRequests):
+            config.loaded_app = AsgiRequests(app)
+    _wrap(module.Config, "load", _after(book))
+
+
+def _method(environ: Any) -> Any:
+    return environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None
 
 
 def _wsgiref(module: Any) -> None:
-    def make_setup(setup: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            setup(self)
-            environ = getattr(self, "environ", None)
-            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
-        return wrapped
-
     def make_close(close: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            close_request(current(), getattr(self, "status", None))
-            close(self)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            _ours(lambda: close_request(current(), getattr(args[0], "status", None)))
+            return close(*args, **kwargs)
         return wrapped
-    _wrap(module.BaseHandler, "setup_environ", make_setup)
+    _wrap(module.BaseHandler, "setup_environ", _after(lambda h, _r: open_request(_method(getattr(h, "environ", None)))))
     _wrap(module.BaseHandler, "close", make_close)
 
 
 def _ending(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A method after which the request on this thread has ended (for an instance of `kind`), with the
     instance's `status`."""
+    def book(self: Any) -> None:
+        if isinstance(self, kind):
+            close_request(current(), getattr(self, "status", None))
+
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
             try:
-                original(self)
+                return original(*args, **kwargs)
             finally:
-                if isinstance(self, kind):
-                    close_request(current(), getattr(self, "status", None))
+                _ours(book, args[0] if args else None)
         return wrapped
     return make
 
@@ -92,52 +113,55 @@ def _ending(kind: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
 def _waitress(module: Any) -> None:
     wsgi_task = module.WSGITask
 
-    def make_start(start: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            start(self)
-            if isinstance(self, wsgi_task):
-                open_request(getattr(getattr(self, "request", None), "command", None))
-        return wrapped
+    def book(task: Any, _result: Any) -> None:
+        if isinstance(task, wsgi_task):
+            open_request(getattr(getattr(task, "request", None), "command", None))
+        else:  # an error task: where the WSGI task before it on this thread raised, the channel answers 500
+            close_request(current(), 500)  # with it, never calling that task's finish (a done request: nothing)
 
-    _wrap(module.Task, "start", make_start)
+    _wrap(module.Task, "start", _after(book))
     _wrap(module.Task, "finish", _ending(wsgi_task))
 
 
 def _hypercorn(module: Any) -> None:
-    def make(init: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any, app: Any, *args: Any, **kwargs: Any) -> None:
-            init(self, app if isinstance(app, AsgiRequests) else AsgiRequests(app), *args, **kwargs)
-        return wrapped
-    _wrap(module.ASGIWrapper, "__init__", make)
+    _wrap(module.ASGIWrapper, "__init__", _after(lambda wrapper, _none: _wrap_app(wrapper)))
+
+
+def _wrap_app(wrapper: Any) -> None:
+    """An ASGI wrapper's application (`app`) served through AsgiRequests."""
+    app = getattr(wrapper, "app", None)
+    if app is not None and not isinstance(app, AsgiRequests):
+        wrapper.app = AsgiRequests(app)
 
 
 def _gunicorn(module: Any) -> None:
-    def make_create(create: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(*args: Any, **kwargs: Any) -> Any:
-            resp, environ = create(*args, **kwargs)
-            open_request(environ.get("REQUEST_METHOD") if isinstance(environ, dict) else None)
-            return resp, environ
-        return wrapped
-
-    _wrap(module, "create", make_create)
+    def book(_none: Any, result: Any) -> None:
+        open_request(_method(result[1]))
+    _wrap(module, "create", _after(book))
     _wrap(module.Response, "close", _ending(object))
 
 
-def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def make(matches: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any, scope: Any) -> Any:
-            result = matches(self, scope)
-            req = current()
-            if req is not None and req.name is None and getattr(result[0], "name", "") == "FULL":
-                path = getattr(self, "path", None)
-                if isinstance(path, str):
-                    if prefix:
-                        req.prefix += path
-                    else:
-                        name_request(req, path, getattr(self, "endpoint", None))
-            return result
+def _gunicorn_errors(module: Any) -> None:
+    """A worker's error path: the application raised, and the worker answers 500 without the response's close."""
+    def make(handle_error: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            _ours(lambda: close_request(current(), 500))
+            return handle_error(*args, **kwargs)
         return wrapped
-    return make
+    _wrap(module.Worker, "handle_error", make)
+
+
+def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    def book(route: Any, result: Any) -> None:
+        req = current()
+        if req is not None and req.name is None and getattr(result[0], "name", "") == "FULL":
+            path = getattr(route, "path", None)
+            if isinstance(path, str):
+                if prefix:
+                    req.prefix += path
+                else:
+                    name_request(req, path, getattr(route, "endpoint", None))
+    return _after(book)
 
 
 def _starlette(module: Any) -> None:
@@ -146,27 +170,20 @@ def _starlette(module: Any) -> None:
 
 
 def _flask(module: Any) -> None:
-    def make(match: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any) -> None:
-            match(self)
-            rule = getattr(getattr(self, "request", None), "url_rule", None)
-            if rule is not None:
-                views = getattr(getattr(self, "app", None), "view_functions", None) or {}
-                name_request(current(), rule.rule, views.get(rule.endpoint))
-        return wrapped
-    _wrap(module.RequestContext, "match_request", make)
+    def book(ctx: Any, _result: Any) -> None:
+        rule = getattr(getattr(ctx, "request", None), "url_rule", None)
+        if rule is not None:
+            views = getattr(getattr(ctx, "app", None), "view_functions", None) or {}
+            name_request(current(), rule.rule, views.get(rule.endpoint))
+    _wrap(module.RequestContext, "match_request", _after(book))
 
 
 def _django(module: Any) -> None:
-    def make(resolve: Callable[..., Any]) -> Callable[..., Any]:
-        def wrapped(self: Any, request: Any) -> Any:
-            match = resolve(self, request)  # Resolver404 where no route took it: the request stays unmatched
-            route = getattr(match, "route", None)
-            if isinstance(route, str):
-                name_request(current(), route if route.startswith("/") else "/" + route, getattr(match, "func", None))
-            return match
-        return wrapped
-    _wrap(module.BaseHandler, "resolve_request", make)
+    def book(_handler: Any, match: Any) -> None:  # Resolver404 where no route took it: the request stays unmatched
+        route = getattr(match, "route", None)
+        if isinstance(route, str):
+            name_request(current(), route if route.startswith("/") else "/" + route, getattr(match, "func", None))
+    _wrap(module.BaseHandler, "resolve_request", _after(book))
 
 
 PATCHES: dict[str, Callable[[Any], None]] = {
@@ -175,6 +192,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "waitress.task": _waitress,
     "hypercorn.app_wrappers": _hypercorn,
     "gunicorn.http.wsgi": _gunicorn,
+    "gunicorn.workers.base": _gunicorn_errors,
     "starlette.routing": _starlette,
     "flask.ctx": _flask,
     "django.core.handlers.base": _django,

@@ -4,9 +4,11 @@ A request opens when a server hands it to the application and closes when its re
 (ASGI: the last body message; WSGI: the response's close). Its window is named the moment routing
 chooses a route, `GET /items/{item_id}`, from the route's template, never from the raw path, so
 the number of names is the number of routes (methods outside HTTP's own read `OTHER`, requests
-no route took `GET [unmatched]`). The window begins at the request's start: the name is written
-as soon as routing is done, before the handler runs, so the run's energy is charged to it from
-its first interval. A request that routing never named is written when it ends.
+no route took `GET [unmatched]`). The window begins at the request's start, as PENDING (under an
+index unique in the process), so the run's energy is charged to it from its first interval however
+late it is named; its end record carries its name (and OPENED_AS, the index it began under), and the
+ledger names it then: a request routing named, and one it never did (a 404, a router that is not
+hooked, a plain WSGI application), are charged alike.
 
 The request is found by a context variable, set where the server calls the application: an
 asyncio task and the threads anyio starts for it see their own request, and so does each thread
@@ -19,8 +21,8 @@ hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask and 
 agent/autoload.py's finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
 profiled in process, `energyprof.asgi.EnergyMiddleware` and `energyprof.wsgi.EnergyMiddleware` open
 the same windows (and stand aside where a server's hook has the request already). Each window's facts
-hold `request=1`, the response's `status` and the window's index (`window_index`, which the ledger
-reads to end the right one and does not keep). Standard library only: the frameworks are never
+hold `request=1` and the response's `status` (agent/window_facts.py names them, with the two the
+ledger reads to end and name the right window and does not keep). Standard library only: the frameworks are never
 imported here.
 """
 
@@ -35,14 +37,12 @@ from typing import Any, Callable
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
 from .units import note_endpoint
+from .window_facts import OPENED_AS, PENDING, REQUEST_FACT, STATUS_FACT, WINDOW_INDEX
 from .wire import window_begin, window_end
 
 _perf = time.perf_counter_ns
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "DELETE", "CONNECT", "OPTIONS", "TRACE", "PATCH"))
 UNMATCHED = "[unmatched]"
-REQUEST_FACT = "request"  # a window's fact that makes it a request (analysis/units.py reads it)
-STATUS_FACT = "status"
-WINDOW_INDEX = "window_index"  # which window of its name ends (core/ledger.py reads it; not kept)
 
 
 def route_name(method: Any, template: str | None) -> str:
@@ -65,10 +65,12 @@ def status_code(status: Any) -> int:
 class Request:
     """One request while it runs: when it began, what routing named it, how it ended."""
 
-    __slots__ = ("t0", "method", "prefix", "name", "index", "status", "sink", "done", "by_middleware", "task")
+    __slots__ = ("t0", "method", "prefix", "name", "index", "opened", "status", "sink", "done", "by_middleware",
+                 "task")
 
     def __init__(self, method: Any, sink: Any, by_middleware: bool = False) -> None:
         self.t0 = _perf()
+        self.opened = _index(PENDING)  # its window's index while it is PENDING (unique in this process)
         self.method = method
         self.prefix = ""  # the mounts' templates routing passed through, outermost first
         self.name: str | None = None
@@ -151,6 +153,12 @@ def open_request(method: Any, by_middleware: bool = False) -> Request | None:
     if stale is not None and not stale.done:
         close_request(stale)  # a thread's last request that ended without its hook (an error path)
     req = Request(method, sink, by_middleware)
+    try:
+        # the window begins now, as PENDING: every interval of the request is charged to it, and its
+        # end names it (a route's, or unmatched), however late routing is or whether it ever is
+        sink.begin_window(PENDING, req.opened, t_ns=req.t0)
+    except Exception:  # noqa: BLE001 - a profile that has ended: the request is the program's all the same
+        return None
     _current.set(req)
     return req
 
@@ -178,18 +186,14 @@ if hasattr(os, "register_at_fork"):
 
 
 def name_request(req: Request | None, template: str, endpoint: object = None) -> None:
-    """Routing chose `template` (and its handler, `endpoint`) for `req`: its window begins (at the
-    request's start), once; the handler's stacks are rooted at the route's node (agent/units.py)."""
+    """Routing chose `template` (and its handler, `endpoint`) for `req`: its window's name, once (its end
+    writes it); the handler's stacks are rooted at the route's node (agent/units.py)."""
     if req is None or req.name is not None or req.done:
         return
     name = req.name = route_name(req.method, req.prefix + template)
+    req.index = _index(name)
     if endpoint is not None:
         note_endpoint(endpoint, name)
-    req.index = _index(name)
-    try:
-        req.sink.begin_window(name, req.index, t_ns=req.t0)
-    except Exception:  # noqa: BLE001 - a profile that has ended: the request is the program's all the same
-        req.done = True
 
 
 def close_request(req: Request | None, status: Any = None) -> None:
@@ -204,9 +208,9 @@ def close_request(req: Request | None, status: Any = None) -> None:
         if req.name is None:
             name = req.name = route_name(req.method, None)
             req.index = _index(name)
-            req.sink.begin_window(name, req.index, t_ns=req.t0)
-        # the index: concurrent requests of one route end in any order, and this one's window ends
-        facts = {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status), WINDOW_INDEX: float(req.index)}
+        # the window opened as PENDING under `opened` ends, and takes its name and its index in that name
+        facts = {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status), WINDOW_INDEX: float(req.index),
+                 OPENED_AS: float(req.opened)}
         req.sink.end_window(req.name, facts, t_ns=t)
     except Exception:  # noqa: BLE001 - as in name_request
         pass

@@ -77,6 +77,12 @@ class Agent:
             self.view.mp_bootstrap = True
         self.spool.write(header_line(self.pid, os.getppid(), _perf(), self.forked, env.get("RANK", ""),
                                      env.get("LOCAL_RANK", ""), label, cmd))
+        if self.sampler.rss and not self.forked:
+            # The RSS before the program's first line, read here on its own thread: the sampler's thread
+            # may first run after the program has begun, and what its first function took would be the
+            # baseline. A forked child's sampler reads it at once (its parent's pages are its start).
+            t = _perf()
+            self.spool.tick(t - 1, t, time.process_time_ns(), 0, self.sampler._rss())
         self.spool.flush()  # the supervisor learns of this process at once
         self.sampler.start()
 

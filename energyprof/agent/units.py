@@ -29,11 +29,6 @@ _STDLIB = os.path.dirname(os.__file__) + os.sep
 # An installed package's files: a user's own folder may be called ray (Ray's images run as
 # user `ray`, in /home/ray), but only an installed engine sits under site- or dist-packages.
 _RAY = (f"-packages{_SEP}ray{_SEP}",)
-# Ray's compiled core (_raylet) names its frames after the sources it was built from, relative to
-# Ray's own tree: its task loop calls `cy_wrap.<locals>.cy_isgenerator` in "python/ray/_raylet.pyx"
-# before each task's function (a sample caught it there only under load).
-_RAY_COMPILED = ("python/ray/", f"python{_SEP}ray{_SEP}")
-_CYTHON = (".pyx", ".pxi")
 _DASK = (f"-packages{_SEP}distributed{_SEP}", f"-packages{_SEP}dask{_SEP}")
 # (engine, kind, file part, executor function) -> the frames after it, down to the first
 # frame that is not the engine's, are the engine's dispatch of one unit.
@@ -48,8 +43,6 @@ UNIT_PREFIXES = ("[ray task ", "[ray actor ", "[dask task ")
 
 
 def _engine_file(engine: str, filename: str) -> bool:
-    if engine == "ray" and filename.startswith(_RAY_COMPILED) and filename.endswith(_CYTHON):
-        return True
     return any(part in filename for part in (_RAY if engine == "ray" else _DASK))
 
 
@@ -74,8 +67,15 @@ def _loading(frame: Frame) -> bool:
 
 
 def _generated(name: str, filename: str) -> bool:
+    """Code a library made with exec. A task's own function may be in "<string>" too (a job given
+    to `python -c`), so only the names libraries give such code count: a lambda, a dunder method,
+    and Cython's patches of `inspect` and `asyncio` (`cy_wrap.<locals>.cy_isgenerator` and its
+    siblings), which compiled modules such as Ray's `_raylet` install at import: Ray's loop calls
+    `inspect.isgenerator` on each task's function and result, so a sample can catch it there."""
+    if filename != "<string>":
+        return False
     last = name.rpartition(".")[2]
-    return filename == "<string>" and (last == "<lambda>" or (last.startswith("__") and last.endswith("__")))
+    return last == "<lambda>" or (last.startswith("__") and last.endswith("__")) or name.startswith("cy_wrap.<locals>.")
 
 
 def unit_name(engine: str, kind: str, function: str) -> str:

@@ -17,15 +17,20 @@ clocks, which stack sampling does not touch (sampling only splits it among funct
 therefore comes from the repeats' spread alone; with one run per side there is no spread, and the
 gate takes the change as measured, saying that run-to-run noise is unseen.
 
-The gate's figure is the program's *active* energy, idle kept apart as Kepler does: the machine's CPU-class
-energy times the program's share of the machine's CPU capacity (its CPU time over span x CPUs), plus its
-share of each GPU. Under `share` the program's figure holds a part of idle power that shrinks when
-neighbours arrive (identical code read +20.5% when only the load changed); capacity's share does not
-depend on what others run. Neighbours still move it through the machine's power (a busier machine draws
-more per CPU-second), by at most the ratio of the two sides' machine usage, so when the sides' loads
-(other processes' CPU share, `MachineLoad`) differ beyond what the repeats separate, the verdict says
-so and a change within that ratio does not fail. A profile without its load (an older file, a merged
-one) is gated on its program energy under the view's policy, as before.
+The gate's figure is the program's *CPU-capacity share of the machine's energy*: the machine's CPU-class
+energy, idle included, times the program's CPU time over the run's span x the machine's logical CPUs, plus
+its share of each GPU. It is not Kepler's active energy (idle is not taken out: under a flat 50 W it is
+50 W x the program's CPU over the CPUs, where an active figure would be 0). It is taken because no
+neighbour moves it under constant power: under `share` the program's figure holds a part of idle power
+that shrinks when neighbours arrive (identical code read +20.5% when only the load changed).
+
+Neighbours can still move it through the machine's power (a busier machine draws more per CPU-second), by
+at most the ratio of the two sides' machine usage, and never more than the sides' measured power ratio.
+So when the sides' loads (other processes' CPU share, `MachineLoad`) differ beyond what the repeats
+separate, the limit is not widened: a figure within the limit passes, with the loads said; one above it
+fails only when the load's most could not explain it (its lower end, divided by that ratio, still above
+the limit), and is otherwise *inconclusive*, an outcome of its own. A profile without its load (an older
+file, a merged one) is gated on its program energy under the view's policy, as before.
 """
 
 from __future__ import annotations
@@ -84,7 +89,8 @@ class Run:
     carbon_g: float | None = None  # the program's carbon, when the comparison was asked for carbon
     samples: int = 0  # the program's stack samples: its figure's sampling error is about 1/sqrt(samples)
     side: str = ""  # "base", "head", or "" for a run shown between them
-    active_j: float | None = None  # the gate's figure: the program's active energy (None: no load recorded)
+    capacity_j: float | None = None  # the gate's figure: the program's CPU-capacity share of the machine's energy
+    cpu_power_w: float | None = None  # the machine's mean CPU-class power over the load's span (None: no load)
     load: MachineLoad | None = None  # how busy the machine was
 
     @property
@@ -190,13 +196,17 @@ class TreeNode:
 @record(frozen=True)
 class LoadDifference:
     """The machine's load differed between the sides beyond what the repeats separate: other processes'
-    mean CPU share on each side (0 to 1), and the change the load alone could make of the gate's figure,
-    in percent: the base's machine usage with the head's neighbours over its own, less one (power grows
-    with usage, at most in proportion); 0 when the head's neighbours were quieter."""
+    mean CPU share on each side (0 to 1), and the most the load alone can have raised the gate's figure, in
+    percent: the base's machine usage with the head's neighbours over its own, less one (power grows with
+    usage, at most in proportion); 0 when the head's neighbours were quieter, None when the base's machine
+    showed no busy CPU at all (nothing bounds the ratio)."""
 
     base_others: float
     head_others: float
-    allowance_pct: float
+    reach_pct: float | None
+
+
+PASS, FAIL, INCONCLUSIVE = "ok", "FAIL", "inconclusive"
 
 
 @record(frozen=True)
@@ -239,14 +249,25 @@ class Verdict:
         the smallest change they can detect)."""
         return self._pct(self.interval.half_width)
 
-    def fails(self, limit_pct: float) -> bool:
-        """Above the limit with confidence: the interval's lower end is more than `limit_pct` above the
-        base (a figure that appeared from nothing fails; less energy never does)."""
+    def outcome(self, limit_pct: float) -> str:
+        """PASS, FAIL or INCONCLUSIVE against `limit_pct`. Above the limit with confidence (the interval's
+        lower end more than `limit_pct` above the base; a figure that appeared from nothing) is a FAIL, unless
+        the sides' loads differed and their most could explain it: then INCONCLUSIVE. The limit itself is
+        never widened, and less energy never fails."""
         if not self.base:
-            return self.head > 0
+            return FAIL if self.head > 0 else PASS
         low = self.low_pct
-        allowance = self.load.allowance_pct if self.load is not None else 0.0
-        return low is not None and low > limit_pct + allowance
+        if low is None or low <= limit_pct:
+            return PASS
+        if self.load is None:
+            return FAIL
+        if self.load.reach_pct is None:
+            return INCONCLUSIVE
+        worst = ((1 + low / 100) / (1 + self.load.reach_pct / 100) - 1) * 100  # the load's most taken out
+        return FAIL if worst > limit_pct else INCONCLUSIVE
+
+    def fails(self, limit_pct: float) -> bool:
+        return self.outcome(limit_pct) == FAIL
 
 
 @record
@@ -307,7 +328,8 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
     models = [_model(p, options) for p in profiles]
     runs = [Run(names[i], paths[i], m.duration_s, dict(m.totals.energy_j), dict(m.totals.attributed_j), _methods(m),
                 carbon_g=_carbon_g(m), samples=m.profile.root.samples,
-                side="base" if i in base_ix else "head" if i in head_ix else "", active_j=active_energy(profiles[i]),
+                side="base" if i in base_ix else "head" if i in head_ix else "", capacity_j=capacity_share_energy(profiles[i]),
+                cpu_power_w=cpu_power(profiles[i]),
                 load=profiles[i].load) for i, m in enumerate(models)]
     _mark_pareto(runs)
     sources: list[str] = []
@@ -316,9 +338,9 @@ def compare(profiles: Sequence[Profile], paths: Sequence[str] | None = None,
             if sid not in sources:
                 sources.append(sid)
     base_models, head_models = [models[i] for i in base_ix], [models[i] for i in head_ix]
-    # an idle policy asked for by name gates on the program's energy under it; else the active energy
+    # an idle policy asked for by name gates on the program's energy under it; else the capacity share
     verdict = run_gate([runs[i] for i in base_ix], [runs[i] for i in head_ix],
-                       active=options is None or options.idle is None)
+                       capacity=options is None or options.idle is None)
     points, program = window_points([m.profile.windows for m in models], windows) if windows else ([], True)
     return Comparison(runs, sources, _window_rows(models, [r.side for r in runs]),
                       _function_changes(base_models, head_models),
@@ -357,20 +379,30 @@ def gate(base: Sequence[float], head: Sequence[float], base_samples: Sequence[in
     return Verdict(what, ma, mb, Interval(spread.diff, sampled.low, sampled.high, confidence, spread.df, spread.n))
 
 
-ACTIVE = "program active energy"
+CAPACITY_SHARE = "program's CPU-capacity share of the machine's energy"
 LOAD_STEP = 0.05  # one run per side: loads this far apart (of the machine's CPU) are said to differ
 LOAD_FLOOR = 0.01  # with repeats, a difference below 1% of the machine's CPU is /proc/stat's 10 ms ticks
 
 
-def active_energy(p: Profile) -> float | None:
-    """The program's active energy (module docstring): the machine's CPU-class energy times the program's
-    share of its CPU capacity, plus the program's part of each GPU under `share`. None without the run's
-    load, or with GPU figures held under `all` only."""
+def _cpu_energy(p: Profile) -> float:
+    gpus = {s.id for s in p.sources if is_gpu(s.component)}
+    return sum(j for sid, j in p.totals.energy_j.items() if sid not in gpus)
+
+
+def cpu_power(p: Profile) -> float | None:
+    """The machine's mean CPU-class power over the run's load span: what neighbours move the gate's figure by."""
+    return _cpu_energy(p) / p.load.span_s if p.load is not None and p.load.span_s > 0 else None
+
+
+def capacity_share_energy(p: Profile) -> float | None:
+    """The program's CPU-capacity share of the machine's energy (module docstring): the machine's CPU-class
+    energy, idle included, times the program's CPU over span x CPUs, plus the program's part of each GPU
+    under `share`. None without the run's load, or with GPU figures held under `all` only."""
     load = p.load
     if load is None or load.capacity_s <= 0:
         return None
     gpus = {s.id for s in p.sources if is_gpu(s.component)}
-    cpu = sum(j for sid, j in p.totals.energy_j.items() if sid not in gpus) * load.program_share
+    cpu = _cpu_energy(p) * load.program_share
     if not gpus:
         return cpu
     if "share" not in p.policies():
@@ -379,22 +411,25 @@ def active_energy(p: Profile) -> float | None:
     return cpu + sum(shared.totals.attributed_j.get(sid, 0.0) for sid in gpus)
 
 
-def run_gate(base: Sequence[Run], head: Sequence[Run], confidence: float = CONFIDENCE, active: bool = True) -> Verdict:
-    """The gate on the program's active energy when every run holds its load, with the loads compared;
-    else (`active` False: a policy asked for by name; or an older file) on its energy under the view's policy."""
-    if active and all(r.active_j is not None for r in (*base, *head)):
-        verdict = program_gate([r.active_j or 0.0 for r in base], [r.active_j or 0.0 for r in head], confidence,
-                               ACTIVE)
-        loads = load_difference([r.load for r in base if r.load], [r.load for r in head if r.load], confidence)
+def run_gate(base: Sequence[Run], head: Sequence[Run], confidence: float = CONFIDENCE,
+             capacity: bool = True) -> Verdict:
+    """The gate on the program's CPU-capacity share of the machine's energy when every run holds its load,
+    with the loads compared; else (`capacity` False: a policy asked for by name; or an older file) on its
+    energy under the view's policy."""
+    if capacity and all(r.capacity_j is not None for r in (*base, *head)):
+        verdict = program_gate([r.capacity_j or 0.0 for r in base], [r.capacity_j or 0.0 for r in head], confidence,
+                               CAPACITY_SHARE)
+        loads = load_difference([r.load for r in base if r.load], [r.load for r in head if r.load], confidence,
+                                ([r.cpu_power_w or 0.0 for r in base], [r.cpu_power_w or 0.0 for r in head]))
         return replace(verdict, load=loads) if loads is not None else verdict
     return program_gate([r.program_total for r in base], [r.program_total for r in head], confidence)
 
 
-def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad],
-                    confidence: float = CONFIDENCE) -> LoadDifference | None:
+def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad], confidence: float = CONFIDENCE,
+                    power: tuple[Sequence[float], Sequence[float]] = ((), ())) -> LoadDifference | None:
     """The sides' loads, when they differ beyond what the repeats separate (Welch's interval of other
     processes' CPU share excludes no difference, and by LOAD_FLOOR or more), or, with a side of one run, by
-    LOAD_STEP or more."""
+    LOAD_STEP or more; with the most the load can have raised the gate's figure (`LoadDifference`)."""
     if not base or not head:
         return None
     a, b = [x.others_share for x in base], [x.others_share for x in head]
@@ -406,12 +441,25 @@ def load_difference(base: Sequence[MachineLoad], head: Sequence[MachineLoad],
         differ = step >= LOAD_STEP
     if not differ:
         return None
-    # the base's machine with the head's neighbours: its own part (program and energyprof) kept, so a
-    # program that itself uses more CPU is not allowed for
+    return LoadDifference(statistics.fmean(a), statistics.fmean(b), _reach(base, b, power))
+
+
+def _reach(base: Sequence[MachineLoad], head_others: Sequence[float],
+           power: tuple[Sequence[float], Sequence[float]]) -> float | None:
+    """The most the head's neighbours can have raised the figure, in percent: neighbours move it only
+    through the machine's power, so by no more than the base's machine usage with the head's neighbours
+    over its own (power grows with usage, at most in proportion; the program's own part is the base's, so a
+    program that itself uses more CPU is not excused), nor than the head's measured power over the base's.
+    None when neither bounds it (no busy CPU, no power on the base's side)."""
+    bounds = []
     usage = statistics.fmean(x.usage for x in base)
-    own = max(0.0, usage - statistics.fmean(a))
-    allowance = max(0.0, (min(1.0, own + statistics.fmean(b)) / usage - 1) * 100) if usage > 0 else math.inf
-    return LoadDifference(statistics.fmean(a), statistics.fmean(b), allowance)
+    if usage > 0:
+        own = max(0.0, usage - statistics.fmean(x.others_share for x in base))
+        bounds.append(max(0.0, (min(1.0, own + statistics.fmean(head_others)) / usage - 1) * 100))
+    pa, pb = power
+    if pa and pb and statistics.fmean(pa) > 0:
+        bounds.append(max(0.0, (statistics.fmean(pb) / statistics.fmean(pa) - 1) * 100))
+    return min(bounds) if bounds else None
 
 
 def program_gate(base: Sequence[float], head: Sequence[float], confidence: float = CONFIDENCE,

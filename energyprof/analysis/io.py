@@ -31,11 +31,15 @@ def _at(t: list[float], values: list[int], x: float) -> float:
 
 def io_in_span(io: IoFact | None, start_s: float, end_s: float) -> dict[str, float] | None:
     """MB read and written by the program and by the disks, read IOPS and the busiest disk's busy share,
-    over [start_s, end_s]. None where the profile holds no I/O. Pure."""
+    over [start_s, end_s]. None where the profile holds no I/O. Pure.
+
+    Rates are over the part of the span the readings cover: nothing is known of the counters outside it
+    (they are held flat there), and the run's span, asked as (-inf, inf), is its readings' span (divided by
+    an infinite span, its rates were always 0)."""
     if io is None or not io.t_s:
         return None
     t = io.t_s
-    span = end_s - start_s
+    span = min(end_s, t[-1]) - max(start_s, t[0])
 
     def delta(series: list[int]) -> float:
         return max(0.0, _at(t, series, end_s) - _at(t, series, start_s))

@@ -131,7 +131,7 @@ class ReportModel:
 
     def unit_tables(self) -> list[UnitTable]:
         """The units of work the windows hold (requests, engine tasks), a table per kind (analysis/units.py)."""
-        return unit_tables(self.profile.windows, self.program_j)
+        return unit_tables(self.profile.windows, self.program_j, profile=self.profile)
 
     def derived(self) -> dict[str, Any]:
         """Figures computed from the facts with these settings, saved beside the facts for other tools

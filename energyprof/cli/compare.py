@@ -7,6 +7,8 @@ import sys
 from ..setup.options import IDLE_POLICIES
 from .common import PROG, Parser, UsageError, add_idle_flag
 
+EXIT_INCONCLUSIVE = 3  # --fail-above: above the limit, but the sides' different loads could explain it
+
 
 def build_compare_parser() -> Parser:
     p = Parser(prog=f"{PROG} compare",
@@ -20,10 +22,11 @@ def build_compare_parser() -> Parser:
     p.add_argument("--label", action="append", help="a name for each run, in order, or with --base/--head one per"
                    " side (default: its command line, paths relative to here)")
     p.add_argument("--fail-above", type=float, metavar="PCT",
-                   help="exit 1 when the head's program active energy (the machine's CPU energy times the program's"
-                        " share of its CPU capacity, idle apart; with --idle, its energy under that policy) is more than"
-                        " PCT percent above the base's with 95%% confidence (Welch's t over repeats; one run per side:"
-                        " as measured); a change the sides' different machine loads can explain does not fail")
+                   help="exit 1 when the head's program CPU-capacity share of the machine's energy (the machine's CPU"
+                        " energy, idle included, times the program's CPU time over span x CPUs; with --idle, its energy"
+                        " under that policy) is more than PCT percent above the base's with 95%% confidence (Welch's t"
+                        " over repeats; one run per side: as measured); exit 3, inconclusive, when it is above but the"
+                        " sides' different machine loads could explain it; 0 otherwise, 2 on bad input")
     p.add_argument("--function", metavar="NAME", help="with --fail-above: gate on this function's energy instead")
     p.add_argument("--windows", metavar="NAME", help="place every window named NAME (or NAME:LABEL) of every run as a"
                    " point of energy against time, labelled by LABEL, with the Pareto front marked")
@@ -123,6 +126,7 @@ def compare_cmd(argv: list[str]) -> int:
             print(f"energyprof: wrote {path}", file=sys.stderr)
     if ns.fail_above is None or verdict is None:
         return 0
-    failed = verdict.fails(ns.fail_above)
-    print(f"energyprof: {verdict_line(verdict, ns.fail_above)}: {'FAIL' if failed else 'ok'}", file=sys.stderr)
-    return 1 if failed else 0
+    from ..analysis.compare import FAIL, INCONCLUSIVE
+
+    print(f"energyprof: {verdict_line(verdict, ns.fail_above)}", file=sys.stderr)
+    return {FAIL: 1, INCONCLUSIVE: EXIT_INCONCLUSIVE}.get(verdict.outcome(ns.fail_above), 0)

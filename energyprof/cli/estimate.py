@@ -49,6 +49,10 @@ def build_estimate_parser() -> Parser:
     pr.add_argument("--batch", type=float, help="samples per step")
     pr.add_argument("--device", help="the device, as the model names it (default: the model's only device)")
     pr.add_argument("--power-limit", type=float, metavar="W", help="the device's power limit")
+    for fam, what in (("conv", "convolutions"), ("matmul", "matrix products"), ("elementwise", "elementwise operators")):
+        pr.add_argument(f"--{fam}-share", type=float, metavar="S", help=f"the share of a step's FLOPs in {what}"
+                        " (0 to 1, as a tracked loop's first step counts them): a model family unlike the profiles'"
+                        " is refused, and a model fitted with this column needs it")
     pr.add_argument("--steps-per-epoch", type=float, metavar="S", help="steps per epoch: energy per epoch")
     pr.add_argument("--epochs", type=float, metavar="N", help="epochs: energy per run (needs --steps-per-epoch)")
     pr.add_argument("--extrapolate", action="store_true", help="predict even far outside the profiles' range (flagged)")
@@ -153,6 +157,7 @@ def _j(x: float) -> str:
 
 def _load_model(path: str) -> dict[str, Any]:
     from ..analysis.forecast import SCHEMA
+    from ..analysis.model_check import model_problem
     from ..facts.profile import ProfileFormatError, read_json
 
     try:
@@ -161,27 +166,12 @@ def _load_model(path: str) -> dict[str, Any]:
         raise UsageError(str(exc)) from None
     if not isinstance(model, dict) or model.get("schema") != SCHEMA:
         raise UsageError(f"{path} is not a model written by `{PROG} estimate fit` ({SCHEMA})")
-    try:
-        p = len(model["columns"])
-        ok = (len(model["coefficients"]) == p and len(model["xtx_inverse"]) == p
-              and all(len(r) == p for r in model["xtx_inverse"]) and isinstance(model["devices"], list)
-              and isinstance(model["range"], dict) and int(model["dof"]) >= 0
-              and all(isinstance(v, (int, float)) and math.isfinite(v) for v in
-                      [*model["coefficients"], *(x for r in model["xtx_inverse"] for x in r), model["residual_sd"]]))
-    except (KeyError, TypeError, ValueError):
-        ok = False
-    if not ok:
-        raise UsageError(f"{path}: a damaged model (its columns, coefficients and matrix do not agree)")
-    if not all(isinstance(d, str) for d in model["devices"]) or not all(
-            key in _RANGE_KEYS and isinstance(r, list) and len(r) == 2
-            and all(isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0 for x in r)
-            and r[0] <= r[1] for key, r in model["range"].items()):
-        raise UsageError(f"{path}: a damaged model (its range must give each of "
-                         f"{', '.join(_RANGE_KEYS)} as [low, high], positive numbers)")
+    why = model_problem(model)
+    if why:
+        raise UsageError(f"{path}: a damaged model: {why}")
     return model
 
 
-_RANGE_KEYS = ("flops", "params", "batch", "power_limit_w")
 
 
 def _positive(flag: str, v: float | None) -> None:
@@ -207,8 +197,16 @@ def _predict(ns: Any) -> int:
     else:
         if ns.flops is None:
             raise UsageError("give --flops (FLOPs per step), or --from PROFILE.json")
+        if ns.power_limit is not None and "log_power_limit" not in model["columns"]:
+            raise UsageError(f"{ns.model} has no power-limit column (its profiles did not tell power limits apart):"
+                             " --power-limit would change nothing; leave it out, or fit on profiles run at several limits")
         config = {"flops": ns.flops, "params": ns.params, "batch": ns.batch, "device": ns.device,
-                  "power_limit_w": ns.power_limit}
+                  "power_limit_w": ns.power_limit, "conv_share": ns.conv_share, "matmul_share": ns.matmul_share,
+                  "elementwise_share": ns.elementwise_share}
+        for key in F.SHARES:
+            v = config[key]
+            if v is not None and not 0.0 <= v <= 1.0:
+                raise UsageError(f"--{key.replace('_', '-')} must be a share from 0 to 1, not {v!r}")
         steps, epochs = ns.steps_per_epoch, ns.epochs
     for key in ("flops", "params", "batch", "power_limit_w"):
         v = config.get(key)
@@ -234,6 +232,8 @@ def _predict(ns: Any) -> int:
         p["extrapolated"] = why
     if measured is not None:
         p["measured"] = {"per_step_j": measured["energy_per_step_j"], "per_epoch_j": measured["energy_per_epoch_j"]}
+    if why:
+        print(f"{PROG}: warning: extrapolated: {why}", file=sys.stderr)
     if ns.json:
         print(json.dumps({"config": config, **p}, allow_nan=False))
         return 0
@@ -251,6 +251,4 @@ def _predict(ns: Any) -> int:
                 m = p["measured"][key]
                 line += f"; measured {_j(m)} ({(v['value'] - m) / m * 100:+.1f}%)"
             print(line)
-    if why:
-        print(f"{PROG}: warning: extrapolated: {why}", file=sys.stderr)
     return 0

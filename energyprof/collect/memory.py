@@ -8,14 +8,15 @@ was seen. The exact peak of a profiled call comes from the kernel's VmHWM
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..core.ledger import Ledger
 
 
-def summary_of(first_tick: Any, rss_series: list[Any]) -> dict[str, Any]:
-    """Baseline (RSS when profiling began) and sampled peak, for 'above baseline' figures, from the first
-    reading and an RSS series (a checkpoint has no profile yet)."""
-    rss = [r for r in rss_series if r]
-    baseline = first_tick.rss_bytes if first_tick is not None and first_tick.rss_bytes else None
-    if baseline is None and rss:
-        baseline = rss[0]  # a supervised run's first reading precedes the program: its first RSS seen
+def summary_of(ledger: Ledger) -> dict[str, Any]:
+    """Baseline (RSS at the start, `Ledger.baseline_rss`) and sampled peak, for 'above baseline' figures
+    of a run still going (a checkpoint has no profile yet)."""
+    rss = [r for r in ledger.timeline.rss if r]
+    baseline = ledger.baseline_rss(rss)
     return {"baseline_rss_bytes": baseline, "peak_rss_bytes": max(rss) if rss else baseline}

@@ -19,7 +19,7 @@ Both idle policies are accumulated side by side, so the policy is a rendering ch
 
 A run may be several processes (the supervisor feeds every followed process's samples into
 one ledger, each tagged with its pid): an interval's energy is then shared among all of
-them by CPU weight, and `process_table` gives each process its part. RSS arrives with each
+them by CPU weight, and `core/processes.process_table` gives each process its part. RSS arrives with each
 sample, so memory growth is charged per process to the stack running when it was seen.
 Samples may arrive in any order; the caller adds a tick only once every sample that ends
 before it is in.
@@ -33,6 +33,7 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from .recording import Sample, StackTable, Tick
+from ..agent.window_facts import OPENED_AS, PENDING, WINDOW_INDEX
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .tallies import ProcessTally, StackTally, WindowTally
@@ -58,9 +59,6 @@ def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
 
 
-# The fact of a window's end that says which window of its name ends (its index): the same text as
-# agent/requests.py's, which writes it (the agent imports nothing of the core's).
-WINDOW_INDEX = "window_index"
 
 
 class _Weights(NamedTuple):
@@ -120,6 +118,7 @@ class Ledger:
         self._watermark = -1
         self.first_tick: Tick | None = None
         self.last_tick: Tick | None = None
+        self.start_rss: int | None = None  # the program's RSS before its first line, where its agent read it
         self.anomalies: dict[str, int] = {}
         self._child_sid: dict[int, int] = {}
         # Per process: energy (the `processes` table), CPU, memory; stack -> its process.
@@ -268,14 +267,22 @@ class Ledger:
         returns it (its figures are final once it is `done`), or None when none is open.
         `facts`: numbers the program measured about the span, kept as they are (`loop`); a fact
         WINDOW_INDEX names the index of the window that ends, not kept (concurrent requests of one
-        route end in any order, agent/requests.py)."""
+        route end in any order, agent/requests.py); OPENED_AS, that the window was opened as PENDING
+        under that index (a web request, opened before routing named it): it takes `name` and the
+        WINDOW_INDEX now, so every interval of its span was charged to it from its start."""
         want = facts.get(WINDOW_INDEX) if facts else None
+        opened = facts.get(OPENED_AS) if facts else None
+        match_name, match_index = (PENDING, opened) if opened is not None else (name, want)
         for i in range(len(self._open_windows) - 1, -1, -1):
             w = self._open_windows[i]
-            if (name is None or w.name == name) and (pid is None or w.pid == pid) and (want is None or w.index == want):
+            if ((match_name is None or w.name == match_name) and (pid is None or w.pid == pid)
+                    and (match_index is None or w.index == match_index)):
                 w.end_ns = t_ns
+                if opened is not None and name is not None:
+                    w.name, w.index = name, None if want is None else int(want)
                 if facts:
-                    w.loop = {str(k): float(v) for k, v in facts.items() if math.isfinite(v) and k != WINDOW_INDEX}
+                    w.loop = {str(k): float(v) for k, v in facts.items()
+                              if math.isfinite(v) and k not in (WINDOW_INDEX, OPENED_AS)}
                 del self._open_windows[i]
                 return w
         return None
@@ -634,8 +641,31 @@ class Ledger:
         return share, all_
 
     # -- processes ----------------------------------------------------------------------
+    def note_start_rss(self, proc: int, rss: int, main: bool) -> None:
+        """A process's RSS before its program's first line: its first sample's growth is from there
+        (memory its first function took before a sample saw it is that function's), and the main
+        process's is the run's baseline."""
+        ps = self.procs.get(proc)
+        if ps is None:
+            ps = self.procs[proc] = ProcessTally([0.0] * self.n, [0.0] * self.n)
+        if not ps.last_rss:
+            ps.last_rss = rss
+        if main and self.start_rss is None:
+            self.start_rss = rss
+
+    def baseline_rss(self, rss: list[int]) -> int | None:
+        """RSS at the start: the first reading's (an in-process profile: when profiling began), else the
+        program's before its first line, else (a run whose first reading precedes the program and whose
+        agent read none) the first RSS seen in `rss`."""
+        first = self.first_tick
+        if first is not None and first.rss_bytes:
+            return first.rss_bytes
+        if self.start_rss:
+            return self.start_rss
+        return next((r for r in rss if r), None)
+
     def note_process(self, pid: int, **info: Any) -> None:
-        """Record what the collector knows of one process of the job (see `process_table`)."""
+        """Record what the collector knows of one process of the job (see `core/processes.process_table`)."""
         self.process_info.setdefault(pid, {"pid": pid}).update(info)
 
     def note_threads(self, pid: int, sid: int, count: int) -> None:
@@ -656,43 +686,9 @@ class Ledger:
                 {proc: list(ps.share if share else ps.all) for proc, ps in self.procs.items()})
 
     def program_energy(self, policy: str) -> list[float]:
-        """The program's energy so far per source under `policy` (the `process_table` rows' sum)."""
+        """The program's energy so far per source under `policy` (the `core/processes.process_table` rows' sum)."""
         total, parts = self.program_parts(policy)
         for row in parts.values():
             for i, v in enumerate(row):
                 total[i] += v
         return total
-
-    def process_table(self, policy: str) -> list[dict[str, Any]]:
-        """One row per followed process; their energies add up to the program's attributed
-        energy (what no sample carried, and processes not listed, count as the main one's)."""
-        check_policy(policy)
-        if not self.process_info:
-            return []
-        listed = self.process_info
-        main = next((pid for pid, info in listed.items() if info.get("role") == "main"), next(iter(listed)))
-        energy = {pid: [0.0] * self.n for pid in listed}
-        energy[main], parts = self.program_parts(policy)
-        for proc, part in parts.items():
-            row = energy[proc if proc in listed else main]
-            for i, v in enumerate(part):
-                row[i] += v
-        out = []
-        for pid, info in listed.items():
-            ps = self.procs.get(pid)
-            cpu_ns = info.get("cpu_ns")
-            out.append({
-                "pid": pid,
-                "parent_pid": info.get("parent_pid"),
-                "command": info.get("command", ""),
-                "role": info.get("role", "child"),
-                "rank": info.get("rank"),
-                "local_rank": info.get("local_rank"),
-                "cpu_time_s": (cpu_ns if cpu_ns is not None else (ps.cpu_ns if ps else 0)) / 1e9,
-                "energy_j": {sid: float(v) for sid, v in zip(self.source_ids, energy[pid])},
-                "peak_rss_bytes": max(ps.peak_rss if ps else 0, int(info.get("peak_rss_bytes") or 0)) or None,
-                "exit": info.get("exit"),
-            })
-        return out
-
-    # -- checkpoints --------------------------------------------------------------------

@@ -35,6 +35,7 @@ def save(led: Ledger) -> dict[str, Any]:
         "first_tick": list(led.first_tick[:7]) + [led.first_tick.gpu_share, led.first_tick.peers_cpu_ns]
         if led.first_tick else None,
         "node_ranks": led.node_ranks,
+        "start_rss": led.start_rss,
         "anomalies": led.anomalies,
         "child_sid": {str(k): v for k, v in led._child_sid.items()},
         # samples still waiting for their intervals, and the per-process figures
@@ -97,6 +98,7 @@ def restore(state: dict[str, Any]) -> Ledger:
     led.thread_counts = {int(k): {int(sid): int(n) for sid, n in v} for k, v in state.get("thread_counts", {}).items()}
     led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
     led.node_ranks = state.get("node_ranks")
+    led.start_rss = state.get("start_rss")
     led._open_windows = [w for w in led.windows if w.end_ns is None]
     led._live_windows = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
     return led

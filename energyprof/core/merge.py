@@ -138,11 +138,36 @@ def merge(profiles: list[Profile], labels: list[str] | None = None, world_size: 
     job ran on (a cluster's nodes); one that sent no profile is named in a note."""
     if not profiles:
         raise MergeError("nothing to merge")
+    _refuse_a_run_twice(profiles, labels)
     try:
         chosen = check_policy(policy) if policy is not None else common_policy([p.idle_policy for p in profiles])
     except PolicyError as exc:
         raise MergeError(str(exc)) from None
     return _join_as_share(profiles, labels, world_size, hosts or []).with_policy(chosen)
+
+
+def run_identity(p: Profile) -> tuple[str, int, str] | None:
+    """What tells one run from every other: its machine's boot, its process and its start (to the
+    microsecond); None for a profile that lacks one of them (a joined profile has no single run)."""
+    host, pid, started = p.meta.get("host"), p.meta.get("pid"), p.meta.get("started_at")
+    boot = host.get("boot_id") if isinstance(host, dict) else None
+    if not (isinstance(boot, str) and boot and isinstance(pid, int) and isinstance(started, str) and started):
+        return None
+    return boot, pid, started
+
+
+def _refuse_a_run_twice(profiles: list[Profile], labels: list[str] | None) -> None:
+    """The same run given twice (one file named twice, or a copy of it) would count its energy twice."""
+    seen: dict[tuple[str, int, str], str] = {}
+    for i, p in enumerate(profiles):
+        label = labels[i] if labels and i < len(labels) else f"profile {i + 1}"
+        key = run_identity(p)
+        if key is None:
+            continue
+        if key in seen:
+            raise MergeError(f"{seen[key]} and {label} are the same run (process {key[1]}, started {key[2]}):"
+                             " merging it twice would count its energy twice")
+        seen[key] = label
 
 
 def _join_as_share(profiles: list[Profile], labels: list[str] | None, world_size: int | None,

@@ -9,6 +9,7 @@ from ..facts.profile import (IDLE_NODE, SELF_NODE, THREAD_PREFIX, UNSAMPLED_CPU_
                        Profile, Source, Timeline, Totals, Window)
 from .recording import Recording
 from .ledger import DEFAULT_SHARE_WINDOW_NS, Ledger
+from .processes import process_table
 from ..facts.policy import IdlePolicy, WindowAccount, check_policy
 from ..facts.policy import other as other_policy
 from ..facts.load import MachineLoad
@@ -146,7 +147,7 @@ def _machine_load(ledger: Ledger, duration_s: float, cpu_s: float) -> MachineLoa
     if first is None or last is None or last.busy_cpu_ns <= first.busy_cpu_ns or duration_s <= 0:
         return None
     return MachineLoad(cpus=ledger.cpus, span_s=duration_s, busy_cpu_s=(last.busy_cpu_ns - first.busy_cpu_ns) / 1e9,
-                       program_cpu_s=cpu_s, energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
+                       program_cpu_s=max(0.0, cpu_s), energyprof_cpu_s=max(0, last.own_cpu_ns - first.own_cpu_ns) / 1e9)
 
 
 def _special_nodes(root: Node, ledger: Ledger, cpu_s: float, own: tuple[dict[str, float], dict[str, float]],
@@ -182,9 +183,7 @@ def _totals(ledger: Ledger, root: Node, timeline: Timeline, own: dict[str, float
     ids = ledger.source_ids
     first, last = ledger.first_tick, ledger.last_tick
     rss = [r for r in timeline.rss_bytes if r]
-    baseline = first.rss_bytes if first is not None and first.rss_bytes else None
-    if baseline is None and rss:
-        baseline = rss[0]  # a supervised run's first reading precedes the program: its first RSS seen
+    baseline = ledger.baseline_rss(rss)
     if peak_rss_exact_bytes is not None:
         # The kernel's mark is read from per-thread RSS counters that lag by up to 64 pages a
         # thread, so it came out 80-150 KB below a sampled reading in a third of runs: the exact
@@ -283,11 +282,10 @@ def _processes(ledger: Ledger, policy: str, child_processes: Iterable[dict[str, 
     tree's figure (the kernel's, for the waited-for program and the children it waited for) holds
     beyond every row's own, which is its shutdown after the last reading of it, and any child too
     short-lived to have a row."""
-    table = getattr(ledger, "process_table", None)
-    ledger_rows = table(policy) if table is not None else []
+    ledger_rows = process_table(ledger, policy)
     # the other policy's figures beside them, as every node keeps them, so the rows add up to the program
     # under either (`report --idle`, a merged job)
-    other = {r["pid"]: r["energy_j"] for r in table(other_policy(policy))} if ledger_rows and table is not None else {}
+    other = {r["pid"]: r["energy_j"] for r in process_table(ledger, other_policy(policy))} if ledger_rows else {}
     rows = ledger_rows or [{**c, "role": c.get("role", "child")} for c in child_processes]
     out = []
     for r in rows:

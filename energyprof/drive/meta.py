@@ -115,7 +115,7 @@ def checkpoint_header(meta: dict[str, Any], options: Options, notes: list[dict[s
     """A checkpoint's state but the ledger (the collector adds it): the run so far, its notes
     and its memory summary."""
     return {"kind": "energyprof.checkpoint/1", "meta": meta, "idle": options.idle, "notes": list(notes),
-            "memory": memory.summary_of(ledger.first_tick, ledger.timeline.rss)}
+            "memory": memory.summary_of(ledger)}
 
 
 def run_notes(options: Options, notes: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from ..store.files import TEMP_AFFIXES
 from ..store.files import descriptor
 from ..store.files import ProtectedLink
 from ..store.files import check_link
+from ..store.files import why_not_writable
 from ..setup.options import OUTPUTS
 from ..setup.options import Options
 from ..setup.options import OptionError
@@ -158,7 +159,7 @@ def check_writable(path: str, what: str) -> None:
         raise OptionError(f"{what}: folder {os.path.dirname(path.rstrip(os.sep) or path) or '.'} does not exist")
     if os.path.exists(real):
         if not os.access(real, os.W_OK):
-            raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+            raise OptionError(f"{what}: cannot write to {path} ({why_not_writable(real)})")
         if not os.path.isfile(real):
             return  # a device or FIFO is written through; its folder need not be writable
     limit = _name_max(parent)
@@ -167,7 +168,7 @@ def check_writable(path: str, what: str) -> None:
         raise OptionError(f"{what}: the file name is too long ({size} bytes; this folder takes names of up to"
                           f" {limit - TEMP_AFFIXES} for a file written safely)")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise OptionError(f"{what}: cannot write to {path} (permission denied)")
+        raise OptionError(f"{what}: cannot write to {path} ({why_not_writable(parent)})")
 
 
 def _is_dir(path: str) -> bool:

@@ -49,7 +49,13 @@ class WsgiMiddleware:
         except BaseException:
             close_request(req, 500)
             raise
-        return _Body(result, req)
+        wrapper = environ.get("wsgi.file_wrapper")
+        if isinstance(wrapper, type) and isinstance(result, wrapper):
+            # the server sends the file itself (sendfile) only when it gets its own wrapper back: the
+            # request's work is done, and the response goes as it is
+            close_request(req)
+            return result
+        return _SizedBody(result, req) if hasattr(result, "__len__") else _Body(result, req)
 
 
 class _Body:
@@ -63,9 +69,6 @@ class _Body:
     def __iter__(self) -> Iterator[bytes]:
         return iter(self.result)
 
-    def __len__(self) -> int:
-        return len(self.result)  # type: ignore[arg-type]  # a server asks; TypeError where it has none
-
     def close(self) -> None:
         try:
             close = getattr(self.result, "close", None)
@@ -73,3 +76,13 @@ class _Body:
                 close()
         finally:
             close_request(self.req)
+
+
+class _SizedBody(_Body):
+    """A response whose length the server may ask (waitress: one item means its Content-Length); only
+    where the application's has one, so a streamed response stays one of unknown length."""
+
+    __slots__ = ()
+
+    def __len__(self) -> int:
+        return len(self.result)  # type: ignore[arg-type]

@@ -249,6 +249,7 @@ class TrackedLoader:
         self.epochs = epochs  # passes the run will make (None: the run's --expect-epochs, if any)
         self.forecasts: list[dict[str, float]] = []  # after each finished pass but the last (analysis.forecast)
         self._passes_done: list[tuple[float | None, float, int]] = []  # per finished pass: energy, time, pass
+        self._load_at_start: tuple[int, int, int] | None = None  # `_machine_load` as the first pass began
         self._pass_facts: dict[str, Any] = {}  # carbon setting and whether any energy was estimated
         self._flop_mode: Any = None  # FlopCounterMode around the first step, while it runs
         self.flops: float | None = None  # the first step's FLOPs (FlopCounterMode), once counted
@@ -393,6 +394,8 @@ class TrackedLoader:
         """Open the pass's window when a forecast is wanted: (context, Measurement), else None."""
         if prof is None or not self._expected(prof) or not hasattr(prof, "window"):
             return None
+        if not self._passes_done:
+            self._load_at_start = _machine_load()
         try:
             cm = prof.window(f"{self.name}.pass", epoch)
             return cm, cm.__enter__()
@@ -434,8 +437,10 @@ class TrackedLoader:
         step_times = [s.time_s for s in self.steps if s.epoch == first] if k == 1 else []
         g, pue = self._pass_facts.get("carbon", (None, 1.0))
         period = _run_setting(prof, "sensor_interval", "sensor_interval")
+        others = _others_share(self._load_at_start, _machine_load()) if k == 1 else 0.0
         facts = forecast_facts(energies if all(e is not None for e in energies) else None, times, n, step_times,
-                               g, pue, bool(self._pass_facts.get("estimated")), sensor_period_s=float(period or 0.0))
+                               g, pue, bool(self._pass_facts.get("estimated")), sensor_period_s=float(period or 0.0),
+                               others_share=others)
         facts = {k2: v for k2, v in facts.items() if math.isfinite(v)}
         self.forecasts.append(facts)
         w = f"{self.name}.forecast"
@@ -452,12 +457,13 @@ class TrackedLoader:
         mode, self._flop_mode = self._flop_mode, None
         if mode is None:
             return None
-        flops = _stop_flop_count(mode)
-        if flops is None:
+        counted = _stop_flop_count(mode)
+        if counted is None:
             self.flops = -1.0  # tried: not again
             return None
-        self.flops = flops
-        return {"flops": flops, "cuda_device": float(_model_device(self.model))}
+        self.flops, shares = counted
+        return {"flops": self.flops, "cuda_device": float(_model_device(self.model)),
+                **{f"flop_share_{k}": v for k, v in shares.items()}}
 
     def _residency(self, prof: Profiler | None, dataset: str | None, epoch: int, when: str) -> None:
         """The dataset's page-cache residency now, kept on the tracker and, as a zero-length window's facts
@@ -595,16 +601,43 @@ def forecast_line(loop: str, f: dict[str, float]) -> str:
             + f" ({int(round(f.get('confidence', 0.95) * 100))}% interval from {basis}; program energy, {kind} so far)")
 
 
+def _machine_load() -> tuple[int, int, int] | None:
+    """(now, the machine's busy CPU ns, this process's CPU ns), or None where /proc/stat cannot be read."""
+    from ..collect.probes import machine_busy_ns
+
+    try:
+        return time.perf_counter_ns(), machine_busy_ns(), time.process_time_ns()
+    except (OSError, ValueError):
+        return None
+
+
+def _others_share(a: tuple[int, int, int] | None, b: tuple[int, int, int] | None) -> float:
+    """The share of the machine's CPU that other processes used between two `_machine_load` readings (0..1):
+    the neighbours the first epoch shared the machine with, whose coming and going moves the pace of the
+    epochs to come. A DataLoader's workers count as others here: an interval wider, never narrower."""
+    from ..collect.probes import logical_cpus
+
+    if a is None or b is None or b[0] <= a[0]:
+        return 0.0
+    others = (b[1] - a[1]) - (b[2] - a[2])
+    return min(max(others / ((b[0] - a[0]) * logical_cpus()), 0.0), 1.0)
+
+
 def _start_flop_count(model: Any) -> Any:
     """torch's FlopCounterMode, entered (None: no torch, torch.compile in use, or it would not start). A
-    dispatch mode turns torch.compile off for the run and makes it warn: never where dynamo is loaded."""
+    dispatch mode turns torch.compile off for the run and makes it warn: never where dynamo is loaded.
+    Elementwise operators are counted too, apart from the FLOPs torch counts (matrix products, convolutions,
+    attention), so one run of the counter gives both the step's FLOPs and how they split among operator
+    families (integrations/flop_families.py)."""
     torch = sys.modules.get("torch")
     if torch is None or _compile_in_use(model):
         return None
     try:
         from torch.utils.flop_counter import FlopCounterMode
 
-        mode = FlopCounterMode(display=False)
+        from .flop_families import elementwise_mapping
+
+        mode = FlopCounterMode(display=False, custom_mapping=elementwise_mapping(torch))
         mode.__enter__()
         return mode
     except Exception:  # noqa: BLE001 - counting is never worth the program's run
@@ -623,13 +656,17 @@ def _compile_in_use(model: Any) -> bool:
     return hasattr(model, "_orig_mod") or type(model).__name__ == "OptimizedModule"
 
 
-def _stop_flop_count(mode: Any) -> float | None:
+def _stop_flop_count(mode: Any) -> tuple[float, dict[str, float]] | None:
+    """The counted step's FLOPs (as torch counts them) and its families' shares (`flop_shares`), or None."""
+    from .flop_families import flop_shares
+
     try:
         mode.__exit__(None, None, None)
-        flops = float(mode.get_total_flops())
+        counts = {str(op): float(n) for op, n in mode.get_flop_counts().get("Global", {}).items()}
     except Exception:  # noqa: BLE001
         return None
-    return flops if flops > 0 and math.isfinite(flops) else None
+    flops, shares = flop_shares(counts)
+    return (flops, shares) if flops > 0 and math.isfinite(flops) else None
 
 
 def _model_device(model: Any) -> int:

@@ -20,7 +20,8 @@ include it.
 
 A file is also claimed machine-wide while it is changed (an exclusive flock on a 0600 record in
 /run/energyprof/knobs/, ENERGYPROF_KNOB_CLAIMS for tests; no other user can open, make or swap it, so none
-can hold it): each process that sets knobs has its own keeper,
+can hold it; a folder there that others can write refuses the change, and an older claim others could open
+is flocked before it is replaced, so one still held is refused too): each process that sets knobs has its own keeper,
 and without the claim two of them would take each other's setting for an original. A second process
 finding the claim held is refused, one line. The claim's descriptor goes to the keeper process with the
 original, so after a kill -9 of the setter the claim is let go only once the original is back.
@@ -78,16 +79,19 @@ def _trusted_folder(st: os.stat_result) -> bool:
     return stat.S_ISDIR(st.st_mode) and st.st_uid in (0, os.geteuid()) and not st.st_mode & 0o022
 
 
-def _claims_folder() -> str | None:
-    """The folder of claims, made if missing: only a trusted one (`_trusted_folder`) is used; None without
-    one (a user who cannot make it cannot write sysfs either)."""
+def _claims_folder(name: str, key: str) -> str | None:
+    """The folder of claims, made if missing; None when it cannot be made (a user who cannot make it cannot
+    write sysfs either). One that exists but is not trusted (`_trusted_folder`: another user could make, swap
+    or remove a claim in it) refuses the change: going ahead unclaimed would let two setters hold one knob."""
     folder = os.environ.get(CLAIMS_ENV) or DEFAULT_CLAIMS
     try:
         os.makedirs(folder, mode=0o755, exist_ok=True)
         st = os.lstat(folder)
     except OSError:
         return None
-    return folder if _trusted_folder(st) else None
+    if not _trusted_folder(st):
+        raise KnobError(f"{name}: cannot claim {key}: {folder} is writable by others or not ours; nothing changed")
+    return folder
 
 
 def _claim_path(key: str) -> str:
@@ -113,22 +117,15 @@ def _trusted(st: os.stat_result) -> bool:
 def _open_claim(folder: int, name: str) -> int:
     """The claim file `name` in the open `folder`, opened or made (O_EXCL, 0600) so that no other user can
     open it, make it first or put a link in its place: a user who could open it could flock it and refuse
-    every change of root's. An untrusted file there is removed and made anew."""
-    flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+    every change of root's. One this process may not write (another's) is opened read-only: enough to
+    flock it, to learn whether it is held before it is replaced."""
+    flags = os.O_NOFOLLOW | os.O_CLOEXEC
     try:
-        fd = os.open(name, flags, dir_fd=folder)
+        return os.open(name, flags | os.O_RDWR, dir_fd=folder)
     except FileNotFoundError:
-        fd = os.open(name, flags | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder)
-    st = os.fstat(fd)
-    if _trusted(st):
-        return fd
-    os.close(fd)
-    try:
-        if os.stat(name, dir_fd=folder, follow_symlinks=False).st_ino == st.st_ino:
-            os.unlink(name, dir_fd=folder)
-    except OSError:
-        pass
-    raise FileExistsError(name)  # made anew by the caller's next try
+        return os.open(name, flags | os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600, dir_fd=folder)
+    except PermissionError:
+        return os.open(name, flags | os.O_RDONLY, dir_fd=folder)
 
 
 def _claim(part: Part, name: str) -> int | None:
@@ -136,7 +133,7 @@ def _claim(part: Part, name: str) -> int | None:
     changed: a second process (another reader, a root `--knob` run, an optimizer) that finds it held is
     refused, one line. The descriptor is also handed to the keeper process, so the claim outlives a kill
     -9 of the setter until its original is back."""
-    where = _claims_folder() if part.claimed else None
+    where = _claims_folder(name, part.key) if part.claimed else None
     if where is None:
         return None
     file = os.path.basename(_claim_path(part.key))
@@ -153,10 +150,11 @@ def _claim(part: Part, name: str) -> int | None:
 
 
 def _lock_claim(folder: int, file: str, key: str, name: str, where: str) -> int:
-    for _ in range(16):  # a claim file unlinked by its last holder between our open and our lock: open it again
+    # a claim file unlinked (by its last holder, or as untrusted) between our open and our lock: open it again
+    for _ in range(16):
         try:
             fd = _open_claim(folder, file)
-        except FileExistsError:
+        except FileExistsError:  # made by another between our two opens: open it again
             continue
         except OSError as exc:
             raise KnobError(f"{name}: cannot claim {key} in {where}: {exc.strerror or exc}") from None
@@ -170,8 +168,18 @@ def _lock_claim(folder: int, file: str, key: str, name: str, where: str) -> int:
             os.close(fd)
             raise KnobError(f"{name}: {key} is being changed by another energyprof process (pid {who})") from None
         try:
-            same = os.fstat(fd).st_ino == os.stat(file, dir_fd=folder, follow_symlinks=False).st_ino
+            st = os.fstat(fd)
+            same = st.st_ino == os.stat(file, dir_fd=folder, follow_symlinks=False).st_ino
         except OSError:
+            same = False
+        if same and (not _trusted(st) or fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE != os.O_RDWR):
+            # not held (we hold it now) but one others may open (an older energyprof's 0644), or one we cannot
+            # write: removed while locked, so that no holder of it is ever displaced, and made anew next try
+            try:
+                os.unlink(file, dir_fd=folder)
+            except OSError as exc:
+                os.close(fd)
+                raise KnobError(f"{name}: cannot claim {key} in {where}: {exc.strerror or exc}") from None
             same = False
         if same:
             os.ftruncate(fd, 0)

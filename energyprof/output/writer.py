@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import TYPE_CHECKING, Any, TextIO
 
 from ..store.files import write_text
@@ -50,6 +51,7 @@ class _Outcome:
         self.failed: list[str] = []
         self.kept: str | None = None  # the checkpoint path holding the facts until the views are written
         self.logged: str | None = None  # the MLflow run logged to
+        self.logged_s: tuple[float, float] = (0.0, 0.0)  # what logging it took after the run: wall, CPU (s)
 
 
 def write_outputs(profile: Profile, options: Options, stream: TextIO | None = None,
@@ -155,7 +157,9 @@ def _write_views(model: Any, options: Options, views: list[str], done: _Outcome)
         try:
             from .mlflow import log_model
 
+            wall0, cpu0 = time.perf_counter(), time.process_time()
             done.logged = log_model(model)
+            done.logged_s = (time.perf_counter() - wall0, time.process_time() - cpu0)
         except Exception as exc:  # noqa: BLE001 - report it like an output that failed
             done.failed.append(f"could not log to MLflow: {exc}")
 
@@ -169,7 +173,10 @@ def _say(model: Any, options: Options, out: TextIO, done: _Outcome) -> None:
         for path in done.written:
             out.write(f"energyprof: wrote {path}\n")
         if done.logged:
-            out.write(f"energyprof: logged to MLflow run {done.logged}\n")
+            wall, cpu = done.logged_s
+            # after the profiled span, so in no figure of the run: said here instead
+            out.write(f"energyprof: logged to MLflow run {done.logged} (measured: {wall:.2f} s, {cpu:.2f} s of "
+                      f"energyprof's CPU after the run, in no figure)\n")
     for line in done.failed:
         out.write(f"energyprof: error: {line}\n")
     if done.kept is not None:

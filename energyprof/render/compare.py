@@ -12,7 +12,7 @@ import statistics
 from typing import Any
 
 from .units import compare_lines as unit_compare_lines
-from ..analysis.compare import ACTIVE, Change, Comparison, FunctionChange, Run, Verdict, side_means
+from ..analysis.compare import CAPACITY_SHARE, INCONCLUSIVE, Change, Comparison, FunctionChange, Run, Verdict, side_means
 from ..analysis.own import short_path
 from ..analysis.pareto import front as pareto_front
 from ..store.files import write_text
@@ -67,18 +67,26 @@ def _figure_text(v: Verdict) -> str:
 def verdict_text(v: Verdict) -> str:
     """The gate's figure with its interval, what it is, and the sides' loads when they differ."""
     text = _figure_text(v)
-    if v.what == ACTIVE:
-        text += "; active energy: the machine's CPU energy times the program's share of its CPU capacity, idle apart"
+    if v.what == CAPACITY_SHARE:
+        text += ("; that is the machine's CPU energy, idle included, times the program's CPU time over the run's"
+                 " span x CPUs: no neighbour moves it under constant power")
     if v.load is not None:
+        reach = v.load.reach_pct
         text += (f"; the machine's load differed: other processes used {_share(v.load.base_others)} of its CPU in"
-                 f" the base's runs and {_share(v.load.head_others)} in the head's, more than the repeats separate, so "
-                 + (f"a change within +{v.load.allowance_pct:.1f}% may be the load's and is not failed on"
-                    if v.load.allowance_pct > 0 else "the load can only have lowered the head's figure"))
+                 f" the base's runs and {_share(v.load.head_others)} in the head's, more than the repeats separate; "
+                 + ("the base's machine showed no busy CPU, so nothing bounds what the load did to this figure"
+                    if reach is None else f"the load alone can have raised this figure by up to +{reach:.1f}%"
+                    if reach > 0 else "the load can only have lowered the head's figure"))
     return text
 
 
 def verdict_line(v: Verdict, limit_pct: float) -> str:
-    return f"{verdict_text(v)}; limit +{limit_pct:g}%"
+    """The verdict, its limit and its outcome: ok, FAIL, or inconclusive with the loads that made it so."""
+    outcome = v.outcome(limit_pct)
+    if outcome == INCONCLUSIVE and v.load is not None:
+        outcome += (f": the machine's load differed (base {_share(v.load.base_others)},"
+                    f" head {_share(v.load.head_others)}); rerun both sides at one load")
+    return f"{verdict_text(v)}; limit +{limit_pct:g}%: {outcome}"
 
 
 def _side(cmp: Comparison, i: int) -> str:
@@ -105,14 +113,15 @@ def render_text(cmp: Comparison) -> str:
         lines += ["", "Warning: the machine's settings differ between base and head (the energy may differ for that):"]
         lines += [f"  {line}" for line in cmp.settings_differ]
     lines += ["", "Totals per source (program = the run's attributed share; machine = everything measured;"
-              " active = the gate's figure; change = the head's mean against the base's):"]
+              " capacity = the gate's figure, the program's CPU-capacity share of the machine's energy;"
+              " change = the head's mean against the base's):"]
     rows: list[tuple[str, str, list[float | None]]] = [
         (sid, kind, [getattr(r, attr).get(sid) for r in cmp.runs])
         for sid in cmp.sources for kind, attr in (("program", "program_j"), ("machine", "machine_j"))]
     rows += [("total", "program", [r.program_total for r in cmp.runs]),
              ("total", "machine", [r.machine_total for r in cmp.runs])]
-    if all(r.active_j is not None for r in cmp.runs):
-        rows.append(("total", "active", [r.active_j for r in cmp.runs]))
+    if all(r.capacity_j is not None for r in cmp.runs):
+        rows.append(("total", "capacity", [r.capacity_j for r in cmp.runs]))
     for sid, kind, vals in rows:
         lines.append(f"  {sid:<8} {kind:<8} " + "  ".join(f"{fmt_energy(v):>10}" for v in vals) + f"  {_delta(cmp, vals)}")
     if all(r.load is not None for r in cmp.runs):
@@ -183,11 +192,12 @@ def render_markdown(cmp: Comparison) -> str:
     out = [f"### energyprof: {_pct(v.pct) if v is not None else ''} {v.what if v is not None else 'program energy'}", ""]
     if v is not None:
         out += [_md(verdict_text(v)), ""]
-    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure, beside the policy's
-    out += ["| run | side | program energy | machine energy |" + (" active energy | others' CPU |" if active else "")
-            + " duration | method |", "|---|---|---:|---:|" + ("---:|---:|" if active else "") + "---:|---|"]
+    capacity = all(r.capacity_j is not None for r in cmp.runs)  # the gate's figure, beside the policy's
+    out += ["| run | side | program energy | machine energy |" + (" CPU-capacity share | others' CPU |" if capacity
+                                                                   else "")
+            + " duration | method |", "|---|---|---:|---:|" + ("---:|---:|" if capacity else "") + "---:|---|"]
     for r in cmp.runs:
-        gate = f" {fmt_energy(r.active_j)} | {_share(r.load.others_share) if r.load else ''} |" if active else ""
+        gate = f" {fmt_energy(r.capacity_j)} | {_share(r.load.others_share) if r.load else ''} |" if capacity else ""
         out.append(f"| {_md(r.label)}{' (front)' if _on_front(cmp, r) else ''} | {r.side}"
                    f" | {fmt_energy(r.program_total)} | {fmt_energy(r.machine_total)} |{gate} {fmt_seconds(r.duration_s)}"
                    f" | {_method(r)} |")
@@ -312,12 +322,13 @@ def render_html(cmp: Comparison) -> str:
     from .html import _inline_script, _plotly_js, json_for_script, template_text
 
     e = html.escape
-    active = all(r.active_j is not None for r in cmp.runs)  # the gate's figure and the neighbours' CPU, per run
-    gate_heads = "<th>active energy</th><th>others' CPU</th>" if active else ""
+    capacity = all(r.capacity_j is not None for r in cmp.runs)  # the gate's figure and the neighbours' CPU, per run
+    gate_heads = "<th>CPU-capacity share</th><th>others' CPU</th>" if capacity else ""
     runs_rows = "".join(
         f"<tr><td>{i}</td><td>{r.side}</td><td class='fn'>{e(r.label)}{_FRONT if _on_front(cmp, r) else ''}"
         f"</td><td>{fmt_energy(r.program_total)}</td><td>{fmt_energy(r.machine_total)}</td>"
-        + (f"<td>{fmt_energy(r.active_j)}</td><td>{_share(r.load.others_share) if r.load else ''}</td>" if active else "")
+        + (f"<td>{fmt_energy(r.capacity_j)}</td><td>{_share(r.load.others_share) if r.load else ''}</td>" if capacity
+           else "")
         + f"<td>{fmt_seconds(r.duration_s)}</td>"
         f"<td><span class='tag {_method(r)}'>{_method(r)}</span></td></tr>" for i, r in enumerate(cmp.runs))
     win_rows = "".join(

@@ -1,13 +1,15 @@
 """The units-of-work tables (requests by route, engine tasks, tests): console lines and the page's section.
 
 Each table comes from analysis/units.py; these only lay it out. Joules are the program's part of each run's
-window, so the sensors' method (measured or estimated) is the run's headline's.
+window over its span (+- its edges' sensor intervals), the sensors' method (measured or estimated) said
+with each table; a request's total and share are its route's node's samples where the profile has them.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from ..agent.window_facts import REQUEST_FACT
 from ..analysis.units import UnitTable
 from .format import esc as _esc, fmt_energy, fmt_percent, fmt_seconds
 
@@ -18,16 +20,27 @@ def _share(g: Any, t: UnitTable) -> str:
     return fmt_percent(g.total_j, t.program_j) if t.program_j else ""
 
 
+def _what(t: UnitTable) -> str:
+    """What a table's figures are: the sources' method, the runs' joules span-based (+- their edges), the
+    totals the samples' or the spans'."""
+    totals = "the samples at each route's node" if t.totals_from == "samples" else "the runs' spans summed"
+    return (f"{t.method}; joules per {t.kind}: the program's over its span, +- its edges' sensor intervals; "
+            f"total and share: {totals}")
+
+
 def console_lines(tables: list[UnitTable], groups: int = CONSOLE_GROUPS) -> list[str]:
-    """A few lines per table: each name's count and joules per run (median, p95), most energy first."""
+    """A few lines per table: each name's count and joules per run (median +- edge, p95, max), most energy
+    first, then the table's notes."""
     lines = []
     for t in tables:
-        lines.append(f"  {t.label} ({t.count}; joules per {t.kind}: median, p95, max; total, share of the program):")
+        lines.append(f"  {t.label} ({t.count}; median +- edge, p95, max; total, share of the program):")
+        lines.append(f"    ({_what(t)})")
         for g in t.groups[:groups]:
-            lines.append(f"    {g.count:>6}x  {fmt_energy(g.median_j):>9} {fmt_energy(g.p95_j):>9} {fmt_energy(g.max_j):>9}"
-                         f"  {fmt_energy(g.total_j):>9} {_share(g, t):>6}  {g.name}")
+            lines.append(f"    {g.count:>6}x  {fmt_energy(g.median_j):>9} +-{fmt_energy(g.edge_j):<9} {fmt_energy(g.p95_j):>9} "
+                         f"{fmt_energy(g.max_j):>9}  {fmt_energy(g.total_j):>9} {_share(g, t):>6}  {g.name}")
         if len(t.groups) > groups:
             lines.append(f"    ... {len(t.groups) - groups} more in the report")
+        lines.extend(f"    note: {n}" for n in t.notes)
     return lines
 
 
@@ -41,12 +54,15 @@ def page_section(tables: list[UnitTable]) -> str:
            "program's energy. See docs/units.md.</p>\n"]
     for t in tables:
         out.append(f'  <h3>{_esc(t.label.capitalize())}: {_esc(t.count)}</h3>\n'
+                   f'  <p class="hint">Figures: {_esc(_what(t))}.</p>\n'
                    '  <div class="table-wrap"><table class="windows units">\n'
-                   f'    <thead><tr><th>{_esc(_name_head(t.kind))}</th><th>{_esc(t.label)}</th><th>median</th><th>p95</th>'
-                   '<th>max</th><th>total</th><th>share</th><th>median time</th></tr></thead>\n    <tbody>\n')
+                   f'    <thead><tr><th>{_esc(_name_head(t.kind))}</th><th>{_esc(t.label)}</th><th>median</th>'
+                   '<th>&plusmn; edge</th><th>p95</th><th>max</th><th>total</th><th>share</th>'
+                   '<th>median time</th></tr></thead>\n    <tbody>\n')
         for g in t.groups:
             out.append(f'    <tr><td class="fn"><bdi>{_esc(g.name)}</bdi></td><td>{_esc(g.count)}</td>'
-                       f'<td>{_esc(fmt_energy(g.median_j))}</td><td>{_esc(fmt_energy(g.p95_j))}</td>'
+                       f'<td>{_esc(fmt_energy(g.median_j))}</td><td>&plusmn;{_esc(fmt_energy(g.edge_j))}</td>'
+                       f'<td>{_esc(fmt_energy(g.p95_j))}</td>'
                        f'<td>{_esc(fmt_energy(g.max_j))}</td><td>{_esc(fmt_energy(g.total_j))}</td>'
                        f'<td>{_esc(_share(g, t))}</td><td>{_esc(fmt_seconds(g.median_time_s))}</td></tr>\n')
         out.append("    </tbody>\n  </table></div>\n")
@@ -66,7 +82,7 @@ def page_section(tables: list[UnitTable]) -> str:
 
 
 def _name_head(kind: str) -> str:
-    return {"request": "route"}.get(kind, kind)
+    return {REQUEST_FACT: "route"}.get(kind, kind)
 
 
 def compare_lines(changes: list[Any]) -> list[str]:
@@ -74,7 +90,8 @@ def compare_lines(changes: list[Any]) -> list[str]:
     count, and the head's median against the base's."""
     if not changes:
         return []
-    lines = ["", "Units of work (median program energy per request or task, all sources; count in brackets):"]
+    lines = ["", "Units of work (median program energy per request or task over its own span, all sources, each "
+                 "run +- its edges' sensor intervals and measured or estimated as each report says; count in brackets):"]
     for c in changes:
         cells = "  ".join(f"{fmt_energy(v) if v is not None else '-':>10} ({n})" for v, n in zip(c.median_j, c.count))
         pct = "" if c.pct is None else f"  {c.pct:+.1f}%"

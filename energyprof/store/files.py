@@ -41,6 +41,17 @@ class NoReader(OSError):
     """A FIFO that no process reads (or whose reader stopped taking data)."""
 
 
+def why_not_writable(path: str) -> str:
+    """Why `path` (a file or folder that os.access says this process cannot write) is not writable, in words
+    a user can act on: a read-only file system (where even root is refused, EROFS) or permission denied."""
+    try:
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "read-only file system"
+    except OSError:
+        pass
+    return "permission denied"
+
+
 def protected_link(path: str) -> str | None:
     """The first symlink on the way to `path` that the kernel's protected_symlinks rule refuses to follow
     (in a world-writable sticky folder, owned neither by us nor by the folder's owner), else None."""

@@ -322,6 +322,11 @@ class JobFeed:
             parent.placed = True
             parent.from_proc.until = parent.t_start = parent.last_data
             self._seen.pop(p.ppid, None)
+        elif parent is not None and not parent.python and not parent.placed and parent is not p:
+            # Found by the walk of /proc and not placed yet (that waits for its next reading): its child's
+            # hello, read in between, would go under a node not there yet, so to the root.
+            self._place(parent)
+            parent.placed = True
         p.main = p.pid == self.main_pid
         if p.main:
             p.role = "main"
@@ -401,6 +406,8 @@ class JobFeed:
             self._sample(p, r)
         elif isinstance(r, TickRecord):
             p.cur = r
+            if not p.hist and r.rss:  # its first reading: the RSS before its program's first line
+                self.ledger.note_start_rss(p.pid, r.rss, main=p.pid == self.main_pid)
             p.hist.add(r.t1, r.cpu_ns, r.own_ns, r.rss)
             p.cpu_ns, p.own_ns, p.rss = r.cpu_ns, r.own_ns, r.rss
             if r.t1 > p.watermark:

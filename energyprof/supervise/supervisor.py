@@ -16,6 +16,7 @@ from typing import Any
 
 from ..collect.collector import Collector, open_sources
 from ..core.ledger import Ledger
+from ..core.processes import process_table
 from ..core.tree import build_profile
 from ..setup.options import Options
 from ..collect.probes import OwnClocks
@@ -241,7 +242,7 @@ class Supervisor:
         Profile is built (NVML's process lists, where the driver gave them, have the last word)."""
         nvml = {s.id: set(s.share.seen_pids) for s in collector.sensors
                 if getattr(s, "share", None) is not None and s.share.seen_pids}
-        ties = gpu_ties(ledger.sources, ledger.process_table(self.options.idle),
+        ties = gpu_ties(ledger.sources, process_table(ledger, self.options.idle),
                         {p.pid: p.cuda_visible for p in feed.procs.values() if p.cuda_visible is not None},
                         os.environ.get("CUDA_VISIBLE_DEVICES"), nvml or None)
         for source in ledger.sources:

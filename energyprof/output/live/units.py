@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...analysis.units import REQUEST
+from ...agent.window_facts import REQUEST_FACT
 from .formats import MEASUREMENT, Point
 
 ENERGY = "energyprof_request_energy_joules_total"
@@ -34,7 +34,7 @@ class RequestCounters:
 
     def add(self, account: Any, policy: str) -> bool:
         """Count a charged window (a WindowAccount) if it is a request; whether it was."""
-        if dict(account.loop).get(REQUEST) != 1.0:
+        if dict(account.loop).get(REQUEST_FACT) != 1.0:
             return False
         route = str(account.name)
         per = self.joules.setdefault(route, {})
