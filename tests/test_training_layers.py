@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from energyprof.agent.kernels.autograd import BACKWARD_FRAME
+from energyprof.agent.kernels.reduce import FASTEST_RUN
 from energyprof.core.backward import BackwardFold, graft_backward
 from energyprof.facts.profile import Node, load
 
@@ -140,6 +141,39 @@ def test_each_caller_gets_its_own_proportions():
     root.fill_inclusive()
     assert [n.energy_j["cpu"] for n in _rows(root, "enc (Enc)")] == [pytest.approx(4.0, rel=1e-12)]
     assert [n.energy_j["cpu"] for n in _rows(root, "dec (Dec)")] == [pytest.approx(6.0, rel=1e-12)]
+
+
+def test_a_models_forward_is_shared_among_its_modules_by_the_measured_op_time_to_1e_9():
+    """Known answer: the self figures of a model's module frames (2 J on the root, 6 J on `a`, 2 J on `b`)
+    are pooled and shared 1:3 as the captured forward ops' time on `a` and `b` says (10 J -> 2.5 J and
+    7.5 J); a Python frame that is not a module's keeps its 5 J; energy is moved, never made; the note
+    says extrapolated."""
+    from energyprof.agent.kernels.reduce import FORWARD_OPS
+    from energyprof.core.backward import graft_forward
+
+    root = Node(function="train.py")
+    loop = Node(function="loop", file="/p/train.py", line=10)
+    net = Node(function="Net (root)", file="/p/train.py", line=40, self_energy_j={"cpu": 2.0}, self_samples=2)
+    a = Node(function="a (A)", file="/p/train.py", line=20, self_energy_j={"cpu": 6.0}, self_samples=6)
+    b = Node(function="b (B)", file="/p/train.py", line=30, self_energy_j={"cpu": 2.0}, self_samples=2)
+    helper = Node(function="helper", file="/p/train.py", line=50, self_energy_j={"cpu": 5.0}, self_samples=5)
+    root.children.append(loop)
+    loop.children.append(net)
+    net.children.extend([a, b, helper])
+    frames = {n.function: (n.function, n.file, n.line) for n in (loop, net, a, b)}
+    fold = BackwardFold()
+    base = (("<module>", "/p/train.py", 1), frames["loop"], frames["Net (root)"])
+    fold.add(base + (frames["a (A)"], FORWARD_OPS), 1e6)
+    fold.add(base + (frames["b (B)"], FORWARD_OPS), 3e6)
+    fold.runs(base + (frames["b (B)"], FORWARD_OPS), {FASTEST_RUN: [3, 0.5e6]})  # fastest over cycles: 3 x 0.5 ms
+    (note,) = graft_forward(root, fold)
+    root.fill_inclusive()
+    assert note.kind == "forward-split" and note.extra["method"] == "extrapolated"
+    assert a.self_energy_j["cpu"] == pytest.approx(10.0 * 1 / 2.5, rel=1e-9)  # 1 ms against 1.5 ms
+    assert b.self_energy_j["cpu"] == pytest.approx(10.0 * 1.5 / 2.5, rel=1e-9)
+    assert net.self_energy_j["cpu"] == 0.0 and helper.self_energy_j["cpu"] == 5.0
+    assert root.energy_j["cpu"] == pytest.approx(15.0, rel=1e-12)
+    assert a.self_samples + b.self_samples == 10
 
 
 BRANCHES = """

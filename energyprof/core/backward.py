@@ -192,14 +192,19 @@ def split(engine: Node, shares: dict[Path, float], names: dict[tuple[str, int], 
     total = sum(shares.values())
     if total <= 0:
         return
-    back = _child(engine, BACKWARD_FRAME)
-    targets = []
+    _move(engine, _targets(_child(engine, BACKWARD_FRAME), shares, total, names))
+
+
+def _targets(base: Node, shares: dict[Path, float], total: float, names: dict[tuple[str, int], list[str]]
+             ) -> list[tuple[Node, float]]:
+    """Each path below `base` (made where missing) with its share of `total`."""
+    out = []
     for rel, ns in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        node = back
+        node = base
         for frame in rel:
             node = _child(node, _as_sampled(frame, names))
-        targets.append((node, ns / total))
-    _move(engine, targets)
+        out.append((node, ns / total))
+    return out
 
 
 SAMPLE_FRAME = "[sample]"  # the sampler's stack for a sample inside backward() in a captured step: `[backward] > [sample] k`
@@ -307,15 +312,9 @@ def graft_forward(root: Node, fold: BackwardFold) -> list[Note]:
         pool = Node(function="", file="", line=0, other_policy_self_energy_j={})
         for src in _module_nodes(node):
             _move(src, [(pool, 1.0)])
-        targets = []
-        for rel, ns in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
-            target = node
-            for frame in rel:
-                target = _child(target, _as_sampled(frame, names))
-            targets.append((target, ns / total))
         moved += sum(pool.self_energy_j.values())
         measured += total
-        _move(pool, targets)
+        _move(pool, _targets(node, shares, total, names))
     if not measured:
         return []
     text = (f"each model's forward energy in its modules' own frames ({moved:.4g} J) is shared among its modules in"

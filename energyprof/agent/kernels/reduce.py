@@ -416,6 +416,13 @@ def backward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], 
             continue
         runs.setdefault(path, []).append(op.end_ns - op.start_ns)
         first[path] = min(first.get(path, op.start_ns), op.start_ns)
+    _put_runs(runs, first, figures, unix_minus_perf, bucket_ns)
+
+
+def _put_runs(runs: dict[Path, list[int]], first: dict[Path, int], figures: dict[tuple[Path, int], PathFigures],
+              unix_minus_perf: int, bucket_ns: int) -> None:
+    """Each path's runs under `BACKWARD_DEVICE`: fastest x runs in the bucket of its first start, and
+    `FASTEST_RUN` (runs, fastest ns), so the supervisor can keep the fastest over cycles."""
     for path, times in runs.items():
         fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
         b = (first[path] - unix_minus_perf) // bucket_ns
@@ -447,11 +454,7 @@ def forward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], u
         path = op.stack + (FORWARD_OPS,)
         runs.setdefault(path, []).append(op.end_ns - op.start_ns)
         first[path] = min(first.get(path, op.start_ns), op.start_ns)
-    for path, times in runs.items():
-        fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
-        b = (first[path] - unix_minus_perf) // bucket_ns
-        fig.busy[b] = fig.busy.get(b, 0.0) + min(times) * len(times)
-        fig.names[FASTEST_RUN] = [len(times), float(min(times))]
+    _put_runs(runs, first, figures, unix_minus_perf, bucket_ns)
 
 
 def samples_at(auto: Autograd, instants: Sequence[tuple[int, int]], figures: dict[tuple[Path, int], PathFigures],
