@@ -319,7 +319,8 @@ def test_tests_and_their_calls_are_rows_of_the_tests_table_not_of_the_windows_ta
 
 
 AGENT_MODULES = {"energyprof", "energyprof.agent"} | {f"energyprof.agent.{m}" for m in (
-    "autoload", "hooks", "iostat", "own_threads", "qualnames", "sampler", "spool", "supervised", "units", "wire")}
+    "autoload", "hooks", "iostat", "modules", "own_threads", "qualnames", "sampler", "spool", "supervised", "units",
+    "wire")}
 LIST_MODULES = "sorted(m for m in sys.modules if m.startswith('energyprof'))"
 
 

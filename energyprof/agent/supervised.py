@@ -329,7 +329,9 @@ class _Replies:
         self.offset += end + 1
         self.seen.update(parse_replies(data[:end + 1]))
 
-    def fill(self, m: Any, t0: int, t1: int, wait_s: float = REPLY_WAIT_S) -> None:
+    def fill(self, m: Any, t0: int, t1: int, wait_s: float | None = None) -> None:
+        if wait_s is None:
+            wait_s = REPLY_WAIT_S  # read at the call: the module's figure as it stands then
         deadline = _perf() + int(wait_s * 1e9)
         while (t0, t1) not in self.seen:
             self._read()
