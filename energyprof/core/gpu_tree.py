@@ -355,7 +355,8 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels | None
         from .backward import graft_backward, graft_forward
 
         notes.extend(graft_backward(root, split.backward))
-        notes.extend(graft_forward(root, split.backward))
+        if split.att is None:  # on the CPU only: a GPU run's module frames also hold GPU joules the kernels split
+            notes.extend(graft_forward(root, split.backward))
     if split.att is None:
         return notes, None
     gpu_notes, gpu = _graft_gpu(root, split)
