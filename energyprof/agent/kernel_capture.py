@@ -27,6 +27,10 @@ from .kernels.torch_compat import pending_call
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
 READ_BOUND_S = 30.0  # the program waits at most this long for a cycle's in-memory results to be read and reduced
+# steps a window of the default capture profiles: op times are wall times, and the fastest of a path's runs (one a
+# step) is the least held off the CPU on a busy machine; with 6 rather than 3 the odds that all of a path's runs are
+# held go from p^3 to p^6 (the budget spaces windows by their cost, so a long run profiles as many steps either way)
+AUTO_ACTIVE = 6
 # The note when the program's own profiler holds energyprof's windows back (said once a run)
 WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
            "and the steps it profiles are not in the kernel figures")
@@ -543,7 +547,7 @@ def start_capture(spool: Any, steps: str | None = None, export: str | None = Non
     global _capture
     if _capture is None:
         if auto:
-            _capture = KernelCapture(SpoolSink(spool), every=100, active=3, export=export, budget=0.01)
+            _capture = KernelCapture(SpoolSink(spool), every=100, active=AUTO_ACTIVE, export=export, budget=0.01)
         else:
             _capture = KernelCapture(SpoolSink(spool), steps=steps, export=export)
         _capture.start()

@@ -21,6 +21,7 @@ from typing import Any, Iterable
 
 from ..facts.profile import Node, Note
 from ..agent.kernels.autograd import BACKWARD_FRAME
+from ..agent.kernels.reduce import FASTEST_RUN, FORWARD_OPS, is_module_frame
 
 Frame = tuple[str, str, int]
 Path = tuple[Frame, ...]
@@ -37,11 +38,13 @@ class BackwardFold:
         self.max_paths = max_paths
         self.dropped_ns = 0.0
         self.samples: dict[int, Path] = {}  # a sample taken inside backward() in a captured step -> its op's path
+        self._runs: dict[Path, tuple[int, float]] = {}  # path -> (runs, fastest run ns) over all cycles
 
     def sample(self, k: int, path: Path) -> None:
         self.samples[k] = path
 
     def add(self, path: Path, ns: float) -> None:
+        """A cycle's time on a path (its fastest run there x its runs)."""
         if ns <= 0:
             return
         if path not in self.ns and len(self.ns) >= self.max_paths:
@@ -49,8 +52,34 @@ class BackwardFold:
             return
         self.ns[path] = self.ns.get(path, 0.0) + ns
 
+    def runs(self, path: Path, names: dict[str, Any]) -> None:
+        """A cycle's runs on a path and its fastest run there (`FASTEST_RUN`): the path's time becomes the
+        fastest run over all cycles x all runs. Op times are wall times: on a busy machine a run the OS held
+        off the CPU holds that wait; the more runs the fastest is taken over, the less likely all were held."""
+        got = names.get(FASTEST_RUN)
+        if got is None or path not in self.ns:
+            return
+        count, fastest = int(got[0]), float(got[1])
+        cur = self._runs.get(path)
+        self._runs[path] = (count, fastest) if cur is None else (cur[0] + count, min(cur[1], fastest))
+        n, best = self._runs[path]
+        self.ns[path] = n * best
+
     def __bool__(self) -> bool:
         return bool(self.ns) or bool(self.samples)
+
+    def forward_by_root(self) -> dict[Frame, dict[Path, float]]:
+        """The root module's frame -> (the stack from it to the module whose forward called the ops -> ns)."""
+        out: dict[Frame, dict[Path, float]] = {}
+        for path, ns in self.ns.items():
+            if not path or path[-1] != FORWARD_OPS:
+                continue
+            i = next((k for k, f in enumerate(path) if is_module_frame(f)), None)
+            if i is None:
+                continue
+            rel = out.setdefault(path[i], {})
+            rel[path[i + 1:-1]] = rel.get(path[i + 1:-1], 0.0) + ns
+        return out
 
     def by_caller(self) -> dict[Path, dict[Path, float]]:
         """caller frames -> (the path below `[backward]` -> ns)."""
@@ -163,14 +192,19 @@ def split(engine: Node, shares: dict[Path, float], names: dict[tuple[str, int], 
     total = sum(shares.values())
     if total <= 0:
         return
-    back = _child(engine, BACKWARD_FRAME)
-    targets = []
+    _move(engine, _targets(_child(engine, BACKWARD_FRAME), shares, total, names))
+
+
+def _targets(base: Node, shares: dict[Path, float], total: float, names: dict[tuple[str, int], list[str]]
+             ) -> list[tuple[Node, float]]:
+    """Each path below `base` (made where missing) with its share of `total`."""
+    out = []
     for rel, ns in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        node = back
+        node = base
         for frame in rel:
             node = _child(node, _as_sampled(frame, names))
-        targets.append((node, ns / total))
-    _move(engine, targets)
+        out.append((node, ns / total))
+    return out
 
 
 SAMPLE_FRAME = "[sample]"  # the sampler's stack for a sample inside backward() in a captured step: `[backward] > [sample] k`
@@ -234,6 +268,59 @@ def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
     return [Note("backward-split", text, {"captured_s": measured_s, "sampled_s": sampled_s, "captured_share": share,
                                           "at_instant_share": placed_share, "method": "extrapolated",
                                           "engines": len(engines)})]
+
+
+def _root_modules(node: Node, inside: bool = False) -> Iterable[Node]:
+    """The sampled tree's outermost module frames (a model's root), never below `[backward]`."""
+    if (node.function, node.file, node.line) == BACKWARD_FRAME or node.is_special:
+        return
+    module = is_module_frame((node.function, node.file, node.line))
+    if module and not inside:
+        yield node
+        return
+    for c in node.children:
+        yield from _root_modules(c, inside or module)
+
+
+def _module_nodes(node: Node) -> Iterable[Node]:
+    if is_module_frame((node.function, node.file, node.line)):
+        yield node
+    for c in node.children:
+        if not c.is_special:
+            yield from _module_nodes(c)
+
+
+def graft_forward(root: Node, fold: BackwardFold) -> list[Note]:
+    """Each model's forward: the self figures of its module frames (samples whose innermost frame is a
+    module's `forward`: the ops it calls) pooled, and shared among its modules in the proportions of the
+    forward ops' time the captured steps measured (fastest run x runs, as backward's). A periodic sampler
+    meets a periodic training step at aliased instants; the measured op time does not. Python frames
+    that are not modules' keep their samples. Energy is moved, never made."""
+    groups = fold.forward_by_root()
+    if not groups:
+        return []
+    names = _names(root)
+    moved = measured = 0.0
+    for node in list(_root_modules(root)):
+        key = next((f for f in groups if same_frame(node, f)), None)
+        if key is None:
+            continue
+        shares = groups[key]
+        total = sum(shares.values())
+        if total <= 0:
+            continue
+        pool = Node(function="", file="", line=0, other_policy_self_energy_j={})
+        for src in _module_nodes(node):
+            _move(src, [(pool, 1.0)])
+        moved += sum(pool.self_energy_j.values())
+        measured += total
+        _move(pool, _targets(node, shares, total, names))
+    if not measured:
+        return []
+    text = (f"each model's forward energy in its modules' own frames ({moved:.4g} J) is shared among its modules in"
+            f" the proportions of the forward ops' time the profiler measured in the captured steps"
+            f" ({measured / 1e9:.3f} s): extrapolated")
+    return [Note("forward-split", text, {"captured_s": measured / 1e9, "moved_j": moved, "method": "extrapolated"})]
 
 
 def paths_below(node: Node) -> Iterable[Node]:

@@ -211,6 +211,8 @@ class KernelFold:
 
     def add_names(self, path: Path, device: int, names: dict[str, Sequence[float]], keep: int = 4 * TOP_KERNELS) -> None:
         if device < 0:
+            if device == -1:  # a backward or forward path's runs and fastest run in the cycle
+                self.backward.runs(tuple(path), names)
             return
         into = self.names.setdefault((tuple(path), int(device)), {})
         for name, (count, time_ns) in names.items():
@@ -349,9 +351,11 @@ def graft(root: Node, split: KernelSplit) -> tuple[list[Note], GpuKernels | None
     path, the profiler by its code name and the path less its sys.path entry."""
     notes: list[Note] = []
     if split.backward:
-        from .backward import graft_backward
+        from .backward import graft_backward, graft_forward
 
         notes.extend(graft_backward(root, split.backward))
+        if split.att is None:  # on the CPU only: a GPU run's module frames also hold GPU joules the kernels split
+            notes.extend(graft_forward(root, split.backward))
     if split.att is None:
         return notes, None
     gpu_notes, gpu = _graft_gpu(root, split)

@@ -49,6 +49,11 @@ BACKWARD_DEVICE = -1
 # "device" SAMPLE_DEVICE - k: the path of the backward op running at its instant.
 SAMPLE_DEVICE = -2
 MODULE_MARK = "nn.Module: "
+# A BACKWARD_DEVICE path's "kernel name" whose [count, time] are its runs in the cycle and its fastest run's
+# ns: the supervisor keeps the fastest over all cycles (core/backward.BackwardFold)
+FASTEST_RUN = "[fastest run]"
+# The last frame of a forward path under BACKWARD_DEVICE: the time of the ops a module's forward called itself
+FORWARD_OPS: Frame = ("[forward ops]", "", 0)
 
 Path = tuple[Frame, ...]
 # Frames running when the cycle began, by (code name, current line): [(file, first line)], for the
@@ -295,6 +300,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     figures: dict[tuple[Path, int], PathFigures] = {}
     if backward:
         backward_time(auto, figures, unix_minus_perf, bucket_ns)
+        forward_time(auto, figures, unix_minus_perf, bucket_ns)
         samples_at(auto, instants, figures, unix_minus_perf)
     if not got.device:
         return Cycle(t0, t1, bucket_ns, figures, counts, 0)
@@ -410,10 +416,45 @@ def backward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], 
             continue
         runs.setdefault(path, []).append(op.end_ns - op.start_ns)
         first[path] = min(first.get(path, op.start_ns), op.start_ns)
+    _put_runs(runs, first, figures, unix_minus_perf, bucket_ns)
+
+
+def _put_runs(runs: dict[Path, list[int]], first: dict[Path, int], figures: dict[tuple[Path, int], PathFigures],
+              unix_minus_perf: int, bucket_ns: int) -> None:
+    """Each path's runs under `BACKWARD_DEVICE`: fastest x runs in the bucket of its first start, and
+    `FASTEST_RUN` (runs, fastest ns), so the supervisor can keep the fastest over cycles."""
     for path, times in runs.items():
         fig = figures.setdefault((path, BACKWARD_DEVICE), PathFigures())
         b = (first[path] - unix_minus_perf) // bucket_ns
         fig.busy[b] = fig.busy.get(b, 0.0) + min(times) * len(times)
+        fig.names[FASTEST_RUN] = [len(times), float(min(times))]
+
+
+def is_module_frame(frame: Frame) -> bool:
+    """A module's `forward` frame as agent/modules.py names it (`four.l.0 (Linear)`): no qualified name
+    holds a space and ends with `)`."""
+    return " " in frame[0] and frame[0].endswith(")")
+
+
+def forward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int,
+                 bucket_ns: int) -> None:
+    """Each outermost forward op called straight from a module's `forward` (its stack's innermost frame a
+    module frame): its time on that stack + `FORWARD_OPS`, under `BACKWARD_DEVICE` (no `[backward]` in the
+    path: core/backward.py reads these as the forward's proportions). Fastest run x runs, as backward's."""
+    runs: dict[Path, list[int]] = {}
+    first: dict[Path, int] = {}
+    for op in auto.ops.values():
+        if op.end_ns <= op.start_ns or not op.stack or not is_module_frame(op.stack[-1]):
+            continue
+        if auto.links.is_backward(op.id) or op.name.startswith(PROFILER_MARKS):
+            continue
+        parent = auto.parent.get(op.id)
+        if parent is not None and not auto.ops[parent].name.startswith(PROFILER_MARKS):
+            continue  # inside another op: its time is in that op's
+        path = op.stack + (FORWARD_OPS,)
+        runs.setdefault(path, []).append(op.end_ns - op.start_ns)
+        first[path] = min(first.get(path, op.start_ns), op.start_ns)
+    _put_runs(runs, first, figures, unix_minus_perf, bucket_ns)
 
 
 def samples_at(auto: Autograd, instants: Sequence[tuple[int, int]], figures: dict[tuple[Path, int], PathFigures],
