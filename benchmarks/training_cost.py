@@ -10,11 +10,21 @@ and py-spy at 100 Hz, back to back, the order rotating. CPU seconds are the chil
 system): the supervisor, the program, py-spy's sampler. The table gives each tool's CPU over plain
 python's: the median of the rounds' ratios, with min-max. The program's own start (importing torch) is
 in every figure: that is what a user's run pays.
+
+A whole-tree ratio is the difference of two runs, and a run's own CPU swings by several % from one run
+to the next on a shared 2-core guest (more than the 8% budget at a load of 4). So each energyprof run is
+also split within itself, from its profile's `machine_load` and the children's rusage, over the median
+plain run of the same rounds: `agent` is energyprof's CPU inside the program (the sampler's thread, the
+op capture's reads and reduction); `rest` is everything else of the tree that is not the program's
+own work (the supervisor's start, ticks and report, the program interpreter's start and exit);
+`program` is the program's own CPU against plain python's (what sampling does to its work: the GIL
+hand-overs and caches, plus that swing).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import shutil
@@ -56,6 +66,17 @@ for _ in range(STEPS):
 """
 
 
+def _split(profile: str, tree_s: float) -> tuple[float, float, float] | None:
+    """(program's own CPU, energyprof's CPU inside the program, the rest of the tree) of one run, in s."""
+    try:
+        with open(profile) as fh:
+            load = json.load(fh).get("machine_load") or {}
+        prog, agent = float(load["program_cpu_s"]), float(load["energyprof_cpu_s"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return prog, agent, tree_s - prog - agent
+
+
 def _cpu(cmd: list[str], cwd: str) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -81,10 +102,16 @@ def main() -> None:
         tools["py-spy"] = [spy, "record", "-r", "100", "-o", os.path.join(tmp, "s.svg"), "--", sys.executable, script]
     names = list(tools)
     ratios: dict[str, list[float]] = {n: [] for n in names if n != "plain"}
+    splits: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names if n.startswith("energyprof")}
     plain_s = []
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]
-        got = {n: _cpu(tools[n], tmp) for n in order}
+        got = {}
+        for n in order:
+            got[n] = _cpu(tools[n], tmp)
+            part = _split(os.path.join(tmp, "p.json"), got[n]) if n in splits else None
+            if part is not None:
+                splits[n].append(part)
         plain_s.append(got["plain"])
         for n in ratios:
             ratios[n].append(got[n] / got["plain"])
@@ -92,6 +119,16 @@ def main() -> None:
     print(f"\nplain python: median {statistics.median(plain_s):.2f} s of CPU ({args.steps} steps, load {os.getloadavg()[0]:.1f})")
     for n, xs in ratios.items():
         print(f"{n:28s} {statistics.median(xs):.3f}x  (min {min(xs):.3f}, max {max(xs):.3f})")
+    plain = statistics.median(plain_s)
+    print("\nwithin each run, over the median plain run (median of the rounds, min-max):")
+    for n, parts in splits.items():
+        if not parts:
+            continue
+        cols = []
+        for label, i in (("program", 0), ("agent", 1), ("rest", 2)):
+            xs = [p[i] / plain for p in parts]
+            cols.append(f"{label} {statistics.median(xs):.3f} [{min(xs):.3f}-{max(xs):.3f}]")
+        print(f"{n:28s} " + ", ".join(cols))
     shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -11,6 +11,16 @@ from pathlib import Path
 
 import pytest
 
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # the test extra brings it; without it the property tests skip on their own import
+    pass
+else:
+    # No wall-clock bound in a test: hypothesis's default 200 ms deadline per example fails a property test
+    # beside two CPU hogs (an example that took 250 ms), whatever the property.
+    _hypothesis_settings.register_profile("energyprof", deadline=None)
+    _hypothesis_settings.load_profile("energyprof")
+
 # The programs these tests start see SIGINT, SIGQUIT and SIGHUP as a shell's foreground job does, however
 # the suite was started: a job started in the background inherits SIGINT and SIGQUIT ignored, one started
 # by nohup SIGHUP, and an ignored signal stays ignored through exec (a caught one is reset to its default).

@@ -358,7 +358,7 @@ def _settings_differ(base: Sequence[ReportModel], head: Sequence[ReportModel]) -
     lines: list[str] = []
     for a in base:
         for b in head:
-            for line in differences(a.meta.get("settings"), b.meta.get("settings")):
+            for line in differences(a.profile.known_meta.settings, b.profile.known_meta.settings):
                 if line not in lines:
                     lines.append(line)
     return lines

@@ -500,7 +500,7 @@ def observation(profile: Any, loop: str = "step", name: str = "") -> dict[str, A
     samples = [r["samples"] for r in b["steps"] if r.get("samples")]
     passes = len(b["end_of_data_waits"]) or b["epoch_count"] or 1
     steps = b["step_count"]
-    device, limit = _device(profile.meta, int(counted.get("cuda_device", -1)))
+    device, limit = _device(profile.known_meta.settings, profile.meta.get("host"), int(counted.get("cuda_device", -1)))
     # the step the FLOP counter ran in is slower (Python saw each operator): not a training step's energy
     counted_step = next((int(w.index) for w in computes if "flops" in w.loop and w.index is not None), None)
     per_step = _program_step_energy(profile, loop)
@@ -534,15 +534,15 @@ def counted_loops(profile: Any) -> list[str]:
     return sorted({w.name[: -len(".compute")] for w in profile.windows if w.name.endswith(".compute") and "flops" in w.loop})
 
 
-def _device(meta: Mapping[str, Any], cuda: int) -> tuple[str, float | None]:
+def _device(settings: Mapping[str, Any] | None, host: Mapping[str, Any] | None, cuda: int) -> tuple[str, float | None]:
     """The device a model trained on, by name ("gpu: NAME" or "cpu: MODEL"), and its power limit (W) where
     the run's settings read one (the GPU's enforced limit; the CPU package's long-term RAPL limit)."""
-    settings = meta.get("settings") or {}
+    settings = settings or {}
     if cuda >= 0:
         gpus = settings.get("gpus") or []
         g = next((x for x in gpus if x.get("index") == cuda), gpus[0] if len(gpus) == 1 else {})
         return f"gpu: {g.get('name') or f'cuda:{cuda}'}", g.get("power_limit_w")
-    cpu = (meta.get("host") or {}).get("cpu_model") or "unknown"
+    cpu = (host or {}).get("cpu_model") or "unknown"
     limit = None
     for zone, limits in sorted((settings.get("rapl") or {}).items()):
         if "package" in zone and isinstance(limits, dict):

@@ -49,8 +49,7 @@ class _Member:
 
 
 def _dist(p: Profile) -> dict[str, Any]:
-    d = p.meta.get("distributed")
-    return d if isinstance(d, dict) else {}
+    return p.known_meta.distributed or {}
 
 
 def machine_of(p: Profile) -> str:

@@ -221,8 +221,8 @@ def gather(template: str, values: Mapping[str, str], info: RankInfo, since_wall:
     from ..facts.profile import load
 
     def ours(p: Any, r: int) -> bool:
-        d = p.meta.get("distributed")
-        return isinstance(d, dict) and d.get("job") == info.job and d.get("rank") == r
+        d = p.known_meta.distributed
+        return d is not None and d.get("job") == info.job and d.get("rank") == r
 
     found: dict[int, tuple[Any, str]] = {}
     deadline = time.monotonic() + max(0.0, timeout_s)
