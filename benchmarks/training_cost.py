@@ -3,12 +3,14 @@ loop (three branch modules of 1:2:4 work, SGD, one thread), with py-spy beside.
 
     python benchmarks/training_cost.py                    # 5 alternating rounds, 300 steps
     python benchmarks/training_cost.py --rounds 3 --steps 600
+    python benchmarks/training_cost.py --model gpt2 --steps 60   # GPT-2 from its config (needs transformers)
 
 Each round runs plain python, energyprof (defaults: the op capture on, as a training program gets it),
 energyprof with the capture off (--no-gpu-kernels, so the capture's share shows apart from the sampler's)
 and py-spy at 100 Hz, back to back, the order rotating. CPU seconds are the children's rusage (user +
 system): the supervisor, the program, py-spy's sampler. The table gives each tool's CPU over plain
-python's: the median of the rounds' ratios, with min-max. The program's own start (importing torch) is
+python's: the median of the rounds' ratios, with min-max; then each run's wall time, start to exit, over
+plain python's in the same round (the issue's GPT-2 figure is wall time). The program's own start (importing torch) is
 in every figure: that is what a user's run pays.
 
 A whole-tree ratio is the difference of two runs, and a run's own CPU swings by several % from one run
@@ -33,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 
 LOOP = """
 import torch
@@ -65,6 +68,23 @@ for _ in range(STEPS):
     opt.step()
 """
 
+# GPT-2 from transformers' config (2 layers, no weights), Adam, one thread: the issue's second loop
+GPT2 = """
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+torch.manual_seed(0)
+torch.set_num_threads(1)
+config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=64, bos_token_id=0, eos_token_id=0)
+model = GPT2LMHeadModel(config)
+opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+ids = torch.randint(0, 256, (8, 64))
+for _ in range(STEPS):
+    opt.zero_grad()
+    model(ids, labels=ids).loss.backward()
+    opt.step()
+"""
+
 
 def _split(profile: str, tree_s: float) -> tuple[float, float, float] | None:
     """(program's own CPU, energyprof's CPU inside the program, the rest of the tree) of one run, in s."""
@@ -77,10 +97,13 @@ def _split(profile: str, tree_s: float) -> tuple[float, float, float] | None:
     return prog, agent, tree_s - prog - agent
 
 
-def _cpu(cmd: list[str], cwd: str) -> float:
+def _cpu(cmd: list[str], cwd: str, walls: list[float] | None = None) -> float:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                    env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if walls is not None:
+        walls.append(time.perf_counter() - t0)
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -89,11 +112,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--model", choices=("branches", "gpt2"), default="branches")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp()
     script = os.path.join(tmp, "loop.py")
     with open(script, "w") as fh:
-        fh.write(textwrap.dedent(LOOP).replace("STEPS", str(args.steps)))
+        fh.write(textwrap.dedent(GPT2 if args.model == "gpt2" else LOOP).replace("STEPS", str(args.steps)))
     ep = [sys.executable, "-m", "energyprof", "-q", "--json", os.path.join(tmp, "p.json")]
     tools = {"plain": [sys.executable, script], "energyprof": [*ep, script],
              "energyprof --no-gpu-kernels": [*ep, "--no-gpu-kernels", script]}
@@ -104,20 +128,27 @@ def main() -> None:
     ratios: dict[str, list[float]] = {n: [] for n in names if n != "plain"}
     splits: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names if n.startswith("energyprof")}
     plain_s = []
+    walls: dict[str, list[float]] = {n: [] for n in names}
+    wall_ratios: dict[str, list[float]] = {n: [] for n in ratios}
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         got = {}
         for n in order:
-            got[n] = _cpu(tools[n], tmp)
+            got[n] = _cpu(tools[n], tmp, walls[n])
             part = _split(os.path.join(tmp, "p.json"), got[n]) if n in splits else None
             if part is not None:
                 splits[n].append(part)
         plain_s.append(got["plain"])
+        for n in wall_ratios:
+            wall_ratios[n].append(walls[n][-1] / walls["plain"][-1])
         for n in ratios:
             ratios[n].append(got[n] / got["plain"])
         print(f"round {r + 1}: " + ", ".join(f"{n} {got[n]:.2f} s" for n in names), flush=True)
     print(f"\nplain python: median {statistics.median(plain_s):.2f} s of CPU ({args.steps} steps, load {os.getloadavg()[0]:.1f})")
     for n, xs in ratios.items():
+        print(f"{n:28s} {statistics.median(xs):.3f}x  (min {min(xs):.3f}, max {max(xs):.3f})")
+    print("wall time over plain python's (median, min-max):")
+    for n, xs in wall_ratios.items():
         print(f"{n:28s} {statistics.median(xs):.3f}x  (min {min(xs):.3f}, max {max(xs):.3f})")
     plain = statistics.median(plain_s)
     print("\nwithin each run, over the median plain run (median of the rounds, min-max):")
