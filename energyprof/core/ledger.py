@@ -33,10 +33,11 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from .recording import Sample, StackTable, Tick
-from ..agent.window_facts import OPENED_AS, PENDING, WINDOW_INDEX
+from ..agent.window_facts import END_RUN, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, SAMPLES_FACT, WINDOW_INDEX
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .tallies import ProcessTally, StackTally, WindowTally
+from .window_parts import Rows, UnitRows, subtree_part, unit_part, unit_row
 from .waits import CHILD_FRAME, is_wait, move_wait_cpu
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
@@ -57,8 +58,6 @@ def remainder(d: float, taken: float) -> float:
 
 def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
-
-
 
 
 class _Weights(NamedTuple):
@@ -135,7 +134,9 @@ class Ledger:
         # for its own CPU plus an even part of what no rank used (idle, other processes), so the
         # ranks' files add up to the node. None: the program is the whole job.
         self.node_ranks: int | None = None
-        self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
+        self._iv: dict[int | None, Rows] = {}  # the interval being charged, per process
+        # ... and per unit of work its samples ran ((process, unit): share, all, samples ending in it), for its window
+        self._iv_units: UnitRows = {}
         self.wait_cpu_moved_ns = 0  # CPU seen on waits, given to the same threads' running stacks at finish
         self._d_proc = 0.0  # the program's own CPU ns (children not included) in the interval being charged
 
@@ -151,7 +152,7 @@ class Ledger:
     def add_sample(self, s: Sample) -> None:
         # The hottest path of a long run (millions of calls): fields unpacked once, and
         # _drain called only when this sample reaches the next tick (its own loop test).
-        t0, t1, sid, cpu, main, rss, proc = s
+        t0, t1, sid, cpu, main, rss, proc, _ = s
         st = self.stats.get(sid)
         if st is None:
             st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
@@ -254,9 +255,12 @@ class Ledger:
         self._drain(final=False)
 
     def begin_window(self, t_ns: int, name: str, index: int | None = None, pid: int | None = None) -> None:
+        """A window opens. A web request's (PENDING, under its index) is a unit of work: the program's part
+        of it is what its own samples were charged (`Sample.unit`), not the program's over its span."""
         depth = sum(1 for o in self._open_windows if o.pid == pid)
         z = [0.0] * self.n
-        w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid)
+        w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid,
+                        unit=index if name == PENDING and index is not None else None)
         self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
@@ -291,12 +295,13 @@ class Ledger:
         """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
         view of a window is built from. One still open ends, for now, at the last tick."""
         end = w.end_ns if w.end_ns is not None else (self.last_ns or w.start_ns)
+        loop = w.loop if w.unit is None else {**w.loop, SAMPLES_FACT: float(w.samples)}
         return WindowAccount(
             name=str(w.name), index=w.index, depth=w.depth, pid=w.pid, start_ns=w.start_ns, end_ns=end,
             sources=tuple(self.source_ids), machine_j=tuple(w.machine),
             program_j=PolicyPair(share=tuple(w.share), all=tuple(w.all)),
             estimated=any(src.get("method") == "estimated" for src in self.sources), done=w.done,
-            loop=tuple(w.loop.items()))
+            loop=tuple(loop.items()))
 
     def accounts(self) -> list[WindowAccount]:
         """Every window's account, in the order they began."""
@@ -309,6 +314,8 @@ class Ledger:
         end = self.last_ns or 0
         for w in self._open_windows:
             w.end_ns = end
+            if w.unit is not None and w.name == PENDING:  # a request the run's end cut: a request all the same
+                w.loop = {REQUEST_FACT: 1.0, ENDED_BY: END_RUN}
         self._open_windows.clear()
 
     def _move_wait_cpu(self) -> None:
@@ -425,6 +432,7 @@ class Ledger:
             self.total[i] += de[i]
         parts = self._program_parts(a, b, de) if any(de) else None
         self._iv = {}
+        self._iv_units = {}
         weights = self._weights(lo, hi)
         if weights.seen:
             self.timeline.note_stacks(lo, weights.seen)
@@ -441,11 +449,13 @@ class Ledger:
         cpu_w, wall_w, gpu_w, main_w, seen = w
         gpu_procs = self.gpu_procs
         for s in self._pending:
-            t0, t1, sid, cpu, main, _, proc = s
+            t0, t1, sid, cpu, main, _, proc, unit = s
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
-            key = (sid, proc)
+            key = (sid, proc, unit)
+            if unit >= 0 and t1 <= hi:
+                unit_row(self._iv_units, self.n, proc, unit)[2][0] += 1
             if cpu:
                 cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
             if main:
@@ -542,12 +552,16 @@ class Ledger:
         total_w = sum(weights.values())
         stats = self.stats
         procs = self.procs
-        for (sid, proc), w in weights.items():
+        for (sid, proc, unit), w in weights.items():
             f = w / total_w
             ps = procs[proc]
             ps.share[i] += e_share * f
             ps.all[i] += e_all * f
             self._note_interval(proc, i, e_share * f, e_all * f)
+            if unit >= 0:
+                row = unit_row(self._iv_units, self.n, proc, unit)
+                row[0][i] += e_share * f
+                row[1][i] += e_all * f
             st = stats[sid]
             if child_frac:
                 own_f = f * (1.0 - child_frac)
@@ -610,35 +624,19 @@ class Ledger:
                 ov = min(hi, end if end is not None else hi) - max(lo, w.start_ns)
                 if ov > 0 and parts is not None:
                     machine, share, all_ = w.machine, w.share, w.all
-                    own = self._subtree_part(w.pid)
+                    # a unit's part is what its samples were charged in the interval, whole; another's, by overlap
+                    own = (subtree_part(self._iv, self.process_info, self.n, w.pid) if w.unit is None
+                           else unit_part(self._iv_units, self.n, w))
+                    scale = ov / dt if w.unit is None else 1.0
                     for i, d in enumerate(de):
                         machine[i] += d * ov / dt
-                        share[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
-                        all_[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
+                        share[i] += (parts[i][0] if own is None else own[0][i]) * scale
+                        all_[i] += (parts[i][2] if own is None else own[1][i]) * scale
             if end is None or end > hi:
                 still.append(w)
             else:
                 w.done = True
         self._live_windows = still
-
-    def _subtree_part(self, pid: int | None) -> tuple[list[float], list[float]] | None:
-        """What `pid` and its descendants were charged in the interval being charged; None (the
-        whole program's part) for a window with no process, or one marked by the job's top process."""
-        info = self.process_info
-        if pid is None or pid not in info or info[pid].get("parent_pid") not in info:
-            return None
-        share, all_ = [0.0] * self.n, [0.0] * self.n
-        for proc, (s_row, a_row) in self._iv.items():
-            q, hops = proc, 0
-            while q is not None and q != pid and hops < 64:
-                q = info.get(q, {}).get("parent_pid")
-                q = q if q in info else None
-                hops += 1
-            if q == pid:
-                for i in range(self.n):
-                    share[i] += s_row[i]
-                    all_[i] += a_row[i]
-        return share, all_
 
     # -- processes ----------------------------------------------------------------------
     def note_start_rss(self, proc: int, rss: int, main: bool) -> None:
