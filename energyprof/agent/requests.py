@@ -36,7 +36,7 @@ import time
 from contextvars import ContextVar
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
-from .units import note_endpoint, request_var, running_frames, running_threads
+from .units import note_endpoint, request_var, running_codes, running_frames, running_threads
 from .window_facts import (
     END_NEXT, END_RUN, END_TASK, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, STATUS_FACT, WINDOW_INDEX
 )
@@ -100,6 +100,7 @@ class Request:
         if frame is not None and not self.done:
             running_frames[id(frame)] = (frame, self.opened)
             self.frames.append(id(frame))
+            running_codes.setdefault(id(frame.f_code), frame.f_code)
 
 
 class _ThreadEnd:

@@ -34,7 +34,7 @@ from .own_charge import charge_own as charge_own  # the kernel capture finds it 
 from .own_threads import start as start_own_thread
 from .qualnames import learn, qualname
 from .stacks import KEEP, PACKAGE_DIR, STOP, Frame, View, filtered, frame_kind
-from .units import REQUEST_PREFIX, unit_of
+from .units import REQUEST_PREFIX, running_codes, running_threads, unit_of
 from .thread_book import (
     ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
     _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
@@ -107,7 +107,7 @@ class Sampler(ThreadBook, OwnCharge):
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
         self._bootstrap_sids: set[int] = set()  # a thread's stacks that are only `threading`'s frames
-        self._unit_sids: set[int] = set()  # stacks rooted at a route's node: their samples say which request ran
+        self._unit_sids: set[int] = set()  # stacks that may run a web request (agent/units.py): their samples say which
         self._stop = False
         self._done = _thread.allocate_lock()
         self._wake = _thread.allocate_lock()  # released by stop(): ends a CHILD_WAIT_S wait at once
@@ -290,7 +290,7 @@ class Sampler(ThreadBook, OwnCharge):
             if _captured and frame.f_code.co_name == _ENGINE and frame.f_code.co_filename.endswith(_ENGINE_FILE):
                 sid = self._captured_sample(sid, t1)
             cpu = deltas.get(ident, 0)
-            unit = unit_of(ident, frame) if sid in unit_sids else -1
+            unit = unit_of(ident, frame) if sid in unit_sids else running_threads.get(ident, -1) if running_threads else -1
             if ident == self.main_ident:
                 main_sample = (sid, cpu, unit)
                 continue
@@ -383,8 +383,9 @@ class Sampler(ThreadBook, OwnCharge):
                     own_frames = own_frames[k:]
                 frames = self.view.thread(name, own_frames)  # type: ignore[arg-type]
             sid = self.intern(frames)
-            if any(fr[0].startswith(REQUEST_PREFIX) for fr in frames):
-                self._unit_sids.add(sid)
+            if running_codes and (any(id(c) in running_codes for c in codes)
+                                  or any(fr[0].startswith(REQUEST_PREFIX) for fr in frames)):
+                self._unit_sids.add(sid)  # a stack that may run a web request: its samples say which
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
                 self._bootstrap_sids.add(sid)
             self._sid_cache[key] = sid

@@ -146,9 +146,10 @@ def _in_route(frames: list[Frame]) -> list[Frame]:
 
 
 # -- which request a sample ran -------------------------------------------------------------------
-# A stack rooted at a route's node ran that route's handler; which request's, the sampler asks here
-# (`unit_of`), only for such stacks. A request runs where its frames are (agent/requests.py registers
-# them as the request begins and forgets them as it ends):
+# Which request a sample ran, the sampler asks here (`unit_of`) for a stack that may run one: rooted at a route's
+# node, or holding a registered frame's code; on a thread a request holds, every sample is that request's. A
+# request runs where its frames are (agent/requests.py registers them as the request begins and forgets them as
+# it ends), so its samples are all its work (routing, middleware, its handler, its response), and no other's:
 #   on an event loop, its application's outermost coroutine frame, and the coroutine frame of each route's
 #   `handle` (a middleware may run the route in a task of its own): a task's frames are on the loop's
 #   stack only while that task runs, so a request that awaits is sampled in none of them;
@@ -157,6 +158,10 @@ def _in_route(frames: list[Frame]) -> list[Frame]:
 #   on a WSGI server's thread, the thread itself, for as long as the request runs there.
 # A unit is the request's window index as it began (agent/window_facts.PENDING): -1, none.
 running_frames: dict[int, tuple[object, int]] = {}  # id(frame) -> (the frame, kept alive so its id stays its own; unit)
+# The code of every frame ever registered (an application's `__call__`, a route's `handle`): a stack that runs one
+# may run a request, so the sampler asks `unit_of` for it (learnt before any such stack is seen: a request's frame
+# is registered before its coroutine first runs)
+running_codes: dict[int, object] = {}
 running_threads: dict[int, int] = {}  # thread ident -> unit
 request_var: list[object] = []  # the request's ContextVar (agent/requests.py), once it is loaded
 _ANYIO_WORKER = os.sep + os.path.join("anyio", "_backends", "_asyncio.py")

@@ -11,6 +11,7 @@ OPENED_AS = "opened_as"  # the index it was opened under, as PENDING: the ledger
 PENDING = "[request]"  # a request's window until its end names it: opened as the request begins, so
 #                        every interval of its span is charged to it, however late routing (or its end) names it
 SAMPLES_FACT = "samples"  # how many samples ran the request (the ledger counts them): its joules are theirs
+CPU_FACT = "cpu_s"  # ... and their CPU time
 # No hook saw the request's response; what ended it instead (ENDED_BY's value; absent: its response):
 ENDED_BY = "ended_by"
 END_NEXT = 1.0  # the next request on its thread or task began

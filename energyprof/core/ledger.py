@@ -33,7 +33,9 @@ from collections.abc import Collection
 from typing import Any, NamedTuple
 
 from .recording import Sample, StackTable, Tick
-from ..agent.window_facts import END_RUN, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, SAMPLES_FACT, WINDOW_INDEX
+from ..agent.window_facts import (
+    CPU_FACT, END_RUN, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, SAMPLES_FACT, WINDOW_INDEX
+)
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
 from .tallies import ProcessTally, StackTally, WindowTally
@@ -295,7 +297,7 @@ class Ledger:
         """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
         view of a window is built from. One still open ends, for now, at the last tick."""
         end = w.end_ns if w.end_ns is not None else (self.last_ns or w.start_ns)
-        loop = w.loop if w.unit is None else {**w.loop, SAMPLES_FACT: float(w.samples)}
+        loop = w.loop if w.unit is None else {**w.loop, SAMPLES_FACT: float(w.samples), CPU_FACT: w.cpu_ns / 1e9}
         return WindowAccount(
             name=str(w.name), index=w.index, depth=w.depth, pid=w.pid, start_ns=w.start_ns, end_ns=end,
             sources=tuple(self.source_ids), machine_j=tuple(w.machine),
@@ -455,7 +457,9 @@ class Ledger:
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
             key = (sid, proc, unit)
             if unit >= 0 and t1 <= hi:
-                unit_row(self._iv_units, self.n, proc, unit)[2][0] += 1
+                counts = unit_row(self._iv_units, self.n, proc, unit)[2]
+                counts[0] += 1
+                counts[1] += cpu
             if cpu:
                 cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
             if main:

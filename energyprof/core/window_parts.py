@@ -17,8 +17,8 @@ from typing import Any
 from .tallies import WindowTally
 
 Rows = tuple[list[float], list[float]]  # per source: under `share`, under `all`
-# (process, unit) -> the interval's share and all per source that its samples were charged, and how many of
-# them ended in the interval
+# (process, unit) -> the interval's share and all per source that its samples were charged, and of those that
+# ended in the interval, how many and their CPU ns
 UnitRows = dict[tuple[int, int], tuple[list[float], list[float], list[int]]]
 
 
@@ -26,17 +26,18 @@ def unit_row(rows: UnitRows, n: int, proc: int, unit: int) -> tuple[list[float],
     """The unit's row of the interval being charged, made on first use."""
     row = rows.get((proc, unit))
     if row is None:
-        row = rows[(proc, unit)] = ([0.0] * n, [0.0] * n, [0])
+        row = rows[(proc, unit)] = ([0.0] * n, [0.0] * n, [0, 0])
     return row
 
 
 def unit_part(rows: UnitRows, n: int, w: WindowTally) -> Rows:
     """What a unit's samples were charged in the interval (its window's process's, or any process's where the
-    window names none); their count is added to the window's."""
+    window names none); their count and CPU are added to the window's."""
     share, all_ = [0.0] * n, [0.0] * n
     for (proc, unit), (s_row, a_row, count) in rows.items():
         if unit == w.unit and (w.pid is None or proc == w.pid):
             w.samples += count[0]
+            w.cpu_ns += count[1]
             for i in range(n):
                 share[i] += s_row[i]
                 all_[i] += a_row[i]
