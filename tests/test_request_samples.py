@@ -22,11 +22,14 @@ import pytest
 
 from energyprof.agent import units as agent_units
 from energyprof.agent.window_facts import (
-    CPU_FACT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, SAMPLES_FACT, STATUS_FACT, WINDOW_INDEX
+    COSTLIEST_ONLY, CPU_FACT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, RUNS_FACT, SAMPLES_FACT,
+    STATUS_FACT, WINDOW_INDEX
 )
 from energyprof.analysis.units import unit_runs, unit_table
 from energyprof.core.ledger import Ledger
 from energyprof.core.recording import Sample, StackTable, Tick
+from energyprof.core.tallies import WindowTally
+from energyprof.core.unit_book import COSTLIEST_KEPT, SAMPLE_RUNS, UnitBook
 from energyprof.core.tree import window_record
 from energyprof.facts.profile import load
 
@@ -288,3 +291,73 @@ def test_a_request_no_hook_ended_closes_with_its_thread_or_the_run_and_says_so(t
     assert lost.start_s + lost.time_s < cut.start_s  # it ended with its thread, not at the next request or the run's end
     notes = " ".join(unit_table([lost, cut], 1.0, "request").notes)
     assert "its thread's end" in notes and "the run's end" in notes
+
+
+# -- bounded memory: a long-running server's requests ------------------------------------------------------------
+def _tally(name: str, k: int, joules: float) -> WindowTally:
+    return WindowTally(name, k, k * MS, [3 * joules], [joules], [2 * joules], end_ns=k * MS + MS // 2, done=True,
+                       loop={REQUEST_FACT: 1.0, STATUS_FACT: 200.0}, unit=k, samples=2, cpu_ns=MS // 4)
+
+
+def test_the_book_keeps_a_bounded_sample_and_the_costliest_and_sums_every_run_exactly() -> None:
+    """20 000 runs of one route holding 1, 2, ... 20 000 J: the book keeps 16 sampled and the 3 costliest under each
+    policy one by one and folds the rest into one window, so what it holds does not grow with the runs; the count,
+    the total (sum 1..N = N(N+1)/2, exact in floats), the time and the max stay exact."""
+    book = UnitBook(1, sample_runs=16, costliest=3, seed=7)
+    n = 20_000
+    for k in range(1, n + 1):
+        book.add(_tally("GET /a", k, float(k)))
+        if k in (100, 1000):
+            assert len(book.tallies()) <= 16 + 2 * 3 + 1
+    kept = book.tallies()
+    assert len(kept) <= 16 + 2 * 3 + 1
+    windows = [window_record(Ledger([{"id": "cpu", "component": "cpu"}]).account(w), "share", 0) for w in kept]
+    (rest,) = [w for w in windows if w.loop.get(RUNS_FACT)]
+    assert sum(w.program_energy_j["cpu"] for w in windows) == n * (n + 1) / 2
+    assert sum(w.other_policy_program_energy_j["cpu"] for w in windows) == n * (n + 1)
+    t = unit_table(unit_runs(windows), float(n * (n + 1) / 2), "request", costliest=3)
+    (g,) = t.groups
+    assert (g.count, g.total_j, g.max_j, g.mean_j, g.sampled) == (n, n * (n + 1) / 2, float(n), (n + 1) / 2, 16)
+    assert [r.joules for r in t.costliest] == [20_000.0, 19_999.0, 19_998.0]
+    assert sum(r.time_s for r in unit_runs(windows)) == pytest.approx(n * 0.0005, rel=1e-9)  # each run's 0.5 ms
+    assert "uniform sample" in " ".join(t.notes) and "16 of 20000" in " ".join(t.notes)
+
+
+def test_the_books_sample_is_uniform() -> None:
+    """Each of 20 runs is in a sample of 4 with probability 4/20: over 2000 books (fixed seeds), each run's share
+    of them is 0.2 within 4 standard deviations (sqrt(0.2 x 0.8 / 2000) = 0.009)."""
+    hits = [0] * 20
+    for seed in range(2000):
+        book = UnitBook(1, sample_runs=4, costliest=1, seed=seed)
+        for k in range(20):
+            book.add(_tally("GET /a", k, 1.0 + k / 1000))  # the costliest is the last: kept outside the sample
+        for w in book.tallies():
+            if not w.loop.get(COSTLIEST_ONLY) and not w.loop.get(RUNS_FACT):
+                hits[w.index] += 1
+    assert all(abs(h / 2000 - 0.2) < 4 * 0.009 for h in hits), hits
+
+
+def test_a_ledger_under_many_requests_keeps_a_bounded_set_and_every_view_counts_them_all() -> None:
+    """600 requests one after another, each the program's only sample of its 10 ms at 100 W (1 J each): the
+    ledger keeps at most the book's bound of windows, the table counts 600 and 600 J, and the live export's
+    counters (told of every request as it is charged) hold all 600."""
+    from energyprof.output.live.units import RequestCounters
+
+    led, burn, _, _ = _ledger()
+    seen = RequestCounters()
+    led.on_unit = lambda w: seen.add(led.account(w), "share")
+    led.add_tick(Tick(0, (0.0,), 0, 0, 0))
+    for k in range(600):
+        t0, t1 = k * 10 * MS, (k + 1) * 10 * MS
+        led.begin_window(t0, PENDING, k)
+        led.add_sample(Sample(t0, t1, burn, 10 * MS, True, 0, 0, k))
+        _end(led, t1, "GET /a", k, k)
+        led.add_tick(Tick(t1, (100.0 * t1 / 1e9,), t1, 0, t1))
+    led.finish()
+    accounts = led.accounts()
+    assert len(accounts) <= SAMPLE_RUNS + 2 * COSTLIEST_KEPT + 1
+    windows = [window_record(a, "share", 0) for a in accounts]
+    (g,) = unit_table(unit_runs(windows), 600.0, "request").groups
+    assert (g.count, g.sampled) == (600, SAMPLE_RUNS)
+    assert g.total_j == pytest.approx(600.0, abs=1e-9) and g.mean_j == pytest.approx(1.0, abs=1e-12)
+    assert seen.count == {"GET /a": 600} and seen.joules["GET /a"]["cpu"] == pytest.approx(600.0, abs=1e-9)

@@ -27,10 +27,11 @@ before it is in.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Collection
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .recording import Sample, StackTable, Tick
 from ..agent.window_facts import (
@@ -38,7 +39,9 @@ from ..agent.window_facts import (
 )
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
+from .allocations import place_allocations
 from .tallies import ProcessTally, StackTally, WindowTally
+from .unit_book import UnitBook
 from .window_parts import Rows, UnitRows, subtree_part, unit_part, unit_row
 from .waits import CHILD_FRAME, is_wait, move_wait_cpu
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
@@ -109,7 +112,9 @@ class Ledger:
         self.timeline = Timeline(self.n, timeline_points, timeline_width_ns,
                                  periods_s=[s.get("update_period_s") for s in sources],
                                  counters=[s.get("tier") == "counter" for s in sources])
-        self.windows: list[WindowTally] = []
+        self.windows: list[WindowTally] = []  # the windows the program marked; units of work go to `book` once charged
+        self.book = UnitBook(self.n)
+        self.on_unit: Callable[[WindowTally], None] | None = None  # told of each unit's window as it is charged
         self._open_windows: list[WindowTally] = []
         self._live_windows: list[WindowTally] = []
         self._ticks: deque[Tick] = deque()
@@ -199,38 +204,8 @@ class Ledger:
         ps.last_sid = sid
 
     def add_allocations(self, proc: int, items: list[tuple[int | None, int]], sids: Collection[int] | None = None) -> int:
-        """memory=exact: bytes still allocated at the end, per function (frame id), put on
-        the stack of `proc` where that function ran most. Returns the bytes with no place
-        (lines of functions never sampled). `sids`: the stacks `proc` reported, where it shares
-        them with other processes (a pool's workers run the same stacks under one node)."""
-        leaf: dict[int, tuple[int, int]] = {}  # fid -> (samples, sid) of the busiest stack ending in it
-        inner: dict[int, tuple[int, int, int]] = {}  # fid -> (samples, sid, depth) of the busiest holding it
-        stacks = self.stacks.stacks
-        for sid, st in self.stats.items():
-            frames = stacks[sid]
-            if (self.sid_proc.get(sid) != proc if sids is None else sid not in sids) or not frames:
-                continue
-            if st.samples > leaf.get(frames[-1], (-1, 0))[0]:
-                leaf[frames[-1]] = (st.samples, sid)
-            for depth, fid in enumerate(frames[:-1]):
-                if st.samples > inner.get(fid, (-1, 0, 0))[0]:
-                    inner[fid] = (st.samples, sid, depth)
-        best: dict[int, int] = {fid: sid for fid, (_, sid) in leaf.items()}
-        unplaced = 0
-        for fid, size in items:
-            if fid is None or (fid not in best and fid not in inner):
-                unplaced += size
-                continue
-            sid = best.get(fid)
-            if sid is None:
-                _, holder, depth = inner[fid]
-                sid = best[fid] = self.stacks.stack_id(stacks[holder][:depth + 1])
-            st = self.stats.get(sid)
-            if st is None:
-                st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
-                self.sid_proc[sid] = proc
-            st.alloc_bytes += size
-        return unplaced
+        """memory=exact: bytes still allocated at the end, per function, on `proc`'s stacks (core/allocations.py)."""
+        return place_allocations(self.stats, self.stacks, self.sid_proc, self.n, proc, items, sids)
 
     def add_tick(self, tick: Tick) -> None:
         if self.last_tick is not None:
@@ -263,7 +238,8 @@ class Ledger:
         z = [0.0] * self.n
         w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid,
                         unit=index if name == PENDING and index is not None else None)
-        self.windows.append(w)
+        if w.unit is None:
+            self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
 
@@ -305,9 +281,17 @@ class Ledger:
             estimated=any(src.get("method") == "estimated" for src in self.sources), done=w.done,
             loop=tuple(loop.items()))
 
+    def all_windows(self) -> list[WindowTally]:
+        """Every window: the program's, in the order they began, and the units' that the book keeps (and each name's
+        fold of the rest) and those still being charged, merged in among them by start."""
+        units = [*self.book.tallies(), *(w for w in self._live_windows if w.unit is not None)]
+        if not units:
+            return list(self.windows)
+        return list(heapq.merge(self.windows, sorted(units, key=lambda w: w.start_ns), key=lambda w: w.start_ns))
+
     def accounts(self) -> list[WindowAccount]:
-        """Every window's account, in the order they began."""
-        return [self.account(w) for w in self.windows]
+        """Every window's account (`all_windows`)."""
+        return [self.account(w) for w in self.all_windows()]
 
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
@@ -319,6 +303,15 @@ class Ledger:
             if w.unit is not None and w.name == PENDING:  # a request the run's end cut: a request all the same
                 w.loop = {REQUEST_FACT: 1.0, ENDED_BY: END_RUN}
         self._open_windows.clear()
+        for w in [w for w in self._live_windows if w.unit is not None]:
+            self._unit_done(w)
+        self._live_windows = [w for w in self._live_windows if w.unit is None]
+
+    def _unit_done(self, w: WindowTally) -> None:
+        """A unit's window is charged: into the book (bounded per name), told to whoever watches."""
+        if self.on_unit is not None:
+            self.on_unit(w)
+        self.book.add(w)
 
     def _move_wait_cpu(self) -> None:
         """CPU a thread was seen with while sampled in a wait goes to the stacks it was seen running (waits.py)."""
@@ -640,6 +633,8 @@ class Ledger:
                 still.append(w)
             else:
                 w.done = True
+                if w.unit is not None:
+                    self._unit_done(w)
         self._live_windows = still
 
     # -- processes ----------------------------------------------------------------------
