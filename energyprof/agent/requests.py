@@ -16,6 +16,13 @@ of a WSGI server. Nothing here stays on the program's stack while the request ru
 a plain function that returns what it wraps (a coroutine, an iterable), so the sampled stacks are
 the program's own.
 
+The sampler tells which request a sample ran (agent/units.py's `unit_of`): a request registers the frames
+its work runs under on an event loop (its application's coroutine, each route's `handle`), or its thread
+(a WSGI server's), and forgets them as it ends; the ledger charges its window what those samples were
+charged, so requests that overlap share nothing and a request that awaits costs nothing meanwhile. A
+request whose end no hook sees ends at the next request on its thread or task, its task's end, its
+thread's end or the run's end, whichever comes first, and its window says which (`ENDED_BY`).
+
 Under `python -m energyprof`, the servers and routers are hooked as they are imported (uvicorn,
 hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask and Django rules:
 agent/autoload.py's finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
