@@ -361,3 +361,33 @@ def test_a_ledger_under_many_requests_keeps_a_bounded_set_and_every_view_counts_
     assert (g.count, g.sampled) == (600, SAMPLE_RUNS)
     assert g.total_j == pytest.approx(600.0, abs=1e-9) and g.mean_j == pytest.approx(1.0, abs=1e-12)
     assert seen.count == {"GET /a": 600} and seen.joules["GET /a"]["cpu"] == pytest.approx(600.0, abs=1e-9)
+
+
+def test_a_checkpoint_keeps_the_books_runs_and_the_requests_still_being_charged() -> None:
+    """Ten requests, the checkpoint taken while the last is still open: restored, the ledger goes on charging it by
+    its samples, and every request is in the profile once (the book's kept runs listed, none twice)."""
+    import json as _json
+
+    from energyprof.core import ledger_state
+
+    led, burn, _, _ = _ledger()
+    led.add_tick(Tick(0, (0.0,), 0, 0, 0))
+
+    def request(led: Ledger, k: int, end: bool = True) -> None:
+        t0, t1 = k * 10 * MS, (k + 1) * 10 * MS
+        if k < 10:
+            led.begin_window(t0, PENDING, k)
+        led.add_sample(Sample(t0, t1, burn, 10 * MS, True, 0, 0, min(k, 9)))
+        if end:
+            _end(led, t1, "GET /a", min(k, 9), min(k, 9))
+        led.add_tick(Tick(t1, (100.0 * t1 / 1e9,), t1, 0, t1))
+
+    for k in range(10):
+        request(led, k, end=k < 9)
+    again = ledger_state.restore(_json.loads(_json.dumps(ledger_state.save(led))))
+    request(again, 10)  # the open request's last 10 ms, then its end
+    again.finish()
+    windows = [window_record(a, "share", 0) for a in again.accounts()]
+    runs = unit_runs(windows)
+    assert [r.index for r in runs] == list(range(10))
+    assert [r.joules for r in runs] == pytest.approx([1.0] * 9 + [2.0], abs=1e-9)
