@@ -619,7 +619,7 @@ class Ledger:
             end = w.end_ns
             if w.start_ns < hi and (end is None or end > lo):
                 ov = min(hi, end if end is not None else hi) - max(lo, w.start_ns)
-                if ov > 0 and parts is not None:
+                if ov > 0 and (parts is not None or w.unit is not None):  # a unit counts its samples regardless
                     machine, share, all_ = w.machine, w.share, w.all
                     # a unit's part is what its samples were charged in the interval, whole; another's, by overlap
                     own = (subtree_part(self._iv, self.process_info, self.n, w.pid) if w.unit is None

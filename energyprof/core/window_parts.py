@@ -34,13 +34,17 @@ def unit_part(rows: UnitRows, n: int, w: WindowTally) -> Rows:
     """What a unit's samples were charged in the interval (its window's process's, or any process's where the
     window names none); their count and CPU are added to the window's."""
     share, all_ = [0.0] * n, [0.0] * n
-    for (proc, unit), (s_row, a_row, count) in rows.items():
-        if unit == w.unit and (w.pid is None or proc == w.pid):
-            w.samples += count[0]
-            w.cpu_ns += count[1]
-            for i in range(n):
-                share[i] += s_row[i]
-                all_[i] += a_row[i]
+    if w.pid is not None:
+        row = rows.get((w.pid, w.unit))  # type: ignore[arg-type]
+        mine = [row] if row is not None else []
+    else:
+        mine = [row for (_, unit), row in rows.items() if unit == w.unit]
+    for s_row, a_row, count in mine:
+        w.samples += count[0]
+        w.cpu_ns += count[1]
+        for i in range(n):
+            share[i] += s_row[i]
+            all_[i] += a_row[i]
     return share, all_
 
 
