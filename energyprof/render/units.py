@@ -33,7 +33,7 @@ def _what(t: UnitTable) -> str:
 
 
 def console_lines(tables: list[UnitTable], groups: int = CONSOLE_GROUPS) -> list[str]:
-    """A few lines per table: each name's count and joules per run (median +- edge, p95, max), most energy
+    """A few lines per table: each name's count and joules per run (mean, median +- edge, p95, max), most energy
     first, then the table's notes."""
     lines = []
     for t in tables:
