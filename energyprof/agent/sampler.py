@@ -34,7 +34,7 @@ from .own_charge import charge_own as charge_own  # the kernel capture finds it 
 from .own_threads import start as start_own_thread
 from .qualnames import learn, qualname
 from .stacks import KEEP, PACKAGE_DIR, STOP, Frame, View, filtered, frame_kind
-from .units import REQUEST_PREFIX, running_codes, running_threads, unit_of
+from .units import REQUEST_PREFIX, running_codes, running_frames, running_threads, unit_of
 from .thread_book import (
     ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
     _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
@@ -508,7 +508,12 @@ class HookSampler(Sampler):
         rss = self._rss()
         t0, cpu0 = self._last
         self.sink.tick(t0, now, cpu, 0, rss)
-        self.sink.sample(sid, cpu - cpu0, True)
+        # called on the program's thread, inside its stack: the request running there, if any (agent/units.py)
+        unit = unit_of(_thread.get_ident(), sys._getframe()) if running_frames or running_threads else -1
+        if unit < 0:
+            self.sink.sample(sid, cpu - cpu0, True)
+        else:
+            self.sink.sample(sid, cpu - cpu0, True, unit)
         self._last = (now, cpu)
         if self.watch is not None and self.watch():
             self.watch = None
