@@ -388,30 +388,16 @@ def _tree(**route_j: float) -> Node:
     return root
 
 
-def test_concurrent_requests_totals_and_shares_are_their_samples_and_add_up() -> None:
-    """Two routes' requests overlap wholly: each window holds the program's 10 J over the shared span, so the
-    span-based totals would be 40 J of a 16 J program (250 %). The totals and shares are each route's
-    node's (its samples, the inner route's 5 J in each outer's): 9 J and 6 J, which add up within the program's
-    16 J (1 J is `main`'s own); the spans' sum is kept beside them."""
-    windows = [_w("GET /burn", 0.0, 1.0, 10.0), _w("GET /burn", 0.0, 1.0, 10.0), _w("GET /sleep", 0.0, 1.0, 10.0),
-               _w("GET /sleep", 0.0, 1.0, 10.0)]
-    profile = SimpleNamespace(sources=[SimpleNamespace(method="measured")], meta={"sensor_interval_s": 0.05},
-                              root=_tree(**{"GET /burn": 4.0, "GET /sleep": 1.0}))
-    (t,) = unit_tables(windows, 16.0, profile=profile)
-    assert [(g.name, g.total_j, g.share, g.span_total_j) for g in t.groups] == [
-        ("GET /burn", 9.0, 9.0 / 16.0, 20.0), ("GET /sleep", 6.0, 6.0 / 16.0, 20.0)]
-    assert t.total_j == 15.0 <= 16.0
-    assert t.totals_from == "samples" and t.notes
-    # the inner route's node sits inside the outer ones: its samples are the outer's, not counted again
-    assert "GET /inner" not in route_energy(profile.root, "[request ")
+def test_a_route_node_inside_another_is_counted_once_in_the_trees_route_energy() -> None:
+    root = _tree(**{"GET /burn": 4.0, "GET /sleep": 1.0})
+    assert route_energy(root, "[request ") == {"GET /burn": 9.0, "GET /sleep": 6.0}
 
 
 def test_every_units_table_says_its_method_its_edge_error_and_its_notes() -> None:
     """A run of 0.5 s holding 5 J, read at 50 ms: each edge's interval is in doubt, at the run's own mean power
     (10 W), 2 * 0.05 s * 10 W = 1 J; a run shorter than two intervals is wholly in doubt (+- its joules)."""
     windows = [_w("GET /a", 0.0, 0.5, 5.0), _w("GET /a", 0.2, 0.5, 5.0), _w("GET /b", 2.0, 0.05, 0.4)]
-    profile = SimpleNamespace(sources=[SimpleNamespace(method="estimated")], meta={"sensor_interval_s": 0.05},
-                              root=_tree(**{"GET /a": 6.0, "GET /b": 0.4}))
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="estimated")], meta={"sensor_interval_s": 0.05})
     (t,) = unit_tables(windows, 20.0, profile=profile)
     assert [(g.name, g.edge_j) for g in t.groups] == [("GET /a", pytest.approx(1.0)), ("GET /b", pytest.approx(0.4))]
     assert t.method == "estimated" and t.notes

@@ -13,7 +13,8 @@ modules below, the module's functions named here are wrapped once, after its cod
                           Response.close ends it
     gunicorn.workers.base Worker.handle_error ends it where the application raised (a 500)
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
-                          (FastAPI's routes are Starlette's)
+                          (FastAPI's routes are Starlette's); Route.handle: its coroutine's frame is
+                          the request's (agent/units.py: which request a sample ran)
     flask.ctx             RequestContext.match_request: the URL rule names the request
     django.core.handlers.base  BaseHandler.resolve_request: the resolver match's route names it
                           (`/items/<int:item_id>`: Django's routes have no leading slash)
@@ -168,9 +169,19 @@ def _matches(prefix: bool) -> Callable[[Callable[..., Any]], Callable[..., Any]]
     return _after(book)
 
 
+def _handled(_route: Any, coro: Any) -> None:
+    """A route's `handle` coroutine: its frame is on the stack wherever the route runs on an event loop (a
+    middleware such as Starlette's BaseHTTPMiddleware runs it in a task of its own), so the sampler finds
+    the request there."""
+    req = current()
+    if req is not None:
+        req.runs_in(getattr(coro, "cr_frame", None))
+
+
 def _starlette(module: Any) -> None:
     _wrap(module.Route, "matches", _matches(prefix=False))
     _wrap(module.Mount, "matches", _matches(prefix=True))
+    _wrap(module.Route, "handle", _after(_handled))
 
 
 def _flask(module: Any) -> None:

@@ -16,6 +16,13 @@ of a WSGI server. Nothing here stays on the program's stack while the request ru
 a plain function that returns what it wraps (a coroutine, an iterable), so the sampled stacks are
 the program's own.
 
+The sampler tells which request a sample ran (agent/units.py's `unit_of`): a request registers the frames
+its work runs under on an event loop (its application's coroutine, each route's `handle`), or its thread
+(a WSGI server's), and forgets them as it ends; the ledger charges its window what those samples were
+charged, so requests that overlap share nothing and a request that awaits costs nothing meanwhile. A
+request whose end no hook sees ends at the next request on its thread or task, its task's end, its
+thread's end or the run's end, whichever comes first, and its window says which (`ENDED_BY`).
+
 Under `python -m energyprof`, the servers and routers are hooked as they are imported (uvicorn,
 hypercorn, wsgiref, waitress, gunicorn; Starlette and FastAPI routes, Flask and Django rules:
 agent/autoload.py's finder, agent/request_hooks.py's wrappers), so a program serves with no change; in a program
@@ -29,14 +36,17 @@ imported here.
 from __future__ import annotations
 
 import _thread
+import atexit
 import os
 import sys
 import time
 from contextvars import ContextVar
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
-from .units import note_endpoint
-from .window_facts import OPENED_AS, PENDING, REQUEST_FACT, STATUS_FACT, WINDOW_INDEX
+from .units import note_endpoint, request_var, running_codes, running_frames, running_threads
+from .window_facts import (
+    END_NEXT, END_RUN, END_TASK, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, STATUS_FACT, WINDOW_INDEX
+)
 from .wire import window_begin, window_end
 
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
@@ -70,7 +80,7 @@ class Request:
     """One request while it runs: when it began, what routing named it, how it ended."""
 
     __slots__ = ("t0", "method", "prefix", "name", "index", "opened", "status", "sink", "done", "by_middleware",
-                 "task")
+                 "task", "frames", "thread")
 
     def __init__(self, method: Any, sink: Any, by_middleware: bool = False) -> None:
         self.t0 = _perf()
@@ -84,16 +94,54 @@ class Request:
         self.done = False
         self.by_middleware = by_middleware  # opened by an in-process middleware, not by a server's hook
         self.task: Any = None  # the asyncio task it runs in, told to end it should the application raise
+        self.frames: list[int] = []  # the ids of its frames the sampler knows it by (agent/units.py)
+        self.thread: int | None = None  # the thread it runs on, where that thread is its (WSGI)
 
     def task_done(self, _task: Any) -> None:
         """Its task ended before its response did: the application raised, and the server answered 500."""
         if not self.done:
-            close_request(self, self.status or 500)
+            close_request(self, self.status or 500, END_TASK)
+
+    def runs_in(self, frame: Any) -> None:
+        """`frame` (a coroutine's) is on the stack whenever this request's work runs on an event loop."""
+        if frame is not None and not self.done:
+            running_frames[id(frame)] = (frame, self.opened)
+            self.frames.append(id(frame))
+            running_codes.setdefault(id(frame.f_code), frame.f_code)
+
+
+class _ThreadEnd:
+    """Held in a thread-local slot while a thread's request runs: a thread that ends with its request open
+    (a server's hook never saw the response) ends the request with it."""
+
+    __slots__ = ("req",)
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+
+    def __del__(self) -> None:
+        try:
+            if not self.req.done:
+                close_request(self.req, None, END_THREAD)
+        except Exception:  # noqa: BLE001 - an interpreter shutting down: the run's end closes what is left
+            pass
 
 
 _current: ContextVar[Request | None] = ContextVar("energyprof_request", default=None)
+request_var.append(_current)  # an anyio worker's context holds the request under it (agent/units.py)
 _lock = _thread.allocate_lock()
 _runs: dict[str, int] = {}  # each name's requests so far: a window's index
+_open: dict[int, Request] = {}  # the requests running now, by the index they began under
+_thread_end = _thread._local()
+
+
+def _close_all() -> None:
+    """The run ends (the interpreter exits) with requests still running: each ends now, said so."""
+    for req in list(_open.values()):
+        close_request(req, None, END_RUN)
+
+
+atexit.register(_close_all)  # before the agent's own exit handler (registered earlier, run later)
 
 
 def _index(name: str) -> int:
@@ -148,14 +196,15 @@ class _SpoolSink:
         self.agent.spool.event(window_end(int(t_ns or _perf()), name, False, facts))
 
 
-def open_request(method: Any, by_middleware: bool = False) -> Request | None:
-    """A request begins on this task or thread (None when nothing is profiled): later hooks find it."""
+def open_request(method: Any, by_middleware: bool = False, on_loop: bool = False) -> Request | None:
+    """A request begins on this task or thread (None when nothing is profiled): later hooks find it. On a
+    thread of its own (`on_loop` False: a WSGI server's), the thread is the request's while it runs."""
     sink = _sink()
     if sink is None:
         return None
     stale = _current.get()
     if stale is not None and not stale.done:
-        close_request(stale)  # a thread's last request that ended without its hook (an error path)
+        close_request(stale, None, END_NEXT)  # a thread's last request that ended without its hook (an error path)
     req = Request(method, sink, by_middleware)
     try:
         # the window begins now, as PENDING: every interval of the request is charged to it, and its
@@ -164,6 +213,11 @@ def open_request(method: Any, by_middleware: bool = False) -> Request | None:
     except Exception:  # noqa: BLE001 - a profile that has ended: the request is the program's all the same
         return None
     _current.set(req)
+    _open[req.opened] = req
+    if not on_loop:
+        req.thread = _thread.get_ident()
+        running_threads[req.thread] = req.opened
+        _thread_end.slot = _ThreadEnd(req)  # the previous request's, now done, goes
     return req
 
 
@@ -200,12 +254,14 @@ def name_request(req: Request | None, template: str, endpoint: object = None) ->
         note_endpoint(endpoint, name)
 
 
-def close_request(req: Request | None, status: Any = None) -> None:
-    """The request's response is sent: its window ends now, with its status."""
+def close_request(req: Request | None, status: Any = None, ended_by: float = 0.0) -> None:
+    """The request's response is sent: its window ends now, with its status. `ended_by` (window_facts.END_*):
+    no hook saw its response, and what ended it instead."""
     if req is None or req.done:
         return
     req.done = True
     t = _perf()
+    _forget(req)
     if status is not None:
         req.status = status_code(status)
     try:
@@ -215,6 +271,8 @@ def close_request(req: Request | None, status: Any = None) -> None:
         # the window opened as PENDING under `opened` ends, and takes its name and its index in that name
         facts = {REQUEST_FACT: 1.0, STATUS_FACT: float(req.status), WINDOW_INDEX: float(req.index),
                  OPENED_AS: float(req.opened)}
+        if ended_by:
+            facts[ENDED_BY] = float(ended_by)
         req.sink.end_window(req.name, facts, t_ns=t)
     except Exception:  # noqa: BLE001 - as in name_request
         pass
@@ -226,6 +284,18 @@ def close_request(req: Request | None, status: Any = None) -> None:
             task.remove_done_callback(req.task_done)
         except Exception:  # noqa: BLE001 - a task of another kind: its callback finds the request done
             pass
+
+
+def _forget(req: Request) -> None:
+    """The sampler no longer finds `req` (its frames, its thread) once it has ended."""
+    _open.pop(req.opened, None)
+    for key in req.frames:
+        hit = running_frames.get(key)
+        if hit is not None and hit[1] == req.opened:
+            del running_frames[key]
+    req.frames = []
+    if req.thread is not None and running_threads.get(req.thread) == req.opened:
+        del running_threads[req.thread]
 
 
 # -- ASGI ------------------------------------------------------------------------------------
@@ -243,11 +313,13 @@ class AsgiRequests:
     def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
         if scope.get("type") != "http" or served():
             return self.app(scope, receive, send)  # not HTTP, or the server's wrapper has the request
-        req = open_request(scope.get("method"), self.MIDDLEWARE)
+        req = open_request(scope.get("method"), self.MIDDLEWARE, on_loop=True)
         if req is None:
             return self.app(scope, receive, send)
         _on_task_end(req)
-        return self.app(scope, receive, _Send(send, req, scope))
+        coro = self.app(scope, receive, _Send(send, req, scope))
+        req.runs_in(getattr(coro, "cr_frame", None))  # the application's frames run this request
+        return coro
 
     def __getattr__(self, name: str) -> Any:  # the wrapped application's own attributes (a server may read them)
         if name == "app":

@@ -34,6 +34,7 @@ from .own_charge import charge_own as charge_own  # the kernel capture finds it 
 from .own_threads import start as start_own_thread
 from .qualnames import learn, qualname
 from .stacks import KEEP, PACKAGE_DIR, STOP, Frame, View, filtered, frame_kind
+from .units import REQUEST_PREFIX, running_codes, running_frames, running_threads, unit_of
 from .thread_book import (
     ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
     _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
@@ -106,6 +107,7 @@ class Sampler(ThreadBook, OwnCharge):
         self._last_cpu: dict[int, int] = {}  # native thread id -> its CPU clock at the last tick
         self._last_sid: dict[int, int] = {}  # native thread id -> the stack it ran at its last sample
         self._bootstrap_sids: set[int] = set()  # a thread's stacks that are only `threading`'s frames
+        self._unit_sids: set[int] = set()  # stacks that may run a web request (agent/units.py): their samples say which
         self._stop = False
         self._done = _thread.allocate_lock()
         self._wake = _thread.allocate_lock()  # released by stop(): ends a CHILD_WAIT_S wait at once
@@ -278,6 +280,7 @@ class Sampler(ThreadBook, OwnCharge):
         last_sid = self._last_sid
         counted = self._counted
         live: list[Any] = []
+        unit_sids = self._unit_sids
         for ident, frame in frames.items():
             if ident in own:
                 continue
@@ -287,8 +290,9 @@ class Sampler(ThreadBook, OwnCharge):
             if _captured and frame.f_code.co_name == _ENGINE and frame.f_code.co_filename.endswith(_ENGINE_FILE):
                 sid = self._captured_sample(sid, t1)
             cpu = deltas.get(ident, 0)
+            unit = unit_of(ident, frame) if sid in unit_sids else running_threads.get(ident, -1) if running_threads else -1
             if ident == self.main_ident:
-                main_sample = (sid, cpu)
+                main_sample = (sid, cpu, unit)
                 continue
             nid = nids.get(ident)
             # A thread past its `_delete` (its last microseconds) was counted when seen or as it departed.
@@ -307,7 +311,10 @@ class Sampler(ThreadBook, OwnCharge):
                     # tick: that CPU ran its target in between.
                     sid = self._target_sid(ident, code, table)
                 last_sid[nid] = sid
-            sink.sample(sid, cpu, False)
+            if unit < 0:
+                sink.sample(sid, cpu, False)
+            else:
+                sink.sample(sid, cpu, False, unit)
         for nid, name, _ in departed:
             if counted.pop(nid, None) is None:  # it ran and ended between two ticks: never seen live
                 self._count_thread(_printable(name))
@@ -326,7 +333,11 @@ class Sampler(ThreadBook, OwnCharge):
                 sid = self.intern(self.view.thread(_printable(name), filtered([code]) if code is not None else []))
             sink.sample(sid, cpu, False)
         if main_sample is not None:
-            sink.sample(main_sample[0], main_sample[1] + max(0, native), True)
+            sid, cpu, unit = main_sample
+            if unit < 0:
+                sink.sample(sid, cpu + max(0, native), True)
+            else:
+                sink.sample(sid, cpu + max(0, native), True, unit)
         return d_proc - (self._taken - taken)
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
@@ -372,6 +383,9 @@ class Sampler(ThreadBook, OwnCharge):
                     own_frames = own_frames[k:]
                 frames = self.view.thread(name, own_frames)  # type: ignore[arg-type]
             sid = self.intern(frames)
+            if running_codes and (any(id(c) in running_codes for c in codes)
+                                  or any(fr[0].startswith(REQUEST_PREFIX) for fr in frames)):
+                self._unit_sids.add(sid)  # a stack that may run a web request: its samples say which
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
                 self._bootstrap_sids.add(sid)
             self._sid_cache[key] = sid
@@ -494,7 +508,12 @@ class HookSampler(Sampler):
         rss = self._rss()
         t0, cpu0 = self._last
         self.sink.tick(t0, now, cpu, 0, rss)
-        self.sink.sample(sid, cpu - cpu0, True)
+        # called on the program's thread, inside its stack: the request running there, if any (agent/units.py)
+        unit = unit_of(_thread.get_ident(), sys._getframe()) if running_frames or running_threads else -1
+        if unit < 0:
+            self.sink.sample(sid, cpu - cpu0, True)
+        else:
+            self.sink.sample(sid, cpu - cpu0, True, unit)
         self._last = (now, cpu)
         if self.watch is not None and self.watch():
             self.watch = None

@@ -23,15 +23,15 @@ import time
 # Names, never `from . import wire`: in a package the bootstrap loaded by path, a fromlist
 # on the package goes through __import__, which would import energyprof's top package.
 from .wire import (
-    KBUSY, KCOUNTS, KCYCLE, KNAMES, LOST, SAMPLE, TICK, encode, frame as frame_line, lost as lost_line, next_file,
-    sample as sample_line,
+    KBUSY, KCOUNTS, KCYCLE, KNAMES, LOST, SAMPLE, TICK, UNIT_SAMPLE, encode, frame as frame_line, lost as lost_line,
+    next_file, sample as sample_line, unit_sample as unit_sample_line,
     stack as stack_line, threads as threads_line, tick as tick_line
 )
 
 SEGMENT_BYTES = 8 << 20
 # A failed write drops these (a LOST record then says the span): samples, and the kernel capture's per-cycle
 # figures; definitions that later lines refer to (frames, stacks, kernel paths) are kept and written again.
-_DROPPABLE = (TICK + "\t", SAMPLE + "\t", KCYCLE + "\t", KBUSY + "\t", KNAMES + "\t", KCOUNTS + "\t")
+_DROPPABLE = (TICK + "\t", SAMPLE + "\t", UNIT_SAMPLE + "\t", KCYCLE + "\t", KBUSY + "\t", KNAMES + "\t", KCOUNTS + "\t")
 _perf = time.perf_counter_ns
 
 
@@ -81,8 +81,8 @@ class Spool:
     def tick(self, t0: int, t1: int, proc: int, own: int, rss: int) -> None:
         self.buf.append(tick_line(t0, t1, proc, own, rss))
 
-    def sample(self, sid: int, cpu: int, main: bool) -> None:
-        self.buf.append(sample_line(sid, cpu, main))
+    def sample(self, sid: int, cpu: int, main: bool, unit: int = -1) -> None:
+        self.buf.append(sample_line(sid, cpu, main) if unit < 0 else unit_sample_line(sid, cpu, main, unit))
 
     def threads(self, sid: int, count: int) -> None:
         self.buf.append(threads_line(sid, count))

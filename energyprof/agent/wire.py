@@ -10,6 +10,8 @@ they were). Records, first field the kind:
     K sid fid,fid,...                                      a new stack (local id)
     T t0 t1 process_cpu_ns own_cpu_ns rss_bytes .          one sampler tick ...
     s sid cpu_ns main .                                    ... and one line per thread
+    u sid cpu_ns main unit .                               ... or, for a thread running a unit of work (a web
+                                                           request: agent/units.py's unit_of), with its unit
     W b|e t_ns name index|r                                a window begins / ends (r: reply wanted)
     A function file line bytes                             memory=exact: bytes still allocated at the end
     E t_ns text                                            the program's uncaught exception
@@ -50,6 +52,7 @@ from __future__ import annotations
 
 VERSION = 2
 HEADER, FRAME, STACK, TICK, SAMPLE, WINDOW = "H", "F", "K", "T", "s", "W"
+UNIT_SAMPLE = "u"
 ALLOC, EXCEPTION, NOTE, LOST, GPU, END, NEXT = "A", "E", "N", "L", "G", "Z", "R"
 THREADS, ROLE, IO = "C", "P", "I"
 KCYCLE, KPATH, KBUSY, KNAMES, KCOUNTS = "Y", "M", "U", "J", "V"
@@ -135,7 +138,11 @@ def sample(sid: int, cpu: int, main: bool) -> str:
     return f"{SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\t\n"
 
 
-_FIELDS = {TICK: 7, SAMPLE: 5, IO: 5, KCYCLE: 6, KBUSY: 6}
+def unit_sample(sid: int, cpu: int, main: bool, unit: int) -> str:
+    return f"{UNIT_SAMPLE}\t{sid}\t{cpu}\t{1 if main else 0}\t{unit}\t\n"
+
+
+_FIELDS = {TICK: 7, SAMPLE: 5, UNIT_SAMPLE: 6, IO: 5, KCYCLE: 6, KBUSY: 6}
 _ENDED = (KPATH, KNAMES, KCOUNTS)  # of any length: ended by a field no text can hold (`KEND`)
 
 

@@ -482,9 +482,9 @@ class LocalSink:
         self._t = (t0, t1, rss)
         self.feed.queue.append(("clock", t1, proc, own))
 
-    def sample(self, sid: int, cpu: int, main: bool) -> None:
+    def sample(self, sid: int, cpu: int, main: bool, unit: int = -1) -> None:
         t0, t1, rss = self._t
-        self.feed.queue.append(Sample(t0, t1, self._sids[sid], cpu, main, rss, self.pid))
+        self.feed.queue.append(Sample(t0, t1, self._sids[sid], cpu, main, rss, self.pid, unit))
 
     def threads(self, sid: int, count: int) -> None:
         self.feed.queue.append(("threads", self.pid, self._sids[sid], count))

@@ -27,16 +27,22 @@ before it is in.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from collections.abc import Collection
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .recording import Sample, StackTable, Tick
-from ..agent.window_facts import OPENED_AS, PENDING, WINDOW_INDEX
+from ..agent.window_facts import (
+    CPU_FACT, END_RUN, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, SAMPLES_FACT, WINDOW_INDEX
+)
 from ..facts.policy import IDLE_FLOOR  # noqa: F401  (the floor's name where the ledger's readers look for it)
 from ..facts.policy import PolicyPair, WindowAccount, check_policy, cpu_share
+from .allocations import place_allocations
 from .tallies import ProcessTally, StackTally, WindowTally
+from .unit_book import UnitBook
+from .window_parts import Rows, UnitRows, subtree_part, unit_part, unit_row
 from .waits import CHILD_FRAME, is_wait, move_wait_cpu
 from .timeline import MIN_WIDTH_NS, TIMELINE_POINTS, Timeline
 
@@ -57,8 +63,6 @@ def remainder(d: float, taken: float) -> float:
 
 def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
-
-
 
 
 class _Weights(NamedTuple):
@@ -108,7 +112,9 @@ class Ledger:
         self.timeline = Timeline(self.n, timeline_points, timeline_width_ns,
                                  periods_s=[s.get("update_period_s") for s in sources],
                                  counters=[s.get("tier") == "counter" for s in sources])
-        self.windows: list[WindowTally] = []
+        self.windows: list[WindowTally] = []  # the windows the program marked; units of work go to `book` once charged
+        self.book = UnitBook(self.n)
+        self.on_unit: Callable[[WindowTally], None] | None = None  # told of each unit's window as it is charged
         self._open_windows: list[WindowTally] = []
         self._live_windows: list[WindowTally] = []
         self._ticks: deque[Tick] = deque()
@@ -135,7 +141,9 @@ class Ledger:
         # for its own CPU plus an even part of what no rank used (idle, other processes), so the
         # ranks' files add up to the node. None: the program is the whole job.
         self.node_ranks: int | None = None
-        self._iv: dict[int | None, tuple[list[float], list[float]]] = {}  # the interval being charged, per process
+        self._iv: dict[int | None, Rows] = {}  # the interval being charged, per process
+        # ... and per unit of work its samples ran ((process, unit): share, all, samples ending in it), for its window
+        self._iv_units: UnitRows = {}
         self.wait_cpu_moved_ns = 0  # CPU seen on waits, given to the same threads' running stacks at finish
         self._d_proc = 0.0  # the program's own CPU ns (children not included) in the interval being charged
 
@@ -151,7 +159,7 @@ class Ledger:
     def add_sample(self, s: Sample) -> None:
         # The hottest path of a long run (millions of calls): fields unpacked once, and
         # _drain called only when this sample reaches the next tick (its own loop test).
-        t0, t1, sid, cpu, main, rss, proc = s
+        t0, t1, sid, cpu, main, rss, proc, _ = s
         st = self.stats.get(sid)
         if st is None:
             st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
@@ -196,38 +204,8 @@ class Ledger:
         ps.last_sid = sid
 
     def add_allocations(self, proc: int, items: list[tuple[int | None, int]], sids: Collection[int] | None = None) -> int:
-        """memory=exact: bytes still allocated at the end, per function (frame id), put on
-        the stack of `proc` where that function ran most. Returns the bytes with no place
-        (lines of functions never sampled). `sids`: the stacks `proc` reported, where it shares
-        them with other processes (a pool's workers run the same stacks under one node)."""
-        leaf: dict[int, tuple[int, int]] = {}  # fid -> (samples, sid) of the busiest stack ending in it
-        inner: dict[int, tuple[int, int, int]] = {}  # fid -> (samples, sid, depth) of the busiest holding it
-        stacks = self.stacks.stacks
-        for sid, st in self.stats.items():
-            frames = stacks[sid]
-            if (self.sid_proc.get(sid) != proc if sids is None else sid not in sids) or not frames:
-                continue
-            if st.samples > leaf.get(frames[-1], (-1, 0))[0]:
-                leaf[frames[-1]] = (st.samples, sid)
-            for depth, fid in enumerate(frames[:-1]):
-                if st.samples > inner.get(fid, (-1, 0, 0))[0]:
-                    inner[fid] = (st.samples, sid, depth)
-        best: dict[int, int] = {fid: sid for fid, (_, sid) in leaf.items()}
-        unplaced = 0
-        for fid, size in items:
-            if fid is None or (fid not in best and fid not in inner):
-                unplaced += size
-                continue
-            sid = best.get(fid)
-            if sid is None:
-                _, holder, depth = inner[fid]
-                sid = best[fid] = self.stacks.stack_id(stacks[holder][:depth + 1])
-            st = self.stats.get(sid)
-            if st is None:
-                st = self.stats[sid] = StackTally(share=[0.0] * self.n, all=[0.0] * self.n)
-                self.sid_proc[sid] = proc
-            st.alloc_bytes += size
-        return unplaced
+        """memory=exact: bytes still allocated at the end, per function, on `proc`'s stacks (core/allocations.py)."""
+        return place_allocations(self.stats, self.stacks, self.sid_proc, self.n, proc, items, sids)
 
     def add_tick(self, tick: Tick) -> None:
         if self.last_tick is not None:
@@ -254,10 +232,14 @@ class Ledger:
         self._drain(final=False)
 
     def begin_window(self, t_ns: int, name: str, index: int | None = None, pid: int | None = None) -> None:
+        """A window opens. A web request's (PENDING, under its index) is a unit of work: the program's part
+        of it is what its own samples were charged (`Sample.unit`), not the program's over its span."""
         depth = sum(1 for o in self._open_windows if o.pid == pid)
         z = [0.0] * self.n
-        w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid)
-        self.windows.append(w)
+        w = WindowTally(name, index, t_ns, list(z), list(z), list(z), depth=depth, pid=pid,
+                        unit=index if name == PENDING and index is not None else None)
+        if w.unit is None:
+            self.windows.append(w)
         self._open_windows.append(w)
         self._live_windows.append(w)
 
@@ -291,16 +273,25 @@ class Ledger:
         """The typed account of one of this ledger's windows (`windows`, `end_window`): what every
         view of a window is built from. One still open ends, for now, at the last tick."""
         end = w.end_ns if w.end_ns is not None else (self.last_ns or w.start_ns)
+        loop = w.loop if w.unit is None else {**w.loop, SAMPLES_FACT: float(w.samples), CPU_FACT: w.cpu_ns / 1e9}
         return WindowAccount(
             name=str(w.name), index=w.index, depth=w.depth, pid=w.pid, start_ns=w.start_ns, end_ns=end,
             sources=tuple(self.source_ids), machine_j=tuple(w.machine),
             program_j=PolicyPair(share=tuple(w.share), all=tuple(w.all)),
             estimated=any(src.get("method") == "estimated" for src in self.sources), done=w.done,
-            loop=tuple(w.loop.items()))
+            loop=tuple(loop.items()))
+
+    def all_windows(self) -> list[WindowTally]:
+        """Every window: the program's, in the order they began, and the units' that the book keeps (and each name's
+        fold of the rest) and those still being charged, merged in among them by start."""
+        units = [*self.book.tallies(), *(w for w in self._live_windows if w.unit is not None)]
+        if not units:
+            return list(self.windows)
+        return list(heapq.merge(self.windows, sorted(units, key=lambda w: w.start_ns), key=lambda w: w.start_ns))
 
     def accounts(self) -> list[WindowAccount]:
-        """Every window's account, in the order they began."""
-        return [self.account(w) for w in self.windows]
+        """Every window's account (`all_windows`)."""
+        return [self.account(w) for w in self.all_windows()]
 
     def finish(self) -> None:
         """Charge every interval still waiting; call once, when the run has ended."""
@@ -309,7 +300,18 @@ class Ledger:
         end = self.last_ns or 0
         for w in self._open_windows:
             w.end_ns = end
+            if w.unit is not None and w.name == PENDING:  # a request the run's end cut: a request all the same
+                w.loop = {REQUEST_FACT: 1.0, ENDED_BY: END_RUN}
         self._open_windows.clear()
+        for w in [w for w in self._live_windows if w.unit is not None]:
+            self._unit_done(w)
+        self._live_windows = [w for w in self._live_windows if w.unit is None]
+
+    def _unit_done(self, w: WindowTally) -> None:
+        """A unit's window is charged: into the book (bounded per name), told to whoever watches."""
+        if self.on_unit is not None:
+            self.on_unit(w)
+        self.book.add(w)
 
     def _move_wait_cpu(self) -> None:
         """CPU a thread was seen with while sampled in a wait goes to the stacks it was seen running (waits.py)."""
@@ -425,6 +427,7 @@ class Ledger:
             self.total[i] += de[i]
         parts = self._program_parts(a, b, de) if any(de) else None
         self._iv = {}
+        self._iv_units = {}
         weights = self._weights(lo, hi)
         if weights.seen:
             self.timeline.note_stacks(lo, weights.seen)
@@ -441,11 +444,15 @@ class Ledger:
         cpu_w, wall_w, gpu_w, main_w, seen = w
         gpu_procs = self.gpu_procs
         for s in self._pending:
-            t0, t1, sid, cpu, main, _, proc = s
+            t0, t1, sid, cpu, main, _, proc, unit = s
             if t1 <= lo or t0 >= hi:
                 continue
             ov = (t1 if t1 < hi else hi) - (t0 if t0 > lo else lo)
-            key = (sid, proc)
+            key = (sid, proc, unit)
+            if unit >= 0 and t1 <= hi:
+                counts = unit_row(self._iv_units, self.n, proc, unit)[2]
+                counts[0] += 1
+                counts[1] += cpu
             if cpu:
                 cpu_w[key] = cpu_w.get(key, 0.0) + cpu * ov / (t1 - t0)
             if main:
@@ -542,12 +549,16 @@ class Ledger:
         total_w = sum(weights.values())
         stats = self.stats
         procs = self.procs
-        for (sid, proc), w in weights.items():
+        for (sid, proc, unit), w in weights.items():
             f = w / total_w
             ps = procs[proc]
             ps.share[i] += e_share * f
             ps.all[i] += e_all * f
             self._note_interval(proc, i, e_share * f, e_all * f)
+            if unit >= 0:
+                row = unit_row(self._iv_units, self.n, proc, unit)
+                row[0][i] += e_share * f
+                row[1][i] += e_all * f
             st = stats[sid]
             if child_frac:
                 own_f = f * (1.0 - child_frac)
@@ -608,37 +619,23 @@ class Ledger:
             end = w.end_ns
             if w.start_ns < hi and (end is None or end > lo):
                 ov = min(hi, end if end is not None else hi) - max(lo, w.start_ns)
-                if ov > 0 and parts is not None:
+                if ov > 0 and (parts is not None or w.unit is not None):  # a unit counts its samples regardless
                     machine, share, all_ = w.machine, w.share, w.all
-                    own = self._subtree_part(w.pid)
+                    # a unit's part is what its samples were charged in the interval, whole; another's, by overlap
+                    own = (subtree_part(self._iv, self.process_info, self.n, w.pid) if w.unit is None
+                           else unit_part(self._iv_units, self.n, w))
+                    scale = ov / dt if w.unit is None else 1.0
                     for i, d in enumerate(de):
                         machine[i] += d * ov / dt
-                        share[i] += (parts[i][0] if own is None else own[0][i]) * ov / dt
-                        all_[i] += (parts[i][2] if own is None else own[1][i]) * ov / dt
+                        share[i] += (parts[i][0] if own is None else own[0][i]) * scale
+                        all_[i] += (parts[i][2] if own is None else own[1][i]) * scale
             if end is None or end > hi:
                 still.append(w)
             else:
                 w.done = True
+                if w.unit is not None:
+                    self._unit_done(w)
         self._live_windows = still
-
-    def _subtree_part(self, pid: int | None) -> tuple[list[float], list[float]] | None:
-        """What `pid` and its descendants were charged in the interval being charged; None (the
-        whole program's part) for a window with no process, or one marked by the job's top process."""
-        info = self.process_info
-        if pid is None or pid not in info or info[pid].get("parent_pid") not in info:
-            return None
-        share, all_ = [0.0] * self.n, [0.0] * self.n
-        for proc, (s_row, a_row) in self._iv.items():
-            q, hops = proc, 0
-            while q is not None and q != pid and hops < 64:
-                q = info.get(q, {}).get("parent_pid")
-                q = q if q in info else None
-                hops += 1
-            if q == pid:
-                for i in range(self.n):
-                    share[i] += s_row[i]
-                    all_[i] += a_row[i]
-        return share, all_
 
     # -- processes ----------------------------------------------------------------------
     def note_start_rss(self, proc: int, rss: int, main: bool) -> None:

@@ -30,7 +30,7 @@ def save(led: Ledger) -> dict[str, Any]:
         "timeline": {k: getattr(led.timeline, k)
                      for k in ("width_ns", "origin_ns", "t0", "t1", "energy", "program", "rss")}
         | {"stacks": [{str(k): v for k, v in b.items()} for b in led.timeline.stacks]},
-        "windows": [w.to_state() for w in led.windows],
+        "windows": [w.to_state() for w in led.all_windows()],
         "ticks": [list(t[:7]) + [t.gpu_share, t.peers_cpu_ns] for t in led._ticks],
         "first_tick": list(led.first_tick[:7]) + [led.first_tick.gpu_share, led.first_tick.peers_cpu_ns]
         if led.first_tick else None,
@@ -99,7 +99,10 @@ def restore(state: dict[str, Any]) -> Ledger:
     led.gpu_procs = {int(x) for x in state.get("gpu_procs", [])}
     led.node_ranks = state.get("node_ranks")
     led.start_rss = state.get("start_rss")
-    led._open_windows = [w for w in led.windows if w.end_ns is None]
-    led._live_windows = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
+    live = [w for w in led.windows if not w.done]  # ended, its tail not yet charged: still live
+    led._open_windows = [w for w in live if w.end_ns is None]
+    led._live_windows = live
+    # a unit's window still being charged goes to the book once it is; those kept before (the book's) stay listed
+    led.windows = [w for w in led.windows if w.unit is None or w.done]
     return led
 

@@ -40,6 +40,7 @@ class Sample(NamedTuple):
     main: bool = True  # sampled on its process's main thread (wall-time charging and memory go there)
     rss_bytes: int = 0  # its process's RSS, read with the stack at t1 (0: not read)
     proc: int = 0  # its process (the pid; 0: the only one)
+    unit: int = -1  # the unit of work it ran (a web request's window, by the index it began under); -1: none
 
 
 class StackTable:

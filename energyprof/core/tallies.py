@@ -53,6 +53,9 @@ class WindowTally:
     end_ns: int | None = None
     done: bool = False
     loop: dict[str, float] = field(default_factory=dict)  # what the program measured about the span
+    unit: int | None = None  # a unit of work's window (a web request's): charged with its samples (Sample.unit)
+    samples: int = 0  # a unit's: how many of its samples ended in the intervals charged so far
+    cpu_ns: int = 0  # ... and their CPU
 
     def to_state(self) -> dict[str, Any]:
         """The checkpoint's JSON form (the keys checkpoints have always had)."""
@@ -63,6 +66,8 @@ class WindowTally:
             out["pid"] = self.pid
         if self.loop:
             out["loop"] = self.loop
+        if self.unit is not None:
+            out["unit"], out["samples"], out["cpu_ns"] = self.unit, self.samples, self.cpu_ns
         return out
 
     @classmethod
@@ -74,4 +79,6 @@ class WindowTally:
                    all=[float(x) for x in raw.get("program_all") or [0.0] * n],
                    depth=int(raw.get("depth", 0)), pid=raw.get("pid"),
                    end_ns=None if raw.get("end_ns") is None else int(raw["end_ns"]), done=bool(raw.get("done")),
-                   loop={str(k): float(v) for k, v in (raw.get("loop") or {}).items()})
+                   loop={str(k): float(v) for k, v in (raw.get("loop") or {}).items()},
+                   unit=None if raw.get("unit") is None else int(raw["unit"]), samples=int(raw.get("samples", 0)),
+                   cpu_ns=int(raw.get("cpu_ns", 0)))

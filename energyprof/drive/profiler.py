@@ -24,6 +24,7 @@ from .windows import AlreadyRunning
 from ..facts.profile import Profile
 from ..agent.frames import anchor_depth
 from ..agent.sampler import HookSampler, Sampler, View
+from ..agent.window_facts import PENDING
 from .meta import checkpoint_header, run_meta, run_notes  # noqa: F401  (the drivers' shared run metadata)
 
 _active_lock = threading.Lock()
@@ -314,7 +315,8 @@ class Profiler:
         self._cuda_sync()
         with self._window_lock:
             k = self._windows_begun
-            self._windows_begun += 1
+            if name != PENDING:  # a web request's window is a unit of work: the ledger's book keeps it, not its list
+                self._windows_begun += 1
             t = self._feed.begin_window(name, index, t_ns)
         if edge_io:
             self._io_edge(t)

@@ -458,7 +458,7 @@ class JobFeed:
     def _sample(self, p: Proc, r: SampleRecord) -> None:
         sid = p.ids.stacks[r.sid]
         cur = p.cur
-        self.ledger.add_sample(Sample(cur.t0, cur.t1, sid, r.cpu_ns, r.main, cur.rss, p.pid))
+        self.ledger.add_sample(Sample(cur.t0, cur.t1, sid, r.cpu_ns, r.main, cur.rss, p.pid, r.unit))
         self.units.sample(p.pid, sid, cur.t0)
         if r.main:
             p.node.last_main_sid = sid

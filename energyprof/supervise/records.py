@@ -26,6 +26,7 @@ class SampleRecord(NamedTuple):
     sid: int  # the stream's local stack id
     cpu_ns: int
     main: bool  # the main thread
+    unit: int = -1  # the unit of work it ran (a web request's index as it began: agent/units.py); -1: none
 
 
 class FrameRecord(NamedTuple):
@@ -184,7 +185,8 @@ def _kernel_counts(r: list[str]) -> KernelCounts:
 _PARSERS: dict[str, Callable[[list[str]], Record | None]] = {
     wire.HEADER: wire.parse_header,
     wire.TICK: lambda r: _new(TickRecord, (int(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5]))),
-    wire.SAMPLE: lambda r: _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1")),
+    wire.SAMPLE: lambda r: _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1", -1)),
+    wire.UNIT_SAMPLE: lambda r: _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1", int(r[4]))),
     wire.FRAME: lambda r: _new(FrameRecord, (int(r[1]), wire.unesc(r[2]), wire.unesc(r[3]), int(r[4]))),
     wire.STACK: lambda r: _new(StackRecord, (int(r[1]), tuple(int(f) for f in r[2].split(",")) if r[2] else ())),
     wire.WINDOW: _window,
@@ -212,7 +214,7 @@ def parse(r: list[str]) -> Record | None:
         return None
     try:
         if r[0] == wire.SAMPLE:  # most lines are: not through the table
-            return _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1"))
+            return _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1", -1))
         parser = _PARSERS.get(r[0])
         return parser(r) if parser is not None else None
     except (IndexError, ValueError):

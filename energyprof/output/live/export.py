@@ -39,6 +39,7 @@ import json
 import math
 import os
 import time
+from collections import deque
 from typing import Any, Callable
 
 from ...agent.wire import METRICS_FILE, MLFLOW_RUN_SUFFIX
@@ -331,6 +332,9 @@ class LedgerWatch:
         from .units import RequestCounters
 
         self._requests = RequestCounters()
+        self._units: deque[Any] = deque()  # units' windows (web requests) as the ledger charges them: their routes' counters
+        if export.points:
+            ledger.on_unit = self._units.append
         self._metrics_offset = 0
 
     def __call__(self, t_ns: int) -> None:
@@ -388,6 +392,8 @@ class LedgerWatch:
         if len(led.windows) > self._seen and self.export.points:
             self._pending.extend(led.windows[self._seen:])
             self._seen = len(led.windows)
+        while self._units:  # taken one by one: the ledger's thread may add one meanwhile
+            self._pending.append(self._units.popleft())
         if self.blocks:
             self._blocks.extend(self.blocks)
             self.blocks.clear()

@@ -3,7 +3,9 @@
 A busy service ends hundreds of requests a second; a point per request would flood the live export's
 bounded buffers. Each request window, once charged, is added to its route's totals instead, and the
 totals go out with the figures (Prometheus base units, `_total` on counters, as Kepler and Zeus name
-theirs):
+theirs). A request's joules are those of the samples that ran it, the report's requests table's figure
+(core/window_parts.py), so the routes' counters add up to at most the program's energy however the
+requests overlapped:
 
     energyprof_request_energy_joules_total{route, source, method}  the program's joules in the route's
                                                                    requests so far, per source
