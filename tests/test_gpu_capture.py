@@ -47,7 +47,7 @@ def _profile(fold: KernelFold, ledger, policy: str = "all"):
     from energyprof.collect.kernels.capture import kernel_split
     from energyprof.core.tree import build_profile
 
-    split, notes = kernel_split(fold, ledger, None, ledger.sources)
+    split, notes = kernel_split(fold, ledger, None)
     return build_profile(ledger, policy, {"target": "train.py"}, notes=notes, gpu=split)
 
 
@@ -139,7 +139,7 @@ def test_no_kernels_says_the_gpu_figures_are_where_python_waited():
 
     ledger = _folded_run()
     for mode, words in ((None, "did not run"), (False, "--no-gpu-kernels"), (True, "no profiler cycle ended")):
-        split, notes = kernel_split(KernelFold(), ledger, None, ledger.sources, mode=mode)
+        split, notes = kernel_split(KernelFold(), ledger, None, mode=mode)
         assert split is None
         (note,) = notes
         assert note.kind == "gpu-wall-time" and "where Python waited" in note.message and words in note.message

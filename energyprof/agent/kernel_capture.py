@@ -19,10 +19,14 @@ import os
 import _thread
 import sys
 import time
-from typing import Any, Callable
 
 from .kernels.torch_compat import KINETO_LEVEL_SYMBOL, KINETO_QUIET, _Quiet, _watch_profiler_starts  # noqa: F401
 from .kernels.torch_compat import pending_call
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps

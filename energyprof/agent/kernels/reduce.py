@@ -25,13 +25,17 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from dataclasses import dataclass, field
 
 from ..modules import name_by_id, wrapper_file
 from .autograd import BACKWARD_FRAME, Autograd, Op
 from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
 TOP_NAMES = 10
