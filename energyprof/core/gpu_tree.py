@@ -16,6 +16,7 @@ import bisect
 import itertools
 from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
+from ..agent.kernels.frames import Frame, Path
 from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
 from ..facts.profile import Node
@@ -26,12 +27,10 @@ from ..facts.profile import Totals
 from ..facts.records import GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
 from .backward import BackwardFold, same_frame
-from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
+from .kernels import GPU_IDLE_NODE, Attribution, Interval, attribute, tree_nodes
 
 if TYPE_CHECKING:
-    from ..agent.kernels.reduce import Cycle
-
-Frame = tuple[str, str, int]
+    from ..agent.kernels.reduce import Cycle, Kernel
 
 TOP_KERNELS = 10
 
@@ -130,7 +129,6 @@ WALL_TIME_NOTE = ("GPU figures are where Python waited: the GPU's energy is char
 MAX_CELLS = 200_000  # (path, device, cell) entries a run's kernel fold holds at most: past it, its cells double
 MAX_SPANS = 4_096  # profiled spans kept: past it, the spans with the shorter half of the gaps between them are joined
 
-Path = tuple[Frame, ...]
 
 
 class KernelFold:
