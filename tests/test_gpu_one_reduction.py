@@ -41,7 +41,8 @@ def as_trace(events) -> dict:
 
 def two_steps():
     """The training step of tests/kineto_events.py, then a step of two lines whose kernels overlap on two
-    devices' streams (shared busy time), and a kernel whose launch is not in the events."""
+    devices' streams (shared busy time), a kernel launched from Python with no operator around it, one
+    launched on a thread with no Python, and one whose launch is not in the events."""
     events = training_step(BASE)
     s = Step(BASE + 100 * MS)
     s._pid, s._corr = 1000, 5000  # one cycle's Python and correlation ids are unique
@@ -53,6 +54,9 @@ def two_steps():
     s.py("model.py(50): decode", 31, 60, mod)
     s.op("aten::relu", 32, 40)
     s.launch(33, "dec_relu", 25, 35)  # overlaps enc_gemm's last 5 ms on device 0
+    s.launch(50, "triton_fused", 62, 64)  # launched by decode with no operator around it
+    s.op("aten::copy_", 80, 90, os_tid=300, tid=3)  # a thread with no Python (a C++ worker)
+    s.launch(81, "copy_kernel", 82, 84, os_tid=300)
     s.events.append(Event(activity_type="kernel", name="orphan", device_type=CUDA, device_resource_id=7,
                           start_ns=s.t(70), end_ns=s.t(72), correlation_id=99_999))
     return events + s.events
@@ -95,6 +99,10 @@ def test_the_run_and_the_offline_reader_place_the_same_events_alike():
     (bwd,) = [p for p in paths if BACKWARD_FRAME in p and p[-1][0] == "aten::mm" and len(p) > 6]
     assert [f[0] for f in bwd][-4:] == ["forward", "aten::mm", "MmBackward0", "aten::mm"]
     assert ((kineto.UNLAUNCHED_NODE, "", 0),) in paths
+    (fused,) = [p for (p, _), v in run.items() if "triton_fused" in v[0]]
+    assert fused[-1][0] == "decode"  # the Python line that launched it: the runtime call is not a frame
+    (copy,) = [p for (p, _), v in run.items() if "copy_kernel" in v[0]]
+    assert copy == ((kineto.OPERATOR_NODE, "", 0), ("aten::copy_", "", 0))  # no Python: labelled, as offline
     enc = [v for (p, d), v in run.items() if d == 0 and p[-1][0] == "aten::addmm" and p[-2][0] == "encode"]
     assert enc and enc[0][1] == pytest.approx(15 * MS + 5 * MS / 2)  # 20 ms, 5 of them shared with dec_relu
     assert trace.unmatched == 1 == cycle.counts["device record with no launch in the cycle"]

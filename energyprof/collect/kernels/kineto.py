@@ -37,7 +37,6 @@ import gzip
 import math
 import sys
 import zlib
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -348,8 +347,9 @@ def _kernels(placed: Launches, os_tid: dict[int, int | None]) -> tuple[list[Kern
                 r = links.unlinked_reason(rec.op) or "unknown"
                 stats.unlinked_records[r] = stats.unlinked_records.get(r, 0) + 1
                 stats.unlinked_paths.add(rec.path)
-        kernels.append(replace(rec, python=python, operators=operators,
-                               thread=None if rec.thread is None else os_tid.get(rec.thread)))
+        rec.python, rec.operators = python, operators  # the reader's own records: filled in, not copied
+        rec.thread = None if rec.thread is None else os_tid.get(rec.thread)
+        kernels.append(rec)
     return kernels, stats
 
 
