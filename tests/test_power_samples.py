@@ -85,4 +85,8 @@ def test_the_nvml_sensor_drains_at_each_read_and_offers_the_intervals():
     assert driver_samples(s, ticks, 20 * MS) is None
     s.samples.dropped = 1  # the buffer's cap was reached: the run's end has no samples, so none are used
     assert driver_samples(s, ticks, 100 * MS) is None
+    from energyprof.collect.sensors.base import Sensor
+
+    # a sensor that keeps no samples says so through the interface's declared method
+    assert driver_samples(Sensor("gpu:0", "gpu:0", "measured", "replay"), ticks, 100 * MS) is None
     s.close()

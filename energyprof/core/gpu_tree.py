@@ -264,7 +264,7 @@ class KernelSplit:
     counts: dict[str, int]
     clock_error_ns: int = 0
     unmeasured_busy_s: dict[int, float] = field(default_factory=dict)
-    lanes: dict[int, list[list[Any]]] = field(default_factory=dict)  # device -> the timeline's busy lane
+    lanes: dict[int, list[list[float | None]]] = field(default_factory=dict)  # device -> the timeline's busy lane
     fold: dict[str, int] = field(default_factory=dict)  # the fold's size: paths, entries, cell width
     backward: BackwardFold | None = None  # backward's CPU time per path, for the training split (core/backward.py)
 

@@ -11,7 +11,7 @@ offset it reads at each cycle's end (agent/kernel_capture.clock_offset).
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
 if TYPE_CHECKING:
     from ...core.gpu_tree import DevicePower, KernelFold, KernelSplit
@@ -131,14 +131,14 @@ def _declared_period(ledger: Ledger, sid: str) -> float | None:
 
 
 def busy_lanes(fold: KernelFold, devices: Iterable[int], cells: list[tuple[int, int]], origin_ns: int
-               ) -> dict[int, list[list[Any]]]:
+               ) -> dict[int, list[list[float | None]]]:
     """Each device's busy seconds per timeline cell, as [start_s, end_s, busy_s] from `origin_ns` (the
     profile timeline's zero), for the report's timeline (gpu_kernels.devices[d].busy_lane). A cell
     outside every profiled cycle has busy None: not profiled, not idle."""
     from ...core.gpu_tree import busy_cells
 
     cells = [(int(a), int(b)) for a, b in cells if b > a]
-    out: dict[int, list[list[Any]]] = {}
+    out: dict[int, list[list[float | None]]] = {}
     if not cells:
         return out
     spans = fold.spans
