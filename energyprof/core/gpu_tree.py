@@ -130,7 +130,6 @@ MAX_CELLS = 200_000  # (path, device, cell) entries a run's kernel fold holds at
 MAX_SPANS = 4_096  # profiled spans kept: past it, the spans with the shorter half of the gaps between them are joined
 
 
-
 class KernelFold:
     """The program's reduced kernel cycles (agent/kernels/reduce.py) folded over the run: per (launch
     path, device) the shared busy ns per cell, the kernels' names, and the profiled spans. Memory
