@@ -168,19 +168,34 @@ def test_without_links_backward_stays_on_its_ops_and_is_counted(tmp_path):
     assert p.meta["backward"]["linked_records"] == 0 and sum(p.meta["backward"]["unlinked_records"].values()) == 4
 
 
-def test_the_real_mi250_step_links_by_flows_and_by_sequence_numbers_alike():
-    from energyprof.agent.kernels.autograd import link_backward
+def _links_both_ways(doc):
+    """A trace's backward links through the reduction (agent/kernels/reduce.launches), once with its fwdbwd
+    flows and once by sequence numbers alone; and how many flows join a forward op to a backward op."""
+    from energyprof.agent.kernels.reduce import launches
 
+    reader = kineto._Reader()
+    for ev in doc["traceEvents"]:
+        reader.add(ev)
+    reader._bind_loose_flows()
+    ops = [e for e in reader.events if e.activity_type() == "cpu_op"]
+    ends: dict = {}
+    for e in ops:
+        if e.flow is not None:
+            ends.setdefault(e.flow, set()).add(e.flow_is_start)
+    by_flows = launches(reader.events).auto.links
+    for e in ops:
+        e.flow = None
+    return by_flows, launches(reader.events).auto.links, sum(1 for v in ends.values() if v == {True, False})
+
+
+def test_the_real_mi250_step_links_by_flows_and_by_sequence_numbers_alike():
     MI250 = Path(__file__).parent / "fixtures" / "kineto" / "hta__amd_trace__mi250_minitoy_train_ROCm6_2_kineto.json.gz"
     import gzip
 
     doc = json.loads(gzip.open(MI250).read())
-    reader = kineto._Reader()
-    for ev in doc["traceEvents"]:
-        reader.add(ev)
-    flows = reader._flow_links(reader.ops)
-    assert len(flows) == 4  # the step's four fwdbwd flows
-    assert link_backward(reader.ops).forward_of == link_backward(reader.ops, flows).forward_of
+    by_flows, by_numbers, pairs = _links_both_ways(doc)
+    assert pairs == 4  # the step's four fwdbwd flows
+    assert by_flows.forward_of == by_numbers.forward_of and by_flows.forward_of
     t = kineto.load(MI250)
     assert t.backward.records == 7 and t.backward.linked_records == 5
     assert t.backward.unlinked_records == {ACCUMULATE_GRAD: 2}
@@ -194,8 +209,6 @@ def test_a_real_torch_trace_links_backward_as_its_flows_do(tmp_path):
     aten::mm lands under backward() > [backward] > the model line that ran the forward op."""
     torch = pytest.importorskip("torch")
     from torch.profiler import ProfilerActivity, profile
-
-    from energyprof.agent.kernels.autograd import link_backward
 
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
 
@@ -211,12 +224,9 @@ def test_a_real_torch_trace_links_backward_as_its_flows_do(tmp_path):
     path = tmp_path / "cpu.json"
     prof.export_chrome_trace(str(path))
     doc = json.loads(path.read_text())
-    reader = kineto._Reader()
-    for ev in doc["traceEvents"]:
-        reader.add(ev)
-    flows = reader._flow_links(reader.ops)
-    assert len(flows) >= 5  # one per backward node with a forward op (TBackward0, AddmmBackward0, ...)
-    assert link_backward(reader.ops).forward_of == link_backward(reader.ops, flows).forward_of
+    by_flows, by_numbers, pairs = _links_both_ways(doc)
+    assert pairs >= 5  # one per backward node with a forward op (TBackward0, AddmmBackward0, ...)
+    assert by_flows.forward_of == by_numbers.forward_of and by_flows.forward_of
     events = doc["traceEvents"]
     mm = [e for e in events if e.get("cat") == "cpu_op" and e.get("name") == "aten::mm"][0]  # in the last AddmmBackward0
     # the launch goes in aten::mm's own time: the widest gap between the ops nested in it (aten::resolve_conj, ...)

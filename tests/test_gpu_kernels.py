@@ -330,12 +330,13 @@ def fold_of(kernels, spans):
 
 def graft_into(prof, kernels, power, period_ns, spans=None):
     """The kernels grafted into a hand-built tree, as build_profile grafts them into the tree it builds."""
-    from energyprof.core.gpu_tree import graft, split_kernels
+    from energyprof.core.gpu_tree import DevicePower, graft, split_run
 
     if spans is None:
         spans = [(min(a for iv in power.values() for a, _, _ in iv), max(b for iv in power.values() for _, b, _ in iv))]
-    split = split_kernels(fold_of(kernels, spans), power, {d: period_ns for d in power},
-                          sources=[s.id for s in prof.sources])
+    ids = {s.id for s in prof.sources}
+    split = split_run(fold_of(kernels, spans), [DevicePower(d, f"gpu:{d}", iv, period_ns) for d, iv in power.items()
+                                                if f"gpu:{d}" in ids])
     if split is None:
         return None
     notes, gpu = graft(prof.root, split)
@@ -583,7 +584,7 @@ def test_kernels_in_a_folded_run_use_the_timeline_power(tmp_path):
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
     kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)]),
                _kernel("bwd_gemm", 600, 300, py + [("backward", "train.py", 40)])]
-    split, notes = kernel_split(fold_of(kernels, [(0, S)]), ledger, None, ledger.sources)
+    split, notes = kernel_split(fold_of(kernels, [(0, S)]), ledger, None)
     split.clock_error_ns = 250
     prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)  # 0.2 s x 100 W

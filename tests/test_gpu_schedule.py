@@ -208,7 +208,7 @@ def test_a_window_over_the_first_half_splits_only_its_joules(tmp_path):
     _, ledger = _folded_run(tmp_path)
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
     kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])]
-    split, notes = kernel_split(fold_of(kernels, [(0, 500 * MS)]), ledger, None, ledger.sources)
+    split, notes = kernel_split(fold_of(kernels, [(0, 500 * MS)]), ledger, None)
     prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     # inside the window: 0.5 s x 100 W = 50 J of the 200 J, split: forward 0.2 s x 100 W, idle 30 J
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(20.0, rel=1e-9)
@@ -243,7 +243,7 @@ def test_driver_samples_shape_the_split_and_the_total_stays_the_sensors(tmp_path
     py = [("<module>", "train.py", 99), ("step", "train.py", 10)]
     kernels = [_kernel("fwd_gemm", 100, 200, py + [("forward", "train.py", 20)])]
     split, notes = kernel_split(fold_of(kernels, [(0, 1000 * MS)]), ledger,
-                                SimpleNamespace(sensors=[sensor], interval_s=0.1), ledger.sources)
+                                SimpleNamespace(sensors=[sensor], interval_s=0.1))
     prof = build_profile(ledger, "all", {"target": "train.py"}, notes=notes, gpu=split)
     sensor.close()
     assert prof.find("forward")[0].energy_j["gpu:0"] == pytest.approx(60.0, rel=1e-9)

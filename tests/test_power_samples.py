@@ -77,12 +77,16 @@ def test_the_nvml_sensor_drains_at_each_read_and_offers_the_intervals():
     assert len(s.samples.samples) == 20
     first, last = s.samples.samples[0][0], s.samples.samples[-1][0]
     ticks = [(first, first + 200 * MS, 0.0), (first + 200 * MS, last + 20 * MS, 0.0)]
-    ivs, spacing = driver_samples(SimpleNamespace(sensors=[s]), "gpu:0", ticks, 100 * MS)
+    ivs, spacing = driver_samples(s, ticks, 100 * MS)
     assert spacing == 20 * MS and len(ivs) == 20
     assert sum(j for _, _, j in ivs) == pytest.approx(10 * 0.020 * 100 + 10 * 0.020 * 110)  # 42 J
-    assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:1", ticks, 100 * MS) is None  # another source
+    assert driver_samples(None, ticks, 100 * MS) is None  # no sensor of this process read the source
     # samples no closer together than the sensor's ticks are no finer than the ticks
-    assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:0", ticks, 20 * MS) is None
+    assert driver_samples(s, ticks, 20 * MS) is None
     s.samples.dropped = 1  # the buffer's cap was reached: the run's end has no samples, so none are used
-    assert driver_samples(SimpleNamespace(sensors=[s]), "gpu:0", ticks, 100 * MS) is None
+    assert driver_samples(s, ticks, 100 * MS) is None
+    from energyprof.collect.sensors.base import Sensor
+
+    # a sensor that keeps no samples says so through the interface's declared method
+    assert driver_samples(Sensor("gpu:0", "gpu:0", "measured", "replay"), ticks, 100 * MS) is None
     s.close()

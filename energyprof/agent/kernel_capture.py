@@ -19,10 +19,16 @@ import os
 import _thread
 import sys
 import time
-from typing import Any, Callable
 
 from .kernels.torch_compat import KINETO_LEVEL_SYMBOL, KINETO_QUIET, _Quiet, _watch_profiler_starts  # noqa: F401
 from .kernels.torch_compat import pending_call
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
+
+    from .kernels.reduce import Cycle
 
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
@@ -515,10 +521,10 @@ class SpoolSink:
         self.spool = spool
         self.paths: dict[Any, int] = {}  # launch path -> its id in this stream (grows with lines)
 
-    def add(self, cycle: Any) -> None:
+    def add(self, cycle: Cycle) -> None:
         from .wire import kernel_busy, kernel_counts, kernel_cycle, kernel_names, kernel_path
 
-        lines = [kernel_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))]
+        lines = [kernel_cycle(cycle.t0, cycle.t1, cycle.records, cycle.cost_ns)]
         for (path, dev), fig in cycle.figures.items():
             kid = self.paths.get(path)
             if kid is None:

@@ -5,7 +5,9 @@ watts; its `gpu:N` columns are device N. `t_s` = 0 is the trace's earliest event
 `--power-offset S` seconds after it (negative: before it).
 
 The trace is read as a stream (collect/kernels/jsonstream.py): memory follows the events kept,
-not the file. A file that is not a trace this reader takes is one line on stderr and exit 2.
+not the file. Its events go through the reduction the run uses (collect/kernels/kineto.py's adapter into
+agent/kernels/reduce.launches), so a saved trace's launch paths are the run's.
+A file that is not a trace this reader takes is one line on stderr and exit 2.
 Backward's kernels go under backward()'s caller > [backward] > the forward line (agent/kernels/autograd.py);
 what could not be linked is counted in a note, in meta["backward"] and on the console.
 """
@@ -21,7 +23,10 @@ from .common import PROG, Parser, UsageError, build_options
 from ..core.kernels import DEFAULT_SENSOR_ERROR
 
 if TYPE_CHECKING:
-    from ..facts.profile import Note, Source
+    from ..collect.kernels.kineto import BackwardLinks, KernelTrace
+    from ..collect.sensors.replay import PowerTrace
+    from ..core.kernels import Attribution
+    from ..facts.profile import Note, Profile, Source
 
 
 def build_gpu_trace_parser() -> Parser:
@@ -90,7 +95,7 @@ def _check(ns: argparse.Namespace) -> None:
         raise UsageError(f"--peak-power must be a positive number of watts, not {ns.peak_power}")
 
 
-def _read(ns: argparse.Namespace) -> tuple[Any, Any]:
+def _read(ns: argparse.Namespace) -> tuple[KernelTrace, PowerTrace]:
     """The trace and the power log; a file either reader refuses is one line (UsageError), never a traceback."""
     from ..collect.kernels import kineto
     from ..collect.sensors.replay import TraceError, load_trace
@@ -109,7 +114,7 @@ def _read(ns: argparse.Namespace) -> tuple[Any, Any]:
     return trace, power
 
 
-def _input_notes(trace: Any, power: Any, offset_s: float) -> list[Note]:
+def _input_notes(trace: KernelTrace, power: PowerTrace, offset_s: float) -> list[Note]:
     """What the inputs leave out: the power log's span against the trace's, and the trace's unusable events."""
     from ..facts.profile import Note
 
@@ -140,7 +145,7 @@ def _sources(ns: argparse.Namespace, devices: list[int], period_s: float) -> lis
             for d in devices]
 
 
-def _meta(ns: argparse.Namespace, trace: Any) -> dict[str, Any]:
+def _meta(ns: argparse.Namespace, trace: KernelTrace) -> dict[str, Any]:
     bw = trace.backward
     return {"target": str(ns.trace), "command": ["gpu-trace", str(ns.trace)], "kind": "gpu-trace",
             "trace": {**trace.meta, "unix_start_ns": trace.unix_base_ns + trace.start_ns},
@@ -150,7 +155,7 @@ def _meta(ns: argparse.Namespace, trace: Any) -> dict[str, Any]:
                          "unlinked_records": dict(bw.unlinked_records), "flow_events": bw.flows}}
 
 
-def _backward_note(bw: Any, att: Any, meta: dict[str, Any]) -> Note:
+def _backward_note(bw: BackwardLinks, att: Attribution, meta: dict[str, Any]) -> Note:
     """How much of backward's kernels sit on the forward lines that made them; the joules of the rest go in
     `meta["backward"]` too."""
     from ..facts.profile import Note
@@ -168,7 +173,7 @@ def _backward_note(bw: Any, att: Any, meta: dict[str, Any]) -> Note:
          "unlinked_j": unlinked_j})
 
 
-def _error_bars_note(ns: argparse.Namespace, att: Any) -> Note:
+def _error_bars_note(ns: argparse.Namespace, att: Attribution) -> Note:
     from ..facts.profile import Note
 
     bound = "the given peak" if ns.peak_power is not None else "the log's highest sample"
@@ -180,7 +185,7 @@ def _error_bars_note(ns: argparse.Namespace, att: Any) -> Note:
         {"sensor_error": ns.sensor_error, "peak_w": {str(d): e.peak_w for d, e in sorted(att.devices.items())}})
 
 
-def _write(ns: argparse.Namespace, profile: Any) -> int:
+def _write(ns: argparse.Namespace, profile: Profile) -> int:
     """The files asked for; on stderr, energyprof's lines with the GPU's (its idle time among them) before the
     files written. 1 where a file could not be written."""
     import io
@@ -218,7 +223,7 @@ def _device(column: str) -> int | None:
     return None
 
 
-def _intervals(power: Any, column: str, start_ns: int, end_ns: int, offset_s: float) -> list[tuple[int, int, float]]:
+def _intervals(power: PowerTrace, column: str, start_ns: int, end_ns: int, offset_s: float) -> list[tuple[int, int, float]]:
     """The power log over the trace's span as (t0_ns, t1_ns, joules) on the trace's clock, cut at each row."""
     lo, hi = offset_s, (end_ns - start_ns) / 1e9
     cuts = sorted({0.0, hi, *(t + offset_s for t in power.t_s if 0.0 < t + offset_s < hi)})

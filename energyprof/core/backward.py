@@ -21,10 +21,9 @@ from typing import Any, Iterable
 
 from ..facts.profile import Node, Note
 from ..agent.kernels.autograd import BACKWARD_FRAME
+from ..agent.kernels.frames import Frame, Path
 from ..agent.kernels.reduce import FASTEST_RUN, FORWARD_OPS, is_module_frame
 
-Frame = tuple[str, str, int]
-Path = tuple[Frame, ...]
 ENGINE_FUNCTIONS = ("_engine_run_backward",)  # torch/autograd/graph.py: the last Python frame of backward()
 ENGINE_FILE_TAIL = "graph.py"
 MAX_PATHS = 20_000  # paths kept (bounded by the model's lines and modules, never by steps)

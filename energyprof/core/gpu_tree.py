@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from typing import Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, NamedTuple, Sequence
 
+from ..agent.kernels.frames import Frame, Path
 from ..facts.profile import IDLE_NODE
 from ..facts.profile import SELF_NODE
 from ..facts.profile import Node
@@ -26,10 +27,10 @@ from ..facts.profile import Totals
 from ..facts.records import GpuDevice, GpuKernels, GpuKernelSum, GpuSchedule, GpuStack
 from ..record import field, record
 from .backward import BackwardFold, same_frame
-from .kernels import GPU_IDLE_NODE, Attribution, Interval, Kernel, attribute, tree_nodes
+from .kernels import GPU_IDLE_NODE, Attribution, Interval, attribute, tree_nodes
 
-
-Frame = tuple[str, str, int]
+if TYPE_CHECKING:
+    from ..agent.kernels.reduce import Cycle, Kernel
 
 TOP_KERNELS = 10
 
@@ -128,8 +129,6 @@ WALL_TIME_NOTE = ("GPU figures are where Python waited: the GPU's energy is char
 MAX_CELLS = 200_000  # (path, device, cell) entries a run's kernel fold holds at most: past it, its cells double
 MAX_SPANS = 4_096  # profiled spans kept: past it, the spans with the shorter half of the gaps between them are joined
 
-Path = tuple[Frame, ...]
-
 
 class KernelFold:
     """The program's reduced kernel cycles (agent/kernels/reduce.py) folded over the run: per (launch
@@ -227,9 +226,9 @@ class KernelFold:
         for k, n in counts.items():
             self.counts[k] = self.counts.get(k, 0) + int(n)
 
-    def add(self, cycle: Any) -> None:
-        """A reduced cycle (agent/kernels/reduce.Cycle), for a fold in the program's own process."""
-        self.add_cycle(cycle.t0, cycle.t1, cycle.records, getattr(cycle, "cost_ns", 0))
+    def add(self, cycle: Cycle) -> None:
+        """A reduced cycle, for a fold in the program's own process."""
+        self.add_cycle(cycle.t0, cycle.t1, cycle.records, cycle.cost_ns)
         for (path, dev), fig in cycle.figures.items():
             self.add_busy(path, dev, cycle.bucket_ns, fig.busy)
             self.add_names(path, dev, fig.names)
@@ -264,28 +263,36 @@ class KernelSplit:
     counts: dict[str, int]
     clock_error_ns: int = 0
     unmeasured_busy_s: dict[int, float] = field(default_factory=dict)
-    lanes: dict[int, list[list[Any]]] = field(default_factory=dict)  # device -> the timeline's busy lane
+    lanes: dict[int, list[list[float | None]]] = field(default_factory=dict)  # device -> the timeline's busy lane
     fold: dict[str, int] = field(default_factory=dict)  # the fold's size: paths, entries, cell width
     backward: BackwardFold | None = None  # backward's CPU time per path, for the training split (core/backward.py)
 
 
-def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period_ns: dict[int, float], *,
-                  sources: Iterable[str], clock_error_ns: int = 0) -> KernelSplit | None:
-    """The fold's busy time against each device's power (its intervals on energyprof's clock), through
-    core/kernels.attribute: each path's busy ns in a cell is laid out in the cell's measured part, spread
-    over the power intervals there by their length (busy taken as even within a cell), so a cell's
-    paths never overlap and each gets the power of the instants it was given. None: no GPU source
-    matches a device of the kernels."""
-    ids = set(sources)
-    devices = {d: f"gpu:{d}" for d in power if f"gpu:{d}" in ids}
+class DevicePower(NamedTuple):
+    """One GPU source's measured energy over the run, as the kernel split takes it."""
+
+    device: int
+    source_id: str  # `gpu:N`
+    intervals: Sequence[Interval]  # (t0, t1, joules) on energyprof's clock
+    period_ns: float  # the power's resolution: records shorter than it have their interval's mean power
+
+
+def split_run(fold: KernelFold, power: Sequence[DevicePower], *, clock_error_ns: int = 0) -> KernelSplit | None:
+    """The fold's busy time against each device's power, through core/kernels.attribute: each path's
+    busy ns in a cell is laid out in the cell's measured part, spread over the power intervals there by
+    their length (busy taken as even within a cell), so a cell's paths never overlap and each gets the
+    power of the instants it was given. None: no power for a device, or no profiled span."""
+    devices = {p.device: p.source_id for p in power}
+    period_ns = {p.device: float(p.period_ns) for p in power}
+    intervals = {p.device: p.intervals for p in power}
     if not devices or not fold.spans:
         return None
     spans = fold.spans
     inside: dict[int, float] = {}
     clipped: dict[int, list[Interval]] = {}
     for d in devices:
-        clipped[d] = clip_intervals(power[d], spans)
-        whole = sum(e for _, _, e in power[d])
+        clipped[d] = clip_intervals(intervals[d], spans)
+        whole = sum(e for _, _, e in intervals[d])
         inside[d] = sum(e for _, _, e in clipped[d]) / whole if whole > 0 else 0.0
     order = sorted(fold.busy, key=lambda k: (k[1], tuple(map(str, k[0]))))
     index = {key[0]: i for i, key in enumerate(order)}
@@ -329,8 +336,7 @@ def split_kernels(fold: KernelFold, power: dict[int, Sequence[Interval]], period
                     if e > s:
                         records.append((p, d, "", s, min(e, b)))
     # records are keyed by the path's index; the bars' groups are the path's tree nodes (its prefixes)
-    att = attribute(records, {d: clipped[d] for d in devices}, {d: float(period_ns.get(d, 0.0)) for d in devices},
-                    groups=lambda p: tree_nodes(paths[p]))
+    att = attribute(records, {d: clipped[d] for d in devices}, period_ns, groups=lambda p: tree_nodes(paths[p]))
     att = Attribution({paths[p]: figs for p, figs in att.stacks.items()}, att.devices, att.unpowered, att.group_error_j)
     names = {k: v for k, v in fold.names.items() if k[1] in devices}
     return KernelSplit(att, devices, inside, names, list(spans), fold.cycles, fold.records, dict(fold.counts),

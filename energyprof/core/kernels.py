@@ -44,7 +44,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Callable, Hashable, Iterable, Sequence
 
-from ..agent.kernels.frames import OPERATOR_NODE, UNLAUNCHED_NODE, Frame
 from ..facts.records import GpuKernelSum
 from ..record import field, record
 
@@ -329,41 +328,3 @@ def attribute(records: Iterable[tuple[Hashable, int, str, int, int]], power: dic
 def tree_nodes(stack: Hashable) -> tuple[Hashable, ...]:
     """A tuple stack's tree nodes: its prefixes, outermost first (none for another kind of key)."""
     return tuple(stack[:i] for i in range(1, len(stack) + 1)) if isinstance(stack, tuple) else ()
-
-
-@record(frozen=True)
-class Kernel:
-    """One device record on the trace's clock (ns) with its launch stack, outermost frame first."""
-
-    device: int
-    stream: int
-    name: str
-    kind: str  # kernel | memcpy | memset
-    start_ns: int
-    end_ns: int
-    correlation: int | None
-    runtime: str | None  # the launching runtime call (cudaLaunchKernel, hipMemcpyWithStream, ...)
-    python: tuple[Frame, ...] = ()  # python_function frames holding the runtime call
-    operators: tuple[str, ...] = ()  # cpu_op names holding it, outermost first
-    thread: int | None = None
-    path: tuple[Frame, ...] = ()  # set by the reader where it knows better (a backward kernel: agent/kernels/autograd.py)
-
-    @property
-    def duration_ns(self) -> int:
-        return self.end_ns - self.start_ns
-
-    @property
-    def stack(self) -> tuple[Frame, ...]:
-        """The tree path this kernel's joules go to: its Python frames, then its operators; with no
-        Python frame, a labelled node then its operators (or its runtime call, or that none was found).
-        A path the reader set (backward's kernels) is taken as it is."""
-        if self.path:
-            return self.path
-        ops = tuple((op, "", 0) for op in self.operators)
-        if self.python:
-            return self.python + ops
-        if ops:
-            return ((OPERATOR_NODE, "", 0),) + ops
-        if self.runtime:
-            return ((OPERATOR_NODE, "", 0), (self.runtime, "", 0))
-        return ((UNLAUNCHED_NODE, "", 0),)

@@ -447,7 +447,7 @@ class Profiler:
         from ..collect.kernels.capture import kernel_split
 
         # the kernels reduced in this process, split before the tree is built: samples and kernels build it together
-        split, gpu_notes = kernel_split(self._fold, self._ledger, self._collector, self._ledger.sources,
+        split, gpu_notes = kernel_split(self._fold, self._ledger, self._collector,
                                         mode=self.options.gpu_kernels)
         return build_profile(self._ledger, self.options.idle, self._meta(exit_status),
                              notes=[*run_notes(self.options, [*self._collector.notes, *self._notes]), *gpu_notes],

@@ -215,7 +215,7 @@ class Supervisor:
             from ..collect.kernels.capture import kernel_split
 
             # the kernels the program reduced, split before the tree is built: samples and kernels build it together
-            split, gpu_notes = kernel_split(feed.kernels, ledger, collector, ledger.sources, mode=self.options.gpu_kernels)
+            split, gpu_notes = kernel_split(feed.kernels, ledger, collector, mode=self.options.gpu_kernels)
         meta = self._meta(self.exit_record(feed.main_exception()))
         if self.options.watch_cache:  # the page cache at the end: in the meta the profile is built with
             self._watch_cache("end")

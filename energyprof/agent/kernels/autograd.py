@@ -30,9 +30,13 @@ profiled window) stays under `[backward]` on its backward ops, and is counted by
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence
 
 from .frames import Frame
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Callable, Iterable, Mapping, Sequence
 
 BACKWARD_FRAME: Frame = ("[backward]", "", 0)
 EVALUATE_PREFIX = "autograd::engine::evaluate_function: "

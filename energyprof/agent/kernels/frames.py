@@ -7,6 +7,7 @@ from __future__ import annotations
 OPERATOR_NODE = "[GPU kernels by operator]"  # no Python stack in the trace: kernels under their operator chain
 UNLAUNCHED_NODE = "[launch not in trace]"  # a device record whose runtime call the trace does not hold
 Frame = tuple[str, str, int]  # (function, file, first line), as core/recording.py
+Path = tuple[Frame, ...]  # a tree path, outermost frame first
 
 # python_function events that are not Python frames: C calls (named with an object's address, so
 # one node per tensor) and module-hierarchy marks; the operator chain below them says the same.

@@ -14,7 +14,12 @@ Launch path of a device record: its runtime call (same correlation id) on its OS
 start; the innermost operator holding it there; that operator's tree path from agent/kernels/autograd.py
 (a forward op: its Python stack then its operator chain; a backward op on autograd's thread: the
 frames of the thread that called backward() > `[backward]` > the forward op's stack and chain >
-the backward ops). Where no operator holds the call: the Python stack there, then the call.
+the backward ops). Where no operator holds the call: the Python stack there. A path with no Python
+frame above its operators starts with `[GPU kernels by operator]`.
+
+The same reduction reads a saved trace: `launches` takes any events with these methods, and the offline
+reader (collect/kernels/kineto.py) feeds it a Kineto JSON trace's events through a small adapter, so the
+run and `energyprof gpu-trace` place device records by one rule (`Kernel`, one record for both).
 
 Busy time per bucket: each instant with k records busy on a device gives each 1/k of it (as
 core/kernels.py splits energy), summed per (path, device, bucket). The sum over paths in a bucket is
@@ -25,13 +30,17 @@ from __future__ import annotations
 
 import bisect
 import os
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Sequence
 
 from dataclasses import dataclass, field
 
 from ..modules import name_by_id, wrapper_file
 from .autograd import BACKWARD_FRAME, Autograd, Op
-from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name
+from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Path, parse_python_name
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable, Iterable, Sequence
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
 TOP_NAMES = 10
@@ -55,7 +64,6 @@ FASTEST_RUN = "[fastest run]"
 # The last frame of a forward path under BACKWARD_DEVICE: the time of the ops a module's forward called itself
 FORWARD_OPS: Frame = ("[forward ops]", "", 0)
 
-Path = tuple[Frame, ...]
 # Frames running when the cycle began, by (code name, current line): [(file, first line)], for the
 # profiler names such a frame by its current line (`train.py(50): train`), not its first.
 Running = dict[tuple[str, int], list[tuple[str, int]]]
@@ -176,7 +184,8 @@ class _Read:
         self.runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
         self.op_by_corr: dict[int, int] = {}
         self.flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
-        self.device: list[tuple[int, str, str, int, int, int, int]] = []
+        # (device, name, kind, start, end, correlation, linked correlation, stream)
+        self.device: list[tuple[int, str, str, int, int, int, int, int]] = []
         self.first_py: int | None = None
         self.unreadable = 0
 
@@ -231,12 +240,54 @@ class _Read:
 
     def device_record(self, ev: Any, kind: str) -> None:
         self.device.append((ev.device_index(), ev.name(), DEVICE_KINDS[kind], ev.start_ns(), ev.end_ns(),
-                            ev.correlation_id(), ev.linked_correlation_id()))
+                            ev.correlation_id(), ev.linked_correlation_id(), ev.device_resource_id()))
+
+
+@dataclass(slots=True)
+class Kernel:
+    """One device record (kernel, memcpy, memset) with its launch, as the run's reduction and the offline
+    reader both place it; `path` is the tree path its work goes to (`_Launches`'s rule)."""
+
+    device: int
+    stream: int
+    name: str
+    kind: str  # kernel | memcpy | memset
+    start_ns: int  # on the events' clock
+    end_ns: int
+    correlation: int | None
+    path: Path = ()
+    op: int | None = None  # the innermost operator holding its runtime call (an `Autograd` op id)
+    thread: int | None = None  # the runtime call's thread, as the events name it (None: no call found)
+    runtime: str | None = None  # the runtime call's name (cudaLaunchKernel, hipMemcpyWithStream, ...)
+    launched_ns: int | None = None  # the runtime call's start
+    python: Path = ()  # the Python frames holding the runtime call (the offline reader fills them in)
+    operators: tuple[str, ...] = ()  # the operators holding it, outermost first (the same)
+
+    @property
+    def duration_ns(self) -> int:
+        return self.end_ns - self.start_ns
+
+    @property
+    def stack(self) -> Path:
+        """The tree path this record's joules go to: `path` where the reduction placed it; for a record
+        made by hand, its Python frames then its operators, or with no Python frame a labelled node then
+        its operators (or its runtime call, or that none was found)."""
+        if self.path:
+            return self.path
+        ops = tuple((op, "", 0) for op in self.operators)
+        if self.python:
+            return self.python + ops
+        if ops:
+            return ((OPERATOR_NODE, "", 0),) + ops
+        if self.runtime:
+            return ((OPERATOR_NODE, "", 0), (self.runtime, "", 0))
+        return ((UNLAUNCHED_NODE, "", 0),)
 
 
 class _Launches:
     """A device record's launch path: its runtime call's innermost operator (that op's tree path), else the
-    Python stack there then the call, else the operator its linked correlation names, else a labelled node."""
+    Python stack there, else the operator its linked correlation names, else a labelled node. A path with
+    no Python frame above its operators starts with `OPERATOR_NODE`."""
 
     def __init__(self, got: _Read, auto: Autograd, frames_on: Callable[[int, int], Path], counts: dict[str, int]) -> None:
         self.got, self.auto, self.frames_on, self.counts = got, auto, frames_on, counts
@@ -246,24 +297,80 @@ class _Launches:
     def _count(self, reason: str) -> None:
         self.counts[reason] = self.counts.get(reason, 0) + 1
 
-    def __call__(self, corr: int, linked: int) -> Path:
+    def _op_path(self, oid: int) -> Path:
+        got = self.paths.get(oid)
+        if got is None:
+            got = self.auto.path(oid)
+            if not got or got[0] == BACKWARD_FRAME or not (self.auto.links.is_backward(oid) or self.auto.ops[oid].stack):
+                got = ((OPERATOR_NODE, "", 0),) + got
+            self.paths[oid] = got
+        return got
+
+    def __call__(self, record: tuple[int, str, str, int, int, int, int, int]) -> Kernel:
+        dev, name, kind, s, e, corr, linked, stream = record
         rt = self.got.runtime.get(corr)
         if rt is not None:
             tid, t, rname = rt
             nest = self.op_nest.get(tid)
             oid = nest.at(t) if nest is not None else None
             if oid is not None:
-                if oid not in self.paths:
-                    self.paths[oid] = _op_path(self.auto, oid)
-                return self.paths[oid]
+                return Kernel(dev, stream, name, kind, s, e, corr, self._op_path(oid), oid, tid, rname, t)
             stack = self.frames_on(tid, t)
-            return stack + ((rname, "", 0),) if stack else ((OPERATOR_NODE, "", 0), (rname, "", 0))
+            return Kernel(dev, stream, name, kind, s, e, corr, stack or ((OPERATOR_NODE, "", 0), (rname, "", 0)),
+                          None, tid, rname, t)
         oid = self.got.op_by_corr.get(linked) if linked else None
         if oid is not None:
             self._count("launch found by its operator (no runtime call)")
-            return _op_path(self.auto, oid)
+            return Kernel(dev, stream, name, kind, s, e, corr, self._op_path(oid), oid)
         self._count("device record with no launch in the cycle")
-        return ((UNLAUNCHED_NODE, "", 0),)
+        return Kernel(dev, stream, name, kind, s, e, corr, ((UNLAUNCHED_NODE, "", 0),))
+
+
+@dataclass
+class Launches:
+    """A window's device records placed on their launch paths, with the ops and links that placed them."""
+
+    records: list[Kernel]
+    auto: Autograd
+    frames_on: Callable[[int, int], Path]  # (thread, t) -> the Python frames running there
+    counts: dict[str, int]  # what could not be placed or linked, by reason
+
+
+def _linked(got: _Read, running: Running | None, package: str, files: Callable[[str], str] | None,
+            program_frames: bool, caller_thread: int | None) -> tuple[Autograd, Callable[[int, int], Path]]:
+    """The window's ops with their Python stacks and backward links, and the Python frames on a thread at an
+    instant. `program_frames`: name frames as the sampler does (energyprof's and runpy's left out, torch's
+    module-call wrappers folded, frames running at the start by their first line); else as the events give them."""
+    py_stack = _Stacks(got.py, got.marks, got.py_spans, got.first_py, running or {}, package, files or (lambda f: f),
+                       program_frames)
+    py_nest = {t: _Nest(s) for t, s in got.py_spans.items()}
+
+    def frames_on(os_tid: int, t: int) -> Path:
+        nest = py_nest.get(os_tid)
+        pid = nest.at(t) if nest is not None else None
+        return py_stack(pid) if pid is not None else ()
+
+    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
+           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
+    flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
+    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t),
+                    caller_thread=caller_thread)
+    return auto, frames_on
+
+
+def launches(events: Iterable[Any], *, program_frames: bool = False, caller_thread: int | None = None) -> Launches:
+    """Events (the profiler's in memory, or a saved trace's through an adapter with the same methods) ->
+    each device record on its launch path, on the events' own clock. The offline reader's entry into the
+    reduction the run uses: the same ops, links and paths. `caller_thread`: the thread taken to have
+    called backward() where no link names one."""
+    got = _Read({})
+    got.read(events)
+    counts: dict[str, int] = {"event(s) whose name could not be read": got.unreadable} if got.unreadable else {}
+    auto, frames_on = _linked(got, None, "", None, program_frames, caller_thread)
+    for reason, n in auto.links.unlinked.items():
+        counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
+    place = _Launches(got, auto, frames_on, counts)
+    return Launches([place(r) for r in got.device if r[4] >= r[3]], auto, frames_on, counts)
 
 
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
@@ -283,18 +390,7 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
     counts: dict[str, int] = {"event(s) whose name could not be read": got.unreadable} if got.unreadable else {}
     if not got.device and not (backward and got.raw_ops):  # nothing to place: stacks and links are built for these only
         return Cycle(t0, t1, bucket_ns, {}, counts, 0)
-    py_stack = _Stacks(got.py, got.marks, got.py_spans, got.first_py, running or {}, package, files or (lambda f: f))
-    py_nest = {t: _Nest(s) for t, s in got.py_spans.items()}
-
-    def frames_on(os_tid: int, t: int) -> Path:
-        nest = py_nest.get(os_tid)
-        pid = nest.at(t) if nest is not None else None
-        return py_stack(pid) if pid is not None else ()
-
-    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
-           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
-    flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
-    auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t))
+    auto, frames_on = _linked(got, running, package, files, True, None)
     for reason, n in auto.links.unlinked.items():
         counts[f"backward: {reason}"] = counts.get(f"backward: {reason}", 0) + n
     figures: dict[tuple[Path, int], PathFigures] = {}
@@ -304,22 +400,20 @@ def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: i
         samples_at(auto, instants, figures, unix_minus_perf)
     if not got.device:
         return Cycle(t0, t1, bucket_ns, figures, counts, 0)
-    last_end = _place_device(got.device, _Launches(got, auto, frames_on, counts), figures, unix_minus_perf, bucket_ns)
+    place = _Launches(got, auto, frames_on, counts)
+    last_end = _place_device([place(r) for r in got.device if r[4] >= r[3]], figures, unix_minus_perf, bucket_ns)
     _keep_top_names(figures)
     return Cycle(t0, max(t1, last_end), bucket_ns, figures, counts, len(got.device))
 
 
-def _place_device(device: list[tuple[int, str, str, int, int, int, int]], launch_path: Callable[[int, int], Path],
-                  figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int, bucket_ns: int) -> int:
+def _place_device(records: list[Kernel], figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int,
+                  bucket_ns: int) -> int:
     """Device records onto their launch paths: names counted, busy time shared per bucket. Returns the
     last record's end on energyprof's clock (0 with none)."""
     by_device: dict[int, list[tuple[int, int, Path, str]]] = {}
     last_end = 0
-    for dev, name, _, s, e, corr, linked in device:
-        if e < s:
-            continue
-        path = launch_path(corr, linked)
-        s, e = s - unix_minus_perf, e - unix_minus_perf
+    for rec in records:
+        s, e, path, name, dev = rec.start_ns - unix_minus_perf, rec.end_ns - unix_minus_perf, rec.path, rec.name, rec.device
         last_end = max(last_end, e)
         by_device.setdefault(dev, []).append((s, e, path, name))
         fig = figures.setdefault((path, dev), PathFigures())
@@ -341,10 +435,6 @@ def _keep_top_names(figures: dict[tuple[Path, int], PathFigures]) -> None:
             fig.names = kept
 
 
-def _op_path(auto: Autograd, oid: int) -> Path:
-    return auto.path(oid)
-
-
 class _Stacks:
     """Python stacks from the profiler's `python_function` events, memoised per python id. Frames already
     running when the cycle began (stamped at its start) are named by their first line, as the sampler
@@ -353,14 +443,17 @@ class _Stacks:
 
     def __init__(self, py: dict[int, tuple[Frame | None, int, int]], marks: dict[int, tuple[int, str]],
                  py_spans: dict[int, list[tuple[int, int, int]]], first_py: int | None, running: Running,
-                 package: str, files: Callable[[str], str]) -> None:
+                 package: str, files: Callable[[str], str], program_frames: bool = True) -> None:
         self.py, self.marks, self.running, self.package, self.files = py, marks, running, package, files
+        self.program_frames = program_frames
         self.early = (first_py or 0) + 1_000_000
         self.starts = {pid: s for spans in py_spans.values() for s, _, pid in spans}
         # python id -> (its stack, the root module's id, the module whose forward comes next)
         self.ctx: dict[int, tuple[Path, int | None, tuple[int, str] | None]] = {-1: ((), None, None)}
 
     def _frame(self, p: int, frame: Frame) -> Frame | None:
+        if not self.program_frames:
+            return frame
         if not _keep(frame, self.package) or wrapper_file(frame[1], frame[0]):
             return None
         if self.starts.get(p, self.early + 1) <= self.early:

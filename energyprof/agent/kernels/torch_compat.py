@@ -23,7 +23,11 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Any, Callable
+
+# Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Callable
 
 # (major, minor) releases the capture was tested on: the CPU build of 2.13 (CI), whose event fields the
 # reduction reads; the CUDA path last met real events on 2.x with Kineto's `kineto_results`.

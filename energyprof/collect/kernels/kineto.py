@@ -1,10 +1,17 @@
 """Read a PyTorch profiler (Kineto) trace into kernel facts, each with the stack that launched it.
 
+The trace's events go through a small adapter (`TraceEvent`: each JSON event with the methods of the
+profiler's in-memory events) into the reduction the run uses (agent/kernels/reduce.launches): one code
+path builds the launch paths, links backward to forward and counts what it could not place, in the run
+and here. What this reader adds is the JSON: the stream, the times, the thread and Python ids a saved
+trace does not hold, and the flow events written beside their ops.
+
 A device record (`cat` kernel, gpu_memcpy, gpu_memset) carries `args.correlation`, equal to its
 launching runtime call's (`cuda_runtime` / `cuda_driver`; ROCm traces use the same categories).
-The runtime call's launch stack is found by time nesting on its own thread: every `cpu_op` and
-`python_function` event whose span holds the call, outermost first. `External id` is not used:
-it is often missing on device records, while the correlation id is always there.
+The runtime call's launch path is its innermost `cpu_op` on its own thread (its Python stack then its
+operator chain), found by time nesting. `External id` is not used: it is often missing on device
+records, while the correlation id is always there. A saved trace has no Python ids: a
+`python_function` event's parent is the one that holds it on its thread.
 
 Backward: autograd runs backward's ops on its own thread, which has no Python stack. Each
 backward op is linked to the forward op it differentiates (agent/kernels/autograd.py: the same `Sequence
@@ -14,7 +21,8 @@ op's Python stack and operators > the backward ops. A trace without Python stack
 link on the operator chain, under `[GPU kernels by operator]`. What could not be linked is
 counted by reason (`KernelTrace.backward`).
 
-The file is read as a stream (jsonstream.py): memory follows the events kept, not the file.
+The file is read as a stream (jsonstream.py): memory follows the events kept, not the file. Frames keep
+the names the trace gives them (no sampler to meet here).
 
 Times: Kineto writes `ts`/`dur` in microseconds (floats with ns digits). Traces that carry
 `baseTimeNanoseconds` give Unix time as `baseTimeNanoseconds + ts * 1000`; older ones wrote Unix
@@ -25,7 +33,6 @@ says how to reach Unix time. Aligning that clock with a power log is the caller'
 
 from __future__ import annotations
 
-import bisect
 import gzip
 import math
 import sys
@@ -34,9 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from ...record import field, record
-from ...agent.kernels.autograd import BACKWARD_FRAME, EVALUATE_PREFIX, Autograd, Op
-from ...agent.kernels.frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name  # noqa: F401
-from ...core.kernels import Kernel  # noqa: F401  (the record this reader makes)
+from ...agent.kernels.frames import OPERATOR_NODE, UNLAUNCHED_NODE, Frame, parse_python_name  # noqa: F401
+from ...agent.kernels.reduce import FWDBWD_FLOW, Kernel, Launches, launches
 from .jsonstream import StreamError, TraceStream
 
 DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": "memcpy", "gpu_memset": "memset",
@@ -120,29 +126,92 @@ def parse(doc: Any, where: str = "trace") -> KernelTrace:
     return reader.finish({k: v for k, v in doc.items() if k in META_KEYS} if isinstance(doc, dict) else {}, where)
 
 
+class TraceEvent:
+    """One kept JSON event with the methods the reduction reads of the profiler's in-memory events
+    (agent/kernels/reduce.py's `_Read`). Threads are numbered per (pid, tid), negative, so that one is
+    never taken for a profiler's own thread id (`Fwd thread id` 1, 2, ...), which a saved trace does not
+    map to its threads."""
+
+    __slots__ = ("kind", "_name", "thread", "start", "end", "corr", "device", "stream", "seq", "fwd", "pid", "parent",
+                 "flow", "flow_is_start")
+
+    def __init__(self, kind: str, name: str, thread: int, start: int, end: int, corr: int | None = None,
+                 device: int = 0, stream: int = 0, seq: int = -1, fwd: int = 0) -> None:
+        self.kind, self._name, self.thread, self.start, self.end = kind, name, thread, start, end
+        self.corr, self.device, self.stream, self.seq, self.fwd = corr, device, stream, seq, fwd
+        self.pid, self.parent = -1, -1  # python_function: its id (file order) and its holder's
+        self.flow: Any = None  # a fwdbwd flow's id, where one is bound to this op
+        self.flow_is_start = False
+
+    def activity_type(self) -> str:
+        return self.kind
+
+    def name(self) -> str:
+        return self._name
+
+    def device_type(self) -> str:
+        return "CPU" if self.kind not in DEVICE_CATS else "CUDA"
+
+    def device_index(self) -> int:
+        return self.device
+
+    def device_resource_id(self) -> int:
+        return self.stream if self.kind in DEVICE_CATS else self.thread
+
+    def start_thread_id(self) -> int:
+        return self.thread
+
+    def start_ns(self) -> int:
+        return self.start
+
+    def end_ns(self) -> int:
+        return self.end
+
+    def correlation_id(self) -> int | None:
+        return self.corr
+
+    def linked_correlation_id(self) -> int:
+        return 0
+
+    def sequence_nr(self) -> int:
+        return self.seq
+
+    def fwd_thread_id(self) -> int:
+        return self.fwd
+
+    def python_id(self) -> int:
+        return self.pid
+
+    def python_parent_id(self) -> int:
+        return self.parent
+
+    def flow_type(self) -> int:
+        return FWDBWD_FLOW if self.flow is not None else 0
+
+    def flow_id(self) -> Any:
+        return self.flow
+
+    def flow_start(self) -> bool:
+        return self.flow_is_start
+
+
 class _Reader:
-    """Events in, one at a time; keeps only what attribution needs (names interned)."""
+    """JSON events in, one at a time, as `TraceEvent`s (names interned); what the trace says of itself
+    (its span, its unusable events, its flows) beside them."""
 
     def __init__(self) -> None:
         self.order = 0
-        self.threads: dict[Any, int] = {}  # (pid, tid) -> a thread number (negative: see _thread)
-        self.spans: dict[int, list[tuple[int, int, int, str, str]]] = {}  # thread -> (start, -end, order, cat, name)
-        self.ops: list[Op] = []
-        self.runtime: dict[int, tuple[int, int, int, str]] = {}  # correlation -> (thread, start, end, name)
-        self.device: list[tuple[int, int, str, str, int | None, int, int]] = []  # (t0, t1, kind, name, corr, dev, stream)
-        self.last_op: dict[int, tuple[int, int]] = {}  # thread -> (start, order) of its latest cpu_op in the file
-        self.flows: dict[Any, dict[str, list[int]]] = {}  # flow id -> {"s"/"f": op orders}
+        self.threads: dict[Any, int] = {}  # (pid, tid) -> a thread number (negative)
+        self.events: list[TraceEvent] = []
+        self.python: dict[int, list[TraceEvent]] = {}  # thread -> its python_function events
+        self.last_op: dict[int, TraceEvent] = {}  # thread -> its latest cpu_op in the file
         self.loose_flows: list[tuple[Any, str, int, int]] = []  # (id, ph, thread, t0): not right after their op
         self.start: int | None = None
         self.end: int | None = None
-        self.has_python = False
-        self.python_threads: set[int] = set()
         self.flow_events = 0
         self.skipped = 0  # complete events without a usable ts/dur (missing, wrong type, out of range)
 
     def _thread(self, ev: dict[str, Any]) -> int:
-        """A thread's number: negative, so that it is never taken for a profiler's own thread id
-        (`Fwd thread id` 1, 2, ...), which a saved trace does not map to its OS threads."""
         key = (_hashable(ev.get("pid")), _hashable(ev.get("tid")))
         n = self.threads.get(key)
         if n is None:
@@ -150,7 +219,6 @@ class _Reader:
         return n
 
     def add(self, ev: Any) -> None:
-        order = self.order
         self.order += 1
         if not isinstance(ev, dict):
             return
@@ -179,28 +247,25 @@ class _Reader:
         name = sys.intern(name) if isinstance(name, str) else ""
         if cat in DEVICE_CATS:
             dev = _int(args.get("device"))
-            if dev is None:
-                dev = _int(ev.get("pid")) or 0
             stream = _int(args.get("stream"))
-            if stream is None:
-                stream = _int(ev.get("tid")) or 0
-            self.device.append((t0, t1, DEVICE_CATS[cat], name, _int(args.get("correlation")), dev, stream))
+            self.events.append(TraceEvent(cat, name, 0, t0, t1, _int(args.get("correlation")),
+                                          dev if dev is not None else _int(ev.get("pid")) or 0,
+                                          stream if stream is not None else _int(ev.get("tid")) or 0))
         elif cat in RUNTIME_CATS:
             corr = _int(args.get("correlation"))
             if corr is not None:
-                self.runtime[corr] = (self._thread(ev), t0, t1, name)
-        elif cat in ("cpu_op", "python_function"):
-            thread = self._thread(ev)
-            if cat == "python_function":
-                self.has_python = True
-                self.python_threads.add(thread)
-            self.spans.setdefault(thread, []).append((t0, -t1, order, sys.intern(cat), name))
-            if cat == "cpu_op":
-                seq = _int(args.get("Sequence number"))
-                fwd = _int(args.get("Fwd thread id"))
-                self.ops.append(Op(order, name, thread, t0, t1, seq=seq if seq is not None and seq >= 0 else -1,
-                                   fwd_tid=fwd if fwd is not None and fwd > 0 else 0))
-                self.last_op[thread] = (t0, order)
+                self.events.append(TraceEvent(cat, name, self._thread(ev), t0, t1, corr))
+        elif cat == "python_function":
+            te = TraceEvent(cat, name, self._thread(ev), t0, t1)
+            te.pid = self.order
+            self.events.append(te)
+            self.python.setdefault(te.thread, []).append(te)
+        elif cat == "cpu_op":
+            seq, fwd = _int(args.get("Sequence number")), _int(args.get("Fwd thread id"))
+            te = TraceEvent(cat, name, self._thread(ev), t0, t1, seq=seq if seq is not None and seq >= 0 else -1,
+                            fwd=fwd if fwd is not None and fwd > 0 else 0)
+            self.events.append(te)
+            self.last_op[te.thread] = te
 
     def _flow(self, ev: dict[str, Any]) -> None:
         cat, ph, ts = ev.get("cat"), ev.get("ph"), ev.get("ts")
@@ -210,10 +275,10 @@ class _Reader:
         thread, t0 = self._thread(ev), _ns(ts)
         self.flow_events += 1
         last = self.last_op.get(thread)
-        if last is not None and last[0] == t0:  # written right after its op, as the exporters do
-            self.flows.setdefault(fid, {}).setdefault(ph, []).append(last[1])
+        if last is not None and last.start == t0:  # written right after its op, as the exporters do
+            last.flow, last.flow_is_start = fid, ph == "s"
         else:
-            self.loose_flows.append((fid, ph, thread, t0))
+            self.loose_flows.append((fid, str(ph), thread, t0))
 
     def finish(self, meta: dict[str, Any], where: str) -> KernelTrace:
         if self.start is None or self.end is None:
@@ -221,129 +286,71 @@ class _Reader:
             raise TraceFormatError(f"{where} holds no timed events" + (why if self.skipped else ""))
         base = meta.get("baseTimeNanoseconds", 0)
         base = int(base) if isinstance(base, int) and not isinstance(base, bool) and abs(base) < 2 ** 63 else 0
-        nesting = {t: _Nesting(v) for t, v in self.spans.items()}
-        self.spans = {}
-        flows = self._flow_links(self.ops)
-        ops = self._with_stacks(nesting, set(flows.values()))
-        python_threads = sorted(self.python_threads)
-        graph = Autograd(ops, flows, frames_at=lambda thread, t: _frames(nesting.get(thread), t, t),
-                         caller_thread=python_threads[0] if len(python_threads) == 1 else None)
-        links = graph.links
-        stats = BackwardLinks(ops=len(links.root_of), linked_ops=len(links.forward_of),
-                              unlinked_ops=dict(links.unlinked), flows=self.flow_events)
-        os_tid = {n: _int(key[1]) for key, n in self.threads.items()}  # the trace's own tid, for Kernel.thread
-        kernels: list[Kernel] = []
-        unmatched = 0
-        for t0, t1, kind, name, corr, dev, stream in self.device:
-            launch = self.runtime.get(corr) if corr is not None else None
-            python: list[Frame] = []
-            op_names: list[str] = []
-            rt_name = tid = None
-            path: tuple[Frame, ...] = ()
-            if launch is None:
-                unmatched += 1
-            else:
-                tid, r0, r1, rt_name = launch
-                holder = nesting.get(tid)
-                innermost = None
-                for cat, sname, order in (holder.holding(r0, r1) if holder else ()):
-                    if cat == "python_function":
-                        if not sname.startswith(NOT_FRAMES):
-                            python.append(parse_python_name(sname))
-                    else:
-                        op_names.append(sname)
-                        innermost = order
-                if innermost is not None and links.is_backward(innermost):
-                    path = graph.path(innermost)
-                    if path[0] == BACKWARD_FRAME:  # no caller frames: beside the other operator-only paths
-                        path = ((OPERATOR_NODE, "", 0),) + path
-                    stats.records += 1
-                    if innermost in links.forward_of:
-                        stats.linked_records += 1
-                    else:
-                        r = links.unlinked_reason(innermost) or "unknown"
-                        stats.unlinked_records[r] = stats.unlinked_records.get(r, 0) + 1
-                        stats.unlinked_paths.add(path)
-            kernels.append(Kernel(device=dev, stream=stream, name=name, kind=kind, start_ns=t0, end_ns=t1,
-                                  correlation=corr, runtime=rt_name, python=tuple(python), operators=tuple(op_names),
-                                  thread=None if tid is None else os_tid.get(tid), path=path))
+        self._bind_loose_flows()
+        for spans in self.python.values():
+            _python_parents(spans)
+        threads = sorted(self.python)
+        placed = launches(self.events, caller_thread=threads[0] if len(threads) == 1 else None)
+        self.events = []
+        kernels, stats = _kernels(placed, {n: _int(key[1]) for key, n in self.threads.items()})
+        stats.flows = self.flow_events
         kernels.sort(key=lambda k: (k.start_ns, k.end_ns))
+        unmatched = sum(1 for k in kernels if k.runtime is None)
         out_meta = {k: meta[k] for k in ("schemaVersion", "traceName", "with_stack") if k in meta}
-        return KernelTrace(kernels, self.start, self.end, base, self.has_python, unmatched, out_meta, stats, self.skipped)
+        return KernelTrace(kernels, self.start, self.end, base, bool(self.python), unmatched, out_meta, stats,
+                           self.skipped)
 
-    def _with_stacks(self, nesting: dict[int, "_Nesting"], flow_sources: set[int]) -> list[Op]:
-        """The ops, those that may be linked or call backward() with their Python frames."""
-        out = []
-        for op in self.ops:
-            if op.seq >= 0 or op.fwd_tid > 0 or op.name.startswith(EVALUATE_PREFIX) or op.id in flow_sources:
-                stack = _frames(nesting.get(op.tid), op.start_ns, op.end_ns, below=op.id)
-                if stack:
-                    op = Op(op.id, op.name, op.tid, op.start_ns, op.end_ns, op.seq, op.fwd_tid, stack)
-            out.append(op)
-        return out
-
-    def _flow_links(self, ops: list[Op]) -> dict[int, int]:
-        """backward op order -> forward op order, from fwdbwd flows (s on the forward op, f on the backward)."""
-        if self.loose_flows:
-            starting: dict[tuple[int, int], list[Op]] = {}
-            for op in ops:
-                starting.setdefault((op.tid, op.start_ns), []).append(op)
-            for fid, ph, thread, t0 in self.loose_flows:
-                cands = starting.get((thread, t0))
-                if not cands:
-                    continue
-                # a flow's start binds to the op that made the node (the innermost numbered one),
-                # its end to the enclosing backward op (the outermost)
-                pick = ([o for o in cands if o.seq >= 0] or cands)[-1] if ph == "s" else cands[0]
-                self.flows.setdefault(fid, {}).setdefault(str(ph), []).append(pick.id)
-        out: dict[int, int] = {}
-        for ends in self.flows.values():
-            s, f = ends.get("s"), ends.get("f")
-            if s and f:
-                for b in f:
-                    out[b] = s[-1]
-        return out
+    def _bind_loose_flows(self) -> None:
+        """Flows not written right after their op: bound to the op that starts on their thread at their time."""
+        if not self.loose_flows:
+            return
+        starting: dict[tuple[int, int], list[TraceEvent]] = {}
+        for ev in self.events:
+            if ev.kind == "cpu_op":
+                starting.setdefault((ev.thread, ev.start), []).append(ev)
+        for fid, ph, thread, t0 in self.loose_flows:
+            cands = starting.get((thread, t0))
+            if not cands:
+                continue
+            # a flow's start binds to the op that made the node (the innermost numbered one),
+            # its end to the enclosing backward op (the outermost)
+            pick = ([o for o in cands if o.seq >= 0] or cands)[-1] if ph == "s" else cands[0]
+            pick.flow, pick.flow_is_start = fid, ph == "s"
 
 
-def _frames(holder: "_Nesting | None", t0: int, t1: int, below: int | None = None) -> tuple[Frame, ...]:
-    """The Python frames on a thread holding [t0, t1], outermost first (only those outside op `below`)."""
-    if holder is None:
-        return ()
-    chain = holder.holding(t0, t1)
-    if below is not None:
-        orders = [o for _, _, o in chain]
-        if below in orders:
-            chain = chain[:orders.index(below)]
-    return tuple(parse_python_name(n) for cat, n, _ in chain if cat == "python_function" and not n.startswith(NOT_FRAMES))
+def _python_parents(spans: list[TraceEvent]) -> None:
+    """A thread's python_function events: each one's parent is the innermost that holds it (a saved trace
+    has no Python ids); spans on one thread nest, as the profiler opens and closes them."""
+    spans.sort(key=lambda e: (e.start, -e.end, e.pid))
+    open_: list[TraceEvent] = []
+    for ev in spans:
+        while open_ and (open_[-1].end < ev.start or (open_[-1].end == ev.start and open_[-1].start < ev.start)):
+            open_.pop()
+        ev.parent = open_[-1].pid if open_ else -1
+        open_.append(ev)
 
 
-class _Nesting:
-    """One thread's spans, for 'which spans hold [t0, t1]', outermost first.
-
-    Spans on one thread nest (a profiler's record functions open and close in order), so a span
-    holding the call starts at or before it; checking every earlier span would be quadratic on
-    long traces, so candidates are kept as a stack of open spans at each span start."""
-
-    def __init__(self, spans: list[tuple[int, int, int, str, str]]) -> None:
-        spans.sort()  # by start, then longest first, then file order
-        self.starts = [s[0] for s in spans]
-        # per span: the open spans (end, cat, name, order), itself last
-        self.chains: list[tuple[tuple[int, str, str, int], ...]] = []
-        open_: list[tuple[int, str, str, int]] = []
-        for t0, neg_t1, order, cat, name in spans:
-            while open_ and open_[-1][0] < t0:
-                open_.pop()
-            open_.append((-neg_t1, cat, name, order))
-            self.chains.append(tuple(open_))
-
-    def holding(self, t0: int, t1: int) -> list[tuple[str, str, int]]:
-        k = bisect.bisect_right(self.starts, t0) - 1
-        if k < 0:
-            return []
-        # A span that ended before the call began is a finished sibling, not on its stack. Only the
-        # call's start is tested: runtime calls are stamped by CUPTI/roctracer, operators by the
-        # profiler, and a call can overrun its operator's recorded end by a few microseconds.
-        return [(cat, name, order) for end, cat, name, order in self.chains[k] if end > t0 or end >= t1]
+def _kernels(placed: Launches, os_tid: dict[int, int | None]) -> tuple[list[Kernel], BackwardLinks]:
+    """The placed device records as kernel facts, and how backward's were linked."""
+    auto = placed.auto
+    links = auto.links
+    stats = BackwardLinks(ops=len(links.root_of), linked_ops=len(links.forward_of), unlinked_ops=dict(links.unlinked))
+    kernels = []
+    for rec in placed.records:
+        python = placed.frames_on(rec.thread, rec.launched_ns) if rec.thread is not None and rec.launched_ns is not None else ()
+        operators = auto.chain(rec.op) if rec.op is not None else ()
+        if rec.op is not None and links.is_backward(rec.op):
+            stats.records += 1
+            if rec.op in links.forward_of:
+                stats.linked_records += 1
+            else:
+                r = links.unlinked_reason(rec.op) or "unknown"
+                stats.unlinked_records[r] = stats.unlinked_records.get(r, 0) + 1
+                stats.unlinked_paths.add(rec.path)
+        rec.python, rec.operators = python, operators  # the reader's own records: filled in, not copied
+        rec.thread = None if rec.thread is None else os_tid.get(rec.thread)
+        kernels.append(rec)
+    return kernels, stats
 
 
 def _hashable(v: Any) -> Any:
