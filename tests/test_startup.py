@@ -31,6 +31,9 @@ ROLE_MODULES = ("energyprof.analysis.tests_table", "energyprof.analysis.tests_co
                 "energyprof.analysis.units", "energyprof.analysis.phases", "energyprof.analysis.pareto",
                 "energyprof.analysis.training", "energyprof.analysis.forecast", "energyprof.render.units",
                 "energyprof.render.unit_tables")
+#: Modules the agent loads in a Python program only once it uses them (a model's forward, CUDA).
+PROGRAM_NEVER = ("weakref", "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.agent.generate",
+                 "energyprof.agent.requests", "energyprof.agent.request_hooks")
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
 RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
              "energyprof.collect.pagecache", "subprocess",
@@ -98,6 +101,13 @@ def test_an_empty_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     after_site |= set(program[program.index("site") + 1:]) if "site" in program else set(program)
     assert "energyprof.supervise.supervisor" in after_site and "energyprof.analysis.report" in after_site
     assert _heavy(after_site, RUN_NEVER) == []
+    # The program's own start, the agent's bootstrap included (it runs inside site), against a plain interpreter's:
+    # no module the agent needs only for a model's forward or a CUDA capture.
+    plain = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True,
+                           text=True, timeout=120)
+    at_start = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \| *(\S+)", plain.stderr))
+    assert "energyprof.agent.sampler" in program
+    assert _heavy(set(program) - at_start, PROGRAM_NEVER) == []
 
 
 def test_platform_string_is_the_platform_modules() -> None:
