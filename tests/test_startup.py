@@ -48,7 +48,9 @@ RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "en
              "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.core.kernels",
              # no tests, batched steps, units of work, sweeps, tracked loops or linked backward in the run: none
              # of the modules that tabulate them (analysis/kinds.py decides), nor the engines' task windows' reader
-             *ROLE_MODULES, "energyprof.engines.ray_trials")
+             *ROLE_MODULES, "energyprof.engines.ray_trials",
+             # no export asked for (--csv, --folded, --speedscope, --pprof): none of their modules
+             "energyprof.render.exports", "energyprof.render.pprof")
 
 HELP = """
 import runpy, sys
