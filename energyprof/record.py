@@ -5,8 +5,10 @@ Why not `dataclasses`: every run's supervisor makes about forty such classes bef
 program. The standard module imports `inspect` (with `ast`, `dis`, `tokenize`, `enum`: 14 ms of CPU
 on 3.11) and compiles each method of each class on its own (18-46 ms for those forty); that was a
 third of what a run costs over plain python. This module imports only built-in modules and
-compiles one method a class, `__init__` (the one that runs often); the others are closures over the
-field names. Together 5 ms for the forty. It makes what energyprof uses, with the standard module's meaning: defaults and
+compiles one method a class, `__init__` (the one that runs often), and only once the class is first
+instantiated; the others are closures over the field names. Compiling the forty-five `__init__`s of an
+empty run's start was 6 ms, and a third of those classes never has an instance in such a run (the GPU's,
+the forecast's, the sensors' that are not there). It makes what energyprof uses, with the standard module's meaning: defaults and
 default factories (a mutable default is refused), `frozen`, `eq`, `repr`, `slots`, `__post_init__`,
 `ClassVar` annotations left out, fields inherited from a record base, methods the class writes itself
 kept; and `fields()`, `replace()` and `asdict()` to read them.
@@ -138,7 +140,8 @@ def _collect(cls: type) -> dict[str, Field]:
 def _init_source(fs: list[Field], ns: dict[str, Any], *, frozen: bool, post_init: bool) -> str:
     """`__init__`'s source, the one method compiled (the others are closures over the field names:
     only `__init__` runs often enough for its speed to matter). The names it reads from `ns` start
-    with `__r_`, which no field may."""
+    with `__r_`, which no field may. Made (and its fields checked) when the class is; compiled when the
+    class is first instantiated (`_first_init`)."""
     params, body = ["self"], []
     seen_default = False
     for i, f in enumerate(fs):
@@ -210,8 +213,7 @@ def _make(cls: type[_T], *, frozen: bool, eq: bool, with_repr: bool, slots: bool
     explicit_hash = not (class_hash is MISSING or (class_hash is None and "__eq__" in own))
     ns: dict[str, Any] = {"__r_missing": MISSING, "__r_set": object.__setattr__}
     source = _init_source(list(found.values()), ns, frozen=frozen, post_init=hasattr(cls, "__post_init__"))
-    exec(compile(source, f"<record {cls.__qualname__}>", "exec"), ns)  # noqa: S102 - our own source
-    methods = {"__init__": ns["__init__"], **_methods(cls, tuple(found), frozen=frozen, eq=eq, with_repr=with_repr,
+    methods = {"__init__": _first_init(cls, source, ns), **_methods(cls, tuple(found), frozen=frozen, eq=eq, with_repr=with_repr,
                                                      hashed=eq and frozen and not explicit_hash)}
     for name, method in methods.items():
         if name in own and not (name == "__hash__" and own[name] is None):
@@ -225,6 +227,20 @@ def _make(cls: type[_T], *, frozen: bool, eq: bool, with_repr: bool, slots: bool
     setattr(cls, _FIELDS, found)
     cls.__match_args__ = tuple(found)  # type: ignore[attr-defined]
     return cls
+
+
+def _first_init(cls: type, source: str, ns: dict[str, Any]) -> Callable[..., None]:
+    """The class's `__init__` until its first instance: it compiles the real one from `source`, puts it in
+    the class's place of its own (a subclass's instance may come first) and runs it; every later instance
+    runs the compiled one directly."""
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        exec(compile(source, f"<record {cls.__qualname__}>", "exec"), ns)  # noqa: S102 - our own source
+        made = ns["__init__"]
+        made.__qualname__ = f"{cls.__qualname__}.__init__"
+        if cls.__dict__.get("__init__") is __init__:  # (two threads' first instances compile it twice, alike)
+            cls.__init__ = made  # type: ignore[misc]
+        made(self, *args, **kwargs)
+    return __init__
 
 
 def _slotted(cls: type[_T], found: dict[str, Field]) -> type[_T]:

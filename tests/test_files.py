@@ -242,3 +242,24 @@ def test_a_fifo_whose_reader_takes_nothing_fails_in_a_bounded_time(tmp_path: Pat
     finally:
         release.set()
         reader.join(30)
+
+
+@given(st.lists(st.binary(max_size=300), max_size=5))
+@settings(max_examples=25, deadline=None)
+def test_parts_are_written_as_their_concatenation(parts: list[bytes]) -> None:
+    """The page's three parts (plotly.js never copied into one object with the rest) land as one joined
+    object would: in a regular file (replaced), through an open descriptor (at its offset), through a device."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "r.html")
+        files.write_text(path, b"old")
+        files.write_text(path, tuple(parts))
+        assert Path(path).read_bytes() == b"".join(parts)
+        with open(os.path.join(folder, "out"), "wb+") as fh:
+            fh.write(b"program's ")
+            fh.flush()
+            files.write_text(f"/dev/fd/{fh.fileno()}", tuple(parts))
+            fh.seek(0)
+            assert fh.read() == b"program's " + b"".join(parts)
+        files.write_text(os.devnull, tuple(parts))

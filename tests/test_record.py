@@ -185,3 +185,41 @@ def test_a_run_makes_its_records_without_dataclasses_or_inspect(tmp_path: Any) -
                                              capture_output=True, text=True, check=True, timeout=60).stdout))
     assert "energyprof.facts.profile" in loaded and "energyprof.record" in loaded
     assert not (loaded - at_start) & {"dataclasses", "inspect", "ast", "dis", "tokenize"}
+
+
+def test_init_is_compiled_at_the_first_instance_whoever_makes_it() -> None:
+    """A record's `__init__` is compiled when its class is first instantiated (a class that never has an
+    instance in a run costs no compile); the first instance may be a plain subclass's, and the class's own
+    `__init__` is the compiled one from then on. A bad call fails as the compiled one's would."""
+    @rec.record(frozen=True)
+    class Point:
+        x: int
+        y: int = 0
+
+    class Named(Point):
+        pass
+
+    def compiled(cls: type) -> bool:
+        return cls.__dict__["__init__"].__code__.co_filename.startswith("<record")
+
+    assert not compiled(Point)
+    first = Named(1, y=2)
+    assert compiled(Point) and (first.x, first.y) == (1, 2) and Point(3) == Point(3, 0)
+    assert Point.__init__.__qualname__.endswith("Point.__init__")
+
+    @rec.record
+    class Pair:
+        a: int
+        b: list[int] = rec.field(default_factory=list)
+
+    @dataclasses.dataclass
+    class StdPair:
+        a: int
+        b: list[int] = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError) as ours:
+        Pair()  # type: ignore[call-arg] - the first instance, before anything is compiled
+    with pytest.raises(TypeError) as std:
+        StdPair()  # type: ignore[call-arg]
+    assert str(ours.value).split("(", 1)[1] == str(std.value).split("(", 1)[1]  # the same message, bar the name
+    assert Pair(1) == Pair(1, []) and Pair(1).b is not Pair(1).b

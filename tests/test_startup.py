@@ -26,13 +26,31 @@ HELP_NEVER = ("dataclasses", "inspect", "json", "socket", "ctypes", "subprocess"
               "pathlib", "energyprof.setup.options", "energyprof.facts.profile", "energyprof.drive",
               "energyprof.supervise", "energyprof.collect", "energyprof.core", "energyprof.analysis", "energyprof.render",
               "energyprof.output", "energyprof.store", "energyprof.engines")
+#: The report's roles that only some runs have (analysis/kinds.py tells whether a profile has any).
+ROLE_MODULES = ("energyprof.analysis.tests_table", "energyprof.analysis.tests_compare", "energyprof.analysis.tokens",
+                "energyprof.analysis.units", "energyprof.analysis.phases", "energyprof.analysis.pareto",
+                "energyprof.analysis.training", "energyprof.analysis.forecast", "energyprof.render.units",
+                "energyprof.render.unit_tables")
+#: Modules the agent loads in a Python program only once it uses them (a model's forward, CUDA).
+PROGRAM_NEVER = ("weakref", "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.agent.generate",
+                 "energyprof.agent.requests", "energyprof.agent.request_hooks")
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
 RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
              "energyprof.collect.pagecache", "subprocess",
              # no GPU read: none of the kernels' modules, nor the report's GPU panel
              "energyprof.collect.kernels", "energyprof.core.gpu_tree", "energyprof.render.gpu", "energyprof.analysis.gpu",
-             # no system-on-chip: none of its tools' modules
-             "energyprof.collect.sensors.soc.tegrastats", "energyprof.collect.sensors.soc.jtop")
+             # no system-on-chip: none of its tools' modules; no ROCm binding: none of amdsmi's
+             "energyprof.collect.sensors.soc.tegrastats", "energyprof.collect.sensors.soc.jtop",
+             "energyprof.collect.sensors.soc.stream", "energyprof.collect.sensors.soc.rails",
+             "energyprof.collect.sensors.soc.powermetrics", "energyprof.collect.sensors.soc.macmon",
+             "energyprof.collect.sensors.gpu.amdsmi",
+             # no CUDA in the program: the capture's modules, on either side
+             "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.core.kernels",
+             # no tests, batched steps, units of work, sweeps, tracked loops or linked backward in the run: none
+             # of the modules that tabulate them (analysis/kinds.py decides), nor the engines' task windows' reader
+             *ROLE_MODULES, "energyprof.engines.ray_trials",
+             # no export asked for (--csv, --folded, --speedscope, --pprof): none of their modules
+             "energyprof.render.exports", "energyprof.render.pprof")
 
 HELP = """
 import runpy, sys
@@ -85,6 +103,13 @@ def test_an_empty_run_imports_only_what_it_uses(tmp_path: Path) -> None:
     after_site |= set(program[program.index("site") + 1:]) if "site" in program else set(program)
     assert "energyprof.supervise.supervisor" in after_site and "energyprof.analysis.report" in after_site
     assert _heavy(after_site, RUN_NEVER) == []
+    # The program's own start, the agent's bootstrap included (it runs inside site), against a plain interpreter's:
+    # no module the agent needs only for a model's forward or a CUDA capture.
+    plain = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], env=_env(), capture_output=True,
+                           text=True, timeout=120)
+    at_start = set(re.findall(r"import time:\s+\d+ \|\s+\d+ \| *(\S+)", plain.stderr))
+    assert "energyprof.agent.sampler" in program
+    assert _heavy(set(program) - at_start, PROGRAM_NEVER) == []
 
 
 def test_platform_string_is_the_platform_modules() -> None:
@@ -158,3 +183,29 @@ def test_other_times_are_left_to_datetime() -> None:
                                                                       datetime.timezone.utc).timestamp()
     assert _parse_time("2024-01-01T01:00:00+01:00") == datetime.datetime(2024, 1, 1, tzinfo=datetime.timezone.utc).timestamp()
     assert _parse_time("1700000000.25") == 1700000000.25
+
+
+def test_the_roles_leaf_imports_no_role() -> None:
+    """Deciding costs no role's import: analysis/kinds.py loads none of the analysis' other modules."""
+    code = "import sys, energyprof.analysis.kinds; print(' '.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    loaded = {m for m in out.stdout.split() if m.startswith("energyprof") and not m.startswith("energyprof.agent")}
+    assert loaded == {"energyprof", "energyprof.analysis", "energyprof.analysis.kinds"}
+
+
+def test_every_unit_kind_is_seen_by_the_leaf() -> None:
+    """`may_be_unit` lets analysis/units.py be left unimported only where it would find no unit: each of its
+    kinds (a fact at 1, an engine's prefix) is a window the leaf says may be one; a plain window is not."""
+    from energyprof.analysis import units
+    from energyprof.analysis.kinds import may_be_unit
+    from energyprof.facts.profile import Window
+
+    def window(name: str, loop: dict[str, float]) -> Window:
+        return Window(name=name, index=0, start_s=0.0, end_s=1.0, energy_j={}, loop=loop)
+
+    kinds = [window("GET /x", {fact: 1.0}) for fact in units.FACT_KINDS]
+    kinds += [window(prefix + "f]", {}) for prefix, _ in units.PREFIX_KINDS]
+    assert kinds and all(units.unit_kind(w) is not None and may_be_unit(w) for w in kinds)
+    plain = window("step", {"epoch": 1.0})
+    assert units.unit_kind(plain) is None and not may_be_unit(plain)

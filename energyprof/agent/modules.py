@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 import sys
-import weakref
 from types import CodeType, FrameType
 
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
@@ -94,6 +93,8 @@ def learn_root(root: Any) -> dict[int, str]:
     if len(_roots) >= _MAX_ROOTS:
         for key in [k for k, (ref, _) in _roots.items() if ref() is None] or list(_roots)[:1]:
             del _roots[key]
+    import weakref  # only once the program runs a model's forward: no other program's start loads it for us
+
     try:
         ref = weakref.ref(root)
     except TypeError:

@@ -9,7 +9,6 @@ import re
 from ..record import field, record
 from ..facts.profile import Node
 from ..facts.profile import Profile
-from .phases import backward_within
 
 FunctionKey = tuple[str, str, int]
 
@@ -93,7 +92,11 @@ def function_rows(profile: Profile, include_root: bool = True, backward: bool = 
     `backward`: each row also holds the part of its inclusive energy in backward (counted as the
     inclusive figure is, a recursive function once).
     """
-    within = backward_within(profile.root) if backward else None
+    within = None
+    if backward:  # the phases' module only for a tree whose backward was linked
+        from .phases import backward_within
+
+        within = backward_within(profile.root)
     rows: dict[FunctionKey, FunctionRow] = {}
     on_path: dict[FunctionKey, int] = {}  # how often each function is on the current call path
     path: list[FunctionKey] = []

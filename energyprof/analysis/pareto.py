@@ -13,6 +13,7 @@ from typing import Sequence
 
 from ..record import record
 from ..facts.profile import Window
+from .kinds import is_discarded, split_name, sweep_names  # noqa: F401 - their home is kinds.py; named here as before
 
 
 def front(points: Sequence[tuple[float, float]]) -> list[bool]:
@@ -32,27 +33,6 @@ class WindowPoint:
     pareto: bool = False
 
 
-def split_name(name: str) -> tuple[str, str]:
-    """`config:bs=128,pl=250` -> ("config", "bs=128,pl=250"); a name without a colon has no label."""
-    base, _, label = name.partition(":")
-    return base, label
-
-
-def sweep_names(windows: Sequence[Window]) -> list[str]:
-    """The names whose windows form a sweep in one run: two or more windows labelled `NAME:LABEL`."""
-    counts: dict[str, int] = {}
-    for w in windows:
-        base, label = split_name(w.name)
-        if label and not _discarded(w):
-            counts[base] = counts.get(base, 0) + 1
-    return [n for n, c in counts.items() if c >= 2]
-
-
-def _discarded(w: Window) -> bool:
-    """A window its program cut short and measured again (the power-limit optimizer's, at an epoch's end)."""
-    return bool((getattr(w, "loop", None) or {}).get("discarded"))
-
-
 def program_energy(w: Window) -> float | None:
     """The program's part of a window, None in files written before windows held it."""
     return w.program_total_j
@@ -63,7 +43,7 @@ def window_points(runs: Sequence[Sequence[Window]], name: str, run_labels: Seque
     """Every window of `name` in every run as a point, the front marked; and whether the energies are
     the program's (True) or, because some window predates that figure, all the machine's (False).
     With several runs a label says its run (`[1] bs=128`)."""
-    chosen = [(i, w) for i, ws in enumerate(runs) for w in ws if split_name(w.name)[0] == name and not _discarded(w)]
+    chosen = [(i, w) for i, ws in enumerate(runs) for w in ws if split_name(w.name)[0] == name and not is_discarded(w)]
     program = all(program_energy(w) is not None for _, w in chosen)
     several = len(runs) > 1
     raw = []

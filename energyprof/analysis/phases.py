@@ -22,13 +22,13 @@ import re
 from typing import TYPE_CHECKING, Iterable
 
 from ..record import record
+from .kinds import BACKWARD_NODE, has_backward_node  # noqa: F401 - their home is kinds.py; named here as before
 
 if TYPE_CHECKING:
     from ..facts.profile import Node
 
 FORWARD, BACKWARD, OPTIMIZER = "forward", "backward", "optimizer"
 PHASES = (FORWARD, BACKWARD, OPTIMIZER)
-BACKWARD_NODE = "[backward]"  # core/autograd.BACKWARD_FRAME's name (analysis reads facts, not the core)
 # torch's frames between the line that called backward() and autograd's engine
 _BACKWARD_CALLS = re.compile(r"(^|[/\\])torch[/\\](_tensor\.py|autograd[/\\]__init__\.py|autograd[/\\]graph\.py)$")
 _BACKWARD_NAMES = frozenset({"Tensor.backward", "backward", "_engine_run_backward"})
@@ -67,12 +67,6 @@ def node_phases(root: Node) -> dict[int, str]:
         out[id(node)] = phase
         path.append(phase)
     return out
-
-
-def has_backward_node(root: Node) -> bool:
-    """Whether the capture linked backward's work to the forward ops (the tree has a `[backward]` frame):
-    the condition for showing each function's forward and backward apart."""
-    return any(n.function == BACKWARD_NODE for n, _ in root.walk())
 
 
 @record

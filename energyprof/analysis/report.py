@@ -7,7 +7,7 @@ saved profile re-renders with another idle policy or carbon setting without bein
 from __future__ import annotations
 
 import gc
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..record import field, record
 from ..facts.profile import SPECIAL_NODES
@@ -19,17 +19,16 @@ from ..facts.profile import Totals
 from .carbon import CarbonFigures, CarbonSettings, carbon, window_carbon
 from .chart import MAX_CHART_NODES, ChartNode, grouped_tree, prune
 from .functions import FunctionRow, function_rows
-from .phases import has_backward_node, module_keys
+from .kinds import has_backward_node, is_batch_window, is_cache_fact, may_be_unit, names_of_tests, sweep_names
 from .own import Group, own_first
 from .io import io_in_span, io_of
-from .tests_table import names_of_tests
-from .tokens import is_batch_window
-from .pareto import WindowPoint, sweep_names, window_points
-from .training import is_cache_fact
 from ..facts.forecast import is_forecast
-from .units import UnitTable, unit_tables
 from .windows import (WindowGroup, WindowRow, resolution_s, short_for, training_breakdowns, training_by_rank,
                       window_groups)
+
+if TYPE_CHECKING:  # the roles' modules (units, sweeps, modules) load only for a profile that has some (kinds.py)
+    from .pareto import WindowPoint
+    from .units import UnitTable
 
 
 @record(frozen=True)
@@ -131,6 +130,10 @@ class ReportModel:
 
     def unit_tables(self) -> list[UnitTable]:
         """The units of work the windows hold (requests, engine tasks), a table per kind (analysis/units.py)."""
+        if not any(may_be_unit(w) for w in self.profile.windows):
+            return []
+        from .units import unit_tables
+
         return unit_tables(self.profile.windows, self.program_j, profile=self.profile)
 
     def derived(self) -> dict[str, Any]:
@@ -230,11 +233,22 @@ def _build(profile: Profile, options: RenderOptions) -> ReportModel:
         training_ranks=training_by_rank(view),
         window_io=_window_io(view), io_method=io_method, backward_split=split,
         modules=modules_of(view, rows) if split else [],
-        sweeps={name: window_points([view.windows], name) for name in sweep_names(view.windows)})
+        sweeps=_sweeps(view))
+
+
+def _sweeps(profile: Profile) -> dict[str, tuple[list[WindowPoint], bool]]:
+    names = sweep_names(profile.windows)
+    if not names:
+        return {}
+    from .pareto import window_points
+
+    return {name: window_points([profile.windows], name) for name in names}
 
 
 def modules_of(profile: Profile, rows: list[FunctionRow]) -> list[FunctionRow]:
     """The model's modules' rows, heaviest first (forward and backward together)."""
+    from .phases import module_keys
+
     by_key = {(r.function, r.file, r.line): r for r in rows}
     keys = module_keys(profile.root, {k: r.total_energy for k, r in by_key.items()})
     return [by_key[k] for k in keys if k in by_key]

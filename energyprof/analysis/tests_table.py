@@ -21,9 +21,10 @@ import bisect
 from ..record import record
 from ..facts.profile import Profile, Window
 from ..agent.unit_names import CALL_SUFFIX, OUTCOMES, outcome_code
-from .training import window_program_j
+from .kinds import is_test, names_of_tests, window_program_j
 
-__all__ = ["CALL_SUFFIX", "OUTCOMES", "TestRow", "edge_error_j", "outcome_code", "rows_of_tests"]
+__all__ = ["CALL_SUFFIX", "OUTCOMES", "TestRow", "edge_error_j", "is_test", "names_of_tests", "outcome_code",
+           "rows_of_tests"]
 
 
 @record
@@ -81,10 +82,6 @@ def window_edge_error_j(profile: Profile, w: Window, energy_j: float, sensor_int
                         (program_power_at(profile, w.start_s), program_power_at(profile, w.end_s)))
 
 
-def is_test(w: Window) -> bool:
-    return w.loop.get("test") == 1.0
-
-
 def _estimated(profile: Profile) -> bool:
     return any(s.method != "measured" for s in profile.sources)
 
@@ -113,10 +110,3 @@ def _call_inside(calls: list[Window], test: Window) -> Window | None:
         if test.start_s <= c.start_s and c.end_s <= test.end_s:
             return c
     return None
-
-
-def names_of_tests(profile: Profile) -> set[str]:
-    """The names of the windows that belong to tests (a test's, and its call phase's): views of the
-    other windows can leave them out."""
-    names = {w.name for w in profile.windows if is_test(w)}
-    return names | {n + CALL_SUFFIX for n in names}

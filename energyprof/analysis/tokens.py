@@ -26,8 +26,7 @@ from ..record import field, record
 from ..facts.profile import Profile, Window
 from ..agent.unit_names import CALL_FACT, DECODES_PREFIX, REQUEST_PREFIX, ROWS_WINDOW, WINDOWS
 from .tests_table import window_edge_error_j
-from .training import window_program_j
-
+from .kinds import is_batch_window, window_program_j  # noqa: F401 - is_batch_window: named here as before
 
 
 @record
@@ -94,11 +93,6 @@ class TokenRun:
         if self.steady_j_per_token is None:
             return None
         return sum(r.mlenergy_j or 0.0 for r in self.requests)
-
-
-def is_batch_window(w: Window) -> bool:
-    """A batched step's window, or a `generate` call's rows: rows of the tokens table, not of the Windows table."""
-    return w.name in WINDOWS or w.name == ROWS_WINDOW
 
 
 def step_tokens(w: Window) -> dict[str, float]:

@@ -30,6 +30,7 @@ from ..facts.profile import Node
 from ..facts.profile import Profile
 from ..facts.profile import Window
 from .io import io_in_span, io_of
+from .kinds import is_cache_fact, window_program_j  # noqa: F401 - their home is kinds.py; named here as before
 from .functions import relative_error
 from .phases import Split, is_backward_frame, is_optimizer_frame, split_span, tree_split
 
@@ -44,14 +45,6 @@ STALL_DEFINITION = ("no workers: pipeline + preprocess; N workers: max(pipeline 
 def _windows(profile: Profile, rank: int | None = None) -> list[Window]:
     """The profile's windows; with `rank`, only those that rank marked (each rank counts its own steps)."""
     return [w for w in profile.windows if rank is None or w.rank == rank]
-
-
-def window_program_j(w: Window) -> float:
-    """The program's energy in the window (its part of every source, the same kind of figure as the
-    run's headline), read from the window's fact; the machine's in files written before windows held it.
-    The one home of that rule: the report's window rows, the breakdown, the forecasts and compare read it."""
-    program = w.program_total_j
-    return float(program if program is not None else w.total_j)
 
 
 def hold_program(windows: Iterable[Window]) -> bool:
@@ -336,12 +329,6 @@ def _loop_notes(loop: dict[str, Any] | None) -> list[str]:
                      " tracked with energyprof.torch.track, or a profile written before they were kept):"
                      " pass the tracker's records for the stall")
     return notes
-
-
-def is_cache_fact(w: Window) -> bool:
-    """A zero-length window that only carries a tracked loop's page-cache residency (`<loop>.cache.start|end`):
-    a fact of the training table, not a span of its own."""
-    return w.name.endswith((".cache.start", ".cache.end")) and "residency" in w.loop
 
 
 def _residency_by_epoch(windows: list[Window], name: str, epochs: list[Window]) -> dict[Any, tuple[float | None, float | None]]:

@@ -10,7 +10,7 @@ from ..record import field, record
 from ..facts.profile import Profile
 from ..facts.profile import Source
 from ..facts.profile import Window
-from .training import breakdown, window_program_j
+from .kinds import window_program_j
 
 MIN_UPDATES = 3  # a span shorter than this many sensor updates is below the sensor's resolution
 
@@ -187,9 +187,12 @@ def _loaders(windows: Iterable[Window]) -> list[str]:
 def training_breakdowns(profile: Profile) -> dict[str, dict]:
     """The fetch/compute split for every tracked loader (windows named `<loader>.compute`).
     Empty when several ranks tracked loaders: their steps are paired per rank (`training_by_rank`)."""
-    if _tracked_ranks(profile) > 1:
+    loaders = _loaders(profile.windows)
+    if not loaders or _tracked_ranks(profile) > 1:
         return {}
-    return {name: breakdown(profile, name) for name in _loaders(profile.windows)}
+    from .training import breakdown  # the training table's module only for a run with a tracked loop
+
+    return {name: breakdown(profile, name) for name in loaders}
 
 
 def _tracked_ranks(profile: Profile) -> int:
@@ -201,6 +204,8 @@ def training_by_rank(profile: Profile) -> dict[str, dict[int, dict]]:
     numbers its steps from 0, so fetches and computes are paired within a rank only). Else empty."""
     if _tracked_ranks(profile) <= 1:
         return {}
+    from .training import breakdown
+
     computes = [w for w in profile.windows if w.name.endswith(".compute")]
     out: dict[str, dict[int, dict]] = {}
     for name in _loaders(computes):

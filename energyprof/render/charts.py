@@ -381,7 +381,7 @@ def _mean_power(series: list[float], starts: list[float], ends: list[float], a: 
 
 def _shade_windows(model: ReportModel, layout: dict[str, Any]) -> None:
     palette = ["rgba(78,121,167,0.12)", "rgba(242,142,43,0.12)"]
-    from ..analysis.training import is_cache_fact  # a tracked loop's page-cache readings: no span to shade
+    from ..analysis.kinds import is_cache_fact  # a tracked loop's page-cache readings: no span to shade
 
     windows = sorted((w for w in model.profile.windows if not is_cache_fact(w)), key=lambda w: (w.depth, w.start_s))
     for i, w in enumerate(windows[:MAX_WINDOW_SHADES]):

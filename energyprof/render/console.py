@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from ..analysis.report import ReportModel
 from ..facts.profile import GROUP_PREFIXES, Node
-from ..analysis.phases import MODULES_SHOWN
+from ..analysis.kinds import has_test_or_batch
 from .charts import path_shortener
-from .units import console_lines as unit_lines
 from .format import fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_percent, fmt_seconds, source_how
 
 
@@ -65,18 +64,27 @@ def render_summary(model: ReportModel) -> str:
         for node in roles:
             e = node.total_energy
             lines.append(f"    {fmt_energy(e):>9} {fmt_percent(e, program):>6}        {node.function}")
-    lines.extend(unit_lines(model.unit_tables()))
-    from .unit_tables import per_test_lines, tokens_lines
+    units = model.unit_tables()
+    if units:  # the units', tests' and tokens' modules only for a run that has some (analysis/kinds.py decides)
+        from .units import console_lines as unit_lines
 
-    lines.extend([*per_test_lines(model.profile), *tokens_lines(model.profile)])
+        lines.extend(unit_lines(units))
+    if has_test_or_batch(model.profile.windows):
+        from .unit_tables import per_test_lines, tokens_lines
+
+        lines.extend([*per_test_lines(model.profile), *tokens_lines(model.profile)])
     for note in model.notes:
         lines.append(f"  note: {note.message}")
     return "\n".join(lines) + "\n"
 
 
-def heaviest_modules(model: ReportModel, shown: int = MODULES_SHOWN) -> str:
+def heaviest_modules(model: ReportModel, shown: int | None = None) -> str:
     """`heaviest modules (...): encoder 13.6 J ±2% (61% backward ±3%), ...`: each module's forward and
-    backward together, and the share of it in backward (analysis/phases.py)."""
+    backward together, and the share of it in backward (analysis/phases.py; `shown` None: its MODULES_SHOWN)."""
+    if shown is None:  # the phases' module only for a run whose backward was linked
+        from ..analysis.phases import MODULES_SHOWN
+
+        shown = MODULES_SHOWN
     parts = []
     for row in model.modules[:shown]:
         forward, backward = model.row_phases(row) or (0.0, 0.0)

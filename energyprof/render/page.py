@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 
-from .units import page_section as units_section
+from ..analysis.kinds import has_test_or_batch
 from .format import esc, fmt_bytes, fmt_energy, fmt_error, fmt_grams, fmt_money, fmt_seconds
 
 _MISSING = object()
@@ -74,12 +74,17 @@ def render_page(ctx: dict[str, Any]) -> str:
           f'The Pareto front (no other point both faster and cheaper) is joined: {esc(front)}.</p>\n'
           f'  <div id="sweep-{i}" class="plot sweep"></div>\n{_sweep_table(name, points, ctx["sweep_choice"](name))}'
           '</section>\n')
-    w(units_section(m.unit_tables()))
+    units = m.unit_tables()
+    if units:  # the units' tables' module only for a run that has some (analysis/kinds.py decides)
+        from .units import page_section as units_section
+
+        w(units_section(units))
     if m.window_groups:
         w(_windows(ctx, m))
-    from .unit_tables import per_test_section, tokens_section
+    if has_test_or_batch(m.profile.windows):
+        from .unit_tables import per_test_section, tokens_section
 
-    w(per_test_section(m.profile) + tokens_section(m.profile))
+        w(per_test_section(m.profile) + tokens_section(m.profile))
     w(_methodology(m, meta, method, gpu))
     w(f'<footer class="foot">Written by energyprof {version}. This page works offline: everything it needs is inside this file.'
       '</footer>\n\n'

@@ -1,27 +1,33 @@
-"""Which renderer makes each output: option name -> (report model -> text or bytes)."""
+"""Which renderer makes each output: option name -> (report model -> text, bytes, or a tuple of bytes that
+store/files.write_text writes in order: the page's, whose plotly.js is never copied into one object)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 
 if TYPE_CHECKING:
     from ..analysis.report import ReportModel
 
 
-def renderers() -> dict[str, Callable[[ReportModel], str | bytes]]:
+def renderers() -> dict[str, Callable[[ReportModel], str | bytes | tuple[bytes, ...]]]:
     """The JSON is the facts plus a derived block; the others read only the model."""
-    from . import exports
-    from .html import render_html_bytes
+    from .html import render_html_parts
 
     return {
         "json": lambda m: m.profile.to_json(derived=m.derived()),
-        "output": render_html_bytes,
-        "speedscope": exports.speedscope_text,
-        "folded": exports.folded_text,
-        "csv": exports.csv_text,
+        "output": render_html_parts,
+        "speedscope": lambda m: _exports().speedscope_text(m),
+        "folded": lambda m: _exports().folded_text(m),
+        "csv": lambda m: _exports().csv_text(m),
         "pprof": _pprof,
     }
+
+
+def _exports() -> Any:
+    from . import exports  # only for a run that asks for an export
+
+    return exports
 
 
 def _pprof(model: ReportModel) -> bytes:

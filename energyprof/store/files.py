@@ -152,11 +152,14 @@ def is_regular_target(path: str) -> bool:
         return False
 
 
-def write_text(path: str, data: str | bytes) -> None:
-    """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise."""
+def write_text(path: str, data: str | bytes | tuple[bytes, ...]) -> None:
+    """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise.
+    A tuple of bytes is written part after part, as their concatenation would be (the report page: plotly.js's
+    1.2 MB written as read, never copied into one object first)."""
     # A lone surrogate (a name read from a program, undecodable bytes) has no UTF-8 form: it is written
     # as its escape (\udc80), never a reason to lose the file.
-    raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
+    raw = data if isinstance(data, tuple) else (data.encode("utf-8", "backslashreplace") if isinstance(data, str)
+                                                else data,)
     fd_target = descriptor(path)
     if fd_target is not None:
         _write_descriptor(path, fd_target, raw)
@@ -170,7 +173,7 @@ def write_text(path: str, data: str | bytes) -> None:
         # a device, FIFO or socket-like node: never replaced, never created
         fd = open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
         try:
-            _write_all(fd, raw)
+            _write_parts(fd, raw)
         finally:
             os.close(fd)
         return
@@ -178,7 +181,7 @@ def write_text(path: str, data: str | bytes) -> None:
     fd, tmp = _new_temp(folder, os.path.basename(real))
     try:
         with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
+            fh.writelines(raw)
         if mode is not None:
             os.chmod(tmp, stat.S_IMODE(mode))  # an existing file keeps its permissions
         os.replace(tmp, real)
@@ -196,7 +199,7 @@ def append_text(path: str, data: str | bytes) -> None:
     raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     fd_target = descriptor(path)
     if fd_target is not None:
-        _write_descriptor(path, fd_target, raw)
+        _write_descriptor(path, fd_target, (raw,))
         return
     real = resolve(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -233,7 +236,7 @@ def open_through(path: str, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
-def _write_descriptor(path: str, target: tuple[int | None, int], raw: bytes) -> None:
+def _write_descriptor(path: str, target: tuple[int | None, int], raw: tuple[bytes, ...]) -> None:
     pid, n = target
     if pid is None:  # our own descriptor: write at its offset, after what is already there
         for stream in (sys.stdout, sys.stderr):
@@ -242,13 +245,18 @@ def _write_descriptor(path: str, target: tuple[int | None, int], raw: bytes) -> 
                     stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-        _write_all(n, raw)
+        _write_parts(n, raw)
         return
     fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # another process's: appended, never truncated
     try:
-        _write_all(fd, raw)
+        _write_parts(fd, raw)
     finally:
         os.close(fd)
+
+
+def _write_parts(fd: int, parts: tuple[bytes, ...]) -> None:
+    for part in parts:
+        _write_all(fd, part)
 
 
 def _write_all(fd: int, raw: bytes) -> None:
