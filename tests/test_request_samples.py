@@ -131,24 +131,81 @@ def test_a_sample_finds_the_request_whose_task_runs_not_one_that_awaits() -> Non
     assert agent_units.unit_of(threading.get_ident(), sys._getframe()) == -1  # no request here
 
 
-def test_a_sync_handler_on_an_anyio_worker_thread_is_its_requests() -> None:
-    """Starlette and FastAPI run a sync handler with anyio's `to_thread.run_sync`, in a copy of the request's
-    context: the worker's stack finds the request there, as the request module registers it."""
-    anyio = pytest.importorskip("anyio")
+def test_a_call_handed_to_anyios_thread_pool_runs_as_its_request_on_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette and FastAPI hand a request's sync work (a handler, a dependency, response validation) to anyio's
+    `to_thread.run_sync`: hooked, the worker thread is the request's for the call's length, whatever its stack (no
+    route's node here), and is no one's once the call returns."""
+    pytest.importorskip("anyio")
+    import anyio.to_thread
+
     from energyprof.agent import requests as agent_requests
+    from energyprof.agent.request_hooks import patch
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", anyio.to_thread.run_sync)  # put back as it was afterwards
+    patch("anyio.to_thread", anyio.to_thread)
 
     class Req:  # the request as agent/requests.py keeps it: its index, and whether it ended
         opened, done = 41, False
 
+    worker: list[int] = []
+
     def handler() -> int:
+        worker.append(threading.get_ident())
         return agent_units.unit_of(threading.get_ident(), sys._getframe())
 
-    async def main() -> int:
+    async def main() -> tuple[int, int]:
+        alone = await anyio.to_thread.run_sync(handler)  # no request open here: the call is handed over as it is
         agent_requests._current.set(Req())  # type: ignore[arg-type]
-        return await anyio.to_thread.run_sync(handler)
+        return alone, await anyio.to_thread.run_sync(handler)
 
-    assert anyio.run(main) == 41
-    assert agent_units.request_var and agent_units.request_var[0] is agent_requests._current
+    assert anyio.run(main) == (-1, 41)
+    assert worker[1] not in agent_units.running_threads  # the worker is no request's between calls
+
+
+POOL_LIFETIMES = """
+import gc, sys, threading, time, weakref
+import anyio, anyio.to_thread
+from energyprof import energy_profile
+from energyprof.agent.request_hooks import install_routers
+from energyprof.agent.requests import close_request, open_request
+from energyprof.agent.units import unit_of
+
+class Job:
+    pass
+
+def first(job):
+    start = time.thread_time()  # CPU by this thread's clock, so the sampler sees the worker run it
+    while time.thread_time() - start < 0.05:
+        pass
+    return unit_of(threading.get_ident(), sys._getframe())  # what the sampler asks of this worker's stack
+
+async def main():
+    req = open_request("GET", on_loop=True)
+    job = Job()
+    ref = weakref.ref(job)
+    seen = await anyio.to_thread.run_sync(first, job)
+    del job
+    await anyio.to_thread.run_sync(int)  # the worker's next job
+    gc.collect()
+    close_request(req, 200)
+    return seen == req.opened, ref() is None
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv", interval=0.002):
+    install_routers()
+    print(*anyio.run(main))
+"""
+
+
+def test_the_sampler_keeps_no_object_of_a_pool_workers_job_alive(tmp_path: Path) -> None:
+    """A request's job on anyio's worker thread, sampled and asked which request it runs: once the worker has run its
+    next job and the program has dropped the first job's argument, nothing of energyprof's holds it (reading the
+    worker's frame's locals would leave a snapshot of them on the frame, on Python <= 3.12)."""
+    pytest.importorskip("anyio")
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(POOL_LIFETIMES))
+    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True\n", done.stderr  # the job ran as its request's, and its argument is freed
 
 
 # -- a real server ----------------------------------------------------------------------------------------------
@@ -260,6 +317,66 @@ def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp
     for name in ("GET /ping", "GET /items/{item_id}"):
         ran = sum(w.loop.get(CPU_FACT, 0.0) for w in profile.windows if w.name == name and w.loop.get(REQUEST_FACT))
         assert ran >= node_cpu[name] - moved - 0.005 * len(by[name]) - 1e-9, (name, node_cpu[name], ran, moved)
+
+
+DEPENDENCY_APP = """
+import time
+from fastapi import Depends, FastAPI
+
+def heavy():                 # sync: FastAPI runs it on anyio's worker threads, outside the handler
+    start = time.thread_time()  # CPU by this thread's own clock: the same work however busy the machine is
+    s = 0
+    while time.thread_time() - start < 0.3:
+        for i in range(2000):
+            s += i * i
+    return time.thread_time() - start
+
+app = FastAPI()
+
+@app.get("/dep")
+async def dep(spent: float = Depends(heavy)):  # async: on the event loop, for microseconds
+    return {"spent": spent}
+"""
+
+
+def test_a_sync_dependencys_work_on_the_thread_pool_is_its_requests(tmp_path: Path) -> None:
+    """FastAPI runs a sync dependency through the thread pool, outside the route's handler: under
+    `python -m energyprof -m uvicorn`, the worker's CPU while it runs is the request's. Each request's samples ran
+    the dependency's 0.3 CPU-s (by the worker's own clock) but for what each edge's sample may miss, one sampling
+    interval's CPU at most, so their CPU holds at least half of it; unattributed, it would hold next to nothing."""
+    pytest.importorskip("uvicorn")
+    from test_requests import free_port, wait_for  # the sequential tests' server helpers
+
+    (tmp_path / "app.py").write_text(textwrap.dedent(DEPENDENCY_APP))
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    port = free_port()
+    env = dict(os.environ)
+    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
+    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--json", "p.json",
+                             "--interval", "0.005", "--sensor-interval", "0.01", "-m", "uvicorn", "app:app", "--port",
+                             str(port), "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=env)
+    spent: list[float] = []
+    try:
+        wait_for(port, proc)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for _ in range(2):
+            conn.request("GET", "/dep")
+            r = conn.getresponse()
+            assert r.status == 200
+            spent.append(json.loads(r.read())["spent"])
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    profile = load(tmp_path / "p.json")
+    runs = [w for w in profile.windows if w.name == "GET /dep" and w.loop.get(REQUEST_FACT)]
+    assert len(runs) == 2, err
+    for w, cpu in zip(sorted(runs, key=lambda w: w.start_s), spent):
+        assert w.loop[CPU_FACT] >= 0.5 * cpu, (w.loop, cpu)
+        assert w.program_energy_j["cpu"] > 0
+    # the dependency's own frames stay in the tree: the call's wrapper on the worker is passed over, not a cut
+    assert any(n.function == "heavy" and n.cpu_time_s > 0 for n, _ in profile.walk())
 
 
 THREAD_END = """
