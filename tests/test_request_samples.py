@@ -440,6 +440,33 @@ def test_the_book_keeps_a_bounded_sample_and_the_costliest_and_sums_every_run_ex
     assert "uniform sample" in " ".join(t.notes) and "16 of 20000" in " ".join(t.notes)
 
 
+@pytest.mark.parametrize("extra", [1, 2])
+def test_a_fold_of_one_run_is_a_fold_and_not_a_run_of_the_sample(extra: int) -> None:
+    """SAMPLE_RUNS + 1 (or + 2) runs, each cheaper than the one before: the costliest kept are the first ones, and a
+    run the uniform sample drops is folded. A fold stands for the runs it holds however few: in no sample (the table
+    says 256 of N, at N = 257 too), its time its runs' 0.5 ms each (its window spans nothing), never a costliest."""
+    n = SAMPLE_RUNS + extra
+    for seed in range(100):  # a seed under which the fold holds every run the sample left out (none kept as costliest)
+        book = UnitBook(1, seed=seed)
+        for k in range(1, n + 1):
+            book.add(_tally("GET /a", k, float(n + 1 - k)))
+        if any(w.loop.get(RUNS_FACT) == extra for w in book.tallies()):
+            break
+    else:
+        pytest.fail("no seed folds every run the sample left out")
+    windows = [window_record(Ledger([{"id": "cpu", "component": "cpu"}]).account(w), "share", 0) for w in book.tallies()]
+    runs = unit_runs(windows)
+    (fold,) = [r for r in runs if r.index is None]  # the book's fold has no index of its own
+    assert (fold.runs, fold.sampled) == (extra, False)
+    assert fold.time_s == pytest.approx(extra * 0.0005, rel=1e-9)
+    assert sum(r.runs for r in runs) == n and sum(r.time_s for r in runs) == pytest.approx(n * 0.0005, rel=1e-9)
+    t = unit_table(runs, float(n * (n + 1) / 2), "request")
+    (g,) = t.groups
+    assert (g.count, g.sampled, g.total_j) == (n, SAMPLE_RUNS, n * (n + 1) / 2)
+    assert f"{SAMPLE_RUNS} of {n}" in " ".join(t.notes)
+    assert all(r.index is not None for r in t.costliest)
+
+
 def test_the_books_sample_is_uniform() -> None:
     """Each of 20 runs is in a sample of 4 with probability 4/20: over 2000 books (fixed seeds), each run's share
     of them is 0.2 within 4 standard deviations (sqrt(0.2 x 0.8 / 2000) = 0.009)."""

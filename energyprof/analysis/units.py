@@ -44,7 +44,8 @@ COSTLIEST = 5  # runs listed under each table, most joules first
 @record
 class UnitRun:
     """One run of a unit of work (its window's name, start (s from the run's start), time and joules), or,
-    with `runs` > 1, the runs a long run folded into one window (their time and joules summed)."""
+    with `fold`, the runs a long run folded into one window (`runs` of them, one or more; their time and
+    joules summed). A fold is in no uniform sample: its runs are those the sample left out."""
 
     kind: str
     name: str
@@ -57,7 +58,8 @@ class UnitRun:
     samples: int | None = None  # sample-based: how many samples ran it; None: span-based
     ended_by: float | None = None  # no hook saw its end: what ended it (agent/window_facts.END_*)
     runs: int = 1
-    sampled: bool = True  # in the uniform sample of its name's runs (False: kept as one of the costliest only)
+    sampled: bool = True  # in the uniform sample of its name's runs (False: kept as one of the costliest only, or a fold)
+    fold: bool = False  # the window stands for the runs folded into it (RUNS_FACT), however many
 
 
 @record
@@ -121,12 +123,13 @@ def unit_runs(windows: Iterable[Window]) -> list[UnitRun]:
             continue
         loop = w.loop or {}
         status, samples = loop.get(STATUS_FACT), loop.get(SAMPLES_FACT)
-        runs = int(loop.get(RUNS_FACT, 1))
+        fold = RUNS_FACT in loop  # a fold's window spans nothing (its end is its start): its runs' time is summed apart
         out.append(UnitRun(kind=kind, name=w.name, index=w.index, start_s=w.start_s,
-                           time_s=loop.get(RUNS_TIME_FACT, w.time_s) if runs > 1 else w.time_s,
+                           time_s=loop.get(RUNS_TIME_FACT, 0.0) if fold else w.time_s,
                            joules=window_program_j(w), status=int(status) if status else None, pid=w.pid,
                            samples=None if samples is None else int(samples), ended_by=loop.get(ENDED_BY),
-                           runs=runs, sampled=not loop.get(COSTLIEST_ONLY)))
+                           runs=int(loop[RUNS_FACT]) if fold else 1, sampled=not fold and not loop.get(COSTLIEST_ONLY),
+                           fold=fold))
     return out
 
 
@@ -151,7 +154,7 @@ def _group(name: str, rs: list[UnitRun], program_j: float, sensor_interval_s: fl
     one (the costliest always are), the median and p95 over the uniform sample."""
     count = sum(r.runs for r in rs)
     total = sum(r.joules for r in rs)
-    single = [r for r in rs if r.runs == 1]
+    single = [r for r in rs if not r.fold]
     sample = [r for r in single if r.sampled]
     js = [r.joules for r in sample]
     mid = sorted(sample, key=lambda r: r.joules)[len(sample) // 2] if sample else None
@@ -173,7 +176,7 @@ def unit_table(runs: Iterable[UnitRun], program_j: float, kind: str, label: str 
         by_name.setdefault(r.name, []).append(r)
     groups = [_group(name, rs, program_j, sensor_interval_s) for name, rs in by_name.items()]
     groups.sort(key=lambda g: (-g.total_j, g.name))
-    top = sorted((r for r in mine if r.runs == 1), key=lambda r: (-r.joules, r.start_s))[:max(0, costliest)]
+    top = sorted((r for r in mine if not r.fold), key=lambda r: (-r.joules, r.start_s))[:max(0, costliest)]
     by_samples = bool(mine) and all(r.samples is not None for r in mine)
     return UnitTable(kind=kind, label=label or LABELS.get(kind, kind), groups=groups, costliest=top,
                      count=sum(g.count for g in groups), total_j=sum(g.total_j for g in groups), program_j=program_j,
@@ -233,7 +236,7 @@ def route_energy(root: Any, prefix: str) -> dict[str, float]:
 def _overlapping(runs: list[UnitRun]) -> bool:
     by_pid: dict[int | None, list[UnitRun]] = {}
     for r in runs:
-        if r.runs == 1:
+        if not r.fold:
             by_pid.setdefault(r.pid, []).append(r)
     for rs in by_pid.values():
         rs = sorted(rs, key=lambda r: r.start_s)
@@ -283,7 +286,7 @@ def unit_changes(runs_windows: list[list[Window]], base: list[int], head: list[i
     out = []
     for kind, name in names:
         mine = [[r for r in rs if r.kind == kind and r.name == name] for rs in per_run]
-        js = [[r.joules for r in rs if r.runs == 1 and r.sampled] for rs in mine]
+        js = [[r.joules for r in rs if r.sampled] for rs in mine]
         medians = [median(j) if j else None for j in js]
         b = [medians[i] for i in base if medians[i] is not None]
         h = [medians[i] for i in head if medians[i] is not None]
