@@ -22,7 +22,7 @@ import pytest
 
 from energyprof.agent import units as agent_units
 from energyprof.agent.window_facts import (
-    COSTLIEST_ONLY, CPU_FACT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, RUNS_FACT, SAMPLES_FACT,
+    COSTLIEST_ONLY, CPU_FACT, END_NEXT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, RUNS_FACT, SAMPLES_FACT,
     STATUS_FACT, WINDOW_INDEX
 )
 from energyprof.analysis.units import unit_runs, unit_table
@@ -408,6 +408,56 @@ def test_a_request_no_hook_ended_closes_with_its_thread_or_the_run_and_says_so(t
     assert lost.start_s + lost.time_s < cut.start_s  # it ended with its thread, not at the next request or the run's end
     notes = " ".join(unit_table([lost, cut], 1.0, "request").notes)
     assert "its thread's end" in notes and "the run's end" in notes
+
+
+OTHER_CONTEXT = """
+import contextvars
+from energyprof import energy_profile
+from energyprof.agent.requests import name_request, open_request
+
+def serve(path):              # a server's thread whose request no hook saw end, each opened in a context of its own
+    name_request(open_request("GET"), path)
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    contextvars.copy_context().run(serve, "/first")
+    contextvars.copy_context().run(serve, "/second")  # same thread: the first ends here, by the next request
+print("done")
+"""
+
+
+def test_a_threads_next_request_from_another_context_ends_the_one_before_as_the_next(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(OTHER_CONTEXT))
+    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    first, second = unit_runs(load(tmp_path / "p.json").windows)
+    assert (first.name, first.ended_by, second.ended_by) == ("GET /first", END_NEXT, END_RUN)
+
+
+ODD_APP = """
+from energyprof import energy_profile
+from energyprof.asgi import EnergyMiddleware
+
+class Odd:                    # an awaitable whose `cr_frame` is no frame (another coroutine library's)
+    cr_frame = object()
+
+    def __await__(self):
+        return iter(())
+
+def app(scope, receive, send):
+    return Odd()
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    got = EnergyMiddleware(app)({"type": "http", "method": "GET"}, None, None)
+print(type(got).__name__)
+"""
+
+
+def test_the_asgi_hooks_bookkeeping_never_raises_into_the_server(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(ODD_APP))
+    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert (done.returncode, done.stdout) == (0, "Odd\n"), done.stderr  # the application's own awaitable, handed back
 
 
 # -- bounded memory: a long-running server's requests ------------------------------------------------------------
