@@ -162,6 +162,13 @@ def test_a_call_handed_to_anyios_thread_pool_runs_as_its_request_on_the_worker(m
     assert worker[1] not in agent_units.running_threads  # the worker is no request's between calls
 
 
+def _run(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
+    """`program` (profiled in process at a replayed flat 50 W) run as plain `python` would."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(program))
+    return subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
 POOL_LIFETIMES = """
 import gc, sys, threading, time, weakref
 import anyio, anyio.to_thread
@@ -201,9 +208,7 @@ def test_the_sampler_keeps_no_object_of_a_pool_workers_job_alive(tmp_path: Path)
     next job and the program has dropped the first job's argument, nothing of energyprof's holds it (reading the
     worker's frame's locals would leave a snapshot of them on the frame, on Python <= 3.12)."""
     pytest.importorskip("anyio")
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    (tmp_path / "prog.py").write_text(textwrap.dedent(POOL_LIFETIMES))
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run(tmp_path, POOL_LIFETIMES)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "True True\n", done.stderr  # the job ran as its request's, and its argument is freed
 
@@ -262,15 +267,11 @@ def _drive_concurrently(port: int) -> list[int]:
     return statuses
 
 
-def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp_path: Path) -> None:
-    """A FastAPI app under `python -m energyprof -m uvicorn` at a replayed flat power, its routes driven at once:
-    `/wait` awaits 0.2 s while `/ping` (0.05 CPU-s, on the loop) and `/items/{item_id}` (0.2 CPU-s, on worker
-    threads) burn CPU beside it. Over its span a `/wait` shares the program's energy with the busy routes
-    (span-based, it would read more than a `/ping`); by its samples it reads next to nothing."""
-    pytest.importorskip("uvicorn")
-    from test_requests import free_port, wait_for  # the sequential tests' server helpers
+def _serve(app: str, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """`app` (a module's source) served by uvicorn under `python -m energyprof` at a replayed flat 50 W."""
+    from test_requests import free_port
 
-    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "app.py").write_text(textwrap.dedent(app))
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
     port = free_port()
     env = dict(os.environ)
@@ -279,6 +280,18 @@ def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp
                              "--interval", "0.005", "--sensor-interval", "0.01", "-m", "uvicorn", "app:app", "--port",
                              str(port), "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
+    return proc, port
+
+
+def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp_path: Path) -> None:
+    """A FastAPI app under `python -m energyprof -m uvicorn` at a replayed flat power, its routes driven at once:
+    `/wait` awaits 0.2 s while `/ping` (0.05 CPU-s, on the loop) and `/items/{item_id}` (0.2 CPU-s, on worker
+    threads) burn CPU beside it. Over its span a `/wait` shares the program's energy with the busy routes
+    (span-based, it would read more than a `/ping`); by its samples it reads next to nothing."""
+    pytest.importorskip("uvicorn")
+    from test_requests import wait_for  # the sequential tests' server helper
+
+    proc, port = _serve(APP, tmp_path)
     try:
         wait_for(port, proc)
         statuses = _drive_concurrently(port)
@@ -345,17 +358,9 @@ def test_a_sync_dependencys_work_on_the_thread_pool_is_its_requests(tmp_path: Pa
     the dependency's 0.3 CPU-s (by the worker's own clock) but for what each edge's sample may miss, one sampling
     interval's CPU at most, so their CPU holds at least half of it; unattributed, it would hold next to nothing."""
     pytest.importorskip("uvicorn")
-    from test_requests import free_port, wait_for  # the sequential tests' server helpers
+    from test_requests import wait_for  # the sequential tests' server helper
 
-    (tmp_path / "app.py").write_text(textwrap.dedent(DEPENDENCY_APP))
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    port = free_port()
-    env = dict(os.environ)
-    env.pop("ENERGYPROF_POWERCAP_ROOT", None)
-    proc = subprocess.Popen([sys.executable, "-m", "energyprof", "-q", "--power-trace", "trace.csv", "--json", "p.json",
-                             "--interval", "0.005", "--sensor-interval", "0.01", "-m", "uvicorn", "app:app", "--port",
-                             str(port), "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    proc, port = _serve(DEPENDENCY_APP, tmp_path)
     spent: list[float] = []
     try:
         wait_for(port, proc)
@@ -398,9 +403,7 @@ print("done")
 
 
 def test_a_request_no_hook_ended_closes_with_its_thread_or_the_run_and_says_so(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    (tmp_path / "prog.py").write_text(textwrap.dedent(THREAD_END))
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run(tmp_path, THREAD_END)
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     profile = load(tmp_path / "p.json")
     lost, cut = unit_runs(profile.windows)
@@ -426,9 +429,7 @@ print("done")
 
 
 def test_a_threads_next_request_from_another_context_ends_the_one_before_as_the_next(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    (tmp_path / "prog.py").write_text(textwrap.dedent(OTHER_CONTEXT))
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run(tmp_path, OTHER_CONTEXT)
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     first, second = unit_runs(load(tmp_path / "p.json").windows)
     assert (first.name, first.ended_by, second.ended_by) == ("GET /first", END_NEXT, END_RUN)
@@ -454,9 +455,7 @@ print(type(got).__name__)
 
 
 def test_the_asgi_hooks_bookkeeping_never_raises_into_the_server(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    (tmp_path / "prog.py").write_text(textwrap.dedent(ODD_APP))
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run(tmp_path, ODD_APP)
     assert (done.returncode, done.stdout) == (0, "Odd\n"), done.stderr  # the application's own awaitable, handed back
 
 

@@ -18,7 +18,8 @@ the program's own.
 
 The sampler tells which request a sample ran (agent/units.py's `unit_of`): a request registers the frames
 its work runs under on an event loop (its application's coroutine, each route's `handle`), or its thread
-(a WSGI server's), and forgets them as it ends; the ledger charges its window what those samples were
+(a WSGI server's; a pool worker's while it runs a call the request handed it, agent/in_request.py), and
+forgets them as it ends; the ledger charges its window what those samples were
 charged, so requests that overlap share nothing and a request that awaits costs nothing meanwhile. A
 request whose end no hook sees ends at the next request on its thread or task, its task's end, its
 thread's end or the run's end, whichever comes first, and its window says which (`ENDED_BY`).
