@@ -22,7 +22,7 @@ import pytest
 
 from energyprof.agent import units as agent_units
 from energyprof.agent.window_facts import (
-    COSTLIEST_ONLY, CPU_FACT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, RUNS_FACT, SAMPLES_FACT,
+    COSTLIEST_ONLY, CPU_FACT, END_NEXT, END_RUN, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, RUNS_FACT, SAMPLES_FACT,
     STATUS_FACT, WINDOW_INDEX
 )
 from energyprof.analysis.units import unit_runs, unit_table
@@ -131,24 +131,86 @@ def test_a_sample_finds_the_request_whose_task_runs_not_one_that_awaits() -> Non
     assert agent_units.unit_of(threading.get_ident(), sys._getframe()) == -1  # no request here
 
 
-def test_a_sync_handler_on_an_anyio_worker_thread_is_its_requests() -> None:
-    """Starlette and FastAPI run a sync handler with anyio's `to_thread.run_sync`, in a copy of the request's
-    context: the worker's stack finds the request there, as the request module registers it."""
-    anyio = pytest.importorskip("anyio")
+def test_a_call_handed_to_anyios_thread_pool_runs_as_its_request_on_the_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette and FastAPI hand a request's sync work (a handler, a dependency, response validation) to anyio's
+    `to_thread.run_sync`: hooked, the worker thread is the request's for the call's length, whatever its stack (no
+    route's node here), and is no one's once the call returns."""
+    pytest.importorskip("anyio")
+    import anyio.to_thread
+
     from energyprof.agent import requests as agent_requests
+    from energyprof.agent.request_hooks import patch
+
+    monkeypatch.setattr(anyio.to_thread, "run_sync", anyio.to_thread.run_sync)  # put back as it was afterwards
+    patch("anyio.to_thread", anyio.to_thread)
 
     class Req:  # the request as agent/requests.py keeps it: its index, and whether it ended
         opened, done = 41, False
 
+    worker: list[int] = []
+
     def handler() -> int:
+        worker.append(threading.get_ident())
         return agent_units.unit_of(threading.get_ident(), sys._getframe())
 
-    async def main() -> int:
+    async def main() -> tuple[int, int]:
+        alone = await anyio.to_thread.run_sync(handler)  # no request open here: the call is handed over as it is
         agent_requests._current.set(Req())  # type: ignore[arg-type]
-        return await anyio.to_thread.run_sync(handler)
+        return alone, await anyio.to_thread.run_sync(handler)
 
-    assert anyio.run(main) == 41
-    assert agent_units.request_var and agent_units.request_var[0] is agent_requests._current
+    assert anyio.run(main) == (-1, 41)
+    assert worker[1] not in agent_units.running_threads  # the worker is no request's between calls
+
+
+def _run(tmp_path: Path, program: str) -> subprocess.CompletedProcess[str]:
+    """`program` (profiled in process at a replayed flat 50 W) run as plain `python` would."""
+    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
+    (tmp_path / "prog.py").write_text(textwrap.dedent(program))
+    return subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+
+POOL_LIFETIMES = """
+import gc, sys, threading, time, weakref
+import anyio, anyio.to_thread
+from energyprof import energy_profile
+from energyprof.agent.request_hooks import install_routers
+from energyprof.agent.requests import close_request, open_request
+from energyprof.agent.units import unit_of
+
+class Job:
+    pass
+
+def first(job):
+    start = time.thread_time()  # CPU by this thread's clock, so the sampler sees the worker run it
+    while time.thread_time() - start < 0.05:
+        pass
+    return unit_of(threading.get_ident(), sys._getframe())  # what the sampler asks of this worker's stack
+
+async def main():
+    req = open_request("GET", on_loop=True)
+    job = Job()
+    ref = weakref.ref(job)
+    seen = await anyio.to_thread.run_sync(first, job)
+    del job
+    await anyio.to_thread.run_sync(int)  # the worker's next job
+    gc.collect()
+    close_request(req, 200)
+    return seen == req.opened, ref() is None
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv", interval=0.002):
+    install_routers()
+    print(*anyio.run(main))
+"""
+
+
+def test_the_sampler_keeps_no_object_of_a_pool_workers_job_alive(tmp_path: Path) -> None:
+    """A request's job on anyio's worker thread, sampled and asked which request it runs: once the worker has run its
+    next job and the program has dropped the first job's argument, nothing of energyprof's holds it (reading the
+    worker's frame's locals would leave a snapshot of them on the frame, on Python <= 3.12)."""
+    pytest.importorskip("anyio")
+    done = _run(tmp_path, POOL_LIFETIMES)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "True True\n", done.stderr  # the job ran as its request's, and its argument is freed
 
 
 # -- a real server ----------------------------------------------------------------------------------------------
@@ -205,15 +267,11 @@ def _drive_concurrently(port: int) -> list[int]:
     return statuses
 
 
-def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp_path: Path) -> None:
-    """A FastAPI app under `python -m energyprof -m uvicorn` at a replayed flat power, its routes driven at once:
-    `/wait` awaits 0.2 s while `/ping` (0.05 CPU-s, on the loop) and `/items/{item_id}` (0.2 CPU-s, on worker
-    threads) burn CPU beside it. Over its span a `/wait` shares the program's energy with the busy routes
-    (span-based, it would read more than a `/ping`); by its samples it reads next to nothing."""
-    pytest.importorskip("uvicorn")
-    from test_requests import free_port, wait_for  # the sequential tests' server helpers
+def _serve(app: str, tmp_path: Path) -> tuple[subprocess.Popen[str], int]:
+    """`app` (a module's source) served by uvicorn under `python -m energyprof` at a replayed flat 50 W."""
+    from test_requests import free_port
 
-    (tmp_path / "app.py").write_text(textwrap.dedent(APP))
+    (tmp_path / "app.py").write_text(textwrap.dedent(app))
     (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
     port = free_port()
     env = dict(os.environ)
@@ -222,6 +280,18 @@ def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp
                              "--interval", "0.005", "--sensor-interval", "0.01", "-m", "uvicorn", "app:app", "--port",
                              str(port), "--log-level", "warning"], cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=env)
+    return proc, port
+
+
+def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp_path: Path) -> None:
+    """A FastAPI app under `python -m energyprof -m uvicorn` at a replayed flat power, its routes driven at once:
+    `/wait` awaits 0.2 s while `/ping` (0.05 CPU-s, on the loop) and `/items/{item_id}` (0.2 CPU-s, on worker
+    threads) burn CPU beside it. Over its span a `/wait` shares the program's energy with the busy routes
+    (span-based, it would read more than a `/ping`); by its samples it reads next to nothing."""
+    pytest.importorskip("uvicorn")
+    from test_requests import wait_for  # the sequential tests' server helper
+
+    proc, port = _serve(APP, tmp_path)
     try:
         wait_for(port, proc)
         statuses = _drive_concurrently(port)
@@ -262,6 +332,58 @@ def test_concurrent_requests_on_uvicorn_are_charged_what_they_ran_and_add_up(tmp
         assert ran >= node_cpu[name] - moved - 0.005 * len(by[name]) - 1e-9, (name, node_cpu[name], ran, moved)
 
 
+DEPENDENCY_APP = """
+import time
+from fastapi import Depends, FastAPI
+
+def heavy():                 # sync: FastAPI runs it on anyio's worker threads, outside the handler
+    start = time.thread_time()  # CPU by this thread's own clock: the same work however busy the machine is
+    s = 0
+    while time.thread_time() - start < 0.3:
+        for i in range(2000):
+            s += i * i
+    return time.thread_time() - start
+
+app = FastAPI()
+
+@app.get("/dep")
+async def dep(spent: float = Depends(heavy)):  # async: on the event loop, for microseconds
+    return {"spent": spent}
+"""
+
+
+def test_a_sync_dependencys_work_on_the_thread_pool_is_its_requests(tmp_path: Path) -> None:
+    """FastAPI runs a sync dependency through the thread pool, outside the route's handler: under
+    `python -m energyprof -m uvicorn`, the worker's CPU while it runs is the request's. Each request's samples ran
+    the dependency's 0.3 CPU-s (by the worker's own clock) but for what each edge's sample may miss, one sampling
+    interval's CPU at most, so their CPU holds at least half of it; unattributed, it would hold next to nothing."""
+    pytest.importorskip("uvicorn")
+    from test_requests import wait_for  # the sequential tests' server helper
+
+    proc, port = _serve(DEPENDENCY_APP, tmp_path)
+    spent: list[float] = []
+    try:
+        wait_for(port, proc)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        for _ in range(2):
+            conn.request("GET", "/dep")
+            r = conn.getresponse()
+            assert r.status == 200
+            spent.append(json.loads(r.read())["spent"])
+        conn.close()
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=180)
+    profile = load(tmp_path / "p.json")
+    runs = [w for w in profile.windows if w.name == "GET /dep" and w.loop.get(REQUEST_FACT)]
+    assert len(runs) == 2, err
+    for w, cpu in zip(sorted(runs, key=lambda w: w.start_s), spent):
+        assert w.loop[CPU_FACT] >= 0.5 * cpu, (w.loop, cpu)
+        assert w.program_energy_j["cpu"] > 0
+    # the dependency's own frames stay in the tree: the call's wrapper on the worker is passed over, not a cut
+    assert any(n.function == "heavy" and n.cpu_time_s > 0 for n, _ in profile.walk())
+
+
 THREAD_END = """
 import threading, time
 from energyprof import energy_profile
@@ -281,9 +403,7 @@ print("done")
 
 
 def test_a_request_no_hook_ended_closes_with_its_thread_or_the_run_and_says_so(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,50\n")
-    (tmp_path / "prog.py").write_text(textwrap.dedent(THREAD_END))
-    done = subprocess.run([sys.executable, "prog.py"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = _run(tmp_path, THREAD_END)
     assert done.returncode == 0 and done.stdout == "done\n", done.stderr
     profile = load(tmp_path / "p.json")
     lost, cut = unit_runs(profile.windows)
@@ -291,6 +411,52 @@ def test_a_request_no_hook_ended_closes_with_its_thread_or_the_run_and_says_so(t
     assert lost.start_s + lost.time_s < cut.start_s  # it ended with its thread, not at the next request or the run's end
     notes = " ".join(unit_table([lost, cut], 1.0, "request").notes)
     assert "its thread's end" in notes and "the run's end" in notes
+
+
+OTHER_CONTEXT = """
+import contextvars
+from energyprof import energy_profile
+from energyprof.agent.requests import name_request, open_request
+
+def serve(path):              # a server's thread whose request no hook saw end, each opened in a context of its own
+    name_request(open_request("GET"), path)
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    contextvars.copy_context().run(serve, "/first")
+    contextvars.copy_context().run(serve, "/second")  # same thread: the first ends here, by the next request
+print("done")
+"""
+
+
+def test_a_threads_next_request_from_another_context_ends_the_one_before_as_the_next(tmp_path: Path) -> None:
+    done = _run(tmp_path, OTHER_CONTEXT)
+    assert done.returncode == 0 and done.stdout == "done\n", done.stderr
+    first, second = unit_runs(load(tmp_path / "p.json").windows)
+    assert (first.name, first.ended_by, second.ended_by) == ("GET /first", END_NEXT, END_RUN)
+
+
+ODD_APP = """
+from energyprof import energy_profile
+from energyprof.asgi import EnergyMiddleware
+
+class Odd:                    # an awaitable whose `cr_frame` is no frame (another coroutine library's)
+    cr_frame = object()
+
+    def __await__(self):
+        return iter(())
+
+def app(scope, receive, send):
+    return Odd()
+
+with energy_profile(json="p.json", output=None, quiet=True, power_trace="trace.csv"):
+    got = EnergyMiddleware(app)({"type": "http", "method": "GET"}, None, None)
+print(type(got).__name__)
+"""
+
+
+def test_the_asgi_hooks_bookkeeping_never_raises_into_the_server(tmp_path: Path) -> None:
+    done = _run(tmp_path, ODD_APP)
+    assert (done.returncode, done.stdout) == (0, "Odd\n"), done.stderr  # the application's own awaitable, handed back
 
 
 # -- bounded memory: a long-running server's requests ------------------------------------------------------------
@@ -321,6 +487,33 @@ def test_the_book_keeps_a_bounded_sample_and_the_costliest_and_sums_every_run_ex
     assert [r.joules for r in t.costliest] == [20_000.0, 19_999.0, 19_998.0]
     assert sum(r.time_s for r in unit_runs(windows)) == pytest.approx(n * 0.0005, rel=1e-9)  # each run's 0.5 ms
     assert "uniform sample" in " ".join(t.notes) and "16 of 20000" in " ".join(t.notes)
+
+
+@pytest.mark.parametrize("extra", [1, 2])
+def test_a_fold_of_one_run_is_a_fold_and_not_a_run_of_the_sample(extra: int) -> None:
+    """SAMPLE_RUNS + 1 (or + 2) runs, each cheaper than the one before: the costliest kept are the first ones, and a
+    run the uniform sample drops is folded. A fold stands for the runs it holds however few: in no sample (the table
+    says 256 of N, at N = 257 too), its time its runs' 0.5 ms each (its window spans nothing), never a costliest."""
+    n = SAMPLE_RUNS + extra
+    for seed in range(100):  # a seed under which the fold holds every run the sample left out (none kept as costliest)
+        book = UnitBook(1, seed=seed)
+        for k in range(1, n + 1):
+            book.add(_tally("GET /a", k, float(n + 1 - k)))
+        if any(w.loop.get(RUNS_FACT) == extra for w in book.tallies()):
+            break
+    else:
+        pytest.fail("no seed folds every run the sample left out")
+    windows = [window_record(Ledger([{"id": "cpu", "component": "cpu"}]).account(w), "share", 0) for w in book.tallies()]
+    runs = unit_runs(windows)
+    (fold,) = [r for r in runs if r.index is None]  # the book's fold has no index of its own
+    assert (fold.runs, fold.sampled) == (extra, False)
+    assert fold.time_s == pytest.approx(extra * 0.0005, rel=1e-9)
+    assert sum(r.runs for r in runs) == n and sum(r.time_s for r in runs) == pytest.approx(n * 0.0005, rel=1e-9)
+    t = unit_table(runs, float(n * (n + 1) / 2), "request")
+    (g,) = t.groups
+    assert (g.count, g.sampled, g.total_j) == (n, SAMPLE_RUNS, n * (n + 1) / 2)
+    assert f"{SAMPLE_RUNS} of {n}" in " ".join(t.notes)
+    assert all(r.index is not None for r in t.costliest)
 
 
 def test_the_books_sample_is_uniform() -> None:

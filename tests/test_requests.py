@@ -393,6 +393,30 @@ def test_a_route_node_inside_another_is_counted_once_in_the_trees_route_energy()
     assert route_energy(root, "[request ") == {"GET /burn": 9.0, "GET /sleep": 6.0}
 
 
+def test_an_older_profiles_overlapping_requests_take_their_totals_from_the_trees_route_nodes() -> None:
+    """A profile written before requests counted their samples: its request windows are span-based and overlap
+    (`GET /a` twice over the same second, each holding the program's 8 J of it), so their spans' sum (17 J with
+    `GET /sleep`'s) counts the overlap twice and reads more than the program's 16 J (its tree's). Re-rendered, the
+    totals and shares are the tree's route nodes' (9 J and 6 J, as route_energy reads them), which add up, and the
+    table says so."""
+    windows = [_w("GET /a", 0.0, 1.0, 8.0), _w("GET /a", 0.0, 1.0, 8.0), _w("GET /sleep", 2.0, 0.5, 1.0)]
+    root = _tree(**{"GET /a": 4.0, "GET /sleep": 1.0})
+    profile = SimpleNamespace(sources=[SimpleNamespace(method="measured")], meta={"sensor_interval_s": 0.0}, root=root)
+    assert root.total_energy == 16.0 and sum(w.program_energy_j["cpu"] for w in windows) == 17.0
+    (t,) = unit_tables(windows, 16.0, profile=profile)
+    assert {g.name: (g.count, g.total_j, g.share) for g in t.groups} == {"GET /a": (2, 9.0, 9 / 16),
+                                                                      "GET /sleep": (1, 6.0, 6 / 16)}
+    assert t.total_j == 15.0 and t.totals_from == "routes"
+    assert [g.median_j for g in t.groups] == [8.0, 1.0]  # each run's own figure stays its span's
+    assert any("route's node" in n for n in t.notes) and not any("once per run" in n for n in t.notes)
+    assert "route's node" in "\n".join(console_lines([t]))
+    # a profile whose requests counted their samples keeps its runs' sums, whatever its tree
+    counted = [_w("GET /a", 0.0, 1.0, 8.0)]
+    counted[0].loop["samples"] = 3.0
+    (t2,) = unit_tables(counted, 16.0, profile=profile)
+    assert (t2.total_j, t2.totals_from) == (8.0, "samples")
+
+
 def test_every_units_table_says_its_method_its_edge_error_and_its_notes() -> None:
     """A run of 0.5 s holding 5 J, read at 50 ms: each edge's interval is in doubt, at the run's own mean power
     (10 W), 2 * 0.05 s * 10 W = 1 J; a run shorter than two intervals is wholly in doubt (+- its joules)."""

@@ -55,10 +55,11 @@ def _generation_utils(module: Any) -> None:
     hook_generate(module)
 
 
-# The web servers and routers that make each request a window (agent/request_hooks.py, imported only
-# once the program imports one of them: a program that serves nothing loads none of it).
+# The web servers and routers that make each request a window, and anyio's thread pool that runs a request's
+# sync work (agent/request_hooks.py, imported only once the program imports one of them: a program that serves
+# nothing and uses no anyio loads none of it).
 REQUEST_MODULES = ("uvicorn.config", "hypercorn.app_wrappers", "wsgiref.handlers", "waitress.task",
-                   "gunicorn.http.wsgi", "gunicorn.workers.base", "starlette.routing", "flask.ctx",
+                   "gunicorn.http.wsgi", "gunicorn.workers.base", "starlette.routing", "anyio.to_thread", "flask.ctx",
                    "django.core.handlers.base")
 
 

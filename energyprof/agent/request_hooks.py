@@ -15,6 +15,9 @@ modules below, the module's functions named here are wrapped once, after its cod
     starlette.routing     Route.matches and Mount.matches: the chosen route names the request
                           (FastAPI's routes are Starlette's); Route.handle: its coroutine's frame is
                           the request's (agent/units.py: which request a sample ran)
+    anyio.to_thread       run_sync: a call a request hands to anyio's thread pool (Starlette's and FastAPI's
+                          sync handlers, dependencies, response validation) runs as that request's on
+                          its worker thread (agent/in_request.py)
     flask.ctx             RequestContext.match_request: the URL rule names the request
     django.core.handlers.base  BaseHandler.resolve_request: the resolver match's route names it
                           (`/items/<int:item_id>`: Django's routes have no leading slash)
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import sys
 
+from .in_request import InRequest
 from .requests import AsgiRequests, close_request, current, name_request, open_request
 
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
@@ -184,6 +188,23 @@ def _starlette(module: Any) -> None:
     _wrap(module.Route, "handle", _after(_handled))
 
 
+def _to_thread(module: Any) -> None:
+    """anyio's `run_sync(func, *args, ...)`: `func` runs on a worker thread as the request open where it was handed
+    over. The wrapper returns `run_sync`'s coroutine, so it is on no stack; on the worker, InRequest's frame is
+    passed over as a wrapper's."""
+    def make(run_sync: Callable[..., Any]) -> Callable[..., Any]:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            req = current()
+            if args and req is not None and not req.done:
+                try:
+                    args = (InRequest(args[0], req.opened), *args[1:])
+                except Exception:  # noqa: BLE001 - ours: the call runs as handed over, unattributed
+                    pass
+            return run_sync(*args, **kwargs)
+        return wrapped
+    _wrap(module, "run_sync", make)
+
+
 def _flask(module: Any) -> None:
     def book(ctx: Any, _result: Any) -> None:
         rule = getattr(getattr(ctx, "request", None), "url_rule", None)
@@ -209,6 +230,7 @@ PATCHES: dict[str, Callable[[Any], None]] = {
     "gunicorn.http.wsgi": _gunicorn,
     "gunicorn.workers.base": _gunicorn_errors,
     "starlette.routing": _starlette,
+    "anyio.to_thread": _to_thread,
     "flask.ctx": _flask,
     "django.core.handlers.base": _django,
 }
@@ -225,12 +247,13 @@ def patch(name: str, module: Any) -> None:
             agent.note(f"web requests through {name} are not windows in this run: {type(exc).__name__}: {exc}")
 
 
-ROUTERS = ("starlette.routing", "flask.ctx", "django.core.handlers.base")
+ROUTERS = ("starlette.routing", "anyio.to_thread", "flask.ctx", "django.core.handlers.base")
 
 
 def install_routers() -> None:
-    """The routers the program has imported, hooked now (an in-process middleware's routes): their
-    requests' windows begin as soon as routing names them."""
+    """The routers the program has imported, and anyio's thread pool, hooked now (an in-process middleware's
+    routes): their requests' windows begin as soon as routing names them, and their sync work on the pool's
+    threads is theirs."""
     for name in ROUTERS:
         module = sys.modules.get(name)
         if module is not None:

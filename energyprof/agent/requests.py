@@ -18,7 +18,8 @@ the program's own.
 
 The sampler tells which request a sample ran (agent/units.py's `unit_of`): a request registers the frames
 its work runs under on an event loop (its application's coroutine, each route's `handle`), or its thread
-(a WSGI server's), and forgets them as it ends; the ledger charges its window what those samples were
+(a WSGI server's; a pool worker's while it runs a call the request handed it, agent/in_request.py), and
+forgets them as it ends; the ledger charges its window what those samples were
 charged, so requests that overlap share nothing and a request that awaits costs nothing meanwhile. A
 request whose end no hook sees ends at the next request on its thread or task, its task's end, its
 thread's end or the run's end, whichever comes first, and its window says which (`ENDED_BY`).
@@ -43,7 +44,7 @@ import time
 from contextvars import ContextVar
 
 # Names, never `from . import wire`: the agent's package is loaded by path (agent/spool.py says why).
-from .units import note_endpoint, request_var, running_codes, running_frames, running_threads
+from .units import note_endpoint, running_codes, running_frames, running_threads
 from .window_facts import (
     END_NEXT, END_RUN, END_TASK, END_THREAD, ENDED_BY, OPENED_AS, PENDING, REQUEST_FACT, STATUS_FACT, WINDOW_INDEX
 )
@@ -128,7 +129,6 @@ class _ThreadEnd:
 
 
 _current: ContextVar[Request | None] = ContextVar("energyprof_request", default=None)
-request_var.append(_current)  # an anyio worker's context holds the request under it (agent/units.py)
 _lock = _thread.allocate_lock()
 _runs: dict[str, int] = {}  # each name's requests so far: a window's index
 _open: dict[int, Request] = {}  # the requests running now, by the index they began under
@@ -205,6 +205,12 @@ def open_request(method: Any, by_middleware: bool = False, on_loop: bool = False
     stale = _current.get()
     if stale is not None and not stale.done:
         close_request(stale, None, END_NEXT)  # a thread's last request that ended without its hook (an error path)
+    if not on_loop:
+        # the thread's last request, if another context opened it (the thread-local slot is the thread's, whatever
+        # the context): ended by this one, said so, never by the slot's replacement as if the thread had ended
+        old = getattr(_thread_end, "slot", None)
+        if old is not None and not old.req.done:
+            close_request(old.req, None, END_NEXT)
     req = Request(method, sink, by_middleware)
     try:
         # the window begins now, as PENDING: every interval of the request is charged to it, and its
@@ -217,7 +223,7 @@ def open_request(method: Any, by_middleware: bool = False, on_loop: bool = False
     if not on_loop:
         req.thread = _thread.get_ident()
         running_threads[req.thread] = req.opened
-        _thread_end.slot = _ThreadEnd(req)  # the previous request's, now done, goes
+        _thread_end.slot = _ThreadEnd(req)  # the one before, closed above: its end does nothing
     return req
 
 
@@ -294,8 +300,11 @@ def _forget(req: Request) -> None:
         if hit is not None and hit[1] == req.opened:
             del running_frames[key]
     req.frames = []
-    if req.thread is not None and running_threads.get(req.thread) == req.opened:
-        del running_threads[req.thread]
+    # its thread (a WSGI server's), and any pool worker still running a call it handed over (agent/in_request.py);
+    # `list` copies the items at once, whatever the workers do meanwhile
+    for ident, unit in list(running_threads.items()):
+        if unit == req.opened:
+            running_threads.pop(ident, None)
 
 
 # -- ASGI ------------------------------------------------------------------------------------
@@ -318,7 +327,10 @@ class AsgiRequests:
             return self.app(scope, receive, send)
         _on_task_end(req)
         coro = self.app(scope, receive, _Send(send, req, scope))
-        req.runs_in(getattr(coro, "cr_frame", None))  # the application's frames run this request
+        try:
+            req.runs_in(getattr(coro, "cr_frame", None))  # the application's frames run this request
+        except Exception:  # noqa: BLE001 - our bookkeeping: the request runs unattributed, the server is untouched
+            pass
         return coro
 
     def __getattr__(self, name: str) -> Any:  # the wrapped application's own attributes (a server may read them)

@@ -34,7 +34,7 @@ from .own_charge import charge_own as charge_own  # the kernel capture finds it 
 from .own_threads import start as start_own_thread
 from .qualnames import learn, qualname
 from .stacks import KEEP, PACKAGE_DIR, STOP, Frame, View, filtered, frame_kind
-from .units import REQUEST_PREFIX, running_codes, running_frames, running_threads, unit_of
+from .units import running_codes, running_frames, running_threads, unit_of
 from .thread_book import (
     ThreadBook, _code_of, _depart_310, _departures, _hook_departures, _hooked, _keep_active_hooked, _names, _outermost,
     _own_ns, _printable, _running, _starting, _targets, _threading_table, main_thread_ident
@@ -383,9 +383,10 @@ class Sampler(ThreadBook, OwnCharge):
                     own_frames = own_frames[k:]
                 frames = self.view.thread(name, own_frames)  # type: ignore[arg-type]
             sid = self.intern(frames)
-            if running_codes and (any(id(c) in running_codes for c in codes)
-                                  or any(fr[0].startswith(REQUEST_PREFIX) for fr in frames)):
-                self._unit_sids.add(sid)  # a stack that may run a web request: its samples say which
+            if running_codes and any(id(c) in running_codes for c in codes):
+                # a stack that may run a web request on an event loop: its samples say which (a thread a request
+                # holds, a WSGI server's or a pool worker's, says so whatever its stack)
+                self._unit_sids.add(sid)
             if not main and all(os.path.basename(f[1]) == "threading.py" for f in own_frames):
                 self._bootstrap_sids.add(sid)
             self._sid_cache[key] = sid

@@ -20,7 +20,8 @@ PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _RUNNER_FILES = {"<frozen runpy>", "<frozen importlib._bootstrap>", "<frozen importlib._bootstrap_external>"}
 # energyprof files whose frames stand between user frames (wrappers): skipped, the stack goes on.
 _TRANSPARENT = tuple(PACKAGE_DIR + p for p in (os.path.join("drive", "api.py"), "cli" + os.sep,
-                                               "__main__.py", "torch.py", "integrations" + os.sep))
+                                               "__main__.py", "torch.py", "integrations" + os.sep,
+                                               os.path.join("agent", "in_request.py")))
 
 KEEP, SKIP, STOP = 0, 1, 2
 

@@ -146,16 +146,18 @@ def _in_route(frames: list[Frame]) -> list[Frame]:
 
 
 # -- which request a sample ran -------------------------------------------------------------------
-# Which request a sample ran, the sampler asks here (`unit_of`) for a stack that may run one: rooted at a route's
-# node, or holding a registered frame's code; on a thread a request holds, every sample is that request's. A
-# request runs where its frames are (agent/requests.py registers them as the request begins and forgets them as
-# it ends), so its samples are all its work (routing, middleware, its handler, its response), and no other's:
+# Which request a sample ran, the sampler asks here (`unit_of`) for a stack that may run one (holding a registered
+# frame's code); on a thread a request holds, every sample is that request's. A request runs where its frames are
+# (agent/requests.py registers them as the request begins and forgets them as it ends), so its samples are all its
+# work (routing, middleware, its handler, its response), and no other's:
 #   on an event loop, its application's outermost coroutine frame, and the coroutine frame of each route's
 #   `handle` (a middleware may run the route in a task of its own): a task's frames are on the loop's
 #   stack only while that task runs, so a request that awaits is sampled in none of them;
-#   in a thread pool of anyio's (a sync handler of Starlette's or FastAPI's), the context the worker runs
-#   it in, which holds the request (anyio's worker keeps it in its loop's `context` local);
+#   in anyio's thread pool (a sync handler, dependency or response validation of Starlette's or FastAPI's), the
+#   worker thread, for as long as it runs a call the request handed it (agent/in_request.py);
 #   on a WSGI server's thread, the thread itself, for as long as the request runs there.
+# Nothing here reads a frame's locals: on Python <= 3.12 that leaves a snapshot of them on the frame, which would
+# keep the program's objects alive after the program dropped them.
 # A unit is the request's window index as it began (agent/window_facts.PENDING): -1, none.
 running_frames: dict[int, tuple[object, int]] = {}  # id(frame) -> (the frame, kept alive so its id stays its own; unit)
 # The code of every frame ever registered (an application's `__call__`, a route's `handle`): a stack that runs one
@@ -163,8 +165,6 @@ running_frames: dict[int, tuple[object, int]] = {}  # id(frame) -> (the frame, k
 # is registered before its coroutine first runs)
 running_codes: dict[int, object] = {}
 running_threads: dict[int, int] = {}  # thread ident -> unit
-request_var: list[object] = []  # the request's ContextVar (agent/requests.py), once it is loaded
-_ANYIO_WORKER = os.sep + os.path.join("anyio", "_backends", "_asyncio.py")
 
 
 def unit_of(ident: int, frame: object) -> int:
@@ -174,18 +174,5 @@ def unit_of(ident: int, frame: object) -> int:
         hit = running_frames.get(id(f))
         if hit is not None and hit[0] is f:
             return hit[1]
-        code = f.f_code  # type: ignore[attr-defined]
-        if code.co_name == "run" and request_var and code.co_filename.endswith(_ANYIO_WORKER):
-            return _in_context(f)
         f = f.f_back  # type: ignore[attr-defined]
     return running_threads.get(ident, -1)
-
-
-def _in_context(worker: object) -> int:
-    """The request in the context an anyio worker thread runs its call in (its frame's `context` local)."""
-    try:
-        ctx = worker.f_locals.get("context")  # type: ignore[attr-defined]
-        req = ctx.get(request_var[0]) if ctx is not None else None
-        return -1 if req is None or req.done else int(req.opened)
-    except Exception:  # noqa: BLE001 - an anyio whose worker changed: the sample stays the route's, no request's
-        return -1

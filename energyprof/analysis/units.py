@@ -16,7 +16,9 @@ program part (measured or estimated as the sources are), of one of two kinds:
   run's figure is known to one sample at each edge (+- 2 x joules / samples); a run shorter than the
   sampling interval is caught by a sample or not, so the mean over many runs is the figure to read;
 * span-based (engine tasks, old profiles): the program's energy over the run's span, +- its edges' partly
-  overlapped sensor intervals; runs that overlap share the program's energy over the overlap.
+  overlapped sensor intervals; runs that overlap share the program's energy over the overlap. A profile
+  written before requests counted their samples has span-based requests: their routes' totals are then
+  the tree's, the samples rooted at each route's node (`route_energy`), which add up.
 
 A long run keeps a bounded set of each name's runs (core/unit_book.py): a uniform sample of them and the
 costliest, the others folded into one window per name (`runs` of them). Counts, totals, means and the
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+from ..agent.units import REQUEST_PREFIX
 from ..agent.window_facts import (
     COSTLIEST_ONLY, END_NAMES, ENDED_BY, REQUEST_FACT, RUNS_FACT, RUNS_TIME_FACT, SAMPLES_FACT, STATUS_FACT
 )
@@ -44,7 +47,8 @@ COSTLIEST = 5  # runs listed under each table, most joules first
 @record
 class UnitRun:
     """One run of a unit of work (its window's name, start (s from the run's start), time and joules), or,
-    with `runs` > 1, the runs a long run folded into one window (their time and joules summed)."""
+    with `fold`, the runs a long run folded into one window (`runs` of them, one or more; their time and
+    joules summed). A fold is in no uniform sample: its runs are those the sample left out."""
 
     kind: str
     name: str
@@ -57,7 +61,8 @@ class UnitRun:
     samples: int | None = None  # sample-based: how many samples ran it; None: span-based
     ended_by: float | None = None  # no hook saw its end: what ended it (agent/window_facts.END_*)
     runs: int = 1
-    sampled: bool = True  # in the uniform sample of its name's runs (False: kept as one of the costliest only)
+    sampled: bool = True  # in the uniform sample of its name's runs (False: kept as one of the costliest only, or a fold)
+    fold: bool = False  # the window stands for the runs folded into it (RUNS_FACT), however many
 
 
 @record
@@ -90,7 +95,8 @@ class UnitTable:
     program_j: float
     notes: list[str] = field(default_factory=list)
     method: str = "measured"  # the sources' (estimated where any is)
-    totals_from: str = "spans"  # "samples": each run's joules are its samples', so the totals add up
+    totals_from: str = "spans"  # "samples": each run's joules are its samples', so the totals add up; "routes": the
+    # runs' are their spans', the totals the tree's route nodes' (an older profile's requests)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form (`derived.units` of a saved profile)."""
@@ -121,12 +127,13 @@ def unit_runs(windows: Iterable[Window]) -> list[UnitRun]:
             continue
         loop = w.loop or {}
         status, samples = loop.get(STATUS_FACT), loop.get(SAMPLES_FACT)
-        runs = int(loop.get(RUNS_FACT, 1))
+        fold = RUNS_FACT in loop  # a fold's window spans nothing (its end is its start): its runs' time is summed apart
         out.append(UnitRun(kind=kind, name=w.name, index=w.index, start_s=w.start_s,
-                           time_s=loop.get(RUNS_TIME_FACT, w.time_s) if runs > 1 else w.time_s,
+                           time_s=loop.get(RUNS_TIME_FACT, 0.0) if fold else w.time_s,
                            joules=window_program_j(w), status=int(status) if status else None, pid=w.pid,
                            samples=None if samples is None else int(samples), ended_by=loop.get(ENDED_BY),
-                           runs=runs, sampled=not loop.get(COSTLIEST_ONLY)))
+                           runs=int(loop[RUNS_FACT]) if fold else 1, sampled=not fold and not loop.get(COSTLIEST_ONLY),
+                           fold=fold))
     return out
 
 
@@ -146,12 +153,16 @@ def median(values: list[float]) -> float:
     return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
 
 
-def _group(name: str, rs: list[UnitRun], program_j: float, sensor_interval_s: float) -> UnitGroup:
+def _group(name: str, rs: list[UnitRun], program_j: float, sensor_interval_s: float,
+           total: float | None = None) -> UnitGroup:
     """One name's row: count, total and mean over every run (folded ones too), the max over those kept one by
-    one (the costliest always are), the median and p95 over the uniform sample."""
+    one (the costliest always are), the median and p95 over the uniform sample. `total`: the name's from
+    elsewhere (its route's node in the tree), the mean staying its runs'."""
     count = sum(r.runs for r in rs)
-    total = sum(r.joules for r in rs)
-    single = [r for r in rs if r.runs == 1]
+    runs_total = sum(r.joules for r in rs)
+    if total is None:
+        total = runs_total
+    single = [r for r in rs if not r.fold]
     sample = [r for r in single if r.sampled]
     js = [r.joules for r in sample]
     mid = sorted(sample, key=lambda r: r.joules)[len(sample) // 2] if sample else None
@@ -159,33 +170,41 @@ def _group(name: str, rs: list[UnitRun], program_j: float, sensor_interval_s: fl
                      max_j=max((r.joules for r in single), default=0.0), total_j=total,
                      share=total / program_j if program_j else None, median_time_s=median([r.time_s for r in sample]),
                      edge_j=edge_error(mid, sensor_interval_s) if mid is not None else 0.0,
-                     mean_j=total / count if count else 0.0, sampled=len(sample) if len(sample) < count else None)
+                     mean_j=runs_total / count if count else 0.0, sampled=len(sample) if len(sample) < count else None)
 
 
 def unit_table(runs: Iterable[UnitRun], program_j: float, kind: str, label: str | None = None,
-               costliest: int = COSTLIEST, method: str = "measured", sensor_interval_s: float = 0.0) -> UnitTable:
+               costliest: int = COSTLIEST, method: str = "measured", sensor_interval_s: float = 0.0,
+               route_j: dict[str, float] | None = None) -> UnitTable:
     """The table of one kind's runs (those of other kinds are left out): per name, the count, joules per
     run (mean, median, p95, max, the median run's +- its edges' error), total and share of `program_j`,
-    most energy first; and the `costliest` runs."""
+    most energy first; and the `costliest` runs. With `route_j` (each name's energy from the tree's route
+    nodes) and span-based runs, the totals and shares are those, which add up where the spans overlap."""
     mine = [r for r in runs if r.kind == kind]
     by_name: dict[str, list[UnitRun]] = {}
     for r in mine:
         by_name.setdefault(r.name, []).append(r)
-    groups = [_group(name, rs, program_j, sensor_interval_s) for name, rs in by_name.items()]
-    groups.sort(key=lambda g: (-g.total_j, g.name))
-    top = sorted((r for r in mine if r.runs == 1), key=lambda r: (-r.joules, r.start_s))[:max(0, costliest)]
     by_samples = bool(mine) and all(r.samples is not None for r in mine)
+    routes = route_j if route_j is not None and not any(r.samples is not None for r in mine) else None
+    groups = [_group(name, rs, program_j, sensor_interval_s, routes.get(name, 0.0) if routes is not None else None)
+              for name, rs in by_name.items()]
+    groups.sort(key=lambda g: (-g.total_j, g.name))
+    top = sorted((r for r in mine if not r.fold), key=lambda r: (-r.joules, r.start_s))[:max(0, costliest)]
     return UnitTable(kind=kind, label=label or LABELS.get(kind, kind), groups=groups, costliest=top,
                      count=sum(g.count for g in groups), total_j=sum(g.total_j for g in groups), program_j=program_j,
-                     notes=_notes(mine, groups, by_samples), method=method,
-                     totals_from="samples" if by_samples else "spans")
+                     notes=_notes(mine, groups, by_samples, routes is not None), method=method,
+                     totals_from="samples" if by_samples else "routes" if routes is not None else "spans")
 
 
-def _notes(runs: list[UnitRun], groups: list[UnitGroup], by_samples: bool) -> list[str]:
+def _notes(runs: list[UnitRun], groups: list[UnitGroup], by_samples: bool, by_routes: bool = False) -> list[str]:
     notes = []
+    if by_routes:
+        notes.append("a profile from before each request counted its samples: each run's joules (mean, median, p95, "
+                     "max) hold the program's energy over its span; the totals and shares are the samples rooted at "
+                     "each route's node in the tree (its handler's), which add up")
     if not by_samples and _overlapping(runs):
         notes.append("some runs overlapped in time: each run's joules hold the program's energy over its own span, "
-                     "shared with the runs beside it, so the total counts an overlap once per run")
+                     "shared with the runs beside it" + ("" if by_routes else ", so the total counts an overlap once per run"))
     ended: dict[float, int] = {}
     for r in runs:
         if r.ended_by:
@@ -233,7 +252,7 @@ def route_energy(root: Any, prefix: str) -> dict[str, float]:
 def _overlapping(runs: list[UnitRun]) -> bool:
     by_pid: dict[int | None, list[UnitRun]] = {}
     for r in runs:
-        if r.runs == 1:
+        if not r.fold:
             by_pid.setdefault(r.pid, []).append(r)
     for rs in by_pid.values():
         rs = sorted(rs, key=lambda r: r.start_s)
@@ -248,15 +267,21 @@ def _overlapping(runs: list[UnitRun]) -> bool:
 def unit_tables(windows: Iterable[Window], program_j: float, costliest: int = COSTLIEST,
                 profile: Any = None) -> list[UnitTable]:
     """A table per kind of unit the windows hold (requests first, then the rest by name). With `profile`
-    (the windows'), each table says its sources' method and its runs' edge error."""
+    (the windows'), each table says its sources' method and its runs' edge error; an older profile's requests
+    (no samples counted) take their totals from the tree's route nodes."""
     runs = unit_runs(windows)
     kinds = sorted({r.kind for r in runs}, key=lambda k: (k != REQUEST_FACT, k))
     extra: dict[str, Any] = {}
+    routes = None
     if profile is not None:
         estimated = any(getattr(src, "method", "measured") == "estimated" for src in profile.sources)
         extra = {"method": "estimated" if estimated else "measured",
                  "sensor_interval_s": float(profile.meta.get("sensor_interval_s") or 0.0)}
-    return [unit_table(runs, program_j, k, costliest=costliest, **extra) for k in kinds]
+        root = getattr(profile, "root", None)
+        if root is not None and not any(r.samples is not None for r in runs if r.kind == REQUEST_FACT):
+            routes = route_energy(root, REQUEST_PREFIX)
+    return [unit_table(runs, program_j, k, costliest=costliest, route_j=routes if k == REQUEST_FACT else None, **extra)
+            for k in kinds]
 
 
 @record
@@ -283,7 +308,7 @@ def unit_changes(runs_windows: list[list[Window]], base: list[int], head: list[i
     out = []
     for kind, name in names:
         mine = [[r for r in rs if r.kind == kind and r.name == name] for rs in per_run]
-        js = [[r.joules for r in rs if r.runs == 1 and r.sampled] for rs in mine]
+        js = [[r.joules for r in rs if r.sampled] for rs in mine]
         medians = [median(j) if j else None for j in js]
         b = [medians[i] for i in base if medians[i] is not None]
         h = [medians[i] for i in head if medians[i] is not None]

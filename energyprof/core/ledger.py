@@ -65,18 +65,21 @@ def is_gpu(component: str) -> bool:
     return component.split(":")[0] == GPU_PREFIX
 
 
+WeightKey = tuple[int, int, int]  # (stack, process, unit: the web request the sample ran, -1 for none)
+
+
 class _Weights(NamedTuple):
-    """An interval's samples by (stack, process): their CPU in it, their wall time in it on a running
+    """An interval's samples by (stack, process, unit): their CPU in it, their wall time in it on a running
     main thread, on the main thread of a process using a GPU, on a main thread that used CPU; and
     every sample's wall time in it by stack (`seen`, for the timeline)."""
 
-    cpu: dict[tuple[int, int], float]
-    wall: dict[tuple[int, int], float]
-    gpu: dict[tuple[int, int], float]
-    main: dict[tuple[int, int], float]
+    cpu: dict[WeightKey, float]
+    wall: dict[WeightKey, float]
+    gpu: dict[WeightKey, float]
+    main: dict[WeightKey, float]
     seen: dict[int, float]
 
-    def for_source(self, gpu: bool) -> dict[tuple[int, int], float]:
+    def for_source(self, gpu: bool) -> dict[WeightKey, float]:
         """The weights a source's energy goes by: a GPU's by wall time on the processes using it;
         a CPU-class source's by CPU time, by wall time where no sample used CPU."""
         return (self.gpu or self.wall or self.cpu) if gpu else (self.cpu or self.wall)
@@ -469,7 +472,7 @@ class Ledger:
             seen[sid] = seen.get(sid, 0.0) + ov
         return w
 
-    def _carried(self, cpu_w: dict[tuple[int, int], float]) -> float:
+    def _carried(self, cpu_w: dict[WeightKey, float]) -> float:
         """The fraction of the program's CPU in the interval that its samples may carry.
 
         Samples are prorated over their spans, which straddle the ticks: an interval's samples may
@@ -511,7 +514,7 @@ class Ledger:
         self.idle.all[i] += remainder(d, prog_all + own_share)
         self.idle.share[i] += remainder(d, prog_share + own_share)  # phi_prog <= 1 - phi_own
 
-    def _charge_unseen_cpu(self, i: int, main_w: dict[tuple[int, int], float], prog_share: float, prog_all: float,
+    def _charge_unseen_cpu(self, i: int, main_w: dict[WeightKey, float], prog_share: float, prog_all: float,
                            child_frac: float, lost: float) -> tuple[float, float, float]:
         """The program's CPU that its samples do not carry (under 1/CARRY_LIMIT of what its clocks
         counted: work before the sampler's first tick or after its last, a thread it never saw).
@@ -544,7 +547,7 @@ class Ledger:
         row[0][i] += e_share
         row[1][i] += e_all
 
-    def _spread(self, weights: dict[tuple[int, int], float], i: int, e_share: float, e_all: float,
+    def _spread(self, weights: dict[WeightKey, float], i: int, e_share: float, e_all: float,
                 child_frac: float) -> None:
         total_w = sum(weights.values())
         stats = self.stats

@@ -28,8 +28,9 @@ def _what(t: UnitTable) -> str:
         return (f"{t.method}; joules per {t.kind}: the samples that ran it (a sample goes to the {t.kind} whose task "
                 "or thread ran it; waiting costs nothing), +- one sample's worth at each edge; a run shorter than "
                 "the sampling interval reads 0 or a whole sample, so read the mean; total: the runs' sum")
+    total = "its route's node in the tree" if t.totals_from == "routes" else "the runs' spans summed"
     return (f"{t.method}; joules per {t.kind}: the program's over its span, +- its edges' sensor intervals; "
-            "total: the runs' spans summed")
+            f"total: {total}")
 
 
 def console_lines(tables: list[UnitTable], groups: int = CONSOLE_GROUPS) -> list[str]:
