@@ -153,6 +153,7 @@ def serve_profiled(tmp_path: Path, command: list[str], paths: list[str]) -> tupl
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=180)
     assert (tmp_path / "p.json").exists(), err
+    assert (tmp_path / "r.html").exists(), err
     return load(tmp_path / "p.json"), statuses, err
 
 
