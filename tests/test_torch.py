@@ -197,18 +197,27 @@ def as_list(items: list[int]) -> list[int]:
     return list(items)
 
 
-def handed_on(items: list[int]) -> list[tuple[int, int]]:
-    """As `as_list`, each item stamped with the worker's clock as the batch leaves its collate
-    (perf_counter is one clock for all the machine's processes): when the run made each batch."""
+class StampedData(SleepyData):
+    """Each item with the worker's clock as its read began (perf_counter is one clock for all the
+    machine's processes)."""
+
+    def __getitem__(self, i: int) -> tuple[int, int]:  # type: ignore[override]
+        began = time.perf_counter_ns()
+        return super().__getitem__(i), began
+
+
+def handed_on(items: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """As `as_list`, each item also stamped as the batch leaves its collate: the run's own record of
+    when each batch's read began and when the batch was made."""
     now = time.perf_counter_ns()
-    return [(i, now) for i in items]
+    return [(i, began, now) for i, began in items]
 
 
-def run_loop(workers: int, fetch_s: float, compute_s: float, steps: int, epochs: int = 1,
-             collate: Any = as_list, batches: list[Any] | None = None, **loader_args: Any) -> ept.TrackedLoader:
+def run_loop(workers: int, fetch_s: float, compute_s: float, steps: int, epochs: int = 1, collate: Any = as_list,
+             batches: list[Any] | None = None, data: type[SleepyData] = SleepyData, **loader_args: Any) -> ept.TrackedLoader:
     from torch.utils.data import DataLoader
 
-    loader = DataLoader(SleepyData(steps, fetch_s), num_workers=workers, collate_fn=collate,
+    loader = DataLoader(data(steps, fetch_s), num_workers=workers, collate_fn=collate,
                         **(loader_args or {"batch_size": 1}))
     tracked = ept.track(loader)
     seen = []
@@ -246,18 +255,19 @@ def test_stall_with_two_workers_matches_the_wait() -> None:
     """60 ms per batch in each of 2 workers, 10 ms compute: batches come every 30 ms, so the loop
     waits 30 - 10 = 20 ms a step; the stall computed from the workers' own timings says the same.
 
-    What the stall is held to is what the run itself shows of the workers: each batch carries the
-    time its worker handed it on, so a worker's time per batch is the span between two of its own
-    batches, and the stall's formula on those spans is the wait their work makes. The loop's observed
-    wait is at least that (no batch arrives before it is made); beyond it, it holds the batches' trip
-    to the loop and the order they are taken in, which the stall leaves out by definition (a
-    disagreement that the epoch's note names): beside six CPU hogs on two cores they put the observed
-    wait 11-15% off the stall in some runs, and up to 26% beside two hogs in a suite, while the stall
-    kept within 7% of the workers' own spans."""
+    The stall is held to what the run itself shows: each item carries the worker's clock as its
+    read began and as its batch left the collate, and the stall's formula on those reads is the wait
+    the reads make. The stall is at least that (a worker's time on a batch holds its read) and agrees
+    with it. The loop's observed wait is at least what it took each batch to be made after the loop
+    asked for it. Beyond that the observed wait holds what the stall leaves out by definition: the
+    batches' trip to the loop, the order the loader hands them over in, a worker left without indices
+    while the loop was held off, the steady span's edges. Beside CPU hogs those put it 26% off the
+    stall once in a suite; beside six hogs here, stall/observed wait read 0.87-1.31."""
     from energyprof.analysis.training import predicted_wait_s
 
     batches: list[Any] = []
-    tracked = run_loop(workers=2, fetch_s=0.060, compute_s=0.010, steps=30, collate=handed_on, batches=batches)
+    tracked = run_loop(workers=2, fetch_s=0.060, compute_s=0.010, steps=30, collate=handed_on, batches=batches,
+                       data=StampedData)
     (e,) = tracked.summary()["epochs"]
     steady = [s for s in tracked.steps if not s.startup]
     assert e["workers"] == 2 and len(steady) == 28  # each worker's first batch waited for it to start
@@ -265,18 +275,16 @@ def test_stall_with_two_workers_matches_the_wait() -> None:
     assert {s.worker for s in steady} == {0, 1}
     assert all(s.pipeline_s >= 0.060 for s in steady)  # measured in the worker: the read's sleep at least
     assert e["startup_s"] > 0  # its own row, not in the wait or the stall
-    last: dict[int, int] = {}
-    expected = 0.0  # the wait the workers' work makes: the formula on each worker's own span per batch
+    reads = 0.0  # the wait the reads make: the formula on each batch's own read
     made_wait = 0.0  # what the loop waited at least: from asking for each batch until it was made
     for k, (s, (batch, _)) in enumerate(zip(tracked.steps, batches)):
-        made = batch[0][1]
+        _, began, made = batch[0]
         if not s.startup:
-            assert s.worker is not None
-            expected += predicted_wait_s((made - last[s.worker]) / 1e9, s.preprocess_s, s.compute_s, 2) + s.preprocess_s
+            assert s.pipeline_s is not None and s.pipeline_s >= (made - began) / 1e9
+            reads += predicted_wait_s((made - began) / 1e9, s.preprocess_s, s.compute_s, 2) + s.preprocess_s
             prev = tracked.steps[k - 1]  # the loop asked for this batch once it had done with the last one
             made_wait += max(0.0, (made - batches[k - 1][1]) / 1e9 - prev.preprocess_s - prev.compute_s)
-        last[s.worker] = made
-    assert agree(e["stall_s"], expected), (e["stall_s"], expected)
+    assert reads <= e["stall_s"] + 1e-9 and agree(e["stall_s"], reads), (e["stall_s"], reads)
     assert e["wait_s"] >= made_wait - 1e-9, (e["wait_s"], made_wait)
     # about 20 ms a step each (the durations are sleeps: no bound on them here, only on their agreement)
     assert e["stall_s"] > 0  # 60 ms / 2 workers outlasts 10 ms of compute
