@@ -16,7 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from energyprof import load
-from energyprof.core.ledger import Ledger
+from energyprof.core.ledger import CARRY_LIMIT, Ledger
+from energyprof.facts.policy import IDLE_FLOOR
 from energyprof.core.processes import process_table
 from energyprof.core.waits import is_wait
 from energyprof.core.recording import Recording, Sample, StackTable, Tick
@@ -27,6 +28,7 @@ from conftest import run_cli
 MS = 1_000_000
 CPU = [{"id": "cpu", "component": "cpu", "method": "measured", "sensor": "replay"}]
 WAIT = ("Event.wait", "/usr/lib/python3.12/threading.py", 600)
+TRACE_W = 100.0  # the real runs' replayed trace: t_s,cpu 0,100
 
 
 def _ticks(watts: float, until_ms: int, cpu_at, busy_cores: float = 2.0, step_ms: int = 10) -> list[Tick]:
@@ -232,8 +234,12 @@ def test_every_joule_is_somewhere_and_processes_add_up(led: Ledger, policy: str)
 SLEEPY = """
 import threading, time
 
+blocked = []
+
 def sleeper(ev):
+    t = time.perf_counter()
     ev.wait()
+    blocked.append(time.perf_counter() - t)
 
 def nap(seconds):
     time.sleep(seconds)  # a C call: the thread's stack shows this function, its CPU clock stands still
@@ -256,22 +262,35 @@ def work():
     ev.set()
     for t in ts:
         t.join()
+    with open("blocked_s", "w") as f:
+        f.write(repr(blocked[0]))
 """
 
 
-def _sleeping_thread_checks(p) -> None:
-    """The thread that only waited (Event.wait from its start until the work was done) gets under
-    0.2% of the program: what it has is the CPU of its start and of its wake-up, nothing for the
-    time it was blocked. (The napper is not held to it: it wakes from time.sleep and exits while
-    the rest of the program waits for it, and on an idle machine that CPU is charged at the idle
-    floor's rate, the machine's power over 5% of its cores per CPU-second: 0.1-0.2% here.)"""
-    program = sum(p.totals.attributed_j.values())
-    sleeper = p.find("sleeper")
-    assert sleeper and sum(n.total_energy for n in sleeper) / program < 0.002
+def _sleeping_thread_checks(p, blocked_s: float) -> None:
+    """The thread that only waited (Event.wait from its start until the work was done) is charged for
+    the CPU of its start and of its wake-up, nothing for the time it was blocked.
+
+    How much that is cannot be a fixed share of the program: its CPU (0.02-0.33 ms measured beside
+    two CPU hogs, more with cold caches) and the rate it is charged at depend on the machine.
+    Supervised, the thread starts in the program's first interval, which also holds the interpreter's
+    start-up, CPU no sample saw: the ledger lets that interval's samples carry up to CARRY_LIMIT times
+    their CPU's worth. And an interval's rate is the machine's power over its busy CPU, the others'
+    part estimated over a trailing window. Beside two hogs it got 0.003-0.07% of the program in 26
+    runs here, at 48-125 J per CPU-second against the program's 48, and 0.26% once in a suite. What holds however
+    loaded the machine is the ledger's ceiling: a CPU-second is charged at most the power over the
+    idle floor's share of the cores, CARRY_LIMIT times over. And the thread's CPU, read from its
+    own clock, cannot hold the time it was blocked: the two fit within the run."""
+    assert p.find("sleeper")
+    thread = [n for n, _ in p.walk() if n.function.startswith("[threads: sleepy")]  # its group: `sleepy x1`
+    energy, cpu = sum(n.total_energy for n in thread), sum(n.cpu_time_s for n in thread)
+    assert cpu + blocked_s <= p.meta["duration_s"], (cpu, blocked_s, p.meta["duration_s"])
+    cores = p.meta["host"]["cores"]
+    assert energy <= CARRY_LIMIT * TRACE_W / (IDLE_FLOOR * cores) * cpu, (energy, cpu)
 
 
-def test_sleeping_threads_get_under_a_fifth_of_a_percent_decorated(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,100\n")
+def test_sleeping_threads_are_charged_for_their_cpu_only_decorated(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text(f"t_s,cpu\n0,{TRACE_W:g}\n")
     (tmp_path / "dec.py").write_text(textwrap.dedent(SLEEPY) + textwrap.dedent("""
         from energyprof import energy_profile
         energy_profile(json="dec.json", power_trace="trace.csv", quiet=True, output=None)(work)()
@@ -279,17 +298,17 @@ def test_sleeping_threads_get_under_a_fifth_of_a_percent_decorated(tmp_path: Pat
     res = subprocess.run([sys.executable, "dec.py"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     p = load(tmp_path / "dec.json")
-    _sleeping_thread_checks(p)
+    _sleeping_thread_checks(p, float((tmp_path / "blocked_s").read_text()))
 
 
-def test_sleeping_threads_get_under_a_fifth_of_a_percent_supervised(tmp_path: Path) -> None:
-    (tmp_path / "trace.csv").write_text("t_s,cpu\n0,100\n")
+def test_sleeping_threads_are_charged_for_their_cpu_only_supervised(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text(f"t_s,cpu\n0,{TRACE_W:g}\n")
     (tmp_path / "sup.py").write_text(textwrap.dedent(SLEEPY) + "\nwork()\n")
     res = run_cli(["-q", "--power-trace", "trace.csv", "--json", "sup.json", "-o", "/dev/null", "sup.py"],
                   cwd=tmp_path)
     assert res.returncode == 0, res.stderr
     p = load(tmp_path / "sup.json")
-    _sleeping_thread_checks(p)
+    _sleeping_thread_checks(p, float((tmp_path / "blocked_s").read_text()))
 
 
 try:

@@ -3,6 +3,12 @@
 A tracked pass hands the loader a timed collate_fn and worker_init_fn (its own, wrapped): each worker
 ships its batch with the time it spent on it, and the loop reads that time and the workers' start-up
 off each batch as it arrives. The program's loader and dataset objects are never changed.
+
+A worker's time on a batch is the wall time of its dataset read and collate, plus what it spent since it
+shipped its previous batch (putting that batch on the queue, taking the next index): its CPU time there and,
+on Linux, the time it was ready to run but kept off the CPU. Only the time it was blocked is left out: waiting
+for an index is the loop's pace, not the pipeline's work. On a busy machine the OS holds a worker off between
+its batches as well as inside them, and left out, that time showed as a wait the pipeline did not explain.
 """
 
 from __future__ import annotations
@@ -24,6 +30,19 @@ class _TimedBatch(NamedTuple):
 
 
 _batch_started: list[int] = []  # in a worker: when the current batch's dataset read began
+_shipped: list[int] = []  # in a worker: its `_running_ns` as it shipped its last batch
+_between: list[int] = []  # in a worker: its `_running_ns` from then until the current batch's read began
+
+
+def _running_ns() -> int:
+    """This thread's CPU time plus, on Linux, the time it was runnable but waiting for a CPU (schedstat's
+    run delay): a clock that stands still only while the thread is blocked."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as f:
+            delay = int(f.read().split()[1])
+    except (OSError, ValueError, IndexError):
+        delay = 0
+    return time.thread_time_ns() + delay
 
 
 class _TimedInit:
@@ -46,6 +65,7 @@ class _TimedInit:
         original = getattr(dataset, "__getitems__", None)
 
         def timed_read(indices: Any) -> Any:
+            _between[:] = [_running_ns() - _shipped[0]] if _shipped else []
             _batch_started[:] = [time.perf_counter_ns()]
             return original(indices) if original else [dataset[i] for i in indices]
 
@@ -65,7 +85,9 @@ class _TimedCollate:
         info = sys.modules["torch"].utils.data.get_worker_info()
         if info is None:  # the main process: nothing to ship
             return batch
-        work = (time.perf_counter_ns() - started) / 1e9 if started is not None else None
+        work = (time.perf_counter_ns() - started + sum(_between)) / 1e9 if started is not None else None
+        _between.clear()
+        _shipped[:] = [_running_ns()]
         return _TimedBatch(batch, work, int(info.id))
 
 
