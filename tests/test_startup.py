@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import platform
 import re
@@ -34,6 +35,25 @@ ROLE_MODULES = ("energyprof.analysis.tests_table", "energyprof.analysis.tests_co
 #: Modules the agent loads in a Python program only once it uses them (a model's forward, CUDA).
 PROGRAM_NEVER = ("weakref", "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.agent.generate",
                  "energyprof.agent.requests", "energyprof.agent.request_hooks")
+
+
+def _absent_hardware() -> tuple[str, ...]:
+    """The sensor backends' modules for hardware this machine lacks, told from the files their drivers make
+    (so the test holds on a machine with RAPL or a GPU, and pins the most where there is none)."""
+    env, pkg = os.environ.get, "energyprof.collect.sensors."
+    absent = {"rapl": not os.path.isdir(env("ENERGYPROF_POWERCAP_ROOT") or "/sys/class/powercap"),
+              "served": not os.path.exists(env("ENERGYPROF_SENSOR_SOCKET") or "/run/energyprof/rapl.sock"),
+              "perf": not os.path.isdir(os.path.join(env("ENERGYPROF_PERF_ROOT") or "/sys/bus/event_source/devices/power",
+                                                     "events")),
+              # the GPUs' package, NVML's device layer included: no NVIDIA driver and no ROCm binding
+              "gpu": (sys.platform.startswith("linux") and not any(map(os.path.exists, ("/proc/driver/nvidia", "/dev/dxg")))
+                      and importlib.util.find_spec("amdsmi") is None),
+              # the system-on-chip tools' package: Linux, and not a Jetson
+              "soc": sys.platform.startswith("linux") and not os.path.exists("/etc/nv_tegra_release")
+              and not os.path.exists("/sys/devices/soc0/family")}
+    return tuple(pkg + name for name, missing in absent.items() if missing)
+
+
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
 RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
              "energyprof.collect.pagecache", "subprocess",
@@ -44,6 +64,9 @@ RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "en
              "energyprof.collect.sensors.soc.stream", "energyprof.collect.sensors.soc.rails",
              "energyprof.collect.sensors.soc.powermetrics", "energyprof.collect.sensors.soc.macmon",
              "energyprof.collect.sensors.gpu.amdsmi",
+             # no powercap tree, privileged reader, power PMU, GPU driver or binding, nor a Jetson: none of their
+             # backends' modules (collect/sensors/presence.py tells without them)
+             *_absent_hardware(),
              # no CUDA in the program: the capture's modules, on either side
              "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.core.kernels",
              # no tests, batched steps, units of work, sweeps, tracked loops or linked backward in the run: none
