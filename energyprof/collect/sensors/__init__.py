@@ -87,24 +87,36 @@ def _amdsmi(ctx: dict, explicit: bool) -> Discovery:
 
 
 def _tegrastats(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("tegrastats", explicit)  # the tools' modules import subprocess and their parsers
+    if absent is not None:
+        return absent
     from .soc import tegrastats
 
     return tegrastats.discover(explicit=explicit)
 
 
 def _jtop(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_jtop(explicit)
+    if absent is not None:
+        return absent
     from .soc import jtop
 
     return jtop.discover(explicit=explicit)
 
 
 def _powermetrics(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("powermetrics", explicit)
+    if absent is not None:
+        return absent
     from .soc import powermetrics
 
     return powermetrics.discover(explicit=explicit)
 
 
 def _macmon(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("macmon", explicit)
+    if absent is not None:
+        return absent
     from .soc import macmon
 
     return macmon.discover(explicit=explicit)

@@ -26,6 +26,14 @@ SERVED_ENABLE = ("start the privileged reader: its systemd socket unit (energypr
 #: The step that enables amdsmi.
 AMDSMI_INSTALL = ("install ROCm's Python binding (pip install amdsmi, matching the installed ROCm) on a machine "
                   "with an AMD GPU")
+#: The step that gives each system-on-chip tool, where it is not on PATH (jtop: where its binding is missing).
+TOOL_STEPS = {
+    "tegrastats": ("tegrastats ships with every Jetson's L4T (/usr/bin/tegrastats); on other machines there is no "
+                   "Jetson power to read"),
+    "jtop": "pip install jetson-stats (on the Jetson, as root) and start its service: sudo systemctl enable --now jtop.service",
+    "powermetrics": "powermetrics ships with macOS (/usr/bin/powermetrics); not on this machine",
+    "macmon": "install macmon (`brew install macmon`): it reads Apple silicon's power without sudo",
+}
 
 _PACKAGE = __name__.rpartition(".")[0]
 
@@ -104,6 +112,30 @@ def no_amdsmi(explicit: bool = False) -> Discovery | None:
 
 def amdsmi_absent(explicit: bool = False) -> Discovery:
     return Discovery.absent("amdsmi", "the binding is not installed", AMDSMI_INSTALL, explicit)
+
+
+def no_tool(name: str, explicit: bool = False) -> Discovery | None:
+    """What a system-on-chip tool's backend finds where the tool is not on PATH; None where it is."""
+    import shutil
+
+    return None if shutil.which(name) is not None else tool_absent(name, explicit)
+
+
+def tool_absent(name: str, explicit: bool = False) -> Discovery:
+    return Discovery.absent(name, "not found on PATH", TOOL_STEPS[name], explicit)
+
+
+def no_jtop(explicit: bool = False) -> Discovery | None:
+    """What jtop finds without jetson-stats installed (nor a fake one injected into its module)."""
+    import importlib.util
+
+    if loaded("soc.jtop") or importlib.util.find_spec("jtop") is not None:
+        return None
+    return jtop_absent(explicit)
+
+
+def jtop_absent(explicit: bool = False) -> Discovery:
+    return Discovery.absent("jtop", "jetson-stats is not installed", TOOL_STEPS["jtop"], explicit)
 
 
 def on_jetson() -> bool:
