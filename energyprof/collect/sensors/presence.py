@@ -1,11 +1,12 @@
 """Whether each backend's hardware or tool is there at all, told without importing the backend.
 
-Every run's discovery looks for RAPL, the privileged reader, the `power` perf events, NVIDIA's
-and AMD's GPUs and, on a Jetson, its tools; most machines have few of them. A backend's module
-(its sensor classes, ctypes structures, NVML's numbering and sharing) is imported only once the
-cheap check here (a path exists, a binding is importable, the platform is one it runs on) says
-there is something to read. Each check is the one its backend makes first, with its words for
-what is missing: the backend's own `discover` asks this module too, so both say the same thing.
+Every run's discovery looks for RAPL, the privileged reader, the `power` perf events, NVIDIA's and
+AMD's GPUs and, on a Jetson or a Mac, their tools (`energyprof sensors` for all of them anywhere);
+most machines have few of them. A backend's module (its sensor classes, ctypes structures, NVML's
+numbering and sharing, a tool's parser) is imported only once the cheap check here (a path exists,
+a tool is on PATH, a binding is importable) says there is something to read. Each check is the one
+its backend makes first, with its words for what is missing: the backend's own `discover` asks this
+module too, so both say the same thing.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import re
 
 from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch
 from .presence import POWERCAP_ROOT as DEFAULT_ROOT, no_rapl, powercap_root  # noqa: F401 - also this module's
+
 REUSE_NS = 500_000  # half the counter's update period (update_period_s)
 ZONE_RE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 PERMISSION_FIX = (
