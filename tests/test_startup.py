@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime
+import importlib.util
+import json
 import os
 import platform
 import re
@@ -34,6 +36,25 @@ ROLE_MODULES = ("energyprof.analysis.tests_table", "energyprof.analysis.tests_co
 #: Modules the agent loads in a Python program only once it uses them (a model's forward, CUDA).
 PROGRAM_NEVER = ("weakref", "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.agent.generate",
                  "energyprof.agent.requests", "energyprof.agent.request_hooks")
+
+
+def _absent_hardware() -> tuple[str, ...]:
+    """The sensor backends' modules for hardware this machine lacks, told from the files their drivers make
+    (so the test holds on a machine with RAPL or a GPU, and pins the most where there is none)."""
+    env, pkg = os.environ.get, "energyprof.collect.sensors."
+    absent = {"rapl": not os.path.isdir(env("ENERGYPROF_POWERCAP_ROOT") or "/sys/class/powercap"),
+              "served": not os.path.exists(env("ENERGYPROF_SENSOR_SOCKET") or "/run/energyprof/rapl.sock"),
+              "perf": not os.path.isdir(os.path.join(env("ENERGYPROF_PERF_ROOT") or "/sys/bus/event_source/devices/power",
+                                                     "events")),
+              # the GPUs' package, NVML's device layer included: no NVIDIA driver and no ROCm binding
+              "gpu": (sys.platform.startswith("linux") and not any(map(os.path.exists, ("/proc/driver/nvidia", "/dev/dxg")))
+                      and importlib.util.find_spec("amdsmi") is None),
+              # the system-on-chip tools' package: Linux, and not a Jetson
+              "soc": sys.platform.startswith("linux") and not os.path.exists("/etc/nv_tegra_release")
+              and not os.path.exists("/sys/devices/soc0/family")}
+    return tuple(pkg + name for name, missing in absent.items() if missing)
+
+
 #: Modules an empty run's supervisor has no use for on a machine without a sensor reader or --watch-cache.
 RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "energyprof.collect.sensors.served_protocol",
              "energyprof.collect.pagecache", "subprocess",
@@ -44,6 +65,9 @@ RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "en
              "energyprof.collect.sensors.soc.stream", "energyprof.collect.sensors.soc.rails",
              "energyprof.collect.sensors.soc.powermetrics", "energyprof.collect.sensors.soc.macmon",
              "energyprof.collect.sensors.gpu.amdsmi",
+             # no powercap tree, privileged reader, power PMU, GPU driver or binding, nor a Jetson: none of their
+             # backends' modules (collect/sensors/presence.py tells without them)
+             *_absent_hardware(),
              # no CUDA in the program: the capture's modules, on either side
              "energyprof.agent.kernels", "energyprof.agent.kernel_capture", "energyprof.core.kernels",
              # no tests, batched steps, units of work, sweeps, tracked loops or linked backward in the run: none
@@ -209,3 +233,48 @@ def test_every_unit_kind_is_seen_by_the_leaf() -> None:
     assert kinds and all(units.unit_kind(w) is not None and may_be_unit(w) for w in kinds)
     plain = window("step", {"epoch": 1.0})
     assert units.unit_kind(plain) is None and not may_be_unit(plain)
+
+
+DISCOVER = r"""
+import json, sys
+from energyprof.collect.sensors import discover
+found = discover(powercap_root=sys.argv[1], gpus=False, only=sys.argv[2:] or None)
+print(json.dumps({"sensors": [s.sensor + ":" + s.id for s in found.sensors], "notes": found.notes,
+                  "missing": found.missing, "loaded": sorted(m for m in sys.modules if m.startswith("energyprof.collect"))}))
+"""
+BACKEND_MODULES = {f"energyprof.collect.sensors.{m}" for m in ("rapl", "served", "perf")}
+
+
+def _discover(tmp_path: Path, root: Path, *only: str) -> dict:
+    env = dict(_env(), ENERGYPROF_PERF_ROOT=str(tmp_path / "no-pmu"), ENERGYPROF_SENSOR_SOCKET=str(tmp_path / "no.sock"))
+    out = subprocess.run([sys.executable, "-c", DISCOVER, str(root), *only], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+@pytest.mark.parametrize("only", [(), ("rapl", "perf")], ids=["left-to-itself", "named"])
+def test_a_backend_is_imported_where_its_hardware_is(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                     only: tuple[str, ...]) -> None:
+    """Discovery in a fresh interpreter: with a (fake) powercap tree RAPL's module is imported and reads it;
+    without one, neither it, the privileged reader's client nor perf's is, and the notes and the steps are
+    those the backends themselves give of what is missing."""
+    from test_sensors import make_zone
+
+    from energyprof.collect.sensors import perf, rapl, served
+
+    make_zone(tmp_path / "powercap", "intel-rapl:0", "package-0")
+    there = _discover(tmp_path, tmp_path / "powercap", *only)
+    assert there["sensors"][0] == "rapl:cpu" and "energyprof.collect.sensors.rapl" in there["loaded"]
+
+    none = tmp_path / "none"
+    gone = _discover(tmp_path, none, *only)
+    assert not BACKEND_MODULES & set(gone["loaded"]) and all(s.startswith("model:") for s in gone["sensors"])
+    monkeypatch.setenv("ENERGYPROF_PERF_ROOT", str(tmp_path / "no-pmu"))
+    monkeypatch.setenv("ENERGYPROF_SENSOR_SOCKET", str(tmp_path / "no.sock"))
+    explicit = bool(only)
+    own = [*rapl.discover(str(none)).notes, *served.discover(explicit=explicit).notes,
+           *perf.discover(explicit=explicit).notes]
+    assert gone["notes"][:len(own)] == own
+    assert gone["missing"]["perf"] == perf.discover(explicit=explicit).missing["perf"]
+    assert gone["missing"]["rapl"].startswith(rapl.discover(str(none)).notes[0].removeprefix("RAPL: "))

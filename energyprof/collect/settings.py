@@ -93,6 +93,10 @@ def rapl_limits(powercap_root: str = "/sys/class/powercap") -> dict[str, Any]:
 
 def gpu_limits(binding: Any = None) -> list[dict[str, Any]]:
     """Per NVIDIA GPU: power limit (W, enforced and default), application and maximum clocks (MHz)."""
+    from .sensors import presence
+
+    if binding is None and presence.no_nvml() is not None:  # no driver: the device layer is not imported
+        return []
     from .sensors.gpu.nvml_device import load_binding
 
     nv, _why = load_binding(binding)

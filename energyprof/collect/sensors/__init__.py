@@ -6,7 +6,8 @@ powermetrics on a Mac), which covers the whole module; else RAPL for CPU and DRA
 then the privileged reader, then the `power` perf events) and the model when none can be
 read; and the GPUs (NVML, amdsmi). Named backends (`--sensor`) are used alone, in the order
 given, on any platform. Every backend not found leaves the step that would enable it in
-`Discovery.missing` (what `energyprof sensors` prints).
+`Discovery.missing` (what `energyprof sensors` prints). A backend's module is imported only where
+presence.py's cheap check finds its hardware, tool or binding (or a fake one injected into it).
 """
 
 from __future__ import annotations
@@ -15,82 +16,107 @@ import sys
 from typing import Callable, Sequence
 
 from ...setup.options import SENSORS
+from . import presence
 from .base import Discovery, Sensor, SensorError
 
 __all__ = ["Discovery", "Sensor", "SensorError", "discover", "survey", "SENSORS"]
 
 
 def _rapl(ctx: dict, explicit: bool) -> Discovery:
-    from . import rapl, served
+    found = presence.no_rapl(ctx["powercap_root"])
+    if found is None:
+        from . import rapl
 
-    found = rapl.discover(ctx["powercap_root"], cpu_tdp=ctx.get("cpu_tdp"))
+        found = rapl.discover(ctx["powercap_root"], cpu_tdp=ctx.get("cpu_tdp"))
     if not found.sensors:
         why = next((n for n in found.notes if n.startswith("RAPL")), "RAPL: not found").removeprefix("RAPL: ")
         if "permission denied" not in why:
             why += ("; on an Intel or AMD machine load the driver (sudo modprobe intel_rapl_msr); "
                     "most VMs expose no RAPL")
         found.missing["rapl"] = why
-        found.extend(served.discover(explicit=explicit))
+        served = presence.no_served(explicit=explicit)
+        if served is None:
+            from . import served as client
+
+            served = client.discover(explicit=explicit)
+        found.extend(served)
         if found.sensors:
             found.missing.pop("rapl", None)
     return found
 
 
 def _perf(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_perf(explicit=explicit)
+    if absent is not None:  # no power PMU: perf.py and its ctypes structure are not imported
+        return absent
     from . import perf
 
     return perf.discover(explicit=explicit, cpu_tdp=ctx.get("cpu_tdp"))
 
 
 def _nvml(ctx: dict, explicit: bool) -> Discovery:
+    found = presence.no_nvml(explicit)  # no driver: not even the device layer is imported
+    if found is None:
+        found = _nvml_binding(explicit)
+    if not found.sensors:
+        found.missing["nvml"] = "; ".join(found.notes) or "NVML found no GPU"
+    return found
+
+
+def _nvml_binding(explicit: bool) -> Discovery:
     from .gpu import nvml_device
 
     nv, why = nvml_device.load_binding(explicit=explicit)
-    if nv is None:  # no driver or no binding: nvml.py, its numbering and its sharing are not imported (2 ms)
+    if nv is None:  # no binding: nvml.py, its numbering and its sharing are not imported (2 ms)
         found = Discovery()
         found.notes.append(why or "NVML: unavailable")
     else:
         from .gpu import nvml
 
         found = nvml.discover(binding=nv)
-    if not found.sensors:
-        found.missing["nvml"] = "; ".join(found.notes) or "NVML found no GPU"
     return found
 
 
 def _amdsmi(ctx: dict, explicit: bool) -> Discovery:
-    import importlib.util
-
-    if f"{__name__}.gpu.amdsmi" not in sys.modules and importlib.util.find_spec("amdsmi") is None:
-        # No binding, and no fake one injected into amdsmi.py: that module, which imports NVML's
-        # numbering and sharing, need not be imported to say so (1.5 ms of every run's discovery).
-        from .gpu import AMDSMI_INSTALL
-
-        return Discovery.absent("amdsmi", "the binding is not installed", AMDSMI_INSTALL, explicit)
+    absent = presence.no_amdsmi(explicit)
+    if absent is not None:  # amdsmi.py imports NVML's numbering and sharing: 1.5 ms to say there is none
+        return absent
     from .gpu import amdsmi
 
     return amdsmi.discover(explicit=explicit)
 
 
 def _tegrastats(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("tegrastats", explicit)  # the tools' modules import subprocess and their parsers
+    if absent is not None:
+        return absent
     from .soc import tegrastats
 
     return tegrastats.discover(explicit=explicit)
 
 
 def _jtop(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_jtop(explicit)
+    if absent is not None:
+        return absent
     from .soc import jtop
 
     return jtop.discover(explicit=explicit)
 
 
 def _powermetrics(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("powermetrics", explicit)
+    if absent is not None:
+        return absent
     from .soc import powermetrics
 
     return powermetrics.discover(explicit=explicit)
 
 
 def _macmon(ctx: dict, explicit: bool) -> Discovery:
+    absent = presence.no_tool("macmon", explicit)
+    if absent is not None:
+        return absent
     from .soc import macmon
 
     return macmon.discover(explicit=explicit)
@@ -173,9 +199,7 @@ def _soc_backends() -> tuple[str, ...]:
     """The system-on-chip tools that apply here, best first (a Python API before a child tool)."""
     if sys.platform == "darwin":
         return ("macmon", "powermetrics")
-    from .soc import on_jetson  # not the tools' modules, which import subprocess and ctypes
-
-    return ("jtop", "tegrastats") if on_jetson() else ()
+    return ("jtop", "tegrastats") if presence.on_jetson() else ()
 
 
 def survey(powercap_root: str | None = None) -> Discovery:

@@ -19,8 +19,8 @@ import os
 import re
 
 from .base import Discovery, Sensor, SensorError, cpu_watch
+from .presence import PERF_ROOT as DEFAULT_ROOT, no_perf, perf_root  # noqa: F401 - also this module's
 
-DEFAULT_ROOT = "/sys/bus/event_source/devices/power"
 PARANOID = "/proc/sys/kernel/perf_event_paranoid"
 SYSCALL = {"x86_64": 298, "i386": 336, "i686": 336, "aarch64": 241, "arm64": 241, "riscv64": 241}
 #: event -> (source id, component). cores/gpu sit inside the package: never added to it.
@@ -43,10 +43,6 @@ def perf_event_attr() -> type:
                     ("bp_type", ctypes.c_uint32), ("config1", ctypes.c_uint64)]
 
     return PerfEventAttr
-
-
-def perf_root(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("ENERGYPROF_PERF_ROOT") or DEFAULT_ROOT
 
 
 def _read(path: str) -> str:
@@ -164,10 +160,10 @@ def paranoid_level(path: str = PARANOID) -> int | None:
 
 def discover(root: str | None = None, paranoid_path: str = PARANOID, explicit: bool = False,
              cpu_tdp: float | None = None) -> Discovery:
+    absent = no_perf(root, explicit)
+    if absent is not None:
+        return absent
     base = perf_root(root)
-    if not os.path.isdir(os.path.join(base, "events")):
-        return Discovery.absent("perf", f"{base} has no events",
-                                "no `power` perf PMU (not an Intel/AMD CPU with RAPL, a VM, or not Linux)", explicit)
     found = Discovery()
     try:
         pmu_type = int(_read(os.path.join(base, "type")).strip())

@@ -12,8 +12,8 @@ import os
 import re
 
 from .base import Discovery, Sensor, SensorError, WrapCounter, cpu_watch
+from .presence import POWERCAP_ROOT as DEFAULT_ROOT, no_rapl, powercap_root  # noqa: F401 - also this module's
 
-DEFAULT_ROOT = "/sys/class/powercap"
 REUSE_NS = 500_000  # half the counter's update period (update_period_s)
 ZONE_RE = re.compile(r"^intel-rapl:(\d+)(?::(\d+))?$")
 PERMISSION_FIX = (
@@ -21,10 +21,6 @@ PERMISSION_FIX = (
     "sudo chmod o+r /sys/class/powercap/intel-rapl:*/energy_uj /sys/class/powercap/intel-rapl:*:*/energy_uj "
     "(or a udev rule that does so at boot)"
 )
-
-
-def powercap_root(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("ENERGYPROF_POWERCAP_ROOT") or DEFAULT_ROOT
 
 
 class RaplSensor(Sensor):
@@ -144,11 +140,11 @@ def _read_number(path: str) -> float | None:
 
 
 def discover(root: str | None = None, cpu_tdp: float | None = None) -> Discovery:
+    absent = no_rapl(root)
+    if absent is not None:
+        return absent
     base = powercap_root(root)
     found = Discovery()
-    if not os.path.isdir(base):
-        found.notes.append(f"RAPL: {base} does not exist (no powercap driver, not Linux, or not mounted)")
-        return found
     zones = []
     for entry_name in sorted(os.listdir(base)):
         m = ZONE_RE.match(entry_name)

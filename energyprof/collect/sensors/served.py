@@ -8,22 +8,15 @@ with its own wraparound handling; one request per tick serves every zone.
 
 from __future__ import annotations
 
-import os
 import threading
 from typing import Any
 
 from .base import Discovery, Sensor, SensorError, WrapCounter
+# Where the reader listens (presence.py: this module, the grammar and the socket module are imported
+# only once a reader is there; every run's discovery looks for it, few machines have one).
+from .presence import SERVED_ENABLE as ENABLE, SOCKET as DEFAULT_SOCKET, no_served, socket_path  # noqa: F401
 
-# Where the reader listens. The grammar (served_protocol) and the socket module are imported only
-# once a reader is there: every run's discovery looks for it, few machines have one.
-DEFAULT_SOCKET = "/run/energyprof/rapl.sock"
-ENABLE = ("start the privileged reader: its systemd socket unit (energyprof sensors unit; docs/sensors.md), "
-          "or sudo energyprof sensors serve --group energyprof, then add users to that group")
 TIMEOUT_S = 1.0
-
-
-def socket_path(explicit: str | None = None) -> str:
-    return explicit or os.environ.get("ENERGYPROF_SENSOR_SOCKET") or DEFAULT_SOCKET
 
 
 # ---------------------------------------------------------------- the client (sensors)
@@ -110,12 +103,11 @@ class ServedSensor(Sensor):
 
 
 def discover(path: str | None = None, explicit: bool = False) -> Discovery:
+    absent = no_served(path, explicit)
+    if absent is not None:
+        return absent
     found = Discovery()
     where = socket_path(path)
-    if not os.path.exists(where):
-        if explicit:
-            found.notes.append(f"served RAPL: no reader at {where}. {ENABLE}")
-        return found
     try:
         client = ServedClient(where)
         zones = list(client.fetch().values())

@@ -19,7 +19,7 @@ import time
 from typing import Any, Callable, Mapping
 
 from ..base import Discovery, Sensor, SensorError, WrapCounter
-from . import AMDSMI_INSTALL
+from ..presence import AMDSMI_INSTALL, amdsmi_absent
 from .numbering import GpuInfo, parse_bus_id, text, visible_order
 from .nvml import _optional
 from .nvml_device import GpuError, NotSupported
@@ -228,7 +228,7 @@ def discover(binding: Any = None, env: Mapping[str, str] | None = None, check_s:
     try:
         smi = load_binding(binding)
     except ImportError:
-        return Discovery.absent("amdsmi", "the binding is not installed", INSTALL, explicit)
+        return amdsmi_absent(explicit)
     found = Discovery()
     try:
         smi.amdsmi_init()

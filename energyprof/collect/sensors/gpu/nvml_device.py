@@ -9,12 +9,11 @@ the same function names, the only thing they fake.
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 from typing import Any
 
 from ..base import SensorError
+from ..presence import NVIDIA_DRIVER_MISSING, NVIDIA_DRIVER_PATHS, nvidia_driver
 
 BINDING: Any = None  # a module object with pynvml's names; None: `import pynvml` (nvidia-ml-py)
 
@@ -61,8 +60,8 @@ def mapped(nv: Any, exc: BaseException, what: str) -> GpuError:
     return kind(f"{what}: {error_text(exc)}", code if isinstance(code, int) else None)
 
 
-# Where a loaded NVIDIA kernel driver shows itself on Linux (WSL's GPU device included).
-DRIVER_PATHS = ("/proc/driver/nvidia", "/dev/dxg")
+# Where a loaded NVIDIA kernel driver shows itself on Linux (WSL's GPU device included); a test may point it elsewhere.
+DRIVER_PATHS = NVIDIA_DRIVER_PATHS
 
 
 def load_binding(binding: Any = None, explicit: bool = False) -> tuple[Any, str | None]:
@@ -75,10 +74,10 @@ def load_binding(binding: Any = None, explicit: bool = False) -> tuple[Any, str 
         return binding, None
     if BINDING is not None:
         return BINDING, None
-    if not explicit and sys.platform.startswith("linux") and not any(os.path.exists(p) for p in DRIVER_PATHS):
+    if not explicit and not nvidia_driver(DRIVER_PATHS):
         # No NVIDIA kernel driver (nor WSL's GPU device): importing the binding to be told so cost
         # 10 ms of every run's start on machines without a GPU.
-        return None, "NVML: the NVIDIA driver is not loaded (no /proc/driver/nvidia), so no GPU is measured"
+        return None, NVIDIA_DRIVER_MISSING
     try:
         import pynvml  # nvidia-ml-py
     except ImportError:

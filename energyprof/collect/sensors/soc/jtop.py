@@ -14,12 +14,13 @@ from typing import Any
 
 from ....agent import own_threads
 from ..base import Discovery, split_total
+from ..presence import TOOL_STEPS, jtop_absent
 from . import rails
 from .stream import SharedStream, channel_sensors
 
 BINDING: Any = None  # a module with a `jtop` class (tests inject a fake); None: `import jtop`
 INTERVAL_S = 0.5  # jtop refreshes from its service; faster asks add load, not resolution
-ENABLE = ("pip install jetson-stats (on the Jetson, as root) and start its service: sudo systemctl enable --now jtop.service")
+ENABLE = TOOL_STEPS["jtop"]
 
 
 def watts(power: dict[str, Any]) -> dict[str, float]:
@@ -72,7 +73,7 @@ def discover(explicit: bool = False, interval_s: float = INTERVAL_S) -> Discover
         try:
             import jtop as module  # jetson-stats
         except ImportError:
-            return Discovery.absent("jtop", "jetson-stats is not installed", ENABLE, explicit)
+            return jtop_absent(explicit)
     try:
         stream = JtopStream(module, interval_s)
     except Exception as exc:  # noqa: BLE001 - jtop.JtopException: the service is not running

@@ -13,13 +13,14 @@ import sys
 from typing import IO, Iterator
 
 from ..base import Discovery, split_total
+from ..presence import TOOL_STEPS, tool_absent
 from .powermetrics import component
 from .stream import Reading, find_tool, from_tool, lines
 
 INTERVAL_MS = 100
 PARTS = {"cpu_power": "cpu", "gpu_power": "gpu:0", "ane_power": "ane", "ram_power": "dram",
          "gpu_ram_power": "gpu-ram"}
-INSTALL = "install macmon (`brew install macmon`): it reads Apple silicon's power without sudo"
+INSTALL = TOOL_STEPS["macmon"]
 
 
 def reading(obj: dict[str, object]) -> Reading | None:
@@ -45,7 +46,7 @@ def parse(stream: IO[bytes]) -> Iterator[Reading]:
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
     exe = find_tool("macmon")
     if exe is None:
-        return Discovery.absent("macmon", "not found on PATH", INSTALL, explicit)
+        return tool_absent("macmon", explicit)
     return from_tool("macmon", [exe, "pipe", "-i", str(interval_ms)], parse, interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "reading": "mean power per interval (W)"}, component, what="figure")
 

@@ -19,6 +19,7 @@ import sys
 from typing import Any, IO, Iterator
 
 from ..base import Discovery, split_total
+from ..presence import tool_absent
 from .stream import Reading, find_tool, from_tool
 
 INTERVAL_MS = 100
@@ -139,8 +140,7 @@ def _prepend(first: bytes, rest: Iterator[bytes]) -> Iterator[bytes]:
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
     exe = find_tool("powermetrics")
     if exe is None:
-        return Discovery.absent("powermetrics", "not found on PATH",
-                                "powermetrics ships with macOS (/usr/bin/powermetrics); not on this machine", explicit)
+        return tool_absent("powermetrics", explicit)
     if not explicit and os.geteuid() != 0:
         return Discovery.absent("powermetrics", "not used", SUDO, explicit=applies())
     argv = [exe, "--samplers", "cpu_power,gpu_power,ane_power", "-i", str(interval_ms), "-f", "plist"]

@@ -10,12 +10,12 @@ from typing import IO, Iterator
 
 
 from ..base import Discovery
+from ..presence import TOOL_STEPS, tool_absent
 from . import on_jetson, rails  # noqa: F401 - on_jetson is also this backend's
 from .stream import Reading, find_tool, from_tool, lines
 
 INTERVAL_MS = 100
-ENABLE = ("tegrastats ships with every Jetson's L4T (/usr/bin/tegrastats); on other machines there is no "
-          "Jetson power to read")
+ENABLE = TOOL_STEPS["tegrastats"]
 
 
 def parse(stream: IO[bytes]) -> Iterator[Reading]:
@@ -28,7 +28,7 @@ def parse(stream: IO[bytes]) -> Iterator[Reading]:
 def discover(explicit: bool = False, interval_ms: int = INTERVAL_MS) -> Discovery:
     exe = find_tool("tegrastats")
     if exe is None:
-        return Discovery.absent("tegrastats", "not found on PATH", ENABLE, explicit)
+        return tool_absent("tegrastats", explicit)
     return from_tool("tegrastats", [exe, "--interval", str(interval_ms)], parse, interval_ms / 1000.0,
                      {"interval_ms": interval_ms, "reading": "instantaneous rail power (cur), integrated by trapezoids; "
                       "the running average is never used"}, rails.component,
