@@ -7,8 +7,8 @@ ledger, the profile's `meta.idle_policy`, a join of ranks and `energyprof merge`
 Pure: no I/O.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations`: NamedTuple would turn each of WindowAccount's string annotations
+# into a ForwardRef, compiling it, on every run's start; the fields' types are evaluated as written instead.
 from typing import TYPE_CHECKING, Any, Generic, Literal, NamedTuple, TypeVar
 
 if TYPE_CHECKING:
