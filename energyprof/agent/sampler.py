@@ -315,6 +315,18 @@ class Sampler(ThreadBook, OwnCharge):
                 sink.sample(sid, cpu, False)
             else:
                 sink.sample(sid, cpu, False, unit)
+        self._departed(departed, live)
+        if main_sample is not None:
+            sid, cpu, unit = main_sample
+            if unit < 0:
+                sink.sample(sid, cpu + max(0, native), True)
+            else:
+                sink.sample(sid, cpu + max(0, native), True, unit)
+        return d_proc - (self._taken - taken)
+
+    def _departed(self, departed: list[tuple[int, str, int]], live: list[Any]) -> None:
+        """The threads that ended since the last tick: counted (once), and their last CPU sampled."""
+        counted, last_sid, sink = self._counted, self._last_sid, self.sink
         for nid, name, _ in departed:
             if counted.pop(nid, None) is None:  # it ran and ended between two ticks: never seen live
                 self._count_thread(_printable(name))
@@ -323,22 +335,14 @@ class Sampler(ThreadBook, OwnCharge):
             for key in [k for k in counted if k not in alive]:
                 del counted[key]  # gone without a word (a `_thread` thread): its id may come back as another
         for nid, name, cpu in departed:
-            # A thread that ended since the last tick: what it burnt after its last sample goes
-            # to that sample's stack (a thread never sampled: to the function it ran, under its group).
-            # A thread last caught in `threading`'s own frames (starting, or ending) ran its target
-            # in between: that is where its CPU goes.
+            # What it burnt after its last sample goes to that sample's stack (a thread never sampled: to the
+            # function it ran, under its group). A thread last caught in `threading`'s own frames (starting,
+            # or ending) ran its target in between: that is where its CPU goes.
             sid = last_sid.pop(nid, None)
             code = _targets.pop(nid, None)
             if sid is None or (code is not None and sid in self._bootstrap_sids):
                 sid = self.intern(self.view.thread(_printable(name), filtered([code]) if code is not None else []))
             sink.sample(sid, cpu, False)
-        if main_sample is not None:
-            sid, cpu, unit = main_sample
-            if unit < 0:
-                sink.sample(sid, cpu + max(0, native), True)
-            else:
-                sink.sample(sid, cpu + max(0, native), True, unit)
-        return d_proc - (self._taken - taken)
 
     def _stack_id(self, ident: int, frame: FrameType, table: dict[int, Any] | None = None) -> int:
         if _LEARN_NAMES:
