@@ -61,6 +61,16 @@ class Op:
     fwd_tid: int = 0  # on backward ops: the profiler's id of the forward thread (0: not a backward op)
     stack: tuple[Frame, ...] = ()
 
+    @classmethod
+    def of(cls, id: int, name: str, tid: int, start_ns: int, end_ns: int, seq: int, fwd_tid: int,
+           stack: tuple[Frame, ...]) -> Op:
+        """The same op, made without the frozen dataclass's `__init__` (one `object.__setattr__` per field):
+        a cycle inside the program makes one per profiled op, tens of thousands of them."""
+        op = object.__new__(cls)
+        object.__setattr__(op, "__dict__", {"id": id, "name": name, "tid": tid, "start_ns": start_ns, "end_ns": end_ns,
+                                            "seq": seq, "fwd_tid": fwd_tid, "stack": stack})
+        return op
+
 
 @dataclass
 class Links:
@@ -110,13 +120,14 @@ def _is_backward_root(op: Op) -> bool:
 def _roots(ops: Sequence[Op], by_id: Mapping[int, Op], parent: Mapping[int, int | None]) -> dict[int, int]:
     """Every backward op id -> its outermost backward op's id (an op outside backward has none)."""
     root_of: dict[int, int] = {}
+    none: set[int] = set()  # ops neither backward nor held by one: a later walk up stops there, not at the top
     for op in ops:
-        if op.id in root_of:
+        if op.id in root_of or op.id in none:
             continue
         chain = []
         cur: int | None = op.id
         found = None
-        while cur is not None:
+        while cur is not None and cur not in none:
             if cur in root_of:
                 found = root_of[cur]
                 break
@@ -127,10 +138,13 @@ def _roots(ops: Sequence[Op], by_id: Mapping[int, Op], parent: Mapping[int, int 
                 if _is_backward_root(by_id[c]):
                     found = c
                     break
-        if found is not None:
-            outer = chain.index(found) if found in chain else len(chain)
-            for c in chain[:outer + 1] if found in chain else chain:
-                root_of[c] = found
+        if found is None:
+            none.update(chain)
+            continue
+        outer = chain.index(found) if found in chain else len(chain)
+        for c in chain[:outer + 1]:
+            root_of[c] = found
+        none.update(chain[outer + 1:])  # above the outermost backward op: outside backward
     return root_of
 
 

@@ -32,10 +32,11 @@ import bisect
 import os
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..modules import name_by_id, wrapper_file
 from .autograd import BACKWARD_FRAME, Autograd, Op
-from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Path, parse_python_name
+from .frames import MODULE_MARK, NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Path, parse_python_name
 
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
 TYPE_CHECKING = False
@@ -57,7 +58,6 @@ BACKWARD_DEVICE = -1
 # A sample the sampler took inside backward() during the cycle (its number k) travels as a path under the
 # "device" SAMPLE_DEVICE - k: the path of the backward op running at its instant.
 SAMPLE_DEVICE = -2
-MODULE_MARK = "nn.Module: "
 # A BACKWARD_DEVICE path's "kernel name" whose [count, time] are its runs in the cycle and its fastest run's
 # ns: the supervisor keeps the fastest over all cycles (core/backward.BackwardFold)
 FASTEST_RUN = "[fastest run]"
@@ -145,15 +145,18 @@ class _Nest:
     """One thread's spans (start, end, key), for 'the innermost span holding t'."""
 
     def __init__(self, spans: list[tuple[int, int, int]]) -> None:
-        spans.sort(key=lambda s: (s[0], -s[1]))
-        self.starts = [s[0] for s in spans]
+        # by start, the longer first where two start together (two stable sorts: no key tuple per span)
+        spans.sort(key=itemgetter(1), reverse=True)
+        spans.sort(key=itemgetter(0))
+        self.starts = starts = [s[0] for s in spans]
+        ends = [s[1] for s in spans]
         self.spans = spans
         self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
-        open_: list[int] = []
-        for i, (a, _end, _) in enumerate(spans):
-            while open_ and spans[open_[-1]][1] < a:
+        outer, open_ = self.outer, []
+        for i, a in enumerate(starts):
+            while open_ and ends[open_[-1]] < a:
                 open_.pop()
-            self.outer.append(open_[-1] if open_ else -1)
+            outer.append(open_[-1] if open_ else -1)
             open_.append(i)
 
     def at(self, t: int) -> int | None:
@@ -179,15 +182,17 @@ class _Read:
         self.marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
         self.py_spans: dict[int, list[tuple[int, int, int]]] = {}
         self.raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, prof tid, OS tid, start, end, seq, fwd)
-        self.op_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.op_events: list[Any] = []  # per op id, its event: correlation ids are read where device records ask
         self.prof_to_os: dict[int, int] = {}
         self.runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
-        self.op_by_corr: dict[int, int] = {}
         self.flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
         # (device, name, kind, start, end, correlation, linked correlation, stream)
         self.device: list[tuple[int, str, str, int, int, int, int, int]] = []
         self.first_py: int | None = None
         self.unreadable = 0
+        # a python_function name -> (its frame, None for a C call or mark; its module, None if not a module's
+        # mark): one per line and module, read once, where the events repeat them each step
+        self.names: dict[str, tuple[Frame | None, tuple[int, str] | None]] = {}
 
     def read(self, events: Sequence[Any]) -> None:
         python, op, runtime, device = self.python, self.op, self.runtime_call, self.device_record
@@ -205,11 +210,19 @@ class _Read:
             except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
                 self.unreadable += 1
 
+    def _named(self, name: str) -> tuple[Frame | None, tuple[int, str] | None]:
+        got = self.names.get(name)
+        if got is None:
+            frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
+            got = self.names[name] = (frame, self.modules.get(name) if name.startswith(MODULE_MARK) else None)
+        return got
+
     def python(self, ev: Any) -> None:
         start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
-        self.py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
-        if name.startswith(MODULE_MARK) and name in self.modules:
-            self.marks[pid] = self.modules[name]
+        frame, mark = self._named(name)
+        self.py[pid] = (frame, ev.python_parent_id(), tid)
+        if mark is not None:
+            self.marks[pid] = mark
         spans = self.py_spans.get(tid)
         if spans is None:
             spans = self.py_spans[tid] = []
@@ -225,15 +238,28 @@ class _Read:
         tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
         self.prof_to_os.setdefault(ptid, tid)
         self.raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
-        spans = self.op_spans.get(tid)
-        if spans is None:
-            spans = self.op_spans[tid] = []
-        spans.append((start, end, oid))
-        corr = ev.correlation_id()
-        if corr:
-            self.op_by_corr[corr] = oid
+        self.op_events.append(ev)
         if ev.flow_type() == FWDBWD_FLOW:
             self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
+
+    def op_spans(self) -> dict[int, list[tuple[int, int, int]]]:
+        """Each OS thread's ops as (start, end, op id), in event order: only device records' launches ask."""
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for oid, (_name, _ptid, tid, start, end, _seq, _fwd) in enumerate(self.raw_ops):
+            spans = out.get(tid)
+            if spans is None:
+                spans = out[tid] = []
+            spans.append((start, end, oid))
+        return out
+
+    def op_by_corr(self) -> dict[int, int]:
+        """A correlation id -> the (last) op that carries it, for a device record's linked correlation."""
+        out: dict[int, int] = {}
+        for oid, ev in enumerate(self.op_events):
+            corr = ev.correlation_id()
+            if corr:
+                out[corr] = oid
+        return out
 
     def runtime_call(self, ev: Any) -> None:
         self.runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
@@ -291,7 +317,8 @@ class _Launches:
 
     def __init__(self, got: _Read, auto: Autograd, frames_on: Callable[[int, int], Path], counts: dict[str, int]) -> None:
         self.got, self.auto, self.frames_on, self.counts = got, auto, frames_on, counts
-        self.op_nest = {t: _Nest(s) for t, s in got.op_spans.items()}
+        self.op_nest = {t: _Nest(s) for t, s in got.op_spans().items()}
+        self.op_by_corr = got.op_by_corr()
         self.paths: dict[int, Path] = {}  # op id -> its path, per cycle
 
     def _count(self, reason: str) -> None:
@@ -318,7 +345,7 @@ class _Launches:
             stack = self.frames_on(tid, t)
             return Kernel(dev, stream, name, kind, s, e, corr, stack or ((OPERATOR_NODE, "", 0), (rname, "", 0)),
                           None, tid, rname, t)
-        oid = self.got.op_by_corr.get(linked) if linked else None
+        oid = self.op_by_corr.get(linked) if linked else None
         if oid is not None:
             self._count("launch found by its operator (no runtime call)")
             return Kernel(dev, stream, name, kind, s, e, corr, self._op_path(oid), oid)
@@ -350,7 +377,7 @@ def _linked(got: _Read, running: Running | None, package: str, files: Callable[[
         pid = nest.at(t) if nest is not None else None
         return py_stack(pid) if pid is not None else ()
 
-    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
+    ops = [Op.of(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
            for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
     flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t),
@@ -467,6 +494,9 @@ class _Stacks:
 
     def __call__(self, pid: int) -> Path:
         py, ctx = self.py, self.ctx
+        known = ctx.get(pid)
+        if known is not None:  # most calls: an op's frame held ops before it
+            return known[0]
         chain = []
         cur = pid
         while cur not in ctx and cur in py:
