@@ -148,23 +148,24 @@ class _Nest:
         # by start, the longer first where two start together (two stable sorts: no key tuple per span)
         spans.sort(key=itemgetter(1), reverse=True)
         spans.sort(key=itemgetter(0))
-        self.starts = starts = [s[0] for s in spans]
-        ends = [s[1] for s in spans]
-        self.spans = spans
+        self.starts = [s[0] for s in spans]
+        self.ends = [s[1] for s in spans]
+        self.keys = [s[2] for s in spans]
         self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
-        outer, open_ = self.outer, []
-        for i, a in enumerate(starts):
+        outer, ends, open_ = self.outer, self.ends, []
+        for i, a in enumerate(self.starts):
             while open_ and ends[open_[-1]] < a:
                 open_.pop()
             outer.append(open_[-1] if open_ else -1)
             open_.append(i)
 
     def at(self, t: int) -> int | None:
+        ends, outer = self.ends, self.outer
         k = bisect.bisect_right(self.starts, t) - 1
         while k >= 0:
-            if self.spans[k][1] >= t:
-                return self.spans[k][2]
-            k = self.outer[k]
+            if ends[k] >= t:
+                return self.keys[k]
+            k = outer[k]
         return None
 
 
@@ -173,8 +174,7 @@ def _kind_name(v: Any) -> str:
 
 
 class _Read:
-    """A cycle's events sorted by kind, each kind read by its own method (the methods called directly:
-    a cycle holds tens of thousands of events)."""
+    """A cycle's events sorted by kind into the tables the reduction reads (a cycle holds tens of thousands)."""
 
     def __init__(self, modules: dict[str, tuple[int, str]]) -> None:
         self.modules = modules
@@ -195,52 +195,50 @@ class _Read:
         self.names: dict[str, tuple[Frame | None, tuple[int, str] | None]] = {}
 
     def read(self, events: Sequence[Any]) -> None:
-        python, op, runtime, device = self.python, self.op, self.runtime_call, self.device_record
+        """The events read into this cycle's tables. One loop with its tables held in locals and the two kinds
+        that make nearly all events (Python calls, operators) read in line: the per-event cost is the cost."""
+        py, marks, py_spans, raw_ops, op_events, prof_to_os = (self.py, self.marks, self.py_spans, self.raw_ops,
+                                                                self.op_events, self.prof_to_os)
+        names, named = self.names, self._named
+        first = self.first_py
         for ev in events:
             try:
                 kind = ev.activity_type()
                 if kind == "python_function":
-                    python(ev)
+                    start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
+                    frame, mark = names.get(name) or named(name)
+                    py[pid] = (frame, ev.python_parent_id(), tid)
+                    if mark is not None:
+                        marks[pid] = mark
+                    spans = py_spans.get(tid)
+                    if spans is None:
+                        spans = py_spans[tid] = []
+                    spans.append((start, ev.end_ns(), pid))
+                    if first is None or start < first:
+                        first = start
                 elif kind in OP_KINDS:
-                    op(ev)
+                    name = ev.name()
+                    if name.startswith(PROFILER_MARKS):
+                        continue  # the profiler's own step marks: a path per step would grow with steps, not lines
+                    oid = len(raw_ops)
+                    tid, ptid = ev.device_resource_id(), ev.start_thread_id()
+                    prof_to_os.setdefault(ptid, tid)
+                    raw_ops.append((name, ptid, tid, ev.start_ns(), ev.end_ns(), ev.sequence_nr(), ev.fwd_thread_id()))
+                    op_events.append(ev)
+                    if ev.flow_type() == FWDBWD_FLOW:
+                        self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
                 elif kind in RUNTIME_KINDS:
-                    runtime(ev)
+                    self.runtime_call(ev)
                 elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
-                    device(ev, kind)
+                    self.device_record(ev, kind)
             except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
                 self.unreadable += 1
+        self.first_py = first
 
     def _named(self, name: str) -> tuple[Frame | None, tuple[int, str] | None]:
-        got = self.names.get(name)
-        if got is None:
-            frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
-            got = self.names[name] = (frame, self.modules.get(name) if name.startswith(MODULE_MARK) else None)
+        frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
+        got = self.names[name] = (frame, self.modules.get(name) if name.startswith(MODULE_MARK) else None)
         return got
-
-    def python(self, ev: Any) -> None:
-        start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
-        frame, mark = self._named(name)
-        self.py[pid] = (frame, ev.python_parent_id(), tid)
-        if mark is not None:
-            self.marks[pid] = mark
-        spans = self.py_spans.get(tid)
-        if spans is None:
-            spans = self.py_spans[tid] = []
-        spans.append((start, ev.end_ns(), pid))
-        if self.first_py is None or start < self.first_py:
-            self.first_py = start
-
-    def op(self, ev: Any) -> None:
-        name = ev.name()
-        if name.startswith(PROFILER_MARKS):
-            return  # the profiler's own step marks: a path per step would grow with steps, not lines
-        oid = len(self.raw_ops)
-        tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
-        self.prof_to_os.setdefault(ptid, tid)
-        self.raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
-        self.op_events.append(ev)
-        if ev.flow_type() == FWDBWD_FLOW:
-            self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
 
     def op_spans(self) -> dict[int, list[tuple[int, int, int]]]:
         """Each OS thread's ops as (start, end, op id), in event order: only device records' launches ask."""
@@ -377,8 +375,11 @@ def _linked(got: _Read, running: Running | None, package: str, files: Callable[[
         pid = nest.at(t) if nest is not None else None
         return py_stack(pid) if pid is not None else ()
 
-    ops = [Op.of(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
-           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
+    ops: list[Op] = []
+    for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops):  # frames_on in line: once per op
+        nest = py_nest.get(tid)
+        pid = nest.at(a) if nest is not None else None
+        ops.append(Op.of(i, name, ptid, a, b, seq, fwd, py_stack(pid) if pid is not None else ()))
     flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t),
                     caller_thread=caller_thread)
