@@ -61,16 +61,6 @@ class Op:
     fwd_tid: int = 0  # on backward ops: the profiler's id of the forward thread (0: not a backward op)
     stack: tuple[Frame, ...] = ()
 
-    @classmethod
-    def of(cls, id: int, name: str, tid: int, start_ns: int, end_ns: int, seq: int, fwd_tid: int,
-           stack: tuple[Frame, ...]) -> Op:
-        """The same op, made without the frozen dataclass's `__init__` (one `object.__setattr__` per field):
-        a cycle inside the program makes one per profiled op, tens of thousands of them."""
-        op = object.__new__(cls)
-        object.__setattr__(op, "__dict__", {"id": id, "name": name, "tid": tid, "start_ns": start_ns, "end_ns": end_ns,
-                                            "seq": seq, "fwd_tid": fwd_tid, "stack": stack})
-        return op
-
 
 @dataclass
 class Links:

@@ -379,7 +379,7 @@ def _linked(got: _Read, running: Running | None, package: str, files: Callable[[
     for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops):  # frames_on in line: once per op
         nest = py_nest.get(tid)
         pid = nest.at(a) if nest is not None else None
-        ops.append(Op.of(i, name, ptid, a, b, seq, fwd, py_stack(pid) if pid is not None else ()))
+        ops.append(Op(i, name, ptid, a, b, seq, fwd, py_stack(pid) if pid is not None else ()))
     flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t),
                     caller_thread=caller_thread)
