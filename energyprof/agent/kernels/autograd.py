@@ -110,27 +110,33 @@ def _is_backward_root(op: Op) -> bool:
 def _roots(ops: Sequence[Op], by_id: Mapping[int, Op], parent: Mapping[int, int | None]) -> dict[int, int]:
     """Every backward op id -> its outermost backward op's id (an op outside backward has none)."""
     root_of: dict[int, int] = {}
+    none: set[int] = set()  # ops neither backward nor held by one: a later walk up stops there, not at the top
+    up = parent.get
     for op in ops:
-        if op.id in root_of:
+        cur: int | None = op.id
+        if cur in root_of or cur in none:
             continue
         chain = []
-        cur: int | None = op.id
         found = None
-        while cur is not None:
-            if cur in root_of:
-                found = root_of[cur]
+        while cur is not None and cur not in none:
+            found = root_of.get(cur)
+            if found is not None:
                 break
             chain.append(cur)
-            cur = parent.get(cur)
+            cur = up(cur)
         if found is None:  # the outermost backward op on the chain, if any
             for c in reversed(chain):
                 if _is_backward_root(by_id[c]):
                     found = c
                     break
-        if found is not None:
-            outer = chain.index(found) if found in chain else len(chain)
-            for c in chain[:outer + 1] if found in chain else chain:
-                root_of[c] = found
+            if found is None:
+                none.update(chain)
+                continue
+            outer = chain.index(found)
+            none.update(chain[outer + 1:])  # above the outermost backward op: outside backward
+            chain = chain[:outer + 1]
+        for c in chain:
+            root_of[c] = found
     return root_of
 
 
@@ -195,11 +201,11 @@ def _reason(op: Op, seq: int) -> str:
 
 
 def link_backward(ops: Sequence[Op], flows: Mapping[int, int] | None = None,
-                  parent: Mapping[int, int | None] | None = None) -> Links:
+                  parent: Mapping[int, int | None] | None = None, by_id: Mapping[int, Op] | None = None) -> Links:
     """Link each backward op (an `evaluate_function` op and every op nested in it on its thread) to
     the forward op it differentiates. `flows`: Kineto's `fwdbwd` flows, backward op id -> forward op
-    id; where one is present it is the link. `parent`: `parents(ops)`, if already made."""
-    by_id = {op.id: op for op in ops}
+    id; where one is present it is the link. `parent`, `by_id`: `parents(ops)` and the ops by id, if already made."""
+    by_id = {op.id: op for op in ops} if by_id is None else by_id
     parent = parents(ops) if parent is None else parent
     root_of = _roots(ops, by_id, parent)
     roots = sorted(set(root_of.values()), key=lambda r: (by_id[r].start_ns, r))
@@ -275,7 +281,7 @@ class Autograd:
                  frames_at: FramesAt | None = None, caller_thread: int | None = None) -> None:
         self.ops = {op.id: op for op in ops}
         self.parent = parents(ops)
-        self.links = link_backward(ops, flows, self.parent)
+        self.links = link_backward(ops, flows, self.parent, self.ops)
         self.frames_at = frames_at
         self.caller_thread = caller_thread
         self._paths: dict[int, tuple[Frame, ...]] = {}

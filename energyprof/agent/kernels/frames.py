@@ -11,7 +11,8 @@ Path = tuple[Frame, ...]  # a tree path, outermost frame first
 
 # python_function events that are not Python frames: C calls (named with an object's address, so
 # one node per tensor) and module-hierarchy marks; the operator chain below them says the same.
-NOT_FRAMES = ("<built-in ", "nn.Module: ")
+MODULE_MARK = "nn.Module: "  # how torch names a module call's Python event (its mark)
+NOT_FRAMES = ("<built-in ", MODULE_MARK)
 
 
 def parse_python_name(name: str) -> Frame:

@@ -32,10 +32,11 @@ import bisect
 import os
 
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from ..modules import name_by_id, wrapper_file
 from .autograd import BACKWARD_FRAME, Autograd, Op
-from .frames import NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Path, parse_python_name
+from .frames import MODULE_MARK, NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Frame, Path, parse_python_name
 
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
 TYPE_CHECKING = False
@@ -57,7 +58,6 @@ BACKWARD_DEVICE = -1
 # A sample the sampler took inside backward() during the cycle (its number k) travels as a path under the
 # "device" SAMPLE_DEVICE - k: the path of the backward op running at its instant.
 SAMPLE_DEVICE = -2
-MODULE_MARK = "nn.Module: "
 # A BACKWARD_DEVICE path's "kernel name" whose [count, time] are its runs in the cycle and its fastest run's
 # ns: the supervisor keeps the fastest over all cycles (core/backward.BackwardFold)
 FASTEST_RUN = "[fastest run]"
@@ -145,23 +145,27 @@ class _Nest:
     """One thread's spans (start, end, key), for 'the innermost span holding t'."""
 
     def __init__(self, spans: list[tuple[int, int, int]]) -> None:
-        spans.sort(key=lambda s: (s[0], -s[1]))
+        # by start, the longer first where two start together (two stable sorts: no key tuple per span)
+        spans.sort(key=itemgetter(1), reverse=True)
+        spans.sort(key=itemgetter(0))
         self.starts = [s[0] for s in spans]
-        self.spans = spans
+        self.ends = [s[1] for s in spans]
+        self.keys = [s[2] for s in spans]
         self.outer: list[int] = []  # per span: the index of its innermost holder (-1: none)
-        open_: list[int] = []
-        for i, (a, _end, _) in enumerate(spans):
-            while open_ and spans[open_[-1]][1] < a:
+        outer, ends, open_ = self.outer, self.ends, []
+        for i, a in enumerate(self.starts):
+            while open_ and ends[open_[-1]] < a:
                 open_.pop()
-            self.outer.append(open_[-1] if open_ else -1)
+            outer.append(open_[-1] if open_ else -1)
             open_.append(i)
 
     def at(self, t: int) -> int | None:
+        ends, outer = self.ends, self.outer
         k = bisect.bisect_right(self.starts, t) - 1
         while k >= 0:
-            if self.spans[k][1] >= t:
-                return self.spans[k][2]
-            k = self.outer[k]
+            if ends[k] >= t:
+                return self.keys[k]
+            k = outer[k]
         return None
 
 
@@ -170,8 +174,7 @@ def _kind_name(v: Any) -> str:
 
 
 class _Read:
-    """A cycle's events sorted by kind, each kind read by its own method (the methods called directly:
-    a cycle holds tens of thousands of events)."""
+    """A cycle's events sorted by kind into the tables the reduction reads (a cycle holds tens of thousands)."""
 
     def __init__(self, modules: dict[str, tuple[int, str]]) -> None:
         self.modules = modules
@@ -179,61 +182,82 @@ class _Read:
         self.marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
         self.py_spans: dict[int, list[tuple[int, int, int]]] = {}
         self.raw_ops: list[tuple[str, int, int, int, int, int, int]] = []  # (name, prof tid, OS tid, start, end, seq, fwd)
-        self.op_spans: dict[int, list[tuple[int, int, int]]] = {}
+        self.op_events: list[Any] = []  # per op id, its event: correlation ids are read where device records ask
         self.prof_to_os: dict[int, int] = {}
         self.runtime: dict[int, tuple[int, int, str]] = {}  # correlation -> (OS thread, start, name)
-        self.op_by_corr: dict[int, int] = {}
         self.flow_ends: dict[int, list[tuple[bool, int]]] = {}  # Kineto's fwdbwd flows (type 1): id -> [(start?, op id)]
         # (device, name, kind, start, end, correlation, linked correlation, stream)
         self.device: list[tuple[int, str, str, int, int, int, int, int]] = []
         self.first_py: int | None = None
         self.unreadable = 0
+        # a python_function name -> (its frame, None for a C call or mark; its module, None if not a module's
+        # mark): one per line and module, read once, where the events repeat them each step
+        self.names: dict[str, tuple[Frame | None, tuple[int, str] | None]] = {}
 
     def read(self, events: Sequence[Any]) -> None:
-        python, op, runtime, device = self.python, self.op, self.runtime_call, self.device_record
+        """The events read into this cycle's tables. One loop with its tables held in locals and the two kinds
+        that make nearly all events (Python calls, operators) read in line: the per-event cost is the cost."""
+        py, marks, py_spans, raw_ops, op_events, prof_to_os = (self.py, self.marks, self.py_spans, self.raw_ops,
+                                                                self.op_events, self.prof_to_os)
+        names, named = self.names, self._named
+        first = self.first_py
         for ev in events:
             try:
                 kind = ev.activity_type()
                 if kind == "python_function":
-                    python(ev)
+                    start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
+                    frame, mark = names.get(name) or named(name)
+                    py[pid] = (frame, ev.python_parent_id(), tid)
+                    if mark is not None:
+                        marks[pid] = mark
+                    spans = py_spans.get(tid)
+                    if spans is None:
+                        spans = py_spans[tid] = []
+                    spans.append((start, ev.end_ns(), pid))
+                    if first is None or start < first:
+                        first = start
                 elif kind in OP_KINDS:
-                    op(ev)
+                    name = ev.name()
+                    if name.startswith(PROFILER_MARKS):
+                        continue  # the profiler's own step marks: a path per step would grow with steps, not lines
+                    oid = len(raw_ops)
+                    tid, ptid = ev.device_resource_id(), ev.start_thread_id()
+                    prof_to_os.setdefault(ptid, tid)
+                    raw_ops.append((name, ptid, tid, ev.start_ns(), ev.end_ns(), ev.sequence_nr(), ev.fwd_thread_id()))
+                    op_events.append(ev)
+                    if ev.flow_type() == FWDBWD_FLOW:
+                        self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
                 elif kind in RUNTIME_KINDS:
-                    runtime(ev)
+                    self.runtime_call(ev)
                 elif kind in DEVICE_KINDS and _kind_name(ev.device_type()) != "CPU":
-                    device(ev, kind)
+                    self.device_record(ev, kind)
             except UnicodeDecodeError:  # a name torch could not decode (seen on a CPU build, now and then): that event only
                 self.unreadable += 1
+        self.first_py = first
 
-    def python(self, ev: Any) -> None:
-        start, pid, name, tid = ev.start_ns(), ev.python_id(), ev.name(), ev.device_resource_id()
-        self.py[pid] = (None if name.startswith(NOT_FRAMES) else parse_python_name(name), ev.python_parent_id(), tid)
-        if name.startswith(MODULE_MARK) and name in self.modules:
-            self.marks[pid] = self.modules[name]
-        spans = self.py_spans.get(tid)
-        if spans is None:
-            spans = self.py_spans[tid] = []
-        spans.append((start, ev.end_ns(), pid))
-        if self.first_py is None or start < self.first_py:
-            self.first_py = start
+    def _named(self, name: str) -> tuple[Frame | None, tuple[int, str] | None]:
+        frame = None if name.startswith(NOT_FRAMES) else parse_python_name(name)
+        got = self.names[name] = (frame, self.modules.get(name) if name.startswith(MODULE_MARK) else None)
+        return got
 
-    def op(self, ev: Any) -> None:
-        name = ev.name()
-        if name.startswith(PROFILER_MARKS):
-            return  # the profiler's own step marks: a path per step would grow with steps, not lines
-        oid = len(self.raw_ops)
-        tid, ptid, start, end = ev.device_resource_id(), ev.start_thread_id(), ev.start_ns(), ev.end_ns()
-        self.prof_to_os.setdefault(ptid, tid)
-        self.raw_ops.append((name, ptid, tid, start, end, ev.sequence_nr(), ev.fwd_thread_id()))
-        spans = self.op_spans.get(tid)
-        if spans is None:
-            spans = self.op_spans[tid] = []
-        spans.append((start, end, oid))
-        corr = ev.correlation_id()
-        if corr:
-            self.op_by_corr[corr] = oid
-        if ev.flow_type() == FWDBWD_FLOW:
-            self.flow_ends.setdefault(ev.flow_id(), []).append((bool(ev.flow_start()), oid))
+    def op_spans(self) -> dict[int, list[tuple[int, int, int]]]:
+        """Each OS thread's ops as (start, end, op id), in event order: only device records' launches ask."""
+        out: dict[int, list[tuple[int, int, int]]] = {}
+        for oid, (_name, _ptid, tid, start, end, _seq, _fwd) in enumerate(self.raw_ops):
+            spans = out.get(tid)
+            if spans is None:
+                spans = out[tid] = []
+            spans.append((start, end, oid))
+        return out
+
+    def op_by_corr(self) -> dict[int, int]:
+        """A correlation id -> the (last) op that carries it, for a device record's linked correlation."""
+        out: dict[int, int] = {}
+        for oid, ev in enumerate(self.op_events):
+            corr = ev.correlation_id()
+            if corr:
+                out[corr] = oid
+        return out
 
     def runtime_call(self, ev: Any) -> None:
         self.runtime[ev.correlation_id()] = (ev.device_resource_id(), ev.start_ns(), ev.name())
@@ -291,7 +315,8 @@ class _Launches:
 
     def __init__(self, got: _Read, auto: Autograd, frames_on: Callable[[int, int], Path], counts: dict[str, int]) -> None:
         self.got, self.auto, self.frames_on, self.counts = got, auto, frames_on, counts
-        self.op_nest = {t: _Nest(s) for t, s in got.op_spans.items()}
+        self.op_nest = {t: _Nest(s) for t, s in got.op_spans().items()}
+        self.op_by_corr = got.op_by_corr()
         self.paths: dict[int, Path] = {}  # op id -> its path, per cycle
 
     def _count(self, reason: str) -> None:
@@ -318,7 +343,7 @@ class _Launches:
             stack = self.frames_on(tid, t)
             return Kernel(dev, stream, name, kind, s, e, corr, stack or ((OPERATOR_NODE, "", 0), (rname, "", 0)),
                           None, tid, rname, t)
-        oid = self.got.op_by_corr.get(linked) if linked else None
+        oid = self.op_by_corr.get(linked) if linked else None
         if oid is not None:
             self._count("launch found by its operator (no runtime call)")
             return Kernel(dev, stream, name, kind, s, e, corr, self._op_path(oid), oid)
@@ -350,8 +375,11 @@ def _linked(got: _Read, running: Running | None, package: str, files: Callable[[
         pid = nest.at(t) if nest is not None else None
         return py_stack(pid) if pid is not None else ()
 
-    ops = [Op(i, name, ptid, a, b, seq, fwd, frames_on(tid, a))
-           for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops)]
+    ops: list[Op] = []
+    for i, (name, ptid, tid, a, b, seq, fwd) in enumerate(got.raw_ops):  # frames_on in line: once per op
+        nest = py_nest.get(tid)
+        pid = nest.at(a) if nest is not None else None
+        ops.append(Op(i, name, ptid, a, b, seq, fwd, py_stack(pid) if pid is not None else ()))
     flows = {b: f for ends in got.flow_ends.values() for fs, f in ends if fs for bs, b in ends if not bs}
     auto = Autograd(ops, flows, frames_at=lambda ptid, t: frames_on(got.prof_to_os.get(ptid, ptid), t),
                     caller_thread=caller_thread)
@@ -467,6 +495,9 @@ class _Stacks:
 
     def __call__(self, pid: int) -> Path:
         py, ctx = self.py, self.ctx
+        known = ctx.get(pid)
+        if known is not None:  # most calls: an op's frame held ops before it
+            return known[0]
         chain = []
         cur = pid
         while cur not in ctx and cur in py:

@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import sys
 
+from .frames import MODULE_MARK
+
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -73,9 +75,14 @@ def module_marks(prof: Any) -> dict[str, tuple[int, str]]:
         ev = todo.pop()
         try:
             todo.extend(ev.children)
+            name = ev.name
+            # only a module call's Python event carries module info, and torch names it `nn.Module: ...`: the
+            # other events (most of a cycle's) are not asked for theirs, nor a module's later calls
+            if not name.startswith(MODULE_MARK) or name in out:
+                continue
             module = getattr(ev.extra_fields, "module", None)
             if module is not None:
-                out.setdefault(ev.name, (int(module.self_ptr), str(module.cls_name)))
+                out[name] = (int(module.self_ptr), str(module.cls_name))
         except Exception:  # noqa: BLE001 - an event of another shape: skipped
             continue
     return out
