@@ -5,6 +5,8 @@ from __future__ import annotations
 import textwrap
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from energyprof.core.recording import Recording, Sample, Tick
 from energyprof.core.tree import _parents_first, attribute
@@ -121,3 +123,18 @@ def test_the_processes_table_lists_parents_first_when_pids_wrap():
             Process(pid=30001, parent_pid=30000, role="worker"), Process(pid=7, parent_pid=8, role="child"),
             Process(pid=8, parent_pid=7, role="child")]
     assert [p.pid for p in _parents_first(rows)] == [30000, 100, 50, 30001, 20, 7, 8]
+
+
+@given(st.lists(st.floats(0.0, 1e4, allow_nan=False), min_size=1, max_size=6), st.randoms(use_true_random=False))
+def test_a_sources_attributed_energy_is_never_a_round_off_below_zero(parts: list[float], rnd) -> None:
+    """A source whose energy all went to energyprof's and idle's shares: the program's rest is 0, never the
+    -2.2e-16 J a float subtraction leaves (a profile with it was written, then refused by its own reader);
+    a real shortfall stays negative, so a wrong split is still seen."""
+    from energyprof.core.tree import _rest
+
+    shuffled = list(parts)
+    rnd.shuffle(shuffled)
+    whole = sum(shuffled)  # summed in another order than the subtraction takes them
+    assert _rest(whole, *parts) >= 0.0
+    assert _rest(whole, *parts) <= 1e-9 * max(whole, 1.0)
+    assert _rest(whole, *parts, whole + 1.0) < 0.0

@@ -178,6 +178,14 @@ def _close_tree(root: Node, ledger: Ledger, alloc: dict[int, int], duration_s: f
         root.peak_rss_bytes = max(root.peak_rss_bytes or 0, peak_rss_exact_bytes)
 
 
+def _rest(whole: float, *parts: float) -> float:
+    """`whole` less `parts`, where the parts may make up all of it: a difference within the sum's round-off
+    (-2.2e-16 J when a source's energy all went to energyprof and idle) is 0, not a negative figure that the
+    profile's reader refuses; a real shortfall stays as it is."""
+    rest = whole - sum(parts)
+    return 0.0 if rest < 0 and -rest <= 1e-9 * max(abs(whole), *map(abs, parts)) else rest
+
+
 def _totals(ledger: Ledger, root: Node, timeline: Timeline, own: dict[str, float], idle: dict[str, float],
             duration_s: float, cpu_s: float, peak_rss_exact_bytes: int | None) -> Totals:
     ids = ledger.source_ids
@@ -191,7 +199,7 @@ def _totals(ledger: Ledger, root: Node, timeline: Timeline, own: dict[str, float
         peak_rss_exact_bytes = max([peak_rss_exact_bytes, *rss, root.peak_rss_bytes or 0])
     return Totals(
         energy_j=_joules(ids, ledger.total),
-        attributed_j={sid: root.energy_j.get(sid, 0.0) - own.get(sid, 0.0) - idle.get(sid, 0.0) for sid in ids},
+        attributed_j={sid: _rest(root.energy_j.get(sid, 0.0), own.get(sid, 0.0), idle.get(sid, 0.0)) for sid in ids},
         energyprof_j=own, idle_j=idle, duration_s=duration_s, cpu_time_s=max(0.0, cpu_s),
         energyprof_cpu_time_s=((last.own_cpu_ns - first.own_cpu_ns) / 1e9) if first and last else 0.0,
         baseline_rss_bytes=baseline, peak_rss_bytes=max(rss) if rss else baseline,
