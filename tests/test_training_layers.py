@@ -569,3 +569,47 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     assert set(got) == {"encoder (Enc)", "decoder (Dec)", "torch::autograd::AccumulateGrad"}
     # forward: each module's mm (1 ms, two steps) on the module that called it, the wrapper gone
     assert forward == {"encoder (Enc)": pytest.approx(2 * MS, rel=1e-9), "decoder (Dec)": pytest.approx(2 * MS, rel=1e-9)}
+
+
+def test_a_backward_ops_fastest_run_is_taken_op_by_op_within_it_to_1e_9():
+    """Synthetic events, known answers: the decoder's backward op (6 ms in both steps) holds two inner ops;
+    in the first step the OS held the first one off the CPU (4 ms for 1), in the second the second one.
+    Its fastest run is each inner op's fastest (1 ms, 1 ms) plus its own time (1 ms): 3 ms, not the 6 ms
+    of the fastest whole run. A run of another shape (a third inner op) is its own candidate."""
+    from energyprof.agent import modules
+    from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, FASTEST_RUN, FORWARD_OPS, fastest_by_op, reduce_events
+    from kineto_events import MS, Step
+
+    class Dec:
+        pass
+
+    class AE:
+        def named_modules(self, remove_duplicate=False):
+            return [("", self), ("decoder", dec)]
+
+    dec, ae = Dec(), AE()
+    modules.learn_root(ae)
+    off = 1_700_000_000_000_000_000
+    st = Step(off)
+    for k, base in enumerate((0.0, 50.0)):
+        top = st.py("train.py(10): train", base, base + 40)
+        root = st.py("nn.Module: AE_0", base + 1, base + 10, parent=top)
+        fwd = st.py("train.py(20): forward", base + 1, base + 10, parent=root)
+        dm = st.py("nn.Module: Dec_0", base + 6, base + 9, parent=fwd)
+        st.py("train.py(40): forward", base + 6, base + 9, parent=dm)
+        st.op("aten::mm", base + 7, base + 8, seq=10 * k + 2)
+        st.py("torch/_tensor.py(566): backward", base + 11, base + 30, parent=top)
+        first, second = (4.0, 1.0) if k == 0 else (1.0, 4.0)
+        st.op("autograd::engine::evaluate_function: MmBackward0", base + 12, base + 18, seq=10 * k + 2, fwd=1)
+        st.op("aten::mm", base + 12.5, base + 12.5 + first)
+        st.op("aten::mm", base + 13 + first, base + 13 + first + second)
+    marks = {"nn.Module: AE_0": (id(ae), "AE"), "nn.Module: Dec_0": (id(dec), "Dec")}
+    cyc = reduce_events(st.events, unix_minus_perf=off, t0=0, t1=100 * MS, modules=marks, backward=True)
+    (fig,) = [f for (path, dev), f in cyc.figures.items()
+              if dev == BACKWARD_DEVICE and path[-1] != FORWARD_OPS and "decoder (Dec)" in [p[0] for p in path]]
+    assert fig.names[FASTEST_RUN] == [2, pytest.approx(3.0 * MS, rel=1e-9)]
+    assert sum(fig.busy.values()) == pytest.approx(2 * 3.0 * MS, rel=1e-9)
+    # shapes apart: the first shape's ops 1+1+1, the second's 5 alone; never above the fastest whole run
+    a, b = ("0:x", "1:y", "1:z"), ("0:x", "1:y", "1:z", "1:w")
+    assert fastest_by_op([a, a, b], [[1, 4, 1], [1, 1, 4], [2, 1, 1, 1]]) == 3
+    assert fastest_by_op([b, a], [[1, 1, 1, 1], [3, 3, 3]]) == 4
