@@ -234,6 +234,43 @@ def test_the_capture_leaves_kinetos_level_and_the_programs_environment_as_they_w
     assert _stderr_lines(armed.stderr) == _stderr_lines(plain.stderr)
 
 
+_NO_COMPILER = """import sys, torch
+from energyprof.agent import kernel_capture as kc
+class Sink:
+    def add(self, c): print("cycle")
+    def note(self, t): print("note:", t)
+if sys.argv[1] == "on":
+    cap = kc.KernelCapture(Sink(), activities=[torch.profiler.ProfilerActivity.CPU], steps=sys.argv[2])
+    kc.register(cap); cap.start()
+m = torch.nn.Linear(2, 2)  # no optimizer: torch.optim would import the compiler itself
+for _ in range(6):
+    kc.step()
+    m(torch.ones(2)).sum().backward()
+if sys.argv[1] == "on":
+    cap.stop()
+print("imported", sorted(n for n in ("torch._inductor", "torch._dynamo", "sympy") if n in sys.modules))
+"""
+
+
+@pytest.mark.parametrize("spec", ["2:1", "3:3"])
+def test_the_captures_profiler_imports_nothing_into_the_program(tmp_path, spec):
+    """torch's profiler prepares each session with `hasattr(torch, "_inductor")`, which torch's lazy modules
+    answer by importing the compiler (`torch._inductor`, `torch._dynamo`, sympy: 1.2 s of CPU here). A
+    program that never imported it has, after energyprof's cycles, the modules it has under plain python."""
+    pytest.importorskip("torch")
+    import subprocess
+    import sys
+
+    script = tmp_path / "prog.py"
+    script.write_text(_NO_COMPILER)
+    plain, armed = (subprocess.run([sys.executable, str(script), mode, spec], capture_output=True, text=True,
+                                   cwd=tmp_path, timeout=300) for mode in ("off", "on"))
+    assert plain.returncode == armed.returncode == 0, armed.stderr
+    assert "imported []" in plain.stdout  # this program does not load the compiler by itself
+    assert armed.stdout.count("cycle") >= 2  # energyprof's cycles did run
+    assert armed.stdout.splitlines()[-1] == plain.stdout.splitlines()[-1], armed.stdout
+
+
 class _NoSpool:
     """Where the capture's records would go: nowhere (these tests look at its hook and steps)."""
 

@@ -7,7 +7,9 @@ by default turns itself off with a note (an explicit --gpu-kernels still runs, o
   python_id/python_parent_id, flow fields);
 - `prof.profiler.kineto_results.experimental_event_tree()`: its Python calls' `extra_fields.module`
   (`_NNModuleInfo.self_ptr`, the module's id; `cls_name`), so `nn.Module: Linear_0` marks name a module;
-- `torch._C._autograd._profiler_enabled()`: whether a profiler (the program's own) is on.
+- `torch._C._autograd._profiler_enabled()`: whether a profiler (the program's own) is on;
+- `torch.profiler.profiler`'s lookup of `hasattr` in its module globals, shadowed during energyprof's own calls so
+  that preparing a session does not import `torch._inductor` into the program (`_Quiet`).
 
 - Kineto's log level, a C++ global of torch's library (`libkineto::Logger::severityLevel_`) written
   through ctypes for energyprof's own calls (`_Quiet`);
@@ -124,24 +126,59 @@ class _Quiet:
     at the level the user chose. Where the level cannot be found (another build), nothing is silenced.
     torch's profiler warnings are not filtered (a filter would hide the program's own): energyprof's calls
     raise none (CPU activity alone without CUDA; each cycle's session let go once reduced, so the next
-    cycle's start does not warn, once per process, that events are cleared: torch_compat.release_cycle)."""
+    cycle's start does not warn, once per process, that events are cleared: torch_compat.release_cycle).
+
+    Nor do energyprof's calls import anything into the program: torch's profiler asks `hasattr(torch,
+    "_inductor")` as each session is prepared, and torch's lazy `__getattr__` answers it by importing
+    `torch._inductor`, and with it `torch._dynamo` and sympy (1.2 s of CPU on a CPU training step, and a
+    program whose `sys.modules` is not plain python's). Inside energyprof's call, where the program has not
+    imported it, that question reads False, as it would have been answered had the import not been lazy
+    (`_not_imported`)."""
 
     depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
     restore: int | None = None  # the level to set back once the outermost call ends
+    shadowed: Any = None  # torch's profiler module while its `hasattr` is energyprof's (the outermost call)
 
     def __enter__(self) -> None:
         _Quiet.depth += 1
         if _Quiet.depth == 1:
             _quiet_start()
+            _Quiet.shadowed = _shadow_lazy_inductor()
 
     def __exit__(self, *exc: Any) -> None:
         _Quiet.depth -= 1
         if _Quiet.depth:
             return
+        if _Quiet.shadowed is not None:
+            _Quiet.shadowed.__dict__.pop("hasattr", None)
+            _Quiet.shadowed = None
         restore, _Quiet.restore = _Quiet.restore, None
         level = _kineto_level()
         if level is not None and restore is not None and level.value == KINETO_QUIET:
             level.value = restore
+
+
+def _not_imported(obj: Any, name: str) -> bool:
+    """`hasattr` for torch's profiler module during energyprof's call: torch's lazy `_inductor` is there only
+    where the program has imported it."""
+    if name == "_inductor" and obj is sys.modules.get("torch") and "torch._inductor" not in sys.modules:
+        return False
+    return hasattr(obj, name)
+
+
+def _shadow_lazy_inductor() -> Any:
+    """torch's profiler module with its `hasattr` shadowed (`_not_imported`), or None where nothing is to do:
+    the program imported `torch._inductor` already, or the module has a `hasattr` of its own."""
+    if "torch" not in sys.modules or "torch._inductor" in sys.modules:
+        return None
+    try:
+        import torch.profiler.profiler as mod  # energyprof's call is about to import it (the capture's first start)
+    except Exception:  # noqa: BLE001 - another torch: its profiler asks what it asks
+        return None
+    if "hasattr" in mod.__dict__:
+        return None
+    mod.hasattr = _not_imported
+    return mod
 
 
 def _quiet_start() -> None:
