@@ -464,7 +464,7 @@ class KernelCapture:
             offset, _ = clock_offset(rounds=8)
             events = torch_compat.events(prof)
             marks = torch_compat.module_marks(prof)
-            if marks:  # the model's roots, from the running frames' locals: every module gets its path
+            if marks.any():  # the model's roots, from the running frames' locals: every module gets its path
                 learn_from_frames(sys._current_frames().values())
             if self.files is None:
                 self.files = FullPaths(sys.path)

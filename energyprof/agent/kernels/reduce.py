@@ -41,7 +41,11 @@ from .frames import MODULE_MARK, NOT_FRAMES, OPERATOR_NODE, UNLAUNCHED_NODE, Fra
 # Annotations only: the program's imports are its own, so the agent adds no `typing` to them.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Any, Callable, Iterable, Sequence
+    from typing import Any, Callable, Iterable, Mapping, Sequence, Union
+
+    from .torch_compat import ModuleMarks
+
+    Marks = Union[Mapping[str, tuple[int, str]], ModuleMarks]  # a mark's name -> (its module's id, its class)
 
 BUCKET_NS = 1_000_000  # 1 ms: far under NVML's ~100 ms power updates, far over a kernel's launch jitter
 TOP_NAMES = 10
@@ -176,7 +180,7 @@ def _kind_name(v: Any) -> str:
 class _Read:
     """A cycle's events sorted by kind into the tables the reduction reads (a cycle holds tens of thousands)."""
 
-    def __init__(self, modules: dict[str, tuple[int, str]]) -> None:
+    def __init__(self, modules: Marks) -> None:
         self.modules = modules
         self.py: dict[int, tuple[Frame | None, int, int]] = {}  # python id -> (frame or None, parent id, os thread)
         self.marks: dict[int, tuple[int, str]] = {}  # python id of a module call's mark -> (module id, class)
@@ -403,7 +407,7 @@ def launches(events: Iterable[Any], *, program_frames: bool = False, caller_thre
 
 def reduce_events(events: Sequence[Any], *, unix_minus_perf: int, t0: int, t1: int, running: Running | None = None,
                   package: str = "", bucket_ns: int = BUCKET_NS, files: Callable[[str], str] | None = None,
-                  modules: dict[str, tuple[int, str]] | None = None, backward: bool = False,
+                  modules: Marks | None = None, backward: bool = False,
                   instants: Sequence[tuple[int, int]] = ()) -> Cycle:
     """A cycle's events -> its reduced figures on energyprof's clock (`perf = unix - unix_minus_perf`);
     [t0, t1] is the cycle's span on that clock. `files`: the full path of a file as the profiler names it
