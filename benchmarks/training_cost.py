@@ -21,6 +21,11 @@ op capture's reads and reduction); `rest` is everything else of the tree that is
 own work (the supervisor's start, ticks and report, the program interpreter's start and exit);
 `program` is the program's own CPU against plain python's (what sampling does to its work: the GIL
 hand-overs and caches, plus that swing).
+
+Each run's wall time is also split by phase, from two stamps the program writes (the end of its imports
+and set-up, the end of its loop): its start and imports, its loop, and its exit with energyprof's report
+after it. What a run costs once (start, the op capture's first window, the report) shows apart from what
+it costs per step.
 """
 
 from __future__ import annotations
@@ -36,6 +41,16 @@ import sys
 import tempfile
 import textwrap
 import time
+
+# Each program stamps the end of its imports and of its loop (perf_counter: CLOCK_MONOTONIC, one clock for
+# every process), so a run's wall time splits into its start and imports, its loop, and its exit and report.
+STAMP_START = """import os, time
+"""
+STAMP_LOOP = """_t_loop = time.perf_counter()
+"""
+STAMP_END = """with open(os.environ["STAMPS"], "w") as _fh:
+    _fh.write(f"{_t_loop} {time.perf_counter()}")
+"""
 
 LOOP = """
 import torch
@@ -62,6 +77,7 @@ class Net(nn.Module):
 model = Net()
 opt = torch.optim.SGD(model.parameters(), lr=1e-9)
 x = torch.randn(256, W, requires_grad=True)
+STAMP_LOOP
 for _ in range(STEPS):
     opt.zero_grad()
     model(x).backward()
@@ -79,6 +95,7 @@ config = GPT2Config(n_layer=2, n_head=2, n_embd=64, vocab_size=256, n_positions=
 model = GPT2LMHeadModel(config)
 opt = torch.optim.Adam(model.parameters(), lr=1e-4)
 ids = torch.randint(0, 256, (8, 64))
+STAMP_LOOP
 for _ in range(STEPS):
     opt.zero_grad()
     model(ids, labels=ids).loss.backward()
@@ -97,13 +114,21 @@ def _split(profile: str, tree_s: float) -> tuple[float, float, float] | None:
     return prog, agent, tree_s - prog - agent
 
 
-def _cpu(cmd: list[str], cwd: str, walls: list[float] | None = None) -> float:
+def _cpu(cmd: list[str], cwd: str, walls: list[float] | None = None,
+         phases: list[tuple[float, float, float]] | None = None) -> float:
+    """The command's CPU (children's rusage); its wall time and (start and imports, loop, exit) appended."""
+    stamps = os.path.join(cwd, "stamps")
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run(cmd, cwd=cwd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                   env={**os.environ, "OMP_NUM_THREADS": "1"})
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "STAMPS": stamps})
+    t1 = time.perf_counter()
     if walls is not None:
-        walls.append(time.perf_counter() - t0)
+        walls.append(t1 - t0)
+    if phases is not None:
+        with open(stamps) as fh:
+            loop, end = map(float, fh.read().split())
+        phases.append((loop - t0, end - loop, t1 - end))
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
@@ -117,7 +142,8 @@ def main() -> None:
     tmp = tempfile.mkdtemp()
     script = os.path.join(tmp, "loop.py")
     with open(script, "w") as fh:
-        fh.write(textwrap.dedent(GPT2 if args.model == "gpt2" else LOOP).replace("STEPS", str(args.steps)))
+        body = textwrap.dedent(GPT2 if args.model == "gpt2" else LOOP).replace("STEPS", str(args.steps))
+        fh.write(STAMP_START + body.replace("STAMP_LOOP\n", STAMP_LOOP) + STAMP_END)
     ep = [sys.executable, "-m", "energyprof", "-q", "--json", os.path.join(tmp, "p.json")]
     tools = {"plain": [sys.executable, script], "energyprof": [*ep, script],
              "energyprof --no-gpu-kernels": [*ep, "--no-gpu-kernels", script]}
@@ -129,12 +155,13 @@ def main() -> None:
     splits: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names if n.startswith("energyprof")}
     plain_s = []
     walls: dict[str, list[float]] = {n: [] for n in names}
+    phases: dict[str, list[tuple[float, float, float]]] = {n: [] for n in names}
     wall_ratios: dict[str, list[float]] = {n: [] for n in ratios}
     for r in range(args.rounds):
         order = names[r % len(names):] + names[:r % len(names)]
         got = {}
         for n in order:
-            got[n] = _cpu(tools[n], tmp, walls[n])
+            got[n] = _cpu(tools[n], tmp, walls[n], phases[n])
             part = _split(os.path.join(tmp, "p.json"), got[n]) if n in splits else None
             if part is not None:
                 splits[n].append(part)
@@ -150,6 +177,14 @@ def main() -> None:
     print("wall time over plain python's (median, min-max):")
     for n, xs in wall_ratios.items():
         print(f"{n:28s} {statistics.median(xs):.3f}x  (min {min(xs):.3f}, max {max(xs):.3f})")
+    print("\nwall time by phase, s (median of the rounds; each run's phases less the same round's plain run's):")
+    for n, xs in phases.items():
+        med = [statistics.median(x[i] for x in xs) for i in range(3)]
+        line = f"{n:28s} start and imports {med[0]:.3f}, loop {med[1]:.3f}, exit and report {med[2]:.3f}"
+        if n != "plain":
+            over = [statistics.median(x[i] - p[i] for x, p in zip(xs, phases["plain"])) for i in range(3)]
+            line += f"  (over plain: {over[0]:+.3f}, {over[1]:+.3f}, {over[2]:+.3f})"
+        print(line)
     plain = statistics.median(plain_s)
     print("\nwithin each run, over the median plain run (median of the rounds, min-max):")
     for n, parts in splits.items():
