@@ -27,7 +27,8 @@ import stat
 import sys
 import time
 
-_FD_FOLDER = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd")
+# compiled at the first path under /proc or /dev/fd (re caches it): most runs write none
+_FD_FOLDER = r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd"
 TEMP_AFFIXES = len(".") + len(".") + 8 + len(".tmp")  # what mkstemp adds to a name while it is written
 FIFO_WAIT_S = 1.0  # a FIFO with no reader for this long is not written
 FIFO_STALL_S = 30.0  # nor one whose reader takes nothing for this long
@@ -125,7 +126,7 @@ def descriptor(path: str) -> tuple[int | None, int] | None:
     for _ in range(40):
         folder = os.path.realpath(os.path.dirname(p))
         name = os.path.basename(p)
-        m = _FD_FOLDER.fullmatch(folder)
+        m = folder.startswith(("/proc/", "/dev/fd")) and re.fullmatch(_FD_FOLDER, folder)
         if m and name.isdigit():
             owner = folder.split("/")[2] if folder.startswith("/proc/") else "self"
             pid = None if owner in ("self", "thread-self") or owner == str(os.getpid()) else int(owner)
