@@ -6,7 +6,7 @@ program. The standard module imports `inspect` (with `ast`, `dis`, `tokenize`, `
 on 3.11) and compiles each method of each class on its own (18-46 ms for those forty); that was a
 third of what a run costs over plain python. This module imports only built-in modules and
 compiles one method a class, `__init__` (the one that runs often), and only once the class has had a
-few instances; the others are closures over the field names. Compiling the forty-five `__init__`s of an
+few dozen instances; the others are closures over the field names. Compiling the forty-five `__init__`s of an
 empty run's start was 6 ms; a third of those classes never has an instance in such a run (the GPU's, the
 forecast's, the sensors' that are not there), and most of the others one or two (`Options`, whose
 `__init__` alone took 1.4 ms to compile at a cold start). It makes what energyprof uses, with the standard
@@ -233,9 +233,11 @@ def _make(cls: type[_T], *, frozen: bool, eq: bool, with_repr: bool, slots: bool
     return cls
 
 
-#: instances a record class makes before its `__init__` is compiled: a class with one or two instances in a
-#: run (most of them) never pays a compile (30-1400 us each at a cold start); a busy one soon runs compiled code
-COMPILE_AT = 8
+#: instances a record class makes before its `__init__` is compiled. A compile costs 40-230 us warm and 1.4 ms
+#: for the process's first (the compiler's own start: an empty run's only one was a 3-line `__init__`); the
+#: plan makes an instance 0.4-1.1 us slower than compiled code. So a class of an empty run (at most 8 instances
+#: each) never pays one, and a busy class pays its compile back within a few hundred instances.
+COMPILE_AT = 64
 
 
 class _Plan:

@@ -188,7 +188,7 @@ def test_a_run_makes_its_records_without_dataclasses_or_inspect(tmp_path: Any) -
 
 
 def test_init_is_compiled_after_a_few_instances_whoever_makes_them() -> None:
-    """A record's `__init__` is compiled once its class has made COMPILE_AT instances (a class with one or two
+    """A record's `__init__` is compiled once its class has made COMPILE_AT instances (a class with a few
     instances in a run costs no compile); they may be a plain subclass's, and the class's own `__init__` is
     the compiled one from then on. A bad call compiles it at once and fails as the compiled one's would."""
     @rec.record(frozen=True)
