@@ -266,7 +266,8 @@ class IntensityTrace:
         return total / (b - a)
 
 
-_UTC_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{6}))?\+00:00", re.ASCII)
+# compiled by the first time read (re caches it): only an intensity trace is aligned by the run's start
+_UTC_ISO = r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{6}))?\+00:00"
 _MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
@@ -274,7 +275,7 @@ def _utc_iso_seconds(text: str) -> float | None:
     """Seconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00`, the form a profile's
     `started_at` is written in, exactly as `datetime.fromisoformat(text).timestamp()` gives them
     (every report reads one: `datetime`'s import, 1 ms, is left to other forms). None for any other text."""
-    m = _UTC_ISO.fullmatch(text)
+    m = re.fullmatch(_UTC_ISO, text, re.ASCII)
     if m is None:
         return None
     y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])
