@@ -293,3 +293,28 @@ def test_a_large_file_part_is_copied_whole(tmp_path: Path) -> None:
     with open(tmp_path / "log", "ab") as fh:
         files.write_text(f"/dev/fd/{fh.fileno()}", (b"x", part))
     assert (tmp_path / "log").read_bytes() == b"x" + big
+
+
+def test_a_file_part_is_written_where_one_descriptor_is_left(tmp_path: Path) -> None:
+    """The copy holds the file's descriptor and the destination's at once; where the limit leaves room for one
+    only, the file is read through its open descriptor first, and the page written as before (a regular file,
+    a device)."""
+    (tmp_path / "part").write_bytes(b"plotly" * 50_000)
+    script = (
+        "import os, resource, sys\n"
+        "from energyprof.store import files\n"
+        "top = max(int(fd) for fd in os.listdir('/proc/self/fd'))\n"
+        "for fd in range(3, top + 1):\n"
+        "    try:\n"
+        "        os.fstat(fd)\n"
+        "    except OSError:\n"
+        "        os.dup2(0, fd)  # no gap below the last: exactly one descriptor left\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (top + 2, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "part = files.FileBytes(sys.argv[1] + '/part')\n"
+        "files.write_text(sys.argv[1] + '/r.html', (b'<a>', part, b'</a>'))\n"
+        "files.write_text(os.devnull, (b'<a>', part))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r.html").read_bytes() == b"<a>" + b"plotly" * 50_000 + b"</a>"

@@ -26,6 +26,7 @@ import re
 import stat
 import sys
 import time
+from typing import Any, Callable
 
 # compiled at the first path under /proc or /dev/fd (re caches it): most runs write none
 _FD_FOLDER = r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd"
@@ -176,9 +177,17 @@ def write_text(path: str, data: str | bytes | tuple[bytes | FileBytes, ...]) -> 
     # as its escape (\udc80), never a reason to lose the file.
     raw = data if isinstance(data, tuple) else (data.encode("utf-8", "backslashreplace") if isinstance(data, str)
                                                 else data,)
+    parts = _Parts(raw)
+    try:
+        _write_to(path, parts)
+    finally:
+        parts.close()
+
+
+def _write_to(path: str, parts: _Parts) -> None:
     fd_target = descriptor(path)
     if fd_target is not None:
-        _write_descriptor(path, fd_target, raw)
+        _write_descriptor(path, fd_target, parts)
         return
     real = resolve(path)  # follow a symlink (not another user's in a shared folder): replace its target, keep the link
     try:
@@ -187,17 +196,17 @@ def write_text(path: str, data: str | bytes | tuple[bytes | FileBytes, ...]) -> 
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         # a device, FIFO or socket-like node: never replaced, never created
-        fd = open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = parts.opening(lambda: open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)))
         try:
-            _write_parts(fd, raw)
+            parts.write(fd)
         finally:
             os.close(fd)
         return
     folder = os.path.dirname(real) or "."
-    fd, tmp = _new_temp(folder, os.path.basename(real))
+    fd, tmp = parts.opening(lambda: _new_temp(folder, os.path.basename(real)))
     try:
         try:
-            _write_parts(fd, raw)
+            parts.write(fd)
         finally:
             os.close(fd)
         if mode is not None:
@@ -211,13 +220,76 @@ def write_text(path: str, data: str | bytes | tuple[bytes | FileBytes, ...]) -> 
         raise
 
 
+class _Source:
+    """A FileBytes part, opened."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def read_and_close(self) -> bytes:
+        try:
+            chunks = []
+            while chunk := os.pread(self.fd, 1 << 20, sum(map(len, chunks))):
+                chunks.append(chunk)
+            return b"".join(chunks)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _Parts:
+    """A write's parts, each FileBytes opened before the destination is. A copy holds two descriptors at once
+    where reading the file first held one: under a limit that leaves room for one only (ulimit -n), the files
+    are read through the descriptors already open and closed, and the destination opened then."""
+
+    def __init__(self, raw: tuple[bytes | FileBytes, ...]) -> None:
+        self.items: list[bytes | _Source] = []
+        try:
+            for part in raw:
+                self.items.append(_Source(part.path) if isinstance(part, FileBytes) else part)
+        except BaseException:
+            self.close()
+            raise
+
+    def opening(self, opener: Callable[[], Any]) -> Any:
+        """`opener()`, the destination's open; again with the files in memory if no descriptor was left for it."""
+        try:
+            return opener()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not any(isinstance(p, _Source) for p in self.items):
+                raise
+        for i, part in enumerate(self.items):
+            if isinstance(part, _Source):
+                self.items[i] = part.read_and_close()
+        return opener()
+
+    def write(self, fd: int) -> None:
+        for part in self.items:
+            if isinstance(part, _Source):
+                _copy_file(fd, part.fd)
+            else:
+                _write_all(fd, part)
+
+    def close(self) -> None:
+        for part in self.items:
+            if isinstance(part, _Source):
+                part.close()
+
+
 def append_text(path: str, data: str | bytes) -> None:
     """Append `data` to `path` (created if new): an open descriptor or a device is written through, a FIFO
     without blocking, a link only where the kernel's own rule would follow it."""
     raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     fd_target = descriptor(path)
     if fd_target is not None:
-        _write_descriptor(path, fd_target, (raw,))
+        parts = _Parts((raw,))
+        _write_descriptor(path, fd_target, parts)
         return
     real = resolve(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -254,7 +326,7 @@ def open_through(path: str, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
-def _write_descriptor(path: str, target: tuple[int | None, int], raw: tuple[bytes | FileBytes, ...]) -> None:
+def _write_descriptor(path: str, target: tuple[int | None, int], parts: _Parts) -> None:
     pid, n = target
     if pid is None:  # our own descriptor: write at its offset, after what is already there
         for stream in (sys.stdout, sys.stderr):
@@ -263,48 +335,33 @@ def _write_descriptor(path: str, target: tuple[int | None, int], raw: tuple[byte
                     stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-        _write_parts(n, raw)
+        parts.write(n)
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # another process's: appended, never truncated
+    fd = parts.opening(lambda: os.open(path, os.O_WRONLY | os.O_APPEND))  # another process's: appended, never truncated
     try:
-        _write_parts(fd, raw)
+        parts.write(fd)
     finally:
         os.close(fd)
 
 
-def _write_parts(fd: int, parts: tuple[bytes | FileBytes, ...]) -> None:
-    for part in parts:
-        if isinstance(part, FileBytes):
-            _copy_file(fd, part.path)
-        else:
-            _write_all(fd, part)
-
-
-def _copy_file(fd: int, path: str) -> None:
-    """The file at `path` written to `fd` at its offset: by `copy_file_range` (in the kernel, file to file on
-    Linux), and what it could not copy (another system, a FIFO, a device, a file system that refuses) read and
-    written."""
-    src = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        size = os.fstat(src).st_size
-        done = 0
-        if hasattr(os, "copy_file_range"):
-            try:
-                while done < size:
-                    n = os.copy_file_range(src, fd, size - done, done)
-                    if n == 0:
-                        break
-                    done += n
-            except OSError:
-                pass  # the rest below, from where the kernel stopped
-        while True:
-            chunk = os.pread(src, 1 << 20, done)
-            if not chunk:
-                break
-            _write_all(fd, chunk)
-            done += len(chunk)
-    finally:
-        os.close(src)
+def _copy_file(fd: int, src: int) -> None:
+    """The file open at `src` written whole to `fd` at its offset: by `copy_file_range` (in the kernel, file to
+    file on Linux), and what it could not copy (another system, a FIFO, a device, a file system that refuses)
+    read and written."""
+    size = os.fstat(src).st_size
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < size:
+                n = os.copy_file_range(src, fd, size - done, done)
+                if n == 0:
+                    break
+                done += n
+        except OSError:
+            pass  # the rest below, from where the kernel stopped
+    while chunk := os.pread(src, 1 << 20, done):
+        _write_all(fd, chunk)
+        done += len(chunk)
 
 
 def _write_all(fd: int, raw: bytes) -> None:
