@@ -230,9 +230,10 @@ class _Source:
 
     def read_and_close(self) -> bytes:
         try:
-            chunks = []
-            while chunk := os.pread(self.fd, 1 << 20, sum(map(len, chunks))):
+            chunks, at = [], 0
+            while chunk := os.pread(self.fd, 1 << 20, at):
                 chunks.append(chunk)
+                at += len(chunk)
             return b"".join(chunks)
         finally:
             self.close()
