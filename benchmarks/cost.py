@@ -261,9 +261,11 @@ def main() -> None:
     ap.add_argument("--energyprof-args", default="", help="flags for every energyprof run, one string (e.g. other intervals)")
     a = ap.parse_args()
     # What pip does at install: every module compiled once (with PYTHONDONTWRITEBYTECODE set,
-    # a source checkout would otherwise compile all of energyprof in every run and process).
+    # a source checkout would otherwise compile all of energyprof in every run and process). Forced: compileall
+    # takes a .pyc as fresh by its source's modification second alone, the import system by its size too, so a
+    # file edited within the second of its last compile was compiled again in every run (6 ms for record.py).
     for tree in (REPO, *([a.base.resolve()] if a.base else [])):
-        subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "energyprof")], check=True,
+        subprocess.run([sys.executable, "-m", "compileall", "-f", "-q", str(tree / "energyprof")], check=True,
                        stdout=subprocess.DEVNULL)
     work = Path(tempfile.mkdtemp(prefix="energyprof-cost-"))
     env = dict(os.environ, PYTHONPATH=str(REPO) + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))

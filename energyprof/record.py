@@ -5,11 +5,12 @@ Why not `dataclasses`: every run's supervisor makes about forty such classes bef
 program. The standard module imports `inspect` (with `ast`, `dis`, `tokenize`, `enum`: 14 ms of CPU
 on 3.11) and compiles each method of each class on its own (18-46 ms for those forty); that was a
 third of what a run costs over plain python. This module imports only built-in modules and
-compiles one method a class, `__init__` (the one that runs often), and only once the class is first
-instantiated; the others are closures over the field names. Compiling the forty-five `__init__`s of an
-empty run's start was 6 ms, and a third of those classes never has an instance in such a run (the GPU's,
-the forecast's, the sensors' that are not there). It makes what energyprof uses, with the standard module's meaning: defaults and
-default factories (a mutable default is refused), `frozen`, `eq`, `repr`, `slots`, `__post_init__`,
+compiles one method a class, `__init__` (the one that runs often), and only once the class has had a
+few dozen instances; the others are closures over the field names. Compiling the forty-five `__init__`s of an
+empty run's start was 6 ms; a third of those classes never has an instance in such a run (the GPU's, the
+forecast's, the sensors' that are not there), and most of the others one or two (`Options`, whose
+`__init__` alone took 1.4 ms to compile at a cold start). It makes what energyprof uses, with the standard
+module's meaning: defaults and default factories (a mutable default is refused), `frozen`, `eq`, `repr`, `slots`, `__post_init__`,
 `ClassVar` annotations left out, fields inherited from a record base, methods the class writes itself
 kept; and `fields()`, `replace()` and `asdict()` to read them.
 """
@@ -212,9 +213,12 @@ def _make(cls: type[_T], *, frozen: bool, eq: bool, with_repr: bool, slots: bool
     class_hash = own.get("__hash__", MISSING)
     explicit_hash = not (class_hash is MISSING or (class_hash is None and "__eq__" in own))
     ns: dict[str, Any] = {"__r_missing": MISSING, "__r_set": object.__setattr__}
-    source = _init_source(list(found.values()), ns, frozen=frozen, post_init=hasattr(cls, "__post_init__"))
-    methods = {"__init__": _first_init(cls, source, ns), **_methods(cls, tuple(found), frozen=frozen, eq=eq, with_repr=with_repr,
-                                                     hashed=eq and frozen and not explicit_hash)}
+    post_init = hasattr(cls, "__post_init__")
+    source = _init_source(list(found.values()), ns, frozen=frozen, post_init=post_init)
+    plan = _Plan(tuple(found.values()), frozen=frozen, post_init=post_init)
+    methods = {"__init__": _first_init(cls, source, ns, plan),
+               **_methods(cls, tuple(found), frozen=frozen, eq=eq, with_repr=with_repr,
+                          hashed=eq and frozen and not explicit_hash)}
     for name, method in methods.items():
         if name in own and not (name == "__hash__" and own[name] is None):
             if name in ("__setattr__", "__delattr__"):
@@ -229,15 +233,72 @@ def _make(cls: type[_T], *, frozen: bool, eq: bool, with_repr: bool, slots: bool
     return cls
 
 
-def _first_init(cls: type, source: str, ns: dict[str, Any]) -> Callable[..., None]:
-    """The class's `__init__` until its first instance: it compiles the real one from `source`, puts it in
-    the class's place of its own (a subclass's instance may come first) and runs it; every later instance
-    runs the compiled one directly."""
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+#: instances a record class makes before its `__init__` is compiled. A compile costs 40-230 us warm and 1.4 ms
+#: for the process's first (the compiler's own start: an empty run's only one was a 3-line `__init__`); the
+#: plan makes an instance 0.4-1.1 us slower than compiled code. So a class of an empty run (at most 8 instances
+#: each) never pays one, and a busy class pays its compile back within a few hundred instances.
+COMPILE_AT = 64
+
+
+class _Plan:
+    """What the compiled `__init__` does, read field by field, for a class's first instances: a call that binds
+    as the compiled one's would (every required field given, no unknown or repeated name, not too many
+    arguments) sets the same values in the same order; any other call goes to the compiled one, which raises
+    its own TypeError."""
+
+    __slots__ = ("fields", "index", "required", "frozen", "post_init")
+
+    def __init__(self, fs: tuple[Field, ...], *, frozen: bool, post_init: bool) -> None:
+        self.fields = tuple((f.name, f.default, f.default_factory) for f in fs)
+        self.index = {f.name: i for i, f in enumerate(fs)}
+        self.required = tuple((i, f.name) for i, f in enumerate(fs)
+                              if f.default is MISSING and f.default_factory is MISSING)
+        self.frozen, self.post_init = frozen, post_init
+
+    def run(self, obj: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        """Set `obj`'s fields from the call; False (and nothing done) for a call that does not bind."""
+        given = len(args)
+        if given > len(self.fields):
+            return False
+        index = self.index
+        for name in kwargs:
+            at = index.get(name)
+            if at is None or at < given:
+                return False
+        for at, name in self.required:
+            if at >= given and name not in kwargs:
+                return False
+        put = object.__setattr__ if self.frozen else setattr
+        for at, (name, default, factory) in enumerate(self.fields):
+            if at < given:
+                value = args[at]
+            elif name in kwargs:
+                value = kwargs[name]
+            elif default is not MISSING:
+                value = default
+            else:
+                value = factory()
+            put(obj, name, value)
+        if self.post_init:
+            obj.__post_init__()
+        return True
+
+
+def _first_init(cls: type, source: str, ns: dict[str, Any], plan: _Plan) -> Callable[..., None]:
+    """The class's `__init__` until it is compiled: its first COMPILE_AT - 1 instances are made by `plan`;
+    then (or at the first call that does not bind) it compiles the real one from `source`, puts it in the
+    class's place of its own (a subclass's instance may come first) and runs it; every later instance runs
+    the compiled one directly."""
+    made_here = [0]
+
+    def __init__(self: Any, /, *args: Any, **kwargs: Any) -> None:  # `self=` too goes to the compiled one
+        made_here[0] += 1
+        if made_here[0] < COMPILE_AT and plan.run(self, args, kwargs):
+            return
         exec(compile(source, f"<record {cls.__qualname__}>", "exec"), ns)  # noqa: S102 - our own source
         made = ns["__init__"]
         made.__qualname__ = f"{cls.__qualname__}.__init__"
-        if cls.__dict__.get("__init__") is __init__:  # (two threads' first instances compile it twice, alike)
+        if cls.__dict__.get("__init__") is __init__:  # (two threads' instances may compile it twice, alike)
             cls.__init__ = made  # type: ignore[misc]
         made(self, *args, **kwargs)
     return __init__

@@ -324,3 +324,20 @@ def test_interpreter_options_are_read_as_python_reads_them(orig, flags):
     from energyprof.cli.run import _interpreter_flags
 
     assert _interpreter_flags(orig) == flags
+
+
+@pytest.mark.parametrize("columns", ["40", "80", "133"])
+def test_the_help_is_argparse_own_at_every_width(monkeypatch: pytest.MonkeyPatch, columns: str) -> None:
+    """The run's parser measures the terminal once for all its formatters (cli/common.one_width): its help is
+    what argparse's own formatter, measuring each time, prints at the same width."""
+    import argparse
+
+    from energyprof.cli.run import build_run_parser
+
+    monkeypatch.setenv("COLUMNS", columns)
+    parser = build_run_parser()
+    ours = parser.format_help()
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    assert ours == parser.format_help()
+    monkeypatch.setenv("COLUMNS", str(int(columns) + 17))  # and the width is the terminal's: another, another help
+    assert build_run_parser().format_help() != ours

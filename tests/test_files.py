@@ -244,22 +244,77 @@ def test_a_fifo_whose_reader_takes_nothing_fails_in_a_bounded_time(tmp_path: Pat
         reader.join(30)
 
 
-@given(st.lists(st.binary(max_size=300), max_size=5))
+@given(st.lists(st.tuples(st.binary(max_size=300), st.booleans()), max_size=5))
 @settings(max_examples=25, deadline=None)
-def test_parts_are_written_as_their_concatenation(parts: list[bytes]) -> None:
-    """The page's three parts (plotly.js never copied into one object with the rest) land as one joined
-    object would: in a regular file (replaced), through an open descriptor (at its offset), through a device."""
+def test_parts_are_written_as_their_concatenation(drawn: list[tuple[bytes, bool]]) -> None:
+    """The page's three parts (plotly.js never copied into one object with the rest, but from its file) land
+    as one joined object would: in a regular file (replaced), through an open descriptor (at its offset),
+    through a device, through a FIFO (where the kernel's copy refuses and the file is read and written)."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
+        parts: list[bytes | files.FileBytes] = []
+        for i, (data, from_file) in enumerate(drawn):
+            if from_file:
+                Path(folder, f"part{i}").write_bytes(data)
+                parts.append(files.FileBytes(os.path.join(folder, f"part{i}")))
+            else:
+                parts.append(data)
+        joined = b"".join(data for data, _ in drawn)
         path = os.path.join(folder, "r.html")
         files.write_text(path, b"old")
         files.write_text(path, tuple(parts))
-        assert Path(path).read_bytes() == b"".join(parts)
+        assert Path(path).read_bytes() == joined
         with open(os.path.join(folder, "out"), "wb+") as fh:
             fh.write(b"program's ")
             fh.flush()
             files.write_text(f"/dev/fd/{fh.fileno()}", tuple(parts))
             fh.seek(0)
-            assert fh.read() == b"program's " + b"".join(parts)
+            assert fh.read() == b"program's " + joined
         files.write_text(os.devnull, tuple(parts))
+        fifo = os.path.join(folder, "pipe")
+        os.mkfifo(fifo)
+        got: list[bytes] = []
+        reader = threading.Thread(target=lambda: got.append(Path(fifo).read_bytes()))
+        reader.start()
+        files.write_text(fifo, tuple(parts))
+        reader.join(30)
+        assert got == [joined]
+
+
+def test_a_large_file_part_is_copied_whole(tmp_path: Path) -> None:
+    """A file part larger than one read (the page's plotly.js is 1.2 MB) is copied whole, in a regular file as
+    through a descriptor opened for appending, where the kernel's copy refuses."""
+    big = os.urandom(3 << 20)
+    (tmp_path / "big").write_bytes(big)
+    part = files.FileBytes(str(tmp_path / "big"))
+    files.write_text(str(tmp_path / "r.html"), (b"<a>", part, b"</a>"))
+    assert (tmp_path / "r.html").read_bytes() == b"<a>" + big + b"</a>"
+    with open(tmp_path / "log", "ab") as fh:
+        files.write_text(f"/dev/fd/{fh.fileno()}", (b"x", part))
+    assert (tmp_path / "log").read_bytes() == b"x" + big
+
+
+def test_a_file_part_is_written_where_one_descriptor_is_left(tmp_path: Path) -> None:
+    """The copy holds the file's descriptor and the destination's at once; where the limit leaves room for one
+    only, the file is read through its open descriptor first, and the page written as before (a regular file,
+    a device)."""
+    (tmp_path / "part").write_bytes(b"plotly" * 50_000)
+    script = (
+        "import os, resource, sys\n"
+        "from energyprof.store import files\n"
+        "top = max(int(fd) for fd in os.listdir('/proc/self/fd'))\n"
+        "for fd in range(3, top + 1):\n"
+        "    try:\n"
+        "        os.fstat(fd)\n"
+        "    except OSError:\n"
+        "        os.dup2(0, fd)  # no gap below the last: exactly one descriptor left\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (top + 2, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))\n"
+        "part = files.FileBytes(sys.argv[1] + '/part')\n"
+        "files.write_text(sys.argv[1] + '/r.html', (b'<a>', part, b'</a>'))\n"
+        "files.write_text(os.devnull, (b'<a>', part))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "r.html").read_bytes() == b"<a>" + b"plotly" * 50_000 + b"</a>"

@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 
 import pytest
 
 from conftest_report import small_profile
-from energyprof.render.html import _plotly_js
+from energyprof.analysis.report import RenderOptions, build
+from energyprof.render.html import _plotly_js, _plotly_js_bytes, render_html_bytes, render_html_parts
+from energyprof.store.files import FileBytes, write_text
 from test_report_browser import write_html
 from test_report_browser import Page, browser  # noqa: F401  (browser is a fixture)
 
@@ -34,6 +37,18 @@ def test_bundle_matches_its_build_record_and_entry_file() -> None:
     pinned = json.loads((ROOT / "scripts" / "plotly-bundle" / "package.json").read_text(encoding="utf-8"))
     assert pinned["dependencies"]["plotly.js"] == RECORD["plotly_js"]
     assert _plotly_js().startswith(f"/*! plotly.js v{RECORD['plotly_js']} ")  # what the report inlines
+
+
+def test_the_page_written_from_the_bundles_file_is_the_page(tmp_path: Path) -> None:
+    """A page file gets plotly.js copied from the shipped file as it is: the bundle holds no "</script" (any
+    case) for the inline script's escape to change, so the file is the page `render_html_bytes` makes."""
+    bundle = (ROOT / "templates" / "plotly-custom.min.js").read_bytes()
+    assert re.search(rb"</script", bundle, re.IGNORECASE) is None and _plotly_js_bytes() == bundle
+    model = build(small_profile(), RenderOptions())
+    parts = render_html_parts(model)
+    assert isinstance(parts[1], FileBytes) and os.path.samefile(parts[1].path, ROOT / "templates" / "plotly-custom.min.js")
+    write_text(str(tmp_path / "r.html"), parts)
+    assert (tmp_path / "r.html").read_bytes() == render_html_bytes(model)
 
 
 @pytest.mark.browser

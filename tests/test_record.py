@@ -187,10 +187,10 @@ def test_a_run_makes_its_records_without_dataclasses_or_inspect(tmp_path: Any) -
     assert not (loaded - at_start) & {"dataclasses", "inspect", "ast", "dis", "tokenize"}
 
 
-def test_init_is_compiled_at_the_first_instance_whoever_makes_it() -> None:
-    """A record's `__init__` is compiled when its class is first instantiated (a class that never has an
-    instance in a run costs no compile); the first instance may be a plain subclass's, and the class's own
-    `__init__` is the compiled one from then on. A bad call fails as the compiled one's would."""
+def test_init_is_compiled_after_a_few_instances_whoever_makes_them() -> None:
+    """A record's `__init__` is compiled once its class has made COMPILE_AT instances (a class with a few
+    instances in a run costs no compile); they may be a plain subclass's, and the class's own `__init__` is
+    the compiled one from then on. A bad call compiles it at once and fails as the compiled one's would."""
     @rec.record(frozen=True)
     class Point:
         x: int
@@ -204,7 +204,10 @@ def test_init_is_compiled_at_the_first_instance_whoever_makes_it() -> None:
 
     assert not compiled(Point)
     first = Named(1, y=2)
-    assert compiled(Point) and (first.x, first.y) == (1, 2) and Point(3) == Point(3, 0)
+    assert not compiled(Point) and (first.x, first.y) == (1, 2) and Point(3) == Point(3, 0)
+    for n in range(rec.COMPILE_AT):
+        assert Named(n).x == n
+    assert compiled(Point) and Point(4, 5) == Point(x=4, y=5)
     assert Point.__init__.__qualname__.endswith("Point.__init__")
 
     @rec.record
@@ -222,4 +225,38 @@ def test_init_is_compiled_at_the_first_instance_whoever_makes_it() -> None:
     with pytest.raises(TypeError) as std:
         StdPair()  # type: ignore[call-arg]
     assert str(ours.value).split("(", 1)[1] == str(std.value).split("(", 1)[1]  # the same message, bar the name
-    assert Pair(1) == Pair(1, []) and Pair(1).b is not Pair(1).b
+    assert compiled(Pair) and Pair(1) == Pair(1, []) and Pair(1).b is not Pair(1).b
+
+
+# A call: positional values, then keyword names (some a field's, some not, some repeating a positional one).
+CALL = st.tuples(st.lists(st.integers(-3, 3), max_size=6), st.lists(st.sampled_from([f"f{i}" for i in range(6)]
+                                                                                    + ["g", "self"]), max_size=4))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(FIELD, max_size=5), FLAGS, st.booleans(), CALL)
+def test_first_instances_are_made_as_the_compiled_init_makes_them(specs: list[tuple[str, int]], flags: dict[str, bool],
+                                                                  slots: bool, call: tuple[list[int], list[str]]) -> None:
+    """Before its `__init__` is compiled a record class makes the same instance from any call, or fails the
+    same way, as its compiled `__init__` and as the same dataclass do, a post-init and its factories called
+    alike."""
+    values, names = call
+    kwargs = {name: i for i, name in enumerate(names)}
+
+    def made(cls: type, fields: Any) -> Any:
+        try:
+            obj = cls(*values, **kwargs)
+        except TypeError as exc:
+            return "TypeError", str(exc).split("(", 1)[1]  # the message, bar the function's name
+        return [(f.name, getattr(obj, f.name)) for f in fields(obj)]
+
+    std, fresh = _both(specs, flags, slots)
+    _, warm = _both(specs, flags, slots)
+    for _ in range(rec.COMPILE_AT):  # calls that do not bind compile it too: a bad one does here
+        try:
+            warm(*values, **kwargs)
+        except TypeError:
+            pass
+    assert warm.__dict__["__init__"].__code__.co_filename.startswith("<record")
+    assert not fresh.__dict__["__init__"].__code__.co_filename.startswith("<record")
+    assert made(fresh, rec.fields) == made(warm, rec.fields) == made(std, dataclasses.fields)

@@ -74,7 +74,10 @@ RUN_NEVER = ("socket", "platform", "datetime", "secrets", "hmac", "hashlib", "en
              # of the modules that tabulate them (analysis/kinds.py decides), nor the engines' task windows' reader
              *ROLE_MODULES, "energyprof.engines.ray_trials",
              # no export asked for (--csv, --folded, --speedscope, --pprof): none of their modules
-             "energyprof.render.exports", "energyprof.render.pprof")
+             "energyprof.render.exports", "energyprof.render.pprof",
+             # streams with no window, allocation, lost span, GPU, thread group, I/O edge or kernel record: none of
+             # their record classes (supervise/extra_records.py)
+             "energyprof.supervise.extra_records")
 
 HELP = """
 import runpy, sys

@@ -158,10 +158,10 @@ def window_intensity(bks: list[Bucket], window: Window, trace: IntensityTrace, t
 def carbon(profile: Profile, settings: CarbonSettings) -> CarbonFigures:
     """The run's carbon and cost: the program's figures first, the machine's beside them."""
     notes: list[str] = []
-    t0 = started_at(profile)
     duration = profile.totals.duration_s
     trace = settings.trace
     found = settings.intensity
+    t0 = started_at(profile) if trace is not None else None  # the start time aligns a trace, and nothing else
     if trace is not None and t0 is None:
         notes.append("the profile has no start time (meta.started_at), so the intensity trace cannot be aligned; "
                      "used the world average instead")
@@ -217,8 +217,8 @@ def span_figures(settings: CarbonSettings, start_unix: float, end_unix: float) -
 
 def window_carbon(profile: Profile, figures: CarbonFigures, settings: CarbonSettings) -> list[float]:
     """Each window's carbon: with a time series, at the intensity of the time it ran."""
-    t0 = started_at(profile)
-    if figures.time_series and settings.trace is not None and t0 is not None:
+    t0 = started_at(profile) if figures.time_series and settings.trace is not None else None
+    if t0 is not None and settings.trace is not None:
         bks = buckets(profile)
         return [figures.grams(w.energy_j, window_intensity(bks, w, settings.trace, t0)) for w in profile.windows]
     return [figures.grams(w.energy_j) for w in profile.windows]

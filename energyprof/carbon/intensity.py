@@ -47,7 +47,7 @@ PER_NODE_TRACE = "energy-weighted mean intensity of the run"
 
 # codecarbon 3.3: the countries with regional files, and the Nordic bidding zones per country.
 _NORDIC = {"SWE": {"SE1", "SE2", "SE3", "SE4"}, "NOR": {"NO1", "NO2", "NO3", "NO4", "NO5"}, "FIN": {"FI"}}
-_CHINA_SUFFIX = re.compile(r"\s+(autonomous region|municipality|province|sheng|shi|zizhiqu)$")
+_CHINA_SUFFIX = r"\s+(autonomous region|municipality|province|sheng|shi|zizhiqu)$"  # compiled by a region's lookup
 # codecarbon.core.units.EmissionsPerKWh.LBS_MWH_TO_KG_KWH, times 1000 for grams.
 _LBS_PER_MWH_TO_G_PER_KWH = 0.45359237
 # codecarbon.core.emissions.Emissions._region_energy_mix_to_emissions_rate (kg/kWh per fuel),
@@ -137,7 +137,7 @@ REGIONAL_COUNTRIES = ("USA", "CAN", "CHN", "SWE", "NOR", "FIN")
 
 def _normalise_region(region: str) -> str:
     name = " ".join(region.strip().lower().replace("_", " ").split())
-    return _CHINA_SUFFIX.sub("", name)
+    return re.sub(_CHINA_SUFFIX, "", name)
 
 
 def region_intensity(region: str, country: str | None = None) -> Intensity:
@@ -266,7 +266,8 @@ class IntensityTrace:
         return total / (b - a)
 
 
-_UTC_ISO = re.compile(r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{6}))?\+00:00", re.ASCII)
+# compiled by the first time read (re caches it): only an intensity trace is aligned by the run's start
+_UTC_ISO = r"(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{6}))?\+00:00"
 _MONTH_DAYS = (31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
 
 
@@ -274,7 +275,7 @@ def _utc_iso_seconds(text: str) -> float | None:
     """Seconds since the epoch of `YYYY-MM-DDTHH:MM:SS[.ffffff]+00:00`, the form a profile's
     `started_at` is written in, exactly as `datetime.fromisoformat(text).timestamp()` gives them
     (every report reads one: `datetime`'s import, 1 ms, is left to other forms). None for any other text."""
-    m = _UTC_ISO.fullmatch(text)
+    m = re.fullmatch(_UTC_ISO, text, re.ASCII)
     if m is None:
         return None
     y, mo, d, h, mi, s = (int(g) for g in m.groups()[:6])

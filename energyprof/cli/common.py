@@ -26,8 +26,28 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, formatter_class: Any = argparse.HelpFormatter, **kwargs: Any) -> None:
+        super().__init__(*args, formatter_class=one_width(formatter_class), **kwargs)
+
     def error(self, message: str) -> NoReturn:  # one line, not usage + line
         raise UsageError(message)
+
+
+def one_width(formatter_class: Any) -> Any:
+    """`formatter_class` with the terminal's width measured once per parser, as the formatter would measure it
+    (`shutil.get_terminal_size().columns - 2`): argparse makes a formatter for every argument it adds, to
+    check its metavar, and each one asked the terminal again (41 times for the run's options)."""
+    width: list[int] = []
+
+    def make(prog: str, **kwargs: Any) -> argparse.HelpFormatter:
+        if "width" not in kwargs:
+            if not width:
+                import shutil
+
+                width.append(shutil.get_terminal_size().columns - 2)
+            kwargs["width"] = width[0]
+        return formatter_class(prog, **kwargs)  # type: ignore[no-any-return]
+    return make
 
 
 def add_output_flags(p: argparse.ArgumentParser) -> None:

@@ -7,7 +7,8 @@ offline replays build one by hand; a live run never materialises it, it folds th
 into a `Ledger` (core/ledger.py) as they arrive, so memory follows distinct stacks, not time.
 """
 
-from __future__ import annotations
+# No `from __future__ import annotations`: NamedTuple turns each string annotation into a ForwardRef, compiling
+# it (a millisecond of every run's start for this module's fields and the ledger's); they are evaluated as written.
 
 import threading
 from typing import Any, NamedTuple
@@ -86,7 +87,7 @@ class StackTable:
         return {"frames": [list(f) for f in self.frames], "stacks": [list(s) for s in self.stacks]}
 
     @classmethod
-    def from_state(cls, state: dict[str, Any]) -> StackTable:
+    def from_state(cls, state: dict[str, Any]) -> "StackTable":
         table = cls()
         for f in state["frames"]:
             table.frame_id((str(f[0]), str(f[1]), int(f[2])))

@@ -17,10 +17,12 @@ import re
 from typing import Any
 
 from ..analysis.report import ReportModel
+from ..store.files import FileBytes
 from .cards import methodology, process_rows, rank_epoch_rows, summary_cards, sweep_choice
 from .charts import report_data
 
 MAX_WINDOW_ROWS = 200
+PLOTLY_FILE = "plotly-custom.min.js"  # scripts/build-plotly-bundle.sh; its version and build in plotly-custom.json
 # Where plotly.js goes, put in after the page is written, so its 1.2 MB is copied once. Escaped
 # program text can hold no "<", so this mark can only be the page's own.
 _PLOTLY_MARK = "<energyprof-plotly-bundle>"
@@ -74,19 +76,25 @@ def _encodable(text: str) -> str:
 
 
 def render_html_bytes(model: ReportModel) -> bytes:
-    """The same page as UTF-8, in one object (`render_html_parts` joined)."""
-    return b"".join(render_html_parts(model))
-
-
-def render_html_parts(model: ReportModel) -> tuple[bytes, bytes, bytes]:
-    """The page as UTF-8 in three parts, for a file (store/files.write_text writes them in order): plotly.js's
-    1.2 MB go in as read, never decoded and encoded again (3 ms of an empty run's fixed cost), nor copied
-    into one object with the rest (2 ms more)."""
+    """The same page as UTF-8, in one object (what `render_html_parts` writes)."""
     before, after = _without_gc(model)
+    return b"".join((_utf8(before), _plotly_js_bytes(), _utf8(after)))
+
+
+def render_html_parts(model: ReportModel) -> tuple[bytes, FileBytes, bytes]:
+    """The page as UTF-8 in three parts, for a file (store/files.write_text writes them in order): plotly.js's
+    1.2 MB go in from its file, copied by the kernel, never read into this process (decoding and encoding
+    them was 3 ms of an empty run's fixed cost, copying them into one object with the rest 2 ms more,
+    reading and writing them ~1 ms)."""
+    before, after = _without_gc(model)
+    return _utf8(before), _plotly_js_file(), _utf8(after)
+
+
+def _utf8(text: str) -> bytes:
     # A name with a lone surrogate (undecodable bytes in a path, a kernel name) has no UTF-8 form: it is
     # written as its escape, \ud800, whatever its code points; in a JSON block that is the JSON escape of
     # the same string, so the scripts read the name as it was.
-    return before.encode("utf-8", "backslashreplace"), _plotly_js_bytes(), after.encode("utf-8", "backslashreplace")
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _without_gc(model: ReportModel) -> tuple[str, str]:
@@ -178,7 +186,13 @@ def _plotly_js() -> str:
 
 @functools.lru_cache(maxsize=1)
 def _plotly_js_bytes() -> bytes:
-    return re.sub(rb"</(script)", rb"<\\/\1", template_bytes("plotly-custom.min.js"), flags=re.IGNORECASE)
+    return re.sub(rb"</(script)", rb"<\\/\1", template_bytes(PLOTLY_FILE), flags=re.IGNORECASE)
+
+
+def _plotly_js_file() -> FileBytes:
+    """plotly.js as the page inlines it: the shipped file as it is. It holds no "</script" for the escape
+    `_plotly_js_bytes` makes to change (tests/test_plotly_bundle.py holds the bundle to that)."""
+    return FileBytes(os.path.join(template_dir(), PLOTLY_FILE))
 
 
 def _shipped(name: str) -> str:

@@ -1,5 +1,5 @@
-"""Which renderer makes each output: option name -> (report model -> text, bytes, or a tuple of bytes that
-store/files.write_text writes in order: the page's, whose plotly.js is never copied into one object)."""
+"""Which renderer makes each output: option name -> (report model -> text, bytes, or a tuple of parts that
+store/files.write_text writes in order: the page's, whose plotly.js is copied from its file, never read)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from ..analysis.report import ReportModel
+    from ..store.files import FileBytes
 
 
-def renderers() -> dict[str, Callable[[ReportModel], str | bytes | tuple[bytes, ...]]]:
+def renderers() -> dict[str, Callable[[ReportModel], str | bytes | tuple[bytes | FileBytes, ...]]]:
     """The JSON is the facts plus a derived block; the others read only the model."""
     from .html import render_html_parts
 

@@ -26,8 +26,10 @@ import re
 import stat
 import sys
 import time
+from typing import Any, Callable
 
-_FD_FOLDER = re.compile(r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd")
+# compiled at the first path under /proc or /dev/fd (re caches it): most runs write none
+_FD_FOLDER = r"/proc/(?:self|thread-self|\d+)(?:/task/\d+)?/fd|/dev/fd"
 TEMP_AFFIXES = len(".") + len(".") + 8 + len(".tmp")  # what mkstemp adds to a name while it is written
 FIFO_WAIT_S = 1.0  # a FIFO with no reader for this long is not written
 FIFO_STALL_S = 30.0  # nor one whose reader takes nothing for this long
@@ -125,7 +127,7 @@ def descriptor(path: str) -> tuple[int | None, int] | None:
     for _ in range(40):
         folder = os.path.realpath(os.path.dirname(p))
         name = os.path.basename(p)
-        m = _FD_FOLDER.fullmatch(folder)
+        m = folder.startswith(("/proc/", "/dev/fd")) and re.fullmatch(_FD_FOLDER, folder)
         if m and name.isdigit():
             owner = folder.split("/")[2] if folder.startswith("/proc/") else "self"
             pid = None if owner in ("self", "thread-self") or owner == str(os.getpid()) else int(owner)
@@ -152,17 +154,40 @@ def is_regular_target(path: str) -> bool:
         return False
 
 
-def write_text(path: str, data: str | bytes | tuple[bytes, ...]) -> None:
+class FileBytes:
+    """A part of `write_text`'s data that is a file's bytes as they are on disk: copied by the kernel where it
+    can (the report page's plotly.js, 1.2 MB, never read into the process: about 1 ms of every run's CPU with
+    the page faults of holding it), else read and written."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def read(self) -> bytes:
+        with open(self.path, "rb") as fh:
+            return fh.read()
+
+
+def write_text(path: str, data: str | bytes | tuple[bytes | FileBytes, ...]) -> None:
     """Write `data` to `path`: atomic replace for a regular file (or a new one), write-through otherwise.
-    A tuple of bytes is written part after part, as their concatenation would be (the report page: plotly.js's
-    1.2 MB written as read, never copied into one object first)."""
+    A tuple of parts is written part after part, as their concatenation would be (the report page: plotly.js's
+    1.2 MB copied from its file, never read into one object first)."""
     # A lone surrogate (a name read from a program, undecodable bytes) has no UTF-8 form: it is written
     # as its escape (\udc80), never a reason to lose the file.
     raw = data if isinstance(data, tuple) else (data.encode("utf-8", "backslashreplace") if isinstance(data, str)
                                                 else data,)
+    parts = _Parts(raw)
+    try:
+        _write_to(path, parts)
+    finally:
+        parts.close()
+
+
+def _write_to(path: str, parts: _Parts) -> None:
     fd_target = descriptor(path)
     if fd_target is not None:
-        _write_descriptor(path, fd_target, raw)
+        _write_descriptor(path, fd_target, parts)
         return
     real = resolve(path)  # follow a symlink (not another user's in a shared folder): replace its target, keep the link
     try:
@@ -171,17 +196,19 @@ def write_text(path: str, data: str | bytes | tuple[bytes, ...]) -> None:
         mode = None
     if mode is not None and not stat.S_ISREG(mode):
         # a device, FIFO or socket-like node: never replaced, never created
-        fd = open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0))
+        fd = parts.opening(lambda: open_through(real, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0)))
         try:
-            _write_parts(fd, raw)
+            parts.write(fd)
         finally:
             os.close(fd)
         return
     folder = os.path.dirname(real) or "."
-    fd, tmp = _new_temp(folder, os.path.basename(real))
+    fd, tmp = parts.opening(lambda: _new_temp(folder, os.path.basename(real)))
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.writelines(raw)
+        try:
+            parts.write(fd)
+        finally:
+            os.close(fd)
         if mode is not None:
             os.chmod(tmp, stat.S_IMODE(mode))  # an existing file keeps its permissions
         os.replace(tmp, real)
@@ -193,13 +220,77 @@ def write_text(path: str, data: str | bytes | tuple[bytes, ...]) -> None:
         raise
 
 
+class _Source:
+    """A FileBytes part, opened."""
+
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str) -> None:
+        self.fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+
+    def read_and_close(self) -> bytes:
+        try:
+            chunks, at = [], 0
+            while chunk := os.pread(self.fd, 1 << 20, at):
+                chunks.append(chunk)
+                at += len(chunk)
+            return b"".join(chunks)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class _Parts:
+    """A write's parts, each FileBytes opened before the destination is. A copy holds two descriptors at once
+    where reading the file first held one: under a limit that leaves room for one only (ulimit -n), the files
+    are read through the descriptors already open and closed, and the destination opened then."""
+
+    def __init__(self, raw: tuple[bytes | FileBytes, ...]) -> None:
+        self.items: list[bytes | _Source] = []
+        try:
+            for part in raw:
+                self.items.append(_Source(part.path) if isinstance(part, FileBytes) else part)
+        except BaseException:
+            self.close()
+            raise
+
+    def opening(self, opener: Callable[[], Any]) -> Any:
+        """`opener()`, the destination's open; again with the files in memory if no descriptor was left for it."""
+        try:
+            return opener()
+        except OSError as exc:
+            if exc.errno not in (errno.EMFILE, errno.ENFILE) or not any(isinstance(p, _Source) for p in self.items):
+                raise
+        for i, part in enumerate(self.items):
+            if isinstance(part, _Source):
+                self.items[i] = part.read_and_close()
+        return opener()
+
+    def write(self, fd: int) -> None:
+        for part in self.items:
+            if isinstance(part, _Source):
+                _copy_file(fd, part.fd)
+            else:
+                _write_all(fd, part)
+
+    def close(self) -> None:
+        for part in self.items:
+            if isinstance(part, _Source):
+                part.close()
+
+
 def append_text(path: str, data: str | bytes) -> None:
     """Append `data` to `path` (created if new): an open descriptor or a device is written through, a FIFO
     without blocking, a link only where the kernel's own rule would follow it."""
     raw = data.encode("utf-8", "backslashreplace") if isinstance(data, str) else data
     fd_target = descriptor(path)
     if fd_target is not None:
-        _write_descriptor(path, fd_target, (raw,))
+        parts = _Parts((raw,))
+        _write_descriptor(path, fd_target, parts)
         return
     real = resolve(path)
     flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -236,7 +327,7 @@ def open_through(path: str, flags: int, mode: int = 0o666) -> int:
     return fd
 
 
-def _write_descriptor(path: str, target: tuple[int | None, int], raw: tuple[bytes, ...]) -> None:
+def _write_descriptor(path: str, target: tuple[int | None, int], parts: _Parts) -> None:
     pid, n = target
     if pid is None:  # our own descriptor: write at its offset, after what is already there
         for stream in (sys.stdout, sys.stderr):
@@ -245,18 +336,33 @@ def _write_descriptor(path: str, target: tuple[int | None, int], raw: tuple[byte
                     stream.flush()
             except (OSError, ValueError, AttributeError):
                 pass
-        _write_parts(n, raw)
+        parts.write(n)
         return
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)  # another process's: appended, never truncated
+    fd = parts.opening(lambda: os.open(path, os.O_WRONLY | os.O_APPEND))  # another process's: appended, never truncated
     try:
-        _write_parts(fd, raw)
+        parts.write(fd)
     finally:
         os.close(fd)
 
 
-def _write_parts(fd: int, parts: tuple[bytes, ...]) -> None:
-    for part in parts:
-        _write_all(fd, part)
+def _copy_file(fd: int, src: int) -> None:
+    """The file open at `src` written whole to `fd` at its offset: by `copy_file_range` (in the kernel, file to
+    file on Linux), and what it could not copy (another system, a FIFO, a device, a file system that refuses)
+    read and written."""
+    size = os.fstat(src).st_size
+    done = 0
+    if hasattr(os, "copy_file_range"):
+        try:
+            while done < size:
+                n = os.copy_file_range(src, fd, size - done, done)
+                if n == 0:
+                    break
+                done += n
+        except OSError:
+            pass  # the rest below, from where the kernel stopped
+    while chunk := os.pread(src, 1 << 20, done):
+        _write_all(fd, chunk)
+        done += len(chunk)
 
 
 def _write_all(fd: int, raw: bytes) -> None:

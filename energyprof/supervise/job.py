@@ -29,13 +29,12 @@ from ..agent import wire
 from ..agent.wire import PROCESS_MARKER
 from ..facts.profile import PROCESS_GROUP_PREFIX
 from . import follow
-from .records import (AllocRecord, EndRecord, ExceptionRecord, FrameRecord, GpuRecord, IoEdgeRecord, LostRecord, NoteRecord,
-                      RoleRecord, SampleRecord, StackRecord, ThreadsRecord, TickRecord, WindowBegins, WindowEnds,
-                      parse_all, spool_started)
-from .records import KernelBusy, KernelCounts, KernelCycle, KernelNames, KernelPath
+from .records import (EndRecord, ExceptionRecord, FrameRecord, NoteRecord, RoleRecord, SampleRecord, StackRecord,
+                      TickRecord, parse_all, spool_started)
 from .stream import StreamReader
 
 if TYPE_CHECKING:
+    from .extra_records import WindowBegins, WindowEnds
     from .records import Record
 
 SCAN_NS = 100_000_000  # how often /proc is searched for new processes and liveness
@@ -417,17 +416,28 @@ class JobFeed:
         elif isinstance(r, StackRecord):  # ids are explicit: a stack written again after a cut write replaces it
             frames = p.ids.frames
             p.ids.stacks[r.sid] = self.table.stack_id(tuple(g for f in r.fids for g in frames[f]))
-        elif isinstance(r, (WindowBegins, WindowEnds)):
+        elif isinstance(r, EndRecord):
+            p.ended = True
+            self.units.close(p.pid, p.watermark)
+        elif isinstance(r, ExceptionRecord):
+            p.exception = r.text
+        elif isinstance(r, NoteRecord):
+            self._note(r.text)
+        elif not isinstance(r, (RoleRecord, wire.Header)):  # (a role is read where the process is placed)
+            self._take_extra(p, r)
+
+    def _take_extra(self, p: Proc, r: Record) -> None:
+        """A record only some runs write: its class was made (extra_records.py) when its line was parsed."""
+        from .extra_records import (AllocRecord, GpuRecord, IoEdgeRecord, KernelBusy, KernelCounts, KernelCycle,
+                                    KernelNames, KernelPath, LostRecord, ThreadsRecord, WindowBegins, WindowEnds)
+
+        if isinstance(r, (WindowBegins, WindowEnds)):
             self._window(p, r)
         elif isinstance(r, IoEdgeRecord):
             if self.on_io_edge is not None:
                 self.on_io_edge(p.pid, r.t_ns, r.proc, r.disks)
         elif isinstance(r, AllocRecord):
             p.allocations.append((self.table.frame_id((r.function, r.file, r.line)) if r.function else None, r.size))
-        elif isinstance(r, ExceptionRecord):
-            p.exception = r.text
-        elif isinstance(r, NoteRecord):
-            self._note(r.text)
         elif isinstance(r, LostRecord):
             self._note(f"process {p.pid} could not write its samples for {(r.t1 - r.t0) / 1e9:.3f} s (measured; {r.size}"
                        " bytes dropped, a full disk or a write error): its stacks over that span are missing,"
@@ -436,15 +446,7 @@ class JobFeed:
             self.ledger.gpu_procs.add(p.pid)
         elif isinstance(r, ThreadsRecord):
             self.ledger.note_threads(p.pid, p.ids.stacks[r.sid], r.count)
-        elif isinstance(r, EndRecord):
-            p.ended = True
-            self.units.close(p.pid, p.watermark)
-        elif isinstance(r, (KernelCycle, KernelPath, KernelBusy, KernelNames, KernelCounts)):
-            self._kernel(p, r)
-
-    def _kernel(self, p: Proc, r: Record) -> None:
-        """A reduced kernel cycle's record into the run's kernel fold."""
-        if isinstance(r, KernelPath):
+        elif isinstance(r, KernelPath):
             self._kernel_paths[(p.pid, r.kid)] = r.frames
         elif isinstance(r, KernelBusy):
             self._kernel_fold().add_busy(self._kernel_paths[(p.pid, r.kid)], r.device, r.bucket_ns, r.busy)
@@ -472,7 +474,9 @@ class JobFeed:
         return (self.table.frame_id((r.function, r.file, r.line)),)
 
     def _window(self, p: Proc, r: WindowBegins | WindowEnds) -> None:
-        if isinstance(r, WindowBegins):
+        from .extra_records import WindowBegins as Begins
+
+        if isinstance(r, Begins):
             self.ledger.begin_window(r.t_ns, r.name, r.index, pid=p.pid)
             return
         w = self.ledger.end_window(r.t_ns, r.name, pid=p.pid, facts=r.facts)

@@ -2,12 +2,13 @@
 
 The agent writes the lines (it is stdlib-only and loaded by path inside the program, so the types live on the
 reader's side); the job feed reads named fields. A line that a failed write cut short, or that is damaged, parses
-to None and costs that line only.
+to None and costs that line only. The records only some runs write (windows, allocations, GPU kernels...) are
+made in extra_records.py, loaded by the first such line.
 """
 
 # No `from __future__ import annotations`: NamedTuple turns each string annotation into a ForwardRef, compiling
 # it (~60 fields here, half a millisecond of every run's start); the fields' types are evaluated as written instead.
-from typing import TYPE_CHECKING, Callable, NamedTuple, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Union
 
 from ..agent import wire
 
@@ -41,27 +42,6 @@ class StackRecord(NamedTuple):
     fids: tuple[int, ...]  # local frame ids, outermost first
 
 
-class WindowBegins(NamedTuple):
-    t_ns: int
-    name: str
-    index: int | None
-
-
-class WindowEnds(NamedTuple):
-    t_ns: int
-    name: str | None  # None: the innermost open window
-    reply: bool  # a Measurement in the program waits for the window's figures
-    facts: dict[str, float] | None  # numbers the program measured about the span
-
-
-class AllocRecord(NamedTuple):
-    """memory=exact: bytes still allocated at the end, by the frame that allocated them."""
-    function: str
-    file: str
-    line: int
-    size: int
-
-
 class ExceptionRecord(NamedTuple):
     text: str  # the program's uncaught exception
 
@@ -70,67 +50,9 @@ class NoteRecord(NamedTuple):
     text: str
 
 
-class LostRecord(NamedTuple):
-    """The spool could not be written over this span."""
-    t0: int
-    t1: int
-    size: int
-
-
-class GpuRecord(NamedTuple):
-    """The process uses CUDA."""
-
-
-class ThreadsRecord(NamedTuple):
-    """How many threads have run one group's target so far (`[threads: T]`)."""
-    sid: int  # the stream's local stack id of the group's node
-    count: int
-
-
 class RoleRecord(NamedTuple):
     """What a multiprocessing spawn child runs, said once it knows (its header said LABEL_PENDING)."""
     label: str | None  # None: no role it knows of
-
-
-class IoEdgeRecord(NamedTuple):
-    """I/O counters read at a window's edge, at the window's time (agent/iostat.py)."""
-    t_ns: int
-    proc: tuple[int, ...] | None  # the process's /proc/self/io (iostat.PROC_FIELDS); None where unreadable
-    disks: dict[str, tuple[int, ...]]  # the disks' /proc/diskstats (iostat.DISK_FIELDS)
-
-
-class KernelCycle(NamedTuple):
-    """GPU kernels: a profiler cycle the program reduced, on energyprof's clock."""
-    t0: int
-    t1: int
-    records: int  # device records it held
-    cost_ns: int = 0  # the capture's own CPU so far (charged to energyprof in the program)
-
-
-class KernelPath(NamedTuple):
-    """GPU kernels: a launch path, by the stream's local id."""
-    kid: int
-    frames: tuple[tuple[str, str, int], ...]  # outermost first
-
-
-class KernelBusy(NamedTuple):
-    """GPU kernels: a path's busy ns on a device per bucket of one cycle (instants shared by k records count 1/k)."""
-    kid: int
-    device: int
-    bucket_ns: int
-    busy: dict[int, float]  # bucket index (t // bucket_ns) -> ns
-
-
-class KernelNames(NamedTuple):
-    """GPU kernels: a path's top kernel names in one cycle."""
-    kid: int
-    device: int
-    names: dict[str, tuple[int, float]]  # name -> (count, time ns)
-
-
-class KernelCounts(NamedTuple):
-    """GPU kernels: what a cycle could not place or link, by reason."""
-    counts: dict[str, int]
 
 
 class EndRecord(NamedTuple):
@@ -138,48 +60,15 @@ class EndRecord(NamedTuple):
 
 
 if TYPE_CHECKING:  # for annotations alone: nothing at run time reads it
+    from .extra_records import (AllocRecord, GpuRecord, IoEdgeRecord, KernelBusy, KernelCounts, KernelCycle, KernelNames,
+                                KernelPath, LostRecord, ThreadsRecord, WindowBegins, WindowEnds)
+
     Record = Union[wire.Header, TickRecord, SampleRecord, FrameRecord, StackRecord, WindowBegins, WindowEnds, AllocRecord,
                    ExceptionRecord, NoteRecord, LostRecord, GpuRecord, ThreadsRecord, RoleRecord, IoEdgeRecord, EndRecord,
                    KernelCycle, KernelPath, KernelBusy, KernelNames, KernelCounts]
 
 
 _new = tuple.__new__  # a record built without NamedTuple's argument handling: the supervisor parses every sample so
-
-
-def _window(r: list[str]) -> WindowBegins | WindowEnds:
-    if r[1] == "b":
-        return WindowBegins(int(r[2]), wire.unesc(r[3]), int(r[4]) if r[4] else None)
-    return WindowEnds(int(r[2]), wire.unesc(r[3]) or None, len(r) > 4 and r[4] == "r",
-                      wire.window_facts(r[5]) if len(r) > 5 else None)
-
-
-def _kernel_path(r: list[str]) -> KernelPath:
-    r = r[:-1]  # the end mark (wire.complete checked it)
-    if (len(r) - 2) % 3:
-        raise ValueError("a cut path")
-    return KernelPath(int(r[1]), tuple((wire.unesc(r[i]), wire.unesc(r[i + 1]), int(r[i + 2])) for i in range(2, len(r), 3)))
-
-
-def _kernel_busy(r: list[str]) -> KernelBusy:
-    busy = {}
-    for pair in r[4].split(",") if r[4] else ():
-        b, _, ns = pair.partition(":")
-        busy[int(b)] = float(ns)
-    return KernelBusy(int(r[1]), int(r[2]), int(r[3]), busy)
-
-
-def _kernel_names(r: list[str]) -> KernelNames:
-    r = r[:-1]
-    if (len(r) - 3) % 3:
-        raise ValueError("cut names")
-    return KernelNames(int(r[1]), int(r[2]), {wire.unesc(r[i]): (int(r[i + 1]), float(r[i + 2])) for i in range(3, len(r), 3)})
-
-
-def _kernel_counts(r: list[str]) -> KernelCounts:
-    r = r[:-1]
-    if (len(r) - 1) % 2:
-        raise ValueError("cut counts")
-    return KernelCounts({wire.unesc(r[i]): int(r[i + 1]) for i in range(1, len(r), 2)})
 
 
 _PARSERS: "dict[str, Callable[[list[str]], Record | None]]" = {
@@ -189,22 +78,25 @@ _PARSERS: "dict[str, Callable[[list[str]], Record | None]]" = {
     wire.UNIT_SAMPLE: lambda r: _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1", int(r[4]))),
     wire.FRAME: lambda r: _new(FrameRecord, (int(r[1]), wire.unesc(r[2]), wire.unesc(r[3]), int(r[4]))),
     wire.STACK: lambda r: _new(StackRecord, (int(r[1]), tuple(int(f) for f in r[2].split(",")) if r[2] else ())),
-    wire.WINDOW: _window,
-    wire.ALLOC: lambda r: _new(AllocRecord, (wire.unesc(r[1]), wire.unesc(r[2]), int(r[3]), int(r[4]))),
     wire.EXCEPTION: lambda r: _new(ExceptionRecord, (wire.unesc(r[2]),)),
     wire.NOTE: lambda r: _new(NoteRecord, (wire.unesc(r[1]),)),
-    wire.LOST: lambda r: _new(LostRecord, (int(r[1]), int(r[2]), int(r[3]))),
-    wire.GPU: lambda r: GpuRecord(),
-    wire.THREADS: lambda r: _new(ThreadsRecord, (int(r[1]), int(r[2]))),
     wire.ROLE: lambda r: RoleRecord(wire.unesc(r[1]) if len(r) > 1 else None),
-    wire.IO: lambda r: IoEdgeRecord(*wire.parse_io_edge(r)),
     wire.END: lambda r: EndRecord(),
-    wire.KCYCLE: lambda r: KernelCycle(int(r[1]), int(r[2]), int(r[3]), int(r[4])),
-    wire.KPATH: _kernel_path,
-    wire.KBUSY: _kernel_busy,
-    wire.KNAMES: _kernel_names,
-    wire.KCOUNTS: _kernel_counts,
 }
+# The kinds only some runs write: their records are made in extra_records.py, imported by the first such line.
+_EXTRA_KINDS = frozenset((wire.WINDOW, wire.ALLOC, wire.LOST, wire.GPU, wire.THREADS, wire.IO, wire.KCYCLE, wire.KPATH,
+                          wire.KBUSY, wire.KNAMES, wire.KCOUNTS))
+EXTRA_NAMES = frozenset(("WindowBegins", "WindowEnds", "AllocRecord", "LostRecord", "GpuRecord", "ThreadsRecord",
+                         "IoEdgeRecord", "KernelCycle", "KernelPath", "KernelBusy", "KernelNames", "KernelCounts"))
+
+
+def __getattr__(name: str) -> Any:
+    """The records of extra_records.py, by their names here too (made at the first reading of one)."""
+    if name in EXTRA_NAMES:
+        from . import extra_records
+
+        return getattr(extra_records, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def parse(r: list[str]) -> "Record | None":
@@ -216,6 +108,11 @@ def parse(r: list[str]) -> "Record | None":
         if r[0] == wire.SAMPLE:  # most lines are: not through the table
             return _new(SampleRecord, (int(r[1]), int(r[2]), r[3] == "1", -1))
         parser = _PARSERS.get(r[0])
+        if parser is None and r[0] in _EXTRA_KINDS:
+            from .extra_records import PARSERS
+
+            _PARSERS.update(PARSERS)  # the next line of these kinds goes straight to its parser
+            parser = _PARSERS[r[0]]
         return parser(r) if parser is not None else None
     except (IndexError, ValueError):
         return None
