@@ -277,6 +277,8 @@ class _Plan:
             elif default is not MISSING:
                 value = default
             else:
+                value = MISSING
+            if value is MISSING and factory is not MISSING:  # (MISSING given: the factory's, as compiled)
                 value = factory()
             put(obj, name, value)
         if self.post_init:

@@ -105,6 +105,18 @@ def test_defaults_factories_and_post_init() -> None:
         Run("a", nope=1)  # type: ignore[call-arg]
 
 
+def test_missing_given_for_a_factorys_field_gets_the_factorys_value_before_and_after_the_compile() -> None:
+    """The compiled `__init__` calls a field's factory where the value given is MISSING (its parameter's
+    default): so do the first instances, made before it is compiled."""
+    @rec.record
+    class Bag:
+        n: int
+        items: list[int] = rec.field(default_factory=list)
+
+    made = [Bag(i, rec.MISSING) for i in range(2 * rec.COMPILE_AT)]
+    assert all(b.items == [] for b in made) and len({id(b.items) for b in made}) == len(made)
+
+
 def test_what_dataclasses_refuse_is_refused() -> None:
     with pytest.raises(ValueError, match="mutable default"):
         @rec.record

@@ -242,6 +242,7 @@ class KernelCapture:
                 # run meanwhile, so that time is the GPU's idle time, not where Python waited
                 self.t_start = t_wall
             _watch_profiler_starts(self)  # before the start: its hook quiets Kineto's first start (_quiet_start)
+            _Quiet.shadow()  # torch is imported now (the whole run's capture imports it here)
             self._own_call = True
             try:
                 self.prof.start()

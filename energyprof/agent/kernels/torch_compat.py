@@ -23,6 +23,7 @@ CPython's private surface the capture uses is here too: `Py_AddPendingCall` thro
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
 
@@ -77,7 +78,8 @@ class ModuleMarks:
     def __init__(self, prof: Any) -> None:
         self._found: dict[str, tuple[int, str]] = {}
         try:
-            self._todo: list[Any] | None = list(reversed(prof.profiler.kineto_results.experimental_event_tree()))
+            self._todo: list[Any] | None = list(prof.profiler.kineto_results.experimental_event_tree())
+            self._todo.reverse()
         except Exception:  # noqa: BLE001 - no event tree in this torch: modules keep their class's name
             self._todo = None
 
@@ -98,9 +100,10 @@ class ModuleMarks:
         while todo:
             ev = todo.pop()
             try:
-                children = ev.children
+                children = list(ev.children)
                 if children:
-                    todo.extend(reversed(children))
+                    children.reverse()
+                    todo.extend(children)
                 name = ev.name
                 # only a module call's Python event carries module info, and torch names it `nn.Module: ...`: the
                 # other events (most of a cycle's) are not asked for theirs, nor a module's later calls
@@ -163,18 +166,29 @@ class _Quiet:
     Nor do energyprof's calls import anything into the program: torch's profiler asks `hasattr(torch,
     "_inductor")` as each session is prepared, and torch's lazy `__getattr__` answers it by importing
     `torch._inductor`, and with it `torch._dynamo` and sympy (1.2 s of CPU on a CPU training step, and a
-    program whose `sys.modules` is not plain python's). Inside energyprof's call, where the program has not
-    imported it, that question reads False, as it would have been answered had the import not been lazy
-    (`_not_imported`)."""
+    program whose `sys.modules` is not plain python's). Inside energyprof's call, on its thread, where the program
+    has not imported it, that question reads False, as it would have been answered had the import not been lazy
+    (`_not_imported`); a program thread that prepares its own profiler meanwhile gets the real answer. Where the
+    environment asks inductor for CUDA graphs (TORCHINDUCTOR_CUDAGRAPHS=1) torch's answer stands: it then keeps
+    CUPTI set up for them."""
 
     depth = 0  # energyprof's calls under way (nested: a stop inside a start hook)
     restore: int | None = None  # the level to set back once the outermost call ends
     shadowed: Any = None  # torch's profiler module while its `hasattr` is energyprof's (the outermost call)
+    owner: tuple[int, int] | None = None  # (pid, thread) of that call: the only one its `hasattr` answers
 
     def __enter__(self) -> None:
         _Quiet.depth += 1
         if _Quiet.depth == 1:
             _quiet_start()
+            _Quiet.shadow()
+
+    @staticmethod
+    def shadow() -> None:
+        """Inside energyprof's outermost call, torch's lazy `_inductor` hidden from its profiler (once torch is
+        imported: the whole-run capture's first start imports it inside the call)."""
+        if _Quiet.depth and _Quiet.shadowed is None:
+            _Quiet.owner = (os.getpid(), _thread.get_ident())
             _Quiet.shadowed = _shadow_lazy_inductor()
 
     def __exit__(self, *exc: Any) -> None:
@@ -183,7 +197,7 @@ class _Quiet:
             return
         if _Quiet.shadowed is not None:
             _Quiet.shadowed.__dict__.pop("hasattr", None)
-            _Quiet.shadowed = None
+            _Quiet.shadowed = _Quiet.owner = None
         restore, _Quiet.restore = _Quiet.restore, None
         level = _kineto_level()
         if level is not None and restore is not None and level.value == KINETO_QUIET:
@@ -193,7 +207,8 @@ class _Quiet:
 def _not_imported(obj: Any, name: str) -> bool:
     """`hasattr` for torch's profiler module during energyprof's call: torch's lazy `_inductor` is there only
     where the program has imported it."""
-    if name == "_inductor" and obj is sys.modules.get("torch") and "torch._inductor" not in sys.modules:
+    if (name == "_inductor" and obj is sys.modules.get("torch") and "torch._inductor" not in sys.modules
+            and _Quiet.owner == (os.getpid(), _thread.get_ident())):
         return False
     return hasattr(obj, name)
 
@@ -201,7 +216,7 @@ def _not_imported(obj: Any, name: str) -> bool:
 def _shadow_lazy_inductor() -> Any:
     """torch's profiler module with its `hasattr` shadowed (`_not_imported`), or None where nothing is to do:
     the program imported `torch._inductor` already, or the module has a `hasattr` of its own."""
-    if "torch" not in sys.modules or "torch._inductor" in sys.modules:
+    if "torch" not in sys.modules or "torch._inductor" in sys.modules or os.environ.get("TORCHINDUCTOR_CUDAGRAPHS") == "1":
         return None
     try:
         import torch.profiler.profiler as mod  # energyprof's call is about to import it (the capture's first start)
