@@ -215,7 +215,8 @@ def _not_imported(obj: Any, name: str) -> bool:
 
 def _shadow_lazy_inductor() -> Any:
     """torch's profiler module with its `hasattr` shadowed (`_not_imported`), or None where nothing is to do:
-    the program imported `torch._inductor` already, or the module has a `hasattr` of its own."""
+    the program imported `torch._inductor` already, the environment asks inductor for CUDA graphs (torch's
+    answer then keeps CUPTI set up for them), or the module has a `hasattr` of its own."""
     if "torch" not in sys.modules or "torch._inductor" in sys.modules or os.environ.get("TORCHINDUCTOR_CUDAGRAPHS") == "1":
         return None
     try:
