@@ -294,6 +294,28 @@ def test_three_branches_hold_their_work_forward_and_backward(tmp_path, _):
     assert kinds["backward-split"].extra["method"] == kinds["forward-split"].extra["method"] == "extrapolated"
 
 
+def _learned_root(**parts: object) -> object:
+    """An autoencoder-shaped root (class `AE`) whose modules `parts` are learnt by path, as the agent learns a
+    model's root; kept alive by the caller (the agent holds it weakly)."""
+    from energyprof.agent import modules
+
+    class AE:
+        def named_modules(self, remove_duplicate=False):
+            return [("", self), *parts.items()]
+
+    ae = AE()
+    modules.learn_root(ae)
+    return ae
+
+
+def _ae_step(st, base: float):
+    """A synthetic training step's outer frames from `base` ms: the loop's function, the autoencoder's mark
+    (`nn.Module: AE_0`) and its forward; (the loop's event, the forward's) for the step's own events."""
+    top = st.py("train.py(10): train", base, base + 40)
+    root = st.py("nn.Module: AE_0", base + 1, base + 10, parent=top)
+    return top, st.py("train.py(20): forward", base + 1, base + 10, parent=root)
+
+
 def _walk(node: Node, under: bool = False):
     yield node, under
     for c in node.children:
@@ -500,7 +522,6 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     `[backward]` gets its outermost backward ops' fastest run times their number, named by the module's
     path; AccumulateGrad keeps its own name. The ops a module's forward called itself are timed on that
     module's stack (+ `[forward ops]`), the same way."""
-    from energyprof.agent import modules
     from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, FASTEST_RUN, FORWARD_OPS, SAMPLE_DEVICE, reduce_events
     from kineto_events import MS, Step
 
@@ -510,18 +531,12 @@ def test_the_reduction_links_backward_op_time_to_the_module_that_made_it_to_1e_9
     class Dec:
         pass
 
-    class AE:
-        def named_modules(self, remove_duplicate=False):
-            return [("", self), ("encoder", enc), ("decoder", dec)]
-
-    enc, dec, ae = Enc(), Dec(), AE()
-    modules.learn_root(ae)
+    enc, dec = Enc(), Dec()
+    ae = _learned_root(encoder=enc, decoder=dec)
     off = 1_700_000_000_000_000_000
     st = Step(off)
     for k, base in enumerate((0.0, 50.0)):
-        top = st.py("train.py(10): train", base, base + 40)
-        root = st.py("nn.Module: AE_0", base + 1, base + 10, parent=top)
-        fwd = st.py("train.py(20): forward", base + 1, base + 10, parent=root)
+        top, fwd = _ae_step(st, base)
         em = st.py("nn.Module: Enc_0", base + 2, base + 5, parent=fwd)
         call = st.py("torch/nn/modules/module.py(1782): _call_impl", base + 2, base + 5, parent=em)
         st.py("train.py(30): forward", base + 2, base + 5, parent=call)
@@ -576,25 +591,18 @@ def test_a_backward_ops_fastest_run_is_taken_op_by_op_within_it_to_1e_9():
     in the first step the OS held the first one off the CPU (4 ms for 1), in the second the second one.
     Its fastest run is each inner op's fastest (1 ms, 1 ms) plus its own time (1 ms): 3 ms, not the 6 ms
     of the fastest whole run. A run of another shape (a third inner op) is its own candidate."""
-    from energyprof.agent import modules
     from energyprof.agent.kernels.reduce import BACKWARD_DEVICE, FASTEST_RUN, FORWARD_OPS, fastest_by_op, reduce_events
     from kineto_events import MS, Step
 
     class Dec:
         pass
 
-    class AE:
-        def named_modules(self, remove_duplicate=False):
-            return [("", self), ("decoder", dec)]
-
-    dec, ae = Dec(), AE()
-    modules.learn_root(ae)
+    dec = Dec()
+    ae = _learned_root(decoder=dec)
     off = 1_700_000_000_000_000_000
     st = Step(off)
     for k, base in enumerate((0.0, 50.0)):
-        top = st.py("train.py(10): train", base, base + 40)
-        root = st.py("nn.Module: AE_0", base + 1, base + 10, parent=top)
-        fwd = st.py("train.py(20): forward", base + 1, base + 10, parent=root)
+        top, fwd = _ae_step(st, base)
         dm = st.py("nn.Module: Dec_0", base + 6, base + 9, parent=fwd)
         st.py("train.py(40): forward", base + 6, base + 9, parent=dm)
         st.op("aten::mm", base + 7, base + 8, seq=10 * k + 2)
