@@ -96,8 +96,9 @@ def _cuda_available() -> bool:
         return False
 
 
-def _take_captured() -> list[tuple[int, int]]:
-    """The samples the sampler took inside backward() during the cycle now ending: (number, perf ns)."""
+def _take_captured() -> list[tuple[int, int, int]]:
+    """The samples the sampler took inside backward() during the cycle now ending: (number, the span's start
+    and end in perf ns)."""
     sampler = sys.modules.get("energyprof.agent.sampler")
     if sampler is None or not sampler._captured:
         return []
@@ -428,9 +429,9 @@ class KernelCapture:
         whatever they raise, KeyboardInterrupt and SystemExit included, stays here."""
         t_end = time.perf_counter_ns()
         self.recording = False
-        instants = _take_captured()
+        samples = _take_captured()
         try:
-            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end, instants), self.read_bound_s)
+            done, cycle, exc = _bounded(lambda: self._reduce(prof, t_end, samples), self.read_bound_s)
             if not done:
                 self.running = {}
                 self._give_up(f"reading the profiler's results took over {self.read_bound_s:g} s", stop=False,
@@ -454,7 +455,7 @@ class KernelCapture:
             self.running = {}
         self._keep_to_budget()
 
-    def _reduce(self, prof: Any, t_end: int, instants: list[tuple[int, int]]) -> Any:
+    def _reduce(self, prof: Any, t_end: int, samples: list[tuple[int, int, int]]) -> Any:
         """The cycle's events read in memory and reduced (on the capture's own thread: its CPU charged to energyprof)."""
         t0 = time.thread_time_ns()
         try:
@@ -471,7 +472,7 @@ class KernelCapture:
                 self.files = FullPaths(sys.path)
             return reduce_events(events, unix_minus_perf=offset, t0=self.t_start, t1=t_end, running=self.running,
                                  package=self.package, files=self.files, modules=marks, backward=True,
-                                 instants=instants)
+                                 samples=samples)
         finally:
             ns = time.thread_time_ns() - t0
             self.cost_ns += ns

@@ -64,8 +64,9 @@ _sleep, _perf, _proc_ns = time.sleep, time.perf_counter_ns, time.process_time_ns
 
 
 # Samples inside backward() while the op capture records (agent/kernel_capture.py sets `_captured[0]` to a
-# list, and takes it at the cycle's end): (sample number, perf ns). Bounded: past it, samples stay plain.
-_captured: list[list[tuple[int, int]]] = []
+# list, and takes it at the cycle's end): (sample number, the span its CPU was measured over: the last tick's
+# perf ns, this tick's). Bounded: past it, samples stay plain.
+_captured: list[list[tuple[int, int, int]]] = []
 _captured_base = [0]  # the first number of the current cycle's block (MAX_CAPTURED numbers a cycle)
 MAX_CAPTURED = 4096
 _ENGINE, _ENGINE_FILE = "_engine_run_backward", os.sep + os.path.join("autograd", "graph.py")
@@ -288,7 +289,7 @@ class Sampler(ThreadBook, OwnCharge):
                 continue  # caught before `threading` lists it: none of its CPU measured yet, nothing of the program's run
             sid = self._stack_id(ident, frame, table)
             if _captured and frame.f_code.co_name == _ENGINE and frame.f_code.co_filename.endswith(_ENGINE_FILE):
-                sid = self._captured_sample(sid, t1)
+                sid = self._captured_sample(sid, t0, t1)
             cpu = deltas.get(ident, 0)
             unit = unit_of(ident, frame) if sid in unit_sids else running_threads.get(ident, -1) if running_threads else -1
             if ident == self.main_ident:
@@ -420,10 +421,11 @@ class Sampler(ThreadBook, OwnCharge):
             out[key] = out.get(key, 0) + stat.size
         return list(out.items())
 
-    def _captured_sample(self, sid: int, t_ns: int) -> int:
+    def _captured_sample(self, sid: int, t0_ns: int, t1_ns: int) -> int:
         """A sample inside backward() while the op capture records: a stack of its own, `... > [backward] >
-        [sample] k`, and its instant kept for the capture, which names the backward op running then
-        (agent/kernels/reduce.py); the tree puts its joules on that op's forward path (core/backward.py)."""
+        [sample] k`, and the span its CPU was measured over kept for the capture, which names the backward ops
+        that ran in it (agent/kernels/reduce.py); the tree puts its joules on their forward paths by their time
+        in the span (core/backward.py)."""
         box = _captured[0]
         if len(box) >= MAX_CAPTURED:
             return sid
@@ -431,7 +433,7 @@ class Sampler(ThreadBook, OwnCharge):
         fids = self._fids.get(sid)
         if fids is None:
             return sid
-        box.append((k, t_ns))
+        box.append((k, t0_ns, t1_ns))
         extra = []
         for fr in (("[backward]", "", 0), ("[sample]", "", k)):
             fid = self._frame_ids.get(fr)

@@ -13,6 +13,8 @@ child of the engine node. Energy is moved, never made: the engine node keeps non
 
 The proportions come from the profiled steps; samples of the steps not profiled are split the same way
 (extrapolated): the note says so, with the share of backward's sampled time the profiled steps measured.
+A sample taken inside backward() in a profiled step goes to the backward ops that ran over its tick, each
+by its time there; what no op covered of that tick is split with the rest.
 """
 
 from __future__ import annotations
@@ -36,11 +38,14 @@ class BackwardFold:
         self.ns: dict[Path, float] = {}
         self.max_paths = max_paths
         self.dropped_ns = 0.0
-        self.samples: dict[int, Path] = {}  # a sample taken inside backward() in a captured step -> its op's path
+        # a sample taken inside backward() in a captured step -> the paths of the backward ops in its span, with
+        # their shares of the span (what they leave stays with the engine)
+        self.samples: dict[int, dict[Path, float]] = {}
         self._runs: dict[Path, tuple[int, float]] = {}  # path -> (runs, fastest run ns) over all cycles
 
-    def sample(self, k: int, path: Path) -> None:
-        self.samples[k] = path
+    def sample(self, k: int, path: Path, share: float = 1.0) -> None:
+        shares = self.samples.setdefault(k, {})
+        shares[path] = shares.get(path, 0.0) + share
 
     def add(self, path: Path, ns: float) -> None:
         """A cycle's time on a path (its fastest run there x its runs)."""
@@ -210,9 +215,10 @@ SAMPLE_FRAME = "[sample]"  # the sampler's stack for a sample inside backward() 
 
 
 def _resolve_samples(root: Node, fold: BackwardFold, names: dict[tuple[str, int], list[str]]) -> float:
-    """Each captured sample's node (`engine > [backward] > [sample] k`) onto the path of the backward op that
-    ran at its instant, all its figures moved there; one the capture could not place goes back to its
-    engine node, to be split with the rest. Returns the energy placed by instant."""
+    """Each captured sample's node (`engine > [backward] > [sample] k`) onto the paths of the backward ops that
+    ran in its span, each its share of the sample's figures; what they leave of the span (and a sample the
+    capture could not place) goes back to its engine node, to be split with the rest. Returns the energy
+    placed."""
     placed = 0.0
     for _, engine in _engines(root, with_self=False):
         back = next((c for c in engine.children if (c.function, c.file, c.line) == BACKWARD_FRAME), None)
@@ -221,25 +227,30 @@ def _resolve_samples(root: Node, fold: BackwardFold, names: dict[tuple[str, int]
         for node in list(back.children):
             if node.function != SAMPLE_FRAME or node.file:
                 continue
-            path = fold.samples.get(node.line)
-            if path is None or BACKWARD_FRAME not in path:
-                _move(node, [(engine, 1.0)])
-                continue
-            target = back
-            for frame in path[path.index(BACKWARD_FRAME) + 1:]:
-                target = _child(target, _as_sampled(frame, names))
-            placed += sum(node.self_energy_j.values())
-            _move(node, [(target, 1.0)])
+            shares = {p: w for p, w in fold.samples.get(node.line, {}).items() if BACKWARD_FRAME in p and w > 0}
+            covered = sum(shares.values())
+            scale = 1.0 / covered if covered > 1.0 else 1.0  # never more than the whole sample
+            total = covered * scale
+            targets = []
+            for path, w in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
+                target = back
+                for frame in path[path.index(BACKWARD_FRAME) + 1:]:
+                    target = _child(target, _as_sampled(frame, names))
+                targets.append((target, w * scale))
+            if total < 1.0:
+                targets.append((engine, 1.0 - total))
+            placed += sum(node.self_energy_j.values()) * total
+            _move(node, targets)
         back.children[:] = [c for c in back.children if not (c.function == SAMPLE_FRAME and not c.file)]
     return placed
 
 
 def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
-    """The captured samples onto the backward op at their instant; then every engine node of the sampled
+    """The captured samples onto the backward ops that ran in their spans; then every engine node of the sampled
     tree split onto its backward paths (the caller's proportions that its own frames match best, else all
     callers' together). Returns the note that says how."""
     names = _names(root)
-    at_instant = _resolve_samples(root, fold, names) if fold.samples else 0.0
+    placed = _resolve_samples(root, fold, names) if fold.samples else 0.0
     groups = fold.by_caller()
     if not groups:
         return []
@@ -256,16 +267,17 @@ def graft_backward(root: Node, fold: BackwardFold) -> list[Note]:
         split(node, shares, names)
     measured_s = sum(pooled.values()) / 1e9
     share = min(1.0, measured_s / sampled_s) if sampled_s > 0 else 0.0
-    placed_share = at_instant / (at_instant + extrapolated) if at_instant + extrapolated > 0 else 0.0
+    placed_share = placed / (placed + extrapolated) if placed + extrapolated > 0 else 0.0
     text = (f"backward's CPU work is under [backward], on the modules whose forward ops it differentiates: in the"
-            f" captured steps each sample goes to the backward op running at its instant ({placed_share:.1%} of"
-            f" backward's energy); the other steps' backward samples are split in the proportions of the backward"
+            f" captured steps each sample goes to the backward ops that ran over its tick, by their time in it"
+            f" ({placed_share:.1%} of backward's energy); the other steps' backward samples (and what no backward"
+            f" op covered of a captured tick) are split in the proportions of the backward"
             f" ops' time the profiler measured ({measured_s:.3f} s, about {share:.0%} of backward's sampled time):"
             " extrapolated")
     if fold.dropped_ns:
         text += f"; {fold.dropped_ns / 1e9:.3f} s of backward ops past the bound on paths are not in the proportions"
     return [Note("backward-split", text, {"captured_s": measured_s, "sampled_s": sampled_s, "captured_share": share,
-                                          "at_instant_share": placed_share, "method": "extrapolated",
+                                          "placed_share": placed_share, "method": "extrapolated",
                                           "engines": len(engines)})]
 
 

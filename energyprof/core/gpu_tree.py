@@ -194,7 +194,7 @@ class KernelFold:
             if device == -1:
                 self.backward.add(tuple(path), sum(float(ns) for ns in buckets.values()))
             else:
-                self.backward.sample(-2 - device, tuple(path))
+                self.backward.sample(-2 - device, tuple(path), sum(float(w) for w in buckets.values()))
             return
         if not self.cell_ns:
             self.cell_ns = max(1, int(bucket_ns))
