@@ -33,10 +33,13 @@ if TYPE_CHECKING:
 EXPORT_SUFFIX = ".kineto.json.gz"
 WHOLE_RUN_STEPS = 10  # the whole run profiled: one cycle every this many marked steps
 READ_BOUND_S = 30.0  # the program waits at most this long for a cycle's in-memory results to be read and reduced
-# steps a window of the default capture profiles: op times are wall times, and the fastest of a path's runs (one a
-# step) is the least held off the CPU on a busy machine; with 6 rather than 3 the odds that all of a path's runs are
-# held go from p^3 to p^6 (the budget spaces windows by their cost, so a long run profiles as many steps either way)
-AUTO_ACTIVE = 6
+# steps a window of the default capture profiles. Op times are wall times; a path's fastest run is taken op by op
+# within each backward op (reduce.fastest_by_op), so a run the OS held spoils only the op it hit, and the fastest is
+# kept over windows. Its cost is per event: a GPT-2 window's cost is ~20 ms plus ~45 ms a step (the recording, torch's
+# stop, the read and the reduction), and a short run has only its first window (the budget spaces the rest). Beside
+# two CPU hogs the three 1:2:4 branches read 1:1.89-2.33:3.33-4.23 with 3 steps and 1:2.06-2.37:4.09-4.68 with 6
+# (5 runs each): more steps bought no steadier split.
+AUTO_ACTIVE = 3
 # The note when the program's own profiler holds energyprof's windows back (said once a run)
 WAITING = ("--gpu-kernels: the program runs its own PyTorch profiler; energyprof's windows wait while it is on, "
            "and the steps it profiles are not in the kernel figures")
