@@ -42,6 +42,8 @@ import tempfile
 import textwrap
 import time
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 # Each program stamps the end of its imports and of its loop (perf_counter: CLOCK_MONOTONIC, one clock for
 # every process), so a run's wall time splits into its start and imports, its loop, and its exit and report.
 STAMP_START = """import os, time
@@ -139,6 +141,11 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=300)
     ap.add_argument("--model", choices=("branches", "gpt2"), default="branches")
     args = ap.parse_args()
+    # What pip does at install: every module of energyprof compiled once. A source checkout run with
+    # PYTHONDONTWRITEBYTECODE set compiled the agent's kernel modules in the program and the tree's in the supervisor
+    # from source in every run (with the capture on, ~60 ms in the supervisor alone on GPT-2), as benchmarks/cost.py says.
+    subprocess.run([sys.executable, "-m", "compileall", "-f", "-q", os.path.join(REPO, "energyprof")], check=True,
+                   stdout=subprocess.DEVNULL)
     tmp = tempfile.mkdtemp()
     script = os.path.join(tmp, "loop.py")
     with open(script, "w") as fh:
