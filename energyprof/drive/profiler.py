@@ -190,8 +190,7 @@ class Profiler:
         """The PyTorch profiler in this process until stop, each cycle reduced in memory into a fold
         (torch imported here, lazily): with gpu_kernels=True, or by default where the program already
         uses CUDA through torch (a few steps in every 100, cued by its optimizer's steps)."""
-        from ..agent.kernel_capture import KernelCapture
-        from ..agent.kernel_capture import register
+        from ..agent.kernel_capture import AUTO_ACTIVE, KernelCapture, register
         from ..core.gpu_tree import KernelFold
 
         o = self.options
@@ -199,7 +198,7 @@ class Profiler:
         if o.gpu_kernels:
             self._kernels = KernelCapture(self._fold, steps=o.gpu_kernel_steps, export=o.gpu_kernel_trace)
         else:
-            self._kernels = KernelCapture(self._fold, every=100, active=3, budget=0.01)
+            self._kernels = KernelCapture(self._fold, every=100, active=AUTO_ACTIVE, budget=0.01)
         self._kernels.start()
         register(self._kernels)  # energyprof.torch.track's steps reach it
         if not o.gpu_kernels:
