@@ -623,40 +623,28 @@ def forward_time(auto: Autograd, figures: dict[tuple[Path, int], PathFigures], u
 
 def samples_in(auto: Autograd, samples: Sequence[tuple[int, int, int]],
                figures: dict[tuple[Path, int], PathFigures], unix_minus_perf: int) -> None:
-    """Each sample's span (the last tick to its own: the CPU it carries was spent over it) -> the outermost
-    backward ops that ran in it, each path with its share of the span (the time its ops overlap the span
-    over the span's length), under `SAMPLE_DEVICE - number`. What no backward op covers (forward's end
-    before backward began, the engine between ops) stays with the engine, split like the steps not captured.
-    Not the one op at the tick's instant: a tick's CPU is a whole interval's, and on a busy machine a few
-    heavy ticks put whole at one op each decided a module's share (beside two CPU hogs, one tick's
-    0.24 J on a 30 µs TanhBackward0 moved a decoder's backward by 18%)."""
-    if not samples:
-        return
+    """Each sample's span (the last tick to its own: its CPU was spent over it) -> the outermost backward ops
+    that ran in it, each path with its share of the span, under `SAMPLE_DEVICE - number`; what no backward op
+    covers stays with the engine. Not the one op at the tick's instant: beside two CPU hogs, one tick's 0.24 J
+    put whole on a 30 us TanhBackward0 moved a decoder's backward by 18%."""
     roots = sorted((auto.ops[r].start_ns, auto.ops[r].end_ns, r) for r in set(auto.links.root_of.values()))
-    if not roots:
+    if not samples or not roots:
         return
     starts = [a for a, _, _ in roots]
     longest = max(b - a for a, b, _ in roots)
     paths: dict[int, Path] = {}
     for k, t0, t1 in samples:
         a, b = t0 + unix_minus_perf, t1 + unix_minus_perf
-        if b <= a:
-            continue
         shares: dict[Path, float] = {}
         i = bisect.bisect_left(starts, b) - 1
-        while i >= 0 and starts[i] + longest > a:  # every op that starts before b and may end after a
+        while b > a and i >= 0 and starts[i] + longest > a:  # every op that starts before b and may end after a
             start, end, r = roots[i]
             i -= 1
             overlap = min(end, b) - max(start, a)
-            if overlap <= 0:
-                continue
-            path = paths.get(r)
-            if path is None:
-                path = paths[r] = auto.path(r)
+            path = (paths[r] if r in paths else paths.setdefault(r, auto.path(r))) if overlap > 0 else ()
             if BACKWARD_FRAME in path:
                 shares[path] = shares.get(path, 0.0) + overlap / (b - a)
-        total = sum(shares.values())
-        scale = 1.0 / total if total > 1.0 else 1.0  # ops of several threads at once: at most the whole span
+        scale = 1.0 / max(1.0, sum(shares.values()))  # ops of several threads at once: at most the whole span
         for path, share in shares.items():
             figures[(path, SAMPLE_DEVICE - k)] = PathFigures({0: share * scale})
 
