@@ -123,6 +123,30 @@ def test_a_captured_sample_goes_to_the_ops_over_its_tick_by_their_time_and_the_r
     assert note.extra["placed_share"] == pytest.approx(1.5 / 12.0, rel=1e-9)
 
 
+def test_a_tick_covered_by_two_threads_ops_gives_its_sample_whole_and_no_more():
+    """Ops of two threads over one tick may cover more than the tick (0.9 + 0.6): the sample's 2 J go 0.9:0.6 to
+    them, all of it and no more, none back to the engine; the engine's 10 J split 1:3 as before."""
+    root, engine = _tree(10.0, 0.0)
+    back = Node(function="[backward]", other_policy_self_energy_j={})
+    back.children.append(Node(function="[sample]", line=7, self_energy_j={"cpu": 2.0}, other_policy_self_energy_j={},
+                              self_samples=1))
+    engine.children.append(back)
+    caller = (("<module>", "train.py", 1), ("loop", "train.py", 10), BACKWARD_FRAME)
+    one, two = (("one (One)", "/p/train.py", 30),), (("two (Two)", "/p/train.py", 40),)
+    fold = BackwardFold()
+    fold.add(caller + one, 1e6)
+    fold.add(caller + two, 3e6)
+    fold.sample(7, caller + two, 0.9)
+    fold.sample(7, caller + one, 0.6)
+    (note,) = graft_backward(root, fold)
+    root.fill_inclusive()
+    got = {c.function: c for c in back.children}
+    assert got["two (Two)"].energy_j["cpu"] == pytest.approx(2.0 * 0.6 + 7.5, rel=1e-9)
+    assert got["one (One)"].energy_j["cpu"] == pytest.approx(2.0 * 0.4 + 2.5, rel=1e-9)
+    assert root.energy_j["cpu"] == pytest.approx(12.0, rel=1e-12)
+    assert note.extra["placed_share"] == pytest.approx(2.0 / 12.0, rel=1e-9)
+
+
 def test_each_caller_gets_its_own_proportions():
     """Two backward() lines: each engine node is split by the ops its own caller's passes ran."""
     root, engine = _tree(4.0, 0.0)

@@ -229,8 +229,8 @@ def _resolve_samples(root: Node, fold: BackwardFold, names: dict[tuple[str, int]
                 continue
             shares = {p: w for p, w in fold.samples.get(node.line, {}).items() if BACKWARD_FRAME in p and w > 0}
             covered = sum(shares.values())
-            scale = 1.0 / covered if covered > 1.0 else 1.0  # never more than the whole sample
-            total = covered * scale
+            total = min(1.0, covered)  # ops of several threads over one tick: never more than the whole sample
+            scale = total / covered if covered else 0.0
             targets = []
             for path, w in sorted(shares.items(), key=lambda kv: tuple(map(str, kv[0]))):
                 target = back

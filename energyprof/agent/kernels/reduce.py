@@ -644,9 +644,8 @@ def samples_in(auto: Autograd, samples: Sequence[tuple[int, int, int]],
             path = (paths[r] if r in paths else paths.setdefault(r, auto.path(r))) if overlap > 0 else ()
             if BACKWARD_FRAME in path:
                 shares[path] = shares.get(path, 0.0) + overlap / (b - a)
-        scale = 1.0 / max(1.0, sum(shares.values()))  # ops of several threads at once: at most the whole span
-        for path, share in shares.items():
-            figures[(path, SAMPLE_DEVICE - k)] = PathFigures({0: share * scale})
+        for path, share in shares.items():  # ops of several threads at once may add to over 1 (core/backward.py)
+            figures[(path, SAMPLE_DEVICE - k)] = PathFigures({0: share})
 
 
 def _share_busy(recs: list[tuple[int, int, Path, str]], dev: int, figures: dict[tuple[Path, int], PathFigures],
