@@ -13,7 +13,7 @@ import pytest
 from energyprof.agent.kernels.autograd import BACKWARD_FRAME
 from energyprof.agent.kernels.reduce import FASTEST_RUN
 from energyprof.core.backward import BackwardFold, graft_backward
-from energyprof.facts.profile import Node, load
+from energyprof.facts.profile import Node, Note, load
 
 try:
     import torch  # noqa: F401
@@ -92,27 +92,33 @@ def test_the_engines_energy_goes_beneath_backward_in_the_measured_proportions_to
     assert note.extra["captured_share"] == pytest.approx(0.013 / 0.5, rel=1e-9)
 
 
-def test_a_captured_sample_goes_to_the_ops_over_its_tick_by_their_time_and_the_rest_is_extrapolated():
-    """Known answer: the engine holds 10 J of samples outside the captured steps, and a captured sample (its
-    own node `[backward] > [sample] 7`, 2 J) whose tick the capture found half covered by `two`'s backward
-    ops and a quarter by `one`'s. The sample gives 1 J to `two` and 0.5 J to `one`; its uncovered quarter
-    (0.5 J) joins the 10 J, split 1:3 by measured op time; nothing is made or lost."""
+def _ticked(shares: list[tuple[str, float]]) -> tuple[Node, Node, Node, Note]:
+    """The engine's 10 J of samples outside the captured steps beside a captured sample (its own node
+    `[backward] > [sample] 7`: 2 J, 3 J under the other policy) whose tick the capture found covered by
+    backward ops of `one` and `two` in `shares` (one (module, share) per op); the ops measured 1 ms on `one`, 3 ms
+    on `two`. Grafted: (root, engine, `[backward]`, the note)."""
     root, engine = _tree(10.0, 0.0)
     back = Node(function="[backward]", other_policy_self_energy_j={})
-    sample = Node(function="[sample]", line=7, self_energy_j={"cpu": 2.0}, other_policy_self_energy_j={"cpu": 3.0},
-                  self_samples=1)
-    back.children.append(sample)
+    back.children.append(Node(function="[sample]", line=7, self_energy_j={"cpu": 2.0},
+                              other_policy_self_energy_j={"cpu": 3.0}, self_samples=1))
     engine.children.append(back)
     caller = (("<module>", "train.py", 1), ("loop", "train.py", 10), BACKWARD_FRAME)
-    one, two = (("one (One)", "/p/train.py", 30),), (("two (Two)", "/p/train.py", 40),)
+    paths = {"one": caller + (("one (One)", "/p/train.py", 30),), "two": caller + (("two (Two)", "/p/train.py", 40),)}
     fold = BackwardFold()
-    fold.add(caller + one, 1e6)
-    fold.add(caller + two, 3e6)
-    fold.sample(7, caller + two, 0.3)
-    fold.sample(7, caller + two, 0.2)  # two ops on one path: their shares add
-    fold.sample(7, caller + one, 0.25)
+    fold.add(paths["one"], 1e6)
+    fold.add(paths["two"], 3e6)
+    for name, share in shares:
+        fold.sample(7, paths[name], share)
     (note,) = graft_backward(root, fold)
     root.fill_inclusive()
+    return root, engine, back, note
+
+
+def test_a_captured_sample_goes_to_the_ops_over_its_tick_by_their_time_and_the_rest_is_extrapolated():
+    """Known answer: the sample's tick is half covered by `two`'s backward ops and a quarter by `one`'s. The
+    sample gives 1 J to `two` and 0.5 J to `one`; its uncovered quarter (0.5 J) joins the engine's 10 J, split
+    1:3 by measured op time; nothing is made or lost."""
+    root, engine, back, note = _ticked([("two", 0.3), ("two", 0.2), ("one", 0.25)])  # two ops on `two`: they add
     assert [c.function for c in back.children] == ["one (One)", "two (Two)"]  # the sample's node is gone
     got = {c.function: c for c in back.children}
     assert got["two (Two)"].energy_j["cpu"] == pytest.approx(1.0 + 0.75 * 10.5, rel=1e-9)
@@ -126,20 +132,7 @@ def test_a_captured_sample_goes_to_the_ops_over_its_tick_by_their_time_and_the_r
 def test_a_tick_covered_by_two_threads_ops_gives_its_sample_whole_and_no_more():
     """Ops of two threads over one tick may cover more than the tick (0.9 + 0.6): the sample's 2 J go 0.9:0.6 to
     them, all of it and no more, none back to the engine; the engine's 10 J split 1:3 as before."""
-    root, engine = _tree(10.0, 0.0)
-    back = Node(function="[backward]", other_policy_self_energy_j={})
-    back.children.append(Node(function="[sample]", line=7, self_energy_j={"cpu": 2.0}, other_policy_self_energy_j={},
-                              self_samples=1))
-    engine.children.append(back)
-    caller = (("<module>", "train.py", 1), ("loop", "train.py", 10), BACKWARD_FRAME)
-    one, two = (("one (One)", "/p/train.py", 30),), (("two (Two)", "/p/train.py", 40),)
-    fold = BackwardFold()
-    fold.add(caller + one, 1e6)
-    fold.add(caller + two, 3e6)
-    fold.sample(7, caller + two, 0.9)
-    fold.sample(7, caller + one, 0.6)
-    (note,) = graft_backward(root, fold)
-    root.fill_inclusive()
+    root, _, back, note = _ticked([("two", 0.9), ("one", 0.6)])
     got = {c.function: c for c in back.children}
     assert got["two (Two)"].energy_j["cpu"] == pytest.approx(2.0 * 0.6 + 7.5, rel=1e-9)
     assert got["one (One)"].energy_j["cpu"] == pytest.approx(2.0 * 0.4 + 2.5, rel=1e-9)
